@@ -1,0 +1,3 @@
+module github.com/groupkv/groupkv
+
+go 1.26.8

@@ -1,0 +1,125 @@
+package kv
+
+import "context"
+
+// Partitioning says how a collection's keys are spread over its shards.
+type Partitioning string
+
+const (
+	// PartitionHash hashes every key into one of NumBuckets fixed buckets; a
+	// shard owns a contiguous span of buckets.
+	PartitionHash Partitioning = "hash"
+	// PartitionRange gives each shard a contiguous span of keys, cut at the
+	// collection's split points.
+	PartitionRange Partitioning = "range"
+	// PartitionTag places a record by its placement tag (its first tag at its
+	// first put) so that records sharing it live in one shard.
+	PartitionTag Partitioning = "tag"
+)
+
+// NumBuckets is the number of fixed hash buckets of a hash or tag collection.
+const NumBuckets = 65536
+
+// CollectionOptions are the options of a collection, fixed at creation.
+// The zero value of every field means its default.
+type CollectionOptions struct {
+	// Name matches [a-z0-9_.-]{1,64}.
+	Name string `json:"name"`
+	// Partitioning defaults to PartitionHash.
+	Partitioning Partitioning `json:"partitioning,omitempty"`
+	// Shards is the number of shards; it defaults to DefaultShards for hash
+	// and tag collections and to len(SplitPoints)+1 for range collections.
+	Shards int `json:"shards,omitempty"`
+	// SplitPoints are the keys at which a range collection's shards begin,
+	// strictly increasing; shard i owns [SplitPoints[i-1], SplitPoints[i]).
+	SplitPoints [][]byte `json:"split_points,omitempty"`
+}
+
+// DefaultShards is the shard count of a hash or tag collection when none is
+// given: enough to spread load over a few nodes, few enough to keep a single
+// node's raft cycle cheap.
+const DefaultShards = 8
+
+// MaxShards bounds the shard count of one collection.
+const MaxShards = 1024
+
+// ShardInfo describes one shard of a collection.
+type ShardInfo struct {
+	ID uint64 `json:"id"`
+	// Buckets [BucketStart, BucketEnd) for hash and tag collections.
+	BucketStart uint32 `json:"bucket_start,omitempty"`
+	BucketEnd   uint32 `json:"bucket_end,omitempty"`
+	// Keys [Start, End) for range collections; an empty End is unbounded.
+	Start []byte `json:"start,omitempty"`
+	End   []byte `json:"end,omitempty"`
+	// Leader is the node id of the shard's leader, 0 when unknown.
+	Leader uint64 `json:"leader"`
+}
+
+// CollectionInfo describes a collection.
+type CollectionInfo struct {
+	Name         string       `json:"name"`
+	ID           uint32       `json:"id"`
+	Partitioning Partitioning `json:"partitioning"`
+	SplitPoints  [][]byte     `json:"split_points,omitempty"`
+	Shards       []ShardInfo  `json:"shards"`
+}
+
+// Record is one version of a key as read.
+type Record struct {
+	Key     []byte   `json:"key"`
+	Value   []byte   `json:"value"`
+	Tags    []string `json:"tags"`
+	Version uint64   `json:"version"`
+}
+
+// PutRequest stores Value under Key with Tags.
+type PutRequest struct {
+	Collection string
+	Key        []byte
+	Value      []byte
+	Tags       []string
+	// IfVersion, when set, makes the put conditional: it succeeds only if the
+	// key's current version is *IfVersion (0: only if the key is absent).
+	IfVersion *uint64
+}
+
+// GetRequest reads a key.
+type GetRequest struct {
+	Collection string
+	Key        []byte
+	// Version, when non-zero, reads the key as of that version; it must be
+	// within the retention window (else ErrCompacted).
+	Version uint64
+}
+
+// DeleteRequest deletes a key.
+type DeleteRequest struct {
+	Collection string
+	Key        []byte
+	// IfVersion, when set, makes the delete conditional on the key's current
+	// version.
+	IfVersion *uint64
+}
+
+// Backend is the client-facing service of groupkv. A node implements it; the
+// HTTP and gRPC layers and the embedded Go client call it. Every method is
+// safe for concurrent use. Errors are *Error values (test with errors.As or
+// CodeOf) or context errors.
+type Backend interface {
+	CreateCollection(ctx context.Context, opts CollectionOptions) (CollectionInfo, error)
+	ListCollections(ctx context.Context) ([]CollectionInfo, error)
+	DescribeCollection(ctx context.Context, name string) (CollectionInfo, error)
+	DropCollection(ctx context.Context, name string) error
+
+	// Put answers the version the write was given.
+	Put(ctx context.Context, req PutRequest) (uint64, error)
+	// Get answers ErrNotFound-coded errors when the key is absent.
+	Get(ctx context.Context, req GetRequest) (Record, error)
+	// Delete answers the version of the tombstone.
+	Delete(ctx context.Context, req DeleteRequest) (uint64, error)
+
+	// Ready reports whether the node serves requests: its shards have leaders
+	// and its catalog is readable. A nil error means ready.
+	Ready() error
+}
