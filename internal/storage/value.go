@@ -1,0 +1,73 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"unicode/utf8"
+)
+
+// ErrCorruptValue reports a stored value that does not decode.
+var ErrCorruptValue = errors.New("storage: corrupt value")
+
+// valueFlagTombstone marks a version that deletes its key.
+const valueFlagTombstone byte = 1
+
+// MVCCValue is the content of one version of a record.
+type MVCCValue struct {
+	Tombstone bool
+	Tags      []string
+	Value     []byte
+}
+
+// EncodeValue appends the encoding of v to dst:
+//
+//	flags(1) | uvarint(len(tags)) | { uvarint(len(tag)) tag }* | value
+func EncodeValue(dst []byte, v MVCCValue) []byte {
+	var flags byte
+	if v.Tombstone {
+		flags |= valueFlagTombstone
+	}
+	dst = append(dst, flags)
+	dst = binary.AppendUvarint(dst, uint64(len(v.Tags)))
+	for _, t := range v.Tags {
+		dst = binary.AppendUvarint(dst, uint64(len(t)))
+		dst = append(dst, t...)
+	}
+	return append(dst, v.Value...)
+}
+
+// DecodeValue decodes a value written by EncodeValue. The returned Value
+// aliases b; tags are copied.
+func DecodeValue(b []byte) (MVCCValue, error) {
+	var v MVCCValue
+	if len(b) < 2 || b[0]&^valueFlagTombstone != 0 {
+		return v, ErrCorruptValue
+	}
+	v.Tombstone = b[0]&valueFlagTombstone != 0
+	b = b[1:]
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > 1<<16 {
+		return v, ErrCorruptValue
+	}
+	b = b[k:]
+	if n > 0 {
+		v.Tags = make([]string, 0, n)
+	}
+	for i := uint64(0); i < n; i++ {
+		l, k := binary.Uvarint(b)
+		if k <= 0 || l > uint64(len(b)-k) {
+			return v, ErrCorruptValue
+		}
+		t := b[k : k+int(l)]
+		if !utf8.Valid(t) {
+			return v, ErrCorruptValue
+		}
+		v.Tags = append(v.Tags, string(t))
+		b = b[k+int(l):]
+	}
+	if v.Tombstone && len(b) != 0 {
+		return v, ErrCorruptValue
+	}
+	v.Value = b
+	return v, nil
+}
