@@ -1,0 +1,137 @@
+package cluster
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"sort"
+
+	"github.com/groupkv/groupkv/internal/kv"
+)
+
+// MetaShardID is the shard id of the meta shard, which holds the catalog and
+// the TSO state. Data shards get ids from 2 on.
+const MetaShardID uint64 = 1
+
+// Replica is one member of a shard's raft group.
+type Replica struct {
+	Node uint64 `json:"node"`
+	// ID is the raft id of the replica within its group; ids are never
+	// reused within a group.
+	ID uint64 `json:"id"`
+}
+
+// ShardDesc describes one shard of a collection.
+type ShardDesc struct {
+	ID uint64 `json:"id"`
+	// Buckets [BucketStart, BucketEnd) of a hash or tag collection.
+	BucketStart uint32 `json:"bucket_start"`
+	BucketEnd   uint32 `json:"bucket_end"`
+	// Keys [Start, End) of a range collection; nil End is unbounded.
+	Start    []byte    `json:"start,omitempty"`
+	End      []byte    `json:"end,omitempty"`
+	Replicas []Replica `json:"replicas"`
+}
+
+// CollectionDesc is the catalog entry of a collection.
+type CollectionDesc struct {
+	Name         string          `json:"name"`
+	ID           uint32          `json:"id"`
+	Partitioning kv.Partitioning `json:"partitioning"`
+	SplitPoints  [][]byte        `json:"split_points,omitempty"`
+	// Shards are ordered by bucket span (hash, tag) or key span (range).
+	Shards []ShardDesc `json:"shards"`
+}
+
+// Encode returns the catalog encoding of d.
+func (d *CollectionDesc) Encode() []byte {
+	b, err := json.Marshal(d)
+	if err != nil {
+		panic(fmt.Sprintf("cluster: encoding descriptor: %v", err))
+	}
+	return b
+}
+
+// DecodeCollectionDesc decodes a descriptor written by Encode.
+func DecodeCollectionDesc(b []byte) (*CollectionDesc, error) {
+	var d CollectionDesc
+	if err := json.Unmarshal(b, &d); err != nil {
+		return nil, fmt.Errorf("cluster: decoding collection descriptor: %w", err)
+	}
+	return &d, nil
+}
+
+// NewCollectionDesc lays out the shards of a new collection with validated
+// options. firstShard is the id of its first shard; the others follow.
+// Every shard gets one replica per node in nodes, with raft ids 1, 2, ...
+func NewCollectionDesc(opts kv.CollectionOptions, id uint32, firstShard uint64, nodes []uint64) *CollectionDesc {
+	d := &CollectionDesc{Name: opts.Name, ID: id, Partitioning: opts.Partitioning, SplitPoints: opts.SplitPoints}
+	replicas := func() []Replica {
+		r := make([]Replica, len(nodes))
+		for i, n := range nodes {
+			r[i] = Replica{Node: n, ID: uint64(i + 1)}
+		}
+		return r
+	}
+	for i := 0; i < opts.Shards; i++ {
+		s := ShardDesc{ID: firstShard + uint64(i), Replicas: replicas()}
+		if opts.Partitioning == kv.PartitionRange {
+			if i > 0 {
+				s.Start = opts.SplitPoints[i-1]
+			}
+			if i < len(opts.SplitPoints) {
+				s.End = opts.SplitPoints[i]
+			}
+		} else {
+			s.BucketStart = uint32(uint64(i) * kv.NumBuckets / uint64(opts.Shards))
+			s.BucketEnd = uint32(uint64(i+1) * kv.NumBuckets / uint64(opts.Shards))
+		}
+		d.Shards = append(d.Shards, s)
+	}
+	return d
+}
+
+// Bucket returns the hash bucket of b (a key, or a placement tag).
+func Bucket(b []byte) uint16 {
+	h := fnv.New32a()
+	h.Write(b)
+	s := h.Sum32()
+	return uint16(s ^ s>>16)
+}
+
+// Route returns the bucket a key is stored under and the index of the shard
+// that owns it. placement is the record's placement tag in a tag collection
+// (ignored otherwise).
+func (d *CollectionDesc) Route(key []byte, placement string) (bucket uint16, shard int) {
+	switch d.Partitioning {
+	case kv.PartitionRange:
+		// Shard i owns [SplitPoints[i-1], SplitPoints[i]).
+		i := sort.Search(len(d.SplitPoints), func(i int) bool { return bytes.Compare(d.SplitPoints[i], key) > 0 })
+		return 0, i
+	case kv.PartitionTag:
+		if placement != "" {
+			bucket = Bucket([]byte(placement))
+		} else {
+			bucket = Bucket(key)
+		}
+	default:
+		bucket = Bucket(key)
+	}
+	i := sort.Search(len(d.Shards), func(i int) bool { return d.Shards[i].BucketEnd > uint32(bucket) })
+	return bucket, i
+}
+
+// Info converts d to its client-facing form. leader maps a shard id to the
+// node id of its leader (0 when unknown).
+func (d *CollectionDesc) Info(leader func(shard uint64) uint64) kv.CollectionInfo {
+	info := kv.CollectionInfo{Name: d.Name, ID: d.ID, Partitioning: d.Partitioning, SplitPoints: d.SplitPoints}
+	for _, s := range d.Shards {
+		si := kv.ShardInfo{ID: s.ID, BucketStart: s.BucketStart, BucketEnd: s.BucketEnd, Start: s.Start, End: s.End}
+		if leader != nil {
+			si.Leader = leader(s.ID)
+		}
+		info.Shards = append(info.Shards, si)
+	}
+	return info
+}

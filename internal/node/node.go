@@ -1,0 +1,654 @@
+package node
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/groupkv/groupkv/internal/cluster"
+	"github.com/groupkv/groupkv/internal/kv"
+	"github.com/groupkv/groupkv/internal/replication"
+	"github.com/groupkv/groupkv/internal/shard"
+	"github.com/groupkv/groupkv/internal/storage"
+)
+
+// Node-local metadata items (storage.NodeKey).
+const (
+	metaNodeID  = "node_id"
+	metaReplica = "replica/" // + 16 hex digits of the shard id -> localReplica JSON
+)
+
+// localReplica is the node-local record of a shard replica held here.
+type localReplica struct {
+	ReplicaID uint64     `json:"replica_id"`
+	Desc      shard.Desc `json:"desc"`
+}
+
+// Node is one groupkv node. It implements kv.Backend.
+type Node struct {
+	opts    Options
+	id      uint64
+	eng     *storage.Engine
+	host    *replication.Host
+	oracle  *cluster.Oracle
+	metrics *metrics
+	log     *slog.Logger
+
+	// reconcileMu serializes reconcile runs.
+	reconcileMu sync.Mutex
+
+	mu struct {
+		sync.RWMutex
+		// catalog mirrors the meta shard's applied catalog.
+		catalog map[string]*cluster.CollectionDesc
+		// replicas are the shard replicas held by this node.
+		replicas map[uint64]localReplica
+	}
+
+	stop     chan struct{}
+	bg       sync.WaitGroup
+	closeMu  sync.Mutex
+	closed   bool
+	reconcil chan struct{}
+}
+
+var _ kv.Backend = (*Node)(nil)
+
+// Open opens the node stored in opts.DataDir, creating it if needed, and
+// starts its raft groups. It returns before the shards have leaders; see
+// Ready and WaitReady.
+func Open(opts Options) (*Node, error) {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	eng, err := storage.Open(opts.DataDir, storage.Options{FS: opts.FS, Logger: opts.Logger})
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{opts: opts, eng: eng, log: opts.Logger, stop: make(chan struct{}), reconcil: make(chan struct{}, 1)}
+	n.mu.catalog = make(map[string]*cluster.CollectionDesc)
+	n.mu.replicas = make(map[uint64]localReplica)
+	if err := n.start(); err != nil {
+		if n.host != nil {
+			n.host.Stop()
+		}
+		eng.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *Node) start() error {
+	id, err := storage.GetUint64(n.eng.DB, storage.NodeKey(metaNodeID))
+	if err != nil {
+		return err
+	}
+	switch {
+	case id == 0:
+		id = n.opts.NodeID
+		if id == 0 {
+			id = 1
+		}
+		if err := n.eng.DB.Set(storage.NodeKey(metaNodeID), binary.BigEndian.AppendUint64(nil, id), pebble.Sync); err != nil {
+			return err
+		}
+	case n.opts.NodeID != 0 && n.opts.NodeID != id:
+		return fmt.Errorf("node: data directory %s belongs to node %d, not node %d; pass --node-id %d or use another --data-dir",
+			n.opts.DataDir, id, n.opts.NodeID, id)
+	}
+	n.id = id
+	n.metrics = newMetrics(n.opts.Registry, n.eng)
+	n.oracle = cluster.NewOracle(n.opts.Clock, n.persistTSO)
+	n.host = replication.NewHost(replication.Config{
+		NodeID:        id,
+		Engine:        n.eng,
+		Versions:      n.oracle,
+		TickInterval:  n.opts.TickInterval,
+		TruncateAfter: n.opts.TruncateAfter,
+		Metrics:       n.metrics.repl,
+		Logger:        n.log,
+		Hooks: replication.Hooks{
+			Applied:     n.onApplied,
+			LeaderReady: n.onLeaderReady,
+			LeaderLost:  n.onLeaderLost,
+		},
+	})
+
+	replicas, err := n.loadReplicas()
+	if err != nil {
+		return err
+	}
+	if _, ok := replicas[cluster.MetaShardID]; !ok {
+		// A new node: bootstrap the meta shard as a one-voter group.
+		lr := localReplica{ReplicaID: 1, Desc: shard.MetaDesc}
+		if err := n.host.Bootstrap(cluster.MetaShardID, []uint64{1}, func(b *pebble.Batch) error {
+			return n.writeReplica(b, lr)
+		}); err != nil {
+			return err
+		}
+		replicas[cluster.MetaShardID] = lr
+		n.log.Info("bootstrapped a new node", "node", id, "dir", n.opts.DataDir)
+	}
+	catalog, err := shard.LoadCatalog(n.eng.DB)
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	for _, d := range catalog {
+		n.mu.catalog[d.Name] = d
+	}
+	n.mu.replicas = replicas
+	n.mu.Unlock()
+
+	n.host.Start()
+	for _, r := range replicas {
+		if err := n.host.AddGroup(r.Desc, r.ReplicaID); err != nil {
+			return err
+		}
+	}
+	// Replicas the catalog names but this node lacks (a crash between a
+	// catalog change and its reconcile) and the reverse are fixed now.
+	if err := n.reconcile(); err != nil {
+		return err
+	}
+	n.bg.Add(2)
+	go n.reconcileLoop()
+	go n.gcLoop()
+	return nil
+}
+
+func replicaKey(shardID uint64) []byte {
+	return storage.NodeKey(fmt.Sprintf("%s%016x", metaReplica, shardID))
+}
+
+func (n *Node) writeReplica(b *pebble.Batch, r localReplica) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return b.Set(replicaKey(r.Desc.ShardID), data, nil)
+}
+
+func (n *Node) loadReplicas() (map[uint64]localReplica, error) {
+	start, end := storage.NodeSpan(metaReplica)
+	it, err := n.eng.DB.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: end})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	out := make(map[uint64]localReplica)
+	for valid := it.First(); valid; valid = it.Next() {
+		var r localReplica
+		if err := json.Unmarshal(it.Value(), &r); err != nil {
+			return nil, fmt.Errorf("node: corrupt replica record %q: %w", it.Key(), err)
+		}
+		out[r.Desc.ShardID] = r
+	}
+	return out, it.Error()
+}
+
+// ID returns the node's id.
+func (n *Node) ID() uint64 { return n.id }
+
+// Close stops the node and releases its data directory.
+func (n *Node) Close() error {
+	n.closeMu.Lock()
+	defer n.closeMu.Unlock()
+	if n.closed {
+		return nil
+	}
+	n.closed = true
+	close(n.stop)
+	n.bg.Wait()
+	n.host.Stop()
+	n.reconcileMu.Lock() // wait out a reconcile started by a request
+	defer n.reconcileMu.Unlock()
+	return n.eng.Close()
+}
+
+// persistTSO proposes a new TSO high-water mark. It is called by the oracle
+// with its lock held, possibly from the Host loop, so it must not block.
+func (n *Node) persistTSO(hwm uint64) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := n.host.Propose(ctx, cluster.MetaShardID, shard.EncodeTSO(hwm)); err != nil {
+			n.log.Warn("persisting the TSO high-water mark failed", "hwm", hwm, "err", err)
+		}
+	}()
+}
+
+func (n *Node) onApplied(shardID uint64, kind shard.CommandKind, res shard.Result) {
+	if shardID != cluster.MetaShardID || res.Err != nil {
+		return
+	}
+	switch kind {
+	case shard.KindTSO:
+		n.oracle.OnPersisted(res.Version)
+	case shard.KindCreateCollection:
+		n.mu.Lock()
+		n.mu.catalog[res.Desc.Name] = res.Desc
+		n.mu.Unlock()
+		n.triggerReconcile()
+	case shard.KindDropCollection:
+		n.mu.Lock()
+		if d := n.mu.catalog[res.Desc.Name]; d != nil && d.ID == res.Desc.ID {
+			delete(n.mu.catalog, res.Desc.Name)
+		}
+		n.mu.Unlock()
+		n.triggerReconcile()
+	}
+}
+
+func (n *Node) onLeaderReady(shardID uint64, sm *shard.Shard) {
+	if shardID == cluster.MetaShardID {
+		n.oracle.Activate(sm.TSOHighWater())
+	}
+}
+
+func (n *Node) onLeaderLost(shardID uint64) {
+	if shardID == cluster.MetaShardID {
+		n.oracle.Deactivate()
+	}
+}
+
+func (n *Node) triggerReconcile() {
+	select {
+	case n.reconcil <- struct{}{}:
+	default:
+	}
+}
+
+func (n *Node) reconcileLoop() {
+	defer n.bg.Done()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-n.reconcil:
+			if err := n.reconcile(); err != nil {
+				n.log.Error("reconciling replicas with the catalog failed", "err", err)
+			}
+		}
+	}
+}
+
+// reconcile makes the replicas held here match the catalog: it creates the
+// replicas the catalog places on this node and removes (with their data) the
+// replicas of collections that no longer exist.
+func (n *Node) reconcile() error {
+	n.reconcileMu.Lock()
+	defer n.reconcileMu.Unlock()
+	n.mu.RLock()
+	want := make(map[uint64]localReplica)
+	for _, c := range n.mu.catalog {
+		for _, s := range c.Shards {
+			for _, r := range s.Replicas {
+				if r.Node == n.id {
+					want[s.ID] = localReplica{ReplicaID: r.ID, Desc: shard.DescFor(c, s)}
+				}
+			}
+		}
+	}
+	have := make(map[uint64]localReplica, len(n.mu.replicas))
+	for id, r := range n.mu.replicas {
+		have[id] = r
+	}
+	n.mu.RUnlock()
+
+	for id, r := range want {
+		if _, ok := have[id]; ok {
+			continue
+		}
+		if err := n.host.Bootstrap(id, []uint64{r.ReplicaID}, func(b *pebble.Batch) error {
+			return n.writeReplica(b, r)
+		}); err != nil {
+			return err
+		}
+		if err := n.host.AddGroup(r.Desc, r.ReplicaID); err != nil {
+			return err
+		}
+		n.mu.Lock()
+		n.mu.replicas[id] = r
+		n.mu.Unlock()
+	}
+	for id, r := range have {
+		if _, ok := want[id]; ok || id == cluster.MetaShardID {
+			continue
+		}
+		n.host.RemoveGroup(id)
+		if err := n.destroyReplica(r); err != nil {
+			return err
+		}
+		n.mu.Lock()
+		delete(n.mu.replicas, id)
+		n.mu.Unlock()
+	}
+	return nil
+}
+
+// destroyReplica deletes every key of a removed replica in one batch.
+func (n *Node) destroyReplica(r localReplica) error {
+	b := n.eng.DB.NewBatch()
+	defer b.Close()
+	spans := [][2][]byte{}
+	s, e := r.Desc.DataSpan()
+	spans = append(spans, [2][]byte{s, e})
+	s, e = storage.RaftSpan(r.Desc.ShardID)
+	spans = append(spans, [2][]byte{s, e})
+	s, e = storage.ShardStateSpan(r.Desc.ShardID)
+	spans = append(spans, [2][]byte{s, e})
+	for _, sp := range spans {
+		if err := b.DeleteRange(sp[0], sp[1], nil); err != nil {
+			return err
+		}
+	}
+	if err := b.Delete(replicaKey(r.Desc.ShardID), nil); err != nil {
+		return err
+	}
+	return b.Commit(pebble.Sync)
+}
+
+func (n *Node) gcLoop() {
+	defer n.bg.Done()
+	t := time.NewTicker(n.opts.GCInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+			n.RunGC(context.Background())
+		}
+	}
+}
+
+// RunGC asks every shard led here to drop versions older than the retention
+// window.
+func (n *Node) RunGC(ctx context.Context) {
+	threshold := cluster.TimestampFromTime(n.opts.Clock().Add(-n.opts.Retention))
+	n.mu.RLock()
+	var ids []uint64
+	for id := range n.mu.replicas {
+		if id != cluster.MetaShardID {
+			ids = append(ids, id)
+		}
+	}
+	n.mu.RUnlock()
+	for _, id := range ids {
+		if !n.host.Ready(id) {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if _, err := n.host.Propose(ctx, id, shard.EncodeGC(threshold)); err != nil {
+			n.log.Warn("garbage collection of old versions failed", "shard", id, "err", err)
+		}
+		cancel()
+	}
+}
+
+// Ready reports whether the node serves requests: the meta shard and every
+// local shard have a ready leader and the oracle issues timestamps.
+func (n *Node) Ready() error {
+	n.mu.RLock()
+	ids := make([]uint64, 0, len(n.mu.replicas))
+	for id := range n.mu.replicas {
+		ids = append(ids, id)
+	}
+	n.mu.RUnlock()
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for _, id := range ids {
+		if !n.host.Ready(id) {
+			return kv.Errorf(kv.CodeUnavailable, "shard %d has no leader yet", id)
+		}
+	}
+	if !n.oracle.Active() {
+		return kv.Errorf(kv.CodeUnavailable, "the timestamp oracle is not running yet")
+	}
+	return nil
+}
+
+// WaitReady waits until Ready answers nil or ctx ends.
+func (n *Node) WaitReady(ctx context.Context) error {
+	for {
+		err := n.Ready()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node: not ready: %w", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func (n *Node) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, n.opts.RequestTimeout)
+}
+
+func (n *Node) collection(name string) (*cluster.CollectionDesc, error) {
+	if err := kv.ValidateCollectionName(name); err != nil {
+		return nil, err
+	}
+	n.mu.RLock()
+	d := n.mu.catalog[name]
+	n.mu.RUnlock()
+	if d == nil {
+		return nil, kv.Errorf(kv.CodeCollectionNotFound, "collection %q not found", name)
+	}
+	return d, nil
+}
+
+func (n *Node) leaderNode(d *cluster.CollectionDesc) func(uint64) uint64 {
+	return func(shardID uint64) uint64 {
+		rid := n.host.Leader(shardID)
+		for _, s := range d.Shards {
+			if s.ID != shardID {
+				continue
+			}
+			for _, r := range s.Replicas {
+				if r.ID == rid {
+					return r.Node
+				}
+			}
+		}
+		return 0
+	}
+}
+
+// CreateCollection implements kv.Backend. It answers once every shard of
+// the new collection accepts writes.
+func (n *Node) CreateCollection(ctx context.Context, opts kv.CollectionOptions) (kv.CollectionInfo, error) {
+	ctx, cancel := n.withTimeout(ctx)
+	defer cancel()
+	if err := kv.ValidateCollectionOptions(&opts); err != nil {
+		return kv.CollectionInfo{}, err
+	}
+	if opts.Partitioning == kv.PartitionTag {
+		return kv.CollectionInfo{}, kv.Errorf(kv.CodeInvalidArgument,
+			"partitioning %q is not available on this node yet: use hash or range", opts.Partitioning)
+	}
+	res, err := n.host.Propose(ctx, cluster.MetaShardID, shard.EncodeCreateCollection(opts, []uint64{n.id}))
+	if err != nil {
+		return kv.CollectionInfo{}, err
+	}
+	if res.Err != nil {
+		return kv.CollectionInfo{}, res.Err
+	}
+	if err := n.reconcile(); err != nil {
+		return kv.CollectionInfo{}, kv.Errorf(kv.CodeUnavailable, "collection %q was created but its shards could not start here: %v", opts.Name, err)
+	}
+	for _, s := range res.Desc.Shards {
+		if err := n.host.WaitReady(ctx, s.ID); err != nil {
+			return kv.CollectionInfo{}, err
+		}
+	}
+	return res.Desc.Info(n.leaderNode(res.Desc)), nil
+}
+
+// ListCollections implements kv.Backend.
+func (n *Node) ListCollections(ctx context.Context) ([]kv.CollectionInfo, error) {
+	n.mu.RLock()
+	descs := make([]*cluster.CollectionDesc, 0, len(n.mu.catalog))
+	for _, d := range n.mu.catalog {
+		descs = append(descs, d)
+	}
+	n.mu.RUnlock()
+	sort.Slice(descs, func(i, j int) bool { return descs[i].Name < descs[j].Name })
+	out := make([]kv.CollectionInfo, 0, len(descs))
+	for _, d := range descs {
+		out = append(out, d.Info(n.leaderNode(d)))
+	}
+	return out, nil
+}
+
+// DescribeCollection implements kv.Backend.
+func (n *Node) DescribeCollection(ctx context.Context, name string) (kv.CollectionInfo, error) {
+	d, err := n.collection(name)
+	if err != nil {
+		return kv.CollectionInfo{}, err
+	}
+	return d.Info(n.leaderNode(d)), nil
+}
+
+// DropCollection implements kv.Backend. It answers once the collection's
+// replicas and data are gone from this node.
+func (n *Node) DropCollection(ctx context.Context, name string) error {
+	ctx, cancel := n.withTimeout(ctx)
+	defer cancel()
+	if err := kv.ValidateCollectionName(name); err != nil {
+		return err
+	}
+	res, err := n.host.Propose(ctx, cluster.MetaShardID, shard.EncodeDropCollection(name))
+	if err != nil {
+		return err
+	}
+	if res.Err != nil {
+		return res.Err
+	}
+	return n.reconcile()
+}
+
+func (n *Node) route(d *cluster.CollectionDesc, key []byte) (uint16, uint64) {
+	bucket, i := d.Route(key, "")
+	return bucket, d.Shards[i].ID
+}
+
+func condOf(v *uint64) (bool, uint64) {
+	if v == nil {
+		return false, 0
+	}
+	return true, *v
+}
+
+// Put implements kv.Backend.
+func (n *Node) Put(ctx context.Context, req kv.PutRequest) (uint64, error) {
+	ctx, cancel := n.withTimeout(ctx)
+	defer cancel()
+	d, err := n.collection(req.Collection)
+	if err != nil {
+		return 0, err
+	}
+	if err := kv.ValidateKey(req.Key); err != nil {
+		return 0, err
+	}
+	if len(req.Value) > n.opts.MaxValueSize {
+		return 0, kv.Errorf(kv.CodeTooLarge, "value is %d bytes, the limit is %d", len(req.Value), n.opts.MaxValueSize)
+	}
+	if err := kv.ValidateTags(req.Tags); err != nil {
+		return 0, err
+	}
+	bucket, shardID := n.route(d, req.Key)
+	hasCond, cond := condOf(req.IfVersion)
+	cmd := shard.EncodeWrite([]shard.Op{{Type: shard.OpPut, Bucket: bucket, Key: req.Key, Value: req.Value, Tags: req.Tags, HasCond: hasCond, CondVersion: cond}})
+	return n.write(ctx, shardID, cmd)
+}
+
+// Delete implements kv.Backend.
+func (n *Node) Delete(ctx context.Context, req kv.DeleteRequest) (uint64, error) {
+	ctx, cancel := n.withTimeout(ctx)
+	defer cancel()
+	d, err := n.collection(req.Collection)
+	if err != nil {
+		return 0, err
+	}
+	if err := kv.ValidateKey(req.Key); err != nil {
+		return 0, err
+	}
+	bucket, shardID := n.route(d, req.Key)
+	hasCond, cond := condOf(req.IfVersion)
+	cmd := shard.EncodeWrite([]shard.Op{{Type: shard.OpDelete, Bucket: bucket, Key: req.Key, HasCond: hasCond, CondVersion: cond, MustExist: true}})
+	return n.write(ctx, shardID, cmd)
+}
+
+func (n *Node) write(ctx context.Context, shardID uint64, cmd []byte) (uint64, error) {
+	res, err := n.host.Propose(ctx, shardID, cmd)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return 0, kv.Errorf(kv.CodeCommitUnknown, "the write was proposed but not applied before the request ended (%v); it may or may not take effect", err)
+		}
+		return 0, err
+	}
+	if res.Err != nil {
+		return 0, res.Err
+	}
+	return res.Version, nil
+}
+
+// Get implements kv.Backend.
+func (n *Node) Get(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
+	ctx, cancel := n.withTimeout(ctx)
+	defer cancel()
+	d, err := n.collection(req.Collection)
+	if err != nil {
+		return kv.Record{}, err
+	}
+	if err := kv.ValidateKey(req.Key); err != nil {
+		return kv.Record{}, err
+	}
+	bucket, shardID := n.route(d, req.Key)
+	asOf := shard.Latest
+	if req.Version != 0 {
+		if latest := n.oracle.Latest(); req.Version > latest {
+			return kv.Record{}, kv.Errorf(kv.CodeInvalidArgument, "version %d is in the future (the latest timestamp is %d)", req.Version, latest)
+		}
+		if err := n.host.SnapshotRead(ctx, shardID, req.Version); err != nil {
+			return kv.Record{}, err
+		}
+		asOf = req.Version
+	} else if err := n.host.WaitReady(ctx, shardID); err != nil {
+		return kv.Record{}, err
+	}
+	val, version, found, err := shard.ReadRecord(n.eng.DB, d.ID, bucket, req.Key, asOf)
+	if err != nil {
+		return kv.Record{}, kv.Errorf(kv.CodeInternal, "reading %q: %v", req.Key, err)
+	}
+	if req.Version != 0 {
+		// Checked after the read: a GC applied before the read raised the
+		// threshold before the read could see its effect.
+		gc, err := shard.ReadGCThreshold(n.eng.DB, shardID)
+		if err != nil {
+			return kv.Record{}, kv.Errorf(kv.CodeInternal, "reading the GC threshold: %v", err)
+		}
+		if req.Version < gc {
+			return kv.Record{}, kv.Errorf(kv.CodeCompacted, "version %d is older than the retention window (versions below %d are compacted)", req.Version, gc)
+		}
+	}
+	if !found {
+		return kv.Record{}, kv.Errorf(kv.CodeNotFound, "key %q not found", req.Key)
+	}
+	return kv.Record{Key: req.Key, Value: val.Value, Tags: val.Tags, Version: version}, nil
+}

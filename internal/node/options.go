@@ -1,0 +1,88 @@
+package node
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/groupkv/groupkv/internal/kv"
+)
+
+// Options configure a Node. The zero value of every field but DataDir means
+// its default.
+type Options struct {
+	// DataDir holds everything the node stores (required).
+	DataDir string
+	// NodeID is the node's integer id; 0 means 1 on a new directory, or the
+	// id the directory was created with.
+	NodeID uint64
+	// FS is the filesystem; nil means the operating system's.
+	FS vfs.FS
+	// Clock returns the current time; nil means time.Now.
+	Clock func() time.Time
+	// TickInterval is the raft tick; 0 means 100ms.
+	TickInterval time.Duration
+	// TruncateAfter is the number of applied entries a shard's raft log
+	// keeps before truncation; 0 means 10,000.
+	TruncateAfter uint64
+	// Retention is how long old versions stay readable; 0 means 1 hour,
+	// long enough for a reader of a version or a resuming watcher to catch up.
+	Retention time.Duration
+	// GCInterval is how often shards drop versions older than Retention; 0
+	// means 1 minute.
+	GCInterval time.Duration
+	// MaxValueSize is the largest value accepted; 0 means 1 MiB.
+	MaxValueSize int
+	// RequestTimeout bounds an operation whose context has no deadline; 0
+	// means 30 seconds.
+	RequestTimeout time.Duration
+	// Registry receives the node's metrics; nil means a new registry.
+	Registry *prometheus.Registry
+	Logger   *slog.Logger
+}
+
+// EnsureDefaults fills the defaults of zero fields.
+func (o *Options) EnsureDefaults() {
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.Retention == 0 {
+		o.Retention = time.Hour
+	}
+	if o.GCInterval == 0 {
+		o.GCInterval = time.Minute
+	}
+	if o.MaxValueSize == 0 {
+		o.MaxValueSize = kv.DefaultMaxValueSize
+	}
+	if o.RequestTimeout == 0 {
+		o.RequestTimeout = 30 * time.Second
+	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Validate reports every problem of o.
+func (o *Options) Validate() error {
+	var errs []string
+	if o.DataDir == "" {
+		errs = append(errs, "DataDir is required")
+	}
+	if o.Retention < 0 {
+		errs = append(errs, fmt.Sprintf("Retention %v is negative", o.Retention))
+	}
+	if o.MaxValueSize < 0 || o.MaxValueSize > 64<<20 {
+		errs = append(errs, fmt.Sprintf("MaxValueSize %d is outside [1, 64 MiB]", o.MaxValueSize))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("node: invalid options: %v", errs)
+	}
+	return nil
+}

@@ -1,0 +1,27 @@
+// Package replication drives one etcd raft group (go.etcd.io/raft/v3
+// RawNode) per shard replica on a node, and is the only place where shard
+// state machines are applied.
+//
+// A Host owns every group of a node and runs them from one loop:
+//
+//	for each cycle:
+//	  propose queued commands (assigning write versions: above the TSO,
+//	    above the shard's last version and above its read watermark)
+//	  tick, collect Ready from every group that has one
+//	  write all new entries and hard states to Pebble in ONE batch, ONE fsync
+//	  send raft messages
+//	  apply committed entries of all groups into one Pebble batch (with the
+//	    applied index of each shard), commit it, then answer the proposers
+//	  Advance; truncate logs that grew past the configured length
+//
+// So concurrent writes to any shard of a node share an fsync (group commit),
+// and a write is acknowledged only after its entry was fsynced and applied.
+// The raft library does no I/O; this package persists, sends and applies.
+//
+// Leader rules (see ARCHITECTURE.md, "Versions and snapshot reads"): a new
+// leader proposes nothing until an entry of its own term has been applied,
+// and then seeds its read watermark from the oracle.
+//
+// replication may import storage, shard, cluster and kv. Nothing outside the
+// Host's loop touches a RawNode or a Shard.
+package replication

@@ -1,0 +1,752 @@
+package replication
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/groupkv/groupkv/internal/kv"
+	"github.com/groupkv/groupkv/internal/shard"
+	"github.com/groupkv/groupkv/internal/storage"
+)
+
+// Config configures a Host. The zero value of every optional field means its
+// default.
+type Config struct {
+	// NodeID is this node's id (required).
+	NodeID uint64
+	// Engine is the node's storage (required).
+	Engine *storage.Engine
+	// Versions issues timestamps for write versions (required).
+	Versions VersionSource
+	// TickInterval is the wall time of one raft tick; 0 means 100ms.
+	TickInterval time.Duration
+	// ElectionTicks and HeartbeatTicks: 0 means 10 and 1.
+	ElectionTicks, HeartbeatTicks int
+	// TruncateAfter is the number of applied entries a log keeps before it is
+	// truncated; 0 means 10,000 (a few MiB of small writes per shard).
+	TruncateAfter uint64
+	// Hooks observe applied commands; nil fields are skipped.
+	Hooks Hooks
+	// Metrics may be nil.
+	Metrics *Metrics
+	Logger  *slog.Logger
+}
+
+// VersionSource issues timestamps above every one issued before. TryNext
+// must not block; false means "not now, ask again next cycle".
+type VersionSource interface {
+	TryNext() (uint64, bool)
+}
+
+// Hooks are called from the Host loop after a cycle's applied state is
+// committed. They must not block and must not call back into the Host
+// synchronously.
+type Hooks struct {
+	// Applied is called for every applied command with its result.
+	Applied func(shardID uint64, cmd shard.CommandKind, res shard.Result)
+	// LeaderReady is called when a group's leader on this node has applied
+	// an entry of its own term and may propose.
+	LeaderReady func(shardID uint64, sm *shard.Shard)
+	// LeaderLost is called when this node stops leading a group.
+	LeaderLost func(shardID uint64)
+}
+
+func (c *Config) ensureDefaults() {
+	if c.TickInterval == 0 {
+		c.TickInterval = 100 * time.Millisecond
+	}
+	if c.ElectionTicks == 0 {
+		c.ElectionTicks = 10
+	}
+	if c.HeartbeatTicks == 0 {
+		c.HeartbeatTicks = 1
+	}
+	if c.TruncateAfter == 0 {
+		c.TruncateAfter = 10000
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics(nil)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// proposal is a command waiting to be proposed, then applied.
+type proposal struct {
+	id    uint64
+	shard uint64
+	cmd   []byte
+	// done receives exactly one outcome; buffered.
+	done chan outcome
+}
+
+type outcome struct {
+	res shard.Result
+	err error
+}
+
+// group is one raft group replica on this node. Fields without a lock are
+// owned by the Host loop.
+type group struct {
+	id        uint64
+	replicaID uint64
+	rn        *raft.RawNode
+	storage   *raftStorage
+	sm        *shard.Shard
+	// waiting holds proposals that cannot be proposed yet (no ready leader,
+	// or no timestamp this cycle), in arrival order.
+	waiting []*proposal
+	// inflight maps proposal ids to proposals handed to raft.
+	inflight map[uint64]*proposal
+	term     uint64
+	isLeader bool
+
+	mu struct {
+		sync.Mutex
+		// ready: this replica leads and has applied an entry of its term.
+		ready bool
+		// leader is the replica id of the known leader (0: unknown).
+		leader uint64
+		// lastAssigned is the highest version handed to a proposal.
+		lastAssigned uint64
+		// readWatermark is the highest snapshot timestamp served; every
+		// later proposal gets a version above it.
+		readWatermark uint64
+		// appliedVersion is the version of the last applied write (accepted
+		// or refused). Invariant: proposals are applied in version order, so
+		// every proposal with a version <= appliedVersion has been applied.
+		appliedVersion uint64
+		// changed is closed and replaced when ready or appliedVersion change.
+		changed chan struct{}
+		removed bool
+	}
+}
+
+// Host runs every raft group of a node.
+type Host struct {
+	cfg Config
+	db  *pebble.DB
+
+	mu struct {
+		sync.Mutex
+		groups  map[uint64]*group
+		queue   []*proposal
+		removes []uint64
+		nextID  uint64
+		stopped bool
+	}
+	wake chan struct{}
+	stop chan struct{}
+	done chan struct{}
+}
+
+// NewHost returns a Host with no groups; Start runs its loop.
+func NewHost(cfg Config) *Host {
+	cfg.ensureDefaults()
+	h := &Host{cfg: cfg, db: cfg.Engine.DB, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	h.mu.groups = make(map[uint64]*group)
+	return h
+}
+
+// Bootstrap writes the initial state of a new group (shard) whose voters are
+// the given replica ids, together with extra writes, in one synced batch.
+func (h *Host) Bootstrap(shardID uint64, voters []uint64, extra func(b *pebble.Batch) error) error {
+	b := h.db.NewBatch()
+	defer b.Close()
+	if err := bootstrapGroup(b, shardID, voters); err != nil {
+		return err
+	}
+	if err := (&shard.Shard{}).SetAppliedFor(b, shardID, bootstrapIndex, bootstrapTerm); err != nil {
+		return err
+	}
+	if extra != nil {
+		if err := extra(b); err != nil {
+			return err
+		}
+	}
+	return b.Commit(pebble.Sync)
+}
+
+// AddGroup starts the raft group of a bootstrapped shard replica.
+func (h *Host) AddGroup(desc shard.Desc, replicaID uint64) error {
+	rs, err := loadRaftStorage(h.db, desc.ShardID)
+	if err != nil {
+		return err
+	}
+	sm, err := shard.Load(h.db, desc)
+	if err != nil {
+		return err
+	}
+	applied, _ := sm.Applied()
+	rn, err := raft.NewRawNode(&raft.Config{
+		ID:                        replicaID,
+		ElectionTick:              h.cfg.ElectionTicks,
+		HeartbeatTick:             h.cfg.HeartbeatTicks,
+		Storage:                   rs,
+		Applied:                   applied,
+		MaxSizePerMsg:             1 << 20,
+		MaxCommittedSizePerReady:  64 << 20,
+		MaxInflightMsgs:           256,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		DisableProposalForwarding: true,
+		Logger:                    raftLogger{h.cfg.Logger.With("shard", desc.ShardID)},
+	})
+	if err != nil {
+		return fmt.Errorf("replication: starting shard %d: %w", desc.ShardID, err)
+	}
+	g := &group{id: desc.ShardID, replicaID: replicaID, rn: rn, storage: rs, sm: sm, inflight: make(map[uint64]*proposal)}
+	g.mu.changed = make(chan struct{})
+	g.mu.appliedVersion = sm.MaxVersion()
+	g.mu.lastAssigned = sm.MaxVersion()
+	if len(rs.confState.Voters) == 1 && rs.confState.Voters[0] == replicaID {
+		// A single voter elects itself at once rather than after an
+		// election timeout.
+		if err := rn.Campaign(); err != nil {
+			return err
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.mu.stopped {
+		return errStopped
+	}
+	if _, ok := h.mu.groups[desc.ShardID]; ok {
+		return fmt.Errorf("replication: shard %d already running", desc.ShardID)
+	}
+	h.mu.groups[desc.ShardID] = g
+	h.signal()
+	return nil
+}
+
+// RemoveGroup stops a group; its pending proposals fail. The caller removes
+// the replica's data afterwards.
+func (h *Host) RemoveGroup(shardID uint64) {
+	h.mu.Lock()
+	h.mu.removes = append(h.mu.removes, shardID)
+	h.mu.Unlock()
+	h.signal()
+}
+
+func (h *Host) signal() {
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (h *Host) group(shardID uint64) *group {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.mu.groups[shardID]
+}
+
+// Propose hands cmd to shardID's raft group and waits until it is applied.
+// A write command gets its version at proposal. Errors: kv unavailable when
+// the shard is not served here or the host stops; the context's error.
+// After the context ends the command may still be applied.
+func (h *Host) Propose(ctx context.Context, shardID uint64, cmd []byte) (shard.Result, error) {
+	p := &proposal{shard: shardID, cmd: cmd, done: make(chan outcome, 1)}
+	h.mu.Lock()
+	if h.mu.stopped {
+		h.mu.Unlock()
+		return shard.Result{}, kv.Errorf(kv.CodeUnavailable, "node is shutting down")
+	}
+	h.mu.nextID++
+	p.id = h.mu.nextID
+	h.mu.queue = append(h.mu.queue, p)
+	h.mu.Unlock()
+	h.signal()
+	select {
+	case o := <-p.done:
+		return o.res, o.err
+	case <-ctx.Done():
+		return shard.Result{}, ctx.Err()
+	}
+}
+
+// WaitReady waits until shardID has a ready leader on this node.
+func (h *Host) WaitReady(ctx context.Context, shardID uint64) error {
+	for {
+		g := h.group(shardID)
+		if g == nil {
+			return kv.Errorf(kv.CodeUnavailable, "shard %d is not served by this node", shardID)
+		}
+		g.mu.Lock()
+		ready, removed, ch := g.mu.ready, g.mu.removed, g.mu.changed
+		g.mu.Unlock()
+		if removed {
+			return kv.Errorf(kv.CodeUnavailable, "shard %d was removed", shardID)
+		}
+		if ready {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return kv.Errorf(kv.CodeUnavailable, "shard %d has no ready leader: %v", shardID, ctx.Err())
+		}
+	}
+}
+
+// Ready reports whether shardID has a ready leader on this node.
+func (h *Host) Ready(shardID uint64) bool {
+	g := h.group(shardID)
+	if g == nil {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.ready
+}
+
+// Leader returns the replica id of shardID's known leader (0: unknown).
+func (h *Host) Leader(shardID uint64) uint64 {
+	g := h.group(shardID)
+	if g == nil {
+		return 0
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.leader
+}
+
+// SnapshotRead prepares a read of shardID at timestamp ts: it raises the
+// shard's read watermark to ts, so that no later proposal gets a version at
+// or below ts, and waits until every proposal with a version <= ts has been
+// applied. Afterwards a read of applied state at ts is stable.
+func (h *Host) SnapshotRead(ctx context.Context, shardID, ts uint64) error {
+	if err := h.WaitReady(ctx, shardID); err != nil {
+		return err
+	}
+	g := h.group(shardID)
+	if g == nil {
+		return kv.Errorf(kv.CodeUnavailable, "shard %d is not served by this node", shardID)
+	}
+	g.mu.Lock()
+	if ts > g.mu.readWatermark {
+		g.mu.readWatermark = ts
+	}
+	target := min(ts, g.mu.lastAssigned)
+	g.mu.Unlock()
+	for {
+		g.mu.Lock()
+		done, removed, ch := g.mu.appliedVersion >= target, g.mu.removed, g.mu.changed
+		g.mu.Unlock()
+		if done {
+			return nil
+		}
+		if removed {
+			return kv.Errorf(kv.CodeUnavailable, "shard %d was removed", shardID)
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Start runs the loop until Stop.
+func (h *Host) Start() {
+	go h.run()
+}
+
+// Stop stops the loop; pending proposals fail with unavailable. It returns
+// once the loop has exited.
+func (h *Host) Stop() {
+	h.mu.Lock()
+	if h.mu.stopped {
+		h.mu.Unlock()
+		<-h.done
+		return
+	}
+	h.mu.stopped = true
+	h.mu.Unlock()
+	close(h.stop)
+	<-h.done
+}
+
+func (h *Host) run() {
+	defer close(h.done)
+	ticker := time.NewTicker(h.cfg.TickInterval)
+	defer ticker.Stop()
+	busy := true
+	for {
+		tick := false
+		if !busy {
+			select {
+			case <-h.stop:
+				h.shutdown()
+				return
+			case <-ticker.C:
+				tick = true
+			case <-h.wake:
+			}
+		} else {
+			select {
+			case <-h.stop:
+				h.shutdown()
+				return
+			case <-ticker.C:
+				tick = true
+			default:
+			}
+		}
+		var err error
+		busy, err = h.cycle(tick)
+		if err != nil {
+			// The node's storage failed: it cannot go on without risking
+			// acknowledged writes. Stop serving.
+			h.cfg.Logger.Error("replication cycle failed; stopping the node's raft groups", "err", err)
+			h.mu.Lock()
+			h.mu.stopped = true
+			h.mu.Unlock()
+			h.shutdown()
+			return
+		}
+	}
+}
+
+func (h *Host) shutdown() {
+	h.mu.Lock()
+	queue := h.mu.queue
+	h.mu.queue = nil
+	groups := h.mu.groups
+	h.mu.Unlock()
+	fail := outcome{err: kv.Errorf(kv.CodeUnavailable, "node is shutting down")}
+	for _, p := range queue {
+		p.done <- fail
+	}
+	for _, g := range groups {
+		for _, p := range g.waiting {
+			p.done <- fail
+		}
+		g.waiting = nil
+		for _, p := range g.inflight {
+			// The entry may still commit at a later start: its outcome is unknown.
+			p.done <- outcome{err: kv.Errorf(kv.CodeCommitUnknown, "node shut down before the write was applied; it may or may not have been")}
+		}
+		g.inflight = map[uint64]*proposal{}
+		g.mu.Lock()
+		g.mu.removed = true
+		close(g.mu.changed)
+		g.mu.changed = make(chan struct{})
+		g.mu.Unlock()
+	}
+}
+
+type readyGroup struct {
+	g  *group
+	rd raft.Ready
+}
+
+// cycle runs one iteration of the loop. It reports whether more work may be
+// pending right away.
+func (h *Host) cycle(tick bool) (bool, error) {
+	h.mu.Lock()
+	queue := h.mu.queue
+	h.mu.queue = nil
+	removes := h.mu.removes
+	h.mu.removes = nil
+	groups := make([]*group, 0, len(h.mu.groups))
+	for _, g := range h.mu.groups {
+		groups = append(groups, g)
+	}
+	h.mu.Unlock()
+
+	for _, id := range removes {
+		h.removeGroup(id)
+	}
+	for _, p := range queue {
+		g := h.group(p.shard)
+		if g == nil {
+			p.done <- outcome{err: kv.Errorf(kv.CodeUnavailable, "shard %d is not served by this node", p.shard)}
+			h.cfg.Metrics.ProposalFails.Inc()
+			continue
+		}
+		g.waiting = append(g.waiting, p)
+	}
+	for _, g := range groups {
+		if len(g.waiting) > 0 {
+			h.proposeWaiting(g)
+		}
+		if tick {
+			g.rn.Tick()
+		}
+	}
+
+	// Persist: one batch, one fsync, for every group's entries.
+	var rgs []readyGroup
+	for _, g := range groups {
+		if g.rn.HasReady() {
+			rgs = append(rgs, readyGroup{g, g.rn.Ready()})
+		}
+	}
+	if len(rgs) == 0 {
+		return false, nil
+	}
+	wb := h.db.NewBatch()
+	nents := 0
+	for _, r := range rgs {
+		if err := r.g.storage.append(wb, r.rd.Entries, r.rd.HardState); err != nil {
+			wb.Close()
+			return false, err
+		}
+		nents += len(r.rd.Entries)
+		if !raft.IsEmptySnap(r.rd.Snapshot) {
+			wb.Close()
+			return false, fmt.Errorf("replication: shard %d: received a snapshot, which single-node groups do not use", r.g.id)
+		}
+	}
+	if !wb.Empty() {
+		start := time.Now()
+		if err := wb.Commit(pebble.Sync); err != nil {
+			wb.Close()
+			return false, err
+		}
+		h.cfg.Metrics.FsyncSeconds.Observe(time.Since(start).Seconds())
+		h.cfg.Metrics.CycleEntries.Observe(float64(nents))
+	}
+	wb.Close()
+	for _, r := range rgs {
+		r.g.storage.appended(r.rd.Entries, r.rd.HardState)
+		if len(r.rd.Messages) > 0 {
+			h.cfg.Logger.Warn("dropping raft messages: no transport on a single node", "shard", r.g.id, "n", len(r.rd.Messages))
+		}
+	}
+
+	// Apply: one batch for every group's committed entries.
+	start := time.Now()
+	ab := h.db.NewIndexedBatch()
+	type done struct {
+		p   *proposal
+		res shard.Result
+	}
+	var dones []done
+	type applied struct {
+		shardID uint64
+		kind    shard.CommandKind
+		res     shard.Result
+	}
+	var applieds []applied
+	for _, r := range rgs {
+		g := r.g
+		for i := range r.rd.CommittedEntries {
+			e := &r.rd.CommittedEntries[i]
+			switch {
+			case e.Type == raftpb.EntryNormal && len(e.Data) >= 8:
+				id := binary.BigEndian.Uint64(e.Data)
+				cmd := e.Data[8:]
+				res, err := g.sm.Apply(ab, e.Index, e.Term, cmd)
+				if err != nil {
+					ab.Close()
+					return false, err
+				}
+				if p, ok := g.inflight[id]; ok {
+					delete(g.inflight, id)
+					dones = append(dones, done{p, res})
+				}
+				if shard.IsWrite(cmd) {
+					v := binary.BigEndian.Uint64(cmd[1:9])
+					g.mu.Lock()
+					g.mu.appliedVersion = max(g.mu.appliedVersion, v)
+					g.mu.Unlock()
+				}
+				applieds = append(applieds, applied{g.id, shard.CommandKind(cmd[0]), res})
+			case e.Type == raftpb.EntryConfChange || e.Type == raftpb.EntryConfChangeV2:
+				return false, fmt.Errorf("replication: shard %d: configuration changes are not supported on a single node", g.id)
+			default:
+				if err := g.sm.SetApplied(ab, e.Index, e.Term); err != nil {
+					ab.Close()
+					return false, err
+				}
+			}
+		}
+	}
+	if !ab.Empty() {
+		if err := ab.Commit(pebble.NoSync); err != nil {
+			ab.Close()
+			return false, err
+		}
+		h.cfg.Metrics.ApplySeconds.Observe(time.Since(start).Seconds())
+	}
+	ab.Close()
+	for _, d := range dones {
+		d.p.done <- outcome{res: d.res}
+	}
+	if h.cfg.Hooks.Applied != nil {
+		for _, a := range applieds {
+			h.cfg.Hooks.Applied(a.shardID, a.kind, a.res)
+		}
+	}
+	for _, r := range rgs {
+		g := r.g
+		g.rn.Advance(r.rd)
+		h.updateLeadership(g, r.rd)
+		g.mu.Lock()
+		close(g.mu.changed)
+		g.mu.changed = make(chan struct{})
+		g.mu.Unlock()
+		if err := h.maybeTruncate(g); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// proposeWaiting hands g's waiting proposals to raft, assigning versions to
+// writes, as long as g is a ready leader and timestamps are available.
+func (h *Host) proposeWaiting(g *group) {
+	g.mu.Lock()
+	ready := g.mu.ready
+	g.mu.Unlock()
+	if !ready {
+		return // wait: a follower or a new leader proposes nothing yet
+	}
+	n := 0
+	for _, p := range g.waiting {
+		if shard.IsWrite(p.cmd) {
+			ts, ok := h.cfg.Versions.TryNext()
+			if !ok {
+				break
+			}
+			g.mu.Lock()
+			v := max(ts, g.mu.lastAssigned+1, g.mu.readWatermark+1)
+			g.mu.lastAssigned = v
+			g.mu.Unlock()
+			shard.SetVersion(p.cmd, v)
+		}
+		data := make([]byte, 8+len(p.cmd))
+		binary.BigEndian.PutUint64(data, p.id)
+		copy(data[8:], p.cmd)
+		if err := g.rn.Propose(data); err != nil {
+			p.done <- outcome{err: kv.Errorf(kv.CodeUnavailable, "shard %d refused the proposal: %v", g.id, err)}
+			h.cfg.Metrics.ProposalFails.Inc()
+		} else {
+			g.inflight[p.id] = p
+			h.cfg.Metrics.Proposals.Inc()
+		}
+		n++
+	}
+	g.waiting = append(g.waiting[:0], g.waiting[n:]...)
+}
+
+func (h *Host) updateLeadership(g *group, rd raft.Ready) {
+	st := g.rn.BasicStatus()
+	g.mu.Lock()
+	g.mu.leader = st.Lead
+	g.mu.Unlock()
+	isLeader := st.RaftState == raft.StateLeader
+	if !isLeader && g.isLeader {
+		g.isLeader = false
+		g.mu.Lock()
+		g.mu.ready = false
+		g.mu.Unlock()
+		for _, p := range g.inflight {
+			p.done <- outcome{err: kv.Errorf(kv.CodeCommitUnknown, "shard %d lost leadership before the write was applied; it may or may not have been", g.id)}
+		}
+		g.inflight = map[uint64]*proposal{}
+		if h.cfg.Hooks.LeaderLost != nil {
+			h.cfg.Hooks.LeaderLost(g.id)
+		}
+		return
+	}
+	if !isLeader {
+		return
+	}
+	g.isLeader = true
+	_, appliedTerm := g.sm.Applied()
+	g.mu.Lock()
+	becameReady := !g.mu.ready && appliedTerm == st.Term
+	if becameReady {
+		g.mu.ready = true
+		// Seed the watermark from a timestamp fetched after the election so
+		// that a new leader's writes land above reads served by any earlier one.
+		if ts, ok := h.cfg.Versions.TryNext(); ok && ts > g.mu.readWatermark {
+			g.mu.readWatermark = ts
+		}
+		if mv := g.sm.MaxVersion(); mv > g.mu.lastAssigned {
+			g.mu.lastAssigned = mv
+		}
+	}
+	g.mu.Unlock()
+	if becameReady {
+		if h.cfg.Hooks.LeaderReady != nil {
+			h.cfg.Hooks.LeaderReady(g.id, g.sm)
+		}
+		if len(g.waiting) > 0 {
+			h.signal()
+		}
+	}
+}
+
+func (h *Host) maybeTruncate(g *group) error {
+	applied, _ := g.sm.Applied()
+	if applied < g.storage.truncIndex+2*h.cfg.TruncateAfter {
+		return nil
+	}
+	index := applied - h.cfg.TruncateAfter
+	b := h.db.NewBatch()
+	defer b.Close()
+	term, err := g.storage.truncate(b, index)
+	if err != nil {
+		return err
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return err
+	}
+	g.storage.truncated(index, term)
+	h.cfg.Metrics.Truncations.Inc()
+	return nil
+}
+
+func (h *Host) removeGroup(id uint64) {
+	h.mu.Lock()
+	g := h.mu.groups[id]
+	delete(h.mu.groups, id)
+	h.mu.Unlock()
+	if g == nil {
+		return
+	}
+	fail := outcome{err: kv.Errorf(kv.CodeUnavailable, "shard %d was removed", id)}
+	for _, p := range g.waiting {
+		p.done <- fail
+	}
+	for _, p := range g.inflight {
+		p.done <- fail
+	}
+	g.mu.Lock()
+	g.mu.removed = true
+	g.mu.ready = false
+	close(g.mu.changed)
+	g.mu.changed = make(chan struct{})
+	g.mu.Unlock()
+}
+
+type raftLogger struct{ l *slog.Logger }
+
+func (r raftLogger) Debug(v ...any)                   {}
+func (r raftLogger) Debugf(format string, v ...any)   {}
+func (r raftLogger) Info(v ...any)                    { r.l.Debug(fmt.Sprint(v...)) }
+func (r raftLogger) Infof(format string, v ...any)    { r.l.Debug(fmt.Sprintf(format, v...)) }
+func (r raftLogger) Warning(v ...any)                 { r.l.Warn(fmt.Sprint(v...)) }
+func (r raftLogger) Warningf(format string, v ...any) { r.l.Warn(fmt.Sprintf(format, v...)) }
+func (r raftLogger) Error(v ...any)                   { r.l.Error(fmt.Sprint(v...)) }
+func (r raftLogger) Errorf(format string, v ...any)   { r.l.Error(fmt.Sprintf(format, v...)) }
+func (r raftLogger) Fatal(v ...any)                   { r.l.Error(fmt.Sprint(v...)); panic(fmt.Sprint(v...)) }
+func (r raftLogger) Fatalf(format string, v ...any) {
+	r.l.Error(fmt.Sprintf(format, v...))
+	panic(fmt.Sprintf(format, v...))
+}
+func (r raftLogger) Panic(v ...any)                 { panic(fmt.Sprint(v...)) }
+func (r raftLogger) Panicf(format string, v ...any) { panic(fmt.Sprintf(format, v...)) }

@@ -1,0 +1,286 @@
+package shard
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/groupkv/groupkv/internal/kv"
+)
+
+// ErrCorruptCommand reports a log entry that does not decode.
+var ErrCorruptCommand = errors.New("shard: corrupt command")
+
+// CommandKind tells commands apart; it is the first byte of an encoding.
+type CommandKind byte
+
+const (
+	// KindWrite puts and deletes records atomically at one version.
+	KindWrite CommandKind = 1
+	// KindGC drops versions shadowed at or below a threshold.
+	KindGC CommandKind = 2
+	// KindCreateCollection adds a collection to the catalog (meta shard).
+	KindCreateCollection CommandKind = 3
+	// KindDropCollection removes a collection from the catalog (meta shard).
+	KindDropCollection CommandKind = 4
+	// KindTSO persists the timestamp oracle's high-water mark (meta shard).
+	KindTSO CommandKind = 5
+)
+
+// OpType is the type of one operation of a write.
+type OpType byte
+
+const (
+	OpPut    OpType = 1
+	OpDelete OpType = 2
+)
+
+// Op is one operation of a write command.
+type Op struct {
+	Type   OpType
+	Bucket uint16
+	Key    []byte
+	Value  []byte
+	Tags   []string
+	// HasCond makes the op conditional on the key's current version being
+	// CondVersion (0: absent).
+	HasCond     bool
+	CondVersion uint64
+	// MustExist makes a delete of an absent key fail with not_found.
+	MustExist bool
+}
+
+// Command is a decoded log entry.
+type Command struct {
+	Kind CommandKind
+	// Version is the version of a write, assigned by the leader.
+	Version uint64
+	Ops     []Op
+	// Threshold is the GC threshold (KindGC) or the high-water mark (KindTSO).
+	Threshold uint64
+	// Collection is the options of KindCreateCollection (with Nodes) or the
+	// name of KindDropCollection.
+	Collection kv.CollectionOptions
+	Nodes      []uint64
+}
+
+const opFlagCond, opFlagMustExist = 1, 2
+
+// versionOffset is where a write's version sits in its encoding, so that a
+// leader can assign it without re-encoding.
+const versionOffset = 1
+
+// EncodeWrite encodes a write command with version 0; SetVersion fills it.
+func EncodeWrite(ops []Op) []byte {
+	n := 16
+	for i := range ops {
+		n += 24 + len(ops[i].Key) + len(ops[i].Value)
+		for _, t := range ops[i].Tags {
+			n += len(t) + 2
+		}
+	}
+	b := make([]byte, 1+8, n)
+	b[0] = byte(KindWrite)
+	b = binary.AppendUvarint(b, uint64(len(ops)))
+	for _, op := range ops {
+		b = append(b, byte(op.Type))
+		var flags byte
+		if op.HasCond {
+			flags |= opFlagCond
+		}
+		if op.MustExist {
+			flags |= opFlagMustExist
+		}
+		b = append(b, flags)
+		if op.HasCond {
+			b = binary.AppendUvarint(b, op.CondVersion)
+		}
+		b = binary.BigEndian.AppendUint16(b, op.Bucket)
+		b = appendBytes(b, op.Key)
+		if op.Type == OpPut {
+			b = binary.AppendUvarint(b, uint64(len(op.Tags)))
+			for _, t := range op.Tags {
+				b = appendBytes(b, []byte(t))
+			}
+			b = appendBytes(b, op.Value)
+		}
+	}
+	return b
+}
+
+// SetVersion assigns the version of an encoded write command in place.
+func SetVersion(cmd []byte, version uint64) {
+	binary.BigEndian.PutUint64(cmd[versionOffset:], version)
+}
+
+// IsWrite reports whether an encoded command is a write (it needs a version).
+func IsWrite(cmd []byte) bool { return len(cmd) > 0 && CommandKind(cmd[0]) == KindWrite }
+
+// EncodeGC encodes a GC command.
+func EncodeGC(threshold uint64) []byte {
+	return binary.AppendUvarint([]byte{byte(KindGC)}, threshold)
+}
+
+// EncodeTSO encodes a TSO high-water mark command.
+func EncodeTSO(hwm uint64) []byte {
+	return binary.AppendUvarint([]byte{byte(KindTSO)}, hwm)
+}
+
+// EncodeCreateCollection encodes a collection creation placed on nodes.
+func EncodeCreateCollection(opts kv.CollectionOptions, nodes []uint64) []byte {
+	b := []byte{byte(KindCreateCollection)}
+	b = appendBytes(b, []byte(opts.Name))
+	b = appendBytes(b, []byte(opts.Partitioning))
+	b = binary.AppendUvarint(b, uint64(opts.Shards))
+	b = binary.AppendUvarint(b, uint64(len(opts.SplitPoints)))
+	for _, p := range opts.SplitPoints {
+		b = appendBytes(b, p)
+	}
+	b = binary.AppendUvarint(b, uint64(len(nodes)))
+	for _, n := range nodes {
+		b = binary.AppendUvarint(b, n)
+	}
+	return b
+}
+
+// EncodeDropCollection encodes a collection drop.
+func EncodeDropCollection(name string) []byte {
+	return appendBytes([]byte{byte(KindDropCollection)}, []byte(name))
+}
+
+func appendBytes(b, p []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(p)))
+	return append(b, p...)
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = ErrCorruptCommand
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) bytes() []byte {
+	n := d.uvarint()
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.err = ErrCorruptCommand
+		return nil
+	}
+	p := d.b[:n:n]
+	d.b = d.b[n:]
+	return p
+}
+
+func (d *decoder) byte() byte {
+	if d.err != nil || len(d.b) == 0 {
+		d.err = ErrCorruptCommand
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *decoder) count(max uint64) int {
+	n := d.uvarint()
+	if n > max || n > uint64(len(d.b)) {
+		d.err = ErrCorruptCommand
+		return 0
+	}
+	return int(n)
+}
+
+// DecodeCommand decodes an encoded command. Byte slices in the result alias b.
+func DecodeCommand(b []byte) (Command, error) {
+	var c Command
+	if len(b) == 0 {
+		return c, ErrCorruptCommand
+	}
+	c.Kind = CommandKind(b[0])
+	d := decoder{b: b[1:]}
+	switch c.Kind {
+	case KindWrite:
+		if len(d.b) < 8 {
+			return c, ErrCorruptCommand
+		}
+		c.Version = binary.BigEndian.Uint64(d.b)
+		d.b = d.b[8:]
+		n := d.count(1 << 20)
+		c.Ops = make([]Op, 0, n)
+		for i := 0; i < n && d.err == nil; i++ {
+			var op Op
+			op.Type = OpType(d.byte())
+			flags := d.byte()
+			if op.Type != OpPut && op.Type != OpDelete || flags&^(opFlagCond|opFlagMustExist) != 0 {
+				return c, fmt.Errorf("%w: op %d has type %d flags %d", ErrCorruptCommand, i, op.Type, flags)
+			}
+			op.HasCond = flags&opFlagCond != 0
+			op.MustExist = flags&opFlagMustExist != 0
+			if op.HasCond {
+				op.CondVersion = d.uvarint()
+			}
+			if len(d.b) < 2 {
+				return c, ErrCorruptCommand
+			}
+			op.Bucket = binary.BigEndian.Uint16(d.b)
+			d.b = d.b[2:]
+			op.Key = d.bytes()
+			if op.Type == OpPut {
+				nt := d.count(kv.MaxTags)
+				for j := 0; j < nt && d.err == nil; j++ {
+					t := d.bytes()
+					if !utf8.Valid(t) {
+						d.err = ErrCorruptCommand
+					}
+					op.Tags = append(op.Tags, string(t))
+				}
+				op.Value = d.bytes()
+			}
+			c.Ops = append(c.Ops, op)
+		}
+	case KindGC, KindTSO:
+		c.Threshold = d.uvarint()
+	case KindCreateCollection:
+		c.Collection.Name = string(d.bytes())
+		c.Collection.Partitioning = kv.Partitioning(d.bytes())
+		if shards := d.uvarint(); shards <= kv.MaxShards {
+			c.Collection.Shards = int(shards)
+		} else {
+			d.err = ErrCorruptCommand
+		}
+		np := d.count(kv.MaxShards)
+		for i := 0; i < np && d.err == nil; i++ {
+			c.Collection.SplitPoints = append(c.Collection.SplitPoints, d.bytes())
+		}
+		nn := d.count(1 << 16)
+		for i := 0; i < nn && d.err == nil; i++ {
+			c.Nodes = append(c.Nodes, d.uvarint())
+		}
+	case KindDropCollection:
+		c.Collection.Name = string(d.bytes())
+	default:
+		return c, fmt.Errorf("%w: unknown kind %d", ErrCorruptCommand, c.Kind)
+	}
+	if d.err != nil {
+		return c, d.err
+	}
+	if len(d.b) != 0 {
+		return c, fmt.Errorf("%w: %d trailing bytes", ErrCorruptCommand, len(d.b))
+	}
+	return c, nil
+}
