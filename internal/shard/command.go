@@ -164,7 +164,8 @@ func (d *decoder) uvarint() uint64 {
 		return 0
 	}
 	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
+	if n <= 0 || n > 1 && d.b[n-1] == 0 {
+		// Only the minimal encoding is valid, so a command has one encoding.
 		d.err = ErrCorruptCommand
 		return 0
 	}
@@ -221,7 +222,9 @@ func DecodeCommand(b []byte) (Command, error) {
 		c.Version = binary.BigEndian.Uint64(d.b)
 		d.b = d.b[8:]
 		n := d.count(1 << 20)
-		c.Ops = make([]Op, 0, n)
+		// Every op takes at least 5 bytes; a corrupt count cannot make
+		// this allocation larger than the entry.
+		c.Ops = make([]Op, 0, min(n, len(d.b)/5+1))
 		for i := 0; i < n && d.err == nil; i++ {
 			var op Op
 			op.Type = OpType(d.byte())
