@@ -1,0 +1,213 @@
+package groupkv
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/peer"
+
+	"github.com/groupkv/groupkv/internal/api"
+	"github.com/groupkv/groupkv/internal/kv"
+	pb "github.com/groupkv/groupkv/proto/groupkvpb"
+)
+
+// DialOption configures Dial. The zero set of options gives a client that
+// connects lazily, on its first call, and reconnects by itself.
+type DialOption func(*dialOptions)
+
+type dialOptions struct {
+	// timeout, when positive, makes Dial connect at once and fail if the
+	// connection is not up within it.
+	timeout time.Duration
+	// grpc are appended to Dial's own gRPC options.
+	grpc []grpc.DialOption
+}
+
+// WithDialTimeout makes Dial connect before it returns and fail with an
+// ErrUnavailable-coded error if the server cannot be reached within d. Without
+// it (or with d <= 0) Dial does not touch the network, and a server that is
+// down shows up as ErrUnavailable on the first call.
+func WithDialTimeout(d time.Duration) DialOption {
+	return func(o *dialOptions) { o.timeout = d }
+}
+
+// WithGRPCDialOptions adds options to the underlying gRPC client, for
+// example transport credentials, which replace the default of none, or
+// interceptors. They are applied after Dial's own options.
+func WithGRPCDialOptions(opts ...grpc.DialOption) DialOption {
+	return func(o *dialOptions) { o.grpc = append(o.grpc, opts...) }
+}
+
+// readyTimeout bounds Ready on a remote DB, which has no context: a probe
+// that outlasts a health checker's period is useless, and a server that does
+// not answer must read as not ready rather than hang the caller.
+const readyTimeout = 5 * time.Second
+
+// Dial returns a DB that talks to the groupkv server at addr, "host:port"
+// with no scheme (e.g. "127.0.0.1:7070" or "db1.internal:7070"), over gRPC
+// without TLS unless WithGRPCDialOptions says otherwise. The DB reconnects by
+// itself; Close releases it.
+//
+// Errors of the remote DB are those of the server: the same Code and Message,
+// so errors.Is(err, ErrNotFound) holds remotely as it does embedded. Errors of
+// the transport are coded too: a call that could not reach the server is
+// ErrUnavailable, a write whose connection broke after it was sent has the
+// code commit_unknown (it may have been applied), and a call whose context ended
+// answers an error matching context.Canceled or context.DeadlineExceeded.
+func Dial(addr string, opts ...DialOption) (DB, error) {
+	var o dialOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if strings.Contains(addr, "://") {
+		return nil, kv.Errorf(kv.CodeInvalidArgument, "address %q has a scheme: give host:port, e.g. 127.0.0.1:7070", addr)
+	}
+	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+		return nil, kv.Errorf(kv.CodeInvalidArgument, "address %q is not host:port: give e.g. 127.0.0.1:7070", addr)
+	}
+	gopts := []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(
+			grpc.MaxCallRecvMsgSize(api.MaxMessageSize),
+			grpc.MaxCallSendMsgSize(api.MaxMessageSize),
+		),
+	}
+	gopts = append(gopts, o.grpc...)
+	// The explicit dns scheme keeps a host such as "localhost" from being
+	// read as a URL scheme.
+	conn, err := grpc.NewClient("dns:///"+addr, gopts...)
+	if err != nil {
+		return nil, kv.Errorf(kv.CodeInvalidArgument, "dial %s: %v", addr, err)
+	}
+	if o.timeout > 0 {
+		if err := waitConnected(conn, o.timeout); err != nil {
+			_ = conn.Close()
+			return nil, kv.Errorf(kv.CodeUnavailable, "dial %s: no connection within %v: check that the server runs and the address is right", addr, o.timeout)
+		}
+	}
+	return &remoteDB{conn: conn, c: pb.NewGroupKVClient(conn)}, nil
+}
+
+// waitConnected connects conn and waits up to timeout for it to be ready.
+func waitConnected(conn *grpc.ClientConn, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	conn.Connect()
+	for {
+		s := conn.GetState()
+		if s == connectivity.Ready {
+			return nil
+		}
+		if !conn.WaitForStateChange(ctx, s) {
+			return ctx.Err()
+		}
+	}
+}
+
+// remoteDB is the DB that Dial returns: each method is one RPC of the
+// groupkv.v1.GroupKV service.
+type remoteDB struct {
+	conn   *grpc.ClientConn
+	c      pb.GroupKVClient
+	closed atomic.Bool
+}
+
+var _ DB = (*remoteDB)(nil)
+
+// fail turns the error of an RPC into the error the caller sees. sent says
+// whether a write was handed to a connection (the call got a peer): if that
+// connection then broke, the server may have applied it. Reads pass false.
+func (r *remoteDB) fail(err error, sent bool) error {
+	if r.closed.Load() {
+		return kv.Errorf(kv.CodeUnavailable, "the DB is closed: Dial again")
+	}
+	return api.ErrorFromStatus(err, sent)
+}
+
+func (r *remoteDB) CreateCollection(ctx context.Context, opts CollectionOptions) (CollectionInfo, error) {
+	var p peer.Peer
+	m, err := r.c.CreateCollection(ctx, api.CollectionOptionsToPB(opts), grpc.Peer(&p))
+	if err != nil {
+		return CollectionInfo{}, r.fail(err, p.Addr != nil)
+	}
+	return api.CollectionInfoFromPB(m), nil
+}
+
+func (r *remoteDB) ListCollections(ctx context.Context) ([]CollectionInfo, error) {
+	m, err := r.c.ListCollections(ctx, &pb.ListCollectionsRequest{})
+	if err != nil {
+		return nil, r.fail(err, false)
+	}
+	return api.CollectionInfosFromPB(m), nil
+}
+
+func (r *remoteDB) DescribeCollection(ctx context.Context, name string) (CollectionInfo, error) {
+	m, err := r.c.DescribeCollection(ctx, &pb.DescribeCollectionRequest{Name: name})
+	if err != nil {
+		return CollectionInfo{}, r.fail(err, false)
+	}
+	return api.CollectionInfoFromPB(m), nil
+}
+
+func (r *remoteDB) DropCollection(ctx context.Context, name string) error {
+	var p peer.Peer
+	if _, err := r.c.DropCollection(ctx, &pb.DropCollectionRequest{Name: name}, grpc.Peer(&p)); err != nil {
+		return r.fail(err, p.Addr != nil)
+	}
+	return nil
+}
+
+func (r *remoteDB) Put(ctx context.Context, req PutRequest) (uint64, error) {
+	var p peer.Peer
+	m, err := r.c.Put(ctx, api.PutRequestToPB(req), grpc.Peer(&p))
+	if err != nil {
+		return 0, r.fail(err, p.Addr != nil)
+	}
+	return m.GetVersion(), nil
+}
+
+func (r *remoteDB) Get(ctx context.Context, req GetRequest) (Record, error) {
+	m, err := r.c.Get(ctx, api.GetRequestToPB(req))
+	if err != nil {
+		return Record{}, r.fail(err, false)
+	}
+	return api.RecordFromPB(m), nil
+}
+
+func (r *remoteDB) Delete(ctx context.Context, req DeleteRequest) (uint64, error) {
+	var p peer.Peer
+	m, err := r.c.Delete(ctx, api.DeleteRequestToPB(req), grpc.Peer(&p))
+	if err != nil {
+		return 0, r.fail(err, p.Addr != nil)
+	}
+	return m.GetVersion(), nil
+}
+
+// Ready asks the server whether it serves requests. A server that does not
+// answer within readyTimeout is reported as ErrUnavailable.
+func (r *remoteDB) Ready() error {
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	if _, err := r.c.Ready(ctx, &pb.ReadyRequest{}); err != nil {
+		if ctx.Err() != nil && !r.closed.Load() {
+			return kv.Errorf(kv.CodeUnavailable, "no answer to Ready within %v", readyTimeout)
+		}
+		return r.fail(err, false)
+	}
+	return nil
+}
+
+// Close closes the connection. Calls in flight fail, and so does every call
+// after it; a second Close does nothing.
+func (r *remoteDB) Close() error {
+	if r.closed.Swap(true) {
+		return nil
+	}
+	return r.conn.Close()
+}
