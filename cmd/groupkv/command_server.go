@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/groupkv/groupkv/internal/server"
+)
+
+func serverCommand() *cobra.Command {
+	var (
+		cfg      server.Config
+		logLevel string
+	)
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run a groupkv node",
+		Long: `Run a groupkv node. With no flags it keeps its data under ./groupkv-data,
+serves HTTP/JSON and gRPC on 127.0.0.1:7070 and listens for peers on
+127.0.0.1:7071. Ctrl-C shuts it down cleanly.`,
+		Args: argsBetween(0, 0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return usagef("--log-level %q: use debug, info, warn or error", logLevel)
+			}
+			cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			s, err := server.Start(cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "groupkv node %d serving on %s (peers: %s), data in %s\n", s.Node.ID(), s.Addr(), s.PeerAddr(), cfg.Node.DataDir)
+			sig := make(chan os.Signal, 1)
+			signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+			got := <-sig
+			cfg.Logger.Info("shutting down", "signal", got.String())
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			return s.Close(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Node.DataDir, "data-dir", "groupkv-data", "directory holding the node's data")
+	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:7070", "client address (HTTP/JSON and gRPC)")
+	f.StringVar(&cfg.PeerListen, "peer-listen", "127.0.0.1:7071", "node-to-node address")
+	f.Uint64Var(&cfg.Node.NodeID, "node-id", 0, "integer id of this node (default: the id stored in --data-dir, or 1 for a new one)")
+	f.DurationVar(&cfg.Node.Retention, "retention", time.Hour, "how long old versions stay readable")
+	f.IntVar(&cfg.Node.MaxValueSize, "max-value-size", 1<<20, "largest value accepted, in bytes")
+	f.Uint64Var(&cfg.Node.TruncateAfter, "raft-log-entries", 10000, "applied entries a shard's raft log keeps before it is truncated")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return cmd
+}

@@ -1,0 +1,74 @@
+// Command groupkv is the one binary of groupkv: the server, the command-line
+// client and (later) the benchmark.
+//
+//	groupkv server [--data-dir D] [--listen A] [--peer-listen P] [--node-id N]
+//	groupkv collections [create|describe|drop] ...
+//	groupkv put COLLECTION KEY [VALUE] [--tags a,b] [--if-version N]
+//	groupkv get COLLECTION KEY [--version N] [--json]
+//	groupkv del COLLECTION KEY [--if-version N]
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	groupkv "github.com/groupkv/groupkv"
+)
+
+func main() {
+	root := &cobra.Command{
+		Use:           "groupkv",
+		Short:         "groupkv: a sharded, raft-replicated key-value store with consistent access to groups of keys",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(serverCommand(), putCommand(), getCommand(), delCommand(), collectionsCommand())
+	if err := root.Execute(); err != nil {
+		var ue usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintf(os.Stderr, "groupkv: %v\n", err)
+			os.Exit(2)
+		}
+		var e *groupkv.Error
+		if errors.As(err, &e) {
+			fmt.Fprintf(os.Stderr, "groupkv: %s: %s\n", e.Code, e.Message)
+		} else {
+			fmt.Fprintf(os.Stderr, "groupkv: %v\n", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// usageError is a mistake on the command line (exit status 2).
+type usageError struct{ error }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// exactArgs is cobra.ExactArgs with a usage error.
+func argsBetween(lo, hi int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < lo || len(args) > hi {
+			if lo == hi {
+				return usagef("%s takes %d arguments, got %d (see --help)", cmd.Name(), lo, len(args))
+			}
+			return usagef("%s takes %d to %d arguments, got %d (see --help)", cmd.Name(), lo, hi, len(args))
+		}
+		return nil
+	}
+}
+
+// defaultAddr is the client address of a server started with defaults.
+const defaultAddr = "127.0.0.1:7070"
+
+// dial connects to the server named by the command's --addr flag.
+func dial(cmd *cobra.Command) (groupkv.DB, error) {
+	addr, _ := cmd.Flags().GetString("addr")
+	return groupkv.Dial(addr)
+}
+
+func addAddrFlag(cmd *cobra.Command) {
+	cmd.Flags().String("addr", defaultAddr, "server address as host:port (no scheme)")
+}

@@ -1,0 +1,135 @@
+// Package server runs a groupkv node behind its client port (HTTP/JSON and
+// gRPC on one listener) and its peer port. It is what `groupkv server` runs
+// and what end-to-end tests start in-process.
+//
+// server may import node and api; nothing imports server but cmd/groupkv.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/groupkv/groupkv/internal/api"
+	"github.com/groupkv/groupkv/internal/node"
+)
+
+// Config configures a server.
+type Config struct {
+	Node node.Options
+	// Listen is the client address (HTTP/JSON and gRPC); "127.0.0.1:0" picks
+	// a port.
+	Listen string
+	// PeerListen is the node-to-node address.
+	PeerListen string
+	Logger     *slog.Logger
+}
+
+// Server is a running node with its listeners.
+type Server struct {
+	Node     *node.Node
+	cfg      Config
+	mux      *api.Mux
+	grpcSrv  *grpc.Server
+	httpSrv  *http.Server
+	peerL    net.Listener
+	peerSrv  *grpc.Server
+	serveErr chan error
+}
+
+// maxMessage is the largest gRPC message: a request of the largest value
+// with room for its envelope.
+const maxMessage = 64 << 20
+
+// Start opens the node and starts serving. It returns once the listeners
+// are bound; the node may not be ready yet (see /healthz).
+func Start(cfg Config) (*Server, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.Node.Logger = cfg.Logger
+	if cfg.Node.Registry == nil {
+		cfg.Node.Registry = prometheus.NewRegistry()
+	}
+	// The node first: a second server on the same data directory is refused
+	// by the directory's lock before it touches any port.
+	n, err := node.Open(cfg.Node)
+	if err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		n.Close()
+		return nil, fmt.Errorf("server: listening on %s: %w", cfg.Listen, err)
+	}
+	peerL, err := net.Listen("tcp", cfg.PeerListen)
+	if err != nil {
+		l.Close()
+		n.Close()
+		return nil, fmt.Errorf("server: listening on peer address %s: %w", cfg.PeerListen, err)
+	}
+	metrics := api.NewMetrics(cfg.Node.Registry)
+	s := &Server{Node: n, cfg: cfg, peerL: peerL, serveErr: make(chan error, 2)}
+	s.grpcSrv = api.NewGRPCServer(n,
+		grpc.MaxRecvMsgSize(maxMessage), grpc.MaxSendMsgSize(maxMessage),
+		grpc.ChainUnaryInterceptor(api.GRPCMetricsInterceptor(metrics.Observe)))
+	s.httpSrv = &http.Server{
+		Handler: api.NewHTTPHandler(n, api.HTTPConfig{
+			MaxValueSize: cfg.Node.MaxValueSize,
+			Metrics:      metrics,
+			Extra:        promhttp.HandlerFor(cfg.Node.Registry, promhttp.HandlerOpts{}),
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+	}
+	s.mux = api.NewMux(l, s.grpcSrv, s.httpSrv, api.MuxConfig{})
+	// The peer port carries node-to-node traffic; a single node serves only
+	// the standard health service there.
+	s.peerSrv = grpc.NewServer()
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(s.peerSrv, hs)
+	go func() { s.serveErr <- s.mux.Serve() }()
+	go func() { s.serveErr <- s.peerSrv.Serve(peerL) }()
+	cfg.Logger.Info("groupkv node started", "node", n.ID(), "listen", l.Addr().String(),
+		"peer_listen", peerL.Addr().String(), "data_dir", cfg.Node.DataDir)
+	return s, nil
+}
+
+// Addr is the client address.
+func (s *Server) Addr() string { return s.mux.Addr().String() }
+
+// PeerAddr is the peer address.
+func (s *Server) PeerAddr() string { return s.peerL.Addr().String() }
+
+// Close stops accepting, drains requests in flight for up to the context's
+// deadline, then closes the node.
+func (s *Server) Close(ctx context.Context) error {
+	s.mux.Close()
+	done := make(chan struct{})
+	go func() {
+		s.grpcSrv.GracefulStop()
+		close(done)
+	}()
+	herr := s.httpSrv.Shutdown(ctx)
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.grpcSrv.Stop()
+	}
+	s.peerSrv.Stop()
+	nerr := s.Node.Close()
+	if herr != nil && !errors.Is(herr, context.DeadlineExceeded) {
+		return herr
+	}
+	return nerr
+}
