@@ -119,6 +119,8 @@ type Backend interface {
 	// Delete answers the version of the tombstone.
 	Delete(ctx context.Context, req DeleteRequest) (uint64, error)
 
+	MultiBackend
+
 	// Ready reports whether the node serves requests: its shards have leaders
 	// and its catalog is readable. A nil error means ready.
 	Ready() error

@@ -42,6 +42,9 @@ type Node struct {
 	metrics *metrics
 	log     *slog.Logger
 
+	// locks serialize the writes of a key of a tag collection (placement).
+	locks keyLocks
+
 	// reconcileMu serializes reconcile runs.
 	reconcileMu sync.Mutex
 
@@ -340,10 +343,15 @@ func (n *Node) reconcile() error {
 func (n *Node) destroyReplica(r localReplica) error {
 	b := n.eng.DB.NewBatch()
 	defer b.Close()
+	// The collection is gone: its records, tag index, change log and
+	// placement index go with its replicas.
 	spans := [][2][]byte{}
-	s, e := r.Desc.DataSpan()
-	spans = append(spans, [2][]byte{s, e})
-	s, e = storage.RaftSpan(r.Desc.ShardID)
+	coll := r.Desc.Collection
+	for _, span := range []func(uint32) ([]byte, []byte){storage.CollectionSpan, storage.TagIndexSpan, storage.PlacementSpan, storage.ChangeSpanAll} {
+		s, e := span(coll)
+		spans = append(spans, [2][]byte{s, e})
+	}
+	s, e := storage.RaftSpan(r.Desc.ShardID)
 	spans = append(spans, [2][]byte{s, e})
 	s, e = storage.ShardStateSpan(r.Desc.ShardID)
 	spans = append(spans, [2][]byte{s, e})
@@ -477,10 +485,6 @@ func (n *Node) CreateCollection(ctx context.Context, opts kv.CollectionOptions) 
 	if err := kv.ValidateCollectionOptions(&opts); err != nil {
 		return kv.CollectionInfo{}, err
 	}
-	if opts.Partitioning == kv.PartitionTag {
-		return kv.CollectionInfo{}, kv.Errorf(kv.CodeInvalidArgument,
-			"partitioning %q is not available on this node yet: use hash or range", opts.Partitioning)
-	}
 	res, err := n.host.Propose(ctx, cluster.MetaShardID, shard.EncodeCreateCollection(opts, []uint64{n.id}))
 	if err != nil {
 		return kv.CollectionInfo{}, err
@@ -571,7 +575,19 @@ func (n *Node) Put(ctx context.Context, req kv.PutRequest) (uint64, error) {
 	if err := kv.ValidateTags(req.Tags); err != nil {
 		return 0, err
 	}
-	bucket, shardID := n.route(d, req.Key)
+	var (
+		bucket  uint16
+		shardID uint64
+	)
+	if d.Partitioning == kv.PartitionTag {
+		unlock := n.locks.lock([]lockRef{{d.ID, req.Key}})
+		defer unlock()
+		if bucket, shardID, err = n.placeForPut(ctx, d, req.Key, req.Tags); err != nil {
+			return 0, err
+		}
+	} else {
+		bucket, shardID = n.route(d, req.Key)
+	}
 	hasCond, cond := condOf(req.IfVersion)
 	cmd := shard.EncodeWrite([]shard.Op{{Type: shard.OpPut, Bucket: bucket, Key: req.Key, Value: req.Value, Tags: req.Tags, HasCond: hasCond, CondVersion: cond}})
 	return n.write(ctx, shardID, cmd)
@@ -589,6 +605,19 @@ func (n *Node) Delete(ctx context.Context, req kv.DeleteRequest) (uint64, error)
 		return 0, err
 	}
 	bucket, shardID := n.route(d, req.Key)
+	if d.Partitioning == kv.PartitionTag {
+		unlock := n.locks.lock([]lockRef{{d.ID, req.Key}})
+		defer unlock()
+		tag, ok, err := n.placementOf(ctx, d, req.Key)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			return 0, kv.Errorf(kv.CodeNotFound, "key %q not found", req.Key)
+		}
+		b, i := d.Route(req.Key, tag)
+		bucket, shardID = b, d.Shards[i].ID
+	}
 	hasCond, cond := condOf(req.IfVersion)
 	cmd := shard.EncodeWrite([]shard.Op{{Type: shard.OpDelete, Bucket: bucket, Key: req.Key, HasCond: hasCond, CondVersion: cond, MustExist: true}})
 	return n.write(ctx, shardID, cmd)
@@ -619,36 +648,79 @@ func (n *Node) Get(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
 	if err := kv.ValidateKey(req.Key); err != nil {
 		return kv.Record{}, err
 	}
-	bucket, shardID := n.route(d, req.Key)
+	_, shardID := n.route(d, req.Key)
+	shards := []uint64{shardID}
+	if d.Partitioning == kv.PartitionTag {
+		tag, ok, err := n.placementOf(ctx, d, req.Key)
+		if err != nil {
+			return kv.Record{}, err
+		}
+		if !ok {
+			return kv.Record{}, kv.Errorf(kv.CodeNotFound, "key %q not found", req.Key)
+		}
+		_, i := d.Route(req.Key, tag)
+		shards = []uint64{d.Shards[i].ID}
+		if req.Version != 0 {
+			// At an older version the key may have been placed elsewhere.
+			shards = shardsOf(d)
+		}
+	}
 	asOf := shard.Latest
 	if req.Version != 0 {
-		if latest := n.oracle.Latest(); req.Version > latest {
-			return kv.Record{}, kv.Errorf(kv.CodeInvalidArgument, "version %d is in the future (the latest timestamp is %d)", req.Version, latest)
-		}
-		if err := n.host.SnapshotRead(ctx, shardID, req.Version); err != nil {
+		if err := n.snapshotRead(ctx, shards, req.Version); err != nil {
 			return kv.Record{}, err
 		}
 		asOf = req.Version
-	} else if err := n.host.WaitReady(ctx, shardID); err != nil {
-		return kv.Record{}, err
+	} else {
+		for _, id := range shards {
+			if err := n.host.WaitReady(ctx, id); err != nil {
+				return kv.Record{}, err
+			}
+		}
 	}
-	val, version, found, err := shard.ReadRecord(n.eng.DB, d.ID, bucket, req.Key, asOf)
+	val, version, found, err := shard.ReadRecord(n.eng.DB, d.ID, req.Key, asOf)
 	if err != nil {
 		return kv.Record{}, kv.Errorf(kv.CodeInternal, "reading %q: %v", req.Key, err)
 	}
 	if req.Version != 0 {
-		// Checked after the read: a GC applied before the read raised the
-		// threshold before the read could see its effect.
-		gc, err := shard.ReadGCThreshold(n.eng.DB, shardID)
-		if err != nil {
-			return kv.Record{}, kv.Errorf(kv.CodeInternal, "reading the GC threshold: %v", err)
-		}
-		if req.Version < gc {
-			return kv.Record{}, kv.Errorf(kv.CodeCompacted, "version %d is older than the retention window (versions below %d are compacted)", req.Version, gc)
+		if err := n.checkRetained(shards, req.Version); err != nil {
+			return kv.Record{}, err
 		}
 	}
 	if !found {
 		return kv.Record{}, kv.Errorf(kv.CodeNotFound, "key %q not found", req.Key)
 	}
 	return kv.Record{Key: req.Key, Value: val.Value, Tags: val.Tags, Version: version}, nil
+}
+
+// snapshotRead prepares a read of shards at version: the version must not
+// be in the future, and every shard must have applied every write at or
+// below it (and will not accept more).
+func (n *Node) snapshotRead(ctx context.Context, shards []uint64, version uint64) error {
+	if latest := n.oracle.Latest(); version > latest {
+		return kv.Errorf(kv.CodeInvalidArgument, "version %d is in the future (the latest timestamp is %d)", version, latest)
+	}
+	for _, id := range shards {
+		if err := n.host.SnapshotRead(ctx, id, version); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkRetained fails with compacted if any of shards may have dropped
+// versions needed to read at version. It is checked after the read: a GC
+// applied before the read raised its threshold before the read could see
+// its effect.
+func (n *Node) checkRetained(shards []uint64, version uint64) error {
+	for _, id := range shards {
+		gc, err := shard.ReadGCThreshold(n.eng.DB, id)
+		if err != nil {
+			return kv.Errorf(kv.CodeInternal, "reading the GC threshold: %v", err)
+		}
+		if version < gc {
+			return kv.Errorf(kv.CodeCompacted, "version %d is older than the retention window (versions below %d are compacted)", version, gc)
+		}
+	}
+	return nil
 }

@@ -143,6 +143,9 @@ type Host struct {
 		removes []uint64
 		nextID  uint64
 		stopped bool
+		// applied is closed and replaced after every cycle that applied a
+		// write to any shard.
+		applied chan struct{}
 	}
 	wake chan struct{}
 	stop chan struct{}
@@ -154,6 +157,7 @@ func NewHost(cfg Config) *Host {
 	cfg.ensureDefaults()
 	h := &Host{cfg: cfg, db: cfg.Engine.DB, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	h.mu.groups = make(map[uint64]*group)
+	h.mu.applied = make(chan struct{})
 	return h
 }
 
@@ -356,6 +360,37 @@ func (h *Host) SnapshotRead(ctx context.Context, shardID, ts uint64) error {
 	}
 }
 
+// Resolved returns the shard's resolved timestamp: no write at or below it
+// is still to be applied, and none will be proposed. now is a timestamp at
+// or above every one the oracle issued (Oracle.Latest); when nothing is in
+// flight the shard's read watermark is raised to it, so the answer is now.
+// On a shard that is not served here it answers 0.
+func (h *Host) Resolved(shardID, now uint64) uint64 {
+	g := h.group(shardID)
+	if g == nil {
+		return 0
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.mu.ready || g.mu.lastAssigned > g.mu.appliedVersion {
+		// Versions are assigned and applied in order: everything at or
+		// below appliedVersion is applied, everything pending is above it.
+		return g.mu.appliedVersion
+	}
+	if now > g.mu.readWatermark {
+		g.mu.readWatermark = now
+	}
+	return max(g.mu.readWatermark, g.mu.appliedVersion)
+}
+
+// AppliedNotify returns a channel that is closed after the next cycle that
+// applies a write to any shard.
+func (h *Host) AppliedNotify() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.mu.applied
+}
+
 // Start runs the loop until Stop.
 func (h *Host) Start() {
 	go h.run()
@@ -539,6 +574,11 @@ func (h *Host) cycle(tick bool) (bool, error) {
 		res     shard.Result
 	}
 	var applieds []applied
+	type appliedWrite struct {
+		g       *group
+		version uint64
+	}
+	var versions []appliedWrite
 	for _, r := range rgs {
 		g := r.g
 		for i := range r.rd.CommittedEntries {
@@ -557,10 +597,9 @@ func (h *Host) cycle(tick bool) (bool, error) {
 					dones = append(dones, done{p, res})
 				}
 				if shard.IsWrite(cmd) {
-					v := binary.BigEndian.Uint64(cmd[1:9])
-					g.mu.Lock()
-					g.mu.appliedVersion = max(g.mu.appliedVersion, v)
-					g.mu.Unlock()
+					// Published only after the batch is committed, so that
+					// a reader that sees appliedVersion sees the write.
+					versions = append(versions, appliedWrite{g, binary.BigEndian.Uint64(cmd[1:9])})
 				}
 				applieds = append(applieds, applied{g.id, shard.CommandKind(cmd[0]), res})
 			case e.Type == raftpb.EntryConfChange || e.Type == raftpb.EntryConfChangeV2:
@@ -581,6 +620,17 @@ func (h *Host) cycle(tick bool) (bool, error) {
 		h.cfg.Metrics.ApplySeconds.Observe(time.Since(start).Seconds())
 	}
 	ab.Close()
+	for _, w := range versions {
+		w.g.mu.Lock()
+		w.g.mu.appliedVersion = max(w.g.mu.appliedVersion, w.version)
+		w.g.mu.Unlock()
+	}
+	if len(versions) > 0 {
+		h.mu.Lock()
+		close(h.mu.applied)
+		h.mu.applied = make(chan struct{})
+		h.mu.Unlock()
+	}
 	for _, d := range dones {
 		d.p.done <- outcome{res: d.res}
 	}

@@ -378,7 +378,8 @@ func (e *applyEnv) get(t *testing.T, td *datadriven.TestData) string {
 	} else if s.Desc().Partitioning != kv.PartitionRange {
 		bucket = cluster.Bucket([]byte(key))
 	}
-	val, version, found, err := ReadRecord(e.eng.DB, s.Desc().Collection, bucket, []byte(key), asOf)
+	_ = bucket // versions are found by key; the bucket is stored in the value
+	val, version, found, err := ReadRecord(e.eng.DB, s.Desc().Collection, []byte(key), asOf)
 	if err != nil {
 		return fmt.Sprintf("error: %v", err)
 	}
@@ -421,7 +422,7 @@ func (e *applyEnv) scan(t *testing.T) string {
 		if err != nil {
 			t.Fatalf("value of %x: %v", it.Key(), err)
 		}
-		fmt.Fprintf(&sb, "c%d/b%d %q@%d: %s\n", dk.Collection, dk.Bucket, dk.UserKey, dk.Version, formatValue(v))
+		fmt.Fprintf(&sb, "c%d/b%d %q@%d: %s\n", dk.Collection, v.Bucket, dk.UserKey, dk.Version, formatValue(v))
 	}
 	if err := it.Error(); err != nil {
 		t.Fatal(err)

@@ -26,6 +26,12 @@ const (
 	KindDropCollection CommandKind = 4
 	// KindTSO persists the timestamp oracle's high-water mark (meta shard).
 	KindTSO CommandKind = 5
+	// KindDeleteRange deletes every live key of [Start, End) the shard owns,
+	// at one version.
+	KindDeleteRange CommandKind = 6
+	// KindPlace sets the placement tag of a key of a tag collection in the
+	// key's home shard, if its current placement is the expected one.
+	KindPlace CommandKind = 7
 )
 
 // OpType is the type of one operation of a write.
@@ -63,6 +69,20 @@ type Command struct {
 	// name of KindDropCollection.
 	Collection kv.CollectionOptions
 	Nodes      []uint64
+	// Start and End bound a KindDeleteRange (nil End: unbounded).
+	Start, End []byte
+	// Place is the placement change of a KindPlace.
+	Place Placement
+}
+
+// Placement is a change of a key's placement tag: from Old (HasOld false:
+// no placement yet) to New.
+type Placement struct {
+	Bucket uint16 // the key's home bucket
+	Key    []byte
+	HasOld bool
+	Old    string
+	New    string
 }
 
 const opFlagCond, opFlagMustExist = 1, 2
@@ -109,13 +129,43 @@ func EncodeWrite(ops []Op) []byte {
 	return b
 }
 
+// EncodeDeleteRange encodes a delete of [start, end) with version 0;
+// SetVersion fills it. A nil end is unbounded.
+func EncodeDeleteRange(start, end []byte) []byte {
+	b := make([]byte, 1+8, 16+len(start)+len(end))
+	b[0] = byte(KindDeleteRange)
+	b = appendBytes(b, start)
+	if end == nil {
+		return append(b, 0)
+	}
+	b = append(b, 1)
+	return appendBytes(b, end)
+}
+
+// EncodePlace encodes a placement change.
+func EncodePlace(p Placement) []byte {
+	b := []byte{byte(KindPlace)}
+	b = binary.BigEndian.AppendUint16(b, p.Bucket)
+	b = appendBytes(b, p.Key)
+	if p.HasOld {
+		b = append(b, 1)
+		b = appendBytes(b, []byte(p.Old))
+	} else {
+		b = append(b, 0)
+	}
+	return appendBytes(b, []byte(p.New))
+}
+
 // SetVersion assigns the version of an encoded write command in place.
 func SetVersion(cmd []byte, version uint64) {
 	binary.BigEndian.PutUint64(cmd[versionOffset:], version)
 }
 
-// IsWrite reports whether an encoded command is a write (it needs a version).
-func IsWrite(cmd []byte) bool { return len(cmd) > 0 && CommandKind(cmd[0]) == KindWrite }
+// IsWrite reports whether an encoded command writes versioned data (it
+// needs a version, at offset 1).
+func IsWrite(cmd []byte) bool {
+	return len(cmd) > 8 && (CommandKind(cmd[0]) == KindWrite || CommandKind(cmd[0]) == KindDeleteRange)
+}
 
 // EncodeGC encodes a GC command.
 func EncodeGC(threshold uint64) []byte {
@@ -276,6 +326,36 @@ func DecodeCommand(b []byte) (Command, error) {
 		}
 	case KindDropCollection:
 		c.Collection.Name = string(d.bytes())
+	case KindDeleteRange:
+		if len(d.b) < 8 {
+			return c, ErrCorruptCommand
+		}
+		c.Version = binary.BigEndian.Uint64(d.b)
+		d.b = d.b[8:]
+		c.Start = d.bytes()
+		switch d.byte() {
+		case 0:
+		case 1:
+			c.End = d.bytes()
+		default:
+			d.err = ErrCorruptCommand
+		}
+	case KindPlace:
+		if len(d.b) < 2 {
+			return c, ErrCorruptCommand
+		}
+		c.Place.Bucket = binary.BigEndian.Uint16(d.b)
+		d.b = d.b[2:]
+		c.Place.Key = d.bytes()
+		switch d.byte() {
+		case 0:
+		case 1:
+			c.Place.HasOld = true
+			c.Place.Old = string(d.bytes())
+		default:
+			d.err = ErrCorruptCommand
+		}
+		c.Place.New = string(d.bytes())
 	default:
 		return c, fmt.Errorf("%w: unknown kind %d", ErrCorruptCommand, c.Kind)
 	}

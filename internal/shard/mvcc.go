@@ -12,21 +12,20 @@ import (
 // Latest reads the newest version of a key.
 const Latest = ^uint64(0)
 
-// ReadRecord reads the version of (collection, bucket, key) visible at
-// version asOf (Latest for the newest). found is false when the key has no
-// version at or below asOf, or its visible version is a tombstone; then
-// val.Tombstone tells which, and version is the tombstone's version (0 when
-// nothing was found). Value and tags in the result are copies.
-func ReadRecord(r pebble.Reader, collection uint32, bucket uint16, key []byte, asOf uint64) (val storage.MVCCValue, version uint64, found bool, err error) {
-	prefix := storage.DataKeyPrefix(nil, collection, bucket, key)
+// ReadRecord reads the version of (collection, key) visible at version asOf
+// (Latest for the newest). found is false when the key has no version at or
+// below asOf, or its visible version is a tombstone; then val.Tombstone tells
+// which, and version is the tombstone's version (0 when nothing was found).
+// Value and tags in the result are copies.
+func ReadRecord(r pebble.Reader, collection uint32, key []byte, asOf uint64) (val storage.MVCCValue, version uint64, found bool, err error) {
+	prefix := storage.DataKeyPrefix(nil, collection, key)
 	upper := append(append([]byte(nil), prefix...), 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF)
 	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper})
 	if err != nil {
 		return val, 0, false, err
 	}
 	defer it.Close()
-	seek := storage.DataKey(nil, collection, bucket, key, asOf)
-	if !it.SeekGE(seek) {
+	if !it.SeekGE(storage.DataKey(nil, collection, key, asOf)) {
 		return val, 0, false, it.Error()
 	}
 	k := it.Key()
@@ -47,4 +46,236 @@ func ReadRecord(r pebble.Reader, collection uint32, bucket uint16, key []byte, a
 	}
 	v.Value = append([]byte(nil), v.Value...)
 	return v, dk.Version, !v.Tombstone, nil
+}
+
+// ScanRecord is one record produced by a scan.
+type ScanRecord struct {
+	Key     []byte
+	Value   []byte
+	Tags    []string
+	Version uint64
+	Bucket  uint16
+}
+
+// ScanOptions bound a scan of a collection's records.
+type ScanOptions struct {
+	Collection uint32
+	// Start (inclusive) and End (exclusive) bound the keys; nil is unbounded.
+	Start, End []byte
+	// AsOf is the version read.
+	AsOf    uint64
+	Reverse bool
+	// Limit stops the scan after that many records; 0 is unbounded.
+	Limit int
+	// Owned, when set, keeps only records whose bucket it accepts (the
+	// buckets of the shards read).
+	Owned func(bucket uint16) bool
+}
+
+// Scan calls fn for every live record visible at opts.AsOf in key order
+// (descending with Reverse) until fn returns false or the limit is reached.
+// Slices passed to fn are valid only during the call.
+func Scan(r pebble.Reader, opts ScanOptions, fn func(ScanRecord) bool) error {
+	lower, upper := storage.CollectionSpan(opts.Collection)
+	if opts.Start != nil {
+		lower = storage.DataKeyStart(opts.Collection, opts.Start)
+	}
+	if opts.End != nil {
+		upper = storage.DataKeyStart(opts.Collection, opts.End)
+	}
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	n := 0
+	emit := func(k, raw []byte, version uint64) (bool, error) {
+		v, err := storage.DecodeValue(raw)
+		if err != nil {
+			return false, fmt.Errorf("shard: record %x: %w", k, err)
+		}
+		if v.Tombstone || opts.Owned != nil && !opts.Owned(v.Bucket) {
+			return true, nil
+		}
+		n++
+		dk, err := storage.DecodeDataKey(k)
+		if err != nil {
+			return false, err
+		}
+		if !fn(ScanRecord{Key: dk.UserKey, Value: v.Value, Tags: v.Tags, Version: version, Bucket: v.Bucket}) {
+			return false, nil
+		}
+		return opts.Limit == 0 || n < opts.Limit, nil
+	}
+	if !opts.Reverse {
+		// Forward: for each key, seek to its newest version <= AsOf.
+		for valid := it.First(); valid; {
+			dk, err := storage.DecodeDataKey(it.Key())
+			if err != nil {
+				return err
+			}
+			prefix := storage.DataKeyPrefix(nil, opts.Collection, dk.UserKey)
+			if dk.Version > opts.AsOf {
+				valid = it.SeekGE(storage.DataKey(nil, opts.Collection, dk.UserKey, opts.AsOf))
+				if !valid {
+					break
+				}
+				if !bytes.HasPrefix(it.Key(), prefix) || len(it.Key()) != len(prefix)+8 {
+					continue // no version of this key at or below AsOf
+				}
+				if dk, err = storage.DecodeDataKey(it.Key()); err != nil {
+					return err
+				}
+			}
+			more, err := emit(it.Key(), it.Value(), dk.Version)
+			if err != nil || !more {
+				return err
+			}
+			// Skip the older versions of this key.
+			valid = it.SeekGE(storage.PrefixEnd(prefix))
+		}
+		return it.Error()
+	}
+	// Reverse: versions of a key come newest first, so walking backwards
+	// meets the oldest version first; keep the last one <= AsOf seen before
+	// the key changes.
+	var (
+		curPrefix []byte
+		bestKey   []byte
+		bestVal   []byte
+		bestVer   uint64
+	)
+	flush := func() (bool, error) {
+		if bestKey == nil {
+			return true, nil
+		}
+		more, err := emit(bestKey, bestVal, bestVer)
+		bestKey = nil
+		return more, err
+	}
+	for valid := it.Last(); valid; valid = it.Prev() {
+		k := it.Key()
+		if len(k) < 8 {
+			return storage.ErrCorruptKey
+		}
+		p := k[:len(k)-8]
+		if curPrefix == nil || !bytes.Equal(p, curPrefix) {
+			more, err := flush()
+			if err != nil || !more {
+				return err
+			}
+			curPrefix = append(curPrefix[:0], p...)
+		}
+		dk, err := storage.DecodeDataKey(k)
+		if err != nil {
+			return err
+		}
+		if dk.Version <= opts.AsOf {
+			bestKey = append(bestKey[:0], k...)
+			bestVal = append(bestVal[:0], it.Value()...)
+			bestVer = dk.Version
+		}
+	}
+	if err := it.Error(); err != nil {
+		return err
+	}
+	_, err = flush()
+	return err
+}
+
+// TagMember reports whether key carries tag as of version asOf according to
+// the tag index.
+func tagEntryPresent(raw []byte) bool { return len(raw) > 0 && raw[0] == 1 }
+
+// TagKeys calls fn, in key order, for every key of the collection that
+// carries tag as of asOf according to the tag index, starting after
+// afterKey (nil: from the first). It stops when fn returns false.
+func TagKeys(r pebble.Reader, collection uint32, tag string, asOf uint64, afterKey []byte, owned func(uint16) bool, fn func(key []byte) bool) error {
+	prefix := storage.TagIndexPrefix(nil, collection, tag)
+	lower := prefix
+	if afterKey != nil {
+		lower = storage.PrefixEnd(storage.EscapeKey(append([]byte(nil), prefix...), afterKey))
+	}
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: storage.PrefixEnd(prefix)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for valid := it.First(); valid; {
+		_, _, key, version, err := storage.DecodeTagIndexKey(it.Key())
+		if err != nil {
+			return err
+		}
+		keyPrefix := it.Key()[:len(it.Key())-8]
+		keyPrefix = append([]byte(nil), keyPrefix...)
+		if version > asOf {
+			valid = it.SeekGE(storage.TagIndexKey(nil, collection, tag, key, asOf))
+			if !valid {
+				break
+			}
+			if !bytes.HasPrefix(it.Key(), keyPrefix) || len(it.Key()) != len(keyPrefix)+8 {
+				continue
+			}
+		}
+		raw := it.Value()
+		if tagEntryPresent(raw) && (owned == nil || owned(tagEntryBucket(raw))) {
+			if !fn(append([]byte(nil), key...)) {
+				return nil
+			}
+		}
+		valid = it.SeekGE(storage.PrefixEnd(keyPrefix))
+	}
+	return it.Error()
+}
+
+func tagEntry(present bool, bucket uint16) []byte {
+	b := []byte{0, byte(bucket >> 8), byte(bucket)}
+	if present {
+		b[0] = 1
+	}
+	return b
+}
+
+func tagEntryBucket(raw []byte) uint16 {
+	if len(raw) < 3 {
+		return 0
+	}
+	return uint16(raw[1])<<8 | uint16(raw[2])
+}
+
+// Change is one entry of a collection's change log.
+type Change struct {
+	Version uint64
+	Key     []byte
+	Bucket  uint16
+}
+
+// Changes calls fn for each change log entry of the collection with a
+// version in [from, to], in (version, key) order, starting after
+// (from, afterKey) when afterKey is set. It stops when fn returns false.
+func Changes(r pebble.Reader, collection uint32, from, to uint64, afterKey []byte, fn func(Change) bool) error {
+	lower, upper := storage.ChangeSpan(collection, from, to)
+	if afterKey != nil {
+		lower = storage.PrefixEnd(storage.ChangeKey(nil, collection, from, afterKey))
+	}
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for valid := it.First(); valid; valid = it.Next() {
+		_, v, key, err := storage.DecodeChangeKey(it.Key())
+		if err != nil {
+			return err
+		}
+		raw := it.Value()
+		var bucket uint16
+		if len(raw) == 2 {
+			bucket = uint16(raw[0])<<8 | uint16(raw[1])
+		}
+		if !fn(Change{Version: v, Key: append([]byte(nil), key...), Bucket: bucket}) {
+			return nil
+		}
+	}
+	return it.Error()
 }

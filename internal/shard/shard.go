@@ -62,18 +62,19 @@ func (d Desc) Owns(bucket uint16, key []byte) bool {
 	return uint32(bucket) >= d.BucketStart && uint32(bucket) < d.BucketEnd
 }
 
-// DataSpan is the span of the shard's data keys.
-func (d Desc) DataSpan() (start, end []byte) {
+// Span is the span of the collection's data keys that may hold the
+// shard's records: all of the collection for hash and tag shards (their
+// records interleave with other shards' in key order), the shard's key range
+// for range shards.
+func (d Desc) Span() (start, end []byte) {
+	start, end = storage.CollectionSpan(d.Collection)
 	if d.Partitioning == kv.PartitionRange {
-		start = storage.DataKeyStart(d.Collection, 0, d.Start)
-		if d.End == nil {
-			_, end = storage.BucketSpan(d.Collection, 0, 1)
-		} else {
-			end = storage.DataKeyStart(d.Collection, 0, d.End)
+		start = storage.DataKeyStart(d.Collection, d.Start)
+		if d.End != nil {
+			end = storage.DataKeyStart(d.Collection, d.End)
 		}
-		return start, end
 	}
-	return storage.BucketSpan(d.Collection, d.BucketStart, d.BucketEnd)
+	return start, end
 }
 
 // Result is the outcome of applying one command, handed to its proposer.
@@ -85,6 +86,8 @@ type Result struct {
 	Err *kv.Error
 	// Desc is the created or dropped collection (catalog commands).
 	Desc *cluster.CollectionDesc
+	// Count is the number of keys a delete-range deleted.
+	Count int
 }
 
 // Shard is the state machine of one shard replica. It is not safe for
@@ -184,6 +187,10 @@ func (s *Shard) Apply(b *pebble.Batch, index, term uint64, data []byte) (Result,
 		res, err = s.applyCreate(b, cmd)
 	case KindDropCollection:
 		res, err = s.applyDrop(b, cmd.Collection.Name)
+	case KindDeleteRange:
+		res, err = s.applyDeleteRange(b, cmd)
+	case KindPlace:
+		res, err = s.applyPlace(b, cmd.Place)
 	}
 	if err != nil {
 		return Result{}, err
@@ -191,30 +198,48 @@ func (s *Shard) Apply(b *pebble.Batch, index, term uint64, data []byte) (Result,
 	return res, s.SetApplied(b, index, term)
 }
 
-func (s *Shard) applyWrite(b *pebble.Batch, cmd Command) (Result, error) {
+// checkVersion refuses a write whose version is not above every version the
+// shard applied. A correct leader never proposes one; refusing keeps versions
+// monotonic even if one did.
+func (s *Shard) checkVersion(v uint64) *kv.Error {
 	if s.desc.IsMeta() {
-		return Result{Err: kv.Errorf(kv.CodeInternal, "write proposed to the meta shard")}, nil
+		return kv.Errorf(kv.CodeInternal, "write proposed to the meta shard")
 	}
-	if cmd.Version <= s.maxVersion {
-		// A correct leader never proposes this; refusing keeps versions
-		// monotonic even if one did.
-		return Result{Err: kv.Errorf(kv.CodeUnavailable, "version %d is not above the shard's last version %d; retry", cmd.Version, s.maxVersion)}, nil
+	if v <= s.maxVersion {
+		return kv.Errorf(kv.CodeUnavailable, "version %d is not above the shard's last version %d; retry", v, s.maxVersion)
 	}
-	// Check every condition before writing anything: a write is atomic.
+	return nil
+}
+
+func (s *Shard) setMaxVersion(b *pebble.Batch, v uint64) error {
+	s.maxVersion = v
+	return storage.PutUint64(b, storage.ShardStateKey(s.desc.ShardID, stateMaxVersion), v)
+}
+
+func (s *Shard) applyWrite(b *pebble.Batch, cmd Command) (Result, error) {
+	if err := s.checkVersion(cmd.Version); err != nil {
+		return Result{Err: err}, nil
+	}
+	// Check every op before writing anything: a write is atomic.
+	cur := make([]storage.MVCCValue, len(cmd.Ops))
+	found := make([]bool, len(cmd.Ops))
+	seen := make(map[string]struct{}, len(cmd.Ops))
 	for i := range cmd.Ops {
 		op := &cmd.Ops[i]
 		if !s.desc.Owns(op.Bucket, op.Key) {
 			return Result{Err: kv.Errorf(kv.CodeUnavailable, "shard %d does not own key %q; retry", s.desc.ShardID, op.Key)}, nil
 		}
-		if !op.HasCond && !op.MustExist {
-			continue
+		if _, dup := seen[string(op.Key)]; dup {
+			return Result{Err: kv.Errorf(kv.CodeInvalidArgument, "key %q appears twice in one write", op.Key)}, nil
 		}
-		_, cur, found, err := ReadRecord(b, s.desc.Collection, op.Bucket, op.Key, Latest)
+		seen[string(op.Key)] = struct{}{}
+		val, version, ok, err := ReadRecord(b, s.desc.Collection, op.Key, Latest)
 		if err != nil {
 			return Result{}, err
 		}
-		curVersion := cur
-		if !found {
+		cur[i], found[i] = val, ok
+		curVersion := version
+		if !ok {
 			curVersion = 0
 		}
 		if op.HasCond && curVersion != op.CondVersion {
@@ -226,72 +251,200 @@ func (s *Shard) applyWrite(b *pebble.Batch, cmd Command) (Result, error) {
 			}
 			return Result{Err: kv.Errorf(kv.CodeConditionFailed, "key %q is at version %d, the condition wants version %d", op.Key, curVersion, op.CondVersion)}, nil
 		}
-		if op.MustExist && !found {
+		if op.MustExist && !ok {
 			return Result{Err: kv.Errorf(kv.CodeNotFound, "key %q not found", op.Key)}, nil
+		}
+		if op.Type == OpPut && ok && s.desc.Partitioning == kv.PartitionTag && val.Bucket != op.Bucket {
+			return Result{Err: kv.Errorf(kv.CodePlacementTagChanged, "key %q was placed by another placement tag; delete it before placing it by a new one", op.Key)}, nil
 		}
 	}
 	for i := range cmd.Ops {
 		op := &cmd.Ops[i]
-		s.scratch = storage.DataKey(s.scratch[:0], s.desc.Collection, op.Bucket, op.Key, cmd.Version)
-		key := s.scratch
-		mv := storage.MVCCValue{Tombstone: op.Type == OpDelete, Tags: op.Tags, Value: op.Value}
-		vb := storage.EncodeValue(make([]byte, 0, len(op.Value)+16), mv)
-		if err := b.Set(key, vb, nil); err != nil {
+		var oldTags []string
+		if found[i] {
+			oldTags = cur[i].Tags
+		}
+		if op.Type == OpDelete && !found[i] {
+			continue // deleting an absent key changes nothing
+		}
+		if err := s.writeVersion(b, op.Key, op.Bucket, cmd.Version, op.Type == OpDelete, op.Tags, op.Value, oldTags); err != nil {
 			return Result{}, err
 		}
 	}
-	s.maxVersion = cmd.Version
-	if err := storage.PutUint64(b, storage.ShardStateKey(s.desc.ShardID, stateMaxVersion), s.maxVersion); err != nil {
+	if err := s.setMaxVersion(b, cmd.Version); err != nil {
 		return Result{}, err
 	}
 	return Result{Version: cmd.Version}, nil
 }
 
+// writeVersion writes one version of a record with its tag index and change
+// log entries. oldTags are the tags of the key's live version, if any.
+func (s *Shard) writeVersion(b *pebble.Batch, key []byte, bucket uint16, version uint64, tombstone bool, tags []string, value []byte, oldTags []string) error {
+	coll := s.desc.Collection
+	s.scratch = storage.DataKey(s.scratch[:0], coll, key, version)
+	mv := storage.MVCCValue{Tombstone: tombstone, Bucket: bucket, Tags: tags, Value: value}
+	if tombstone {
+		mv.Tags, mv.Value = nil, nil
+	}
+	if err := b.Set(s.scratch, storage.EncodeValue(make([]byte, 0, len(mv.Value)+16), mv), nil); err != nil {
+		return err
+	}
+	// Tag index: an entry for every tag added, a removal for every tag gone.
+	for _, t := range mv.Tags {
+		if !contains(oldTags, t) {
+			s.scratch = storage.TagIndexKey(s.scratch[:0], coll, t, key, version)
+			if err := b.Set(s.scratch, tagEntry(true, bucket), nil); err != nil {
+				return err
+			}
+		}
+	}
+	for _, t := range oldTags {
+		if !contains(mv.Tags, t) {
+			s.scratch = storage.TagIndexKey(s.scratch[:0], coll, t, key, version)
+			if err := b.Set(s.scratch, tagEntry(false, bucket), nil); err != nil {
+				return err
+			}
+		}
+	}
+	s.scratch = storage.ChangeKey(s.scratch[:0], coll, version, key)
+	return b.Set(s.scratch, []byte{byte(bucket >> 8), byte(bucket)}, nil)
+}
+
+func contains(tags []string, t string) bool {
+	for _, u := range tags {
+		if u == t {
+			return true
+		}
+	}
+	return false
+}
+
+// applyDeleteRange writes a tombstone, at the command's version, for every
+// live key of [cmd.Start, cmd.End) owned by the shard.
+func (s *Shard) applyDeleteRange(b *pebble.Batch, cmd Command) (Result, error) {
+	if err := s.checkVersion(cmd.Version); err != nil {
+		return Result{Err: err}, nil
+	}
+	type victim struct {
+		key    []byte
+		bucket uint16
+		tags   []string
+	}
+	var victims []victim
+	start, end := cmd.Start, cmd.End
+	if len(end) == 0 {
+		end = nil
+	}
+	if s.desc.Partitioning == kv.PartitionRange {
+		if bytes.Compare(start, s.desc.Start) < 0 {
+			start = s.desc.Start
+		}
+		if s.desc.End != nil && (end == nil || bytes.Compare(end, s.desc.End) > 0) {
+			end = s.desc.End
+		}
+		if end != nil && bytes.Compare(start, end) >= 0 {
+			return Result{Version: cmd.Version}, s.setMaxVersion(b, cmd.Version)
+		}
+	}
+	err := Scan(b, ScanOptions{Collection: s.desc.Collection, Start: start, End: end, AsOf: Latest,
+		Owned: func(bucket uint16) bool { return s.desc.Partitioning == kv.PartitionRange || s.desc.OwnsBucket(bucket) }},
+		func(r ScanRecord) bool {
+			victims = append(victims, victim{append([]byte(nil), r.Key...), r.Bucket, append([]string(nil), r.Tags...)})
+			return true
+		})
+	if err != nil {
+		return Result{}, err
+	}
+	for _, v := range victims {
+		if err := s.writeVersion(b, v.key, v.bucket, cmd.Version, true, nil, nil, v.tags); err != nil {
+			return Result{}, err
+		}
+	}
+	if err := s.setMaxVersion(b, cmd.Version); err != nil {
+		return Result{}, err
+	}
+	return Result{Version: cmd.Version, Count: len(victims)}, nil
+}
+
+// applyPlace changes the placement tag of a key homed in this shard if its
+// current placement is the expected one.
+func (s *Shard) applyPlace(b *pebble.Batch, p Placement) (Result, error) {
+	if s.desc.IsMeta() || s.desc.Partitioning != kv.PartitionTag || !s.desc.OwnsBucket(p.Bucket) {
+		return Result{Err: kv.Errorf(kv.CodeUnavailable, "shard %d is not the home of key %q; retry", s.desc.ShardID, p.Key)}, nil
+	}
+	key := storage.PlacementKey(s.desc.Collection, p.Key)
+	cur, ok, err := storage.GetValue(b, key)
+	if err != nil {
+		return Result{}, err
+	}
+	if ok != p.HasOld || ok && string(cur) != p.Old {
+		return Result{Err: kv.Errorf(kv.CodeConditionFailed, "the placement of key %q changed concurrently; retry", p.Key)}, nil
+	}
+	return Result{}, b.Set(key, []byte(p.New), nil)
+}
+
+// ReadPlacement reads the placement tag of key in a tag collection.
+func ReadPlacement(r pebble.Reader, collection uint32, key []byte) (tag string, ok bool, err error) {
+	v, ok, err := storage.GetValue(r, storage.PlacementKey(collection, key))
+	return string(v), ok, err
+}
+
+// OwnsBucket reports whether a hash or tag shard owns bucket.
+func (d Desc) OwnsBucket(bucket uint16) bool {
+	return uint32(bucket) >= d.BucketStart && uint32(bucket) < d.BucketEnd
+}
+
+// owns reports whether the shard owns a stored version with bucket and key.
+func (d Desc) ownsStored(bucket uint16, key []byte) bool {
+	if d.Partitioning == kv.PartitionRange {
+		return bytes.Compare(key, d.Start) >= 0 && (d.End == nil || bytes.Compare(key, d.End) < 0)
+	}
+	return d.OwnsBucket(bucket)
+}
+
 // applyGC drops, for every key, the versions that no read at or above
 // threshold can see: everything below the newest version at or below
-// threshold, and that version too when it is a tombstone.
+// threshold, and that version too when it is a tombstone. It does the same
+// for tag index entries, and drops change log entries below threshold.
 func (s *Shard) applyGC(b *pebble.Batch, threshold uint64) error {
 	if threshold <= s.gcThreshold || s.desc.IsMeta() {
 		return nil
 	}
-	start, end := s.desc.DataSpan()
-	it, err := b.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: end})
-	if err != nil {
+	var toDelete [][]byte
+	// Data versions.
+	start, end := s.desc.Span()
+	if err := s.gcVersions(b, start, end, threshold, func(k, raw []byte) (prefix []byte, owned, dead bool, err error) {
+		dk, err := storage.DecodeDataKey(k)
+		if err != nil {
+			return nil, false, false, err
+		}
+		bucket, err := storage.ValueBucket(raw)
+		if err != nil {
+			return nil, false, false, err
+		}
+		return k[:len(k)-8], s.desc.ownsStored(bucket, dk.UserKey), storage.IsTombstone(raw), nil
+	}, &toDelete); err != nil {
 		return err
 	}
-	var (
-		curKey   []byte
-		keptOne  bool // the newest version <= threshold of curKey was seen
-		toDelete [][]byte
-	)
-	for valid := it.First(); valid; valid = it.Next() {
-		dk, err := storage.DecodeDataKey(it.Key())
+	// Tag index entries.
+	start, end = storage.TagIndexSpan(s.desc.Collection)
+	if err := s.gcVersions(b, start, end, threshold, func(k, raw []byte) (prefix []byte, owned, dead bool, err error) {
+		_, _, key, _, err := storage.DecodeTagIndexKey(k)
 		if err != nil {
-			it.Close()
-			return err
+			return nil, false, false, err
 		}
-		if curKey == nil || !bytes.Equal(dk.UserKey, curKey) {
-			curKey = append(curKey[:0], dk.UserKey...)
-			keptOne = false
-		}
-		if dk.Version > threshold {
-			continue
-		}
-		if keptOne {
-			toDelete = append(toDelete, append([]byte(nil), it.Key()...))
-			continue
-		}
-		keptOne = true
-		raw, err := it.ValueAndErr()
-		if err != nil {
-			it.Close()
-			return err
-		}
-		if len(raw) > 0 && raw[0]&1 != 0 { // tombstone: nothing to keep
-			toDelete = append(toDelete, append([]byte(nil), it.Key()...))
-		}
+		return k[:len(k)-8], s.desc.ownsStored(tagEntryBucket(raw), key), !tagEntryPresent(raw), nil
+	}, &toDelete); err != nil {
+		return err
 	}
-	if err := it.Close(); err != nil {
+	// Change log entries below the threshold.
+	err := Changes(b, s.desc.Collection, 0, threshold-1, nil, func(c Change) bool {
+		if s.desc.ownsStored(c.Bucket, c.Key) {
+			toDelete = append(toDelete, storage.ChangeKey(nil, s.desc.Collection, c.Version, c.Key))
+		}
+		return true
+	})
+	if err != nil {
 		return err
 	}
 	for _, k := range toDelete {
@@ -301,6 +454,48 @@ func (s *Shard) applyGC(b *pebble.Batch, threshold uint64) error {
 	}
 	s.gcThreshold = threshold
 	return storage.PutUint64(b, storage.ShardStateKey(s.desc.ShardID, stateGCThreshold), threshold)
+}
+
+// gcVersions walks versioned entries (prefix + ^version, newest first per
+// prefix) in [start, end) and collects the ones GC drops.
+func (s *Shard) gcVersions(b *pebble.Batch, start, end []byte, threshold uint64,
+	classify func(k, raw []byte) (prefix []byte, owned, dead bool, err error), out *[][]byte) error {
+	it, err := b.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: end})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	var (
+		cur     []byte
+		keptOne bool // the newest owned version <= threshold of cur was seen
+	)
+	for valid := it.First(); valid; valid = it.Next() {
+		k := it.Key()
+		if len(k) < 8 {
+			return storage.ErrCorruptKey
+		}
+		version := ^binary.BigEndian.Uint64(k[len(k)-8:])
+		raw, err := it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		prefix, owned, dead, err := classify(k, raw)
+		if err != nil {
+			return err
+		}
+		if cur == nil || !bytes.Equal(prefix, cur) {
+			cur = append(cur[:0], prefix...)
+			keptOne = false
+		}
+		if !owned || version > threshold {
+			continue
+		}
+		if keptOne || dead {
+			*out = append(*out, append([]byte(nil), k...))
+		}
+		keptOne = true
+	}
+	return it.Error()
 }
 
 func (s *Shard) applyTSO(b *pebble.Batch, hwm uint64) error {

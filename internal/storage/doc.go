@@ -8,12 +8,17 @@
 //	0x02 raft    per shard: raft log entries, hard state, truncated state
 //	0x03 shard   per shard replicated state: applied index, max version, GC threshold
 //	0x04 catalog the meta shard's catalog and timestamp-oracle state
-//	0x05 data    MVCC records: collection id, bucket, escaped key, ^version
+//	0x05 data    MVCC records: collection id, escaped key, ^version
+//	0x06 tags    tag index: collection id, escaped tag, escaped key, ^version
+//	0x07 changes change log: collection id, version, escaped key
+//	0x08 place   placement index of tag collections: collection id, escaped key
 //
 // Invariants:
-//   - A data key sorts by (collection, bucket, user key, version descending),
-//     so a shard's records are one contiguous span and the newest version of a
-//     key comes first.
+//   - A data key sorts by (collection, user key, version descending), so
+//     the records of a collection held by a node are in key order whatever
+//     the partitioning, and the newest version of a key comes first. A
+//     shard's records are those whose bucket (stored in every value) lies in
+//     the shard's span; for a range collection that is one contiguous span.
 //   - The format version written at creation is checked at every open; a node
 //     refuses a format it does not know.
 //   - One process at a time opens a data directory: Open takes an advisory

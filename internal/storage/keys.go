@@ -12,6 +12,15 @@ const (
 	prefixShard   byte = 0x03
 	prefixCatalog byte = 0x04
 	prefixData    byte = 0x05
+	// prefixTagIndex: collection, escaped tag, escaped key, ^version ->
+	// tagEntry (whether the key carries the tag as of that version).
+	prefixTagIndex byte = 0x06
+	// prefixChange: collection, version, escaped key -> bucket; the change
+	// log that watch reads in version order.
+	prefixChange byte = 0x07
+	// prefixPlacement: collection, escaped key -> placement tag (tag
+	// collections only), kept by the key's home shard.
+	prefixPlacement byte = 0x08
 )
 
 // Raft key kinds, after prefixRaft and the shard id.
@@ -89,72 +98,50 @@ func CatalogSpan(prefix string) (start, end []byte) {
 	return start, prefixEnd(start)
 }
 
-// DataPrefix is the prefix of every data key of a collection's bucket.
-func DataPrefix(collection uint32, bucket uint16) []byte {
-	k := make([]byte, 0, 7)
-	k = append(k, prefixData)
-	k = binary.BigEndian.AppendUint32(k, collection)
-	return binary.BigEndian.AppendUint16(k, bucket)
-}
-
 // CollectionSpan is the span of all data keys of a collection.
 func CollectionSpan(collection uint32) (start, end []byte) {
 	start = binary.BigEndian.AppendUint32([]byte{prefixData}, collection)
 	return start, prefixEnd(start)
 }
 
-// BucketSpan is the span of data keys of buckets [lo, hi) of a collection;
-// hi may be 65536.
-func BucketSpan(collection uint32, lo, hi uint32) (start, end []byte) {
-	start = DataPrefix(collection, uint16(lo))
-	if hi >= 1<<16 {
-		_, end = CollectionSpan(collection)
-		return start, end
-	}
-	return start, DataPrefix(collection, uint16(hi))
-}
-
-// DataKeyPrefix returns the prefix shared by every version of userKey:
-// prefix(collection, bucket) + escaped key + terminator. It appends to dst.
-func DataKeyPrefix(dst []byte, collection uint32, bucket uint16, userKey []byte) []byte {
+// DataKeyPrefix appends to dst the prefix shared by every version of
+// userKey: prefix, collection, escaped key.
+func DataKeyPrefix(dst []byte, collection uint32, userKey []byte) []byte {
 	dst = append(dst, prefixData)
 	dst = binary.BigEndian.AppendUint32(dst, collection)
-	dst = binary.BigEndian.AppendUint16(dst, bucket)
 	return EscapeKey(dst, userKey)
 }
 
-// DataKey returns the key of one version of a record. Versions sort
+// DataKey appends to dst the key of one version of a record. Versions sort
 // descending: the newest version of a key comes first.
-func DataKey(dst []byte, collection uint32, bucket uint16, userKey []byte, version uint64) []byte {
-	dst = DataKeyPrefix(dst, collection, bucket, userKey)
+func DataKey(dst []byte, collection uint32, userKey []byte, version uint64) []byte {
+	dst = DataKeyPrefix(dst, collection, userKey)
 	return binary.BigEndian.AppendUint64(dst, ^version)
 }
 
-// DataKeyStart returns the smallest data key of userKey and all keys above
-// it in the bucket: seeking here finds userKey's newest version or the next key.
-func DataKeyStart(collection uint32, bucket uint16, userKey []byte) []byte {
-	return DataKeyPrefix(nil, collection, bucket, userKey)
+// DataKeyStart returns the smallest data key of userKey and of all keys
+// above it: seeking here finds userKey's newest version or the next key.
+func DataKeyStart(collection uint32, userKey []byte) []byte {
+	return DataKeyPrefix(nil, collection, userKey)
 }
 
-// DecodedDataKey is a data key split into its parts. UserKey aliases the
-// decoded buffer only when it needed no unescaping.
+// DecodedDataKey is a data key split into its parts.
 type DecodedDataKey struct {
 	Collection uint32
-	Bucket     uint16
 	UserKey    []byte
 	Version    uint64
 }
 
 // DecodeDataKey splits a data key. It returns ErrCorruptKey for anything
-// DataKey could not have produced.
+// DataKey could not have produced. UserKey aliases k when it needed no
+// unescaping.
 func DecodeDataKey(k []byte) (DecodedDataKey, error) {
 	var d DecodedDataKey
-	if len(k) < 7+2+8 || k[0] != prefixData {
+	if len(k) < 5+2+8 || k[0] != prefixData {
 		return d, ErrCorruptKey
 	}
 	d.Collection = binary.BigEndian.Uint32(k[1:5])
-	d.Bucket = binary.BigEndian.Uint16(k[5:7])
-	uk, rest, err := UnescapeKey(k[7:])
+	uk, rest, err := UnescapeKey(k[5:])
 	if err != nil {
 		return d, err
 	}
@@ -165,6 +152,105 @@ func DecodeDataKey(k []byte) (DecodedDataKey, error) {
 	d.Version = ^binary.BigEndian.Uint64(rest)
 	return d, nil
 }
+
+// TagIndexPrefix appends to dst the prefix of the tag index entries of tag.
+func TagIndexPrefix(dst []byte, collection uint32, tag string) []byte {
+	dst = append(dst, prefixTagIndex)
+	dst = binary.BigEndian.AppendUint32(dst, collection)
+	return EscapeKey(dst, []byte(tag))
+}
+
+// TagIndexKey appends to dst the key of the tag index entry saying whether
+// userKey carries tag as of version. Versions sort descending.
+func TagIndexKey(dst []byte, collection uint32, tag string, userKey []byte, version uint64) []byte {
+	dst = TagIndexPrefix(dst, collection, tag)
+	dst = EscapeKey(dst, userKey)
+	return binary.BigEndian.AppendUint64(dst, ^version)
+}
+
+// TagIndexSpan is the span of every tag index entry of a collection.
+func TagIndexSpan(collection uint32) (start, end []byte) {
+	start = binary.BigEndian.AppendUint32([]byte{prefixTagIndex}, collection)
+	return start, prefixEnd(start)
+}
+
+// DecodeTagIndexKey splits a tag index key.
+func DecodeTagIndexKey(k []byte) (collection uint32, tag string, userKey []byte, version uint64, err error) {
+	if len(k) < 5+2+2+8 || k[0] != prefixTagIndex {
+		return 0, "", nil, 0, ErrCorruptKey
+	}
+	collection = binary.BigEndian.Uint32(k[1:5])
+	t, rest, err := UnescapeKey(k[5:])
+	if err != nil {
+		return 0, "", nil, 0, err
+	}
+	userKey, rest, err = UnescapeKey(rest)
+	if err != nil {
+		return 0, "", nil, 0, err
+	}
+	if len(rest) != 8 {
+		return 0, "", nil, 0, ErrCorruptKey
+	}
+	return collection, string(t), userKey, ^binary.BigEndian.Uint64(rest), nil
+}
+
+// ChangeKey appends to dst the key of a change log entry: userKey changed at
+// version. Change log entries sort by (version, key), ascending.
+func ChangeKey(dst []byte, collection uint32, version uint64, userKey []byte) []byte {
+	dst = append(dst, prefixChange)
+	dst = binary.BigEndian.AppendUint32(dst, collection)
+	dst = binary.BigEndian.AppendUint64(dst, version)
+	return EscapeKey(dst, userKey)
+}
+
+// ChangeSpan is the span of a collection's change log entries with versions
+// in [from, to]; to may be ^uint64(0).
+func ChangeSpan(collection uint32, from, to uint64) (start, end []byte) {
+	start = binary.BigEndian.AppendUint32([]byte{prefixChange}, collection)
+	start = binary.BigEndian.AppendUint64(start, from)
+	if to == ^uint64(0) {
+		return start, prefixEnd(binary.BigEndian.AppendUint32([]byte{prefixChange}, collection))
+	}
+	end = binary.BigEndian.AppendUint32([]byte{prefixChange}, collection)
+	end = binary.BigEndian.AppendUint64(end, to+1)
+	return start, end
+}
+
+// ChangeSpanAll is the span of all of a collection's change log entries.
+func ChangeSpanAll(collection uint32) (start, end []byte) {
+	return ChangeSpan(collection, 0, ^uint64(0))
+}
+
+// DecodeChangeKey splits a change log key.
+func DecodeChangeKey(k []byte) (collection uint32, version uint64, userKey []byte, err error) {
+	if len(k) < 1+4+8+2 || k[0] != prefixChange {
+		return 0, 0, nil, ErrCorruptKey
+	}
+	collection = binary.BigEndian.Uint32(k[1:5])
+	version = binary.BigEndian.Uint64(k[5:13])
+	userKey, rest, err := UnescapeKey(k[13:])
+	if err != nil || len(rest) != 0 {
+		return 0, 0, nil, ErrCorruptKey
+	}
+	return collection, version, userKey, nil
+}
+
+// PlacementKey is the key of a tag collection's placement index entry of
+// userKey: the placement tag the key was first put with.
+func PlacementKey(collection uint32, userKey []byte) []byte {
+	k := binary.BigEndian.AppendUint32([]byte{prefixPlacement}, collection)
+	return EscapeKey(k, userKey)
+}
+
+// PlacementSpan is the span of a collection's placement index.
+func PlacementSpan(collection uint32) (start, end []byte) {
+	start = binary.BigEndian.AppendUint32([]byte{prefixPlacement}, collection)
+	return start, prefixEnd(start)
+}
+
+// PrefixEnd returns the smallest key above every key with prefix p (nil
+// when there is none).
+func PrefixEnd(p []byte) []byte { return prefixEnd(p) }
 
 // Key escaping keeps the order of user keys and lets a key be followed by
 // more bytes: 0x00 becomes 0x00 0xFF and the key ends with 0x00 0x01.

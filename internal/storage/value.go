@@ -15,19 +15,23 @@ const valueFlagTombstone byte = 1
 // MVCCValue is the content of one version of a record.
 type MVCCValue struct {
 	Tombstone bool
+	// Bucket is the hash bucket of the record (0 in range collections); it
+	// tells which shard of a hash or tag collection the version belongs to.
+	Bucket uint16
 	Tags      []string
 	Value     []byte
 }
 
 // EncodeValue appends the encoding of v to dst:
 //
-//	flags(1) | uvarint(len(tags)) | { uvarint(len(tag)) tag }* | value
+//	flags(1) | bucket(2) | uvarint(len(tags)) | { uvarint(len(tag)) tag }* | value
 func EncodeValue(dst []byte, v MVCCValue) []byte {
 	var flags byte
 	if v.Tombstone {
 		flags |= valueFlagTombstone
 	}
 	dst = append(dst, flags)
+	dst = binary.BigEndian.AppendUint16(dst, v.Bucket)
 	dst = binary.AppendUvarint(dst, uint64(len(v.Tags)))
 	for _, t := range v.Tags {
 		dst = binary.AppendUvarint(dst, uint64(len(t)))
@@ -40,13 +44,14 @@ func EncodeValue(dst []byte, v MVCCValue) []byte {
 // aliases b; tags are copied.
 func DecodeValue(b []byte) (MVCCValue, error) {
 	var v MVCCValue
-	if len(b) < 2 || b[0]&^valueFlagTombstone != 0 {
+	if len(b) < 4 || b[0]&^valueFlagTombstone != 0 {
 		return v, ErrCorruptValue
 	}
 	v.Tombstone = b[0]&valueFlagTombstone != 0
-	b = b[1:]
+	v.Bucket = binary.BigEndian.Uint16(b[1:3])
+	b = b[3:]
 	n, k := binary.Uvarint(b)
-	if k <= 0 || n > 1<<16 {
+	if k <= 0 || n > 1<<16 || k > 1 && b[k-1] == 0 {
 		return v, ErrCorruptValue
 	}
 	b = b[k:]
@@ -55,7 +60,7 @@ func DecodeValue(b []byte) (MVCCValue, error) {
 	}
 	for i := uint64(0); i < n; i++ {
 		l, k := binary.Uvarint(b)
-		if k <= 0 || l > uint64(len(b)-k) {
+		if k <= 0 || l > uint64(len(b)-k) || k > 1 && b[k-1] == 0 {
 			return v, ErrCorruptValue
 		}
 		t := b[k : k+int(l)]
@@ -70,4 +75,16 @@ func DecodeValue(b []byte) (MVCCValue, error) {
 	}
 	v.Value = b
 	return v, nil
+}
+
+// IsTombstone reports whether an encoded value is a tombstone, without
+// decoding it.
+func IsTombstone(b []byte) bool { return len(b) > 0 && b[0]&valueFlagTombstone != 0 }
+
+// ValueBucket returns the bucket of an encoded value without decoding it.
+func ValueBucket(b []byte) (uint16, error) {
+	if len(b) < 4 {
+		return 0, ErrCorruptValue
+	}
+	return binary.BigEndian.Uint16(b[1:3]), nil
 }

@@ -1,0 +1,571 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"sort"
+	"sync"
+
+	"github.com/groupkv/groupkv/internal/cluster"
+	"github.com/groupkv/groupkv/internal/kv"
+	"github.com/groupkv/groupkv/internal/shard"
+)
+
+// checkBatchSize refuses batches over the key and byte limits.
+func (n *Node) checkBatchSize(count, bytes int) error {
+	if count == 0 {
+		return kv.Errorf(kv.CodeInvalidArgument, "the batch is empty")
+	}
+	if count > kv.DefaultMaxBatchKeys {
+		return kv.Errorf(kv.CodeTooLarge, "the batch has %d keys, the limit is %d", count, kv.DefaultMaxBatchKeys)
+	}
+	if bytes > kv.MaxRequestBytes {
+		return kv.Errorf(kv.CodeTooLarge, "the batch has %d bytes of keys and values, the limit is %d", bytes, kv.MaxRequestBytes)
+	}
+	return nil
+}
+
+// BatchGet implements kv.Backend: every key is read at one version.
+func (n *Node) BatchGet(ctx context.Context, keys []kv.KeyRef) (kv.BatchGetResult, error) {
+	ctx, cancel := n.withTimeout(ctx)
+	defer cancel()
+	size := 0
+	for _, k := range keys {
+		size += len(k.Key)
+	}
+	if err := n.checkBatchSize(len(keys), size); err != nil {
+		return kv.BatchGetResult{}, err
+	}
+	descs := make([]*cluster.CollectionDesc, len(keys))
+	shardSet := map[uint64]bool{}
+	for i, k := range keys {
+		d, err := n.collection(k.Collection)
+		if err != nil {
+			return kv.BatchGetResult{}, err
+		}
+		if err := kv.ValidateKey(k.Key); err != nil {
+			return kv.BatchGetResult{}, kv.Errorf(kv.CodeOf(err), "keys[%d]: %s", i, kv.AsError(err).Message)
+		}
+		descs[i] = d
+		if d.Partitioning == kv.PartitionTag {
+			for _, id := range shardsOf(d) {
+				shardSet[id] = true
+			}
+		} else {
+			_, id := n.route(d, k.Key)
+			shardSet[id] = true
+		}
+	}
+	version := n.oracle.Latest()
+	shards := make([]uint64, 0, len(shardSet))
+	for id := range shardSet {
+		shards = append(shards, id)
+	}
+	if err := n.snapshotRead(ctx, shards, version); err != nil {
+		return kv.BatchGetResult{}, err
+	}
+	res := kv.BatchGetResult{Version: version, Items: make([]kv.BatchGetItem, len(keys))}
+	for i, k := range keys {
+		val, v, found, err := shard.ReadRecord(n.eng.DB, descs[i].ID, k.Key, version)
+		if err != nil {
+			return kv.BatchGetResult{}, kv.Errorf(kv.CodeInternal, "reading %q: %v", k.Key, err)
+		}
+		item := kv.BatchGetItem{Collection: k.Collection, Key: k.Key, Found: found}
+		if found {
+			item.Value, item.Tags, item.Version = val.Value, val.Tags, v
+		}
+		res.Items[i] = item
+	}
+	return res, nil
+}
+
+// batchOp is one record of a batch write on its way to a shard.
+type batchOp struct {
+	index int // in the request
+	desc  *cluster.CollectionDesc
+	op    shard.Op
+}
+
+// BatchPut implements kv.Backend.
+func (n *Node) BatchPut(ctx context.Context, items []kv.PutItem) ([]kv.WriteResult, error) {
+	ctx, cancel := n.withTimeout(ctx)
+	defer cancel()
+	size := 0
+	for _, it := range items {
+		size += len(it.Key) + len(it.Value)
+	}
+	if err := n.checkBatchSize(len(items), size); err != nil {
+		return nil, err
+	}
+	refs := make([]kv.KeyRef, len(items))
+	for i, it := range items {
+		refs[i] = kv.KeyRef{Collection: it.Collection, Key: it.Key}
+		if len(it.Value) > n.opts.MaxValueSize {
+			return nil, kv.Errorf(kv.CodeTooLarge, "items[%d]: value is %d bytes, the limit is %d", i, len(it.Value), n.opts.MaxValueSize)
+		}
+		if err := kv.ValidateTags(it.Tags); err != nil {
+			return nil, kv.Errorf(kv.CodeOf(err), "items[%d]: %s", i, kv.AsError(err).Message)
+		}
+	}
+	return n.batchWrite(ctx, refs, func(i int, d *cluster.CollectionDesc) (shard.Op, []string) {
+		it := items[i]
+		hasCond, cond := condOf(it.IfVersion)
+		return shard.Op{Type: shard.OpPut, Key: it.Key, Value: it.Value, Tags: it.Tags, HasCond: hasCond, CondVersion: cond}, it.Tags
+	})
+}
+
+// BatchDelete implements kv.Backend.
+func (n *Node) BatchDelete(ctx context.Context, keys []kv.KeyRef) ([]kv.WriteResult, error) {
+	ctx, cancel := n.withTimeout(ctx)
+	defer cancel()
+	size := 0
+	for _, k := range keys {
+		size += len(k.Key)
+	}
+	if err := n.checkBatchSize(len(keys), size); err != nil {
+		return nil, err
+	}
+	return n.batchWrite(ctx, keys, func(i int, d *cluster.CollectionDesc) (shard.Op, []string) {
+		return shard.Op{Type: shard.OpDelete, Key: keys[i].Key}, nil
+	})
+}
+
+// batchWrite validates the keys, places and routes them, and writes each
+// shard's part as one atomic command, all shards concurrently.
+func (n *Node) batchWrite(ctx context.Context, keys []kv.KeyRef, mk func(i int, d *cluster.CollectionDesc) (shard.Op, []string)) ([]kv.WriteResult, error) {
+	descs := make([]*cluster.CollectionDesc, len(keys))
+	seen := make(map[string]int, len(keys))
+	var locks []lockRef
+	for i, k := range keys {
+		d, err := n.collection(k.Collection)
+		if err != nil {
+			return nil, err
+		}
+		if err := kv.ValidateKey(k.Key); err != nil {
+			return nil, kv.Errorf(kv.CodeOf(err), "keys[%d]: %s", i, kv.AsError(err).Message)
+		}
+		id := k.Collection + "\x00" + string(k.Key)
+		if j, dup := seen[id]; dup {
+			return nil, kv.Errorf(kv.CodeInvalidArgument, "key %q of collection %q appears twice in the batch (at %d and %d)", k.Key, k.Collection, j, i)
+		}
+		seen[id] = i
+		descs[i] = d
+		if d.Partitioning == kv.PartitionTag {
+			locks = append(locks, lockRef{d.ID, k.Key})
+		}
+	}
+	if len(locks) > 0 {
+		unlock := n.locks.lock(locks)
+		defer unlock()
+	}
+	byShard := map[uint64][]batchOp{}
+	for i, k := range keys {
+		d := descs[i]
+		op, tags := mk(i, d)
+		var shardID uint64
+		switch {
+		case d.Partitioning == kv.PartitionTag && op.Type == shard.OpPut:
+			b, id, err := n.placeForPut(ctx, d, k.Key, tags)
+			if err != nil {
+				return nil, kv.Errorf(kv.CodeOf(err), "keys[%d] (%q): %s", i, k.Key, kv.AsError(err).Message)
+			}
+			op.Bucket, shardID = b, id
+		case d.Partitioning == kv.PartitionTag:
+			tag, ok, err := n.placementOf(ctx, d, k.Key)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				continue // never placed: nothing to delete
+			}
+			b, j := d.Route(k.Key, tag)
+			op.Bucket, shardID = b, d.Shards[j].ID
+		default:
+			op.Bucket, shardID = n.route(d, k.Key)
+		}
+		byShard[shardID] = append(byShard[shardID], batchOp{index: i, desc: d, op: op})
+	}
+	type outcome struct {
+		ops     []batchOp
+		version uint64
+		err     error
+	}
+	outcomes := make(chan outcome, len(byShard))
+	var wg sync.WaitGroup
+	for id, ops := range byShard {
+		wg.Add(1)
+		go func(id uint64, ops []batchOp) {
+			defer wg.Done()
+			sops := make([]shard.Op, len(ops))
+			for i, o := range ops {
+				sops[i] = o.op
+			}
+			v, err := n.write(ctx, id, shard.EncodeWrite(sops))
+			outcomes <- outcome{ops, v, err}
+		}(id, ops)
+	}
+	wg.Wait()
+	close(outcomes)
+	results := make([]kv.WriteResult, len(keys))
+	var (
+		applied  []kv.WriteResult
+		firstErr *kv.Error
+	)
+	for o := range outcomes {
+		if o.err != nil {
+			if firstErr == nil || firstErr.Code == kv.CodeCommitUnknown {
+				firstErr = kv.AsError(o.err)
+			}
+			continue
+		}
+		for _, op := range o.ops {
+			r := kv.WriteResult{Collection: keys[op.index].Collection, Key: keys[op.index].Key, Version: o.version}
+			results[op.index] = r
+			applied = append(applied, r)
+		}
+	}
+	if firstErr != nil {
+		if len(byShard) == 1 {
+			return nil, firstErr // one shard: nothing was applied
+		}
+		sort.Slice(applied, func(i, j int) bool { return seen[applied[i].Collection+"\x00"+string(applied[i].Key)] < seen[applied[j].Collection+"\x00"+string(applied[j].Key)] })
+		if applied == nil {
+			applied = []kv.WriteResult{}
+		}
+		return nil, &kv.BatchError{Err: firstErr, Applied: applied}
+	}
+	for i := range results {
+		if results[i].Key == nil {
+			// A delete of a key of a tag collection that was never placed.
+			results[i] = kv.WriteResult{Collection: keys[i].Collection, Key: keys[i].Key}
+		}
+	}
+	return results, nil
+}
+
+// shardsIn returns the shards of d that may hold keys of [start, end).
+func shardsIn(d *cluster.CollectionDesc, start, end []byte) []uint64 {
+	if d.Partitioning != kv.PartitionRange {
+		return shardsOf(d)
+	}
+	var ids []uint64
+	for _, s := range d.Shards {
+		if len(end) > 0 && s.Start != nil && bytes.Compare(s.Start, end) >= 0 {
+			continue
+		}
+		if s.End != nil && bytes.Compare(s.End, start) <= 0 {
+			continue
+		}
+		ids = append(ids, s.ID)
+	}
+	return ids
+}
+
+// DeleteRange implements kv.Backend.
+func (n *Node) DeleteRange(ctx context.Context, req kv.DeleteRangeRequest) (kv.DeleteRangeResult, error) {
+	ctx, cancel := n.withTimeout(ctx)
+	defer cancel()
+	d, err := n.collection(req.Collection)
+	if err != nil {
+		return kv.DeleteRangeResult{}, err
+	}
+	if len(req.End) > 0 && bytes.Compare(req.Start, req.End) >= 0 {
+		return kv.DeleteRangeResult{}, kv.Errorf(kv.CodeInvalidArgument, "start %q is not below end %q", req.Start, req.End)
+	}
+	var end []byte
+	if len(req.End) > 0 {
+		end = req.End
+	}
+	shards := shardsIn(d, req.Start, end)
+	type outcome struct {
+		count int
+		err   error
+	}
+	out := make(chan outcome, len(shards))
+	for _, id := range shards {
+		go func(id uint64) {
+			res, err := n.host.Propose(ctx, id, shard.EncodeDeleteRange(req.Start, end))
+			if err == nil && res.Err != nil {
+				err = res.Err
+			}
+			out <- outcome{res.Count, err}
+		}(id)
+	}
+	var (
+		total  int
+		failed []error
+	)
+	for range shards {
+		o := <-out
+		if o.err != nil {
+			failed = append(failed, o.err)
+			continue
+		}
+		total += o.count
+	}
+	if len(failed) > 0 {
+		e := kv.AsError(failed[0])
+		return kv.DeleteRangeResult{}, kv.Errorf(e.Code, "%d of %d shards failed (first: %s); the other shards deleted %d keys, each shard atomically",
+			len(failed), len(shards), e.Message, total)
+	}
+	return kv.DeleteRangeResult{Deleted: total}, nil
+}
+
+// Page tokens: base64url (no padding) of version(8) | flags(1) | last key.
+const pageFlagReverse = 1
+
+func encodePage(version uint64, reverse bool, lastKey []byte) string {
+	b := binary.BigEndian.AppendUint64(nil, version)
+	var f byte
+	if reverse {
+		f |= pageFlagReverse
+	}
+	b = append(b, f)
+	b = append(b, lastKey...)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodePage(page string) (version uint64, reverse bool, lastKey []byte, err error) {
+	b, derr := base64.RawURLEncoding.DecodeString(page)
+	if derr != nil || len(b) < 9 || b[8]&^pageFlagReverse != 0 {
+		return 0, false, nil, kv.Errorf(kv.CodeInvalidArgument, "page token %q is not one this server issued; pass next_page exactly as received", page)
+	}
+	return binary.BigEndian.Uint64(b), b[8]&pageFlagReverse != 0, b[9:], nil
+}
+
+func pageLimit(limit int) (int, error) {
+	switch {
+	case limit < 0:
+		return 0, kv.Errorf(kv.CodeInvalidArgument, "limit %d is negative", limit)
+	case limit == 0:
+		return kv.DefaultPageSize, nil
+	case limit > kv.MaxPageSize:
+		return 0, kv.Errorf(kv.CodeInvalidArgument, "limit %d is above the page size limit %d", limit, kv.MaxPageSize)
+	}
+	return limit, nil
+}
+
+// readVersion resolves the version a paged read uses: the page's, the
+// request's, or now.
+func (n *Node) readVersion(page string, reqVersion uint64, reverse bool) (version uint64, after []byte, err error) {
+	if page != "" {
+		v, rev, last, err := decodePage(page)
+		if err != nil {
+			return 0, nil, err
+		}
+		if rev != reverse {
+			return 0, nil, kv.Errorf(kv.CodeInvalidArgument, "the page token belongs to a scan in the other direction; keep reverse as it was")
+		}
+		if reqVersion != 0 && reqVersion != v {
+			return 0, nil, kv.Errorf(kv.CodeInvalidArgument, "version %d differs from the version %d of the scan the page token continues", reqVersion, v)
+		}
+		return v, last, nil
+	}
+	if reqVersion != 0 {
+		return reqVersion, nil, nil
+	}
+	return n.oracle.Latest(), nil, nil
+}
+
+// Scan implements kv.Backend.
+func (n *Node) Scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResult, error) {
+	ctx, cancel := n.withTimeout(ctx)
+	defer cancel()
+	d, err := n.collection(req.Collection)
+	if err != nil {
+		return kv.ScanResult{}, err
+	}
+	limit, err := pageLimit(req.Limit)
+	if err != nil {
+		return kv.ScanResult{}, err
+	}
+	if len(req.End) > 0 && bytes.Compare(req.Start, req.End) >= 0 {
+		return kv.ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "start %q is not below end %q", req.Start, req.End)
+	}
+	version, after, err := n.readVersion(req.Page, req.Version, req.Reverse)
+	if err != nil {
+		return kv.ScanResult{}, err
+	}
+	start, end := req.Start, req.End
+	if len(start) == 0 {
+		start = nil
+	}
+	if len(end) == 0 {
+		end = nil
+	}
+	if after != nil {
+		if req.Reverse {
+			end = after // exclusive: continue below the last key returned
+		} else {
+			start = append(append([]byte(nil), after...), 0) // the smallest key above it
+		}
+	}
+	shards := shardsIn(d, req.Start, req.End)
+	if err := n.snapshotRead(ctx, shards, version); err != nil {
+		return kv.ScanResult{}, err
+	}
+	res := kv.ScanResult{Version: version}
+	more := false
+	err = shard.Scan(n.eng.DB, shard.ScanOptions{Collection: d.ID, Start: start, End: end, AsOf: version, Reverse: req.Reverse, Limit: limit + 1},
+		func(r shard.ScanRecord) bool {
+			if len(res.Items) == limit {
+				more = true
+				return false
+			}
+			res.Items = append(res.Items, kv.Record{Key: clone(r.Key), Value: clone(r.Value), Tags: cloneTags(r.Tags), Version: r.Version})
+			return true
+		})
+	if err != nil {
+		return kv.ScanResult{}, kv.Errorf(kv.CodeInternal, "scanning %q: %v", req.Collection, err)
+	}
+	if err := n.checkRetained(shards, version); err != nil {
+		return kv.ScanResult{}, err
+	}
+	if more {
+		res.NextPage = encodePage(version, req.Reverse, res.Items[len(res.Items)-1].Key)
+	}
+	return res, nil
+}
+
+func clone(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return append([]byte(nil), b...)
+}
+
+func cloneTags(t []string) []string {
+	if len(t) == 0 {
+		return nil
+	}
+	return append([]string(nil), t...)
+}
+
+// GetByTags implements kv.Backend.
+func (n *Node) GetByTags(ctx context.Context, q kv.TagQuery) (kv.ScanResult, error) {
+	ctx, cancel := n.withTimeout(ctx)
+	defer cancel()
+	d, err := n.collection(q.Collection)
+	if err != nil {
+		return kv.ScanResult{}, err
+	}
+	limit, err := pageLimit(q.Limit)
+	if err != nil {
+		return kv.ScanResult{}, err
+	}
+	tags, all := q.All, true
+	switch {
+	case len(q.All) > 0 && len(q.Any) > 0:
+		return kv.ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "give either all or any tags, not both")
+	case len(q.Any) > 0:
+		tags, all = q.Any, false
+	case len(q.All) == 0:
+		return kv.ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "no tags given: ask for all=... or any=...")
+	}
+	if err := kv.ValidateTags(tags); err != nil {
+		return kv.ScanResult{}, err
+	}
+	version, after, err := n.readVersion(q.Page, q.Version, false)
+	if err != nil {
+		return kv.ScanResult{}, err
+	}
+	shards := shardsOf(d)
+	if err := n.snapshotRead(ctx, shards, version); err != nil {
+		return kv.ScanResult{}, err
+	}
+	// Candidate keys in key order: those of the first tag for "all" (a
+	// record carrying all tags carries the first), the union of every
+	// tag's first limit+1 keys for "any".
+	var candidates [][]byte
+	collect := func(tag string, max int) error {
+		var out [][]byte
+		err := shard.TagKeys(n.eng.DB, d.ID, tag, version, after, nil, func(k []byte) bool {
+			out = append(out, k)
+			return max == 0 || len(out) < max
+		})
+		candidates = append(candidates, out...)
+		return err
+	}
+	res := kv.ScanResult{Version: version}
+	more := false
+	take := func(key []byte) (bool, error) {
+		val, v, found, err := shard.ReadRecord(n.eng.DB, d.ID, key, version)
+		if err != nil {
+			return false, err
+		}
+		if !found || !hasTags(val.Tags, tags, all) {
+			return true, nil // the index and the data agree; this guards against a bug
+		}
+		if len(res.Items) == limit {
+			more = true
+			return false, nil
+		}
+		res.Items = append(res.Items, kv.Record{Key: key, Value: val.Value, Tags: val.Tags, Version: v})
+		return true, nil
+	}
+	if all {
+		var ierr error
+		err = shard.TagKeys(n.eng.DB, d.ID, tags[0], version, after, nil, func(k []byte) bool {
+			cont, err := take(k)
+			if err != nil {
+				ierr = err
+				return false
+			}
+			return cont
+		})
+		if err == nil {
+			err = ierr
+		}
+	} else {
+		for _, t := range tags {
+			if err = collect(t, limit+1); err != nil {
+				break
+			}
+		}
+		sort.Slice(candidates, func(i, j int) bool { return bytes.Compare(candidates[i], candidates[j]) < 0 })
+		for i, k := range candidates {
+			if i > 0 && bytes.Equal(k, candidates[i-1]) {
+				continue
+			}
+			cont, terr := take(k)
+			if terr != nil {
+				err = terr
+				break
+			}
+			if !cont {
+				break
+			}
+		}
+	}
+	if err != nil {
+		return kv.ScanResult{}, kv.Errorf(kv.CodeInternal, "querying tags of %q: %v", q.Collection, err)
+	}
+	if err := n.checkRetained(shards, version); err != nil {
+		return kv.ScanResult{}, err
+	}
+	if more {
+		res.NextPage = encodePage(version, false, res.Items[len(res.Items)-1].Key)
+	}
+	return res, nil
+}
+
+func hasTags(have, want []string, all bool) bool {
+	for _, w := range want {
+		found := false
+		for _, h := range have {
+			if h == w {
+				found = true
+				break
+			}
+		}
+		if all && !found {
+			return false
+		}
+		if !all && found {
+			return true
+		}
+	}
+	return all
+}

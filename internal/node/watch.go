@@ -1,0 +1,145 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"time"
+
+	"github.com/groupkv/groupkv/internal/kv"
+	"github.com/groupkv/groupkv/internal/shard"
+)
+
+// progressInterval is how often a watch without changes reports its
+// resolved timestamp: often enough that a watcher of a quiet range resumes
+// well inside the retention window.
+const progressInterval = time.Second
+
+// Watch implements kv.Backend.
+//
+// It reads the collection's change log, which every write appends to in the
+// same raft proposal as the record, in (version, key) order up to the
+// minimum resolved timestamp of the shards involved: no change at or below
+// it can still appear, so events never go back in order and none is missed.
+func (n *Node) Watch(ctx context.Context, req kv.WatchRequest, fn func(kv.Event) error) error {
+	d, err := n.collection(req.Collection)
+	if err != nil {
+		return err
+	}
+	if len(req.End) > 0 && bytes.Compare(req.Start, req.End) >= 0 {
+		return kv.Errorf(kv.CodeInvalidArgument, "start %q is not below end %q", req.Start, req.End)
+	}
+	if req.AfterKey != nil && len(req.AfterKey) == 0 {
+		req.AfterKey = nil
+	}
+	shards := shardsIn(d, req.Start, req.End)
+	for _, id := range shards {
+		if err := n.host.WaitReady(ctx, id); err != nil {
+			return err
+		}
+	}
+	// Cursor: every change at or below (version, afterKey) was delivered.
+	version, afterKey := req.FromVersion, req.AfterKey
+	if err := n.checkWatchRetained(shards, version); err != nil {
+		return err
+	}
+	if latest := n.oracle.Latest(); version > latest {
+		return kv.Errorf(kv.CodeInvalidArgument, "from_version %d is in the future (the latest timestamp is %d)", version, latest)
+	}
+	lastProgress := time.Time{}
+	var progressed uint64
+	for {
+		notify := n.host.AppliedNotify()
+		resolved := ^uint64(0)
+		now := n.oracle.Latest()
+		for _, id := range shards {
+			resolved = min(resolved, n.host.Resolved(id, now))
+		}
+		if resolved > version || (resolved == version && afterKey != nil) {
+			var events []kv.Event
+			var rerr error
+			from := version + 1
+			var after []byte
+			if afterKey != nil {
+				from, after = version, afterKey
+			}
+			err := shard.Changes(n.eng.DB, d.ID, from, resolved, after, func(c shard.Change) bool {
+				if len(req.Start) > 0 && bytes.Compare(c.Key, req.Start) < 0 || len(req.End) > 0 && bytes.Compare(c.Key, req.End) >= 0 {
+					return true
+				}
+				val, v, found, err := shard.ReadRecord(n.eng.DB, d.ID, c.Key, c.Version)
+				if err != nil {
+					rerr = err
+					return false
+				}
+				if v != c.Version {
+					// Garbage-collected under the watcher: checked below.
+					return true
+				}
+				ev := kv.Event{Type: kv.EventDelete, Key: c.Key, Version: c.Version}
+				if found {
+					ev.Type, ev.Value, ev.Tags = kv.EventPut, val.Value, val.Tags
+				}
+				events = append(events, ev)
+				return len(events) < 10000
+			})
+			if err == nil {
+				err = rerr
+			}
+			if err != nil {
+				return kv.Errorf(kv.CodeInternal, "reading the change log of %q: %v", req.Collection, err)
+			}
+			// The changes read are valid only if GC had not passed them.
+			if err := n.checkWatchRetained(shards, version); err != nil {
+				return err
+			}
+			for _, ev := range events {
+				if err := fn(ev); err != nil {
+					return err
+				}
+			}
+			if len(events) == 10000 {
+				last := events[len(events)-1]
+				version, afterKey = last.Version, last.Key
+				continue // more to read up to resolved
+			}
+			version, afterKey = resolved, nil
+		}
+		if version > progressed && time.Since(lastProgress) >= progressInterval {
+			if err := fn(kv.Event{Type: kv.EventProgress, Version: version}); err != nil {
+				return err
+			}
+			progressed, lastProgress = version, time.Now()
+		}
+		wait := progressInterval - time.Since(lastProgress)
+		if wait < 10*time.Millisecond {
+			wait = 10 * time.Millisecond
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		case <-n.stop:
+			timer.Stop()
+			return kv.Errorf(kv.CodeUnavailable, "node is shutting down; resume the watch from version %d", version)
+		case <-notify:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+// checkWatchRetained fails with compacted when changes above version may
+// have been garbage-collected from any of shards.
+func (n *Node) checkWatchRetained(shards []uint64, version uint64) error {
+	for _, id := range shards {
+		gc, err := shard.ReadGCThreshold(n.eng.DB, id)
+		if err != nil {
+			return kv.Errorf(kv.CodeInternal, "reading the GC threshold: %v", err)
+		}
+		if gc > 0 && version+1 < gc {
+			return kv.Errorf(kv.CodeCompacted, "changes after version %d are older than the retention window (changes below %d are compacted); start again from a fresh read", version, gc)
+		}
+	}
+	return nil
+}
