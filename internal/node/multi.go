@@ -230,7 +230,9 @@ func (n *Node) batchWrite(ctx context.Context, keys []kv.KeyRef, mk func(i int, 
 		if len(byShard) == 1 {
 			return nil, firstErr // one shard: nothing was applied
 		}
-		sort.Slice(applied, func(i, j int) bool { return seen[applied[i].Collection+"\x00"+string(applied[i].Key)] < seen[applied[j].Collection+"\x00"+string(applied[j].Key)] })
+		sort.Slice(applied, func(i, j int) bool {
+			return seen[applied[i].Collection+"\x00"+string(applied[i].Key)] < seen[applied[j].Collection+"\x00"+string(applied[j].Key)]
+		})
 		if applied == nil {
 			applied = []kv.WriteResult{}
 		}

@@ -18,8 +18,8 @@ type MVCCValue struct {
 	// Bucket is the hash bucket of the record (0 in range collections); it
 	// tells which shard of a hash or tag collection the version belongs to.
 	Bucket uint16
-	Tags      []string
-	Value     []byte
+	Tags   []string
+	Value  []byte
 }
 
 // EncodeValue appends the encoding of v to dst:
