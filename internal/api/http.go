@@ -43,6 +43,11 @@ type HTTPConfig struct {
 	// MaxBodySize bounds JSON request bodies, in bytes. Zero or negative
 	// means DefaultMaxBodySize.
 	MaxBodySize int64
+	// MaxBatchKeys bounds the keys or items of one batch request. A larger
+	// batch is answered 413 too_large, its elements beyond the limit left
+	// undecoded. Zero or negative means kv.DefaultMaxBatchKeys; set it to the
+	// node's limit (the backend enforces its own limit anyway).
+	MaxBatchKeys int
 	// Metrics, when not nil, observes every request.
 	Metrics *Metrics
 	// Extra, when not nil, serves GET /metrics (a node passes promhttp's
@@ -58,6 +63,9 @@ func (c *HTTPConfig) EnsureDefaults() {
 	if c.MaxBodySize <= 0 {
 		c.MaxBodySize = DefaultMaxBodySize
 	}
+	if c.MaxBatchKeys <= 0 {
+		c.MaxBatchKeys = kv.DefaultMaxBatchKeys
+	}
 }
 
 // Operation names, the op label of Metrics.
@@ -69,6 +77,13 @@ const (
 	opListCollections    = "list_collections"
 	opDescribeCollection = "describe_collection"
 	opDropCollection     = "drop_collection"
+	opBatchGet           = "batch_get"
+	opBatchPut           = "batch_put"
+	opBatchDelete        = "batch_delete"
+	opDeleteRange        = "delete_range"
+	opScan               = "scan"
+	opGetByTags          = "get_by_tags"
+	opWatch              = "watch"
 	opHealth             = "ready" // the gRPC Ready method's label too
 	opMetrics            = "metrics"
 	// opUnknown is a request that named no operation: an unknown path or a
@@ -94,6 +109,13 @@ const (
 //	GET    /v1/collections
 //	GET    /v1/collections/{name}
 //	DELETE /v1/collections/{name}
+//	POST   /v1/batch/get                                        JSON, see http_multi.go
+//	POST   /v1/batch/put
+//	POST   /v1/batch/delete
+//	POST   /v1/delete_range
+//	GET    /v1/scan/{collection}?start=&end=&limit=&reverse=&page=&version=
+//	GET    /v1/tags/{collection}?all=a,b|any=a,b&limit=&page=&version=
+//	GET    /v1/watch/{collection}?from_version=N&start=&end=&after_key=
 //	GET    /healthz
 //	GET    /metrics                                             cfg.Extra
 //
@@ -107,7 +129,8 @@ const (
 // with the status of the code (see kv.Code.HTTPStatus), except that a method
 // a path does not serve is answered 405 with an Allow header and the code
 // invalid_argument, and a backend that is not ready makes /healthz answer
-// 503.
+// 503. The error of a batch write also lists the records it applied, and a
+// watch that fails after its first event ends its stream instead.
 func NewHTTPHandler(b kv.Backend, cfg HTTPConfig) http.Handler {
 	cfg.EnsureDefaults()
 	return &httpHandler{b: b, cfg: cfg}
@@ -131,8 +154,15 @@ func (e *httpError) Unwrap() error { return e.err }
 func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	op, err := h.serve(w, r)
-	var code kv.Code
-	if err != nil {
+	var (
+		code  kv.Code
+		ended *streamEnded
+	)
+	switch {
+	case err == nil:
+	case errors.As(err, &ended):
+		code = ended.code // the stream has told the client, if it could
+	default:
 		code = writeError(w, err)
 	}
 	h.cfg.Metrics.Observe(op, code, time.Since(start).Seconds())
@@ -157,9 +187,25 @@ func (h *httpHandler) serve(w http.ResponseWriter, r *http.Request) (op string, 
 		return h.serveCollections(w, r)
 	case strings.HasPrefix(p, collectionsPath+"/"):
 		return h.serveCollection(w, r, strings.TrimPrefix(p, collectionsPath+"/"))
+	case p == batchGetPath:
+		return h.servePost(w, r, opBatchGet, h.batchGet)
+	case p == batchPutPath:
+		return h.servePost(w, r, opBatchPut, h.batchPut)
+	case p == batchDeletePath:
+		return h.servePost(w, r, opBatchDelete, h.batchDelete)
+	case p == deleteRangePath:
+		return h.servePost(w, r, opDeleteRange, h.deleteRange)
+	case under(p, scanPrefix):
+		return h.serveInCollection(w, r, p, scanPrefix, opScan, h.scan)
+	case under(p, tagsPrefix):
+		return h.serveInCollection(w, r, p, tagsPrefix, opGetByTags, h.getByTags)
+	case under(p, watchPrefix):
+		return h.serveInCollection(w, r, p, watchPrefix, opWatch, h.watch)
 	}
 	return opUnknown, kv.Errorf(kv.CodeNotFound,
-		"unknown path %q: this server serves /v1/kv/{collection}/{key}, /v1/collections, /v1/collections/{name}, /healthz and /metrics",
+		"unknown path %q: this server serves /v1/kv/{collection}/{key}, /v1/collections[/{name}], "+
+			"/v1/batch/{get,put,delete}, /v1/delete_range, /v1/scan/{collection}, /v1/tags/{collection}, "+
+			"/v1/watch/{collection}, /healthz and /metrics",
 		clip(p))
 }
 
@@ -616,20 +662,25 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, max int64, v any, fields
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, max))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return jsonError(err, max, fields)
+		var e *kv.Error // from a field's UnmarshalJSON (jsonList), already said
+		if errors.As(err, &e) {
+			return e
+		}
+		return jsonError(err, max, "request body", fields)
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		if err == nil {
 			return kv.Errorf(kv.CodeInvalidArgument, "request body holds more than one JSON value: send one object")
 		}
-		return jsonError(err, max, fields)
+		return jsonError(err, max, "request body", fields)
 	}
 	return nil
 }
 
-// jsonError turns an error of decoding a request body into a message that
-// says what was wrong.
-func jsonError(err error, max int64, fields string) error {
+// jsonError turns an error of decoding a JSON value, subject (the request
+// body or an element of it, as "keys[3]"), into a message that says what
+// was wrong; fields lists the fields subject may have.
+func jsonError(err error, max int64, subject, fields string) error {
 	var (
 		tooLarge  *http.MaxBytesError
 		syntaxErr *json.SyntaxError
@@ -639,22 +690,26 @@ func jsonError(err error, max int64, fields string) error {
 	case errors.As(err, &tooLarge):
 		return kv.Errorf(kv.CodeTooLarge, "request body is more than %d bytes, the limit for JSON bodies", max)
 	case err == io.EOF:
-		return kv.Errorf(kv.CodeInvalidArgument, "request body is empty: send a JSON object")
+		return kv.Errorf(kv.CodeInvalidArgument, "%s is empty: send a JSON object", subject)
 	case err == io.ErrUnexpectedEOF:
-		return kv.Errorf(kv.CodeInvalidArgument, "request body ends in the middle of its JSON value")
+		return kv.Errorf(kv.CodeInvalidArgument, "%s ends in the middle of its JSON value", subject)
 	case errors.As(err, &syntaxErr):
-		return kv.Errorf(kv.CodeInvalidArgument, "request body is not valid JSON at byte %d: %s", syntaxErr.Offset, strings.TrimPrefix(syntaxErr.Error(), "json: "))
+		return kv.Errorf(kv.CodeInvalidArgument, "%s is not valid JSON at byte %d: %s", subject, syntaxErr.Offset, strings.TrimPrefix(syntaxErr.Error(), "json: "))
 	case errors.As(err, &typeErr):
 		if typeErr.Field == "" {
-			return kv.Errorf(kv.CodeInvalidArgument, "request body must be a JSON object, not %s", typeErr.Value)
+			return kv.Errorf(kv.CodeInvalidArgument, "%s must be a JSON object, not %s", subject, typeErr.Value)
 		}
-		return kv.Errorf(kv.CodeInvalidArgument, "field %q of the request body must be %s, not %s", typeErr.Field, jsonKind(typeErr), typeErr.Value)
+		where := subject
+		if where == "request body" {
+			where = "the request body"
+		}
+		return kv.Errorf(kv.CodeInvalidArgument, "field %q of %s must be %s, not %s", typeErr.Field, where, jsonKind(typeErr), typeErr.Value)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		// encoding/json has no error type for this; the message is its API.
-		return kv.Errorf(kv.CodeInvalidArgument, "request body has %s: the fields are %s",
-			strings.TrimPrefix(err.Error(), "json: "), fields)
+		return kv.Errorf(kv.CodeInvalidArgument, "%s has %s: the fields are %s",
+			subject, strings.TrimPrefix(err.Error(), "json: "), fields)
 	default:
-		return kv.Errorf(kv.CodeInvalidArgument, "request body cannot be read: %v", err)
+		return kv.Errorf(kv.CodeInvalidArgument, "%s cannot be read: %v", subject, err)
 	}
 }
 
@@ -680,6 +735,9 @@ func jsonKind(e *json.UnmarshalTypeError) string {
 // errorResponse is the body of every error answer.
 type errorResponse struct {
 	Error errorDetail `json:"error"`
+	// Applied is present, [] when empty, in the answers of failed batch
+	// writes only: the records the batch wrote nonetheless.
+	Applied *[]writeResultJSON `json:"applied,omitempty"`
 }
 
 type errorDetail struct {
@@ -705,7 +763,13 @@ func writeError(w http.ResponseWriter, err error) kv.Code {
 	if status == 0 {
 		status = e.Code.HTTPStatus()
 	}
-	writeJSON(w, status, errorResponse{Error: errorDetail{Code: e.Code, Message: e.Message}})
+	resp := errorResponse{Error: errorDetail{Code: e.Code, Message: e.Message}}
+	var bw *batchWriteError
+	if errors.As(err, &bw) {
+		applied := toWriteResultsJSON(bw.applied)
+		resp.Applied = &applied
+	}
+	writeJSON(w, status, resp)
 	return e.Code
 }
 

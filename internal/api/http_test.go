@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -41,6 +43,28 @@ type httpFakeBackend struct {
 	lastPut    kv.PutRequest
 	lastGet    kv.GetRequest
 	lastDelete kv.DeleteRequest
+	lastMulti  httpFakeMulti
+
+	// A watch emits watchEvents, then ends with watchErrAfter if it is set,
+	// else emits what watchCh yields until its context ends. watchDone
+	// receives what each Watch returns.
+	watchEvents   []kv.Event
+	watchErrAfter error
+	watchCh       chan kv.Event
+	watchDone     chan error
+}
+
+// httpFakeMulti holds the last request of each multi-record method, and
+// how many multi-record calls were made.
+type httpFakeMulti struct {
+	calls       int
+	batchGet    []kv.KeyRef
+	batchPut    []kv.PutItem
+	batchDelete []kv.KeyRef
+	deleteRange kv.DeleteRangeRequest
+	scan        kv.ScanRequest
+	tags        kv.TagQuery
+	watch       kv.WatchRequest
 }
 
 type httpFakeVersion struct {
@@ -53,7 +77,12 @@ type httpFakeVersion struct {
 var _ kv.Backend = (*httpFakeBackend)(nil)
 
 func newHTTPFakeBackend() *httpFakeBackend {
-	return &httpFakeBackend{colls: map[string]kv.CollectionInfo{}, data: map[string]map[string][]httpFakeVersion{}}
+	return &httpFakeBackend{
+		colls:     map[string]kv.CollectionInfo{},
+		data:      map[string]map[string][]httpFakeVersion{},
+		watchCh:   make(chan kv.Event),
+		watchDone: make(chan error, 16),
+	}
 }
 
 func (f *httpFakeBackend) CreateCollection(_ context.Context, opts kv.CollectionOptions) (kv.CollectionInfo, error) {
@@ -272,6 +301,305 @@ func (f *httpFakeBackend) setFail(err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.fail = err
+}
+
+func (f *httpFakeBackend) lastMultiReqs() httpFakeMulti {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lastMulti
+}
+
+// The multi-record part of the fake treats each collection as one shard: a
+// batch is applied collection by collection, in the order the collections
+// first appear in it, each collection's part at one version.
+
+// visible returns the version of vs a read at version at sees, nil when the
+// key is absent then.
+func visible(vs []httpFakeVersion, at uint64) *httpFakeVersion {
+	var cur *httpFakeVersion
+	for i := range vs {
+		if vs[i].version <= at {
+			cur = &vs[i]
+		}
+	}
+	if cur == nil || cur.deleted {
+		return nil
+	}
+	return cur
+}
+
+func collNotFound(coll string) *kv.Error {
+	return kv.Errorf(kv.CodeCollectionNotFound, "collection %q does not exist", coll)
+}
+
+// partial is the error of a batch that failed with err after applying
+// applied.
+func partial(applied []kv.WriteResult, err error) error {
+	if len(applied) == 0 {
+		return err
+	}
+	return &kv.BatchError{Err: kv.AsError(err), Applied: applied}
+}
+
+func (f *httpFakeBackend) BatchGet(_ context.Context, keys []kv.KeyRef) (kv.BatchGetResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastMulti.calls++
+	f.lastMulti.batchGet = keys
+	if f.fail != nil {
+		return kv.BatchGetResult{}, f.fail
+	}
+	res := kv.BatchGetResult{Version: f.lastVersion}
+	for _, k := range keys {
+		data, ok := f.data[k.Collection]
+		if !ok {
+			return kv.BatchGetResult{}, collNotFound(k.Collection)
+		}
+		item := kv.BatchGetItem{Collection: k.Collection, Key: k.Key}
+		if v := visible(data[string(k.Key)], f.lastVersion); v != nil {
+			item.Found, item.Value, item.Tags, item.Version = true, v.value, v.tags, v.version
+		}
+		res.Items = append(res.Items, item)
+	}
+	return res, nil
+}
+
+// batchWrite applies n records, record i in collection coll(i), with key
+// key(i): check(i, cur) fails a collection's part, write(i, cur, version)
+// applies record i. It answers the results in request order.
+func (f *httpFakeBackend) batchWrite(n int, coll func(int) string, key func(int) []byte,
+	check func(int, *httpFakeVersion) error, write func(i int, cur *httpFakeVersion, version uint64)) ([]kv.WriteResult, error) {
+	var order []string
+	groups := map[string][]int{}
+	for i := 0; i < n; i++ {
+		if _, ok := groups[coll(i)]; !ok {
+			order = append(order, coll(i))
+		}
+		groups[coll(i)] = append(groups[coll(i)], i)
+	}
+	results := make([]kv.WriteResult, n)
+	var applied []kv.WriteResult
+	for _, c := range order {
+		if _, ok := f.data[c]; !ok {
+			return nil, partial(applied, collNotFound(c))
+		}
+		for _, i := range groups[c] {
+			_, cur, _ := f.current(c, key(i))
+			if err := check(i, cur); err != nil {
+				return nil, partial(applied, err)
+			}
+		}
+		f.lastVersion++
+		for _, i := range groups[c] {
+			_, cur, _ := f.current(c, key(i))
+			write(i, cur, f.lastVersion)
+			results[i] = kv.WriteResult{Collection: c, Key: key(i), Version: f.lastVersion}
+			applied = append(applied, results[i])
+		}
+	}
+	return results, nil
+}
+
+func (f *httpFakeBackend) BatchPut(_ context.Context, items []kv.PutItem) ([]kv.WriteResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastMulti.calls++
+	f.lastMulti.batchPut = items
+	if f.fail != nil {
+		return nil, f.fail
+	}
+	return f.batchWrite(len(items),
+		func(i int) string { return items[i].Collection },
+		func(i int) []byte { return items[i].Key },
+		func(i int, cur *httpFakeVersion) error { return checkIfVersion(cur, items[i].IfVersion) },
+		func(i int, _ *httpFakeVersion, version uint64) {
+			it := items[i]
+			keys := f.data[it.Collection]
+			keys[string(it.Key)] = append(keys[string(it.Key)], httpFakeVersion{version: version, value: it.Value, tags: it.Tags})
+		})
+}
+
+func (f *httpFakeBackend) BatchDelete(_ context.Context, refs []kv.KeyRef) ([]kv.WriteResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastMulti.calls++
+	f.lastMulti.batchDelete = refs
+	if f.fail != nil {
+		return nil, f.fail
+	}
+	return f.batchWrite(len(refs),
+		func(i int) string { return refs[i].Collection },
+		func(i int) []byte { return refs[i].Key },
+		func(int, *httpFakeVersion) error { return nil },
+		func(i int, cur *httpFakeVersion, version uint64) {
+			if cur == nil {
+				return // absent: a no-op
+			}
+			keys := f.data[refs[i].Collection]
+			keys[string(refs[i].Key)] = append(keys[string(refs[i].Key)], httpFakeVersion{version: version, deleted: true})
+		})
+}
+
+// sortedKeys returns the keys of coll in ascending order, or descending.
+func (f *httpFakeBackend) sortedKeys(coll string, reverse bool) []string {
+	var keys []string
+	for k := range f.data[coll] {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	if reverse {
+		slices.Reverse(keys)
+	}
+	return keys
+}
+
+func inSpan(key string, start, end []byte) bool {
+	return key >= string(start) && (len(end) == 0 || key < string(end))
+}
+
+func (f *httpFakeBackend) DeleteRange(_ context.Context, req kv.DeleteRangeRequest) (kv.DeleteRangeResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastMulti.calls++
+	f.lastMulti.deleteRange = req
+	if f.fail != nil {
+		return kv.DeleteRangeResult{}, f.fail
+	}
+	data, ok := f.data[req.Collection]
+	if !ok {
+		return kv.DeleteRangeResult{}, collNotFound(req.Collection)
+	}
+	var n int
+	for _, k := range f.sortedKeys(req.Collection, false) {
+		if inSpan(k, req.Start, req.End) && visible(data[k], f.lastVersion) != nil {
+			if n == 0 {
+				f.lastVersion++
+			}
+			data[k] = append(data[k], httpFakeVersion{version: f.lastVersion, deleted: true})
+			n++
+		}
+	}
+	return kv.DeleteRangeResult{Deleted: n}, nil
+}
+
+// page reads one page of the records of coll that match, in key order. Its
+// page tokens are "p~{version}_{hex of the last key}": URL-safe as they are,
+// with characters a client might be tempted to escape.
+func (f *httpFakeBackend) page(coll string, limit int, reverse bool, page string, version uint64,
+	match func(key string, v *httpFakeVersion) bool) (kv.ScanResult, error) {
+	data, ok := f.data[coll]
+	if !ok {
+		return kv.ScanResult{}, collNotFound(coll)
+	}
+	if limit == 0 {
+		limit = kv.DefaultPageSize
+	}
+	var after string
+	if page != "" {
+		vs, hexKey, ok := strings.Cut(strings.TrimPrefix(page, "p~"), "_")
+		v, err := strconv.ParseUint(vs, 10, 64)
+		k, herr := hex.DecodeString(hexKey)
+		if !ok || err != nil || herr != nil || !strings.HasPrefix(page, "p~") {
+			return kv.ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "page %q is not a page token", page)
+		}
+		version, after = v, string(k)
+	}
+	switch {
+	case version == 0:
+		version = f.lastVersion
+	case version < f.compactedBelow:
+		return kv.ScanResult{}, kv.Errorf(kv.CodeCompacted, "version %d is compacted", version)
+	}
+	res := kv.ScanResult{Version: version}
+	for _, k := range f.sortedKeys(coll, reverse) {
+		if page != "" && ((!reverse && k <= after) || (reverse && k >= after)) {
+			continue
+		}
+		v := visible(data[k], version)
+		if v == nil || !match(k, v) {
+			continue
+		}
+		if len(res.Items) == limit {
+			last := res.Items[len(res.Items)-1].Key
+			res.NextPage = fmt.Sprintf("p~%d_%x", version, last)
+			break
+		}
+		res.Items = append(res.Items, kv.Record{Key: []byte(k), Value: v.value, Tags: v.tags, Version: v.version})
+	}
+	return res, nil
+}
+
+func (f *httpFakeBackend) Scan(_ context.Context, req kv.ScanRequest) (kv.ScanResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastMulti.calls++
+	f.lastMulti.scan = req
+	if f.fail != nil {
+		return kv.ScanResult{}, f.fail
+	}
+	return f.page(req.Collection, req.Limit, req.Reverse, req.Page, req.Version, func(k string, _ *httpFakeVersion) bool {
+		return inSpan(k, req.Start, req.End)
+	})
+}
+
+func (f *httpFakeBackend) GetByTags(_ context.Context, q kv.TagQuery) (kv.ScanResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastMulti.calls++
+	f.lastMulti.tags = q
+	if f.fail != nil {
+		return kv.ScanResult{}, f.fail
+	}
+	return f.page(q.Collection, q.Limit, false, q.Page, q.Version, func(_ string, v *httpFakeVersion) bool {
+		for _, t := range q.All {
+			if !slices.Contains(v.tags, t) {
+				return false
+			}
+		}
+		for _, t := range q.Any {
+			if slices.Contains(v.tags, t) {
+				return true
+			}
+		}
+		return len(q.Any) == 0
+	})
+}
+
+func (f *httpFakeBackend) Watch(ctx context.Context, req kv.WatchRequest, fn func(kv.Event) error) (err error) {
+	f.mu.Lock()
+	f.lastMulti.calls++
+	f.lastMulti.watch = req
+	fail, events, errAfter, ch := f.fail, f.watchEvents, f.watchErrAfter, f.watchCh
+	_, collOK := f.data[req.Collection]
+	compacted := req.FromVersion < f.compactedBelow
+	f.mu.Unlock()
+	defer func() { f.watchDone <- err }()
+	switch {
+	case fail != nil:
+		return fail
+	case !collOK:
+		return collNotFound(req.Collection)
+	case compacted:
+		return kv.Errorf(kv.CodeCompacted, "version %d is older than the retention window", req.FromVersion)
+	}
+	for _, ev := range events {
+		if err := fn(ev); err != nil {
+			return err
+		}
+	}
+	if errAfter != nil {
+		return errAfter
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case ev := <-ch:
+			if err := fn(ev); err != nil {
+				return err
+			}
+		}
+	}
 }
 
 // httpTester is a real HTTP server over NewHTTPHandler and a fake backend.

@@ -45,6 +45,8 @@ type Server struct {
 	peerL    net.Listener
 	peerSrv  *grpc.Server
 	serveErr chan error
+	// cancelRequests ends every request in flight (Close).
+	cancelRequests context.CancelFunc
 }
 
 // maxMessage is the largest gRPC message: a request of the largest value
@@ -80,6 +82,10 @@ func Start(cfg Config) (*Server, error) {
 	}
 	metrics := api.NewMetrics(cfg.Node.Registry)
 	s := &Server{Node: n, cfg: cfg, peerL: peerL, serveErr: make(chan error, 2)}
+	// Requests run under baseCtx so that Close can end long-lived ones
+	// (watch streams), which Shutdown alone would wait for.
+	baseCtx, cancelRequests := context.WithCancel(context.Background())
+	s.cancelRequests = cancelRequests
 	s.grpcSrv = api.NewGRPCServer(n,
 		grpc.MaxRecvMsgSize(maxMessage), grpc.MaxSendMsgSize(maxMessage),
 		grpc.ChainUnaryInterceptor(api.GRPCMetricsInterceptor(metrics.Observe)))
@@ -90,6 +96,7 @@ func Start(cfg Config) (*Server, error) {
 			Extra:        promhttp.HandlerFor(cfg.Node.Registry, promhttp.HandlerOpts{}),
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return baseCtx },
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
 	s.mux = api.NewMux(l, s.grpcSrv, s.httpSrv, api.MuxConfig{})
@@ -115,6 +122,18 @@ func (s *Server) PeerAddr() string { return s.peerL.Addr().String() }
 // deadline, then closes the node.
 func (s *Server) Close(ctx context.Context) error {
 	s.mux.Close()
+	// Requests in flight get a moment to finish; streams that would not
+	// (watches) are then cancelled, so Shutdown does not wait for them.
+	drained := make(chan struct{})
+	defer close(drained)
+	go func() {
+		select {
+		case <-time.After(time.Second):
+			s.cancelRequests()
+		case <-drained:
+		}
+	}()
+	defer s.cancelRequests()
 	done := make(chan struct{})
 	go func() {
 		s.grpcSrv.GracefulStop()
