@@ -36,6 +36,27 @@ type (
 	DeleteRequest     = kv.DeleteRequest
 	Error             = kv.Error
 	Code              = kv.Code
+
+	KeyRef             = kv.KeyRef
+	BatchGetItem       = kv.BatchGetItem
+	BatchGetResult     = kv.BatchGetResult
+	PutItem            = kv.PutItem
+	WriteResult        = kv.WriteResult
+	BatchError         = kv.BatchError
+	DeleteRangeRequest = kv.DeleteRangeRequest
+	DeleteRangeResult  = kv.DeleteRangeResult
+	ScanRequest        = kv.ScanRequest
+	ScanResult         = kv.ScanResult
+	TagQuery           = kv.TagQuery
+	Event              = kv.Event
+	WatchRequest       = kv.WatchRequest
+)
+
+// Event types of a watch.
+const (
+	EventPut      = kv.EventPut
+	EventDelete   = kv.EventDelete
+	EventProgress = kv.EventProgress
 )
 
 // Partitionings.

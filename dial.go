@@ -2,6 +2,7 @@ package groupkv
 
 import (
 	"context"
+	"io"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -187,6 +188,100 @@ func (r *remoteDB) Delete(ctx context.Context, req DeleteRequest) (uint64, error
 		return 0, r.fail(err, p.Addr != nil)
 	}
 	return m.GetVersion(), nil
+}
+
+func (r *remoteDB) BatchGet(ctx context.Context, keys []KeyRef) (BatchGetResult, error) {
+	m, err := r.c.BatchGet(ctx, &pb.BatchGetRequest{Keys: api.KeyRefsToPB(keys)})
+	if err != nil {
+		return BatchGetResult{}, r.fail(err, false)
+	}
+	return api.BatchGetResultFromPB(m), nil
+}
+
+// BatchPut fails with a *BatchError when the server reports one: the same
+// code and message, and the records that were applied.
+func (r *remoteDB) BatchPut(ctx context.Context, items []PutItem) ([]WriteResult, error) {
+	var p peer.Peer
+	m, err := r.c.BatchPut(ctx, api.PutItemsToPB(items), grpc.Peer(&p))
+	if err != nil {
+		return nil, r.fail(err, p.Addr != nil)
+	}
+	return api.WriteResultsFromPB(m.GetResults()), nil
+}
+
+// BatchDelete fails with a *BatchError like BatchPut.
+func (r *remoteDB) BatchDelete(ctx context.Context, keys []KeyRef) ([]WriteResult, error) {
+	var p peer.Peer
+	m, err := r.c.BatchDelete(ctx, &pb.BatchDeleteRequest{Keys: api.KeyRefsToPB(keys)}, grpc.Peer(&p))
+	if err != nil {
+		return nil, r.fail(err, p.Addr != nil)
+	}
+	return api.WriteResultsFromPB(m.GetResults()), nil
+}
+
+func (r *remoteDB) DeleteRange(ctx context.Context, req DeleteRangeRequest) (DeleteRangeResult, error) {
+	var p peer.Peer
+	m, err := r.c.DeleteRange(ctx, api.DeleteRangeRequestToPB(req), grpc.Peer(&p))
+	if err != nil {
+		return DeleteRangeResult{}, r.fail(err, p.Addr != nil)
+	}
+	return api.DeleteRangeResultFromPB(m), nil
+}
+
+func (r *remoteDB) Scan(ctx context.Context, req ScanRequest) (ScanResult, error) {
+	m, err := r.c.Scan(ctx, api.ScanRequestToPB(req))
+	if err != nil {
+		return ScanResult{}, r.fail(err, false)
+	}
+	return api.ScanResultFromPB(m), nil
+}
+
+func (r *remoteDB) GetByTags(ctx context.Context, q TagQuery) (ScanResult, error) {
+	m, err := r.c.GetByTags(ctx, api.TagQueryToPB(q))
+	if err != nil {
+		return ScanResult{}, r.fail(err, false)
+	}
+	return api.ScanResultFromPB(m), nil
+}
+
+// Watch opens a Watch stream and calls fn with each event it receives, on
+// the caller's goroutine, one at a time. It returns
+//   - fn's error, untouched, after canceling the stream, when fn fails;
+//   - ctx.Err() when ctx ends (or, when the server saw the deadline pass
+//     first, an error matching context.DeadlineExceeded under errors.Is);
+//   - the server's error, coded like any other (a compacted from-version is
+//     ErrCompacted), when the stream ends with one, and ErrUnavailable when
+//     the connection breaks;
+//   - nil if the server ends the stream without an error, which a groupkv
+//     server does not do.
+func (r *remoteDB) Watch(ctx context.Context, req WatchRequest, fn func(Event) error) error {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel() // ends the stream on every return
+	stream, err := r.c.Watch(sctx, api.WatchRequestToPB(req))
+	if err != nil {
+		return r.watchFail(ctx, err)
+	}
+	for {
+		m, err := stream.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return r.watchFail(ctx, err)
+		}
+		if err := fn(api.EventFromPB(m)); err != nil {
+			return err
+		}
+	}
+}
+
+// watchFail is fail for Watch, which answers the caller's own context error
+// as it is.
+func (r *remoteDB) watchFail(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return cerr
+	}
+	return r.fail(err, false)
 }
 
 // Ready asks the server whether it serves requests. A server that does not

@@ -25,7 +25,9 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serverCommand(), putCommand(), getCommand(), delCommand(), collectionsCommand())
+	root.AddCommand(serverCommand(), putCommand(), getCommand(), delCommand(), collectionsCommand(),
+		scanCommand(), tagsCommand(), watchCommand(), batchCommand(), deleteRangeCommand())
+	root.AddCommand(benchCommand())
 	if err := root.Execute(); err != nil {
 		var ue usageError
 		if errors.As(err, &ue) {

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
 
 	"github.com/groupkv/groupkv/internal/kv"
 	pb "github.com/groupkv/groupkv/proto/groupkvpb"
@@ -43,16 +44,16 @@ func CollectionOptionsFromPB(m *pb.CreateCollectionRequest) kv.CollectionOptions
 	return kv.CollectionOptions{
 		Name:         m.GetName(),
 		Partitioning: kv.Partitioning(m.GetPartitioning()),
-		Shards:       clampShards(m.GetShards()),
+		Shards:       clampInt(m.GetShards()),
 		SplitPoints:  m.GetSplitPoints(),
 	}
 }
 
-// clampShards turns a wire shard count into an int. A count beyond what an
-// int holds (only possible on 32-bit platforms) is clamped to a value that is
-// still out of range, so validation rejects it rather than a truncated count
-// slipping through.
-func clampShards(n int64) int {
+// clampInt turns a wire count (a shard count, a page limit) into an int. A
+// count beyond what an int holds (only possible on 32-bit platforms) is
+// clamped to a value that is still out of range, so validation rejects it
+// rather than a truncated count slipping through.
+func clampInt(n int64) int {
 	switch {
 	case n > math.MaxInt:
 		return math.MaxInt
@@ -180,6 +181,229 @@ func DeleteRequestFromPB(m *pb.DeleteRequest) kv.DeleteRequest {
 	return kv.DeleteRequest{Collection: m.GetCollection(), Key: m.GetKey(), IfVersion: copyVersion(m.IfVersion)}
 }
 
+// KeyRefsToPB converts the keys of a batch get or delete.
+func KeyRefsToPB(keys []kv.KeyRef) []*pb.KeyRef {
+	m := make([]*pb.KeyRef, len(keys))
+	for i, k := range keys {
+		m[i] = &pb.KeyRef{Collection: k.Collection, Key: k.Key}
+	}
+	return m
+}
+
+// KeyRefsFromPB is the inverse of KeyRefsToPB; it never answers nil.
+func KeyRefsFromPB(m []*pb.KeyRef) []kv.KeyRef {
+	keys := make([]kv.KeyRef, len(m))
+	for i, k := range m {
+		keys[i] = kv.KeyRef{Collection: k.GetCollection(), Key: k.GetKey()}
+	}
+	return keys
+}
+
+// BatchGetResultToPB converts the answer of a batch get.
+func BatchGetResultToPB(r kv.BatchGetResult) *pb.BatchGetResponse {
+	m := &pb.BatchGetResponse{Items: make([]*pb.BatchGetItem, len(r.Items)), Version: r.Version}
+	for i, it := range r.Items {
+		m.Items[i] = &pb.BatchGetItem{
+			Collection: it.Collection,
+			Key:        it.Key,
+			Found:      it.Found,
+			Value:      it.Value,
+			Tags:       it.Tags,
+			Version:    it.Version,
+		}
+	}
+	return m
+}
+
+// BatchGetResultFromPB is the inverse of BatchGetResultToPB. Items is never
+// nil.
+func BatchGetResultFromPB(m *pb.BatchGetResponse) kv.BatchGetResult {
+	r := kv.BatchGetResult{Items: make([]kv.BatchGetItem, len(m.GetItems())), Version: m.GetVersion()}
+	for i, it := range m.GetItems() {
+		r.Items[i] = kv.BatchGetItem{
+			Collection: it.GetCollection(),
+			Key:        it.GetKey(),
+			Found:      it.GetFound(),
+			Value:      it.GetValue(),
+			Tags:       it.GetTags(),
+			Version:    it.GetVersion(),
+		}
+	}
+	return r
+}
+
+// PutItemsToPB converts the records of a batch put, keeping the presence of
+// each IfVersion.
+func PutItemsToPB(items []kv.PutItem) *pb.BatchPutRequest {
+	m := &pb.BatchPutRequest{Items: make([]*pb.PutItem, len(items))}
+	for i, it := range items {
+		m.Items[i] = &pb.PutItem{
+			Collection: it.Collection,
+			Key:        it.Key,
+			Value:      it.Value,
+			Tags:       it.Tags,
+			IfVersion:  copyVersion(it.IfVersion),
+		}
+	}
+	return m
+}
+
+// PutItemsFromPB is the inverse of PutItemsToPB; it never answers nil.
+func PutItemsFromPB(m *pb.BatchPutRequest) []kv.PutItem {
+	items := make([]kv.PutItem, len(m.GetItems()))
+	for i, it := range m.GetItems() {
+		items[i] = kv.PutItem{
+			Collection: it.GetCollection(),
+			Key:        it.GetKey(),
+			Value:      it.GetValue(),
+			Tags:       it.GetTags(),
+			IfVersion:  copyVersion(it.IfVersion),
+		}
+	}
+	return items
+}
+
+// WriteResultsToPB converts the answer of a batch write, or the applied
+// list of a *kv.BatchError.
+func WriteResultsToPB(rs []kv.WriteResult) []*pb.WriteResult {
+	m := make([]*pb.WriteResult, len(rs))
+	for i, r := range rs {
+		m[i] = &pb.WriteResult{Collection: r.Collection, Key: r.Key, Version: r.Version}
+	}
+	return m
+}
+
+// WriteResultsFromPB is the inverse of WriteResultsToPB; it never answers
+// nil.
+func WriteResultsFromPB(m []*pb.WriteResult) []kv.WriteResult {
+	rs := make([]kv.WriteResult, len(m))
+	for i, r := range m {
+		rs[i] = kv.WriteResult{Collection: r.GetCollection(), Key: r.GetKey(), Version: r.GetVersion()}
+	}
+	return rs
+}
+
+// DeleteRangeRequestToPB converts a delete range.
+func DeleteRangeRequestToPB(r kv.DeleteRangeRequest) *pb.DeleteRangeRequest {
+	return &pb.DeleteRangeRequest{Collection: r.Collection, Start: r.Start, End: r.End}
+}
+
+// DeleteRangeRequestFromPB is the inverse of DeleteRangeRequestToPB.
+func DeleteRangeRequestFromPB(m *pb.DeleteRangeRequest) kv.DeleteRangeRequest {
+	return kv.DeleteRangeRequest{Collection: m.GetCollection(), Start: m.GetStart(), End: m.GetEnd()}
+}
+
+// DeleteRangeResultToPB converts the answer of a delete range.
+func DeleteRangeResultToPB(r kv.DeleteRangeResult) *pb.DeleteRangeResponse {
+	return &pb.DeleteRangeResponse{Deleted: int64(r.Deleted)}
+}
+
+// DeleteRangeResultFromPB is the inverse of DeleteRangeResultToPB.
+func DeleteRangeResultFromPB(m *pb.DeleteRangeResponse) kv.DeleteRangeResult {
+	return kv.DeleteRangeResult{Deleted: clampInt(m.GetDeleted())}
+}
+
+// ScanRequestToPB converts a scan.
+func ScanRequestToPB(r kv.ScanRequest) *pb.ScanRequest {
+	return &pb.ScanRequest{
+		Collection: r.Collection,
+		Start:      r.Start,
+		End:        r.End,
+		Limit:      int64(r.Limit),
+		Reverse:    r.Reverse,
+		Page:       r.Page,
+		Version:    r.Version,
+	}
+}
+
+// ScanRequestFromPB is the inverse of ScanRequestToPB.
+func ScanRequestFromPB(m *pb.ScanRequest) kv.ScanRequest {
+	return kv.ScanRequest{
+		Collection: m.GetCollection(),
+		Start:      m.GetStart(),
+		End:        m.GetEnd(),
+		Limit:      clampInt(m.GetLimit()),
+		Reverse:    m.GetReverse(),
+		Page:       m.GetPage(),
+		Version:    m.GetVersion(),
+	}
+}
+
+// TagQueryToPB converts a tag query.
+func TagQueryToPB(q kv.TagQuery) *pb.TagQuery {
+	return &pb.TagQuery{
+		Collection: q.Collection,
+		All:        q.All,
+		Any:        q.Any,
+		Limit:      int64(q.Limit),
+		Page:       q.Page,
+		Version:    q.Version,
+	}
+}
+
+// TagQueryFromPB is the inverse of TagQueryToPB.
+func TagQueryFromPB(m *pb.TagQuery) kv.TagQuery {
+	return kv.TagQuery{
+		Collection: m.GetCollection(),
+		All:        m.GetAll(),
+		Any:        m.GetAny(),
+		Limit:      clampInt(m.GetLimit()),
+		Page:       m.GetPage(),
+		Version:    m.GetVersion(),
+	}
+}
+
+// ScanResultToPB converts a page of a scan or tag query.
+func ScanResultToPB(r kv.ScanResult) *pb.ScanResponse {
+	m := &pb.ScanResponse{Items: make([]*pb.Record, len(r.Items)), NextPage: r.NextPage, Version: r.Version}
+	for i, rec := range r.Items {
+		m.Items[i] = &pb.Record{Key: rec.Key, Value: rec.Value, Tags: rec.Tags, Version: rec.Version}
+	}
+	return m
+}
+
+// ScanResultFromPB is the inverse of ScanResultToPB. Items is never nil.
+func ScanResultFromPB(m *pb.ScanResponse) kv.ScanResult {
+	r := kv.ScanResult{Items: make([]kv.Record, len(m.GetItems())), NextPage: m.GetNextPage(), Version: m.GetVersion()}
+	for i, rec := range m.GetItems() {
+		r.Items[i] = kv.Record{Key: rec.GetKey(), Value: rec.GetValue(), Tags: rec.GetTags(), Version: rec.GetVersion()}
+	}
+	return r
+}
+
+// WatchRequestToPB converts a watch.
+func WatchRequestToPB(r kv.WatchRequest) *pb.WatchRequest {
+	return &pb.WatchRequest{
+		Collection:  r.Collection,
+		Start:       r.Start,
+		End:         r.End,
+		FromVersion: r.FromVersion,
+		AfterKey:    r.AfterKey,
+	}
+}
+
+// WatchRequestFromPB is the inverse of WatchRequestToPB.
+func WatchRequestFromPB(m *pb.WatchRequest) kv.WatchRequest {
+	return kv.WatchRequest{
+		Collection:  m.GetCollection(),
+		Start:       m.GetStart(),
+		End:         m.GetEnd(),
+		FromVersion: m.GetFromVersion(),
+		AfterKey:    m.GetAfterKey(),
+	}
+}
+
+// EventToPB converts an event of a watch. The type crosses as its string,
+// so a type a peer does not know still passes.
+func EventToPB(e kv.Event) *pb.Event {
+	return &pb.Event{Type: e.Type, Key: e.Key, Value: e.Value, Tags: e.Tags, Version: e.Version}
+}
+
+// EventFromPB is the inverse of EventToPB.
+func EventFromPB(m *pb.Event) kv.Event {
+	return kv.Event{Type: m.GetType(), Key: m.GetKey(), Value: m.GetValue(), Tags: m.GetTags(), Version: m.GetVersion()}
+}
+
 // copyVersion copies an optional version so that neither side aliases the
 // other's pointer.
 func copyVersion(v *uint64) *uint64 {
@@ -227,6 +451,8 @@ func GRPCCode(c kv.Code) codes.Code {
 //   - an *kv.Error (found with errors.As, so wrapping is allowed) gets the
 //     status code of its Code, its Message as the status message, and an
 //     ErrorDetail with its Code;
+//   - a *kv.BatchError (found with errors.As too) is answered like its Err,
+//     plus a BatchErrorDetail with its Applied list;
 //   - a context error gets Canceled or DeadlineExceeded and no detail, so the
 //     client returns a context error as the embedded DB would;
 //   - any other error becomes an internal *kv.Error with the error's text.
@@ -237,22 +463,38 @@ func StatusFromError(err error) (*status.Status, kv.Code) {
 	if err == nil {
 		panic("api: StatusFromError of a nil error")
 	}
-	var e *kv.Error
+	var (
+		be *kv.BatchError
+		e  *kv.Error
+	)
 	switch {
+	case errors.As(err, &be):
+		e = be.Err
+		if e == nil {
+			// Not a valid BatchError (its Error method would panic), but
+			// its list is still worth passing on.
+			e = &kv.Error{Code: kv.CodeInternal, Message: "batch write failed without a cause"}
+		}
 	case errors.As(err, &e):
 	case errors.Is(err, context.Canceled):
 		return status.New(codes.Canceled, err.Error()), ""
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.New(codes.DeadlineExceeded, err.Error()), ""
 	default:
+		be = nil
 		e = &kv.Error{Code: kv.CodeInternal, Message: err.Error()}
 	}
 	st := status.New(GRPCCode(e.Code), e.Message)
-	if withDetail, derr := st.WithDetails(&pb.ErrorDetail{Code: string(e.Code)}); derr == nil {
-		st = withDetail
+	details := []protoadapt.MessageV1{&pb.ErrorDetail{Code: string(e.Code)}}
+	if be != nil {
+		details = append(details, &pb.BatchErrorDetail{Applied: WriteResultsToPB(be.Applied)})
 	}
-	// A detail that does not marshal (it cannot: it is one string) leaves the
-	// client to fall back on the status code, which still names the class.
+	// A detail that does not marshal (it cannot: it is a string and a list
+	// of plain records) leaves the client to fall back on the status code,
+	// which still names the class.
+	if withDetails, derr := st.WithDetails(details...); derr == nil {
+		st = withDetails
+	}
 	return st, e.Code
 }
 
@@ -269,16 +511,45 @@ func StatusFromError(err error) (*status.Status, kv.Code) {
 //     gives kv.CodeUnavailable: nothing was done, the call may be retried;
 //   - mayHaveRun true (a write that was handed to a connection before it
 //     broke) gives kv.CodeCommitUnknown: the server may have applied it.
+//
+// A status that also has a BatchErrorDetail becomes a *kv.BatchError whose
+// Err is that *kv.Error and whose Applied is the detail's list (never nil).
 func ErrorFromStatus(err error, mayHaveRun bool) error {
 	if err == nil {
 		return nil
 	}
 	st, _ := status.FromError(err)
+	var (
+		coded   *kv.Error
+		applied *pb.BatchErrorDetail
+	)
 	for _, d := range st.Details() {
-		if ed, ok := d.(*pb.ErrorDetail); ok && ed.GetCode() != "" {
-			return &kv.Error{Code: kv.Code(ed.GetCode()), Message: st.Message()}
+		switch d := d.(type) {
+		case *pb.ErrorDetail:
+			if d.GetCode() != "" && coded == nil {
+				coded = &kv.Error{Code: kv.Code(d.GetCode()), Message: st.Message()}
+			}
+		case *pb.BatchErrorDetail:
+			applied = d
 		}
 	}
+	if coded == nil {
+		e := errorFromCode(st, mayHaveRun)
+		if applied == nil {
+			return e
+		}
+		// A batch detail without a code detail is not what a groupkv server
+		// sends; keep the list anyway, with the code of the status.
+		coded = kv.AsError(e)
+	}
+	if applied != nil {
+		return &kv.BatchError{Err: coded, Applied: WriteResultsFromPB(applied.GetApplied())}
+	}
+	return coded
+}
+
+// errorFromCode maps a status without an ErrorDetail, see ErrorFromStatus.
+func errorFromCode(st *status.Status, mayHaveRun bool) error {
 	var code kv.Code
 	switch st.Code() {
 	case codes.Canceled:

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 	"unicode"
@@ -52,6 +53,23 @@ func GRPCMetricsInterceptor(obs func(op string, code kv.Code, seconds float64)) 
 	}
 }
 
+// GRPCStreamMetricsInterceptor is GRPCMetricsInterceptor for streaming RPCs
+// (Watch): obs is called once per stream, after it ends, with the seconds the
+// stream lasted. A watch ends when its client cancels it, so its code is then
+// kv.CodeUnavailable, as for any request whose context ended.
+func GRPCStreamMetricsInterceptor(obs func(op string, code kv.Code, seconds float64)) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		start := time.Now()
+		err := handler(srv, ss)
+		var code kv.Code
+		if err != nil {
+			code = kv.CodeOf(ErrorFromStatus(err, false))
+		}
+		obs(grpcOp(info.FullMethod), code, time.Since(start).Seconds())
+		return err
+	}
+}
+
 // grpcOp turns a full method name, "/groupkv.v1.GroupKV/CreateCollection",
 // into the operation label "create_collection".
 func grpcOp(fullMethod string) string {
@@ -81,11 +99,19 @@ var _ pb.GroupKVServer = (*grpcService)(nil)
 // fail turns an error of the Backend into the status error the handler
 // returns, and sets the CodeTrailer trailer when it carries a kv.Code.
 func (s *grpcService) fail(ctx context.Context, err error) error {
-	st, code := StatusFromError(err)
-	if code != "" {
+	return failWith(err, func(md metadata.MD) {
 		// SetTrailer fails only outside a handler's context; the detail
 		// still carries the code then.
-		_ = grpc.SetTrailer(ctx, metadata.Pairs(CodeTrailer, string(code)))
+		_ = grpc.SetTrailer(ctx, md)
+	})
+}
+
+// failWith is fail with the way to set the trailer given: unary handlers set
+// it on their context, streaming handlers on their stream.
+func failWith(err error, setTrailer func(metadata.MD)) error {
+	st, code := StatusFromError(err)
+	if code != "" {
+		setTrailer(metadata.Pairs(CodeTrailer, string(code)))
 	}
 	return st.Err()
 }
@@ -150,4 +176,77 @@ func (s *grpcService) Ready(ctx context.Context, _ *pb.ReadyRequest) (*pb.ReadyR
 		return nil, s.fail(ctx, err)
 	}
 	return &pb.ReadyResponse{}, nil
+}
+
+func (s *grpcService) BatchGet(ctx context.Context, req *pb.BatchGetRequest) (*pb.BatchGetResponse, error) {
+	r, err := s.b.BatchGet(ctx, KeyRefsFromPB(req.GetKeys()))
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	return BatchGetResultToPB(r), nil
+}
+
+func (s *grpcService) BatchPut(ctx context.Context, req *pb.BatchPutRequest) (*pb.BatchWriteResponse, error) {
+	rs, err := s.b.BatchPut(ctx, PutItemsFromPB(req))
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	return &pb.BatchWriteResponse{Results: WriteResultsToPB(rs)}, nil
+}
+
+func (s *grpcService) BatchDelete(ctx context.Context, req *pb.BatchDeleteRequest) (*pb.BatchWriteResponse, error) {
+	rs, err := s.b.BatchDelete(ctx, KeyRefsFromPB(req.GetKeys()))
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	return &pb.BatchWriteResponse{Results: WriteResultsToPB(rs)}, nil
+}
+
+func (s *grpcService) DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+	r, err := s.b.DeleteRange(ctx, DeleteRangeRequestFromPB(req))
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	return DeleteRangeResultToPB(r), nil
+}
+
+func (s *grpcService) Scan(ctx context.Context, req *pb.ScanRequest) (*pb.ScanResponse, error) {
+	r, err := s.b.Scan(ctx, ScanRequestFromPB(req))
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	return ScanResultToPB(r), nil
+}
+
+func (s *grpcService) GetByTags(ctx context.Context, req *pb.TagQuery) (*pb.ScanResponse, error) {
+	r, err := s.b.GetByTags(ctx, TagQueryFromPB(req))
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	return ScanResultToPB(r), nil
+}
+
+// Watch streams the events of Backend.Watch until the client cancels (the
+// stream's context ends), the Backend fails, or a send fails.
+//
+// A failed send means the stream is broken (the client went away or the
+// server is stopping): its error already is a status, which is returned as
+// it is. Any other error of the Backend, before or during the stream, ends
+// the RPC with the status StatusFromError makes of it, trailer included.
+func (s *grpcService) Watch(req *pb.WatchRequest, stream grpc.ServerStreamingServer[pb.Event]) error {
+	var sendErr error
+	err := s.b.Watch(stream.Context(), WatchRequestFromPB(req), func(ev kv.Event) error {
+		if err := stream.Send(EventToPB(ev)); err != nil {
+			sendErr = err
+			return err
+		}
+		return nil
+	})
+	switch {
+	case err == nil:
+		return nil
+	case sendErr != nil && errors.Is(err, sendErr):
+		return sendErr
+	}
+	return failWith(err, stream.SetTrailer)
 }

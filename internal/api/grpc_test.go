@@ -2,12 +2,14 @@ package api_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
 	"net"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -30,8 +32,15 @@ import (
 // so that what the client sends and what the server answers can be checked
 // end to end. Two collections behave specially:
 //   - "fail": every record call fails with the error named by its key (see
-//     grpcFakeErr);
+//     grpcFakeErr); a batch write fails at its first record of "fail",
+//     with a *kv.BatchError listing the records before it if there are
+//     any; DeleteRange, Scan and Watch fail with the error named by Start,
+//     GetByTags with the error named by its first All tag;
 //   - "block": Put and Get signal on blocked and wait for their context.
+//
+// The multi-record methods are as simple as can be: a batch write gives all
+// its records one version, a scan page token is the last key read, and a
+// watch replays the stored versions and then waits for writes.
 type grpcFake struct {
 	blocked chan struct{} // one send per blocked call
 
@@ -44,6 +53,15 @@ type grpcFake struct {
 		// recs[collection][key] holds the key's versions, oldest first; a
 		// tombstone has a nil Tags and Value and deleted set.
 		recs map[string]map[string][]grpcFakeVersion
+		// changed is closed (and replaced) on every write, to wake watches.
+		changed chan struct{}
+		// compacted: a watch from below this version fails with compacted.
+		compacted uint64
+		// watchErr, once set, ends every watch with it after the events it
+		// has read.
+		watchErr error
+		// watches counts the Watch calls running.
+		watches int
 	}
 }
 
@@ -58,6 +76,7 @@ func newGRPCFake() *grpcFake {
 	f := &grpcFake{blocked: make(chan struct{}, 16)}
 	f.mu.colls = map[string]kv.CollectionInfo{}
 	f.mu.recs = map[string]map[string][]grpcFakeVersion{}
+	f.mu.changed = make(chan struct{})
 	return f
 }
 
@@ -206,6 +225,7 @@ func (f *grpcFake) Put(ctx context.Context, req kv.PutRequest) (uint64, error) {
 	f.mu.version++
 	rec := kv.Record{Key: bytes.Clone(req.Key), Value: bytes.Clone(req.Value), Tags: req.Tags, Version: f.mu.version}
 	f.mu.recs[req.Collection][string(req.Key)] = append(vs, grpcFakeVersion{rec: rec})
+	f.notifyLocked()
 	return f.mu.version, nil
 }
 
@@ -250,6 +270,7 @@ func (f *grpcFake) Delete(ctx context.Context, req kv.DeleteRequest) (uint64, er
 	f.mu.version++
 	tomb := grpcFakeVersion{rec: kv.Record{Key: bytes.Clone(req.Key), Version: f.mu.version}, deleted: true}
 	f.mu.recs[req.Collection][string(req.Key)] = append(vs, tomb)
+	f.notifyLocked()
 	return f.mu.version, nil
 }
 
@@ -263,6 +284,335 @@ func (f *grpcFake) setReady(err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.mu.ready = err
+}
+
+// notifyLocked wakes the watches after a write.
+func (f *grpcFake) notifyLocked() {
+	close(f.mu.changed)
+	f.mu.changed = make(chan struct{})
+}
+
+// readLocked answers key's record as of version, and whether it is live.
+func readLocked(vs []grpcFakeVersion, version uint64) (kv.Record, bool) {
+	for i := len(vs) - 1; i >= 0; i-- {
+		if vs[i].rec.Version > version {
+			continue
+		}
+		return vs[i].rec, !vs[i].deleted
+	}
+	return kv.Record{}, false
+}
+
+func (f *grpcFake) BatchGet(_ context.Context, keys []kv.KeyRef) (kv.BatchGetResult, error) {
+	for _, k := range keys {
+		if k.Collection == "fail" {
+			return kv.BatchGetResult{}, grpcFakeErr(k.Key)
+		}
+		if err := kv.ValidateKey(k.Key); err != nil {
+			return kv.BatchGetResult{}, err
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	res := kv.BatchGetResult{Version: f.mu.version}
+	for _, k := range keys {
+		vs, err := f.versionsLocked(k.Collection, k.Key)
+		if err != nil {
+			return kv.BatchGetResult{}, err
+		}
+		it := kv.BatchGetItem{Collection: k.Collection, Key: k.Key}
+		if rec, ok := readLocked(vs, f.mu.version); ok {
+			it.Found, it.Value, it.Tags, it.Version = true, rec.Value, rec.Tags, rec.Version
+		}
+		res.Items = append(res.Items, it)
+	}
+	return res, nil
+}
+
+// batchWrite is BatchPut and BatchDelete: items are written in order at one
+// new version, up to the first record of "fail", whose error ends the batch.
+func (f *grpcFake) batchWrite(items []kv.PutItem, del bool) ([]kv.WriteResult, error) {
+	for _, it := range items {
+		if it.Collection == "fail" {
+			continue
+		}
+		if err := kv.ValidateKey(it.Key); err != nil {
+			return nil, err
+		}
+		if err := kv.ValidateTags(it.Tags); err != nil {
+			return nil, err
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, it := range items {
+		if it.Collection == "fail" {
+			break
+		}
+		vs, err := f.versionsLocked(it.Collection, it.Key)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkLocked(vs, it.IfVersion); err != nil {
+			return nil, err
+		}
+	}
+	f.mu.version++
+	var applied []kv.WriteResult
+	for _, it := range items {
+		if it.Collection == "fail" {
+			err := grpcFakeErr(it.Key)
+			if len(applied) == 0 {
+				return nil, err
+			}
+			return nil, fmt.Errorf("shard 7: %w", &kv.BatchError{Err: kv.AsError(err), Applied: applied})
+		}
+		v := grpcFakeVersion{rec: kv.Record{Key: bytes.Clone(it.Key), Version: f.mu.version}, deleted: del}
+		if !del {
+			v.rec.Value, v.rec.Tags = bytes.Clone(it.Value), it.Tags
+		}
+		recs := f.mu.recs[it.Collection]
+		recs[string(it.Key)] = append(recs[string(it.Key)], v)
+		applied = append(applied, kv.WriteResult{Collection: it.Collection, Key: it.Key, Version: f.mu.version})
+	}
+	f.notifyLocked()
+	return applied, nil
+}
+
+func (f *grpcFake) BatchPut(_ context.Context, items []kv.PutItem) ([]kv.WriteResult, error) {
+	return f.batchWrite(items, false)
+}
+
+func (f *grpcFake) BatchDelete(_ context.Context, keys []kv.KeyRef) ([]kv.WriteResult, error) {
+	items := make([]kv.PutItem, len(keys))
+	for i, k := range keys {
+		items[i] = kv.PutItem{Collection: k.Collection, Key: k.Key}
+	}
+	return f.batchWrite(items, true)
+}
+
+// inRange reports whether key is in [start, end); an empty end is unbounded.
+func inRange(key, start, end []byte) bool {
+	return bytes.Compare(key, start) >= 0 && (len(end) == 0 || bytes.Compare(key, end) < 0)
+}
+
+// liveLocked answers the live records of coll in key order as of version,
+// filtered by keep.
+func (f *grpcFake) liveLocked(coll string, version uint64, keep func(kv.Record) bool) ([]kv.Record, error) {
+	recs, ok := f.mu.recs[coll]
+	if !ok {
+		return nil, kv.Errorf(kv.CodeCollectionNotFound, "collection %q does not exist", coll)
+	}
+	var out []kv.Record
+	for _, vs := range recs {
+		if rec, ok := readLocked(vs, version); ok && keep(rec) {
+			out = append(out, rec)
+		}
+	}
+	slices.SortFunc(out, func(a, b kv.Record) int { return bytes.Compare(a.Key, b.Key) })
+	return out, nil
+}
+
+func (f *grpcFake) DeleteRange(_ context.Context, req kv.DeleteRangeRequest) (kv.DeleteRangeResult, error) {
+	if req.Collection == "fail" {
+		return kv.DeleteRangeResult{}, grpcFakeErr(req.Start)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	live, err := f.liveLocked(req.Collection, f.mu.version, func(r kv.Record) bool { return inRange(r.Key, req.Start, req.End) })
+	if err != nil || len(live) == 0 {
+		return kv.DeleteRangeResult{}, err
+	}
+	f.mu.version++
+	recs := f.mu.recs[req.Collection]
+	for _, r := range live {
+		recs[string(r.Key)] = append(recs[string(r.Key)], grpcFakeVersion{rec: kv.Record{Key: r.Key, Version: f.mu.version}, deleted: true})
+	}
+	f.notifyLocked()
+	return kv.DeleteRangeResult{Deleted: len(live)}, nil
+}
+
+// page cuts one page of limit records out of recs, which are in the scan's
+// order, after the key named by the page token; the token of the next page
+// is "version:hex(last key)".
+func page(recs []kv.Record, limit int, token string, version uint64) (kv.ScanResult, error) {
+	if limit < 0 || limit > kv.MaxPageSize {
+		return kv.ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "limit %d is not within 0 to %d", limit, kv.MaxPageSize)
+	}
+	if limit == 0 {
+		limit = kv.DefaultPageSize
+	}
+	if token != "" {
+		_, after, _ := strings.Cut(token, ":")
+		for len(recs) > 0 && fmt.Sprintf("%x", recs[0].Key) != after {
+			recs = recs[1:]
+		}
+		if len(recs) == 0 {
+			return kv.ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "bad page token %q", token)
+		}
+		recs = recs[1:]
+	}
+	res := kv.ScanResult{Items: recs, Version: version}
+	if len(recs) > limit {
+		res.Items = recs[:limit]
+		res.NextPage = fmt.Sprintf("%d:%x", version, recs[limit-1].Key)
+	}
+	return res, nil
+}
+
+// pageVersion answers the version a scan reads at: its page token's, its
+// own, or the latest.
+func (f *grpcFake) pageVersionLocked(token string, version uint64) uint64 {
+	if v, _, ok := strings.Cut(token, ":"); ok {
+		fmt.Sscan(v, &version)
+	}
+	if version == 0 {
+		version = f.mu.version
+	}
+	return version
+}
+
+func (f *grpcFake) Scan(_ context.Context, req kv.ScanRequest) (kv.ScanResult, error) {
+	if req.Collection == "fail" {
+		return kv.ScanResult{}, grpcFakeErr(req.Start)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	version := f.pageVersionLocked(req.Page, req.Version)
+	recs, err := f.liveLocked(req.Collection, version, func(r kv.Record) bool { return inRange(r.Key, req.Start, req.End) })
+	if err != nil {
+		return kv.ScanResult{}, err
+	}
+	if req.Reverse {
+		slices.Reverse(recs)
+	}
+	return page(recs, req.Limit, req.Page, version)
+}
+
+func (f *grpcFake) GetByTags(_ context.Context, q kv.TagQuery) (kv.ScanResult, error) {
+	if q.Collection == "fail" && len(q.All) > 0 {
+		return kv.ScanResult{}, grpcFakeErr([]byte(q.All[0]))
+	}
+	if (len(q.All) == 0) == (len(q.Any) == 0) {
+		return kv.ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "give exactly one of all and any")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	version := f.pageVersionLocked(q.Page, q.Version)
+	recs, err := f.liveLocked(q.Collection, version, func(r kv.Record) bool {
+		n := 0
+		for _, t := range append(q.All, q.Any...) {
+			if slices.Contains(r.Tags, t) {
+				n++
+			}
+		}
+		return len(q.All) > 0 && n == len(q.All) || len(q.Any) > 0 && n > 0
+	})
+	if err != nil {
+		return kv.ScanResult{}, err
+	}
+	return page(recs, q.Limit, q.Page, version)
+}
+
+// compact makes watches from below version fail with compacted.
+func (f *grpcFake) compact(version uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mu.compacted = version
+}
+
+// failWatches ends every watch with err.
+func (f *grpcFake) failWatches(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mu.watchErr = err
+	f.notifyLocked()
+}
+
+// watching answers the number of Watch calls running.
+func (f *grpcFake) watching() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mu.watches
+}
+
+// eventsLocked answers the changes of the watched range above (from, after)
+// in (version, key) order.
+func (f *grpcFake) eventsLocked(req kv.WatchRequest, from uint64, after []byte) []kv.Event {
+	var evs []kv.Event
+	for _, vs := range f.mu.recs[req.Collection] {
+		for _, v := range vs {
+			if !inRange(v.rec.Key, req.Start, req.End) ||
+				v.rec.Version < from || v.rec.Version == from && (len(after) == 0 || bytes.Compare(v.rec.Key, after) <= 0) {
+				continue
+			}
+			ev := kv.Event{Type: kv.EventPut, Key: v.rec.Key, Value: v.rec.Value, Tags: v.rec.Tags, Version: v.rec.Version}
+			if v.deleted {
+				ev.Type = kv.EventDelete
+			}
+			evs = append(evs, ev)
+		}
+	}
+	slices.SortFunc(evs, func(a, b kv.Event) int {
+		if a.Version != b.Version {
+			return cmp.Compare(a.Version, b.Version)
+		}
+		return bytes.Compare(a.Key, b.Key)
+	})
+	return evs
+}
+
+// Watch replays the stored changes, sends a progress event whenever it has
+// caught up with a newer version, and waits for more.
+func (f *grpcFake) Watch(ctx context.Context, req kv.WatchRequest, fn func(kv.Event) error) error {
+	if req.Collection == "fail" {
+		return grpcFakeErr(req.Start)
+	}
+	f.mu.Lock()
+	if _, ok := f.mu.recs[req.Collection]; !ok {
+		f.mu.Unlock()
+		return kv.Errorf(kv.CodeCollectionNotFound, "collection %q does not exist", req.Collection)
+	}
+	if req.FromVersion < f.mu.compacted {
+		f.mu.Unlock()
+		return kv.Errorf(kv.CodeCompacted, "version %d is compacted; watch from %d or later", req.FromVersion, f.mu.compacted)
+	}
+	f.mu.watches++
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.mu.watches--
+		f.mu.Unlock()
+	}()
+
+	from, after := req.FromVersion, req.AfterKey
+	var progress uint64
+	for {
+		f.mu.Lock()
+		evs := f.eventsLocked(req, from, after)
+		cur, changed, failErr := f.mu.version, f.mu.changed, f.mu.watchErr
+		f.mu.Unlock()
+		for _, ev := range evs {
+			if err := fn(ev); err != nil {
+				return err
+			}
+			from, after = ev.Version, ev.Key
+		}
+		if failErr != nil {
+			return failErr
+		}
+		if cur > progress {
+			if err := fn(kv.Event{Type: kv.EventProgress, Version: cur}); err != nil {
+				return err
+			}
+			progress = cur
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		}
+	}
 }
 
 // grpcServe serves b on a fresh loopback port and answers its address and
@@ -741,6 +1091,555 @@ func TestGRPCMetricsInterceptor(t *testing.T) {
 		{"list_collections", ""},
 		{"ready", ""},
 	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("observed %v, want %v", got, want)
+	}
+}
+
+func TestGRPCBatchRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	_, db := grpcStart(t)
+	for _, name := range []string{"users", "teams"} {
+		if _, err := db.CreateCollection(ctx, kv.CollectionOptions{Name: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := []byte{0, 'k', 0xff}
+	items := []kv.PutItem{
+		{Collection: "users", Key: []byte("ada"), Value: []byte("Ada"), Tags: []string{"admin", "ünï"}},
+		{Collection: "teams", Key: bin, Value: []byte{0xde, 0xad}},
+		{Collection: "users", Key: []byte("bob"), Value: nil, IfVersion: groupkv.Version(0)},
+	}
+	rs, err := db.BatchPut(ctx, items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 3 || rs[0].Version == 0 {
+		t.Fatalf("BatchPut = %+v", rs)
+	}
+	v1 := rs[0].Version
+	wantRs := []kv.WriteResult{{Collection: "users", Key: []byte("ada"), Version: v1}, {Collection: "teams", Key: bin, Version: v1}, {Collection: "users", Key: []byte("bob"), Version: v1}}
+	if !reflect.DeepEqual(rs, wantRs) {
+		t.Fatalf("BatchPut = %+v, want %+v", rs, wantRs)
+	}
+
+	got, err := db.BatchGet(ctx, []kv.KeyRef{{Collection: "teams", Key: bin}, {Collection: "users", Key: []byte("absent")}, {Collection: "users", Key: []byte("ada")}, {Collection: "users", Key: []byte("bob")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := kv.BatchGetResult{Version: v1, Items: []kv.BatchGetItem{
+		{Collection: "teams", Key: bin, Found: true, Value: []byte{0xde, 0xad}, Version: v1},
+		{Collection: "users", Key: []byte("absent")},
+		{Collection: "users", Key: []byte("ada"), Found: true, Value: []byte("Ada"), Tags: []string{"admin", "ünï"}, Version: v1},
+		{Collection: "users", Key: []byte("bob"), Found: true, Version: v1},
+	}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("BatchGet = %+v\nwant %+v", got, want)
+	}
+
+	// Each item keeps the presence of its IfVersion: 0 is "only if absent".
+	_, err = db.BatchPut(ctx, []kv.PutItem{{Collection: "users", Key: []byte("ada"), IfVersion: groupkv.Version(0)}})
+	wantCode(t, "batch put if absent on a present key", err, kv.CodeConditionFailed)
+	var be *kv.BatchError
+	if errors.As(err, &be) {
+		t.Fatalf("a batch that applied nothing failed with a *kv.BatchError: %#v", be)
+	}
+	rs, err = db.BatchPut(ctx, []kv.PutItem{
+		{Collection: "users", Key: []byte("ada"), Value: []byte("x"), IfVersion: groupkv.Version(v1)},
+		{Collection: "users", Key: []byte("cy"), Value: []byte("y")},
+	})
+	if err != nil || len(rs) != 2 || rs[0].Version <= v1 {
+		t.Fatalf("conditional BatchPut = %+v, %v", rs, err)
+	}
+
+	rs, err = db.BatchDelete(ctx, []kv.KeyRef{{Collection: "users", Key: []byte("ada")}, {Collection: "teams", Key: bin}})
+	if err != nil || len(rs) != 2 || rs[1].Collection != "teams" || !bytes.Equal(rs[1].Key, bin) {
+		t.Fatalf("BatchDelete = %+v, %v", rs, err)
+	}
+	got, err = db.BatchGet(ctx, []kv.KeyRef{{Collection: "users", Key: []byte("ada")}, {Collection: "teams", Key: bin}})
+	if err != nil || got.Items[0].Found || got.Items[1].Found || got.Version != rs[0].Version {
+		t.Fatalf("BatchGet after delete = %+v, %v", got, err)
+	}
+
+	// Empty batches answer empty, non-nil lists.
+	if got, err := db.BatchGet(ctx, nil); err != nil || got.Items == nil || len(got.Items) != 0 {
+		t.Fatalf("empty BatchGet = %#v, %v", got, err)
+	}
+
+	// Input the server validates comes back with the server's exact error.
+	_, err = db.BatchPut(ctx, []kv.PutItem{{Collection: "users", Key: []byte("k"), Tags: []string{"a,b"}}})
+	if want := kv.ValidateTags([]string{"a,b"}); !reflect.DeepEqual(err, want) {
+		t.Fatalf("batch put with a bad tag: %#v, want %#v", err, want)
+	}
+	_, err = db.BatchGet(ctx, []kv.KeyRef{{Collection: "users", Key: nil}})
+	if want := kv.ValidateKey(nil); !reflect.DeepEqual(err, want) {
+		t.Fatalf("batch get of an empty key: %#v, want %#v", err, want)
+	}
+	_, err = db.BatchDelete(ctx, []kv.KeyRef{{Collection: "nope", Key: []byte("k")}})
+	wantCode(t, "batch delete in a missing collection", err, kv.CodeCollectionNotFound)
+}
+
+func TestGRPCBatchError(t *testing.T) {
+	ctx := context.Background()
+	_, db := grpcStart(t)
+	if _, err := db.CreateCollection(ctx, kv.CollectionOptions{Name: "users"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range grpcCodes {
+		for _, op := range []string{"delete", "put"} {
+			var err error
+			if op == "put" {
+				_, err = db.BatchPut(ctx, []kv.PutItem{
+					{Collection: "users", Key: []byte("a")},
+					{Collection: "users", Key: []byte{0, 0xff}},
+					{Collection: "fail", Key: []byte(c.kv)},
+					{Collection: "users", Key: []byte("never")},
+				})
+			} else {
+				_, err = db.BatchDelete(ctx, []kv.KeyRef{{Collection: "users", Key: []byte("a")}, {Collection: "users", Key: []byte{0, 0xff}}, {Collection: "fail", Key: []byte(c.kv)}})
+			}
+			var be *kv.BatchError
+			if !errors.As(err, &be) {
+				t.Fatalf("batch %s failing with %s: %#v is not a *kv.BatchError", op, c.kv, err)
+			}
+			if len(be.Applied) != 2 {
+				t.Fatalf("batch %s failing with %s: applied %+v", op, c.kv, be.Applied)
+			}
+			v := be.Applied[0].Version
+			want := &kv.BatchError{
+				Err:     &kv.Error{Code: c.kv, Message: grpcFakeMessage(c.kv)},
+				Applied: []kv.WriteResult{{Collection: "users", Key: []byte("a"), Version: v}, {Collection: "users", Key: []byte{0, 0xff}, Version: v}},
+			}
+			if !reflect.DeepEqual(err, want) {
+				t.Errorf("batch %s failing with %s: %#v, want %#v", op, c.kv, err, want)
+			}
+			if !errors.Is(err, &kv.Error{Code: c.kv}) || kv.CodeOf(err) != c.kv {
+				t.Errorf("batch %s failing with %s: errors.Is or CodeOf do not see the code", op, c.kv)
+			}
+		}
+	}
+	// The applied records stay written.
+	got, err := db.BatchGet(ctx, []kv.KeyRef{{Collection: "users", Key: []byte("a")}, {Collection: "users", Key: []byte("never")}})
+	if err != nil || !got.Items[0].Found || got.Items[1].Found {
+		t.Fatalf("BatchGet after the failed batches = %+v, %v", got, err)
+	}
+}
+
+// TestGRPCBatchErrorWire checks a *kv.BatchError on the wire with a bare
+// gRPC client: the status of its Err, both details and the trailer.
+func TestGRPCBatchErrorWire(t *testing.T) {
+	f := newGRPCFake()
+	addr, _ := grpcServe(t, f)
+	if _, err := f.CreateCollection(context.Background(), kv.CollectionOptions{Name: "users"}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var trailer metadata.MD
+	_, err = pb.NewGroupKVClient(conn).BatchPut(context.Background(), &pb.BatchPutRequest{Items: []*pb.PutItem{
+		{Collection: "users", Key: []byte("a")},
+		{Collection: "fail", Key: []byte(kv.CodeCommitUnknown)},
+	}}, grpc.Trailer(&trailer))
+	st := status.Convert(err)
+	if st.Code() != codes.Unknown || st.Message() != grpcFakeMessage(kv.CodeCommitUnknown) {
+		t.Errorf("status %v %q", st.Code(), st.Message())
+	}
+	if got := trailer.Get(api.CodeTrailer); len(got) != 1 || got[0] != string(kv.CodeCommitUnknown) {
+		t.Errorf("trailer %s = %q", api.CodeTrailer, got)
+	}
+	d := st.Details()
+	if len(d) != 2 {
+		t.Fatalf("details %v, want an ErrorDetail and a BatchErrorDetail", d)
+	}
+	if ed, ok := d[0].(*pb.ErrorDetail); !ok || ed.GetCode() != string(kv.CodeCommitUnknown) {
+		t.Errorf("first detail %v", d[0])
+	}
+	bd, ok := d[1].(*pb.BatchErrorDetail)
+	if !ok || len(bd.GetApplied()) != 1 || string(bd.GetApplied()[0].GetKey()) != "a" || bd.GetApplied()[0].GetVersion() == 0 {
+		t.Errorf("second detail %v", d[1])
+	}
+}
+
+func TestGRPCBatchErrorStatus(t *testing.T) {
+	// An empty applied list still makes a *kv.BatchError, with a non-nil
+	// list.
+	st, code := api.StatusFromError(&kv.BatchError{Err: kv.Errorf(kv.CodeUnavailable, "m")})
+	if code != kv.CodeUnavailable {
+		t.Fatalf("code %s", code)
+	}
+	err := api.ErrorFromStatus(st.Err(), false)
+	want := &kv.BatchError{Err: &kv.Error{Code: kv.CodeUnavailable, Message: "m"}, Applied: []kv.WriteResult{}}
+	if !reflect.DeepEqual(err, want) {
+		t.Fatalf("round trip of an empty BatchError: %#v, want %#v", err, want)
+	}
+	// A BatchError without a cause is internal, not a panic.
+	st, code = api.StatusFromError(&kv.BatchError{Applied: []kv.WriteResult{{Collection: "c", Key: []byte("k"), Version: 3}}})
+	var be *kv.BatchError
+	if err := api.ErrorFromStatus(st.Err(), false); code != kv.CodeInternal || !errors.As(err, &be) || len(be.Applied) != 1 {
+		t.Fatalf("BatchError without Err: %s, %#v", code, err)
+	}
+}
+
+func TestGRPCScanTagsDeleteRange(t *testing.T) {
+	ctx := context.Background()
+	_, db := grpcStart(t)
+	if _, err := db.CreateCollection(ctx, kv.CollectionOptions{Name: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"a", "b", "c", "d", "e\xff"}
+	tags := [][]string{{"x", "y"}, {"x"}, {"y"}, nil, {"x", "y", "z"}}
+	var recs []kv.Record
+	for i, k := range keys {
+		v, err := db.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte(k), Value: []byte("v" + k), Tags: tags[i]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, kv.Record{Key: []byte(k), Value: []byte("v" + k), Tags: tags[i], Version: v})
+	}
+	last := recs[len(recs)-1].Version
+
+	all, err := db.Scan(ctx, kv.ScanRequest{Collection: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (kv.ScanResult{Items: recs, Version: last}); !reflect.DeepEqual(all, want) {
+		t.Fatalf("Scan = %+v\nwant %+v", all, want)
+	}
+
+	// Paged, reversed, bounded: every field reaches the backend.
+	var paged []kv.Record
+	req := kv.ScanRequest{Collection: "c", Start: []byte("b"), End: []byte("e"), Limit: 2, Reverse: true}
+	for n := 0; ; n++ {
+		res, err := db.Scan(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Version != last {
+			t.Fatalf("page %d at version %d, want %d", n, res.Version, last)
+		}
+		paged = append(paged, res.Items...)
+		if res.NextPage == "" {
+			break
+		}
+		req.Page = res.NextPage
+	}
+	if want := []kv.Record{recs[3], recs[2], recs[1]}; !reflect.DeepEqual(paged, want) {
+		t.Fatalf("reverse paged scan = %+v\nwant %+v", paged, want)
+	}
+
+	// The version of a scan reads the past.
+	old, err := db.Scan(ctx, kv.ScanRequest{Collection: "c", Version: recs[1].Version})
+	if err != nil || len(old.Items) != 2 || old.Version != recs[1].Version {
+		t.Fatalf("Scan at version %d = %+v, %v", recs[1].Version, old, err)
+	}
+
+	byAll, err := db.GetByTags(ctx, kv.TagQuery{Collection: "c", All: []string{"x", "y"}})
+	if want := []kv.Record{recs[0], recs[4]}; err != nil || !reflect.DeepEqual(byAll.Items, want) {
+		t.Fatalf("GetByTags all x,y = %+v, %v", byAll, err)
+	}
+	byAny, err := db.GetByTags(ctx, kv.TagQuery{Collection: "c", Any: []string{"z", "y"}, Limit: 2})
+	if want := []kv.Record{recs[0], recs[2]}; err != nil || !reflect.DeepEqual(byAny.Items, want) || byAny.NextPage == "" {
+		t.Fatalf("GetByTags any z,y limit 2 = %+v, %v", byAny, err)
+	}
+	rest, err := db.GetByTags(ctx, kv.TagQuery{Collection: "c", Any: []string{"z", "y"}, Limit: 2, Page: byAny.NextPage})
+	if want := []kv.Record{recs[4]}; err != nil || !reflect.DeepEqual(rest.Items, want) || rest.NextPage != "" {
+		t.Fatalf("GetByTags second page = %+v, %v", rest, err)
+	}
+	none, err := db.GetByTags(ctx, kv.TagQuery{Collection: "c", All: []string{"nobody"}})
+	if err != nil || none.Items == nil || len(none.Items) != 0 {
+		t.Fatalf("GetByTags with no match = %#v, %v", none, err)
+	}
+	_, err = db.GetByTags(ctx, kv.TagQuery{Collection: "c", All: []string{"x"}, Any: []string{"y"}})
+	wantCode(t, "tag query with all and any", err, kv.CodeInvalidArgument)
+
+	// A limit beyond any int32 reaches the server's check unchanged.
+	_, err = db.Scan(ctx, kv.ScanRequest{Collection: "c", Limit: math.MaxInt})
+	wantCode(t, "scan with a huge limit", err, kv.CodeInvalidArgument)
+	_, err = db.Scan(ctx, kv.ScanRequest{Collection: "c", Limit: -1})
+	wantCode(t, "scan with a negative limit", err, kv.CodeInvalidArgument)
+
+	del, err := db.DeleteRange(ctx, kv.DeleteRangeRequest{Collection: "c", Start: []byte("b"), End: []byte("d")})
+	if err != nil || del.Deleted != 2 {
+		t.Fatalf("DeleteRange [b, d) = %+v, %v", del, err)
+	}
+	del, err = db.DeleteRange(ctx, kv.DeleteRangeRequest{Collection: "c", Start: []byte("e")})
+	if err != nil || del.Deleted != 1 {
+		t.Fatalf("DeleteRange [e, ∞) = %+v, %v", del, err)
+	}
+	left, err := db.Scan(ctx, kv.ScanRequest{Collection: "c"})
+	if want := []kv.Record{recs[0], recs[3]}; err != nil || !reflect.DeepEqual(left.Items, want) {
+		t.Fatalf("Scan after DeleteRange = %+v, %v", left, err)
+	}
+
+	for _, c := range grpcCodes {
+		want := &kv.Error{Code: c.kv, Message: grpcFakeMessage(c.kv)}
+		_, scanErr := db.Scan(ctx, kv.ScanRequest{Collection: "fail", Start: []byte(c.kv)})
+		_, tagsErr := db.GetByTags(ctx, kv.TagQuery{Collection: "fail", All: []string{string(c.kv)}})
+		_, delErr := db.DeleteRange(ctx, kv.DeleteRangeRequest{Collection: "fail", Start: []byte(c.kv)})
+		_, getErr := db.BatchGet(ctx, []kv.KeyRef{{Collection: "fail", Key: []byte(c.kv)}})
+		for name, err := range map[string]error{"scan": scanErr, "tags": tagsErr, "delete range": delErr, "batch get": getErr} {
+			if !reflect.DeepEqual(err, want) {
+				t.Errorf("%s %s: got %#v, want %#v", name, c.kv, err, want)
+			}
+		}
+	}
+}
+
+// watchCollect runs db.Watch in a goroutine and passes its events on a
+// channel; the returned channel of the error receives Watch's answer.
+func watchCollect(ctx context.Context, db groupkv.DB, req kv.WatchRequest) (<-chan kv.Event, <-chan error) {
+	evs := make(chan kv.Event, 100)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- db.Watch(ctx, req, func(ev kv.Event) error {
+			evs <- ev
+			return nil
+		})
+	}()
+	return evs, errc
+}
+
+// nextEvent waits for the next event of a watch.
+func nextEvent(t *testing.T, evs <-chan kv.Event, errc <-chan error) kv.Event {
+	t.Helper()
+	select {
+	case ev := <-evs:
+		return ev
+	case err := <-errc:
+		t.Fatalf("watch ended: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event within 10s")
+	}
+	panic("unreachable")
+}
+
+// waitFor polls cond for up to 10s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestGRPCWatch(t *testing.T) {
+	ctx := context.Background()
+	f, db := grpcStart(t)
+	if _, err := db.CreateCollection(ctx, kv.CollectionOptions{Name: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	v1, _ := db.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte{'a', 0xff}, Value: []byte{0, 1}, Tags: []string{"t1", "t2"}})
+	rs, err := db.BatchPut(ctx, []kv.PutItem{{Collection: "c", Key: []byte("b"), Value: []byte("vb")}, {Collection: "c", Key: []byte("c")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2 := rs[0].Version
+	v3, _ := db.Delete(ctx, kv.DeleteRequest{Collection: "c", Key: []byte("b")})
+
+	// Events arrive in order, with every field; a watch that caught up sends
+	// progress, and later writes follow.
+	wctx, cancel := context.WithCancel(ctx)
+	evs, errc := watchCollect(wctx, db, kv.WatchRequest{Collection: "c"})
+	want := []kv.Event{
+		{Type: kv.EventPut, Key: []byte{'a', 0xff}, Value: []byte{0, 1}, Tags: []string{"t1", "t2"}, Version: v1},
+		{Type: kv.EventPut, Key: []byte("b"), Value: []byte("vb"), Version: v2},
+		{Type: kv.EventPut, Key: []byte("c"), Version: v2},
+		{Type: kv.EventDelete, Key: []byte("b"), Version: v3},
+		{Type: kv.EventProgress, Version: v3},
+	}
+	for i, w := range want {
+		if ev := nextEvent(t, evs, errc); !reflect.DeepEqual(ev, w) {
+			t.Fatalf("event %d = %+v, want %+v", i, ev, w)
+		}
+	}
+	v4, _ := db.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte("d"), Value: []byte("vd")})
+	if ev := nextEvent(t, evs, errc); ev.Type != kv.EventPut || string(ev.Key) != "d" || ev.Version != v4 {
+		t.Fatalf("event after a new put = %+v", ev)
+	}
+	if ev := nextEvent(t, evs, errc); ev.Type != kv.EventProgress || ev.Version != v4 {
+		t.Fatalf("progress after a new put = %+v", ev)
+	}
+
+	// Canceling the caller's context ends the watch on both sides.
+	cancel()
+	select {
+	case err := <-errc:
+		if err != context.Canceled {
+			t.Fatalf("canceled watch: %#v, want context.Canceled itself", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a canceled watch did not return")
+	}
+	waitFor(t, "the server's watch ends", func() bool { return f.watching() == 0 })
+
+	// A deadline ends it with DeadlineExceeded (which the server may notice
+	// first).
+	dctx, dcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer dcancel()
+	if err := db.Watch(dctx, kv.WatchRequest{Collection: "c"}, func(kv.Event) error { return nil }); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("watch past its deadline: %#v", err)
+	}
+
+	// Range, from-version and after-key reach the backend.
+	var got []kv.Event
+	stop := errors.New("stop")
+	err = db.Watch(ctx, kv.WatchRequest{Collection: "c", Start: []byte("b"), End: []byte("d"), FromVersion: v2, AfterKey: []byte("b")},
+		func(ev kv.Event) error {
+			got = append(got, ev)
+			if ev.Type == kv.EventProgress {
+				return stop
+			}
+			return nil
+		})
+	if err != stop {
+		t.Fatalf("watch whose fn failed: %#v, want fn's error itself", err)
+	}
+	wantRange := []kv.Event{
+		{Type: kv.EventPut, Key: []byte("c"), Version: v2},
+		{Type: kv.EventDelete, Key: []byte("b"), Version: v3},
+		{Type: kv.EventProgress, Version: v4},
+	}
+	if !reflect.DeepEqual(got, wantRange) {
+		t.Fatalf("range watch = %+v\nwant %+v", got, wantRange)
+	}
+	waitFor(t, "the server's watch ends after fn failed", func() bool { return f.watching() == 0 })
+}
+
+func TestGRPCWatchErrors(t *testing.T) {
+	ctx := context.Background()
+	f, db := grpcStart(t)
+	if _, err := db.CreateCollection(ctx, kv.CollectionOptions{Name: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := db.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte{'k', byte('0' + i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	noEvent := func(ev kv.Event) error {
+		t.Errorf("unexpected event %+v", ev)
+		return nil
+	}
+
+	// A from-version below the retention window fails before any event.
+	f.compact(2)
+	err := db.Watch(ctx, kv.WatchRequest{Collection: "c", FromVersion: 1}, noEvent)
+	e := wantCode(t, "watch from a compacted version", err, kv.CodeCompacted)
+	if !errors.Is(err, groupkv.ErrCompacted) || !strings.Contains(e.Message, "compacted") {
+		t.Errorf("compacted watch: %#v", err)
+	}
+	err = db.Watch(ctx, kv.WatchRequest{Collection: "nope"}, noEvent)
+	wantCode(t, "watch of a missing collection", err, kv.CodeCollectionNotFound)
+
+	for _, c := range grpcCodes {
+		err := db.Watch(ctx, kv.WatchRequest{Collection: "fail", Start: []byte(c.kv)}, noEvent)
+		if want := (&kv.Error{Code: c.kv, Message: grpcFakeMessage(c.kv)}); !reflect.DeepEqual(err, want) {
+			t.Errorf("watch failing with %s: %#v, want %#v", c.kv, err, want)
+		}
+	}
+
+	// An error during the stream ends it after the events sent before.
+	evs, errc := watchCollect(ctx, db, kv.WatchRequest{Collection: "c", FromVersion: 2})
+	if ev := nextEvent(t, evs, errc); string(ev.Key) != "k2" {
+		t.Fatalf("first event %+v", ev)
+	}
+	if ev := nextEvent(t, evs, errc); ev.Type != kv.EventProgress {
+		t.Fatalf("second event %+v", ev)
+	}
+	midErr := kv.Errorf(kv.CodeUnavailable, "shard 4 lost its leader: watch again from version 3")
+	f.failWatches(midErr)
+	select {
+	case err := <-errc:
+		if !reflect.DeepEqual(err, midErr) {
+			t.Fatalf("watch failed midway: %#v, want %#v", err, midErr)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("watch did not end with the backend's error")
+	}
+
+	// The wire carries the status of unary errors: OUT_OF_RANGE, the detail
+	// and the trailer.
+	addr, _ := grpcServe(t, f)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stream, err := pb.NewGroupKVClient(conn).Watch(ctx, &pb.WatchRequest{Collection: "c", FromVersion: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = stream.Recv()
+	st := status.Convert(err)
+	if st.Code() != codes.OutOfRange || len(st.Details()) != 1 || st.Details()[0].(*pb.ErrorDetail).GetCode() != string(kv.CodeCompacted) {
+		t.Errorf("compacted watch on the wire: %v, details %v", st, st.Details())
+	}
+	if got := stream.Trailer().Get(api.CodeTrailer); len(got) != 1 || got[0] != string(kv.CodeCompacted) {
+		t.Errorf("compacted watch: trailer %q", got)
+	}
+}
+
+func TestGRPCWatchServerStop(t *testing.T) {
+	ctx := context.Background()
+	f := newGRPCFake()
+	if _, err := f.CreateCollection(ctx, kv.CollectionOptions{Name: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	addr, srv := grpcServe(t, f)
+	db := grpcDial(t, addr)
+	evs, errc := watchCollect(ctx, db, kv.WatchRequest{Collection: "c"})
+	if _, err := db.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte("k")}); err != nil {
+		t.Fatal(err)
+	}
+	nextEvent(t, evs, errc)
+	srv.Stop()
+	select {
+	case err := <-errc:
+		wantCode(t, "watch of a stopped server", err, kv.CodeUnavailable)
+	case <-time.After(10 * time.Second):
+		t.Fatal("watch did not end when the server stopped")
+	}
+}
+
+func TestGRPCStreamMetricsInterceptor(t *testing.T) {
+	type obs struct {
+		op   string
+		code kv.Code
+	}
+	var mu sync.Mutex
+	var got []obs
+	record := func(op string, code kv.Code, seconds float64) {
+		if seconds < 0 {
+			t.Errorf("%s: negative duration %v", op, seconds)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, obs{op, code})
+	}
+	f, db := grpcStart(t, grpc.ChainStreamInterceptor(api.GRPCStreamMetricsInterceptor(record)))
+	ctx := context.Background()
+	if _, err := f.CreateCollection(ctx, kv.CollectionOptions{Name: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	f.compact(5)
+	_ = db.Watch(ctx, kv.WatchRequest{Collection: "c", FromVersion: 1}, func(kv.Event) error { return nil })
+	dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_ = db.Watch(dctx, kv.WatchRequest{Collection: "c", FromVersion: 5}, func(kv.Event) error { return nil })
+
+	want := []obs{{"watch", kv.CodeCompacted}, {"watch", kv.CodeUnavailable}}
+	waitFor(t, "both watches observed", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == 2
+	})
 	mu.Lock()
 	defer mu.Unlock()
 	if !reflect.DeepEqual(got, want) {

@@ -130,6 +130,7 @@ func (s *Server) Close(ctx context.Context) error {
 		select {
 		case <-time.After(time.Second):
 			s.cancelRequests()
+			s.grpcSrv.Stop()
 		case <-drained:
 		}
 	}()
