@@ -481,7 +481,6 @@ func StatusFromError(err error) (*status.Status, kv.Code) {
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.New(codes.DeadlineExceeded, err.Error()), ""
 	default:
-		be = nil
 		e = &kv.Error{Code: kv.CodeInternal, Message: err.Error()}
 	}
 	st := status.New(GRPCCode(e.Code), e.Message)

@@ -20,7 +20,11 @@ import (
 //
 // The server accepts and sends messages up to MaxMessageSize; opts come after
 // these defaults and so may override them. Add interceptors through opts,
-// e.g. grpc.ChainUnaryInterceptor(GRPCMetricsInterceptor(m.Observe)).
+// e.g. grpc.ChainUnaryInterceptor(GRPCMetricsInterceptor(m.Observe)) and
+// grpc.ChainStreamInterceptor(GRPCStreamMetricsInterceptor(m.Observe)).
+//
+// Watch streams last until their clients cancel them, so GracefulStop waits
+// for them: bound it, and call Stop after, to end them.
 //
 // Every error of b reaches the client as described at StatusFromError: the
 // kv.Code rides in an ErrorDetail and in the CodeTrailer trailer, the
@@ -55,14 +59,18 @@ func GRPCMetricsInterceptor(obs func(op string, code kv.Code, seconds float64)) 
 
 // GRPCStreamMetricsInterceptor is GRPCMetricsInterceptor for streaming RPCs
 // (Watch): obs is called once per stream, after it ends, with the seconds the
-// stream lasted. A watch ends when its client cancels it, so its code is then
-// kv.CodeUnavailable, as for any request whose context ended.
+// stream lasted.
+//
+// A watch normally ends because its client went away (it canceled, its
+// deadline passed, its connection broke): that is counted as a success (code
+// ""), as the HTTP layer counts a watch whose client left, since the error
+// is no answer to anyone. Any other error is counted with its code.
 func GRPCStreamMetricsInterceptor(obs func(op string, code kv.Code, seconds float64)) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		start := time.Now()
 		err := handler(srv, ss)
 		var code kv.Code
-		if err != nil {
+		if err != nil && ss.Context().Err() == nil {
 			code = kv.CodeOf(ErrorFromStatus(err, false))
 		}
 		obs(grpcOp(info.FullMethod), code, time.Since(start).Seconds())

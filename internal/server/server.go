@@ -88,7 +88,8 @@ func Start(cfg Config) (*Server, error) {
 	s.cancelRequests = cancelRequests
 	s.grpcSrv = api.NewGRPCServer(n,
 		grpc.MaxRecvMsgSize(maxMessage), grpc.MaxSendMsgSize(maxMessage),
-		grpc.ChainUnaryInterceptor(api.GRPCMetricsInterceptor(metrics.Observe)))
+		grpc.ChainUnaryInterceptor(api.GRPCMetricsInterceptor(metrics.Observe)),
+		grpc.ChainStreamInterceptor(api.GRPCStreamMetricsInterceptor(metrics.Observe)))
 	s.httpSrv = &http.Server{
 		Handler: api.NewHTTPHandler(n, api.HTTPConfig{
 			MaxValueSize: cfg.Node.MaxValueSize,
