@@ -1,11 +1,17 @@
 // Command groupkv is the one binary of groupkv: the server, the command-line
-// client and (later) the benchmark.
+// client and the benchmark.
 //
 //	groupkv server [--data-dir D] [--listen A] [--peer-listen P] [--node-id N]
 //	groupkv collections [create|describe|drop] ...
 //	groupkv put COLLECTION KEY [VALUE] [--tags a,b] [--if-version N]
 //	groupkv get COLLECTION KEY [--version N] [--json]
 //	groupkv del COLLECTION KEY [--if-version N]
+//	groupkv batch get|put|delete < request.json
+//	groupkv delete-range COLLECTION START [END]
+//	groupkv scan COLLECTION [--start S] [--end E] [--limit N] [--reverse] [--all]
+//	groupkv tags COLLECTION (--all a,b | --any a,b)
+//	groupkv watch COLLECTION [--from-version N] [--after-key K]
+//	groupkv bench ...
 package main
 
 import (
