@@ -623,6 +623,12 @@ func (h *Host) processReady(groups []*group) (bool, error) {
 	// Apply: one batch for every group's committed entries.
 	start := time.Now()
 	ab := h.db.NewIndexedBatch()
+	abort := func() {
+		for _, r := range rgs {
+			r.g.sm.EndBatch()
+		}
+		ab.Close()
+	}
 	type done struct {
 		p   *proposal
 		res shard.Result
@@ -649,7 +655,7 @@ func (h *Host) processReady(groups []*group) (bool, error) {
 				cmd := e.Data[8:]
 				res, err := g.sm.Apply(ab, e.Index, e.Term, cmd)
 				if err != nil {
-					ab.Close()
+					abort()
 					return false, err
 				}
 				if p, ok := g.inflight[id]; ok {
@@ -666,15 +672,23 @@ func (h *Host) processReady(groups []*group) (bool, error) {
 				return false, fmt.Errorf("replication: shard %d: configuration changes are not supported on a single node", g.id)
 			default:
 				if err := g.sm.SetApplied(ab, e.Index, e.Term); err != nil {
-					ab.Close()
+					abort()
 					return false, err
 				}
 			}
 		}
 	}
+	for _, r := range rgs {
+		if len(r.rd.CommittedEntries) > 0 {
+			if err := r.g.sm.FinishBatch(ab); err != nil {
+				abort()
+				return false, err
+			}
+		}
+	}
 	if !ab.Empty() {
 		if err := ab.Commit(pebble.NoSync); err != nil {
-			ab.Close()
+			abort()
 			return false, err
 		}
 		h.cfg.Metrics.ApplySeconds.Observe(time.Since(start).Seconds())

@@ -296,10 +296,14 @@ func (e *applyEnv) apply(t *testing.T, td *datadriven.TestData, data []byte) str
 	b := e.eng.DB.NewIndexedBatch()
 	res, err := s.Apply(b, index, term, data)
 	if err != nil {
+		s.EndBatch()
 		if cerr := b.Close(); cerr != nil {
 			t.Fatal(cerr)
 		}
 		return fmt.Sprintf("error: %v", err)
+	}
+	if err := s.FinishBatch(b); err != nil {
+		t.Fatal(err)
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
 		t.Fatal(err)

@@ -49,6 +49,9 @@ func BenchmarkApplyPut(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+		if err := s.FinishBatch(batch); err != nil {
+			b.Fatal(err)
+		}
 		if err := batch.Commit(nil); err != nil {
 			b.Fatal(err)
 		}

@@ -18,13 +18,24 @@ const Latest = ^uint64(0)
 // which, and version is the tombstone's version (0 when nothing was found).
 // Value and tags in the result are copies.
 func ReadRecord(r pebble.Reader, collection uint32, key []byte, asOf uint64) (val storage.MVCCValue, version uint64, found bool, err error) {
-	prefix := storage.DataKeyPrefix(nil, collection, key)
-	upper := append(append([]byte(nil), prefix...), 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF)
+	prefix, upper := recordBounds(collection, key)
 	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper})
 	if err != nil {
 		return val, 0, false, err
 	}
 	defer it.Close()
+	return readRecordIter(it, collection, key, asOf, prefix)
+}
+
+// recordBounds returns the iterator bounds of every version of key.
+func recordBounds(collection uint32, key []byte) (lower, upper []byte) {
+	lower = storage.DataKeyPrefix(nil, collection, key)
+	upper = append(append(make([]byte, 0, len(lower)+9), lower...), 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF)
+	return lower, upper
+}
+
+// readRecordIter is ReadRecord on an iterator bounded to the versions of key.
+func readRecordIter(it *pebble.Iterator, collection uint32, key []byte, asOf uint64, prefix []byte) (val storage.MVCCValue, version uint64, found bool, err error) {
 	if !it.SeekGE(storage.DataKey(nil, collection, key, asOf)) {
 		return val, 0, false, it.Error()
 	}

@@ -107,6 +107,38 @@ type Shard struct {
 	tsoHWM uint64
 
 	scratch []byte
+	// iter reads the apply batch iterBatch; it is reused across the reads
+	// of one cycle (SetOptions refreshes its view of the batch) and closed
+	// by EndBatch.
+	iter      *pebble.Iterator
+	iterBatch *pebble.Batch
+	// dirty: applied or maxVersion changed since the last FinishBatch.
+	dirty bool
+}
+
+// latest reads the newest version of key through the batch being applied.
+func (s *Shard) latest(b *pebble.Batch, key []byte) (storage.MVCCValue, uint64, bool, error) {
+	lower, upper := recordBounds(s.desc.Collection, key)
+	if s.iter == nil || s.iterBatch != b {
+		s.EndBatch()
+		it, err := b.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+		if err != nil {
+			return storage.MVCCValue{}, 0, false, err
+		}
+		s.iter, s.iterBatch = it, b
+	} else {
+		s.iter.SetOptions(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	}
+	return readRecordIter(s.iter, s.desc.Collection, key, Latest, lower)
+}
+
+// EndBatch releases what the shard holds of the batch it applied into; the
+// caller calls it before committing or closing that batch.
+func (s *Shard) EndBatch() {
+	if s.iter != nil {
+		s.iter.Close()
+		s.iter, s.iterBatch = nil, nil
+	}
 }
 
 // Load returns the state machine of desc as persisted in r.
@@ -152,17 +184,40 @@ func (s *Shard) GCThreshold() uint64 { return s.gcThreshold }
 func (s *Shard) TSOHighWater() uint64 { return s.tsoHWM }
 
 // SetApplied records that the entry at index/term was applied without a
-// command (an empty entry or a configuration change). It writes into b.
+// command (an empty entry or a configuration change). Like Apply, it is
+// persisted into the batch by FinishBatch.
 func (s *Shard) SetApplied(b *pebble.Batch, index, term uint64) error {
 	s.applied, s.appliedTerm = index, term
+	s.dirty = true
+	return nil
+}
+
+// FinishBatch writes into b the applied index and the highest version of
+// the entries applied into it since the last FinishBatch, and releases
+// what the shard holds of b. The caller calls it, for every shard that
+// applied entries into b, before committing b: then the applied index is
+// persisted in the same batch as the state it describes.
+func (s *Shard) FinishBatch(b *pebble.Batch) error {
+	s.EndBatch()
+	if !s.dirty {
+		return nil
+	}
+	s.dirty = false
 	var buf [16]byte
-	binary.BigEndian.PutUint64(buf[:], index)
-	binary.BigEndian.PutUint64(buf[8:], term)
-	return b.Set(storage.ShardStateKey(s.desc.ShardID, stateApplied), buf[:], nil)
+	binary.BigEndian.PutUint64(buf[:], s.applied)
+	binary.BigEndian.PutUint64(buf[8:], s.appliedTerm)
+	if err := b.Set(storage.ShardStateKey(s.desc.ShardID, stateApplied), buf[:], nil); err != nil {
+		return err
+	}
+	if s.desc.IsMeta() {
+		return nil
+	}
+	return storage.PutUint64(b, storage.ShardStateKey(s.desc.ShardID, stateMaxVersion), s.maxVersion)
 }
 
 // Apply applies the command of the committed entry at index/term, writing
-// its effects and the new applied index into b, an indexed batch (reads
+// its effects into b, an indexed batch (FinishBatch adds the new applied
+// index before b is committed; reads
 // through it see the effects of earlier commands of the same cycle). An error
 // means the batch cannot be committed (a storage failure or a corrupt log);
 // a refusal of the command itself is in Result.Err.
@@ -213,7 +268,8 @@ func (s *Shard) checkVersion(v uint64) *kv.Error {
 
 func (s *Shard) setMaxVersion(b *pebble.Batch, v uint64) error {
 	s.maxVersion = v
-	return storage.PutUint64(b, storage.ShardStateKey(s.desc.ShardID, stateMaxVersion), v)
+	s.dirty = true
+	return nil
 }
 
 func (s *Shard) applyWrite(b *pebble.Batch, cmd Command) (Result, error) {
@@ -233,7 +289,7 @@ func (s *Shard) applyWrite(b *pebble.Batch, cmd Command) (Result, error) {
 			return Result{Err: kv.Errorf(kv.CodeInvalidArgument, "key %q appears twice in one write", op.Key)}, nil
 		}
 		seen[string(op.Key)] = struct{}{}
-		val, version, ok, err := ReadRecord(b, s.desc.Collection, op.Key, Latest)
+		val, version, ok, err := s.latest(b, op.Key)
 		if err != nil {
 			return Result{}, err
 		}
@@ -599,7 +655,11 @@ var ErrShardRemoved = errors.New("shard: replica removed")
 // machine loaded yet (bootstrap).
 func (s *Shard) SetAppliedFor(b *pebble.Batch, shardID, index, term uint64) error {
 	s.desc.ShardID = shardID
-	return s.SetApplied(b, index, term)
+	s.desc.Collection = 1 // any data shard: only the applied index is written
+	if err := s.SetApplied(b, index, term); err != nil {
+		return err
+	}
+	return s.FinishBatch(b)
 }
 
 // ReadGCThreshold reads a shard's applied GC threshold from r.
