@@ -98,17 +98,19 @@ func (o *Oracle) renewLocked(phys uint64) {
 	}
 }
 
-// TryNext issues a timestamp above every one issued before, or returns false
-// when the oracle is inactive or must wait for its high-water mark to be
-// persisted (the caller retries after the next apply cycle).
-func (o *Oracle) TryNext() (uint64, bool) {
+// TryNext issues a timestamp above floor and above every one issued before,
+// or returns false when the oracle is inactive or must wait for its
+// high-water mark to be persisted (the caller retries after the next apply
+// cycle). A shard leader passes as floor its last version and its read
+// watermark, so that every version it assigns is one the oracle issued:
+// Latest never falls below an acknowledged write.
+func (o *Oracle) TryNext(floor uint64) (uint64, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if !o.mu.active {
 		return 0, false
 	}
-	phys := o.physical()
-	ts := max(phys, o.mu.last+1)
+	ts := max(o.physical(), o.mu.last+1, floor+1)
 	o.renewLocked(ts)
 	if ts > o.mu.hwm {
 		return 0, false

@@ -95,7 +95,7 @@ func (c *oracleChecker) persisted(hwm uint64) {
 // next calls TryNext and checks the answer.
 func (c *oracleChecker) next() (uint64, bool) {
 	c.t.Helper()
-	ts, ok := c.o.TryNext()
+	ts, ok := c.o.TryNext(0)
 	if !ok {
 		if ts != 0 {
 			c.t.Fatalf("TryNext = %d, false", ts)
@@ -395,7 +395,7 @@ func TestOracleConcurrent(t *testing.T) {
 					// Clock moves, some backwards, from many goroutines.
 					clock.Advance(time.Duration(int(i/100)%3-1) * time.Millisecond)
 				}
-				ts, ok := o.TryNext()
+				ts, ok := o.TryNext(0)
 				if !ok {
 					t.Errorf("worker %d: TryNext refused", w)
 					return

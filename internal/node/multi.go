@@ -29,8 +29,11 @@ func (n *Node) checkBatchSize(count, bytes int) error {
 
 // BatchGet implements kv.Backend: every key is read at one version.
 func (n *Node) BatchGet(ctx context.Context, keys []kv.KeyRef) (kv.BatchGetResult, error) {
-	ctx, cancel := n.withTimeout(ctx)
-	defer cancel()
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return kv.BatchGetResult{}, err
+	}
+	defer done()
 	size := 0
 	for _, k := range keys {
 		size += len(k.Key)
@@ -90,8 +93,11 @@ type batchOp struct {
 
 // BatchPut implements kv.Backend.
 func (n *Node) BatchPut(ctx context.Context, items []kv.PutItem) ([]kv.WriteResult, error) {
-	ctx, cancel := n.withTimeout(ctx)
-	defer cancel()
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	size := 0
 	for _, it := range items {
 		size += len(it.Key) + len(it.Value)
@@ -118,8 +124,11 @@ func (n *Node) BatchPut(ctx context.Context, items []kv.PutItem) ([]kv.WriteResu
 
 // BatchDelete implements kv.Backend.
 func (n *Node) BatchDelete(ctx context.Context, keys []kv.KeyRef) ([]kv.WriteResult, error) {
-	ctx, cancel := n.withTimeout(ctx)
-	defer cancel()
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	size := 0
 	for _, k := range keys {
 		size += len(k.Key)
@@ -267,8 +276,11 @@ func shardsIn(d *cluster.CollectionDesc, start, end []byte) []uint64 {
 
 // DeleteRange implements kv.Backend.
 func (n *Node) DeleteRange(ctx context.Context, req kv.DeleteRangeRequest) (kv.DeleteRangeResult, error) {
-	ctx, cancel := n.withTimeout(ctx)
-	defer cancel()
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return kv.DeleteRangeResult{}, err
+	}
+	defer done()
 	d, err := n.collection(req.Collection)
 	if err != nil {
 		return kv.DeleteRangeResult{}, err
@@ -373,8 +385,11 @@ func (n *Node) readVersion(page string, reqVersion uint64, reverse bool) (versio
 
 // Scan implements kv.Backend.
 func (n *Node) Scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResult, error) {
-	ctx, cancel := n.withTimeout(ctx)
-	defer cancel()
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return kv.ScanResult{}, err
+	}
+	defer done()
 	d, err := n.collection(req.Collection)
 	if err != nil {
 		return kv.ScanResult{}, err
@@ -447,8 +462,11 @@ func cloneTags(t []string) []string {
 
 // GetByTags implements kv.Backend.
 func (n *Node) GetByTags(ctx context.Context, q kv.TagQuery) (kv.ScanResult, error) {
-	ctx, cancel := n.withTimeout(ctx)
-	defer cancel()
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return kv.ScanResult{}, err
+	}
+	defer done()
 	d, err := n.collection(q.Collection)
 	if err != nil {
 		return kv.ScanResult{}, err

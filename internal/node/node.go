@@ -56,6 +56,10 @@ type Node struct {
 		replicas map[uint64]localReplica
 	}
 
+	// opsMu is held shared by every client operation for its whole run and
+	// exclusively by Close, so that the engine is never closed under one.
+	opsMu sync.RWMutex
+
 	stop     chan struct{}
 	bg       sync.WaitGroup
 	closeMu  sync.Mutex
@@ -211,6 +215,8 @@ func (n *Node) Close() error {
 	}
 	n.closed = true
 	close(n.stop)
+	n.opsMu.Lock() // wait out operations in flight (watches end on stop)
+	defer n.opsMu.Unlock()
 	n.bg.Wait()
 	n.host.Stop()
 	n.reconcileMu.Lock() // wait out a reconcile started by a request
@@ -440,11 +446,22 @@ func (n *Node) WaitReady(ctx context.Context) error {
 	}
 }
 
-func (n *Node) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return ctx, func() {}
+// begin starts a client operation: it bounds ctx by the request timeout
+// and keeps Close from closing the engine until end is called. It fails
+// once the node is closing.
+func (n *Node) begin(ctx context.Context) (context.Context, func(), error) {
+	n.opsMu.RLock()
+	select {
+	case <-n.stop:
+		n.opsMu.RUnlock()
+		return nil, nil, kv.Errorf(kv.CodeUnavailable, "node is shutting down")
+	default:
 	}
-	return context.WithTimeout(ctx, n.opts.RequestTimeout)
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, n.opsMu.RUnlock, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.opts.RequestTimeout)
+	return ctx, func() { cancel(); n.opsMu.RUnlock() }, nil
 }
 
 func (n *Node) collection(name string) (*cluster.CollectionDesc, error) {
@@ -480,8 +497,11 @@ func (n *Node) leaderNode(d *cluster.CollectionDesc) func(uint64) uint64 {
 // CreateCollection implements kv.Backend. It answers once every shard of
 // the new collection accepts writes.
 func (n *Node) CreateCollection(ctx context.Context, opts kv.CollectionOptions) (kv.CollectionInfo, error) {
-	ctx, cancel := n.withTimeout(ctx)
-	defer cancel()
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return kv.CollectionInfo{}, err
+	}
+	defer done()
 	if err := kv.ValidateCollectionOptions(&opts); err != nil {
 		return kv.CollectionInfo{}, err
 	}
@@ -531,8 +551,11 @@ func (n *Node) DescribeCollection(ctx context.Context, name string) (kv.Collecti
 // DropCollection implements kv.Backend. It answers once the collection's
 // replicas and data are gone from this node.
 func (n *Node) DropCollection(ctx context.Context, name string) error {
-	ctx, cancel := n.withTimeout(ctx)
-	defer cancel()
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	if err := kv.ValidateCollectionName(name); err != nil {
 		return err
 	}
@@ -560,8 +583,11 @@ func condOf(v *uint64) (bool, uint64) {
 
 // Put implements kv.Backend.
 func (n *Node) Put(ctx context.Context, req kv.PutRequest) (uint64, error) {
-	ctx, cancel := n.withTimeout(ctx)
-	defer cancel()
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
 	d, err := n.collection(req.Collection)
 	if err != nil {
 		return 0, err
@@ -595,8 +621,11 @@ func (n *Node) Put(ctx context.Context, req kv.PutRequest) (uint64, error) {
 
 // Delete implements kv.Backend.
 func (n *Node) Delete(ctx context.Context, req kv.DeleteRequest) (uint64, error) {
-	ctx, cancel := n.withTimeout(ctx)
-	defer cancel()
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
 	d, err := n.collection(req.Collection)
 	if err != nil {
 		return 0, err
@@ -639,8 +668,11 @@ func (n *Node) write(ctx context.Context, shardID uint64, cmd []byte) (uint64, e
 
 // Get implements kv.Backend.
 func (n *Node) Get(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
-	ctx, cancel := n.withTimeout(ctx)
-	defer cancel()
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return kv.Record{}, err
+	}
+	defer done()
 	d, err := n.collection(req.Collection)
 	if err != nil {
 		return kv.Record{}, err

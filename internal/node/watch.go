@@ -21,6 +21,9 @@ const progressInterval = time.Second
 // minimum resolved timestamp of the shards involved: no change at or below
 // it can still appear, so events never go back in order and none is missed.
 func (n *Node) Watch(ctx context.Context, req kv.WatchRequest, fn func(kv.Event) error) error {
+	// A watch runs until its context ends, not for the request timeout. It
+	// holds the node open (opsMu) only while it reads, never while fn
+	// runs, so that a slow consumer cannot hold up Close.
 	d, err := n.collection(req.Collection)
 	if err != nil {
 		return err
@@ -39,7 +42,7 @@ func (n *Node) Watch(ctx context.Context, req kv.WatchRequest, fn func(kv.Event)
 	}
 	// Cursor: every change at or below (version, afterKey) was delivered.
 	version, afterKey := req.FromVersion, req.AfterKey
-	if err := n.checkWatchRetained(shards, version); err != nil {
+	if err := n.reading(func() error { return n.checkWatchRetained(shards, version) }); err != nil {
 		return err
 	}
 	if latest := n.oracle.Latest(); version > latest {
@@ -62,34 +65,39 @@ func (n *Node) Watch(ctx context.Context, req kv.WatchRequest, fn func(kv.Event)
 			if afterKey != nil {
 				from, after = version, afterKey
 			}
-			err := shard.Changes(n.eng.DB, d.ID, from, resolved, after, func(c shard.Change) bool {
-				if len(req.Start) > 0 && bytes.Compare(c.Key, req.Start) < 0 || len(req.End) > 0 && bytes.Compare(c.Key, req.End) >= 0 {
-					return true
-				}
-				val, v, found, err := shard.ReadRecord(n.eng.DB, d.ID, c.Key, c.Version)
-				if err != nil {
-					rerr = err
-					return false
-				}
-				if v != c.Version {
-					// Garbage-collected under the watcher: checked below.
-					return true
-				}
-				ev := kv.Event{Type: kv.EventDelete, Key: c.Key, Version: c.Version}
-				if found {
-					ev.Type, ev.Value, ev.Tags = kv.EventPut, val.Value, val.Tags
-				}
-				events = append(events, ev)
-				return len(events) < 10000
+			err := n.reading(func() error {
+				return shard.Changes(n.eng.DB, d.ID, from, resolved, after, func(c shard.Change) bool {
+					if len(req.Start) > 0 && bytes.Compare(c.Key, req.Start) < 0 || len(req.End) > 0 && bytes.Compare(c.Key, req.End) >= 0 {
+						return true
+					}
+					val, v, found, err := shard.ReadRecord(n.eng.DB, d.ID, c.Key, c.Version)
+					if err != nil {
+						rerr = err
+						return false
+					}
+					if v != c.Version {
+						// Garbage-collected under the watcher: checked below.
+						return true
+					}
+					ev := kv.Event{Type: kv.EventDelete, Key: c.Key, Version: c.Version}
+					if found {
+						ev.Type, ev.Value, ev.Tags = kv.EventPut, val.Value, val.Tags
+					}
+					events = append(events, ev)
+					return len(events) < 10000
+				})
 			})
 			if err == nil {
 				err = rerr
 			}
 			if err != nil {
+				if kv.CodeOf(err) == kv.CodeUnavailable {
+					return err
+				}
 				return kv.Errorf(kv.CodeInternal, "reading the change log of %q: %v", req.Collection, err)
 			}
 			// The changes read are valid only if GC had not passed them.
-			if err := n.checkWatchRetained(shards, version); err != nil {
+			if err := n.reading(func() error { return n.checkWatchRetained(shards, version) }); err != nil {
 				return err
 			}
 			for _, ev := range events {
@@ -142,4 +150,16 @@ func (n *Node) checkWatchRetained(shards []uint64, version uint64) error {
 		}
 	}
 	return nil
+}
+
+// reading runs fn, which reads the engine, unless the node is closing.
+func (n *Node) reading(fn func() error) error {
+	n.opsMu.RLock()
+	defer n.opsMu.RUnlock()
+	select {
+	case <-n.stop:
+		return kv.Errorf(kv.CodeUnavailable, "node is shutting down")
+	default:
+	}
+	return fn()
 }

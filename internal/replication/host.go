@@ -40,10 +40,11 @@ type Config struct {
 	Logger  *slog.Logger
 }
 
-// VersionSource issues timestamps above every one issued before. TryNext
-// must not block; false means "not now, ask again next cycle".
+// VersionSource issues timestamps above every one issued before and above
+// floor. TryNext must not block; false means "not now, ask again next
+// cycle".
 type VersionSource interface {
-	TryNext() (uint64, bool)
+	TryNext(floor uint64) (uint64, bool)
 }
 
 // Hooks are called from the Host loop after a cycle's applied state is
@@ -741,12 +742,21 @@ func (h *Host) proposeWaiting(g *group) {
 	n := 0
 	for _, p := range g.waiting {
 		if shard.IsWrite(p.cmd) {
-			ts, ok := h.cfg.Versions.TryNext()
+			g.mu.Lock()
+			floor := max(g.mu.lastAssigned, g.mu.readWatermark)
+			g.mu.Unlock()
+			v, ok := h.cfg.Versions.TryNext(floor)
 			if !ok {
 				break
 			}
 			g.mu.Lock()
-			v := max(ts, g.mu.lastAssigned+1, g.mu.readWatermark+1)
+			if v <= g.mu.readWatermark {
+				// A snapshot read raised the watermark between the two
+				// locks; this timestamp is too low. Try again next cycle.
+				g.mu.Unlock()
+				h.signal()
+				break
+			}
 			g.mu.lastAssigned = v
 			g.mu.Unlock()
 			shard.SetVersion(p.cmd, v)
@@ -797,7 +807,7 @@ func (h *Host) updateLeadership(g *group, rd raft.Ready) {
 		g.mu.ready = true
 		// Seed the watermark from a timestamp fetched after the election so
 		// that a new leader's writes land above reads served by any earlier one.
-		if ts, ok := h.cfg.Versions.TryNext(); ok && ts > g.mu.readWatermark {
+		if ts, ok := h.cfg.Versions.TryNext(g.mu.readWatermark); ok {
 			g.mu.readWatermark = ts
 		}
 		if mv := g.sm.MaxVersion(); mv > g.mu.lastAssigned {

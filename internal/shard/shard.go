@@ -546,7 +546,9 @@ func (s *Shard) gcVersions(b *pebble.Batch, start, end []byte, threshold uint64,
 		if !owned || version > threshold {
 			continue
 		}
-		if keptOne || dead {
+		// A tombstone at exactly the threshold stays: a watcher resuming
+		// from threshold-1 still reads the delete it records.
+		if keptOne || dead && version < threshold {
 			*out = append(*out, append([]byte(nil), k...))
 		}
 		keptOne = true
