@@ -706,15 +706,17 @@ func (h *Host) processReady(groups []*group) (bool, error) {
 		h.mu.applied = make(chan struct{})
 		h.mu.Unlock()
 	}
-	for _, d := range dones {
-		d.p.done <- outcome{res: d.res}
-	}
-	h.lastAnswered = len(dones)
+	// Hooks first: a proposer that is answered sees what they did (the
+	// catalog of a created collection, say).
 	if h.cfg.Hooks.Applied != nil {
 		for _, a := range applieds {
 			h.cfg.Hooks.Applied(a.shardID, a.kind, a.res)
 		}
 	}
+	for _, d := range dones {
+		d.p.done <- outcome{res: d.res}
+	}
+	h.lastAnswered = len(dones)
 	for _, r := range rgs {
 		g := r.g
 		g.rn.Advance(r.rd)
@@ -741,6 +743,7 @@ func (h *Host) proposeWaiting(g *group) {
 	}
 	n := 0
 	for _, p := range g.waiting {
+		var assigned *uint64 // the previous lastAssigned, if p got a version
 		if shard.IsWrite(p.cmd) {
 			g.mu.Lock()
 			floor := max(g.mu.lastAssigned, g.mu.readWatermark)
@@ -757,14 +760,24 @@ func (h *Host) proposeWaiting(g *group) {
 				h.signal()
 				break
 			}
+			prevAssigned := g.mu.lastAssigned
 			g.mu.lastAssigned = v
 			g.mu.Unlock()
+			assigned = &prevAssigned
 			shard.SetVersion(p.cmd, v)
 		}
 		data := make([]byte, 8+len(p.cmd))
 		binary.BigEndian.PutUint64(data, p.id)
 		copy(data[8:], p.cmd)
 		if err := g.rn.Propose(data); err != nil {
+			if assigned != nil {
+				// The version will never be applied; nothing was assigned
+				// after it (this loop is the only assigner), so take it back
+				// lest a snapshot read wait for it.
+				g.mu.Lock()
+				g.mu.lastAssigned = *assigned
+				g.mu.Unlock()
+			}
 			p.done <- outcome{err: kv.Errorf(kv.CodeUnavailable, "shard %d refused the proposal: %v", g.id, err)}
 			h.cfg.Metrics.ProposalFails.Inc()
 		} else {

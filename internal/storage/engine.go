@@ -56,7 +56,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 	if fs == nil {
 		fs = vfs.Default
 	}
-	if err := fs.MkdirAll(dir, 0o755); err != nil {
+	if err := mkdirAllAndSync(fs, dir); err != nil {
 		return nil, fmt.Errorf("storage: creating data directory %s: %w", dir, err)
 	}
 	lock, err := fs.Lock(fs.PathJoin(dir, lockFileName))
@@ -87,6 +87,13 @@ func Open(dir string, opts Options) (*Engine, error) {
 	if err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("storage: opening pebble in %s: %w", dir, err)
+	}
+	// Pebble syncs what it creates below its own directory; the entry of
+	// that directory in dir is ours to make durable.
+	if err := syncDir(fs, dir); err != nil {
+		db.Close()
+		lock.Close()
+		return nil, fmt.Errorf("storage: syncing %s: %w", dir, err)
 	}
 	e := &Engine{DB: db, FS: fs, Dir: dir, lock: lock}
 	if err := e.checkFormat(); err != nil {
@@ -165,4 +172,42 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
 	panic(fmt.Sprintf(format, args...))
+}
+
+// mkdirAllAndSync creates dir and its missing parents and syncs every
+// directory whose entries changed, up to the closest ancestor that existed,
+// so that a power loss cannot drop the new directory (and every write below
+// it).
+func mkdirAllAndSync(fs vfs.FS, dir string) error {
+	var parents []string
+	for p := fs.PathDir(dir); ; p = fs.PathDir(p) {
+		parents = append(parents, p)
+		if _, err := fs.Stat(p); err == nil || fs.PathDir(p) == p {
+			break
+		}
+	}
+	if _, err := fs.Stat(dir); err == nil {
+		return nil
+	}
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, p := range parents {
+		if err := syncDir(fs, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func syncDir(fs vfs.FS, dir string) error {
+	d, err := fs.OpenDir(dir)
+	if err != nil {
+		return err
+	}
+	if err := d.Sync(); err != nil {
+		d.Close()
+		return err
+	}
+	return d.Close()
 }
