@@ -1,0 +1,264 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	groupkv "github.com/groupkv/groupkv"
+	"github.com/groupkv/groupkv/internal/bench"
+)
+
+func benchCommand() *cobra.Command {
+	var (
+		opts         bench.Options
+		target       string
+		workloads    string
+		partitioning string
+		table        string
+		load         bool
+		version      string
+		out          string
+		progress     bool
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Run YCSB workloads (or the timeline workload) against groupkv, etcd or Redis",
+		Long: `Run YCSB core workloads against a running server and print throughput and
+latency percentiles per operation; with --out, append a JSON record of each
+run to a results file (see "groupkv bench chart" and "groupkv bench report").
+
+Workloads (as in YCSB; keys chosen zipfian unless said otherwise):
+  a  50% read, 50% update            d  95% read, 5% insert (latest)
+  b  95% read, 5% update             e  95% scan of 1-100 records, 5% insert
+  c  100% read                       f  50% read, 50% read-modify-write
+  timeline  groupkv only: --users users with --records-per-user records
+            tagged with the user's tag; each operation reads one user's
+            records with GetByTags, on a tag and/or a hash collection
+            (--partitioning)
+
+Each target is reached through its ordinary Go client; --addr defaults to
+the target's usual port (groupkv 7070, etcd 2379, redis 6379) on 127.0.0.1.
+Run with --load once to write --records records (it empties the benchmark's
+table first: collection "usertable", etcd prefix "usertable/", Redis keys
+"usertable:*").`,
+		Example: `  groupkv bench --workload a,b,c --records 100000 --load --out results.json
+  groupkv bench --target etcd --addr 127.0.0.1:2379 --workload a --load --out results.json
+  groupkv bench --workload timeline --partitioning tag,hash --load --duration 20s
+  groupkv bench chart --in results.json --out chart.png`,
+		Args: argsBetween(0, 0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			target = strings.ToLower(target)
+			if _, ok := bench.DefaultAddr[target]; !ok {
+				return usagef("--target %q: use %s", target, strings.Join(bench.Targets, ", "))
+			}
+			addr, _ := cmd.Flags().GetString("addr")
+			if !cmd.Flags().Changed("addr") {
+				addr = bench.DefaultAddr[target]
+			}
+			var core []bench.Workload
+			timeline := false
+			for _, name := range strings.Split(workloads, ",") {
+				name = strings.TrimSpace(name)
+				if strings.EqualFold(name, bench.TimelineOp) {
+					timeline = true
+					continue
+				}
+				w, err := bench.LookupWorkload(name)
+				if err != nil {
+					return usagef("--workload %q: use a, b, c, d, e, f or timeline, or a comma-separated list", name)
+				}
+				core = append(core, w)
+			}
+			var parts []groupkv.Partitioning
+			if timeline {
+				if target != "groupkv" {
+					return usagef("--workload timeline runs against groupkv only, not %s", target)
+				}
+				for _, p := range strings.Split(partitioning, ",") {
+					switch p = strings.TrimSpace(p); p {
+					case "tag", "hash":
+						parts = append(parts, groupkv.Partitioning(p))
+					default:
+						return usagef("--partitioning %q: use tag, hash or tag,hash", p)
+					}
+				}
+			}
+			opts.Addr = addr
+			if progress || term.IsTerminal(int(os.Stderr.Fd())) {
+				opts.Progress = bench.NewProgressBar(os.Stderr).Update
+			}
+			if err := validateBenchOptions(opts); err != nil {
+				return err
+			}
+
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			d, err := bench.Open(ctx, target, addr, bench.DriverOptions{Table: table, Shards: opts.Shards, Conns: opts.Clients})
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			r, err := bench.NewRunner(d, opts)
+			if err != nil {
+				return err
+			}
+			var loaded *bench.LoadResult
+			if load && len(core) > 0 {
+				lr, err := r.Load(ctx)
+				if err != nil {
+					return err
+				}
+				loaded = &lr
+			}
+			stdout := cmd.OutOrStdout()
+			emit := func(res bench.Result) error {
+				if version != "" {
+					res.Version = version
+				}
+				if err := bench.WriteSummary(stdout, res); err != nil {
+					return err
+				}
+				fmt.Fprintln(stdout)
+				if out != "" {
+					return bench.AppendResult(out, res)
+				}
+				return nil
+			}
+			for _, w := range core {
+				res, err := r.Run(ctx, w)
+				if err != nil {
+					return err
+				}
+				res.Load, loaded = loaded, nil
+				if err := emit(res); err != nil {
+					return err
+				}
+			}
+			for _, p := range parts {
+				res, err := r.RunTimeline(ctx, p, load)
+				if err != nil {
+					return err
+				}
+				if err := emit(res); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&target, "target", "groupkv", "system to measure: groupkv, etcd or redis")
+	addAddrFlag(cmd)
+	f.StringVar(&workloads, "workload", "a", "workload: a to f or timeline, or a comma-separated list run in order")
+	f.IntVar(&opts.Records, "records", 100000, "records of the load phase (and the key space of the runs)")
+	f.IntVar(&opts.ValueSize, "value-size", 100, "value size in bytes")
+	f.IntVar(&opts.Clients, "clients", 64, "concurrent clients, each with one request in flight")
+	f.DurationVar(&opts.Duration, "duration", 30*time.Second, "measured time of each workload")
+	f.DurationVar(&opts.Warmup, "warmup", 5*time.Second, "unmeasured time before each workload's measured time")
+	f.StringVar(&opts.Distribution, "distribution", "", "request distribution: uniform, zipfian or latest (default: each workload's own)")
+	f.BoolVar(&load, "load", false, "empty the benchmark's table and load --records records first")
+	f.StringVar(&out, "out", "", "append a JSON record of each run to this file")
+	f.StringVar(&version, "system-version", "", "version to record for the target (default: what its server reports; for groupkv the build's VCS revision)")
+	f.BoolVar(&progress, "progress", false, "draw the progress bar on stderr even when it is not a terminal")
+	f.Uint64Var(&opts.Seed, "seed", 0, "seed of the random key choices (default: from the clock; results record it)")
+	f.IntVar(&opts.Shards, "shards", 0, "shards of the groupkv collections --load creates (default: groupkv's)")
+	f.StringVar(&table, "table", "usertable", "groupkv collection, etcd key prefix or Redis key prefix of the records")
+	f.StringVar(&partitioning, "partitioning", "tag,hash", "timeline workload: collection partitioning, tag, hash or tag,hash")
+	f.IntVar(&opts.Users, "users", 1000, "timeline workload: users")
+	f.IntVar(&opts.PerUser, "records-per-user", 20, "timeline workload: records per user")
+	cmd.AddCommand(benchChartCommand(), benchReportCommand())
+	return cmd
+}
+
+// validateBenchOptions reports the problems of opts as a usage error
+// before any connection is made. Zero values mean the runner's defaults.
+func validateBenchOptions(opts bench.Options) error {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return usagef("%v", err)
+	}
+	return nil
+}
+
+func benchChartCommand() *cobra.Command {
+	var (
+		in, out string
+		copts   bench.ChartOptions
+	)
+	cmd := &cobra.Command{
+		Use:   "chart",
+		Short: "Draw a PNG bar chart of a results file: throughput and p99 latency per workload and system",
+		Long: `Draw a PNG bar chart of the results file that "groupkv bench --out" appends to:
+throughput and p99 latency per workload, one bar per system. When the file
+holds several runs of one system and workload, the last one counts.`,
+		Example: "  groupkv bench chart --in results.json --out chart.png",
+		Args:    argsBetween(0, 0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := copts.Validate(); err != nil {
+				return usagef("%v", err)
+			}
+			rs, err := bench.ReadResultsFile(in)
+			if err != nil {
+				return err
+			}
+			f, err := os.Create(out)
+			if err != nil {
+				return err
+			}
+			if err := bench.WriteChartPNG(f, rs, copts); err != nil {
+				f.Close()
+				os.Remove(out)
+				if errors.Is(err, bench.ErrNoResults) {
+					return fmt.Errorf("%s holds no results: run groupkv bench --out %s first", in, in)
+				}
+				return err
+			}
+			if err := f.Close(); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s\n", out)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&in, "in", "results.json", "results file")
+	cmd.Flags().StringVar(&out, "out", "chart.png", "PNG file to write")
+	cmd.Flags().IntVar(&copts.Width, "width", 1200, "image width in pixels")
+	cmd.Flags().IntVar(&copts.Height, "height", 900, "image height in pixels")
+	cmd.Flags().StringVar(&copts.Title, "title", "", "chart title (default: systems and parameters)")
+	return cmd
+}
+
+func benchReportCommand() *cobra.Command {
+	var in, baseline string
+	cmd := &cobra.Command{
+		Use:     "report",
+		Short:   "Print Markdown tables of a results file, with the ratios of --baseline to every other system",
+		Example: "  groupkv bench report --in results.json\n  groupkv bench report --in results.json --baseline redis",
+		Args:    argsBetween(0, 0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rs, err := bench.ReadResultsFile(in)
+			if err != nil {
+				return err
+			}
+			if err := bench.WriteMarkdown(cmd.OutOrStdout(), rs, baseline); err != nil {
+				if errors.Is(err, bench.ErrNoResults) {
+					return fmt.Errorf("%s holds no results: run groupkv bench --out %s first", in, in)
+				}
+				return err
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&in, "in", "results.json", "results file")
+	cmd.Flags().StringVar(&baseline, "baseline", "groupkv", "system whose ratios to the others are shown")
+	return cmd
+}

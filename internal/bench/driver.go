@@ -1,0 +1,93 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Driver is one system under test, reached through its ordinary Go client.
+// Every method is safe for concurrent use; the runner calls the record
+// methods from all its clients at once. The runner owns none of the byte
+// slices it passes: a driver must not keep them after the call returns.
+//
+// A record method answers an error for an operation that did not succeed;
+// the runner counts it and goes on. A read of an absent record answers an
+// error wrapping ErrNotFound.
+type Driver interface {
+	// System is the system's name in results: "groupkv", "etcd", "redis".
+	System() string
+	// Version describes the server (and for groupkv, the build), as well as
+	// the system lets a client find out.
+	Version(ctx context.Context) (string, error)
+	// Reset removes every record a previous run left and prepares an empty
+	// table; the load phase calls it first.
+	Reset(ctx context.Context) error
+	// Check answers ErrNotLoaded when the table is missing or empty.
+	Check(ctx context.Context) error
+	// Load writes records in one request or a few (the load phase).
+	Load(ctx context.Context, keys, values [][]byte) error
+
+	Read(ctx context.Context, key []byte) error
+	Update(ctx context.Context, key, value []byte) error
+	Insert(ctx context.Context, key, value []byte) error
+	// Scan reads up to n records from key on, in key order, and answers how
+	// many it read.
+	Scan(ctx context.Context, key []byte, n int) (int, error)
+
+	Close() error
+}
+
+// DriverOptions configure a driver. The zero value means the defaults.
+type DriverOptions struct {
+	// Table is the collection (groupkv), key prefix (etcd, Redis) holding
+	// the records; "" means "usertable", YCSB's name.
+	Table string
+	// Shards is the shard count of the groupkv collection Reset creates;
+	// 0 means groupkv's default.
+	Shards int
+	// Conns is the connection pool size (Redis); 0 means 64, one per
+	// default client, since a Redis connection carries one request at a
+	// time. The gRPC clients (groupkv, etcd) multiplex one connection.
+	Conns int
+	// DialTimeout bounds connecting; 0 means 10 seconds.
+	DialTimeout time.Duration
+}
+
+// EnsureDefaults fills the defaults of zero fields.
+func (o *DriverOptions) EnsureDefaults() {
+	if o.Table == "" {
+		o.Table = "usertable"
+	}
+	if o.Conns == 0 {
+		o.Conns = 64
+	}
+	if o.DialTimeout == 0 {
+		o.DialTimeout = 10 * time.Second
+	}
+}
+
+// Targets lists the systems Open knows, in the order results show them.
+var Targets = []string{"groupkv", "etcd", "redis"}
+
+// DefaultAddr is the address of each target's server started with its
+// defaults.
+var DefaultAddr = map[string]string{
+	"groupkv": "127.0.0.1:7070",
+	"etcd":    "127.0.0.1:2379",
+	"redis":   "127.0.0.1:6379",
+}
+
+// Open connects the driver of target to the server at addr (host:port).
+func Open(ctx context.Context, target, addr string, opts DriverOptions) (Driver, error) {
+	switch strings.ToLower(target) {
+	case "groupkv":
+		return OpenGroupKV(ctx, addr, opts)
+	case "etcd":
+		return OpenEtcd(ctx, addr, opts)
+	case "redis":
+		return OpenRedis(ctx, addr, opts)
+	}
+	return nil, fmt.Errorf("%w: %q (use %s)", ErrUnknownTarget, target, strings.Join(Targets, ", "))
+}

@@ -1,0 +1,174 @@
+package bench
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+)
+
+// AllOps is the key of Result.Latency that covers every top-level
+// operation of a run (a read-modify-write counts once, not as its read and
+// its update).
+const AllOps = "all"
+
+// Result is the record of one run: one workload against one system. A
+// results file holds one JSON object per line (AppendResult, ReadResults).
+type Result struct {
+	System   string `json:"system"`
+	Version  string `json:"version"`
+	Workload string `json:"workload"`
+	// Time is when the run started, in UTC.
+	Time   time.Time `json:"time"`
+	Params Params    `json:"params"`
+	// Host describes the machine of the benchmark client.
+	Host Host `json:"host"`
+	// Seconds is the measured time: from the end of the warm-up to the end
+	// of the last operation that started before the end.
+	Seconds float64 `json:"seconds"`
+	// Ops counts the successful top-level operations of the measured time;
+	// OpsPerSec is Ops/Seconds.
+	Ops       int64   `json:"ops"`
+	OpsPerSec float64 `json:"ops_per_sec"`
+	// Errors counts the failed top-level operations of the measured time.
+	Errors       int64    `json:"errors"`
+	ErrorSamples []string `json:"error_samples,omitempty"`
+	// Latency holds the latencies of each operation that ran, by name
+	// ("read", "update", "insert", "scan", "rmw", "timeline"), and of all
+	// top-level operations under AllOps. A nested operation (the read of a
+	// read-modify-write) counts under its own name too, as in YCSB.
+	Latency map[string]Latency `json:"latency"`
+	// Load describes the load phase that preceded the run, if any.
+	Load *LoadResult `json:"load,omitempty"`
+}
+
+// Params are the parameters of a run.
+type Params struct {
+	Addr            string  `json:"addr,omitempty"`
+	Records         int     `json:"records"`
+	ValueSize       int     `json:"value_size"`
+	Clients         int     `json:"clients"`
+	DurationSeconds float64 `json:"duration_seconds"`
+	WarmupSeconds   float64 `json:"warmup_seconds"`
+	Distribution    string  `json:"distribution"`
+	MaxScanLength   int     `json:"max_scan_length,omitempty"`
+	Seed            uint64  `json:"seed"`
+	Shards          int     `json:"shards,omitempty"`
+	// Timeline workload only.
+	Partitioning string `json:"partitioning,omitempty"`
+	Users        int    `json:"users,omitempty"`
+	PerUser      int    `json:"records_per_user,omitempty"`
+}
+
+// Host describes the machine that ran the benchmark client.
+type Host struct {
+	GOOS      string `json:"goos"`
+	GOARCH    string `json:"goarch"`
+	NumCPU    int    `json:"num_cpu"`
+	GoVersion string `json:"go_version"`
+}
+
+// Latency summarizes the latencies of one operation, in microseconds.
+// Percentiles are within 1% of the exact value (see Histogram).
+type Latency struct {
+	Count  int64   `json:"count"`
+	Errors int64   `json:"errors"`
+	MeanUs float64 `json:"mean_us"`
+	P50Us  float64 `json:"p50_us"`
+	P99Us  float64 `json:"p99_us"`
+	P999Us float64 `json:"p999_us"`
+	MaxUs  float64 `json:"max_us"`
+}
+
+func latencyOf(h *Histogram, errors int64) Latency {
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	return Latency{
+		Count:  int64(h.Count()),
+		Errors: errors,
+		MeanUs: us(h.Mean()),
+		P50Us:  us(h.Percentile(50)),
+		P99Us:  us(h.Percentile(99)),
+		P999Us: us(h.Percentile(99.9)),
+		MaxUs:  us(h.Max()),
+	}
+}
+
+// AppendResult appends res to the results file at path as one JSON line,
+// creating the file if needed.
+func AppendResult(path string, res Result) error {
+	b, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// ReadResults reads every result of a results file: JSON objects one after
+// the other (one per line, as AppendResult writes them), or one JSON array
+// of them.
+func ReadResults(r io.Reader) ([]Result, error) {
+	dec := json.NewDecoder(r)
+	var out []Result
+	for {
+		var raw json.RawMessage
+		err := dec.Decode(&raw)
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("bench: reading results (record %d): %w", len(out)+1, err)
+		}
+		if len(raw) > 0 && raw[0] == '[' {
+			var rs []Result
+			if err := json.Unmarshal(raw, &rs); err != nil {
+				return nil, fmt.Errorf("bench: reading results: %w", err)
+			}
+			out = append(out, rs...)
+			continue
+		}
+		var res Result
+		if err := json.Unmarshal(raw, &res); err != nil {
+			return nil, fmt.Errorf("bench: reading results (record %d): %w", len(out)+1, err)
+		}
+		out = append(out, res)
+	}
+}
+
+// ReadResultsFile reads the results file at path (see ReadResults).
+func ReadResultsFile(path string) ([]Result, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return ReadResults(f)
+}
+
+// LatestResults keeps, for each system and workload, the last result of rs (the
+// most recent run in an appended file), ordered by workload then system
+// (Targets' order first, others after by name).
+func LatestResults(rs []Result) []Result {
+	type key struct{ system, workload string }
+	last := map[key]int{}
+	for i, r := range rs {
+		last[key{r.System, r.Workload}] = i
+	}
+	var out []Result
+	for i, r := range rs {
+		if last[key{r.System, r.Workload}] == i {
+			out = append(out, r)
+		}
+	}
+	sortResults(out)
+	return out
+}
