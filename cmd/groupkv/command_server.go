@@ -55,5 +55,6 @@ serves HTTP/JSON and gRPC on 127.0.0.1:7070 and listens for peers on
 	f.IntVar(&cfg.Node.MaxValueSize, "max-value-size", 1<<20, "largest value accepted, in bytes")
 	f.Uint64Var(&cfg.Node.TruncateAfter, "raft-log-entries", 10000, "applied entries a shard's raft log keeps before it is truncated")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.BoolVar(&cfg.Pprof, "pprof", false, "serve Go's CPU, heap and allocation profiles under /debug/pprof/ on the client address")
 	return cmd
 }

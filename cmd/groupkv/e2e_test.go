@@ -67,6 +67,12 @@ func startServer(t *testing.T, dir string, extra ...string) *proc {
 		t.Fatal(err)
 	}
 	p := &proc{cmd: cmd, logs: &bytes.Buffer{}, mu: &sync.Mutex{}}
+	// A failing test must not leave its server running.
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			p.kill()
+		}
+	})
 	addrCh := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)

@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,7 +34,9 @@ type Config struct {
 	Listen string
 	// PeerListen is the node-to-node address.
 	PeerListen string
-	Logger     *slog.Logger
+	// Pprof serves Go's profiles under /debug/pprof/ on the client address.
+	Pprof  bool
+	Logger *slog.Logger
 }
 
 // Server is a running node with its listeners.
@@ -90,12 +94,16 @@ func Start(cfg Config) (*Server, error) {
 		grpc.MaxRecvMsgSize(maxMessage), grpc.MaxSendMsgSize(maxMessage),
 		grpc.ChainUnaryInterceptor(api.GRPCMetricsInterceptor(metrics.Observe)),
 		grpc.ChainStreamInterceptor(api.GRPCStreamMetricsInterceptor(metrics.Observe)))
+	var handler http.Handler = api.NewHTTPHandler(n, api.HTTPConfig{
+		MaxValueSize: cfg.Node.MaxValueSize,
+		Metrics:      metrics,
+		Extra:        promhttp.HandlerFor(cfg.Node.Registry, promhttp.HandlerOpts{}),
+	})
+	if cfg.Pprof {
+		handler = withPprof(handler)
+	}
 	s.httpSrv = &http.Server{
-		Handler: api.NewHTTPHandler(n, api.HTTPConfig{
-			MaxValueSize: cfg.Node.MaxValueSize,
-			Metrics:      metrics,
-			Extra:        promhttp.HandlerFor(cfg.Node.Registry, promhttp.HandlerOpts{}),
-		}),
+		Handler: handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return baseCtx },
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
@@ -153,4 +161,22 @@ func (s *Server) Close(ctx context.Context) error {
 		return herr
 	}
 	return nerr
+}
+
+// withPprof serves /debug/pprof/ from net/http/pprof and everything else
+// from h (which must see its paths uncleaned, so no ServeMux in front of it).
+func withPprof(h http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/debug/pprof/") {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
