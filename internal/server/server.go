@@ -103,7 +103,7 @@ func Start(cfg Config) (*Server, error) {
 		handler = withPprof(handler)
 	}
 	s.httpSrv = &http.Server{
-		Handler: handler,
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return baseCtx },
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
