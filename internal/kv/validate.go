@@ -2,7 +2,6 @@ package kv
 
 import (
 	"bytes"
-	"regexp"
 	"unicode"
 	"unicode/utf8"
 )
@@ -16,11 +15,16 @@ const (
 	DefaultMaxValueSize = 1 << 20 // 1 MiB
 )
 
-var nameRE = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
-
-// ValidateCollectionName reports whether name is a valid collection name.
+// ValidateCollectionName reports whether name is a valid collection name:
+// [a-z0-9_.-]{1,64}. It runs on every request, so it is a loop, not a
+// regular expression.
 func ValidateCollectionName(name string) error {
-	if !nameRE.MatchString(name) {
+	ok := len(name) >= 1 && len(name) <= 64
+	for i := 0; ok && i < len(name); i++ {
+		c := name[i]
+		ok = c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-'
+	}
+	if !ok {
 		return Errorf(CodeInvalidArgument, "collection name %q is invalid: use 1 to 64 characters of a-z, 0-9, '_', '.', '-'", name)
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"runtime"
 	"strings"
 	"time"
 
@@ -92,6 +93,9 @@ func Start(cfg Config) (*Server, error) {
 	s.cancelRequests = cancelRequests
 	s.grpcSrv = api.NewGRPCServer(n,
 		grpc.MaxRecvMsgSize(maxMessage), grpc.MaxSendMsgSize(maxMessage),
+		// Reused workers keep their grown stacks; a goroutine per request
+		// would grow its stack anew on every deep read.
+		grpc.NumStreamWorkers(uint32(16*runtime.GOMAXPROCS(0))),
 		grpc.ChainUnaryInterceptor(api.GRPCMetricsInterceptor(metrics.Observe)),
 		grpc.ChainStreamInterceptor(api.GRPCStreamMetricsInterceptor(metrics.Observe)))
 	var handler http.Handler = api.NewHTTPHandler(n, api.HTTPConfig{
