@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	groupkv "github.com/groupkv/groupkv"
+	"github.com/groupkv/groupkv/internal/api"
+	"github.com/groupkv/groupkv/internal/kv"
 )
 
 // maxBatchInput bounds the JSON request a batch command reads: the keys and
@@ -84,7 +85,7 @@ written) as {"error": {"code", "message"}, "applied": [...]}, and exits 1.`,
 				if err != nil {
 					return err
 				}
-				return printJSON(cmd, toBatchGetJSON(res))
+				return printJSON(cmd, api.ToBatchGetResponseJSON(res))
 			}),
 		sub("put", "Write records",
 			`  echo '{"items": [{"collection": "users", "key": "u1", "value": "ada", "tags": ["admin"]}]}' | groupkv batch put
@@ -133,30 +134,12 @@ func readBatchInput(stdin io.Reader, file string) ([]byte, error) {
 	return b, nil
 }
 
-// keyRefInput is a key of a batch get or delete request.
-type keyRefInput struct {
-	Collection string  `json:"collection"`
-	Key        *string `json:"key"`
-	KeyBase64  *string `json:"key_base64"`
-}
-
-// putItemInput is a record of a batch put request.
-type putItemInput struct {
-	Collection  string   `json:"collection"`
-	Key         *string  `json:"key"`
-	KeyBase64   *string  `json:"key_base64"`
-	Value       *string  `json:"value"`
-	ValueBase64 *string  `json:"value_base64"`
-	Tags        []string `json:"tags"`
-	IfVersion   *uint64  `json:"if_version"`
-}
-
 // decodeBatchKeys decodes the request of a batch get or delete,
 // {"keys": [{"collection", "key" | "key_base64"}, ...]}. Its errors are
 // usage errors.
 func decodeBatchKeys(in []byte) ([]groupkv.KeyRef, error) {
 	var req struct {
-		Keys []keyRefInput `json:"keys"`
+		Keys []api.KeyRefJSON `json:"keys"`
 	}
 	if err := decodeStrict(in, &req, "keys"); err != nil {
 		return nil, err
@@ -180,7 +163,7 @@ func decodeBatchKeys(in []byte) ([]groupkv.KeyRef, error) {
 // A value must be given, "" for an empty one. Its errors are usage errors.
 func decodeBatchPut(in []byte) ([]groupkv.PutItem, error) {
 	var req struct {
-		Items []putItemInput `json:"items"`
+		Items []api.PutItemJSON `json:"items"`
 	}
 	if err := decodeStrict(in, &req, "items"); err != nil {
 		return nil, err
@@ -224,65 +207,14 @@ func decodeStrict(in []byte, v any, field string) error {
 // bytesInput returns the bytes of field name of element where, given as a
 // string (s) or in standard base64 (b64), exactly one of them when required.
 func bytesInput(where, name string, s, b64 *string, required bool) ([]byte, error) {
+	b, given, err := api.BytesFromJSON(name, s, b64)
 	switch {
-	case s != nil && b64 != nil:
-		return nil, usagef("batch request: %s: give %s or %s_base64, not both", where, name, name)
-	case s != nil:
-		return []byte(*s), nil
-	case b64 != nil:
-		b, err := base64.StdEncoding.DecodeString(*b64)
-		if err != nil {
-			return nil, usagef("batch request: %s: %s_base64 is not standard base64: %v", where, name, err)
-		}
-		return b, nil
-	case required:
+	case err != nil:
+		return nil, usagef("batch request: %s: %s", where, kv.AsError(err).Message)
+	case !given && required:
 		return nil, usagef("batch request: %s: no %s: give %s, or %s_base64 for bytes that are not UTF-8", where, name, name, name)
 	}
-	return nil, nil
-}
-
-// batchGetJSON is the answer of a batch get.
-type batchGetJSON struct {
-	Items   []batchGetItemJSON `json:"items"`
-	Version uint64             `json:"version"`
-}
-
-// batchGetItemJSON is one key of a batch get; one that was not found has
-// no value.
-type batchGetItemJSON struct {
-	Collection string `json:"collection"`
-	keyJSON
-	Found bool `json:"found"`
-	valueJSON
-	Version uint64   `json:"version"`
-	Tags    []string `json:"tags"`
-}
-
-func toBatchGetJSON(res groupkv.BatchGetResult) batchGetJSON {
-	out := batchGetJSON{Items: make([]batchGetItemJSON, len(res.Items)), Version: res.Version}
-	for i, it := range res.Items {
-		item := batchGetItemJSON{Collection: it.Collection, keyJSON: toKeyJSON(it.Key), Found: it.Found, Version: it.Version, Tags: tagsJSON(it.Tags)}
-		if it.Found {
-			item.valueJSON = toValueJSON(it.Value)
-		}
-		out.Items[i] = item
-	}
-	return out
-}
-
-// writeResultJSON is a record a batch write wrote.
-type writeResultJSON struct {
-	Collection string `json:"collection"`
-	keyJSON
-	Version uint64 `json:"version"`
-}
-
-func toWriteResultsJSON(rs []groupkv.WriteResult) []writeResultJSON {
-	out := make([]writeResultJSON, len(rs))
-	for i, r := range rs {
-		out[i] = writeResultJSON{Collection: r.Collection, keyJSON: toKeyJSON(r.Key), Version: r.Version}
-	}
-	return out
+	return b, nil
 }
 
 // batchErrorJSON is a failed batch write on standard error, in the shape of
@@ -292,7 +224,7 @@ type batchErrorJSON struct {
 		Code    groupkv.Code `json:"code"`
 		Message string       `json:"message"`
 	} `json:"error"`
-	Applied []writeResultJSON `json:"applied"`
+	Applied []api.WriteResultJSON `json:"applied"`
 }
 
 // printBatchWrite prints the answer of a batch put or delete: the written
@@ -300,15 +232,13 @@ type batchErrorJSON struct {
 // it, on standard error; the error is returned either way.
 func printBatchWrite(cmd *cobra.Command, rs []groupkv.WriteResult, err error) error {
 	if err == nil {
-		return printJSON(cmd, struct {
-			Items []writeResultJSON `json:"items"`
-		}{toWriteResultsJSON(rs)})
+		return printJSON(cmd, api.BatchWriteResponseJSON{Items: api.ToWriteResultsJSON(rs)})
 	}
 	var be *groupkv.BatchError
 	if errors.As(err, &be) && be.Err != nil {
 		var out batchErrorJSON
 		out.Error.Code, out.Error.Message = be.Err.Code, be.Err.Message
-		out.Applied = toWriteResultsJSON(be.Applied)
+		out.Applied = api.ToWriteResultsJSON(be.Applied)
 		enc := json.NewEncoder(cmd.ErrOrStderr())
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(out)

@@ -3,23 +3,23 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
 	groupkv "github.com/groupkv/groupkv"
+	"github.com/groupkv/groupkv/internal/api"
 	"github.com/groupkv/groupkv/internal/kv"
 )
 
 // The multi-record commands (scan, tags, watch, batch, delete-range) print
-// and read JSON in the shapes of the HTTP API (docs/api.md): a key or value
-// is a JSON string when it is valid UTF-8 and standard base64 in a _base64
-// twin field ("key_base64", "value_base64") otherwise; tags are [] when
-// there are none; versions are JSON numbers.
+// and read JSON in the shapes of the HTTP API (docs/api.md), with its types
+// (internal/api/wire.go): a key or value is a JSON string when it is valid
+// UTF-8 and standard base64 in a _base64 twin field ("key_base64",
+// "value_base64") otherwise; tags are [] when there are none; versions are
+// JSON numbers.
 
 // dialDB connects the multi-record commands to the server named by --addr.
 // Tests replace it with an in-memory DB.
@@ -31,61 +31,6 @@ func multiCommand(cmd *cobra.Command) *cobra.Command {
 	addAddrFlag(cmd)
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	return cmd
-}
-
-// keyJSON is a key in JSON output: key when it is valid UTF-8, else
-// key_base64.
-type keyJSON struct {
-	Key       *string `json:"key,omitempty"`
-	KeyBase64 *string `json:"key_base64,omitempty"`
-}
-
-func toKeyJSON(k []byte) keyJSON {
-	s, b64 := bytesToJSON(k)
-	return keyJSON{Key: s, KeyBase64: b64}
-}
-
-// valueJSON is a value in JSON output: value when it is valid UTF-8, else
-// value_base64.
-type valueJSON struct {
-	Value       *string `json:"value,omitempty"`
-	ValueBase64 *string `json:"value_base64,omitempty"`
-}
-
-func toValueJSON(v []byte) valueJSON {
-	s, b64 := bytesToJSON(v)
-	return valueJSON{Value: s, ValueBase64: b64}
-}
-
-// bytesToJSON returns b as a string when it is valid UTF-8, else in
-// standard base64.
-func bytesToJSON(b []byte) (s, b64 *string) {
-	if utf8.Valid(b) {
-		str := string(b)
-		return &str, nil
-	}
-	enc := base64.StdEncoding.EncodeToString(b)
-	return nil, &enc
-}
-
-// tagsJSON returns tags, [] for none.
-func tagsJSON(tags []string) []string {
-	if tags == nil {
-		return []string{}
-	}
-	return tags
-}
-
-// recordJSON is one record of a scan or tag query.
-type recordJSON struct {
-	keyJSON
-	valueJSON
-	Version uint64   `json:"version"`
-	Tags    []string `json:"tags"`
-}
-
-func toRecordJSON(r groupkv.Record) recordJSON {
-	return recordJSON{keyJSON: toKeyJSON(r.Key), valueJSON: toValueJSON(r.Value), Version: r.Version, Tags: tagsJSON(r.Tags)}
 }
 
 // printPages prints the records of the page fetch answers for first, one
@@ -102,7 +47,7 @@ func printPages(out, errOut io.Writer, all bool, first string, fetch func(page s
 			return err
 		}
 		for _, rec := range res.Items {
-			if err := enc.Encode(toRecordJSON(rec)); err != nil {
+			if err := enc.Encode(api.ToRecordJSON(rec)); err != nil {
 				return err
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	groupkv "github.com/groupkv/groupkv"
+	"github.com/groupkv/groupkv/internal/api"
 )
 
 func watchCommand() *cobra.Command {
@@ -65,35 +66,10 @@ and its key as --after-key when it was a put or a delete.`,
 func runWatch(ctx context.Context, db groupkv.DB, req groupkv.WatchRequest, out io.Writer) error {
 	enc := json.NewEncoder(out)
 	err := db.Watch(ctx, req, func(ev groupkv.Event) error {
-		return enc.Encode(toEventJSON(ev))
+		return enc.Encode(api.ToEventJSON(ev))
 	})
 	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		return nil
 	}
 	return err
-}
-
-// eventJSON is an event of a watch. A put has a key, a value, a version and
-// tags; a delete no value and tags []; a progress event only a version.
-type eventJSON struct {
-	Type string `json:"type"`
-	keyJSON
-	valueJSON
-	Version uint64    `json:"version"`
-	Tags    *[]string `json:"tags,omitempty"`
-}
-
-func toEventJSON(ev groupkv.Event) eventJSON {
-	e := eventJSON{Type: ev.Type, Version: ev.Version}
-	if ev.Type == groupkv.EventProgress {
-		return e
-	}
-	e.keyJSON = toKeyJSON(ev.Key)
-	tags := []string{}
-	if ev.Type != groupkv.EventDelete {
-		e.valueJSON = toValueJSON(ev.Value)
-		tags = tagsJSON(ev.Tags)
-	}
-	e.Tags = &tags
-	return e
 }

@@ -737,7 +737,7 @@ type errorResponse struct {
 	Error errorDetail `json:"error"`
 	// Applied is present, [] when empty, in the answers of failed batch
 	// writes only: the records the batch wrote nonetheless.
-	Applied *[]writeResultJSON `json:"applied,omitempty"`
+	Applied *[]WriteResultJSON `json:"applied,omitempty"`
 }
 
 type errorDetail struct {
@@ -766,7 +766,7 @@ func writeError(w http.ResponseWriter, err error) kv.Code {
 	resp := errorResponse{Error: errorDetail{Code: e.Code, Message: e.Message}}
 	var bw *batchWriteError
 	if errors.As(err, &bw) {
-		applied := toWriteResultsJSON(bw.applied)
+		applied := ToWriteResultsJSON(bw.applied)
 		resp.Applied = &applied
 	}
 	writeJSON(w, status, resp)

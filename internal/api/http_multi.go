@@ -2,7 +2,6 @@ package api
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/groupkv/groupkv/internal/kv"
 )
@@ -187,17 +185,10 @@ func (l *jsonList[T]) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// keyRefJSON is a key of a batch get or delete request.
-type keyRefJSON struct {
-	Collection string  `json:"collection"`
-	Key        *string `json:"key"`
-	KeyBase64  *string `json:"key_base64"`
-}
-
 const keyRefFields = "collection, key, key_base64"
 
 // toKeyRef validates k.
-func (k keyRefJSON) toKeyRef() (kv.KeyRef, error) {
+func (k KeyRefJSON) toKeyRef() (kv.KeyRef, error) {
 	if err := kv.ValidateCollectionName(k.Collection); err != nil {
 		return kv.KeyRef{}, err
 	}
@@ -208,40 +199,11 @@ func (k keyRefJSON) toKeyRef() (kv.KeyRef, error) {
 	return kv.KeyRef{Collection: k.Collection, Key: key}, nil
 }
 
-// putItemJSON is an item of a batch put request.
-type putItemJSON struct {
-	Collection  string   `json:"collection"`
-	Key         *string  `json:"key"`
-	KeyBase64   *string  `json:"key_base64"`
-	Value       *string  `json:"value"`
-	ValueBase64 *string  `json:"value_base64"`
-	Tags        []string `json:"tags"`
-	IfVersion   *uint64  `json:"if_version"`
-}
-
 const putItemFields = "collection, key, key_base64, value, value_base64, tags, if_version"
-
-// bytesFromJSON returns the bytes of field name given as a string (s) or in
-// base64 (b64); given is false when neither is.
-func bytesFromJSON(name string, s, b64 *string) (b []byte, given bool, err error) {
-	switch {
-	case s != nil && b64 != nil:
-		return nil, false, kv.Errorf(kv.CodeInvalidArgument, "give %s or %s_base64, not both", name, name)
-	case s != nil:
-		return []byte(*s), true, nil
-	case b64 != nil:
-		b, err := base64.StdEncoding.DecodeString(*b64)
-		if err != nil {
-			return nil, false, kv.Errorf(kv.CodeInvalidArgument, "%s_base64 is not standard base64: %v", name, err)
-		}
-		return b, true, nil
-	}
-	return nil, false, nil
-}
 
 // keyFromJSON returns a record key given as key or key_base64, validated.
 func keyFromJSON(s, b64 *string) ([]byte, error) {
-	key, given, err := bytesFromJSON("key", s, b64)
+	key, given, err := BytesFromJSON("key", s, b64)
 	if err != nil {
 		return nil, err
 	}
@@ -265,12 +227,12 @@ func checkRequestBytes(n int) error {
 
 // batchKeysRequest is the body of a batch get or delete.
 type batchKeysRequest struct {
-	Keys jsonList[keyRefJSON] `json:"keys"`
+	Keys jsonList[KeyRefJSON] `json:"keys"`
 }
 
 // decodeKeys reads and validates the body of a batch get or delete.
 func (h *httpHandler) decodeKeys(w http.ResponseWriter, r *http.Request) ([]kv.KeyRef, error) {
-	req := batchKeysRequest{Keys: jsonList[keyRefJSON]{name: "keys", fields: keyRefFields, max: h.cfg.MaxBatchKeys}}
+	req := batchKeysRequest{Keys: jsonList[KeyRefJSON]{name: "keys", fields: keyRefFields, max: h.cfg.MaxBatchKeys}}
 	if err := decodeJSON(w, r, h.cfg.MaxBodySize, &req, "keys"); err != nil {
 		return nil, err
 	}
@@ -292,12 +254,12 @@ func (h *httpHandler) decodeKeys(w http.ResponseWriter, r *http.Request) ([]kv.K
 
 // batchPutRequest is the body of a batch put.
 type batchPutRequest struct {
-	Items jsonList[putItemJSON] `json:"items"`
+	Items jsonList[PutItemJSON] `json:"items"`
 }
 
 // decodePutItems reads and validates the body of a batch put.
 func (h *httpHandler) decodePutItems(w http.ResponseWriter, r *http.Request) ([]kv.PutItem, error) {
-	req := batchPutRequest{Items: jsonList[putItemJSON]{name: "items", fields: putItemFields, max: h.cfg.MaxBatchKeys}}
+	req := batchPutRequest{Items: jsonList[PutItemJSON]{name: "items", fields: putItemFields, max: h.cfg.MaxBatchKeys}}
 	if err := decodeJSON(w, r, h.cfg.MaxBodySize, &req, "items"); err != nil {
 		return nil, err
 	}
@@ -318,12 +280,12 @@ func (h *httpHandler) decodePutItems(w http.ResponseWriter, r *http.Request) ([]
 }
 
 // toPutItem validates it. A value must be given: an empty one as "".
-func (h *httpHandler) toPutItem(it putItemJSON) (kv.PutItem, error) {
-	ref, err := keyRefJSON{Collection: it.Collection, Key: it.Key, KeyBase64: it.KeyBase64}.toKeyRef()
+func (h *httpHandler) toPutItem(it PutItemJSON) (kv.PutItem, error) {
+	ref, err := KeyRefJSON{Collection: it.Collection, Key: it.Key, KeyBase64: it.KeyBase64}.toKeyRef()
 	if err != nil {
 		return kv.PutItem{}, err
 	}
-	value, given, err := bytesFromJSON("value", it.Value, it.ValueBase64)
+	value, given, err := BytesFromJSON("value", it.Value, it.ValueBase64)
 	if err != nil {
 		return kv.PutItem{}, err
 	}
@@ -339,64 +301,6 @@ func (h *httpHandler) toPutItem(it putItemJSON) (kv.PutItem, error) {
 	return kv.PutItem{Collection: ref.Collection, Key: ref.Key, Value: value, Tags: it.Tags, IfVersion: it.IfVersion}, nil
 }
 
-// keyJSONField is a key in an answer: key when it is valid UTF-8, else
-// key_base64.
-type keyJSONField struct {
-	Key       *string `json:"key,omitempty"`
-	KeyBase64 *string `json:"key_base64,omitempty"`
-}
-
-func toKeyJSON(k []byte) keyJSONField {
-	s, b64 := bytesToJSON(k)
-	return keyJSONField{Key: s, KeyBase64: b64}
-}
-
-// valueJSONField is a value in an answer: value when it is valid UTF-8,
-// else value_base64; neither when there is no value.
-type valueJSONField struct {
-	Value       *string `json:"value,omitempty"`
-	ValueBase64 *string `json:"value_base64,omitempty"`
-}
-
-func toValueJSON(v []byte) valueJSONField {
-	s, b64 := bytesToJSON(v)
-	return valueJSONField{Value: s, ValueBase64: b64}
-}
-
-// bytesToJSON returns b as a string when it is valid UTF-8, else in base64.
-func bytesToJSON(b []byte) (s, b64 *string) {
-	if utf8.Valid(b) {
-		str := string(b)
-		return &str, nil
-	}
-	enc := base64.StdEncoding.EncodeToString(b)
-	return nil, &enc
-}
-
-// tagsJSON returns tags, [] for none.
-func tagsJSON(tags []string) []string {
-	if tags == nil {
-		return []string{}
-	}
-	return tags
-}
-
-type batchGetResponse struct {
-	Items   []batchGetItemJSON `json:"items"`
-	Version uint64             `json:"version"`
-}
-
-// batchGetItemJSON is a kv.BatchGetItem; one that was not found has no
-// value.
-type batchGetItemJSON struct {
-	Collection string `json:"collection"`
-	keyJSONField
-	Found bool `json:"found"`
-	valueJSONField
-	Version uint64   `json:"version"`
-	Tags    []string `json:"tags"`
-}
-
 func (h *httpHandler) batchGet(w http.ResponseWriter, r *http.Request) error {
 	keys, err := h.decodeKeys(w, r)
 	if err != nil {
@@ -406,42 +310,8 @@ func (h *httpHandler) batchGet(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	resp := batchGetResponse{Items: make([]batchGetItemJSON, len(res.Items)), Version: res.Version}
-	for i, it := range res.Items {
-		item := batchGetItemJSON{
-			Collection:   it.Collection,
-			keyJSONField: toKeyJSON(it.Key),
-			Found:        it.Found,
-			Version:      it.Version,
-			Tags:         tagsJSON(it.Tags),
-		}
-		if it.Found {
-			item.valueJSONField = toValueJSON(it.Value)
-		}
-		resp.Items[i] = item
-	}
-	writeJSON(w, http.StatusOK, resp)
+	writeJSON(w, http.StatusOK, ToBatchGetResponseJSON(res))
 	return nil
-}
-
-// writeResultJSON is a kv.WriteResult.
-type writeResultJSON struct {
-	Collection string `json:"collection"`
-	keyJSONField
-	Version uint64 `json:"version"`
-}
-
-// toWriteResultsJSON returns rs on the wire, [] for none.
-func toWriteResultsJSON(rs []kv.WriteResult) []writeResultJSON {
-	out := make([]writeResultJSON, len(rs))
-	for i, res := range rs {
-		out[i] = writeResultJSON{Collection: res.Collection, keyJSONField: toKeyJSON(res.Key), Version: res.Version}
-	}
-	return out
-}
-
-type batchWriteResponse struct {
-	Items []writeResultJSON `json:"items"`
 }
 
 func (h *httpHandler) batchPut(w http.ResponseWriter, r *http.Request) error {
@@ -453,7 +323,7 @@ func (h *httpHandler) batchPut(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, batchWriteResponse{Items: toWriteResultsJSON(rs)})
+	writeJSON(w, http.StatusOK, BatchWriteResponseJSON{Items: ToWriteResultsJSON(rs)})
 	return nil
 }
 
@@ -466,7 +336,7 @@ func (h *httpHandler) batchDelete(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, batchWriteResponse{Items: toWriteResultsJSON(rs)})
+	writeJSON(w, http.StatusOK, BatchWriteResponseJSON{Items: ToWriteResultsJSON(rs)})
 	return nil
 }
 
@@ -495,14 +365,14 @@ func (h *httpHandler) deleteRange(w http.ResponseWriter, r *http.Request) error 
 	if err := kv.ValidateCollectionName(req.Collection); err != nil {
 		return err
 	}
-	start, given, err := bytesFromJSON("start", req.Start, req.StartBase64)
+	start, given, err := BytesFromJSON("start", req.Start, req.StartBase64)
 	if err != nil {
 		return err
 	}
 	if !given {
 		return kv.Errorf(kv.CodeInvalidArgument, `no start: give start ("" for the first key of the collection), or start_base64`)
 	}
-	end, _, err := bytesFromJSON("end", req.End, req.EndBase64)
+	end, _, err := BytesFromJSON("end", req.End, req.EndBase64)
 	if err != nil {
 		return err
 	}
@@ -596,28 +466,15 @@ func parseBool(q url.Values, name string) (bool, error) {
 
 // scanResponse is a kv.ScanResult, the answer of a scan or a tag query.
 type scanResponse struct {
-	Items    []recordJSON `json:"items"`
+	Items    []RecordJSON `json:"items"`
 	NextPage string       `json:"next_page"`
 	Version  uint64       `json:"version"`
 }
 
-// recordJSON is a kv.Record.
-type recordJSON struct {
-	keyJSONField
-	valueJSONField
-	Version uint64   `json:"version"`
-	Tags    []string `json:"tags"`
-}
-
 func toScanResponse(res kv.ScanResult) scanResponse {
-	resp := scanResponse{Items: make([]recordJSON, len(res.Items)), NextPage: res.NextPage, Version: res.Version}
+	resp := scanResponse{Items: make([]RecordJSON, len(res.Items)), NextPage: res.NextPage, Version: res.Version}
 	for i, rec := range res.Items {
-		resp.Items[i] = recordJSON{
-			keyJSONField:   toKeyJSON(rec.Key),
-			valueJSONField: toValueJSON(rec.Value),
-			Version:        rec.Version,
-			Tags:           tagsJSON(rec.Tags),
-		}
+		resp.Items[i] = ToRecordJSON(rec)
 	}
 	return resp
 }
@@ -697,31 +554,6 @@ func (h *httpHandler) getByTags(w http.ResponseWriter, r *http.Request, coll str
 	}
 	writeJSON(w, http.StatusOK, toScanResponse(res))
 	return nil
-}
-
-// eventJSON is a kv.Event. A put has a key, a value, a version and tags; a
-// delete no value and tags []; a progress event only a version.
-type eventJSON struct {
-	Type string `json:"type"`
-	keyJSONField
-	valueJSONField
-	Version uint64    `json:"version"`
-	Tags    *[]string `json:"tags,omitempty"`
-}
-
-func toEventJSON(ev kv.Event) eventJSON {
-	e := eventJSON{Type: ev.Type, Version: ev.Version}
-	if ev.Type == kv.EventProgress {
-		return e
-	}
-	e.keyJSONField = toKeyJSON(ev.Key)
-	tags := []string{}
-	if ev.Type != kv.EventDelete {
-		e.valueJSONField = toValueJSON(ev.Value)
-		tags = tagsJSON(ev.Tags)
-	}
-	e.Tags = &tags
-	return e
 }
 
 // acceptsEventStream reports whether the Accept headers of r name
@@ -827,7 +659,7 @@ func (h *httpHandler) watch(w http.ResponseWriter, r *http.Request, coll string)
 		if !started {
 			start()
 		}
-		if err := frame("", toEventJSON(ev)); err != nil {
+		if err := frame("", ToEventJSON(ev)); err != nil {
 			writeErr = err
 			return err
 		}
