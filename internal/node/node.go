@@ -353,7 +353,7 @@ func (n *Node) destroyReplica(r localReplica) error {
 	// placement index go with its replicas.
 	spans := [][2][]byte{}
 	coll := r.Desc.Collection
-	for _, span := range []func(uint32) ([]byte, []byte){storage.CollectionSpan, storage.TagIndexSpan, storage.PlacementSpan, storage.ChangeSpanAll} {
+	for _, span := range []func(uint32) ([]byte, []byte){storage.CollectionSpan, storage.TagIndexSpan, storage.PlacementSpan, storage.ChangeSpanAll, storage.LatestSpan} {
 		s, e := span(coll)
 		spans = append(spans, [2][]byte{s, e})
 	}

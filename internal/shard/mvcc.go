@@ -2,6 +2,8 @@ package shard
 
 import (
 	"bytes"
+	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -18,6 +20,9 @@ const Latest = ^uint64(0)
 // which, and version is the tombstone's version (0 when nothing was found).
 // Value and tags in the result are copies.
 func ReadRecord(r pebble.Reader, collection uint32, key []byte, asOf uint64) (val storage.MVCCValue, version uint64, found bool, err error) {
+	if asOf == Latest {
+		return readLatest(r, collection, key)
+	}
 	prefix, upper := recordBounds(collection, key)
 	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper})
 	if err != nil {
@@ -25,6 +30,40 @@ func ReadRecord(r pebble.Reader, collection uint32, key []byte, asOf uint64) (va
 	}
 	defer it.Close()
 	return readRecordIter(it, collection, key, asOf, prefix)
+}
+
+// readLatest reads the newest version of key through its latest-version
+// pointer: two point lookups. A pointer to a version that GC removed (a
+// tombstone) reads as absent.
+func readLatest(r pebble.Reader, collection uint32, key []byte) (val storage.MVCCValue, version uint64, found bool, err error) {
+	var buf [64]byte
+	ptr, closer, err := r.Get(storage.LatestKey(buf[:0], collection, key))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return val, 0, false, nil
+	}
+	if err != nil {
+		return val, 0, false, err
+	}
+	if len(ptr) != 10 {
+		closer.Close()
+		return val, 0, false, fmt.Errorf("shard: corrupt latest pointer of %q", key)
+	}
+	version = binary.BigEndian.Uint64(ptr)
+	closer.Close()
+	raw, closer, err := r.Get(storage.DataKey(buf[:0], collection, key, version))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return val, 0, false, nil
+	}
+	if err != nil {
+		return val, 0, false, err
+	}
+	defer closer.Close()
+	v, err := storage.DecodeValue(raw)
+	if err != nil {
+		return val, 0, false, fmt.Errorf("shard: record %q@%d: %w", key, version, err)
+	}
+	v.Value = append([]byte(nil), v.Value...)
+	return v, version, !v.Tombstone, nil
 }
 
 // recordBounds returns the iterator bounds of every version of key.

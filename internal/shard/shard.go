@@ -107,39 +107,20 @@ type Shard struct {
 	tsoHWM uint64
 
 	scratch []byte
-	// iter reads the apply batch iterBatch; it is reused across the reads
-	// of one cycle (SetOptions refreshes its view of the batch) and closed
-	// by EndBatch.
-	iter      *pebble.Iterator
-	iterBatch *pebble.Batch
 	// dirty: applied or maxVersion changed since the last FinishBatch.
 	dirty bool
 }
 
-// latest reads the newest version of key through the batch being applied.
+// latest reads the newest version of key through the batch being applied
+// (an indexed batch: its point lookups see the writes of earlier commands).
 func (s *Shard) latest(b *pebble.Batch, key []byte) (storage.MVCCValue, uint64, bool, error) {
-	lower, upper := recordBounds(s.desc.Collection, key)
-	if s.iter == nil || s.iterBatch != b {
-		s.EndBatch()
-		it, err := b.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
-		if err != nil {
-			return storage.MVCCValue{}, 0, false, err
-		}
-		s.iter, s.iterBatch = it, b
-	} else {
-		s.iter.SetOptions(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
-	}
-	return readRecordIter(s.iter, s.desc.Collection, key, Latest, lower)
+	return readLatest(b, s.desc.Collection, key)
 }
 
 // EndBatch releases what the shard holds of the batch it applied into; the
-// caller calls it before committing or closing that batch.
-func (s *Shard) EndBatch() {
-	if s.iter != nil {
-		s.iter.Close()
-		s.iter, s.iterBatch = nil, nil
-	}
-}
+// caller calls it before closing a batch it does not commit. (The shard
+// holds nothing today: its reads are point lookups.)
+func (s *Shard) EndBatch() {}
 
 // Load returns the state machine of desc as persisted in r.
 func Load(r pebble.Reader, desc Desc) (*Shard, error) {
@@ -345,6 +326,13 @@ func (s *Shard) writeVersion(b *pebble.Batch, key []byte, bucket uint16, version
 	if err := b.Set(s.scratch, storage.EncodeValue(make([]byte, 0, len(mv.Value)+16), mv), nil); err != nil {
 		return err
 	}
+	s.scratch = storage.LatestKey(s.scratch[:0], coll, key)
+	var ptr [10]byte
+	binary.BigEndian.PutUint64(ptr[:], version)
+	binary.BigEndian.PutUint16(ptr[8:], bucket)
+	if err := b.Set(s.scratch, ptr[:], nil); err != nil {
+		return err
+	}
 	// Tag index: an entry for every tag added, a removal for every tag gone.
 	for _, t := range mv.Tags {
 		if !contains(oldTags, t) {
@@ -469,7 +457,12 @@ func (s *Shard) applyGC(b *pebble.Batch, threshold uint64) error {
 	var toDelete [][]byte
 	// Data versions.
 	start, end := s.desc.Span()
-	if err := s.gcVersions(b, start, end, threshold, func(k, raw []byte) (prefix []byte, owned, dead bool, err error) {
+	dropLatest := func(k []byte) {
+		if dk, err := storage.DecodeDataKey(k); err == nil {
+			toDelete = append(toDelete, storage.LatestKey(nil, s.desc.Collection, dk.UserKey))
+		}
+	}
+	if err := s.gcVersions(b, start, end, threshold, dropLatest, func(k, raw []byte) (prefix []byte, owned, dead bool, err error) {
 		dk, err := storage.DecodeDataKey(k)
 		if err != nil {
 			return nil, false, false, err
@@ -484,7 +477,7 @@ func (s *Shard) applyGC(b *pebble.Batch, threshold uint64) error {
 	}
 	// Tag index entries.
 	start, end = storage.TagIndexSpan(s.desc.Collection)
-	if err := s.gcVersions(b, start, end, threshold, func(k, raw []byte) (prefix []byte, owned, dead bool, err error) {
+	if err := s.gcVersions(b, start, end, threshold, nil, func(k, raw []byte) (prefix []byte, owned, dead bool, err error) {
 		_, _, key, _, err := storage.DecodeTagIndexKey(k)
 		if err != nil {
 			return nil, false, false, err
@@ -513,8 +506,10 @@ func (s *Shard) applyGC(b *pebble.Batch, threshold uint64) error {
 }
 
 // gcVersions walks versioned entries (prefix + ^version, newest first per
-// prefix) in [start, end) and collects the ones GC drops.
-func (s *Shard) gcVersions(b *pebble.Batch, start, end []byte, threshold uint64,
+// prefix) in [start, end) and collects the ones GC drops. dropNewest, when
+// set, is called for a prefix whose newest version is dropped (nothing of
+// it is left).
+func (s *Shard) gcVersions(b *pebble.Batch, start, end []byte, threshold uint64, dropNewest func(k []byte),
 	classify func(k, raw []byte) (prefix []byte, owned, dead bool, err error), out *[][]byte) error {
 	it, err := b.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: end})
 	if err != nil {
@@ -539,9 +534,11 @@ func (s *Shard) gcVersions(b *pebble.Batch, start, end []byte, threshold uint64,
 		if err != nil {
 			return err
 		}
+		newest := false
 		if cur == nil || !bytes.Equal(prefix, cur) {
 			cur = append(cur[:0], prefix...)
 			keptOne = false
+			newest = true
 		}
 		if !owned || version > threshold {
 			continue
@@ -550,6 +547,9 @@ func (s *Shard) gcVersions(b *pebble.Batch, start, end []byte, threshold uint64,
 		// from threshold-1 still reads the delete it records.
 		if keptOne || dead && version < threshold {
 			*out = append(*out, append([]byte(nil), k...))
+			if newest && dropNewest != nil {
+				dropNewest(k)
+			}
 		}
 		keptOne = true
 	}

@@ -12,6 +12,7 @@
 //	0x06 tags    tag index: collection id, escaped tag, escaped key, ^version
 //	0x07 changes change log: collection id, version, escaped key
 //	0x08 place   placement index of tag collections: collection id, escaped key
+//	0x09 latest  pointer to each key's newest version: collection id, escaped key
 //
 // Invariants:
 //   - A data key sorts by (collection, user key, version descending), so

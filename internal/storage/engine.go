@@ -13,7 +13,9 @@ import (
 
 // FormatVersion is the on-disk format this binary reads and writes. A data
 // directory written with another format is refused.
-const FormatVersion uint32 = 1
+//
+// Version 2 added the latest-version pointers (prefix 0x09).
+const FormatVersion uint32 = 2
 
 const (
 	formatVersionKey = "format_version"

@@ -21,6 +21,10 @@ const (
 	// prefixPlacement: collection, escaped key -> placement tag (tag
 	// collections only), kept by the key's home shard.
 	prefixPlacement byte = 0x08
+	// prefixLatest: collection, escaped key -> version(8) bucket(2) of the
+	// key's newest version, so a read of the latest version is two point
+	// lookups instead of an iterator.
+	prefixLatest byte = 0x09
 )
 
 // Raft key kinds, after prefixRaft and the shard id.
@@ -240,6 +244,19 @@ func DecodeChangeKey(k []byte) (collection uint32, version uint64, userKey []byt
 func PlacementKey(collection uint32, userKey []byte) []byte {
 	k := binary.BigEndian.AppendUint32([]byte{prefixPlacement}, collection)
 	return EscapeKey(k, userKey)
+}
+
+// LatestKey is the key of the pointer to the newest version of userKey.
+func LatestKey(dst []byte, collection uint32, userKey []byte) []byte {
+	dst = append(dst, prefixLatest)
+	dst = binary.BigEndian.AppendUint32(dst, collection)
+	return EscapeKey(dst, userKey)
+}
+
+// LatestSpan is the span of a collection's latest-version pointers.
+func LatestSpan(collection uint32) (start, end []byte) {
+	start = binary.BigEndian.AppendUint32([]byte{prefixLatest}, collection)
+	return start, prefixEnd(start)
 }
 
 // PlacementSpan is the span of a collection's placement index.
