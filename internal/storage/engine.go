@@ -8,6 +8,8 @@ import (
 	"log/slog"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -84,6 +86,16 @@ func Open(dir string, opts Options) (*Engine, error) {
 		// Raft entries are written in one synced batch per cycle; a larger
 		// memtable absorbs the churn of log entries that are soon truncated.
 		MemTableSize: 64 << 20,
+	}
+	for i := range popts.Levels {
+		// Point reads of latest-version pointers and raft state: a bloom
+		// filter lets a Get skip every file that lacks the key.
+		popts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+		if i < 5 {
+			// The upper levels turn over quickly; decompressing them on
+			// every cache miss cost more CPU than their disk space is worth.
+			popts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
+		}
 	}
 	db, err := pebble.Open(fs.PathJoin(dir, "pebble"), popts)
 	if err != nil {
