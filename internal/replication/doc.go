@@ -22,6 +22,12 @@
 // leader proposes nothing until an entry of its own term has been applied,
 // and then seeds its read watermark from the oracle.
 //
+// Across nodes, a Transport carries each cycle's raft messages after its
+// entries are persisted, and Deliver hands incoming ones to their group at
+// the start of the next cycle (a three-voter group over three Hosts is
+// tested with an in-memory transport). Snapshots and configuration changes
+// are not handled yet.
+//
 // replication may import storage, shard, cluster and kv. Nothing outside the
 // Host's loop touches a RawNode or a Shard.
 package replication

@@ -35,6 +35,9 @@ type Config struct {
 	TruncateAfter uint64
 	// Hooks observe applied commands; nil fields are skipped.
 	Hooks Hooks
+	// Transport carries raft messages to the replicas of other nodes; nil
+	// on a single node, whose groups have one voter and send nothing.
+	Transport Transport
 	// Metrics may be nil.
 	Metrics *Metrics
 	Logger  *slog.Logger
@@ -45,6 +48,21 @@ type Config struct {
 // cycle".
 type VersionSource interface {
 	TryNext(floor uint64) (uint64, bool)
+}
+
+// Message is a raft message of one shard's group; Msg.To and Msg.From are
+// replica ids within that group.
+type Message struct {
+	ShardID uint64
+	Msg     raftpb.Message
+}
+
+// Transport carries raft messages between Hosts. Send is called from the
+// Host loop after the cycle's entries are persisted; it must not block and
+// may drop messages (raft retries). The receiving side hands each message to
+// its Host's Deliver.
+type Transport interface {
+	Send(msgs []Message)
 }
 
 // Hooks are called from the Host loop after a cycle's applied state is
@@ -141,6 +159,7 @@ type Host struct {
 		sync.Mutex
 		groups  map[uint64]*group
 		queue   []*proposal
+		inbox   []Message
 		removes []uint64
 		nextID  uint64
 		stopped bool
@@ -280,6 +299,19 @@ func (h *Host) Propose(ctx context.Context, shardID uint64, cmd []byte) (shard.R
 	case <-ctx.Done():
 		return shard.Result{}, ctx.Err()
 	}
+}
+
+// Deliver hands a raft message from another node to its group. It does not
+// block; messages of groups not served here are dropped.
+func (h *Host) Deliver(m Message) {
+	h.mu.Lock()
+	if h.mu.stopped {
+		h.mu.Unlock()
+		return
+	}
+	h.mu.inbox = append(h.mu.inbox, m)
+	h.mu.Unlock()
+	h.signal()
 }
 
 // WaitReady waits until shardID has a ready leader on this node.
@@ -526,6 +558,8 @@ func (h *Host) cycle(tick bool) (bool, error) {
 	h.mu.queue = nil
 	removes := h.mu.removes
 	h.mu.removes = nil
+	inbox := h.mu.inbox
+	h.mu.inbox = nil
 	groups := make([]*group, 0, len(h.mu.groups))
 	for _, g := range h.mu.groups {
 		groups = append(groups, g)
@@ -543,6 +577,13 @@ func (h *Host) cycle(tick bool) (bool, error) {
 			continue
 		}
 		g.waiting = append(g.waiting, p)
+	}
+	for _, m := range inbox {
+		if g := h.group(m.ShardID); g != nil {
+			// An error means a message raft does not take (say, from a
+			// removed replica); raft recovers by itself.
+			_ = g.rn.Step(m.Msg)
+		}
 	}
 	for _, g := range groups {
 		if len(g.waiting) > 0 {
@@ -617,7 +658,15 @@ func (h *Host) processReady(groups []*group) (bool, error) {
 	for _, r := range rgs {
 		r.g.storage.appended(r.rd.Entries, r.rd.HardState)
 		if len(r.rd.Messages) > 0 {
-			h.cfg.Logger.Warn("dropping raft messages: no transport on a single node", "shard", r.g.id, "n", len(r.rd.Messages))
+			if h.cfg.Transport == nil {
+				h.cfg.Logger.Warn("dropping raft messages: no transport on a single node", "shard", r.g.id, "n", len(r.rd.Messages))
+				continue
+			}
+			out := make([]Message, len(r.rd.Messages))
+			for i, m := range r.rd.Messages {
+				out[i] = Message{ShardID: r.g.id, Msg: m}
+			}
+			h.cfg.Transport.Send(out)
 		}
 	}
 
