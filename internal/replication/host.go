@@ -639,22 +639,51 @@ func (h *Host) processReady(groups []*group) (bool, error) {
 			return false, fmt.Errorf("replication: shard %d: received a snapshot, which single-node groups do not use", r.g.id)
 		}
 	}
+	// The fsync runs while this cycle's committed entries are applied into
+	// a batch; that batch is committed (made visible) only once the fsync
+	// is done, so no read sees a write that could still be lost.
+	syncing := false
+	syncStart := time.Now()
 	if !wb.Empty() {
-		opts := pebble.NoSync
+		var err error
 		if mustSync {
-			opts = pebble.Sync
+			err = h.db.ApplyNoSyncWait(wb, pebble.Sync)
+			syncing = err == nil
+		} else {
+			err = wb.Commit(pebble.NoSync)
 		}
-		start := time.Now()
-		if err := wb.Commit(opts); err != nil {
+		if err != nil {
 			wb.Close()
 			return false, err
 		}
-		if mustSync {
-			h.cfg.Metrics.FsyncSeconds.Observe(time.Since(start).Seconds())
-			h.cfg.Metrics.CycleEntries.Observe(float64(nents))
-		}
 	}
-	wb.Close()
+	waitSync := func() error {
+		if !syncing {
+			return nil
+		}
+		syncing = false
+		if err := wb.SyncWait(); err != nil {
+			return err
+		}
+		h.cfg.Metrics.FsyncSeconds.Observe(time.Since(syncStart).Seconds())
+		h.cfg.Metrics.CycleEntries.Observe(float64(nents))
+		return nil
+	}
+	defer wb.Close()
+	defer waitSync() // on error paths: never leave the WAL write behind
+
+	// Apply: one batch for every group's committed entries.
+	res, err := h.applyReady(rgs, waitSync)
+	if err != nil {
+		return false, err
+	}
+	_ = res
+	return true, nil
+}
+
+// sendAndAppended finishes persistence of the Readys: the raft storage's
+// view and the messages, which must follow the fsync.
+func (h *Host) sendAndAppended(rgs []readyGroup) {
 	for _, r := range rgs {
 		r.g.storage.appended(r.rd.Entries, r.rd.HardState)
 		if len(r.rd.Messages) > 0 {
@@ -669,8 +698,12 @@ func (h *Host) processReady(groups []*group) (bool, error) {
 			h.cfg.Transport.Send(out)
 		}
 	}
+}
 
-	// Apply: one batch for every group's committed entries.
+// applyReady applies the committed entries of every group into one batch,
+// waits for the cycle's fsync (waitSync), commits the batch, answers the
+// proposers and advances the groups.
+func (h *Host) applyReady(rgs []readyGroup, waitSync func() error) (bool, error) {
 	start := time.Now()
 	ab := h.db.NewIndexedBatch()
 	abort := func() {
@@ -736,6 +769,11 @@ func (h *Host) processReady(groups []*group) (bool, error) {
 			}
 		}
 	}
+	if err := waitSync(); err != nil {
+		abort()
+		return false, err
+	}
+	h.sendAndAppended(rgs)
 	if !ab.Empty() {
 		if err := ab.Commit(pebble.NoSync); err != nil {
 			abort()
