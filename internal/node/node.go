@@ -705,7 +705,7 @@ func (n *Node) Get(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
 		asOf = req.Version
 	} else {
 		for _, id := range shards {
-			if err := n.host.WaitReady(ctx, id); err != nil {
+			if err := n.host.ReadBarrier(ctx, id); err != nil {
 				return kv.Record{}, err
 			}
 		}

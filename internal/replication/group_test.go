@@ -133,9 +133,22 @@ func TestHostThreeReplicas(t *testing.T) {
 			firstID = id
 		}
 	}
-	// Cut the leader off; the other two elect a new one.
+	if err := first.ReadBarrier(ctx, testShardID); err != nil {
+		t.Fatalf("seed %d: read barrier on the leader: %v", seed, err)
+	}
+	// Cut the leader off; the other two elect a new one. The old leader
+	// must not confirm a read while it cannot reach a quorum.
 	tr.setDown(firstID, true)
+	rctx, rcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	err := first.ReadBarrier(rctx, testShardID)
+	rcancel()
+	if err == nil {
+		t.Fatalf("seed %d: a leader cut off from its quorum confirmed a read", seed)
+	}
 	second := leader(firstID)
+	if err := second.ReadBarrier(ctx, testShardID); err != nil {
+		t.Fatalf("seed %d: read barrier on the new leader: %v", seed, err)
+	}
 	write(second, 50, "b")
 	// Heal; every replica converges on every acknowledged write.
 	tr.setDown(firstID, false)

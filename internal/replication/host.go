@@ -128,6 +128,12 @@ type group struct {
 	inflight map[uint64]*proposal
 	term     uint64
 	isLeader bool
+	// singleVoter: the group has one voter (this replica), so a ready
+	// leader's applied state holds every acknowledged write without asking
+	// anyone. Set at AddGroup; configuration changes do not exist yet.
+	singleVoter bool
+	// reads maps read-index request ids to their waiters (loop-owned).
+	reads map[uint64]*readRequest
 
 	mu struct {
 		sync.Mutex
@@ -144,6 +150,9 @@ type group struct {
 		// or refused). Invariant: proposals are applied in version order, so
 		// every proposal with a version <= appliedVersion has been applied.
 		appliedVersion uint64
+		// appliedIndex is the last applied raft index, published after the
+		// apply batch is committed.
+		appliedIndex uint64
 		// changed is closed and replaced when ready or appliedVersion change.
 		changed chan struct{}
 		removed bool
@@ -159,6 +168,7 @@ type Host struct {
 		sync.Mutex
 		groups  map[uint64]*group
 		queue   []*proposal
+		readQ   []*readRequest
 		inbox   []Message
 		removes []uint64
 		nextID  uint64
@@ -231,7 +241,10 @@ func (h *Host) AddGroup(desc shard.Desc, replicaID uint64) error {
 	if err != nil {
 		return fmt.Errorf("replication: starting shard %d: %w", desc.ShardID, err)
 	}
-	g := &group{id: desc.ShardID, replicaID: replicaID, rn: rn, storage: rs, sm: sm, inflight: make(map[uint64]*proposal)}
+	g := &group{id: desc.ShardID, replicaID: replicaID, rn: rn, storage: rs, sm: sm, inflight: make(map[uint64]*proposal),
+		reads: make(map[uint64]*readRequest)}
+	g.singleVoter = len(rs.confState.Voters) == 1 && rs.confState.Voters[0] == replicaID && len(rs.confState.Learners) == 0
+	g.mu.appliedIndex = applied
 	g.mu.changed = make(chan struct{})
 	g.mu.appliedVersion = sm.MaxVersion()
 	g.mu.lastAssigned = sm.MaxVersion()
@@ -314,6 +327,70 @@ func (h *Host) Deliver(m Message) {
 	h.signal()
 }
 
+// readRequest is a linearizable read waiting for its read index.
+type readRequest struct {
+	id    uint64
+	shard uint64
+	// done receives the read index, or 0 when the read must be retried
+	// elsewhere; buffered.
+	done chan uint64
+}
+
+// ReadBarrier returns once a read of shardID's applied state on this node
+// is linearizable: the node leads the shard, and has applied everything
+// committed before the call. A one-voter group needs nothing more than a
+// ready leader; a larger one confirms leadership with raft's ReadIndex
+// (a heartbeat round to a quorum) and waits until the read index is
+// applied, so a leader cut off from its quorum serves no stale read.
+func (h *Host) ReadBarrier(ctx context.Context, shardID uint64) error {
+	if err := h.WaitReady(ctx, shardID); err != nil {
+		return err
+	}
+	g := h.group(shardID)
+	if g == nil {
+		return kv.Errorf(kv.CodeUnavailable, "shard %d is not served by this node", shardID)
+	}
+	if g.singleVoter {
+		return nil
+	}
+	r := &readRequest{shard: shardID, done: make(chan uint64, 1)}
+	h.mu.Lock()
+	if h.mu.stopped {
+		h.mu.Unlock()
+		return kv.Errorf(kv.CodeUnavailable, "node is shutting down")
+	}
+	h.mu.nextID++
+	r.id = h.mu.nextID
+	h.mu.readQ = append(h.mu.readQ, r)
+	h.mu.Unlock()
+	h.signal()
+	var index uint64
+	select {
+	case index = <-r.done:
+	case <-ctx.Done():
+		return kv.Errorf(kv.CodeUnavailable, "shard %d could not confirm its leadership: %v", shardID, ctx.Err())
+	}
+	if index == 0 {
+		return kv.Errorf(kv.CodeUnavailable, "shard %d lost its leader during a read; retry", shardID)
+	}
+	for {
+		g.mu.Lock()
+		done, removed, ch := g.mu.appliedIndex >= index, g.mu.removed, g.mu.changed
+		g.mu.Unlock()
+		if done {
+			return nil
+		}
+		if removed {
+			return kv.Errorf(kv.CodeUnavailable, "shard %d was removed", shardID)
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // WaitReady waits until shardID has a ready leader on this node.
 func (h *Host) WaitReady(ctx context.Context, shardID uint64) error {
 	for {
@@ -365,7 +442,7 @@ func (h *Host) Leader(shardID uint64) uint64 {
 // or below ts, and waits until every proposal with a version <= ts has been
 // applied. Afterwards a read of applied state at ts is stable.
 func (h *Host) SnapshotRead(ctx context.Context, shardID, ts uint64) error {
-	if err := h.WaitReady(ctx, shardID); err != nil {
+	if err := h.ReadBarrier(ctx, shardID); err != nil {
 		return err
 	}
 	g := h.group(shardID)
@@ -527,11 +604,22 @@ func (h *Host) shutdown() {
 	for _, p := range queue {
 		p.done <- fail
 	}
+	h.mu.Lock()
+	readQ := h.mu.readQ
+	h.mu.readQ = nil
+	h.mu.Unlock()
+	for _, r := range readQ {
+		r.done <- 0
+	}
 	for _, g := range groups {
 		for _, p := range g.waiting {
 			p.done <- fail
 		}
 		g.waiting = nil
+		for id, r := range g.reads {
+			r.done <- 0
+			delete(g.reads, id)
+		}
 		for _, p := range g.inflight {
 			// The entry may still commit at a later start: its outcome is unknown.
 			p.done <- outcome{err: kv.Errorf(kv.CodeCommitUnknown, "node shut down before the write was applied; it may or may not have been")}
@@ -560,6 +648,8 @@ func (h *Host) cycle(tick bool) (bool, error) {
 	h.mu.removes = nil
 	inbox := h.mu.inbox
 	h.mu.inbox = nil
+	readQ := h.mu.readQ
+	h.mu.readQ = nil
 	groups := make([]*group, 0, len(h.mu.groups))
 	for _, g := range h.mu.groups {
 		groups = append(groups, g)
@@ -584,6 +674,15 @@ func (h *Host) cycle(tick bool) (bool, error) {
 			// removed replica); raft recovers by itself.
 			_ = g.rn.Step(m.Msg)
 		}
+	}
+	for _, r := range readQ {
+		g := h.group(r.shard)
+		if g == nil || !g.isLeader {
+			r.done <- 0
+			continue
+		}
+		g.reads[r.id] = r
+		g.rn.ReadIndex(binary.BigEndian.AppendUint64(nil, r.id))
 	}
 	for _, g := range groups {
 		if len(g.waiting) > 0 {
@@ -782,6 +881,22 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error) (bool, error)
 		h.cfg.Metrics.ApplySeconds.Observe(time.Since(start).Seconds())
 	}
 	ab.Close()
+	for _, r := range rgs {
+		applied, _ := r.g.sm.Applied()
+		r.g.mu.Lock()
+		r.g.mu.appliedIndex = applied
+		r.g.mu.Unlock()
+		for _, rs := range r.rd.ReadStates {
+			if len(rs.RequestCtx) != 8 {
+				continue
+			}
+			id := binary.BigEndian.Uint64(rs.RequestCtx)
+			if req, ok := r.g.reads[id]; ok {
+				delete(r.g.reads, id)
+				req.done <- max(rs.Index, 1)
+			}
+		}
+	}
 	for _, w := range versions {
 		w.g.mu.Lock()
 		w.g.mu.appliedVersion = max(w.g.mu.appliedVersion, w.version)
@@ -891,6 +1006,10 @@ func (h *Host) updateLeadership(g *group, rd raft.Ready) {
 			p.done <- outcome{err: kv.Errorf(kv.CodeCommitUnknown, "shard %d lost leadership before the write was applied; it may or may not have been", g.id)}
 		}
 		g.inflight = map[uint64]*proposal{}
+		for id, r := range g.reads {
+			r.done <- 0
+			delete(g.reads, id)
+		}
 		if h.cfg.Hooks.LeaderLost != nil {
 			h.cfg.Hooks.LeaderLost(g.id)
 		}
@@ -956,6 +1075,10 @@ func (h *Host) removeGroup(id uint64) {
 	fail := outcome{err: kv.Errorf(kv.CodeUnavailable, "shard %d was removed", id)}
 	for _, p := range g.waiting {
 		p.done <- fail
+	}
+	for rid, r := range g.reads {
+		r.done <- 0
+		delete(g.reads, rid)
 	}
 	for _, p := range g.inflight {
 		p.done <- fail
