@@ -350,9 +350,16 @@ $TIMELINE_REPORT
 - On one node every shard is local, so the timeline workload shows only
   what a tag query costs per shard it touches; placement by tag is meant to
   pay off when a collection's shards live on different nodes.
-- Server-side CPU and allocation profiles were not taken: groupkv serves no
-  \`/debug/pprof\` yet.
+- Server-side profiles: run the server with \`--pprof\` and take
+  \`/debug/pprof/profile\` and \`/debug/pprof/heap\` during a run.
 EOF
-} >"$OUT_MD"
+} >"$OUT_MD.new"
+# Hand-written history (before/after figures, goals) below the marker line
+# survives a rerun.
+if [ -f "$OUT_MD" ] && grep -q '^<!-- kept across runs -->$' "$OUT_MD"; then
+  printf '\n' >>"$OUT_MD.new"
+  sed -n '/^<!-- kept across runs -->$/,$p' "$OUT_MD" >>"$OUT_MD.new"
+fi
+mv "$OUT_MD.new" "$OUT_MD"
 
 log "wrote $OUT_MD and $OUT_PNG in ${elapsed}s"
