@@ -338,19 +338,11 @@ func mtWantCode(t *testing.T, err error, code kv.Code, what string) {
 	}
 }
 
-// mtSettle waits until the clock is in a later millisecond, so that a read
-// at "latest" sees every write acknowledged before the call. At 064c383
-// reads at latest could miss a write acknowledged just before them in the
-// same millisecond (see TestMultiReadAtLatestSeesAcknowledgedWrite); tests
-// whose subject is something else call this before such reads so that
-// they test their subject.
-func mtSettle() { time.Sleep(2 * time.Millisecond) }
 
 // mtLatest returns a version at or above every write acknowledged so far
 // (the version of a fresh scan).
 func mtLatest(t *testing.T, n *Node, coll string) uint64 {
 	t.Helper()
-	mtSettle()
 	res, err := n.Scan(context.Background(), kv.ScanRequest{Collection: coll, Limit: 1})
 	if err != nil {
 		t.Fatalf("scan for the latest version: %v", err)
@@ -569,7 +561,6 @@ func TestMultiBatchGet(t *testing.T) {
 						label, ref.Collection, ref.Key, res.Version, w.v, it.Value, it.Version)
 				}
 				stale++
-				mtSettle()
 				return check(label + " (again)")
 			}
 			if !it.Found || string(it.Value) != w.val || !mtTagsEq(it.Tags, w.tags) || it.Version != w.v {
@@ -988,7 +979,6 @@ func TestMultiBatchLimits(t *testing.T) {
 		if err != nil || len(res) != kv.DefaultMaxBatchKeys {
 			t.Fatalf("%s: batch put at the key limit: %d results, %v", d.Name, len(res), err)
 		}
-		mtSettle()
 		page, err := n.Scan(ctx, kv.ScanRequest{Collection: d.Name, Start: []byte("big"), End: []byte("bih"), Limit: kv.MaxPageSize})
 		if err != nil || len(page.Items) != kv.DefaultMaxBatchKeys || page.NextPage != "" {
 			t.Fatalf("%s: scan of the batch: %d items, next %q, %v", d.Name, len(page.Items), page.NextPage, err)
@@ -1094,7 +1084,6 @@ func TestMultiBatchDelete(t *testing.T) {
 				t.Fatalf("%s: deleting deleted %s wrote a new tombstone at %d", d.Name, mtKey(i), v)
 			}
 		}
-		mtSettle()
 		if page, err := n.GetByTags(ctx, kv.TagQuery{Collection: d.Name, Any: []string{"x"}}); err != nil || len(page.Items) != 0 {
 			t.Fatalf("%s: deleted records still carry their tags: %d %v", d.Name, len(page.Items), err)
 		}
@@ -1660,7 +1649,6 @@ func TestMultiTagPlacement(t *testing.T) {
 	mustBucket([]byte("k1"), "a")
 	tagKeys := func(q kv.TagQuery) []string {
 		t.Helper()
-		mtSettle()
 		q.Collection = d.Name
 		recs, _, err := mtTagQueryAll(ctx, n, q)
 		if err != nil {
@@ -1709,7 +1697,6 @@ func TestMultiTagPlacement(t *testing.T) {
 	if recs, _, err := mtTagQueryAll(ctx, n, kv.TagQuery{Collection: d.Name, Any: []string{"a", "y"}, Version: v3}); err != nil || len(recs) != 1 || string(recs[0].Value) != "v3" {
 		t.Fatalf("any=a,y at %d: %v %v", v3, recs, err)
 	}
-	mtSettle()
 	bg, err := n.BatchGet(ctx, []kv.KeyRef{{Collection: d.Name, Key: []byte("k1")}, {Collection: d.Name, Key: []byte("team-3")}, {Collection: d.Name, Key: []byte("k2")}})
 	if err != nil || !bg.Items[0].Found || string(bg.Items[0].Value) != "v4" || !bg.Items[1].Found || bg.Items[2].Found {
 		t.Fatalf("batch get of placed records: %+v %v", bg, err)
@@ -1739,7 +1726,6 @@ func TestMultiTagPlacement(t *testing.T) {
 	if rec := get("plain"); string(rec.Value) != "p3" || rec.Version != res[0].Version {
 		t.Fatalf("plain after re-placement: %s", mtRecString(rec))
 	}
-	mtSettle()
 	page, err := n.Scan(ctx, kv.ScanRequest{Collection: d.Name, Limit: kv.MaxPageSize})
 	if err != nil {
 		t.Fatal(err)
@@ -1812,7 +1798,6 @@ func TestMultiTagPlacementConcurrent(t *testing.T) {
 	for err := range errs {
 		t.Fatalf("seed %d: %v", seed, err)
 	}
-	mtSettle()
 	page, err := n.Scan(ctx, kv.ScanRequest{Collection: d.Name, Limit: kv.MaxPageSize})
 	if err != nil || len(page.Items) != keys {
 		t.Fatalf("scan after the race: %d records, %v", len(page.Items), err)
@@ -1899,7 +1884,6 @@ func TestMultiTagPlacementConcurrent(t *testing.T) {
 	for err := range errs {
 		t.Fatalf("seed %d: %v", seed, err)
 	}
-	mtSettle()
 	page, err = n.Scan(ctx, kv.ScanRequest{Collection: d.Name, Start: []byte("c"), End: []byte("d"), Limit: kv.MaxPageSize})
 	if err != nil {
 		t.Fatal(err)
@@ -2116,7 +2100,6 @@ func TestMultiWatch(t *testing.T) {
 		if want[len(want)-1].key != string(mtKey(300)) {
 			t.Fatalf("%s: the last put is not the last change: %v", d.Name, want[len(want)-1])
 		}
-		mtSettle()
 
 		o := <-live
 		if o.err != nil {
@@ -2240,7 +2223,6 @@ func TestMultiWatchResumeAcrossRestart(t *testing.T) {
 		if cut < 0 {
 			t.Fatalf("%s: no version with several changes", coll)
 		}
-		mtSettle()
 		r, err := mtWatch(n, kv.WatchRequest{Collection: coll}, 10*time.Second, func(r *mtWatchResult, _ kv.Event) bool { return len(r.changes) == cut+1 })
 		if err != nil {
 			t.Fatal(err)
@@ -2270,7 +2252,6 @@ func TestMultiWatchResumeAcrossRestart(t *testing.T) {
 		evs := want[coll]
 		top := evs[len(evs)-1].v
 		c := mid[coll]
-		mtSettle()
 		r, err := mtWatch(n, kv.WatchRequest{Collection: coll, FromVersion: c.v, AfterKey: c.key}, 10*time.Second, mtUntilProgress(top))
 		if err != nil {
 			t.Fatalf("%s: resume after the restart from (%d, %s): %v", coll, c.v, c.key, err)
