@@ -338,7 +338,6 @@ func mtWantCode(t *testing.T, err error, code kv.Code, what string) {
 	}
 }
 
-
 // mtLatest returns a version at or above every write acknowledged so far
 // (the version of a fresh scan).
 func mtLatest(t *testing.T, n *Node, coll string) uint64 {
