@@ -3,6 +3,7 @@ module github.com/groupkv/groupkv
 go 1.26.8
 
 require (
+	github.com/anishathalye/porcupine v1.0.2
 	github.com/cockroachdb/datadriven v1.0.3
 	github.com/cockroachdb/pebble/v2 v2.1.7
 	github.com/prometheus/client_golang v1.25.0
