@@ -24,6 +24,7 @@ const (
 	CodeTooLarge            Code = "too_large"             // 413
 	CodeUnavailable         Code = "unavailable"           // 503: not performed, may be retried
 	CodeCommitUnknown       Code = "commit_unknown"        // 503: may or may not have been performed
+	CodeNotLeader           Code = "not_leader"            // 503: ask the shard's leader; the shard map moved
 	CodeInternal            Code = "internal"              // 500
 )
 
@@ -42,7 +43,7 @@ func (c Code) HTTPStatus() int {
 		return http.StatusPreconditionFailed
 	case CodeTooLarge:
 		return http.StatusRequestEntityTooLarge
-	case CodeUnavailable, CodeCommitUnknown:
+	case CodeUnavailable, CodeCommitUnknown, CodeNotLeader:
 		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/shard"
@@ -33,6 +35,10 @@ type Config struct {
 	// TruncateAfter is the number of applied entries a log keeps before it is
 	// truncated; 0 means 10,000 (a few MiB of small writes per shard).
 	TruncateAfter uint64
+	// Unversioned reports the groups that never take versioned writes (the
+	// meta shard, where the oracle itself lives): their leaders need no
+	// timestamp to become ready. nil means none.
+	Unversioned func(shardID uint64) bool
 	// Hooks observe applied commands; nil fields are skipped.
 	Hooks Hooks
 	// Transport carries raft messages to the replicas of other nodes; nil
@@ -48,6 +54,16 @@ type Config struct {
 // cycle".
 type VersionSource interface {
 	TryNext(floor uint64) (uint64, bool)
+}
+
+// SequencedVersionSource is a VersionSource that can promise real-time
+// order: TryNextAfter issues a timestamp only if it was obtained after the
+// proposal numbered seq (see Host.ProposalSeq) arrived, so a write that
+// starts after another one ended gets a higher version even when
+// timestamps come from another node in batches.
+type SequencedVersionSource interface {
+	VersionSource
+	TryNextAfter(floor, seq uint64) (uint64, bool)
 }
 
 // Message is a raft message of one shard's group; Msg.To and Msg.From are
@@ -76,6 +92,11 @@ type Hooks struct {
 	LeaderReady func(shardID uint64, sm *shard.Shard)
 	// LeaderLost is called when this node stops leading a group.
 	LeaderLost func(shardID uint64)
+	// ConfChanged is called when a group applied a configuration change.
+	ConfChanged func(shardID uint64, cs raftpb.ConfState)
+	// SnapshotApplied is called when a group's state was replaced by a
+	// snapshot from its leader.
+	SnapshotApplied func(shardID uint64, sm *shard.Shard)
 }
 
 func (c *Config) ensureDefaults() {
@@ -104,6 +125,8 @@ type proposal struct {
 	id    uint64
 	shard uint64
 	cmd   []byte
+	// conf is a configuration change (cmd is nil then).
+	conf *raftpb.ConfChangeV2
 	// done receives exactly one outcome; buffered.
 	done chan outcome
 }
@@ -128,12 +151,16 @@ type group struct {
 	inflight map[uint64]*proposal
 	term     uint64
 	isLeader bool
-	// singleVoter: the group has one voter (this replica), so a ready
-	// leader's applied state holds every acknowledged write without asking
-	// anyone. Set at AddGroup; configuration changes do not exist yet.
-	singleVoter bool
+	// singleVoter: the group has one voter (this replica) and no learner,
+	// so a ready leader's applied state holds every acknowledged write
+	// without asking anyone. Updated by configuration changes.
+	singleVoter atomic.Bool
 	// reads maps read-index request ids to their waiters (loop-owned).
 	reads map[uint64]*readRequest
+	// snapSent maps replica ids to the tick a snapshot was sent to them;
+	// a snapshot not acknowledged within snapshotTimeoutTicks is reported
+	// failed so that raft sends another (loop-owned).
+	snapSent map[uint64]uint64
 
 	mu struct {
 		sync.Mutex
@@ -156,6 +183,12 @@ type group struct {
 		// changed is closed and replaced when ready or appliedVersion change.
 		changed chan struct{}
 		removed bool
+		// match is, on a leader, the match index of every replica, and
+		// lastIndex the leader's last log index (refreshed every tick).
+		match     map[uint64]uint64
+		lastIndex uint64
+		// confState is the applied configuration.
+		confState raftpb.ConfState
 	}
 }
 
@@ -180,15 +213,20 @@ type Host struct {
 	// lastAnswered is the number of proposals the last cycle answered
 	// (loop-owned).
 	lastAnswered int
-	wake         chan struct{}
-	stop         chan struct{}
-	done         chan struct{}
+	// ticks counts the loop's raft ticks (loop-owned).
+	ticks uint64
+	// seqVersions is Versions when it is sequenced (else nil).
+	seqVersions SequencedVersionSource
+	wake        chan struct{}
+	stop        chan struct{}
+	done        chan struct{}
 }
 
 // NewHost returns a Host with no groups; Start runs its loop.
 func NewHost(cfg Config) *Host {
 	cfg.ensureDefaults()
 	h := &Host{cfg: cfg, db: cfg.Engine.DB, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	h.seqVersions, _ = cfg.Versions.(SequencedVersionSource)
 	h.mu.groups = make(map[uint64]*group)
 	h.mu.applied = make(chan struct{})
 	return h
@@ -213,8 +251,37 @@ func (h *Host) Bootstrap(shardID uint64, voters []uint64, extra func(b *pebble.B
 	return b.Commit(pebble.Sync)
 }
 
+// CreateEmpty writes the raft state of a replica that joins an existing
+// group: no configuration and an empty log, so that its leader sends it a
+// snapshot. extra writes go in the same synced batch.
+func (h *Host) CreateEmpty(shardID uint64, extra func(b *pebble.Batch) error) error {
+	b := h.db.NewBatch()
+	defer b.Close()
+	if err := b.Set(storage.RaftTruncatedKey(shardID), encodeTruncated(0, 0), nil); err != nil {
+		return err
+	}
+	if extra != nil {
+		if err := extra(b); err != nil {
+			return err
+		}
+	}
+	return b.Commit(pebble.Sync)
+}
+
+// GroupOptions are the options of AddGroup.
+type GroupOptions struct {
+	// Campaign starts an election at once: the preferred leader of a new
+	// group, so that leaders spread without waiting for a timeout.
+	Campaign bool
+}
+
 // AddGroup starts the raft group of a bootstrapped shard replica.
 func (h *Host) AddGroup(desc shard.Desc, replicaID uint64) error {
+	return h.AddGroupWith(desc, replicaID, GroupOptions{})
+}
+
+// AddGroupWith is AddGroup with options.
+func (h *Host) AddGroupWith(desc shard.Desc, replicaID uint64, opts GroupOptions) error {
 	rs, err := loadRaftStorage(h.db, desc.ShardID)
 	if err != nil {
 		return err
@@ -242,15 +309,27 @@ func (h *Host) AddGroup(desc shard.Desc, replicaID uint64) error {
 		return fmt.Errorf("replication: starting shard %d: %w", desc.ShardID, err)
 	}
 	g := &group{id: desc.ShardID, replicaID: replicaID, rn: rn, storage: rs, sm: sm, inflight: make(map[uint64]*proposal),
-		reads: make(map[uint64]*readRequest)}
-	g.singleVoter = len(rs.confState.Voters) == 1 && rs.confState.Voters[0] == replicaID && len(rs.confState.Learners) == 0
+		reads: make(map[uint64]*readRequest), snapSent: make(map[uint64]uint64)}
+	rs.snapshot = func() (raftpb.Snapshot, error) {
+		// Called by raft from the loop, between cycles: Pebble holds the
+		// state machine exactly as of its applied index.
+		index, term := g.sm.Applied()
+		data, err := shard.SnapshotData(h.db, g.sm.Desc())
+		if err != nil {
+			h.cfg.Logger.Error("building a snapshot failed", "shard", g.id, "err", err)
+			return raftpb.Snapshot{}, raft.ErrSnapshotTemporarilyUnavailable
+		}
+		return raftpb.Snapshot{Data: data, Metadata: raftpb.SnapshotMetadata{Index: index, Term: term, ConfState: g.storage.confState}}, nil
+	}
+	g.singleVoter.Store(isSingleVoter(rs.confState, replicaID))
 	g.mu.appliedIndex = applied
 	g.mu.changed = make(chan struct{})
 	g.mu.appliedVersion = sm.MaxVersion()
 	g.mu.lastAssigned = sm.MaxVersion()
-	if len(rs.confState.Voters) == 1 && rs.confState.Voters[0] == replicaID {
+	g.mu.confState = rs.confState
+	if g.singleVoter.Load() || opts.Campaign {
 		// A single voter elects itself at once rather than after an
-		// election timeout.
+		// election timeout; so does a new group's preferred leader.
 		if err := rn.Campaign(); err != nil {
 			return err
 		}
@@ -266,6 +345,10 @@ func (h *Host) AddGroup(desc shard.Desc, replicaID uint64) error {
 	h.mu.groups[desc.ShardID] = g
 	h.signal()
 	return nil
+}
+
+func isSingleVoter(cs raftpb.ConfState, replicaID uint64) bool {
+	return len(cs.Voters) == 1 && cs.Voters[0] == replicaID && len(cs.Learners) == 0 && len(cs.VotersOutgoing) == 0
 }
 
 // RemoveGroup stops a group; its pending proposals fail. The caller removes
@@ -314,6 +397,111 @@ func (h *Host) Propose(ctx context.Context, shardID uint64, cmd []byte) (shard.R
 	}
 }
 
+// ProposeConfChange proposes a configuration change of shardID's group on
+// its leader here and waits until it is applied. raft refuses a change
+// while another is pending: the proposer then waits out its context.
+func (h *Host) ProposeConfChange(ctx context.Context, shardID uint64, cc raftpb.ConfChangeV2) error {
+	p := &proposal{shard: shardID, conf: &cc, done: make(chan outcome, 1)}
+	h.mu.Lock()
+	if h.mu.stopped {
+		h.mu.Unlock()
+		return kv.Errorf(kv.CodeUnavailable, "node is shutting down")
+	}
+	h.mu.nextID++
+	p.id = h.mu.nextID
+	h.mu.queue = append(h.mu.queue, p)
+	h.mu.Unlock()
+	h.signal()
+	select {
+	case o := <-p.done:
+		if o.err != nil {
+			return o.err
+		}
+		if o.res.Err != nil {
+			return o.res.Err
+		}
+		return nil
+	case <-ctx.Done():
+		return kv.Errorf(kv.CodeUnavailable, "shard %d: configuration change not applied: %v", shardID, ctx.Err())
+	}
+}
+
+// ProposalSeq returns the number of the last proposal queued: a proposal
+// queued later has a higher number (see SequencedVersionSource).
+func (h *Host) ProposalSeq() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.mu.nextID
+}
+
+// Signal wakes the loop, say because timestamps became available.
+func (h *Host) Signal() { h.signal() }
+
+// ConfState returns shardID's applied configuration.
+func (h *Host) ConfState(shardID uint64) (raftpb.ConfState, bool) {
+	g := h.group(shardID)
+	if g == nil {
+		return raftpb.ConfState{}, false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.confState, true
+}
+
+// Progress returns, on the leader of shardID, the match index of every
+// replica and the leader's last index, as of the last tick.
+func (h *Host) Progress(shardID uint64) (match map[uint64]uint64, lastIndex uint64, ok bool) {
+	g := h.group(shardID)
+	if g == nil {
+		return nil, 0, false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.mu.ready {
+		return nil, 0, false
+	}
+	match = make(map[uint64]uint64, len(g.mu.match))
+	for id, m := range g.mu.match {
+		match[id] = m
+	}
+	return match, g.mu.lastIndex, true
+}
+
+// AppliedIndex returns shardID's applied raft index on this node.
+func (h *Host) AppliedIndex(shardID uint64) (uint64, bool) {
+	g := h.group(shardID)
+	if g == nil {
+		return 0, false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.appliedIndex, true
+}
+
+// WaitApplied waits until shardID has applied index on this node.
+func (h *Host) WaitApplied(ctx context.Context, shardID, index uint64) error {
+	g := h.group(shardID)
+	if g == nil {
+		return kv.Errorf(kv.CodeUnavailable, "shard %d is not served by this node", shardID)
+	}
+	for {
+		g.mu.Lock()
+		done, removed, ch := g.mu.appliedIndex >= index, g.mu.removed, g.mu.changed
+		g.mu.Unlock()
+		if done {
+			return nil
+		}
+		if removed {
+			return kv.Errorf(kv.CodeUnavailable, "shard %d was removed", shardID)
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return kv.Errorf(kv.CodeUnavailable, "shard %d did not catch up to index %d: %v", shardID, index, ctx.Err())
+		}
+	}
+}
+
 // Deliver hands a raft message from another node to its group. It does not
 // block; messages of groups not served here are dropped.
 func (h *Host) Deliver(m Message) {
@@ -331,27 +519,27 @@ func (h *Host) Deliver(m Message) {
 type readRequest struct {
 	id    uint64
 	shard uint64
+	// tick is the loop tick the request was handed to raft at.
+	tick uint64
 	// done receives the read index, or 0 when the read must be retried
 	// elsewhere; buffered.
 	done chan uint64
 }
 
 // ReadBarrier returns once a read of shardID's applied state on this node
-// is linearizable: the node leads the shard, and has applied everything
-// committed before the call. A one-voter group needs nothing more than a
-// ready leader; a larger one confirms leadership with raft's ReadIndex
-// (a heartbeat round to a quorum) and waits until the read index is
-// applied, so a leader cut off from its quorum serves no stale read.
+// is linearizable: everything committed before the call has been applied
+// here. A one-voter group needs nothing more than a ready leader; a larger
+// one confirms leadership with raft's ReadIndex (a heartbeat round to a
+// quorum) — asked of the leader when this replica is a follower — and waits
+// until the read index is applied, so a leader cut off from its quorum
+// serves no stale read and a follower serves no read it has not caught up to.
 func (h *Host) ReadBarrier(ctx context.Context, shardID uint64) error {
-	if err := h.WaitReady(ctx, shardID); err != nil {
-		return err
-	}
 	g := h.group(shardID)
 	if g == nil {
 		return kv.Errorf(kv.CodeUnavailable, "shard %d is not served by this node", shardID)
 	}
-	if g.singleVoter {
-		return nil
+	if g.singleVoter.Load() {
+		return h.WaitReady(ctx, shardID)
 	}
 	r := &readRequest{shard: shardID, done: make(chan uint64, 1)}
 	h.mu.Lock()
@@ -371,24 +559,9 @@ func (h *Host) ReadBarrier(ctx context.Context, shardID uint64) error {
 		return kv.Errorf(kv.CodeUnavailable, "shard %d could not confirm its leadership: %v", shardID, ctx.Err())
 	}
 	if index == 0 {
-		return kv.Errorf(kv.CodeUnavailable, "shard %d lost its leader during a read; retry", shardID)
+		return kv.Errorf(kv.CodeUnavailable, "shard %d has no reachable leader to confirm a read; retry", shardID)
 	}
-	for {
-		g.mu.Lock()
-		done, removed, ch := g.mu.appliedIndex >= index, g.mu.removed, g.mu.changed
-		g.mu.Unlock()
-		if done {
-			return nil
-		}
-		if removed {
-			return kv.Errorf(kv.CodeUnavailable, "shard %d was removed", shardID)
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return h.WaitApplied(ctx, shardID, index)
 }
 
 // WaitReady waits until shardID has a ready leader on this node.
@@ -450,6 +623,10 @@ func (h *Host) SnapshotRead(ctx context.Context, shardID, ts uint64) error {
 		return kv.Errorf(kv.CodeUnavailable, "shard %d is not served by this node", shardID)
 	}
 	g.mu.Lock()
+	if !g.mu.ready {
+		g.mu.Unlock()
+		return kv.Errorf(kv.CodeNotLeader, "shard %d is not led by this node", shardID)
+	}
 	if ts > g.mu.readWatermark {
 		g.mu.readWatermark = ts
 	}
@@ -675,21 +852,29 @@ func (h *Host) cycle(tick bool) (bool, error) {
 			_ = g.rn.Step(m.Msg)
 		}
 	}
+	if tick {
+		h.ticks++
+	}
 	for _, r := range readQ {
 		g := h.group(r.shard)
-		if g == nil || !g.isLeader {
+		if g == nil || (!g.isLeader && g.rn.BasicStatus().Lead == 0) {
 			r.done <- 0
 			continue
 		}
+		r.tick = h.ticks
 		g.reads[r.id] = r
 		g.rn.ReadIndex(binary.BigEndian.AppendUint64(nil, r.id))
 	}
 	for _, g := range groups {
+		if g.isLeader && !g.readyLocked() {
+			h.maybeReady(g)
+		}
 		if len(g.waiting) > 0 {
 			h.proposeWaiting(g)
 		}
 		if tick {
 			g.rn.Tick()
+			h.onTick(g)
 		}
 	}
 
@@ -725,7 +910,15 @@ func (h *Host) processReady(groups []*group) (bool, error) {
 	wb := h.db.NewBatch()
 	nents := 0
 	mustSync := false
+	var snaps []readyGroup
 	for _, r := range rgs {
+		if !raft.IsEmptySnap(r.rd.Snapshot) {
+			// The snapshot's state goes first: the entries follow it.
+			if err := h.restoreSnapshot(wb, r.g, r.rd.Snapshot); err != nil {
+				wb.Close()
+				return false, err
+			}
+		}
 		// A new commit index alone need not be durable: raft recovers it.
 		mustSync = mustSync || raft.MustSync(r.rd.HardState, r.g.storage.hardState, len(r.rd.Entries))
 		if err := r.g.storage.append(wb, r.rd.Entries, r.rd.HardState); err != nil {
@@ -733,17 +926,28 @@ func (h *Host) processReady(groups []*group) (bool, error) {
 			return false, err
 		}
 		nents += len(r.rd.Entries)
+	}
+	for _, r := range rgs {
 		if !raft.IsEmptySnap(r.rd.Snapshot) {
-			wb.Close()
-			return false, fmt.Errorf("replication: shard %d: received a snapshot, which single-node groups do not use", r.g.id)
+			snaps = append(snaps, r)
 		}
+	}
+	if len(snaps) > 0 {
+		// A snapshot replaces the shard's state: it is made durable (with
+		// the cycle's entries, which follow it) before anything is applied
+		// on top of it.
+		if err := h.persistWithSnapshots(wb, rgs, snaps); err != nil {
+			wb.Close()
+			return false, err
+		}
+		mustSync = false
 	}
 	// The fsync runs while this cycle's committed entries are applied into
 	// a batch; that batch is committed (made visible) only once the fsync
 	// is done, so no read sees a write that could still be lost.
 	syncing := false
 	syncStart := time.Now()
-	if !wb.Empty() {
+	if len(snaps) == 0 && !wb.Empty() {
 		var err error
 		if mustSync {
 			err = h.db.ApplyNoSyncWait(wb, pebble.Sync)
@@ -780,6 +984,53 @@ func (h *Host) processReady(groups []*group) (bool, error) {
 	return true, nil
 }
 
+// restoreSnapshot writes into b the replacement of g's state by snap: the
+// shard's replicated state, an empty log after the snapshot's position, and
+// its configuration.
+func (h *Host) restoreSnapshot(b *pebble.Batch, g *group, snap raftpb.Snapshot) error {
+	if err := shard.RestoreSnapshot(b, h.db, g.sm.Desc(), snap.Data); err != nil {
+		return fmt.Errorf("replication: shard %d: restoring a snapshot at %d: %w", g.id, snap.Metadata.Index, err)
+	}
+	if err := saveConfState(b, g.id, snap.Metadata.ConfState); err != nil {
+		return err
+	}
+	start, end := storage.RaftLogSpan(g.id, 0, ^uint64(0))
+	if err := b.DeleteRange(start, end, nil); err != nil {
+		return err
+	}
+	return b.Set(storage.RaftTruncatedKey(g.id), encodeTruncated(snap.Metadata.Index, snap.Metadata.Term), nil)
+}
+
+// persistWithSnapshots commits and syncs b, which restores snapshots, and
+// reloads the state machines the snapshots replaced.
+func (h *Host) persistWithSnapshots(b *pebble.Batch, rgs, snaps []readyGroup) error {
+	if err := b.Commit(pebble.Sync); err != nil {
+		return err
+	}
+	for _, r := range snaps {
+		g, meta := r.g, r.rd.Snapshot.Metadata
+		g.storage.restored(meta)
+		sm, err := shard.Load(h.db, g.sm.Desc())
+		if err != nil {
+			return fmt.Errorf("replication: shard %d: loading a restored snapshot: %w", g.id, err)
+		}
+		g.sm = sm
+		g.singleVoter.Store(isSingleVoter(meta.ConfState, g.replicaID))
+		g.mu.Lock()
+		g.mu.appliedIndex = meta.Index
+		g.mu.appliedVersion = max(g.mu.appliedVersion, sm.MaxVersion())
+		g.mu.lastAssigned = max(g.mu.lastAssigned, sm.MaxVersion())
+		g.mu.confState = meta.ConfState
+		g.mu.Unlock()
+		h.cfg.Metrics.SnapshotsApplied.Inc()
+		h.cfg.Logger.Info("applied a snapshot", "shard", g.id, "index", meta.Index, "bytes", len(r.rd.Snapshot.Data))
+		if h.cfg.Hooks.SnapshotApplied != nil {
+			h.cfg.Hooks.SnapshotApplied(g.id, sm)
+		}
+	}
+	return nil
+}
+
 // sendAndAppended finishes persistence of the Readys: the raft storage's
 // view and the messages, which must follow the fsync.
 func (h *Host) sendAndAppended(rgs []readyGroup) {
@@ -793,6 +1044,10 @@ func (h *Host) sendAndAppended(rgs []readyGroup) {
 			out := make([]Message, len(r.rd.Messages))
 			for i, m := range r.rd.Messages {
 				out[i] = Message{ShardID: r.g.id, Msg: m}
+				if m.Type == raftpb.MsgSnap {
+					r.g.snapSent[m.To] = h.ticks
+					h.cfg.Metrics.SnapshotsSent.Inc()
+				}
 			}
 			h.cfg.Transport.Send(out)
 		}
@@ -827,6 +1082,11 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error) (bool, error)
 		version uint64
 	}
 	var versions []appliedWrite
+	type confApplied struct {
+		g  *group
+		cs raftpb.ConfState
+	}
+	var confs []confApplied
 	for _, r := range rgs {
 		g := r.g
 		for i := range r.rd.CommittedEntries {
@@ -851,7 +1111,27 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error) (bool, error)
 				}
 				applieds = append(applieds, applied{g.id, shard.CommandKind(cmd[0]), res})
 			case e.Type == raftpb.EntryConfChange || e.Type == raftpb.EntryConfChangeV2:
-				return false, fmt.Errorf("replication: shard %d: configuration changes are not supported on a single node", g.id)
+				cc, err := decodeConfChange(e)
+				if err != nil {
+					abort()
+					return false, fmt.Errorf("replication: shard %d: %w", g.id, err)
+				}
+				cs := g.rn.ApplyConfChange(cc)
+				if err := saveConfState(ab, g.id, *cs); err != nil {
+					abort()
+					return false, err
+				}
+				if err := g.sm.SetApplied(ab, e.Index, e.Term); err != nil {
+					abort()
+					return false, err
+				}
+				confs = append(confs, confApplied{g, *cs})
+				if ctx := cc.AsV2().Context; len(ctx) == 8 {
+					if p, ok := g.inflight[binary.BigEndian.Uint64(ctx)]; ok {
+						delete(g.inflight, p.id)
+						dones = append(dones, done{p, shard.Result{}})
+					}
+				}
 			default:
 				if err := g.sm.SetApplied(ab, e.Index, e.Term); err != nil {
 					abort()
@@ -895,6 +1175,16 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error) (bool, error)
 				delete(r.g.reads, id)
 				req.done <- max(rs.Index, 1)
 			}
+		}
+	}
+	for _, c := range confs {
+		c.g.storage.confState = c.cs
+		c.g.singleVoter.Store(isSingleVoter(c.cs, c.g.replicaID))
+		c.g.mu.Lock()
+		c.g.mu.confState = c.cs
+		c.g.mu.Unlock()
+		if h.cfg.Hooks.ConfChanged != nil {
+			h.cfg.Hooks.ConfChanged(c.g.id, c.cs)
 		}
 	}
 	for _, w := range versions {
@@ -941,16 +1231,43 @@ func (h *Host) proposeWaiting(g *group) {
 	ready := g.mu.ready
 	g.mu.Unlock()
 	if !ready {
-		return // wait: a follower or a new leader proposes nothing yet
+		if g.isLeader || g.singleVoter.Load() {
+			return // wait: a new leader proposes nothing yet
+		}
+		// A follower: the caller asks the leader instead.
+		for _, p := range g.waiting {
+			p.done <- outcome{err: kv.Errorf(kv.CodeNotLeader, "shard %d is not led by this node", g.id)}
+		}
+		g.waiting = g.waiting[:0]
+		return
 	}
 	n := 0
 	for _, p := range g.waiting {
+		if p.conf != nil {
+			cc := *p.conf
+			cc.Context = binary.BigEndian.AppendUint64(nil, p.id)
+			if err := g.rn.ProposeConfChange(cc); err != nil {
+				p.done <- outcome{err: kv.Errorf(kv.CodeUnavailable, "shard %d refused the configuration change: %v", g.id, err)}
+			} else {
+				g.inflight[p.id] = p
+			}
+			n++
+			continue
+		}
 		var assigned *uint64 // the previous lastAssigned, if p got a version
 		if shard.IsWrite(p.cmd) {
 			g.mu.Lock()
 			floor := max(g.mu.lastAssigned, g.mu.readWatermark)
 			g.mu.Unlock()
-			v, ok := h.cfg.Versions.TryNext(floor)
+			var (
+				v  uint64
+				ok bool
+			)
+			if h.seqVersions != nil {
+				v, ok = h.seqVersions.TryNextAfter(floor, p.id)
+			} else {
+				v, ok = h.cfg.Versions.TryNext(floor)
+			}
 			if !ok {
 				break
 			}
@@ -1019,29 +1336,102 @@ func (h *Host) updateLeadership(g *group, rd raft.Ready) {
 		return
 	}
 	g.isLeader = true
-	_, appliedTerm := g.sm.Applied()
+	h.maybeReady(g)
+}
+
+func (g *group) readyLocked() bool {
 	g.mu.Lock()
-	becameReady := !g.mu.ready && appliedTerm == st.Term
-	if becameReady {
-		g.mu.ready = true
-		// Seed the watermark from a timestamp fetched after the election so
-		// that a new leader's writes land above reads served by any earlier one.
-		if ts, ok := h.cfg.Versions.TryNext(g.mu.readWatermark); ok {
-			g.mu.readWatermark = ts
-		}
-		if mv := g.sm.MaxVersion(); mv > g.mu.lastAssigned {
-			g.mu.lastAssigned = mv
-		}
+	defer g.mu.Unlock()
+	return g.mu.ready
+}
+
+// maybeReady makes a leader ready once it has applied an entry of its own
+// term and has seeded its read watermark with a timestamp fetched after
+// the election, so that its writes land above reads served by any earlier
+// leader. Without a timestamp it tries again next cycle.
+func (h *Host) maybeReady(g *group) {
+	st := g.rn.BasicStatus()
+	_, appliedTerm := g.sm.Applied()
+	if st.RaftState != raft.StateLeader || appliedTerm != st.Term {
+		return
 	}
+	g.mu.Lock()
+	if g.mu.ready {
+		g.mu.Unlock()
+		return
+	}
+	var (
+		ts uint64
+		ok bool
+	)
+	switch {
+	case h.cfg.Unversioned != nil && h.cfg.Unversioned(g.id):
+		ts, ok = g.mu.readWatermark, true
+	case h.seqVersions != nil:
+		g.mu.Unlock()
+		seq := h.ProposalSeq()
+		ts, ok = h.seqVersions.TryNextAfter(0, seq)
+		g.mu.Lock()
+	default:
+		ts, ok = h.cfg.Versions.TryNext(g.mu.readWatermark)
+	}
+	if !ok || g.mu.ready {
+		g.mu.Unlock()
+		return
+	}
+	g.mu.readWatermark = max(g.mu.readWatermark, ts)
+	if mv := g.sm.MaxVersion(); mv > g.mu.lastAssigned {
+		g.mu.lastAssigned = mv
+	}
+	g.mu.ready = true
+	close(g.mu.changed)
+	g.mu.changed = make(chan struct{})
 	g.mu.Unlock()
-	if becameReady {
-		if h.cfg.Hooks.LeaderReady != nil {
-			h.cfg.Hooks.LeaderReady(g.id, g.sm)
-		}
-		if len(g.waiting) > 0 {
-			h.signal()
+	if h.cfg.Hooks.LeaderReady != nil {
+		h.cfg.Hooks.LeaderReady(g.id, g.sm)
+	}
+	if len(g.waiting) > 0 {
+		h.signal()
+	}
+}
+
+// snapshotTimeoutTicks is how long a leader waits for a follower to
+// acknowledge a snapshot before raft is told it failed and sends another.
+const snapshotTimeoutTicks = 100
+
+// onTick does a group's per-tick housekeeping: it fails read-index requests
+// that got no answer within an election timeout (the leader may have lost
+// them), retries snapshots that got no answer, and refreshes a leader's
+// view of its followers' progress.
+func (h *Host) onTick(g *group) {
+	for id, r := range g.reads {
+		if h.ticks-r.tick > uint64(h.cfg.ElectionTicks) {
+			r.done <- 0
+			delete(g.reads, id)
 		}
 	}
+	for to, at := range g.snapSent {
+		if h.ticks-at > snapshotTimeoutTicks {
+			g.rn.ReportSnapshot(to, raft.SnapshotFailure)
+			delete(g.snapSent, to)
+		}
+	}
+	if !g.isLeader || g.singleVoter.Load() {
+		return
+	}
+	st := g.rn.Status()
+	match := make(map[uint64]uint64, len(st.Progress))
+	for id, pr := range st.Progress {
+		match[id] = pr.Match
+		if pr.State == tracker.StateReplicate {
+			delete(g.snapSent, id)
+		}
+	}
+	last := g.storage.lastIndex
+	g.mu.Lock()
+	g.mu.match = match
+	g.mu.lastIndex = last
+	g.mu.Unlock()
 }
 
 func (h *Host) maybeTruncate(g *group) error {

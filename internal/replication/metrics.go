@@ -10,6 +10,9 @@ type Metrics struct {
 	FsyncSeconds  prometheus.Histogram
 	CycleEntries  prometheus.Histogram
 	Truncations   prometheus.Counter
+	// SnapshotsSent and SnapshotsApplied count raft snapshots sent to
+	// followers and restored from a leader.
+	SnapshotsSent, SnapshotsApplied prometheus.Counter
 }
 
 // NewMetrics registers the replication collectors with reg (nil: unregistered).
@@ -30,9 +33,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(1, 2, 12)}),
 		Truncations: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "groupkv_raft_log_truncations_total", Help: "Raft log truncations."}),
+		SnapshotsSent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "groupkv_raft_snapshots_sent_total", Help: "Raft snapshots sent to followers."}),
+		SnapshotsApplied: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "groupkv_raft_snapshots_applied_total", Help: "Raft snapshots restored from a leader."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Proposals, m.ProposalFails, m.ApplySeconds, m.FsyncSeconds, m.CycleEntries, m.Truncations)
+		reg.MustRegister(m.Proposals, m.ProposalFails, m.ApplySeconds, m.FsyncSeconds, m.CycleEntries, m.Truncations, m.SnapshotsSent, m.SnapshotsApplied)
 	}
 	return m
 }

@@ -41,6 +41,8 @@ type raftStorage struct {
 	lastIndex             uint64
 	// cache holds entries [cache[0].Index, lastIndex], contiguous.
 	cache []raftpb.Entry
+	// snapshot builds a snapshot of the shard's applied state.
+	snapshot func() (raftpb.Snapshot, error)
 }
 
 var _ raft.Storage = (*raftStorage)(nil)
@@ -216,9 +218,19 @@ func limitSize(ents []raftpb.Entry, maxSize uint64) []raftpb.Entry {
 }
 
 func (s *raftStorage) Snapshot() (raftpb.Snapshot, error) {
-	// Streaming shard snapshots to other nodes is the cluster's job; a
-	// single-voter group never needs one.
-	return raftpb.Snapshot{}, raft.ErrSnapshotTemporarilyUnavailable
+	if s.snapshot == nil {
+		return raftpb.Snapshot{}, raft.ErrSnapshotTemporarilyUnavailable
+	}
+	return s.snapshot()
+}
+
+// restored updates the in-memory view after a snapshot was persisted: the
+// log is empty after the snapshot's position.
+func (s *raftStorage) restored(meta raftpb.SnapshotMetadata) {
+	s.truncIndex, s.truncTerm = meta.Index, meta.Term
+	s.lastIndex = meta.Index
+	s.cache = s.cache[:0]
+	s.confState = meta.ConfState
 }
 
 // append writes entries and the hard state of a Ready into b. Entries
@@ -302,3 +314,28 @@ func (s *raftStorage) truncated(index, term uint64) {
 }
 
 var errStopped = errors.New("replication: host stopped")
+
+// decodeConfChange decodes the configuration change of a committed entry.
+func decodeConfChange(e *raftpb.Entry) (raftpb.ConfChangeI, error) {
+	if e.Type == raftpb.EntryConfChange {
+		var cc raftpb.ConfChange
+		if err := cc.Unmarshal(e.Data); err != nil {
+			return nil, fmt.Errorf("decoding configuration change at %d: %w", e.Index, err)
+		}
+		return cc, nil
+	}
+	var cc raftpb.ConfChangeV2
+	if err := cc.Unmarshal(e.Data); err != nil {
+		return nil, fmt.Errorf("decoding configuration change at %d: %w", e.Index, err)
+	}
+	return cc, nil
+}
+
+// saveConfState writes a shard's configuration into its replicated state.
+func saveConfState(b *pebble.Batch, shard uint64, cs raftpb.ConfState) error {
+	data, err := cs.Marshal()
+	if err != nil {
+		return err
+	}
+	return b.Set(storage.ShardStateKey(shard, confStateKey), data, nil)
+}
