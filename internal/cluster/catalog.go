@@ -62,20 +62,47 @@ func DecodeCollectionDesc(b []byte) (*CollectionDesc, error) {
 	return &d, nil
 }
 
+// NodeDesc is the membership record of a node (meta shard).
+type NodeDesc struct {
+	ID uint64 `json:"id"`
+	// Addr is the client (API) address, PeerAddr the node-to-node one.
+	Addr     string `json:"addr"`
+	PeerAddr string `json:"peer_addr"`
+	// MetaReplica is the node's replica id in the meta shard's group, 0
+	// when it holds none.
+	MetaReplica uint64 `json:"meta_replica,omitempty"`
+}
+
+// MetaReplicas is the number of voters of the meta shard once the cluster
+// has that many nodes; every further node holds a learner replica, which
+// keeps its copy of the catalog current.
+const MetaReplicas = 3
+
+// DefaultReplicas is the replication factor of a collection created
+// without one on a cluster of n nodes.
+func DefaultReplicas(n int) int { return min(3, max(n, 1)) }
+
 // NewCollectionDesc lays out the shards of a new collection with validated
 // options. firstShard is the id of its first shard; the others follow.
-// Every shard gets one replica per node in nodes, with raft ids 1, 2, ...
+// nodes are the candidate nodes, least loaded first: shard i gets
+// opts.Replicas of them (all when 0) starting at position i, so replicas
+// are on distinct nodes and the first replicas — the preferred leaders —
+// rotate over the nodes. Raft ids within a shard are 1, 2, ...
 func NewCollectionDesc(opts kv.CollectionOptions, id uint32, firstShard uint64, nodes []uint64) *CollectionDesc {
 	d := &CollectionDesc{Name: opts.Name, ID: id, Partitioning: opts.Partitioning, SplitPoints: opts.SplitPoints}
-	replicas := func() []Replica {
-		r := make([]Replica, len(nodes))
-		for i, n := range nodes {
-			r[i] = Replica{Node: n, ID: uint64(i + 1)}
+	rf := opts.Replicas
+	if rf == 0 || rf > len(nodes) {
+		rf = len(nodes)
+	}
+	replicas := func(i int) []Replica {
+		r := make([]Replica, rf)
+		for j := range r {
+			r[j] = Replica{Node: nodes[(i+j)%len(nodes)], ID: uint64(j + 1)}
 		}
 		return r
 	}
 	for i := 0; i < opts.Shards; i++ {
-		s := ShardDesc{ID: firstShard + uint64(i), Replicas: replicas()}
+		s := ShardDesc{ID: firstShard + uint64(i), Replicas: replicas(i)}
 		if opts.Partitioning == kv.PartitionRange {
 			if i > 0 {
 				s.Start = opts.SplitPoints[i-1]

@@ -119,6 +119,28 @@ func (o *Oracle) TryNext(floor uint64) (uint64, bool) {
 	return ts, true
 }
 
+// TryNextN reserves count consecutive timestamps above floor and above
+// every one issued before and returns the first, for a node that hands
+// them to its own shard leaders. false as for TryNext.
+func (o *Oracle) TryNextN(floor uint64, count int) (uint64, bool) {
+	if count < 1 {
+		count = 1
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.mu.active {
+		return 0, false
+	}
+	ts := max(o.physical(), o.mu.last+1, floor+1)
+	end := ts + uint64(count) - 1
+	o.renewLocked(end)
+	if end > o.mu.hwm {
+		return 0, false
+	}
+	o.mu.last = end
+	return ts, true
+}
+
 // Active reports whether the oracle issues timestamps.
 func (o *Oracle) Active() bool {
 	o.mu.Lock()

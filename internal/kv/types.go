@@ -33,7 +33,38 @@ type CollectionOptions struct {
 	// SplitPoints are the keys at which a range collection's shards begin,
 	// strictly increasing; shard i owns [SplitPoints[i-1], SplitPoints[i]).
 	SplitPoints [][]byte `json:"split_points,omitempty"`
+	// Replicas is the replication factor: the number of nodes that hold
+	// each shard. 0 means 3 on a cluster of 3 or more nodes, else the node
+	// count. Fixed at creation.
+	Replicas int `json:"replicas,omitempty"`
 }
+
+// ClusterStatus describes the nodes and shards of a cluster.
+type ClusterStatus struct {
+	Nodes  []NodeStatus  `json:"nodes"`
+	Shards []ShardStatus `json:"shards"`
+}
+
+// NodeStatus is one member as seen by the answering node.
+type NodeStatus struct {
+	ID       uint64 `json:"id"`
+	Addr     string `json:"addr"`
+	PeerAddr string `json:"peer_addr"`
+	// Healthy: the node answered the answering node just now.
+	Healthy bool `json:"healthy"`
+}
+
+// ShardStatus is one shard: its collection ("" for the meta shard), the
+// node ids of its replicas, and its leader's node id (0: unknown).
+type ShardStatus struct {
+	Collection string   `json:"collection"`
+	Shard      uint64   `json:"shard"`
+	Replicas   []uint64 `json:"replicas"`
+	Leader     uint64   `json:"leader"`
+}
+
+// MaxReplicas bounds a collection's replication factor.
+const MaxReplicas = 7
 
 // DefaultShards is the shard count of a hash or tag collection when none is
 // given: enough to spread load over a few nodes, few enough to keep a single

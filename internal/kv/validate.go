@@ -84,6 +84,9 @@ func ValidateCollectionOptions(opts *CollectionOptions) error {
 	default:
 		return Errorf(CodeInvalidArgument, "partitioning %q is unknown: use hash, range or tag", opts.Partitioning)
 	}
+	if opts.Replicas < 0 || opts.Replicas > MaxReplicas {
+		return Errorf(CodeInvalidArgument, "replicas is %d, it must be between 1 and %d", opts.Replicas, MaxReplicas)
+	}
 	if opts.Shards < 0 || opts.Shards > MaxShards {
 		return Errorf(CodeInvalidArgument, "shards is %d, it must be between 1 and %d", opts.Shards, MaxShards)
 	}

@@ -61,7 +61,10 @@ func (n *Node) BatchGet(ctx context.Context, keys []kv.KeyRef) (kv.BatchGetResul
 			shardSet[id] = true
 		}
 	}
-	version := n.oracle.Latest()
+	version, err := n.latest(ctx)
+	if err != nil {
+		return kv.BatchGetResult{}, err
+	}
 	shards := make([]uint64, 0, len(shardSet))
 	for id := range shardSet {
 		shards = append(shards, id)
@@ -300,7 +303,7 @@ func (n *Node) DeleteRange(ctx context.Context, req kv.DeleteRangeRequest) (kv.D
 	out := make(chan outcome, len(shards))
 	for _, id := range shards {
 		go func(id uint64) {
-			res, err := n.host.Propose(ctx, id, shard.EncodeDeleteRange(req.Start, end))
+			res, err := n.propose(ctx, id, shard.EncodeDeleteRange(req.Start, end))
 			if err == nil && res.Err != nil {
 				err = res.Err
 			}
@@ -363,7 +366,7 @@ func pageLimit(limit int) (int, error) {
 
 // readVersion resolves the version a paged read uses: the page's, the
 // request's, or now.
-func (n *Node) readVersion(page string, reqVersion uint64, reverse bool) (version uint64, after []byte, err error) {
+func (n *Node) readVersion(ctx context.Context, page string, reqVersion uint64, reverse bool) (version uint64, after []byte, err error) {
 	if page != "" {
 		v, rev, last, err := decodePage(page)
 		if err != nil {
@@ -380,7 +383,8 @@ func (n *Node) readVersion(page string, reqVersion uint64, reverse bool) (versio
 	if reqVersion != 0 {
 		return reqVersion, nil, nil
 	}
-	return n.oracle.Latest(), nil, nil
+	v, err := n.latest(ctx)
+	return v, nil, err
 }
 
 // Scan implements kv.Backend.
@@ -401,7 +405,7 @@ func (n *Node) Scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResult, err
 	if len(req.End) > 0 && bytes.Compare(req.Start, req.End) >= 0 {
 		return kv.ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "start %q is not below end %q", req.Start, req.End)
 	}
-	version, after, err := n.readVersion(req.Page, req.Version, req.Reverse)
+	version, after, err := n.readVersion(ctx, req.Page, req.Version, req.Reverse)
 	if err != nil {
 		return kv.ScanResult{}, err
 	}
@@ -487,7 +491,7 @@ func (n *Node) GetByTags(ctx context.Context, q kv.TagQuery) (kv.ScanResult, err
 	if err := kv.ValidateTags(tags); err != nil {
 		return kv.ScanResult{}, err
 	}
-	version, after, err := n.readVersion(q.Page, q.Version, false)
+	version, after, err := n.readVersion(ctx, q.Page, q.Version, false)
 	if err != nil {
 		return kv.ScanResult{}, err
 	}

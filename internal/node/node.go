@@ -12,12 +12,15 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/groupkv/groupkv/internal/cluster"
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/replication"
 	"github.com/groupkv/groupkv/internal/shard"
 	"github.com/groupkv/groupkv/internal/storage"
+	"github.com/groupkv/groupkv/internal/transport"
 )
 
 // Node-local metadata items (storage.NodeKey).
@@ -54,7 +57,17 @@ type Node struct {
 		catalog map[string]*cluster.CollectionDesc
 		// replicas are the shard replicas held by this node.
 		replicas map[uint64]localReplica
+		// nodes mirrors the membership records of the meta shard.
+		nodes map[uint64]cluster.NodeDesc
+		// shards indexes the catalog's shards by id.
+		shards map[uint64]shardRef
+		// self is this node's record as it should be (addresses from Serve).
+		self cluster.NodeDesc
 	}
+
+	tr       *transport.GRPC
+	peers    peers
+	versions *versionSource
 
 	// opsMu is held shared by every client operation for its whole run and
 	// exclusively by Close, so that the engine is never closed under one.
@@ -84,6 +97,8 @@ func Open(opts Options) (*Node, error) {
 	n := &Node{opts: opts, eng: eng, log: opts.Logger, stop: make(chan struct{}), reconcil: make(chan struct{}, 1)}
 	n.mu.catalog = make(map[string]*cluster.CollectionDesc)
 	n.mu.replicas = make(map[uint64]localReplica)
+	n.mu.nodes = make(map[uint64]cluster.NodeDesc)
+	n.mu.shards = make(map[uint64]shardRef)
 	if err := n.start(); err != nil {
 		if n.host != nil {
 			n.host.Stop()
@@ -115,18 +130,25 @@ func (n *Node) start() error {
 	n.id = id
 	n.metrics = newMetrics(n.opts.Registry, n.eng)
 	n.oracle = cluster.NewOracle(n.opts.Clock, n.persistTSO)
+	n.versions = &versionSource{n: n, fetchSize: 256}
+	n.tr = transport.NewGRPC(transport.Options{Resolver: n.resolve, Logger: n.log,
+		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxPeerMessage))}})
 	n.host = replication.NewHost(replication.Config{
 		NodeID:        id,
 		Engine:        n.eng,
-		Versions:      n.oracle,
+		Versions:      n.versions,
+		Unversioned:   func(id uint64) bool { return id == cluster.MetaShardID },
+		Transport:     n.tr,
 		TickInterval:  n.opts.TickInterval,
 		TruncateAfter: n.opts.TruncateAfter,
 		Metrics:       n.metrics.repl,
 		Logger:        n.log,
 		Hooks: replication.Hooks{
-			Applied:     n.onApplied,
-			LeaderReady: n.onLeaderReady,
-			LeaderLost:  n.onLeaderLost,
+			Applied:         n.onApplied,
+			LeaderReady:     n.onLeaderReady,
+			LeaderLost:      n.onLeaderLost,
+			SnapshotApplied: n.onSnapshotApplied,
 		},
 	})
 
@@ -134,8 +156,9 @@ func (n *Node) start() error {
 	if err != nil {
 		return err
 	}
-	if _, ok := replicas[cluster.MetaShardID]; !ok {
-		// A new node: bootstrap the meta shard as a one-voter group.
+	if _, ok := replicas[cluster.MetaShardID]; !ok && len(n.opts.Join) == 0 {
+		// A new node: bootstrap the meta shard as a one-voter group. (A
+		// new node with Join gets its meta replica from the cluster.)
 		lr := localReplica{ReplicaID: 1, Desc: shard.MetaDesc}
 		if err := n.host.Bootstrap(cluster.MetaShardID, []uint64{1}, func(b *pebble.Batch) error {
 			return n.writeReplica(b, lr)
@@ -145,16 +168,12 @@ func (n *Node) start() error {
 		replicas[cluster.MetaShardID] = lr
 		n.log.Info("bootstrapped a new node", "node", id, "dir", n.opts.DataDir)
 	}
-	catalog, err := shard.LoadCatalog(n.eng.DB)
-	if err != nil {
-		return err
-	}
 	n.mu.Lock()
-	for _, d := range catalog {
-		n.mu.catalog[d.Name] = d
-	}
 	n.mu.replicas = replicas
 	n.mu.Unlock()
+	if err := n.reloadMeta(); err != nil {
+		return err
+	}
 
 	n.host.Start()
 	for _, r := range replicas {
@@ -219,6 +238,8 @@ func (n *Node) Close() error {
 	defer n.opsMu.Unlock()
 	n.bg.Wait()
 	n.host.Stop()
+	n.tr.Close()
+	n.peers.close()
 	n.reconcileMu.Lock() // wait out a reconcile started by a request
 	defer n.reconcileMu.Unlock()
 	return n.eng.Close()
@@ -236,16 +257,31 @@ func (n *Node) persistTSO(hwm uint64) {
 	}()
 }
 
+func (n *Node) onSnapshotApplied(shardID uint64, _ *shard.Shard) {
+	if shardID != cluster.MetaShardID {
+		return
+	}
+	// The meta shard's state was replaced: membership and catalog with it.
+	if err := n.reloadMeta(); err != nil {
+		n.log.Error("reloading the catalog after a snapshot failed", "err", err)
+	}
+}
+
 func (n *Node) onApplied(shardID uint64, kind shard.CommandKind, res shard.Result) {
 	if shardID != cluster.MetaShardID || res.Err != nil {
 		return
 	}
 	switch kind {
+	case shard.KindAddNode:
+		n.mu.Lock()
+		n.mu.nodes[res.Node.ID] = *res.Node
+		n.mu.Unlock()
 	case shard.KindTSO:
 		n.oracle.OnPersisted(res.Version)
 	case shard.KindCreateCollection:
 		n.mu.Lock()
 		n.mu.catalog[res.Desc.Name] = res.Desc
+		n.indexShardsLocked()
 		n.mu.Unlock()
 		n.triggerReconcile()
 	case shard.KindDropCollection:
@@ -253,6 +289,7 @@ func (n *Node) onApplied(shardID uint64, kind shard.CommandKind, res shard.Resul
 		if d := n.mu.catalog[res.Desc.Name]; d != nil && d.ID == res.Desc.ID {
 			delete(n.mu.catalog, res.Desc.Name)
 		}
+		n.indexShardsLocked()
 		n.mu.Unlock()
 		n.triggerReconcile()
 	}
@@ -297,14 +334,26 @@ func (n *Node) reconcileLoop() {
 func (n *Node) reconcile() error {
 	n.reconcileMu.Lock()
 	defer n.reconcileMu.Unlock()
+	type wanted struct {
+		lr       localReplica
+		voters   []uint64
+		campaign bool
+	}
 	n.mu.RLock()
-	want := make(map[uint64]localReplica)
+	want := make(map[uint64]wanted)
 	for _, c := range n.mu.catalog {
 		for _, s := range c.Shards {
-			for _, r := range s.Replicas {
-				if r.Node == n.id {
-					want[s.ID] = localReplica{ReplicaID: r.ID, Desc: shard.DescFor(c, s)}
+			for j, r := range s.Replicas {
+				if r.Node != n.id {
+					continue
 				}
+				voters := make([]uint64, len(s.Replicas))
+				for k, o := range s.Replicas {
+					voters[k] = o.ID
+				}
+				// The first replica is the preferred leader: it campaigns
+				// at once, so leaders spread over the nodes.
+				want[s.ID] = wanted{localReplica{ReplicaID: r.ID, Desc: shard.DescFor(c, s)}, voters, j == 0}
 			}
 		}
 	}
@@ -314,16 +363,17 @@ func (n *Node) reconcile() error {
 	}
 	n.mu.RUnlock()
 
-	for id, r := range want {
+	for id, w := range want {
 		if _, ok := have[id]; ok {
 			continue
 		}
-		if err := n.host.Bootstrap(id, []uint64{r.ReplicaID}, func(b *pebble.Batch) error {
+		r := w.lr
+		if err := n.host.Bootstrap(id, w.voters, func(b *pebble.Batch) error {
 			return n.writeReplica(b, r)
 		}); err != nil {
 			return err
 		}
-		if err := n.host.AddGroup(r.Desc, r.ReplicaID); err != nil {
+		if err := n.host.AddGroupWith(r.Desc, r.ReplicaID, replication.GroupOptions{Campaign: w.campaign && len(w.voters) > 1}); err != nil {
 			return err
 		}
 		n.mu.Lock()
@@ -420,13 +470,26 @@ func (n *Node) Ready() error {
 	}
 	n.mu.RUnlock()
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	if len(ids) == 0 {
+		return kv.Errorf(kv.CodeUnavailable, "node %d is joining the cluster", n.id)
+	}
+	if self := n.self(); self.Addr != "" {
+		if _, ok := n.nodeDesc(n.id); !ok {
+			return kv.Errorf(kv.CodeUnavailable, "node %d is not a member yet", n.id)
+		}
+	}
 	for _, id := range ids {
-		if !n.host.Ready(id) {
+		switch leader := n.leaderOf(id); {
+		case leader == 0 && n.host.Leader(id) == 0:
 			return kv.Errorf(kv.CodeUnavailable, "shard %d has no leader yet", id)
+		case leader == n.id && !n.host.Ready(id):
+			return kv.Errorf(kv.CodeUnavailable, "shard %d's leader is not ready yet", id)
 		}
 	}
 	if !n.oracle.Active() {
-		return kv.Errorf(kv.CodeUnavailable, "the timestamp oracle is not running yet")
+		if l := n.leaderOf(cluster.MetaShardID); l == 0 || l == n.id {
+			return kv.Errorf(kv.CodeUnavailable, "the timestamp oracle is not running yet")
+		}
 	}
 	return nil
 }
@@ -505,18 +568,28 @@ func (n *Node) CreateCollection(ctx context.Context, opts kv.CollectionOptions) 
 	if err := kv.ValidateCollectionOptions(&opts); err != nil {
 		return kv.CollectionInfo{}, err
 	}
-	res, err := n.host.Propose(ctx, cluster.MetaShardID, shard.EncodeCreateCollection(opts, []uint64{n.id}))
+	nodes := n.placementNodes()
+	if opts.Replicas == 0 {
+		opts.Replicas = cluster.DefaultReplicas(len(nodes))
+	}
+	res, err := n.propose(ctx, cluster.MetaShardID, shard.EncodeCreateCollection(opts, nodes))
 	if err != nil {
 		return kv.CollectionInfo{}, err
 	}
 	if res.Err != nil {
 		return kv.CollectionInfo{}, res.Err
 	}
+	if err := n.waitCatalog(ctx, res.Desc.Name, res.Desc.ID, true); err != nil {
+		return kv.CollectionInfo{}, err
+	}
 	if err := n.reconcile(); err != nil {
 		return kv.CollectionInfo{}, kv.Errorf(kv.CodeUnavailable, "collection %q was created but its shards could not start here: %v", opts.Name, err)
 	}
 	for _, s := range res.Desc.Shards {
-		if err := n.host.WaitReady(ctx, s.ID); err != nil {
+		if !n.hasReplica(s.ID) {
+			continue
+		}
+		if err := n.readBarrier(ctx, s.ID); err != nil {
 			return kv.CollectionInfo{}, err
 		}
 	}
@@ -559,14 +632,35 @@ func (n *Node) DropCollection(ctx context.Context, name string) error {
 	if err := kv.ValidateCollectionName(name); err != nil {
 		return err
 	}
-	res, err := n.host.Propose(ctx, cluster.MetaShardID, shard.EncodeDropCollection(name))
+	res, err := n.propose(ctx, cluster.MetaShardID, shard.EncodeDropCollection(name))
 	if err != nil {
 		return err
 	}
 	if res.Err != nil {
 		return res.Err
 	}
+	if err := n.waitCatalog(ctx, res.Desc.Name, res.Desc.ID, false); err != nil {
+		return err
+	}
 	return n.reconcile()
+}
+
+// waitCatalog waits until this node's copy of the catalog has (present) or
+// no longer has collection name with id.
+func (n *Node) waitCatalog(ctx context.Context, name string, id uint32, present bool) error {
+	for {
+		n.mu.RLock()
+		d := n.mu.catalog[name]
+		n.mu.RUnlock()
+		if (d != nil && d.ID == id) == present {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return kv.Errorf(kv.CodeUnavailable, "the catalog change of %q has not reached node %d: %v", name, n.id, ctx.Err())
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
 }
 
 func (n *Node) route(d *cluster.CollectionDesc, key []byte) (uint16, uint64) {
@@ -653,7 +747,7 @@ func (n *Node) Delete(ctx context.Context, req kv.DeleteRequest) (uint64, error)
 }
 
 func (n *Node) write(ctx context.Context, shardID uint64, cmd []byte) (uint64, error) {
-	res, err := n.host.Propose(ctx, shardID, cmd)
+	res, err := n.propose(ctx, shardID, cmd)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 			return 0, kv.Errorf(kv.CodeCommitUnknown, "the write was proposed but not applied before the request ended (%v); it may or may not take effect", err)
@@ -705,7 +799,7 @@ func (n *Node) Get(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
 		asOf = req.Version
 	} else {
 		for _, id := range shards {
-			if err := n.host.ReadBarrier(ctx, id); err != nil {
+			if err := n.readBarrier(ctx, id); err != nil {
 				return kv.Record{}, err
 			}
 		}
@@ -729,11 +823,15 @@ func (n *Node) Get(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
 // be in the future, and every shard must have applied every write at or
 // below it (and will not accept more).
 func (n *Node) snapshotRead(ctx context.Context, shards []uint64, version uint64) error {
-	if latest := n.oracle.Latest(); version > latest {
+	latest, err := n.latest(ctx)
+	if err != nil {
+		return err
+	}
+	if version > latest {
 		return kv.Errorf(kv.CodeInvalidArgument, "version %d is in the future (the latest timestamp is %d)", version, latest)
 	}
 	for _, id := range shards {
-		if err := n.host.SnapshotRead(ctx, id, version); err != nil {
+		if _, err := n.leaderRead(ctx, id, version, 0); err != nil {
 			return err
 		}
 	}

@@ -39,6 +39,10 @@ type Options struct {
 	// RequestTimeout bounds an operation whose context has no deadline; 0
 	// means 30 seconds.
 	RequestTimeout time.Duration
+	// Join are peer addresses of cluster members; a new node asks one of
+	// them to add it instead of bootstrapping a cluster of its own. A node
+	// that is already a member ignores them.
+	Join []string
 	// Registry receives the node's metrics; nil means a new registry.
 	Registry *prometheus.Registry
 	Logger   *slog.Logger

@@ -87,7 +87,7 @@ func homeOf(d *cluster.CollectionDesc, key []byte) (uint16, uint64) {
 // placementOf reads the placement tag of key (ok false: never placed).
 func (n *Node) placementOf(ctx context.Context, d *cluster.CollectionDesc, key []byte) (string, bool, error) {
 	_, home := homeOf(d, key)
-	if err := n.host.WaitReady(ctx, home); err != nil {
+	if err := n.readBarrier(ctx, home); err != nil {
 		return "", false, err
 	}
 	tag, ok, err := shard.ReadPlacement(n.eng.DB, d.ID, key)
@@ -114,7 +114,7 @@ func (n *Node) placeForPut(ctx context.Context, d *cluster.CollectionDesc, key [
 	}
 	if ok {
 		_, j := d.Route(key, cur)
-		if err := n.host.WaitReady(ctx, d.Shards[j].ID); err != nil {
+		if err := n.readBarrier(ctx, d.Shards[j].ID); err != nil {
 			return 0, 0, err
 		}
 		_, _, live, err := shard.ReadRecord(n.eng.DB, d.ID, key, shard.Latest)
@@ -127,7 +127,7 @@ func (n *Node) placeForPut(ctx context.Context, d *cluster.CollectionDesc, key [
 		}
 	}
 	hb, home := homeOf(d, key)
-	res, err := n.host.Propose(ctx, home, shard.EncodePlace(shard.Placement{Bucket: hb, Key: key, HasOld: ok, Old: cur, New: want}))
+	res, err := n.propose(ctx, home, shard.EncodePlace(shard.Placement{Bucket: hb, Key: key, HasOld: ok, Old: cur, New: want}))
 	if err != nil {
 		return 0, 0, err
 	}

@@ -36,7 +36,7 @@ func (n *Node) Watch(ctx context.Context, req kv.WatchRequest, fn func(kv.Event)
 	}
 	shards := shardsIn(d, req.Start, req.End)
 	for _, id := range shards {
-		if err := n.host.WaitReady(ctx, id); err != nil {
+		if err := n.readBarrier(ctx, id); err != nil {
 			return err
 		}
 	}
@@ -45,7 +45,11 @@ func (n *Node) Watch(ctx context.Context, req kv.WatchRequest, fn func(kv.Event)
 	if err := n.reading(func() error { return n.checkWatchRetained(shards, version) }); err != nil {
 		return err
 	}
-	if latest := n.oracle.Latest(); version > latest {
+	latest, err := n.latest(ctx)
+	if err != nil {
+		return err
+	}
+	if version > latest {
 		return kv.Errorf(kv.CodeInvalidArgument, "from_version %d is in the future (the latest timestamp is %d)", version, latest)
 	}
 	lastProgress := time.Time{}
@@ -53,9 +57,16 @@ func (n *Node) Watch(ctx context.Context, req kv.WatchRequest, fn func(kv.Event)
 	for {
 		notify := n.host.AppliedNotify()
 		resolved := ^uint64(0)
-		now := n.oracle.Latest()
+		now, err := n.latest(ctx)
+		if err != nil {
+			return err
+		}
 		for _, id := range shards {
-			resolved = min(resolved, n.host.Resolved(id, now))
+			r, err := n.resolved(ctx, id, now)
+			if err != nil {
+				return err
+			}
+			resolved = min(resolved, r)
 		}
 		if resolved > version || (resolved == version && afterKey != nil) {
 			var events []kv.Event

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	"github.com/groupkv/groupkv/internal/cluster"
 	"github.com/groupkv/groupkv/internal/kv"
 )
 
@@ -32,6 +33,9 @@ const (
 	// KindPlace sets the placement tag of a key of a tag collection in the
 	// key's home shard, if its current placement is the expected one.
 	KindPlace CommandKind = 7
+	// KindAddNode adds or updates a node's membership record (meta shard),
+	// and may give it a replica of the meta shard.
+	KindAddNode CommandKind = 8
 )
 
 // OpType is the type of one operation of a write.
@@ -73,6 +77,11 @@ type Command struct {
 	Start, End []byte
 	// Place is the placement change of a KindPlace.
 	Place Placement
+	// Node is the record of a KindAddNode; AssignMeta asks for a meta
+	// replica id for it if it has none (every node holds a meta replica:
+	// the first cluster.MetaReplicas as voters, the others as learners).
+	Node       cluster.NodeDesc
+	AssignMeta bool
 }
 
 // Placement is a change of a key's placement tag: from Old (HasOld false:
@@ -191,7 +200,23 @@ func EncodeCreateCollection(opts kv.CollectionOptions, nodes []uint64) []byte {
 	for _, n := range nodes {
 		b = binary.AppendUvarint(b, n)
 	}
+	if opts.Replicas != 0 {
+		b = binary.AppendUvarint(b, uint64(opts.Replicas))
+	}
 	return b
+}
+
+// EncodeAddNode encodes a membership record change.
+func EncodeAddNode(n cluster.NodeDesc, assignMeta bool) []byte {
+	b := []byte{byte(KindAddNode)}
+	b = binary.AppendUvarint(b, n.ID)
+	b = appendBytes(b, []byte(n.Addr))
+	b = appendBytes(b, []byte(n.PeerAddr))
+	b = binary.AppendUvarint(b, n.MetaReplica)
+	if assignMeta {
+		return append(b, 1)
+	}
+	return append(b, 0)
 }
 
 // EncodeDropCollection encodes a collection drop.
@@ -323,6 +348,25 @@ func DecodeCommand(b []byte) (Command, error) {
 		nn := d.count(1 << 16)
 		for i := 0; i < nn && d.err == nil; i++ {
 			c.Nodes = append(c.Nodes, d.uvarint())
+		}
+		if len(d.b) > 0 && d.err == nil {
+			if r := d.uvarint(); r >= 1 && r <= kv.MaxReplicas {
+				c.Collection.Replicas = int(r)
+			} else {
+				d.err = ErrCorruptCommand
+			}
+		}
+	case KindAddNode:
+		c.Node.ID = d.uvarint()
+		c.Node.Addr = string(d.bytes())
+		c.Node.PeerAddr = string(d.bytes())
+		c.Node.MetaReplica = d.uvarint()
+		switch d.byte() {
+		case 0:
+		case 1:
+			c.AssignMeta = true
+		default:
+			d.err = ErrCorruptCommand
 		}
 	case KindDropCollection:
 		c.Collection.Name = string(d.bytes())

@@ -3,6 +3,7 @@ package shard
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -26,6 +27,8 @@ const (
 	catalogNextCollection = "next_collection"
 	catalogNextShard      = "next_shard"
 	catalogTSO            = "tso_hwm"
+	catalogNode           = "n/" // + 16 hex digits of the node id -> NodeDesc
+	catalogNextMeta       = "next_meta_replica"
 )
 
 // Desc is what a shard replica knows of its own identity and span.
@@ -88,6 +91,8 @@ type Result struct {
 	Desc *cluster.CollectionDesc
 	// Count is the number of keys a delete-range deleted.
 	Count int
+	// Node is the membership record a KindAddNode left.
+	Node *cluster.NodeDesc
 }
 
 // Shard is the state machine of one shard replica. It is not safe for
@@ -227,6 +232,8 @@ func (s *Shard) Apply(b *pebble.Batch, index, term uint64, data []byte) (Result,
 		res, err = s.applyDeleteRange(b, cmd)
 	case KindPlace:
 		res, err = s.applyPlace(b, cmd.Place)
+	case KindAddNode:
+		res, err = s.applyAddNode(b, cmd)
 	}
 	if err != nil {
 		return Result{}, err
@@ -595,6 +602,12 @@ func (s *Shard) applyCreate(b *pebble.Batch, cmd Command) (Result, error) {
 	if nextColl > 1<<32-1 {
 		return Result{Err: kv.Errorf(kv.CodeInvalidArgument, "collection ids are exhausted")}, nil
 	}
+	if len(cmd.Nodes) == 0 {
+		return Result{Err: kv.Errorf(kv.CodeUnavailable, "no node to place the collection on")}, nil
+	}
+	if opts.Replicas > len(cmd.Nodes) {
+		return Result{Err: kv.Errorf(kv.CodeInvalidArgument, "replicas is %d but the cluster has %d nodes", opts.Replicas, len(cmd.Nodes))}, nil
+	}
 	desc := cluster.NewCollectionDesc(opts, uint32(nextColl), nextShard, cmd.Nodes)
 	if err := b.Set(key, desc.Encode(), nil); err != nil {
 		return Result{}, err
@@ -628,6 +641,67 @@ func (s *Shard) applyDrop(b *pebble.Batch, name string) (Result, error) {
 		return Result{}, err
 	}
 	return Result{Desc: desc}, nil
+}
+
+func (s *Shard) applyAddNode(b *pebble.Batch, cmd Command) (Result, error) {
+	if !s.desc.IsMeta() {
+		return Result{Err: kv.Errorf(kv.CodeInternal, "membership command proposed to shard %d", s.desc.ShardID)}, nil
+	}
+	in := cmd.Node
+	if in.ID == 0 || in.Addr == "" || in.PeerAddr == "" {
+		return Result{Err: kv.Errorf(kv.CodeInvalidArgument, "a node needs an id, an address and a peer address")}, nil
+	}
+	nodes, err := LoadNodes(b)
+	if err != nil {
+		return Result{}, err
+	}
+	rec := in
+	for _, n := range nodes {
+		if n.ID == in.ID {
+			rec = n
+			rec.Addr, rec.PeerAddr = in.Addr, in.PeerAddr
+		}
+	}
+	if cmd.AssignMeta && rec.MetaReplica == 0 {
+		next, err := storage.GetUint64(b, storage.CatalogKey(catalogNextMeta))
+		if err != nil {
+			return Result{}, err
+		}
+		if next == 0 {
+			next = 2 // replica 1 is the first node's, from bootstrap
+		}
+		rec.MetaReplica = next
+		if err := storage.PutUint64(b, storage.CatalogKey(catalogNextMeta), next+1); err != nil {
+			return Result{}, err
+		}
+	}
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := b.Set(storage.CatalogKey(fmt.Sprintf("%s%016x", catalogNode, rec.ID)), data, nil); err != nil {
+		return Result{}, err
+	}
+	return Result{Node: &rec}, nil
+}
+
+// LoadNodes reads every membership record in r, by node id.
+func LoadNodes(r pebble.Reader) ([]cluster.NodeDesc, error) {
+	start, end := storage.CatalogSpan(catalogNode)
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: end})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var out []cluster.NodeDesc
+	for valid := it.First(); valid; valid = it.Next() {
+		var n cluster.NodeDesc
+		if err := json.Unmarshal(it.Value(), &n); err != nil {
+			return nil, fmt.Errorf("shard: corrupt membership record %q: %w", it.Key(), err)
+		}
+		out = append(out, n)
+	}
+	return out, it.Error()
 }
 
 // LoadCatalog reads every collection descriptor of the catalog in r.

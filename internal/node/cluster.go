@@ -1,0 +1,787 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+
+	"github.com/groupkv/groupkv/internal/cluster"
+	"github.com/groupkv/groupkv/internal/kv"
+	"github.com/groupkv/groupkv/internal/replication"
+	"github.com/groupkv/groupkv/internal/shard"
+	"github.com/groupkv/groupkv/internal/transport"
+)
+
+// Cluster behaviour of a node (see ARCHITECTURE.md, "Cluster"):
+//
+//   - Membership records, the catalog and the TSO live in the meta shard.
+//     The first node bootstraps it as a one-voter group; a node started
+//     with Join asks a member to add it. The meta shard's leader gives the
+//     first three nodes a meta replica each, added as a learner and
+//     promoted to voter once it has caught up.
+//   - Every shard's replicas are placed on distinct nodes when its
+//     collection is created; every node creates the replicas the catalog
+//     gives it (reconcile), all from the same initial state, and the first
+//     replica of each shard campaigns at once, so leaders spread.
+//   - A write goes to its shard's leader: proposed here when this node
+//     leads, else forwarded over the peer service.
+//   - A read is served from this node's replica once raft's ReadIndex —
+//     answered by the leader after a heartbeat round to a quorum — has been
+//     applied here; a snapshot read asks the leader to fence the version
+//     first. A node without a replica of a shard cannot read it yet.
+//   - Write versions come from the oracle on the meta shard's leader; other
+//     nodes fetch them in windows, each used only by proposals queued
+//     before the fetch started, so versions follow real time.
+
+// clusterInterval is the period of the membership loop.
+const clusterInterval = 250 * time.Millisecond
+
+// nodeDesc returns the membership record of node id.
+func (n *Node) nodeDesc(id uint64) (cluster.NodeDesc, bool) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	d, ok := n.mu.nodes[id]
+	return d, ok
+}
+
+// reloadMeta reloads the membership and the catalog from the applied
+// state of the meta shard (after a snapshot replaced it).
+func (n *Node) reloadMeta() error {
+	nodes, err := shard.LoadNodes(n.eng.DB)
+	if err != nil {
+		return err
+	}
+	catalog, err := shard.LoadCatalog(n.eng.DB)
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	for _, d := range nodes {
+		n.mu.nodes[d.ID] = d
+	}
+	n.mu.catalog = make(map[string]*cluster.CollectionDesc, len(catalog))
+	for _, d := range catalog {
+		n.mu.catalog[d.Name] = d
+	}
+	n.indexShardsLocked()
+	n.mu.Unlock()
+	n.triggerReconcile()
+	return nil
+}
+
+// indexShardsLocked rebuilds the shard index from the catalog.
+func (n *Node) indexShardsLocked() {
+	n.mu.shards = make(map[uint64]shardRef)
+	for _, c := range n.mu.catalog {
+		for i := range c.Shards {
+			n.mu.shards[c.Shards[i].ID] = shardRef{coll: c, index: i}
+		}
+	}
+}
+
+// shardRef locates a shard in the catalog.
+type shardRef struct {
+	coll  *cluster.CollectionDesc
+	index int
+}
+
+// replicaNode returns the node of replica rid of shardID.
+func (n *Node) replicaNode(shardID, rid uint64) (uint64, bool) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return n.replicaNodeLocked(shardID, rid)
+}
+
+func (n *Node) replicaNodeLocked(shardID, rid uint64) (uint64, bool) {
+	if rid == 0 {
+		return 0, false
+	}
+	if shardID == cluster.MetaShardID {
+		for _, d := range n.mu.nodes {
+			if d.MetaReplica == rid {
+				return d.ID, true
+			}
+		}
+		return 0, false
+	}
+	ref, ok := n.mu.shards[shardID]
+	if !ok {
+		return 0, false
+	}
+	for _, r := range ref.coll.Shards[ref.index].Replicas {
+		if r.ID == rid {
+			return r.Node, true
+		}
+	}
+	return 0, false
+}
+
+// resolve is the transport's Resolver.
+func (n *Node) resolve(shardID, rid uint64) (uint64, string, bool) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	id, ok := n.replicaNodeLocked(shardID, rid)
+	if !ok {
+		return 0, "", false
+	}
+	d, ok := n.mu.nodes[id]
+	if !ok || d.PeerAddr == "" {
+		return 0, "", false
+	}
+	return id, d.PeerAddr, true
+}
+
+// shardNodes returns the nodes holding replicas of shardID.
+func (n *Node) shardNodes(shardID uint64) []uint64 {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	var out []uint64
+	if shardID == cluster.MetaShardID {
+		for _, d := range n.mu.nodes {
+			if d.MetaReplica != 0 {
+				out = append(out, d.ID)
+			}
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+		return out
+	}
+	if ref, ok := n.mu.shards[shardID]; ok {
+		for _, r := range ref.coll.Shards[ref.index].Replicas {
+			out = append(out, r.Node)
+		}
+	}
+	return out
+}
+
+// leaderOf returns the node that leads shardID as far as this node knows
+// (0: unknown).
+func (n *Node) leaderOf(shardID uint64) uint64 {
+	rid := n.host.Leader(shardID)
+	if id, ok := n.replicaNode(shardID, rid); ok {
+		return id
+	}
+	return 0
+}
+
+// localLeaders maps every shard held here to its known leader node.
+func (n *Node) localLeaders() map[uint64]uint64 {
+	n.mu.RLock()
+	ids := make([]uint64, 0, len(n.mu.replicas))
+	for id := range n.mu.replicas {
+		ids = append(ids, id)
+	}
+	n.mu.RUnlock()
+	out := make(map[uint64]uint64, len(ids))
+	for _, id := range ids {
+		out[id] = n.leaderOf(id)
+	}
+	return out
+}
+
+func (n *Node) hasReplica(shardID uint64) bool {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	_, ok := n.mu.replicas[shardID]
+	return ok
+}
+
+// retryable reports whether an operation refused for err may succeed on
+// another try shortly: the shard has no (known) leader, or it moved.
+func retryable(err error) bool {
+	switch kv.CodeOf(err) {
+	case kv.CodeNotLeader, kv.CodeUnavailable:
+		return true
+	}
+	return false
+}
+
+// backoff waits before attempt+1 of an operation, or fails when ctx ends
+// or the attempts ran past deadline.
+func backoff(ctx context.Context, attempt int, deadline time.Time, last error) error {
+	d := min(time.Duration(1<<min(attempt, 6))*5*time.Millisecond, 200*time.Millisecond)
+	d = d/2 + rand.N(d/2+1)
+	if time.Now().Add(d).After(deadline) {
+		return last
+	}
+	select {
+	case <-ctx.Done():
+		return last
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// retryWindow bounds how long an operation looks for a shard's leader: a
+// few election timeouts, so that a failover is ridden out while a node cut
+// off from its quorum answers unavailable soon.
+func (n *Node) retryWindow() time.Duration {
+	return 30 * n.opts.TickInterval
+}
+
+// propose hands cmd to shardID's leader — here, or on the node that leads
+// it — and waits until it is applied.
+func (n *Node) propose(ctx context.Context, shardID uint64, cmd []byte) (shard.Result, error) {
+	return n.proposeHops(ctx, shardID, cmd, 0)
+}
+
+func (n *Node) proposeHops(ctx context.Context, shardID uint64, cmd []byte, hops int) (shard.Result, error) {
+	deadline := time.Now().Add(n.retryWindow())
+	for attempt := 0; ; attempt++ {
+		res, err := n.proposeOnce(ctx, shardID, cmd, hops)
+		if err == nil || !retryable(err) {
+			return res, err
+		}
+		if berr := backoff(ctx, attempt, deadline, err); berr != nil {
+			return shard.Result{}, berr
+		}
+	}
+}
+
+func (n *Node) proposeOnce(ctx context.Context, shardID uint64, cmd []byte, hops int) (shard.Result, error) {
+	if n.hasReplica(shardID) {
+		leader := n.leaderOf(shardID)
+		if leader == n.id || leader == 0 || n.host.Ready(shardID) {
+			res, err := n.host.Propose(ctx, shardID, cmd)
+			if kv.CodeOf(err) != kv.CodeNotLeader {
+				return res, err
+			}
+			if leader = n.leaderOf(shardID); leader == 0 || leader == n.id {
+				return res, kv.Errorf(kv.CodeUnavailable, "shard %d has no leader", shardID)
+			}
+		}
+		if hops >= maxHops {
+			return shard.Result{}, kv.Errorf(kv.CodeUnavailable, "shard %d: forwarded too often", shardID)
+		}
+		return n.proposeRemote(ctx, leader, shardID, cmd, hops+1)
+	}
+	// No replica here: any replica's node knows the leader.
+	nodes := n.shardNodes(shardID)
+	if len(nodes) == 0 {
+		return shard.Result{}, kv.Errorf(kv.CodeUnavailable, "shard %d is not in this node's catalog yet", shardID)
+	}
+	if hops >= maxHops {
+		return shard.Result{}, kv.Errorf(kv.CodeUnavailable, "shard %d: forwarded too often", shardID)
+	}
+	return n.proposeRemote(ctx, nodes[rand.N(len(nodes))], shardID, cmd, hops+1)
+}
+
+// readBarrier makes a read of shardID's replica here linearizable.
+func (n *Node) readBarrier(ctx context.Context, shardID uint64) error {
+	if !n.hasReplica(shardID) {
+		return kv.Errorf(kv.CodeUnavailable, "node %d holds no replica of shard %d; ask a node that does", n.id, shardID)
+	}
+	deadline := time.Now().Add(n.retryWindow())
+	for attempt := 0; ; attempt++ {
+		err := n.host.ReadBarrier(ctx, shardID)
+		if err == nil || !retryable(err) || ctx.Err() != nil {
+			return err
+		}
+		if berr := backoff(ctx, attempt, deadline, err); berr != nil {
+			return berr
+		}
+	}
+}
+
+// leaderRead prepares a read of shardID's replica here at version ts (a
+// snapshot read) or, with ts 0, returns the shard's resolved timestamp.
+func (n *Node) leaderRead(ctx context.Context, shardID, ts, now uint64) (uint64, error) {
+	if !n.hasReplica(shardID) {
+		return 0, kv.Errorf(kv.CodeUnavailable, "node %d holds no replica of shard %d; ask a node that does", n.id, shardID)
+	}
+	deadline := time.Now().Add(n.retryWindow())
+	for attempt := 0; ; attempt++ {
+		resolved, err := n.leaderReadOnce(ctx, shardID, ts, now)
+		if err == nil || !retryable(err) || ctx.Err() != nil {
+			return resolved, err
+		}
+		if berr := backoff(ctx, attempt, deadline, err); berr != nil {
+			return 0, berr
+		}
+	}
+}
+
+func (n *Node) leaderReadOnce(ctx context.Context, shardID, ts, now uint64) (uint64, error) {
+	if n.host.Ready(shardID) {
+		if ts != 0 {
+			return 0, n.host.SnapshotRead(ctx, shardID, ts)
+		}
+		return n.host.Resolved(shardID, now), nil
+	}
+	leader := n.leaderOf(shardID)
+	if leader == 0 || leader == n.id {
+		return 0, kv.Errorf(kv.CodeUnavailable, "shard %d has no leader", shardID)
+	}
+	var resp leaderReadResponse
+	if err := n.callNode(ctx, leader, "LeaderRead", &leaderReadRequest{Shard: shardID, SnapshotTS: ts, Now: now}, &resp); err != nil {
+		return 0, err
+	}
+	if err := resp.Error.err(); err != nil {
+		return 0, err
+	}
+	return resp.Resolved, n.host.WaitApplied(ctx, shardID, resp.AppliedIndex)
+}
+
+// resolved returns shardID's resolved timestamp as known here: everything
+// at or below it is applied on this node's replica and no write at or below
+// it will come. On a follower it is the leader's, once this replica has
+// applied as far as the leader had.
+func (n *Node) resolved(ctx context.Context, shardID, now uint64) (uint64, error) {
+	if n.host.Ready(shardID) {
+		return n.host.Resolved(shardID, now), nil
+	}
+	return n.leaderRead(ctx, shardID, 0, now)
+}
+
+// latest returns a timestamp at or above every write version acknowledged
+// before the call.
+func (n *Node) latest(ctx context.Context) (uint64, error) {
+	if n.oracle.Active() {
+		return n.oracle.Latest(), nil
+	}
+	deadline := time.Now().Add(n.retryWindow())
+	for attempt := 0; ; attempt++ {
+		var resp timestampsResponse
+		err := n.callMetaLeader(ctx, "Timestamps", &timestampsRequest{}, &resp)
+		if err == nil {
+			err = resp.Error.err()
+		}
+		if err == nil {
+			return max(resp.Latest, n.versions.seen()), nil
+		}
+		if n.oracle.Active() {
+			return n.oracle.Latest(), nil
+		}
+		if !retryable(err) || ctx.Err() != nil {
+			return 0, err
+		}
+		if berr := backoff(ctx, attempt, deadline, err); berr != nil {
+			return 0, berr
+		}
+	}
+}
+
+// callMetaLeader invokes a peer method on the meta shard's leader.
+func (n *Node) callMetaLeader(ctx context.Context, method string, req, resp any) error {
+	leader := n.leaderOf(cluster.MetaShardID)
+	if leader == 0 {
+		return kv.Errorf(kv.CodeUnavailable, "the meta shard has no known leader")
+	}
+	if leader == n.id {
+		return kv.Errorf(kv.CodeNotLeader, "the meta shard's leader here is not ready yet")
+	}
+	return n.callNode(ctx, leader, method, req, resp)
+}
+
+// versionSource gives the Host write versions: from the oracle when this
+// node leads the meta shard, else from windows fetched from its leader.
+type versionSource struct {
+	n *Node
+	// fetchSize is the number of timestamps a window holds.
+	fetchSize int
+
+	mu struct {
+		sync.Mutex
+		// next..last is the window; seq is the Host's proposal number when
+		// its fetch started: only proposals numbered up to seq may use it.
+		next, last, seq uint64
+		fetching        bool
+		// floor is the highest floor asked for since the last fetch.
+		floor uint64
+		// high is the highest timestamp received.
+		high uint64
+	}
+}
+
+var _ replication.SequencedVersionSource = (*versionSource)(nil)
+
+func (v *versionSource) TryNext(floor uint64) (uint64, bool) {
+	return v.TryNextAfter(floor, 0)
+}
+
+func (v *versionSource) TryNextAfter(floor, seq uint64) (uint64, bool) {
+	if v.n.oracle.Active() {
+		return v.n.oracle.TryNext(floor)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if seq <= v.mu.seq && v.mu.next <= v.mu.last && floor < v.mu.last {
+		ts := max(v.mu.next, floor+1)
+		v.mu.next = ts + 1
+		return ts, true
+	}
+	v.mu.floor = max(v.mu.floor, floor)
+	if !v.mu.fetching {
+		v.mu.fetching = true
+		go v.fetch()
+	}
+	return 0, false
+}
+
+func (v *versionSource) seen() uint64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.mu.high
+}
+
+func (v *versionSource) fetch() {
+	n := v.n
+	seq := n.host.ProposalSeq()
+	v.mu.Lock()
+	floor := v.mu.floor
+	v.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	var resp timestampsResponse
+	err := n.callMetaLeader(ctx, "Timestamps", &timestampsRequest{Count: v.fetchSize, Floor: floor}, &resp)
+	cancel()
+	if err == nil {
+		err = resp.Error.err()
+	}
+	v.mu.Lock()
+	if err == nil {
+		v.mu.next, v.mu.last, v.mu.seq = resp.First, resp.First+uint64(v.fetchSize)-1, seq
+		v.mu.high = max(v.mu.high, v.mu.last)
+	}
+	v.mu.Unlock()
+	if err != nil {
+		select {
+		case <-n.stop:
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	v.mu.Lock()
+	v.mu.fetching = false
+	v.mu.Unlock()
+	n.host.Signal()
+}
+
+// registerTransport registers the raft transport's receiving side.
+func (n *Node) registerTransport(s grpc.ServiceRegistrar) {
+	transport.Register(s, n.host.Deliver)
+}
+
+// Serve starts the node's cluster work once its ports are bound: addr and
+// peerAddr are the client and peer addresses other nodes and clients use.
+func (n *Node) Serve(addr, peerAddr string) {
+	n.mu.Lock()
+	n.mu.self = cluster.NodeDesc{ID: n.id, Addr: addr, PeerAddr: peerAddr}
+	n.mu.Unlock()
+	n.bg.Add(1)
+	go n.clusterLoop()
+}
+
+func (n *Node) self() cluster.NodeDesc {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return n.mu.self
+}
+
+// clusterLoop joins the cluster if needed, keeps this node's membership
+// record current and, on the meta shard's leader, gives new nodes their
+// meta replicas.
+func (n *Node) clusterLoop() {
+	defer n.bg.Done()
+	t := time.NewTicker(clusterInterval)
+	defer t.Stop()
+	for {
+		if !n.hasReplica(cluster.MetaShardID) {
+			if err := n.join(); err != nil {
+				n.log.Warn("joining the cluster failed; retrying", "join", n.opts.Join, "err", err)
+			}
+		} else {
+			n.registerSelf()
+			if n.host.Ready(cluster.MetaShardID) {
+				n.growMeta()
+			}
+		}
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// join asks a member to add this node and creates its (empty) meta replica.
+func (n *Node) join() error {
+	if len(n.opts.Join) == 0 {
+		return errors.New("no meta replica and no --join address")
+	}
+	self := n.self()
+	var lastErr error
+	for _, addr := range n.opts.Join {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var resp joinResponse
+		err := n.call(ctx, addr, "Join", &joinRequest{Node: self}, &resp)
+		cancel()
+		if err == nil {
+			err = resp.Error.err()
+		}
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		n.mu.Lock()
+		for _, d := range resp.Nodes {
+			n.mu.nodes[d.ID] = d
+		}
+		n.mu.nodes[resp.Node.ID] = resp.Node
+		n.mu.Unlock()
+		if resp.Node.MetaReplica == 0 {
+			return fmt.Errorf("node %s answered the join without a meta replica id", addr)
+		}
+		lr := localReplica{ReplicaID: resp.Node.MetaReplica, Desc: shard.MetaDesc}
+		if err := n.host.CreateEmpty(cluster.MetaShardID, func(b *pebble.Batch) error { return n.writeReplica(b, lr) }); err != nil {
+			return err
+		}
+		if err := n.host.AddGroup(lr.Desc, lr.ReplicaID); err != nil {
+			return err
+		}
+		n.mu.Lock()
+		n.mu.replicas[cluster.MetaShardID] = lr
+		n.mu.Unlock()
+		n.log.Info("joined the cluster", "node", n.id, "via", addr, "meta_replica", lr.ReplicaID)
+		return nil
+	}
+	return lastErr
+}
+
+func (n *Node) handleJoin(ctx context.Context, req *joinRequest) (*joinResponse, error) {
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return &joinResponse{Error: toPeerError(err)}, nil
+	}
+	defer done()
+	if req.Node.ID == 0 || req.Node.Addr == "" || req.Node.PeerAddr == "" {
+		return &joinResponse{Error: toPeerError(kv.Errorf(kv.CodeInvalidArgument, "a joining node needs an id, an address and a peer address"))}, nil
+	}
+	if d, ok := n.nodeDesc(req.Node.ID); ok && d.MetaReplica != 0 && n.host.Ready(cluster.MetaShardID) {
+		// Joining again (a restart before its replica was created): the
+		// record stands; a new empty replica would reuse its raft id,
+		// which is only safe while it never voted — so refuse if its
+		// replica is already a voter.
+		if cs, ok := n.host.ConfState(cluster.MetaShardID); ok && contains(cs.Voters, d.MetaReplica) {
+			return &joinResponse{Error: toPeerError(kv.Errorf(kv.CodeAlreadyExists,
+				"node %d is already a member with meta replica %d; restart it on its data directory (a node with an empty disk needs a new --node-id)", d.ID, d.MetaReplica))}, nil
+		}
+	}
+	res, err := n.propose(ctx, cluster.MetaShardID, shard.EncodeAddNode(req.Node, true))
+	if err == nil && res.Err != nil {
+		err = res.Err
+	}
+	if err != nil {
+		return &joinResponse{Error: toPeerError(err)}, nil
+	}
+	n.mu.RLock()
+	nodes := make([]cluster.NodeDesc, 0, len(n.mu.nodes))
+	for _, d := range n.mu.nodes {
+		nodes = append(nodes, d)
+	}
+	n.mu.RUnlock()
+	return &joinResponse{Node: *res.Node, Nodes: nodes}, nil
+}
+
+func contains(ids []uint64, id uint64) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+// registerSelf keeps this node's membership record current.
+func (n *Node) registerSelf() {
+	self := n.self()
+	if self.Addr == "" {
+		return
+	}
+	cur, ok := n.nodeDesc(n.id)
+	if ok && cur.Addr == self.Addr && cur.PeerAddr == self.PeerAddr {
+		return
+	}
+	n.mu.RLock()
+	self.MetaReplica = n.mu.replicas[cluster.MetaShardID].ReplicaID
+	n.mu.RUnlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res, err := n.propose(ctx, cluster.MetaShardID, shard.EncodeAddNode(self, false))
+	if err == nil && res.Err != nil {
+		err = res.Err
+	}
+	if err != nil {
+		n.log.Debug("registering the node failed; retrying", "err", err)
+	}
+}
+
+// growMeta runs on the meta shard's leader: every member's meta replica
+// that is not in the group's configuration is added as a learner, and a
+// learner that caught up is promoted to voter while the group has fewer
+// than cluster.MetaReplicas voters.
+func (n *Node) growMeta() {
+	cs, ok := n.host.ConfState(cluster.MetaShardID)
+	if !ok {
+		return
+	}
+	n.mu.RLock()
+	var want []uint64
+	for _, d := range n.mu.nodes {
+		if d.MetaReplica != 0 {
+			want = append(want, d.MetaReplica)
+		}
+	}
+	n.mu.RUnlock()
+	sort.Slice(want, func(i, j int) bool { return want[i] < want[j] })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, rid := range want {
+		switch {
+		case contains(cs.Voters, rid):
+		case contains(cs.Learners, rid):
+			if len(cs.Voters) >= cluster.MetaReplicas {
+				continue // a learner for good: it keeps the catalog current
+			}
+			match, last, ok := n.host.Progress(cluster.MetaShardID)
+			if !ok || match[rid]+8 < last {
+				continue
+			}
+			err := n.host.ProposeConfChange(ctx, cluster.MetaShardID, raftpb.ConfChangeV2{
+				Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddNode, NodeID: rid}}})
+			if err != nil {
+				n.log.Warn("promoting a meta replica failed", "replica", rid, "err", err)
+			} else {
+				n.log.Info("meta replica promoted to voter", "replica", rid)
+			}
+			return // one change at a time
+		default:
+			err := n.host.ProposeConfChange(ctx, cluster.MetaShardID, raftpb.ConfChangeV2{
+				Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddLearnerNode, NodeID: rid}}})
+			if err != nil {
+				n.log.Warn("adding a meta learner failed", "replica", rid, "err", err)
+			} else {
+				n.log.Info("meta replica added as learner", "replica", rid)
+			}
+			return
+		}
+	}
+}
+
+// members returns the membership, by id.
+func (n *Node) members() []cluster.NodeDesc {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	out := make([]cluster.NodeDesc, 0, len(n.mu.nodes))
+	for _, d := range n.mu.nodes {
+		out = append(out, d)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// placementNodes orders the members for a new collection: fewest replicas
+// first, then by id.
+func (n *Node) placementNodes() []uint64 {
+	n.mu.RLock()
+	load := make(map[uint64]int, len(n.mu.nodes))
+	for id := range n.mu.nodes {
+		load[id] = 0
+	}
+	for _, c := range n.mu.catalog {
+		for _, s := range c.Shards {
+			for _, r := range s.Replicas {
+				if _, ok := load[r.Node]; ok {
+					load[r.Node]++
+				}
+			}
+		}
+	}
+	n.mu.RUnlock()
+	if len(load) == 0 {
+		return []uint64{n.id}
+	}
+	ids := make([]uint64, 0, len(load))
+	for id := range load {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool {
+		if load[ids[i]] != load[ids[j]] {
+			return load[ids[i]] < load[ids[j]]
+		}
+		return ids[i] < ids[j]
+	})
+	return ids
+}
+
+// ClusterStatus describes the cluster as this node sees it: members and
+// their health, and every shard with its replicas and leader.
+func (n *Node) ClusterStatus(ctx context.Context) (kv.ClusterStatus, error) {
+	members := n.members()
+	var st kv.ClusterStatus
+	leaders := n.localLeaders()
+	type answer struct {
+		id   uint64
+		resp *statusResponse
+	}
+	answers := make(chan answer, len(members))
+	for _, m := range members {
+		if m.ID == n.id {
+			continue
+		}
+		go func(m cluster.NodeDesc) {
+			ctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			var resp statusResponse
+			if err := n.call(ctx, m.PeerAddr, "Status", &statusRequest{}, &resp); err != nil {
+				answers <- answer{m.ID, nil}
+				return
+			}
+			answers <- answer{m.ID, &resp}
+		}(m)
+	}
+	healthy := map[uint64]bool{n.id: true}
+	for range len(members) - 1 {
+		a := <-answers
+		if a.resp == nil {
+			continue
+		}
+		healthy[a.id] = true
+		for s, l := range a.resp.Leaders {
+			if _, ok := leaders[s]; !ok || leaders[s] == 0 {
+				leaders[s] = l
+			}
+		}
+	}
+	if len(members) == 0 {
+		self := n.self()
+		members = []cluster.NodeDesc{self}
+	}
+	for _, m := range members {
+		st.Nodes = append(st.Nodes, kv.NodeStatus{ID: m.ID, Addr: m.Addr, PeerAddr: m.PeerAddr, Healthy: healthy[m.ID]})
+	}
+	st.Shards = append(st.Shards, kv.ShardStatus{Collection: "", Shard: cluster.MetaShardID,
+		Replicas: n.shardNodes(cluster.MetaShardID), Leader: leaders[cluster.MetaShardID]})
+	n.mu.RLock()
+	colls := make([]*cluster.CollectionDesc, 0, len(n.mu.catalog))
+	for _, c := range n.mu.catalog {
+		colls = append(colls, c)
+	}
+	n.mu.RUnlock()
+	sort.Slice(colls, func(i, j int) bool { return colls[i].Name < colls[j].Name })
+	for _, c := range colls {
+		for _, s := range c.Shards {
+			ss := kv.ShardStatus{Collection: c.Name, Shard: s.ID, Leader: leaders[s.ID]}
+			for _, r := range s.Replicas {
+				ss.Replicas = append(ss.Replicas, r.Node)
+			}
+			st.Shards = append(st.Shards, ss)
+		}
+	}
+	return st, nil
+}

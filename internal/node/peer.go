@@ -1,0 +1,287 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding"
+
+	"github.com/groupkv/groupkv/internal/cluster"
+	"github.com/groupkv/groupkv/internal/kv"
+	"github.com/groupkv/groupkv/internal/shard"
+)
+
+// The peer service carries node-to-node requests other than raft messages
+// (which internal/transport streams): joining, forwarded proposals,
+// timestamps, reads that need a shard's leader, and status. Its messages
+// are small Go structs encoded as JSON under a gRPC content subtype of its
+// own, so the service needs no generated code.
+const (
+	peerService = "groupkv.peer.v1.Peer"
+	peerCodec   = "groupkv-peer-json"
+	// maxHops bounds how often a request is forwarded between nodes.
+	maxHops = 3
+)
+
+type jsonCodec struct{}
+
+func (jsonCodec) Marshal(v any) ([]byte, error)      { return json.Marshal(v) }
+func (jsonCodec) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
+func (jsonCodec) Name() string                       { return peerCodec }
+
+func init() { encoding.RegisterCodec(jsonCodec{}) }
+
+// peerError carries a kv error across the peer service.
+type peerError struct {
+	Code    kv.Code `json:"code,omitempty"`
+	Message string  `json:"message,omitempty"`
+}
+
+func toPeerError(err error) *peerError {
+	if err == nil {
+		return nil
+	}
+	e := kv.AsError(err)
+	return &peerError{Code: e.Code, Message: e.Message}
+}
+
+func (e *peerError) err() error {
+	if e == nil || e.Code == "" {
+		return nil
+	}
+	return &kv.Error{Code: e.Code, Message: e.Message}
+}
+
+type joinRequest struct {
+	Node cluster.NodeDesc `json:"node"`
+	Hops int              `json:"hops"`
+}
+
+type joinResponse struct {
+	// Node is the joiner's membership record, with its meta replica id.
+	Node cluster.NodeDesc `json:"node"`
+	// Nodes are the members, so the joiner can reach them before its meta
+	// replica has caught up.
+	Nodes []cluster.NodeDesc `json:"nodes"`
+	Error *peerError         `json:"error,omitempty"`
+}
+
+type proposeRequest struct {
+	Shard   uint64 `json:"shard"`
+	Command []byte `json:"command"`
+	Hops    int    `json:"hops"`
+}
+
+type proposeResponse struct {
+	Version uint64                  `json:"version,omitempty"`
+	Refused *peerError              `json:"refused,omitempty"`
+	Desc    *cluster.CollectionDesc `json:"desc,omitempty"`
+	Count   int                     `json:"count,omitempty"`
+	Node    *cluster.NodeDesc       `json:"node,omitempty"`
+	Error   *peerError              `json:"error,omitempty"`
+}
+
+type timestampsRequest struct {
+	// Count timestamps above Floor; 0 asks only for Latest.
+	Count int    `json:"count"`
+	Floor uint64 `json:"floor"`
+}
+
+type timestampsResponse struct {
+	First  uint64     `json:"first"`
+	Latest uint64     `json:"latest"`
+	Error  *peerError `json:"error,omitempty"`
+}
+
+// leaderReadRequest asks a shard's leader to prepare a read: a snapshot
+// read at SnapshotTS, or its resolved timestamp. It answers with its
+// applied index, which the asking replica waits for before reading.
+type leaderReadRequest struct {
+	Shard      uint64 `json:"shard"`
+	SnapshotTS uint64 `json:"snapshot_ts,omitempty"`
+	Now        uint64 `json:"now,omitempty"`
+}
+
+type leaderReadResponse struct {
+	AppliedIndex uint64     `json:"applied_index"`
+	Resolved     uint64     `json:"resolved,omitempty"`
+	Error        *peerError `json:"error,omitempty"`
+}
+
+type statusRequest struct{}
+
+type statusResponse struct {
+	Node uint64 `json:"node"`
+	// Leaders maps the shards this node holds a replica of to the node id
+	// of their leader (0: unknown).
+	Leaders map[uint64]uint64 `json:"leaders"`
+}
+
+func unary[Req, Resp any](f func(context.Context, *Req) (*Resp, error)) func(any, context.Context, func(any) error, grpc.UnaryServerInterceptor) (any, error) {
+	return func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+		req := new(Req)
+		if err := dec(req); err != nil {
+			return nil, err
+		}
+		return f(ctx, req)
+	}
+}
+
+// RegisterPeer registers the node's peer services (raft transport and the
+// peer service) on s, the server of the node's peer port.
+func (n *Node) RegisterPeer(s grpc.ServiceRegistrar) {
+	n.registerTransport(s)
+	s.RegisterService(&grpc.ServiceDesc{
+		ServiceName: peerService,
+		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{
+			{MethodName: "Join", Handler: unary(n.handleJoin)},
+			{MethodName: "Propose", Handler: unary(n.handlePropose)},
+			{MethodName: "Timestamps", Handler: unary(n.handleTimestamps)},
+			{MethodName: "LeaderRead", Handler: unary(n.handleLeaderRead)},
+			{MethodName: "Status", Handler: unary(n.handleStatus)},
+		},
+	}, n)
+}
+
+// peers holds the node's client connections to other nodes' peer ports.
+type peers struct {
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+func (p *peers) conn(addr string) (*grpc.ClientConn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.conns[addr]; ok {
+		return c, nil
+	}
+	if p.conns == nil {
+		p.conns = make(map[string]*grpc.ClientConn)
+	}
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(peerCodec)))
+	if err != nil {
+		return nil, err
+	}
+	p.conns[addr] = c
+	return c, nil
+}
+
+func (p *peers) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// call invokes a peer method at a peer address.
+func (n *Node) call(ctx context.Context, addr, method string, req, resp any) error {
+	c, err := n.peers.conn(addr)
+	if err != nil {
+		return kv.Errorf(kv.CodeUnavailable, "connecting to peer %s: %v", addr, err)
+	}
+	if err := c.Invoke(ctx, "/"+peerService+"/"+method, req, resp); err != nil {
+		return kv.Errorf(kv.CodeUnavailable, "peer %s: %s: %v", addr, method, err)
+	}
+	return nil
+}
+
+// callNode invokes a peer method on node id.
+func (n *Node) callNode(ctx context.Context, id uint64, method string, req, resp any) error {
+	nd, ok := n.nodeDesc(id)
+	if !ok {
+		return kv.Errorf(kv.CodeUnavailable, "node %d is not a known member", id)
+	}
+	return n.call(ctx, nd.PeerAddr, method, req, resp)
+}
+
+func (n *Node) handlePropose(ctx context.Context, req *proposeRequest) (*proposeResponse, error) {
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return &proposeResponse{Error: toPeerError(err)}, nil
+	}
+	defer done()
+	res, err := n.proposeHops(ctx, req.Shard, req.Command, req.Hops)
+	if err != nil {
+		return &proposeResponse{Error: toPeerError(err)}, nil
+	}
+	out := &proposeResponse{Version: res.Version, Desc: res.Desc, Count: res.Count, Node: res.Node}
+	if res.Err != nil {
+		out.Refused = toPeerError(res.Err)
+	}
+	return out, nil
+}
+
+func (n *Node) handleTimestamps(ctx context.Context, req *timestampsRequest) (*timestampsResponse, error) {
+	if !n.oracle.Active() {
+		return &timestampsResponse{Error: toPeerError(kv.Errorf(kv.CodeNotLeader, "node %d does not run the timestamp oracle", n.id))}, nil
+	}
+	out := &timestampsResponse{Latest: n.oracle.Latest()}
+	if req.Count > 0 {
+		first, ok := n.oracle.TryNextN(req.Floor, min(req.Count, 4096))
+		if !ok {
+			return &timestampsResponse{Error: toPeerError(kv.Errorf(kv.CodeUnavailable, "the timestamp oracle is renewing its window"))}, nil
+		}
+		out.First = first
+	}
+	return out, nil
+}
+
+func (n *Node) handleLeaderRead(ctx context.Context, req *leaderReadRequest) (*leaderReadResponse, error) {
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return &leaderReadResponse{Error: toPeerError(err)}, nil
+	}
+	defer done()
+	if !n.host.Ready(req.Shard) {
+		return &leaderReadResponse{Error: toPeerError(kv.Errorf(kv.CodeNotLeader, "shard %d is not led by node %d", req.Shard, n.id))}, nil
+	}
+	out := &leaderReadResponse{}
+	if req.SnapshotTS != 0 {
+		if err := n.host.SnapshotRead(ctx, req.Shard, req.SnapshotTS); err != nil {
+			return &leaderReadResponse{Error: toPeerError(err)}, nil
+		}
+	} else {
+		if err := n.host.ReadBarrier(ctx, req.Shard); err != nil {
+			return &leaderReadResponse{Error: toPeerError(err)}, nil
+		}
+		out.Resolved = n.host.Resolved(req.Shard, req.Now)
+	}
+	out.AppliedIndex, _ = n.host.AppliedIndex(req.Shard)
+	return out, nil
+}
+
+func (n *Node) handleStatus(ctx context.Context, _ *statusRequest) (*statusResponse, error) {
+	return &statusResponse{Node: n.id, Leaders: n.localLeaders()}, nil
+}
+
+// proposeRemote hands a command to node id's proposal path.
+func (n *Node) proposeRemote(ctx context.Context, id, shardID uint64, cmd []byte, hops int) (shard.Result, error) {
+	var resp proposeResponse
+	if err := n.callNode(ctx, id, "Propose", &proposeRequest{Shard: shardID, Command: cmd, Hops: hops}, &resp); err != nil {
+		if kv.CodeOf(err) == kv.CodeUnavailable && shard.IsWrite(cmd) {
+			// The request may have reached the leader before the call
+			// failed: the write may or may not take effect.
+			return shard.Result{}, kv.Errorf(kv.CodeCommitUnknown, "forwarding the write to node %d failed (%v); it may or may not take effect", id, err)
+		}
+		return shard.Result{}, err
+	}
+	if err := resp.Error.err(); err != nil {
+		return shard.Result{}, err
+	}
+	res := shard.Result{Version: resp.Version, Desc: resp.Desc, Count: resp.Count, Node: resp.Node}
+	if e := resp.Refused.err(); e != nil {
+		res.Err = e.(*kv.Error)
+	}
+	return res, nil
+}
+
+// maxPeerMessage bounds one peer message: a raft snapshot of a shard is
+// sent whole (streaming in chunks is future work).
+const maxPeerMessage = 1 << 30
