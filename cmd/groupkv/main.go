@@ -2,6 +2,8 @@
 // client and the benchmark.
 //
 //	groupkv server [--data-dir D] [--listen A] [--peer-listen P] [--node-id N]
+//	groupkv cluster status [--addr A] [--json]
+//	groupkv cluster local [--dir D] [--nodes N] [--base-port P]
 //	groupkv collections [create|describe|drop] ...
 //	groupkv put COLLECTION KEY [VALUE] [--tags a,b] [--if-version N]
 //	groupkv get COLLECTION KEY [--version N] [--json]
@@ -34,6 +36,7 @@ func main() {
 	root.AddCommand(serverCommand(), putCommand(), getCommand(), delCommand(), collectionsCommand(),
 		scanCommand(), tagsCommand(), watchCommand(), batchCommand(), deleteRangeCommand())
 	root.AddCommand(benchCommand())
+	root.AddCommand(clusterCommand())
 	if err := root.Execute(); err != nil {
 		var ue usageError
 		if errors.As(err, &ue) {
