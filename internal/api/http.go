@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -85,6 +86,7 @@ const (
 	opGetByTags          = "get_by_tags"
 	opWatch              = "watch"
 	opHealth             = "ready" // the gRPC Ready method's label too
+	opCluster            = "cluster"
 	opMetrics            = "metrics"
 	// opUnknown is a request that named no operation: an unknown path or a
 	// method the path does not serve.
@@ -97,6 +99,7 @@ const (
 	kvPrefix        = "/v1/kv"
 	collectionsPath = "/v1/collections"
 	healthPath      = "/healthz"
+	clusterPath     = "/v1/cluster"
 	metricsPath     = "/metrics"
 )
 
@@ -175,6 +178,8 @@ func (h *httpHandler) serve(w http.ResponseWriter, r *http.Request) (op string, 
 	switch {
 	case p == healthPath:
 		return opHealth, h.serveHealth(w, r)
+	case p == clusterPath:
+		return opCluster, h.serveCluster(w, r)
 	case p == metricsPath:
 		if h.cfg.Extra == nil {
 			return opMetrics, kv.Errorf(kv.CodeNotFound, "this node serves no metrics at %s", metricsPath)
@@ -205,7 +210,7 @@ func (h *httpHandler) serve(w http.ResponseWriter, r *http.Request) (op string, 
 	return opUnknown, kv.Errorf(kv.CodeNotFound,
 		"unknown path %q: this server serves /v1/kv/{collection}/{key}, /v1/collections[/{name}], "+
 			"/v1/batch/{get,put,delete}, /v1/delete_range, /v1/scan/{collection}, /v1/tags/{collection}, "+
-			"/v1/watch/{collection}, /healthz and /metrics",
+			"/v1/watch/{collection}, /v1/cluster, /healthz and /metrics",
 		clip(p))
 }
 
@@ -244,6 +249,28 @@ func (h *httpHandler) serveHealth(w http.ResponseWriter, r *http.Request) error 
 		return &httpError{err: e, status: http.StatusServiceUnavailable}
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	return nil
+}
+
+// ClusterStatuser is a backend that can describe its cluster.
+type ClusterStatuser interface {
+	ClusterStatus(ctx context.Context) (kv.ClusterStatus, error)
+}
+
+// serveCluster answers GET /v1/cluster.
+func (h *httpHandler) serveCluster(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodGet {
+		return methodNotAllowed(r, "GET")
+	}
+	cs, ok := h.b.(ClusterStatuser)
+	if !ok {
+		return kv.Errorf(kv.CodeNotFound, "this server is not a cluster node")
+	}
+	st, err := cs.ClusterStatus(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, st)
 	return nil
 }
 
@@ -494,7 +521,7 @@ func (h *httpHandler) createCollection(w http.ResponseWriter, r *http.Request) e
 	if err := decodeJSON(w, r, h.cfg.MaxBodySize, &req, createCollectionFields); err != nil {
 		return err
 	}
-	opts := kv.CollectionOptions{Name: req.Name, Partitioning: req.Partitioning, Shards: req.Shards}
+	opts := kv.CollectionOptions{Name: req.Name, Partitioning: req.Partitioning, Shards: req.Shards, Replicas: req.Replicas}
 	switch {
 	case req.SplitPoints != nil && req.SplitPointsBase64 != nil:
 		return kv.Errorf(kv.CodeInvalidArgument, "give split_points or split_points_base64, not both")
@@ -570,13 +597,14 @@ type createCollectionRequest struct {
 	Name         string          `json:"name"`
 	Partitioning kv.Partitioning `json:"partitioning"`
 	Shards       int             `json:"shards"`
+	Replicas     int             `json:"replicas"`
 	// SplitPoints are keys as JSON strings; SplitPointsBase64 the same in
 	// standard base64, for keys that are not UTF-8. At most one is given.
 	SplitPoints       []string `json:"split_points"`
 	SplitPointsBase64 []string `json:"split_points_base64"`
 }
 
-const createCollectionFields = "name, partitioning, shards, split_points, split_points_base64"
+const createCollectionFields = "name, partitioning, shards, replicas, split_points, split_points_base64"
 
 type listCollectionsResponse struct {
 	Collections []collectionJSON `json:"collections"`

@@ -589,8 +589,16 @@ func (n *Node) CreateCollection(ctx context.Context, opts kv.CollectionOptions) 
 		if !n.hasReplica(s.ID) {
 			continue
 		}
-		if err := n.readBarrier(ctx, s.ID); err != nil {
-			return kv.CollectionInfo{}, err
+		// The first election of a new shard may take a few timeouts (its
+		// peers create their replicas when the catalog reaches them).
+		for {
+			err := n.readBarrier(ctx, s.ID)
+			if err == nil {
+				break
+			}
+			if !retryable(err) || ctx.Err() != nil {
+				return kv.CollectionInfo{}, err
+			}
 		}
 	}
 	return res.Desc.Info(n.leaderNode(res.Desc)), nil

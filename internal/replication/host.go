@@ -161,6 +161,10 @@ type group struct {
 	// a snapshot not acknowledged within snapshotTimeoutTicks is reported
 	// failed so that raft sends another (loop-owned).
 	snapSent map[uint64]uint64
+	// campaigns left for a new group's preferred leader: its first
+	// campaign may reach peers that have not created the group yet, so it
+	// campaigns again every few ticks while no leader is known (loop-owned).
+	campaigns int
 
 	mu struct {
 		sync.Mutex
@@ -327,6 +331,9 @@ func (h *Host) AddGroupWith(desc shard.Desc, replicaID uint64, opts GroupOptions
 	g.mu.appliedVersion = sm.MaxVersion()
 	g.mu.lastAssigned = sm.MaxVersion()
 	g.mu.confState = rs.confState
+	if opts.Campaign {
+		g.campaigns = 5
+	}
 	if g.singleVoter.Load() || opts.Campaign {
 		// A single voter elects itself at once rather than after an
 		// election timeout; so does a new group's preferred leader.
@@ -1404,6 +1411,12 @@ const snapshotTimeoutTicks = 100
 // them), retries snapshots that got no answer, and refreshes a leader's
 // view of its followers' progress.
 func (h *Host) onTick(g *group) {
+	if g.campaigns > 0 && h.ticks%3 == 0 {
+		g.campaigns--
+		if st := g.rn.BasicStatus(); st.Lead == 0 && st.RaftState != raft.StateLeader {
+			_ = g.rn.Campaign()
+		}
+	}
 	for id, r := range g.reads {
 		if h.ticks-r.tick > uint64(h.cfg.ElectionTicks) {
 			r.done <- 0

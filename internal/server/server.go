@@ -35,6 +35,11 @@ type Config struct {
 	Listen string
 	// PeerListen is the node-to-node address.
 	PeerListen string
+	// AdvertiseAddr and AdvertisePeerAddr are the addresses other nodes and
+	// clients use, when they differ from the bound ones ("" means the bound
+	// address; a peer address defaults to AdvertiseAddr's host with the
+	// bound peer port).
+	AdvertiseAddr, AdvertisePeerAddr string
 	// Pprof serves Go's profiles under /debug/pprof/ on the client address.
 	Pprof  bool
 	Logger *slog.Logger
@@ -113,16 +118,50 @@ func Start(cfg Config) (*Server, error) {
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
 	s.mux = api.NewMux(l, s.grpcSrv, s.httpSrv, api.MuxConfig{})
-	// The peer port carries node-to-node traffic; a single node serves only
-	// the standard health service there.
-	s.peerSrv = grpc.NewServer()
+	// The peer port carries node-to-node traffic: raft messages, the peer
+	// service and the standard health service.
+	s.peerSrv = grpc.NewServer(grpc.MaxRecvMsgSize(1<<30), grpc.MaxSendMsgSize(1<<30))
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(s.peerSrv, hs)
+	n.RegisterPeer(s.peerSrv)
 	go func() { s.serveErr <- s.mux.Serve() }()
 	go func() { s.serveErr <- s.peerSrv.Serve(peerL) }()
+	adv, advPeer, err := advertised(cfg, l.Addr().String(), peerL.Addr().String())
+	if err != nil {
+		s.Close(context.Background())
+		return nil, err
+	}
+	n.Serve(adv, advPeer)
 	cfg.Logger.Info("groupkv node started", "node", n.ID(), "listen", l.Addr().String(),
 		"peer_listen", peerL.Addr().String(), "data_dir", cfg.Node.DataDir)
 	return s, nil
+}
+
+// advertised returns the addresses the node announces to the cluster.
+func advertised(cfg Config, bound, boundPeer string) (string, string, error) {
+	adv, advPeer := cfg.AdvertiseAddr, cfg.AdvertisePeerAddr
+	if adv == "" {
+		adv = bound
+	}
+	if _, _, err := net.SplitHostPort(adv); err != nil {
+		return "", "", fmt.Errorf("server: advertise address %q: %w", adv, err)
+	}
+	if advPeer == "" {
+		if cfg.AdvertiseAddr == "" {
+			advPeer = boundPeer
+		} else {
+			host, _, _ := net.SplitHostPort(adv)
+			_, port, err := net.SplitHostPort(boundPeer)
+			if err != nil {
+				return "", "", err
+			}
+			advPeer = net.JoinHostPort(host, port)
+		}
+	}
+	if _, _, err := net.SplitHostPort(advPeer); err != nil {
+		return "", "", fmt.Errorf("server: advertise peer address %q: %w", advPeer, err)
+	}
+	return adv, advPeer, nil
 }
 
 // Addr is the client address.
