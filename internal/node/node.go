@@ -13,7 +13,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/groupkv/groupkv/internal/cluster"
 	"github.com/groupkv/groupkv/internal/kv"
@@ -131,9 +130,9 @@ func (n *Node) start() error {
 	n.metrics = newMetrics(n.opts.Registry, n.eng)
 	n.oracle = cluster.NewOracle(n.opts.Clock, n.persistTSO)
 	n.versions = &versionSource{n: n, fetchSize: 256}
+	n.peers.dialOptions = n.dialOptions
 	n.tr = transport.NewGRPC(transport.Options{Resolver: n.resolve, Logger: n.log,
-		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxPeerMessage))}})
+		DialOptions: n.dialOptions(grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxPeerMessage)))})
 	n.host = replication.NewHost(replication.Config{
 		NodeID:        id,
 		Engine:        n.eng,

@@ -1,8 +1,10 @@
 package node
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -43,6 +45,9 @@ type Options struct {
 	// them to add it instead of bootstrapping a cluster of its own. A node
 	// that is already a member ignores them.
 	Join []string
+	// Dialer opens the node's connections to other nodes' peer ports; nil
+	// means a plain TCP dial. Tests inject network faults through it.
+	Dialer func(ctx context.Context, addr string) (net.Conn, error)
 	// Registry receives the node's metrics; nil means a new registry.
 	Registry *prometheus.Registry
 	Logger   *slog.Logger

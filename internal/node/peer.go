@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
 
@@ -149,8 +151,22 @@ func (n *Node) RegisterPeer(s grpc.ServiceRegistrar) {
 
 // peers holds the node's client connections to other nodes' peer ports.
 type peers struct {
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	dialOptions func(...grpc.DialOption) []grpc.DialOption
+	mu          sync.Mutex
+	conns       map[string]*grpc.ClientConn
+}
+
+// dialOptions returns the options of a connection to a peer port.
+func (n *Node) dialOptions(extra ...grpc.DialOption) []grpc.DialOption {
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// A peer that comes back is reached within about an election
+		// timeout, not after gRPC's default two-minute backoff.
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: grpcbackoff.Config{
+			BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}})}
+	if n.opts.Dialer != nil {
+		opts = append(opts, grpc.WithContextDialer(n.opts.Dialer))
+	}
+	return append(opts, extra...)
 }
 
 func (p *peers) conn(addr string) (*grpc.ClientConn, error) {
@@ -162,8 +178,7 @@ func (p *peers) conn(addr string) (*grpc.ClientConn, error) {
 	if p.conns == nil {
 		p.conns = make(map[string]*grpc.ClientConn)
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(peerCodec)))
+	c, err := grpc.NewClient(addr, p.dialOptions(grpc.WithDefaultCallOptions(grpc.CallContentSubtype(peerCodec)))...)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,476 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+
+	"github.com/groupkv/groupkv/internal/cluster"
+	"github.com/groupkv/groupkv/internal/kv"
+	"github.com/groupkv/groupkv/internal/linearizability"
+)
+
+// faultNet is the network between in-process test nodes: every peer
+// connection is dialed through it, so a node can be cut off (its open
+// connections closed, new ones refused) and healed.
+type faultNet struct {
+	mu       sync.Mutex
+	addrNode map[string]uint64
+	cut      map[uint64]bool
+	conns    []*faultConn
+}
+
+type faultConn struct {
+	net.Conn
+	from, to uint64
+}
+
+func newFaultNet() *faultNet {
+	return &faultNet{addrNode: map[string]uint64{}, cut: map[uint64]bool{}}
+}
+
+func (f *faultNet) dialer(from uint64) func(context.Context, string) (net.Conn, error) {
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		f.mu.Lock()
+		to := f.addrNode[addr]
+		blocked := f.cut[from] || f.cut[to]
+		f.mu.Unlock()
+		if blocked {
+			return nil, fmt.Errorf("faultnet: node %d cannot reach node %d (partitioned)", from, to)
+		}
+		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		fc := &faultConn{Conn: c, from: from, to: to}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.cut[from] || f.cut[to] {
+			c.Close()
+			return nil, fmt.Errorf("faultnet: node %d cannot reach node %d (partitioned)", from, to)
+		}
+		f.conns = append(f.conns, fc)
+		return fc, nil
+	}
+}
+
+// isolate cuts node id off from every other node.
+func (f *faultNet) isolate(id uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cut[id] = true
+	kept := f.conns[:0]
+	for _, c := range f.conns {
+		if c.from == id || c.to == id {
+			c.Close()
+			continue
+		}
+		kept = append(kept, c)
+	}
+	f.conns = kept
+}
+
+func (f *faultNet) heal(id uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.cut, id)
+}
+
+type testNode struct {
+	id  uint64
+	n   *Node
+	srv *grpc.Server
+}
+
+type testCluster struct {
+	t     *testing.T
+	net   *faultNet
+	nodes []*testNode
+}
+
+// startCluster starts size in-process nodes joined into one cluster, with
+// real gRPC between them on 127.0.0.1 through a faultNet.
+func startCluster(t *testing.T, size int, tweak func(*Options)) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t, net: newFaultNet()}
+	var join string
+	for i := 1; i <= size; i++ {
+		id := uint64(i)
+		opts := Options{DataDir: t.TempDir(), NodeID: id, TickInterval: 20 * time.Millisecond,
+			Dialer: c.net.dialer(id), Logger: quietLogger()}
+		if join != "" {
+			opts.Join = []string{join}
+		}
+		if tweak != nil {
+			tweak(&opts)
+		}
+		n, err := Open(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := grpc.NewServer()
+		n.RegisterPeer(srv)
+		go srv.Serve(l)
+		c.net.mu.Lock()
+		c.net.addrNode[l.Addr().String()] = id
+		c.net.mu.Unlock()
+		n.Serve(fmt.Sprintf("127.0.0.1:%d", 40000+i), l.Addr().String())
+		tn := &testNode{id: id, n: n, srv: srv}
+		t.Cleanup(func() {
+			tn.srv.Stop()
+			tn.n.Close()
+		})
+		c.nodes = append(c.nodes, tn)
+		if join == "" {
+			join = l.Addr().String()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := n.WaitReady(ctx); err != nil {
+			t.Fatalf("node %d: %v", id, err)
+		}
+		cancel()
+	}
+	// Every node must see every other as a member before the test goes on.
+	c.eventually(30*time.Second, "all members known everywhere", func() error {
+		for _, tn := range c.nodes {
+			if len(tn.n.members()) != size {
+				return fmt.Errorf("node %d knows %d members", tn.id, len(tn.n.members()))
+			}
+		}
+		return nil
+	})
+	c.eventually(30*time.Second, "the meta shard has its voters", func() error {
+		for _, tn := range c.nodes {
+			if cs, ok := tn.n.host.ConfState(cluster.MetaShardID); ok && len(cs.Voters) == min(size, cluster.MetaReplicas) {
+				return nil
+			}
+		}
+		return fmt.Errorf("the meta shard has fewer than %d voters", min(size, cluster.MetaReplicas))
+	})
+	return c
+}
+
+func quietLogger() *slog.Logger {
+	if os.Getenv("GROUPKV_TEST_LOG") != "" {
+		return slog.Default()
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+func (c *testCluster) node(id uint64) *testNode { return c.nodes[id-1] }
+
+// eventually retries f until it succeeds or the generous deadline (which
+// only catches hangs) passes.
+func (c *testCluster) eventually(d time.Duration, what string, f func() error) {
+	c.t.Helper()
+	deadline := time.Now().Add(d)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = f(); err == nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	dumpCluster(c.t, c)
+	c.t.Fatalf("%s: not within %v: %v", what, d, err)
+}
+
+// leader returns the node leading shardID, as the leader itself says.
+func (c *testCluster) leader(shardID uint64) *testNode {
+	c.t.Helper()
+	var out *testNode
+	c.eventually(30*time.Second, fmt.Sprintf("shard %d has a leader", shardID), func() error {
+		for _, tn := range c.nodes {
+			if tn.n.host.Ready(shardID) {
+				out = tn
+				return nil
+			}
+		}
+		return fmt.Errorf("no ready leader")
+	})
+	return out
+}
+
+func clusterSeed(t *testing.T) uint64 {
+	if s := os.Getenv("GROUPKV_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	return uint64(time.Now().UnixNano())
+}
+
+// record runs op through the recorder, classifying its outcome: refused
+// (unavailable, not leader) drops it; an ended context, a lost connection
+// or commit_unknown make it unknown.
+func recordPut(rec *linearizability.Recorder, client int, n *Node, key, value string) error {
+	p := rec.Begin(client, linearizability.Put(key, value))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	v, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte(key), Value: []byte(value)})
+	switch {
+	case err == nil:
+		p.End(linearizability.PutOK(v))
+	case kv.CodeOf(err) == kv.CodeUnavailable && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded),
+		kv.CodeOf(err) == kv.CodeNotLeader:
+		p.Fail()
+	default:
+		p.End(linearizability.Unknown())
+	}
+	return err
+}
+
+func recordGet(rec *linearizability.Recorder, client int, n *Node, key string) error {
+	p := rec.Begin(client, linearizability.Get(key))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	r, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte(key)})
+	switch {
+	case err == nil:
+		p.End(linearizability.GetOK(string(r.Value), r.Version))
+	case kv.CodeOf(err) == kv.CodeNotFound:
+		p.End(linearizability.NotFound())
+	default:
+		p.Fail() // a read that failed constrains nothing
+	}
+	return err
+}
+
+// TestClusterPartition cuts the leader of a shard away from the others
+// under concurrent clients: the majority elects a new leader and serves,
+// the cut-off node refuses linearizable reads and writes, and after the
+// heal it catches up. The whole history is checked for linearizability.
+func TestClusterPartition(t *testing.T) {
+	seed := clusterSeed(t)
+	t.Logf("seed %d (GROUPKV_SEED=%d reproduces the schedule of clients)", seed, seed)
+	c := startCluster(t, 3, nil)
+	ctx := context.Background()
+	info, err := c.node(2).n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Shards: 1, Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shardID := info.Shards[0].ID
+	for _, tn := range c.nodes {
+		if !tn.n.hasReplica(shardID) {
+			t.Fatalf("node %d holds no replica of shard %d", tn.id, shardID)
+		}
+	}
+
+	rec := &linearizability.Recorder{}
+	keys := []string{"a", "b", "c"}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var ops atomic.Int64
+	for cl := 0; cl < 6; cl++ {
+		wg.Add(1)
+		go func(cl int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(cl)))
+			for i := 0; !stop.Load(); i++ {
+				tn := c.nodes[rng.IntN(len(c.nodes))]
+				key := keys[rng.IntN(len(keys))]
+				if rng.IntN(2) == 0 {
+					recordPut(rec, cl, tn.n, key, fmt.Sprintf("c%d-%d", cl, i))
+				} else {
+					recordGet(rec, cl, tn.n, key)
+				}
+				ops.Add(1)
+				time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+			}
+		}(cl)
+	}
+	time.Sleep(300 * time.Millisecond)
+
+	old := c.leader(shardID)
+	t.Logf("isolating node %d, leader of shard %d", old.id, shardID)
+	c.net.isolate(old.id)
+	var majority []*testNode
+	for _, tn := range c.nodes {
+		if tn != old {
+			majority = append(majority, tn)
+		}
+	}
+	// The majority elects a new leader and serves writes and reads.
+	c.eventually(30*time.Second, "the majority serves a write", func() error {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := majority[0].n.Put(cctx, kv.PutRequest{Collection: "c", Key: []byte("m"), Value: []byte("majority")})
+		return err
+	})
+	if !majority[0].n.host.Ready(shardID) && !majority[1].n.host.Ready(shardID) {
+		t.Fatalf("the majority served a write of shard %d without a leader among them", shardID)
+	}
+	// The cut-off node refuses: no write applies there, no read is served.
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	_, err = old.n.Put(cctx, kv.PutRequest{Collection: "c", Key: []byte("m"), Value: []byte("minority")})
+	cancel()
+	if code := kv.CodeOf(err); code != kv.CodeUnavailable && code != kv.CodeCommitUnknown {
+		t.Fatalf("a write through the isolated node answered %v, want unavailable or commit_unknown", err)
+	}
+	cctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+	_, err = old.n.Get(cctx, kv.GetRequest{Collection: "c", Key: []byte("m")})
+	cancel()
+	if kv.CodeOf(err) != kv.CodeUnavailable {
+		t.Fatalf("a linearizable read through the isolated node answered %v, want unavailable", err)
+	}
+	for _, tn := range majority {
+		r, err := tn.n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte("m")})
+		if err != nil || string(r.Value) != "majority" {
+			t.Fatalf("node %d reads m = %q, %v; want majority", tn.id, r.Value, err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+
+	t.Logf("healing node %d", old.id)
+	c.net.heal(old.id)
+	c.eventually(30*time.Second, "the healed node catches up", func() error {
+		r, err := old.n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte("m")})
+		if err != nil {
+			return err
+		}
+		if string(r.Value) != "majority" {
+			return fmt.Errorf("reads %q", r.Value)
+		}
+		return nil
+	})
+	time.Sleep(300 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+	t.Logf("%d client operations", ops.Load())
+	rec.Check(t, int64(seed))
+}
+
+// TestClusterFollowerCatchesUpBySnapshot cuts a follower off while the
+// leader writes past its truncated log: after the heal the follower gets a
+// snapshot and serves every write.
+func TestClusterFollowerCatchesUpBySnapshot(t *testing.T) {
+	c := startCluster(t, 3, func(o *Options) { o.TruncateAfter = 20 })
+	ctx := context.Background()
+	info, err := c.node(1).n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Shards: 2, Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := c.leader(info.Shards[0].ID)
+	var follower *testNode
+	for _, tn := range c.nodes {
+		if tn != leader && tn.n.leaderOf(cluster.MetaShardID) != tn.id {
+			follower = tn
+		}
+	}
+	if follower == nil {
+		for _, tn := range c.nodes {
+			if tn != leader {
+				follower = tn
+			}
+		}
+	}
+	c.net.isolate(follower.id)
+	writer := leader
+	const keys = 300
+	for i := 0; i < keys; i++ {
+		c.eventually(30*time.Second, "a write while a follower is away", func() error {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			_, err := writer.n.Put(cctx, kv.PutRequest{Collection: "c", Key: []byte(fmt.Sprintf("k%03d", i)), Value: []byte(fmt.Sprint(i))})
+			return err
+		})
+	}
+	c.net.heal(follower.id)
+	c.eventually(60*time.Second, "the follower serves every write", func() error {
+		for i := 0; i < keys; i++ {
+			r, err := follower.n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte(fmt.Sprintf("k%03d", i))})
+			if err != nil {
+				return err
+			}
+			if string(r.Value) != fmt.Sprint(i) {
+				return fmt.Errorf("k%03d = %q", i, r.Value)
+			}
+		}
+		return nil
+	})
+	if got := testutil.ToFloat64(follower.n.metrics.repl.SnapshotsApplied); got == 0 {
+		t.Fatalf("the follower caught up without a snapshot; the test does not exercise snapshots")
+	}
+}
+
+// TestClusterSurvivesLossOfFirstNode stops the node that bootstrapped the
+// cluster (it led the meta shard and ran the oracle): the others elect a
+// new meta leader, versions keep increasing, and collections can still be
+// created and written.
+func TestClusterSurvivesLossOfFirstNode(t *testing.T) {
+	c := startCluster(t, 3, nil)
+	ctx := context.Background()
+	if _, err := c.node(1).n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Shards: 3}); err != nil {
+		t.Fatal(err)
+	}
+	v1, err := c.node(2).n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte("k"), Value: []byte("before")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := c.node(1)
+	first.srv.Stop()
+	c.net.isolate(1)
+	if err := first.n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var v2 uint64
+	c.eventually(30*time.Second, "a write after the first node is gone", func() error {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		v, err := c.node(3).n.Put(cctx, kv.PutRequest{Collection: "c", Key: []byte("k"), Value: []byte("after")})
+		v2 = v
+		return err
+	})
+	if v2 <= v1 {
+		t.Fatalf("version went from %d to %d", v1, v2)
+	}
+	c.eventually(30*time.Second, "creating a collection without the first node", func() error {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err := c.node(2).n.CreateCollection(cctx, kv.CollectionOptions{Name: "d", Shards: 2})
+		if kv.CodeOf(err) == kv.CodeAlreadyExists {
+			return nil
+		}
+		return err
+	})
+	r, err := c.node(2).n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte("k")})
+	if err != nil || string(r.Value) != "after" || r.Version != v2 {
+		t.Fatalf("read %q@%d, %v; want after@%d", r.Value, r.Version, err, v2)
+	}
+}
+
+// dumpCluster logs what every node knows of leaders and timestamps.
+func dumpCluster(t *testing.T, c *testCluster) {
+	for _, tn := range c.nodes {
+		n := tn.n
+		s := fmt.Sprintf("node %d oracle=%v ready=%v:", tn.id, n.oracle.Active(), n.Ready())
+		for id := range n.localLeaders() {
+			cs, _ := n.host.ConfState(id)
+			s += fmt.Sprintf(" [shard %d leader=%d hostready=%v voters=%v]", id, n.leaderOf(id), n.host.Ready(id), cs.Voters)
+		}
+		v := n.versions
+		v.mu.Lock()
+		s += fmt.Sprintf(" window=%d..%d seq=%d fetching=%v", v.mu.next, v.mu.last, v.mu.seq, v.mu.fetching)
+		v.mu.Unlock()
+		t.Log(s)
+	}
+}
