@@ -28,6 +28,16 @@ type dialOptions struct {
 	timeout time.Duration
 	// grpc are appended to Dial's own gRPC options.
 	grpc []grpc.DialOption
+	// noRouting sends every call to the dialed node (see route.go).
+	noRouting bool
+}
+
+// WithoutShardRouting sends every call to the dialed node, which forwards
+// what other nodes lead, instead of routing single-key operations straight
+// to shard leaders (see route.go): for a client that can reach only the
+// node it dials.
+func WithoutShardRouting() DialOption {
+	return func(o *dialOptions) { o.noRouting = true }
 }
 
 // WithDialTimeout makes Dial connect before it returns and fail with an
@@ -92,7 +102,11 @@ func Dial(addr string, opts ...DialOption) (DB, error) {
 			return nil, kv.Errorf(kv.CodeUnavailable, "dial %s: no connection within %v: check that the server runs and the address is right", addr, o.timeout)
 		}
 	}
-	return &remoteDB{conn: conn, c: pb.NewGroupKVClient(conn)}, nil
+	db := &remoteDB{conn: conn, c: pb.NewGroupKVClient(conn)}
+	if o.noRouting {
+		return db, nil
+	}
+	return newRoutedDB(db, addr, o), nil
 }
 
 // waitConnected connects conn and waits up to timeout for it to be ready.

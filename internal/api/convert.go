@@ -437,7 +437,7 @@ func GRPCCode(c kv.Code) codes.Code {
 		return codes.FailedPrecondition
 	case kv.CodeTooLarge:
 		return codes.ResourceExhausted
-	case kv.CodeUnavailable:
+	case kv.CodeUnavailable, kv.CodeNotLeader:
 		return codes.Unavailable
 	case kv.CodeCommitUnknown:
 		return codes.Unknown

@@ -10,6 +10,7 @@ import (
 	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/peer"
 
 	"github.com/groupkv/groupkv/internal/cluster"
 	"github.com/groupkv/groupkv/internal/kv"
@@ -197,14 +198,22 @@ func (p *peers) close() {
 
 // call invokes a peer method at a peer address.
 func (n *Node) call(ctx context.Context, addr, method string, req, resp any) error {
+	_, err := n.callSent(ctx, addr, method, req, resp)
+	return err
+}
+
+// callSent is call that also says, on failure, whether the request may
+// have reached the peer (a connection to it was up).
+func (n *Node) callSent(ctx context.Context, addr, method string, req, resp any) (sent bool, err error) {
 	c, err := n.peers.conn(addr)
 	if err != nil {
-		return kv.Errorf(kv.CodeUnavailable, "connecting to peer %s: %v", addr, err)
+		return false, kv.Errorf(kv.CodeUnavailable, "connecting to peer %s: %v", addr, err)
 	}
-	if err := c.Invoke(ctx, "/"+peerService+"/"+method, req, resp); err != nil {
-		return kv.Errorf(kv.CodeUnavailable, "peer %s: %s: %v", addr, method, err)
+	var p peer.Peer
+	if err := c.Invoke(ctx, "/"+peerService+"/"+method, req, resp, grpc.Peer(&p)); err != nil {
+		return p.Addr != nil, kv.Errorf(kv.CodeUnavailable, "peer %s: %s: %v", addr, method, err)
 	}
-	return nil
+	return true, nil
 }
 
 // callNode invokes a peer method on node id.
@@ -279,8 +288,12 @@ func (n *Node) handleStatus(ctx context.Context, _ *statusRequest) (*statusRespo
 // proposeRemote hands a command to node id's proposal path.
 func (n *Node) proposeRemote(ctx context.Context, id, shardID uint64, cmd []byte, hops int) (shard.Result, error) {
 	var resp proposeResponse
-	if err := n.callNode(ctx, id, "Propose", &proposeRequest{Shard: shardID, Command: cmd, Hops: hops}, &resp); err != nil {
-		if kv.CodeOf(err) == kv.CodeUnavailable && shard.IsWrite(cmd) {
+	nd, ok := n.nodeDesc(id)
+	if !ok {
+		return shard.Result{}, kv.Errorf(kv.CodeUnavailable, "node %d is not a known member", id)
+	}
+	if sent, err := n.callSent(ctx, nd.PeerAddr, "Propose", &proposeRequest{Shard: shardID, Command: cmd, Hops: hops}, &resp); err != nil {
+		if sent && shard.IsWrite(cmd) {
 			// The request may have reached the leader before the call
 			// failed: the write may or may not take effect.
 			return shard.Result{}, kv.Errorf(kv.CodeCommitUnknown, "forwarding the write to node %d failed (%v); it may or may not take effect", id, err)

@@ -1,0 +1,234 @@
+package groupkv
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/groupkv/groupkv/internal/cluster"
+	"github.com/groupkv/groupkv/internal/kv"
+)
+
+// Shard routing of a remote DB (see Dial). Any node answers any request by
+// forwarding it to the shard's leader; the client saves that hop for
+// single-key operations: it learns the shard map — the collections' shards
+// from ListCollections, the nodes' addresses and the shards' leaders from
+// the node's GET /v1/cluster on the same port — caches it, sends each Put,
+// Get and Delete of a hash or range collection straight to the leader of
+// the key's shard, and refreshes the map when it is older than
+// routeMaxAge or a routed call fails with a refusal (unavailable, not
+// leader), which is retried once through the dialed node.
+
+// routeMaxAge is how long a shard map is used before it is refreshed.
+const routeMaxAge = 5 * time.Second
+
+type router struct {
+	seed     *remoteDB
+	seedAddr string
+	opts     dialOptions
+	http     *http.Client
+
+	mu struct {
+		sync.Mutex
+		// conns are the connections to other nodes, by address.
+		conns map[string]*remoteDB
+		// nodes maps node ids to client addresses.
+		nodes map[uint64]string
+		// colls are the collections' shard maps, leaders filled in.
+		colls      map[string]kv.CollectionInfo
+		fetched    time.Time
+		refreshing bool
+		closed     bool
+	}
+}
+
+// routedDB is a remote DB that routes single-key operations to leaders.
+type routedDB struct {
+	*remoteDB
+	r *router
+}
+
+func newRoutedDB(seed *remoteDB, addr string, o dialOptions) *routedDB {
+	r := &router{seed: seed, seedAddr: addr, opts: o, http: &http.Client{Timeout: 2 * time.Second}}
+	r.mu.conns = make(map[string]*remoteDB)
+	return &routedDB{remoteDB: seed, r: r}
+}
+
+type clusterJSON struct {
+	Nodes []struct {
+		ID   uint64 `json:"id"`
+		Addr string `json:"addr"`
+	} `json:"nodes"`
+	Shards []struct {
+		Shard  uint64 `json:"shard"`
+		Leader uint64 `json:"leader"`
+	} `json:"shards"`
+}
+
+// refresh reloads the shard map; on failure the old one stays (routing
+// falls back to the dialed node for what it does not know).
+func (r *router) refresh() {
+	defer func() {
+		r.mu.Lock()
+		r.mu.refreshing = false
+		r.mu.Unlock()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	colls, err := r.seed.ListCollections(ctx)
+	if err != nil {
+		return
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.seedAddr+"/v1/cluster", nil)
+	if err != nil {
+		return
+	}
+	resp, err := r.http.Do(req)
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	var cj clusterJSON
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&cj) != nil {
+		return
+	}
+	leaders := make(map[uint64]uint64, len(cj.Shards))
+	for _, s := range cj.Shards {
+		leaders[s.Shard] = s.Leader
+	}
+	nodes := make(map[uint64]string, len(cj.Nodes))
+	for _, n := range cj.Nodes {
+		nodes[n.ID] = n.Addr
+	}
+	m := make(map[string]kv.CollectionInfo, len(colls))
+	for _, c := range colls {
+		for i := range c.Shards {
+			if l, ok := leaders[c.Shards[i].ID]; ok && l != 0 {
+				c.Shards[i].Leader = l
+			}
+		}
+		m[c.Name] = c
+	}
+	r.mu.Lock()
+	r.mu.nodes, r.mu.colls, r.mu.fetched = nodes, m, time.Now()
+	r.mu.Unlock()
+}
+
+// stale marks the map for a refresh on the next call.
+func (r *router) stale() {
+	r.mu.Lock()
+	r.mu.fetched = time.Time{}
+	r.mu.Unlock()
+}
+
+// target returns the DB that serves key of coll best: its shard leader's
+// node, or the dialed node when that is unknown.
+func (r *router) target(coll string, key []byte) *remoteDB {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mu.closed {
+		return r.seed
+	}
+	if time.Since(r.mu.fetched) > routeMaxAge && !r.mu.refreshing {
+		r.mu.refreshing = true
+		go r.refresh()
+	}
+	c, ok := r.mu.colls[coll]
+	if !ok || len(c.Shards) == 0 {
+		return r.seed
+	}
+	var s *kv.ShardInfo
+	switch c.Partitioning {
+	case kv.PartitionHash:
+		b := uint32(cluster.Bucket(key))
+		i := sort.Search(len(c.Shards), func(i int) bool { return c.Shards[i].BucketEnd > b })
+		if i < len(c.Shards) {
+			s = &c.Shards[i]
+		}
+	case kv.PartitionRange:
+		i := sort.Search(len(c.Shards), func(i int) bool {
+			return c.Shards[i].End != nil && bytes.Compare(c.Shards[i].End, key) > 0
+		})
+		if i < len(c.Shards) {
+			s = &c.Shards[i]
+		}
+	}
+	if s == nil || s.Leader == 0 {
+		return r.seed
+	}
+	addr, ok := r.mu.nodes[s.Leader]
+	if !ok || addr == r.seedAddr {
+		return r.seed
+	}
+	if db, ok := r.mu.conns[addr]; ok {
+		return db
+	}
+	db, err := Dial(addr, withoutRouting(r.opts))
+	if err != nil {
+		return r.seed
+	}
+	rdb := db.(*remoteDB)
+	r.mu.conns[addr] = rdb
+	return rdb
+}
+
+func (r *router) close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.mu.closed = true
+	for _, c := range r.mu.conns {
+		c.Close()
+	}
+	r.mu.conns = nil
+	return nil
+}
+
+// withoutRouting gives a node connection the client's options, unrouted.
+func withoutRouting(o dialOptions) DialOption {
+	return func(d *dialOptions) {
+		*d = o
+		d.timeout = 0
+		d.noRouting = true
+	}
+}
+
+// routed runs op on key's leader, and once more on the dialed node if the
+// leader refused it (nothing was done).
+func routed[T any](d *routedDB, coll string, key []byte, op func(*remoteDB) (T, error)) (T, error) {
+	t := d.r.target(coll, key)
+	v, err := op(t)
+	if err == nil || t == d.r.seed {
+		return v, err
+	}
+	switch kv.CodeOf(err) {
+	case kv.CodeUnavailable, kv.CodeNotLeader:
+		d.r.stale()
+		return op(d.r.seed)
+	}
+	return v, err
+}
+
+func (d *routedDB) Put(ctx context.Context, req PutRequest) (uint64, error) {
+	return routed(d, req.Collection, req.Key, func(db *remoteDB) (uint64, error) { return db.Put(ctx, req) })
+}
+
+func (d *routedDB) Get(ctx context.Context, req GetRequest) (Record, error) {
+	return routed(d, req.Collection, req.Key, func(db *remoteDB) (Record, error) { return db.Get(ctx, req) })
+}
+
+func (d *routedDB) Delete(ctx context.Context, req DeleteRequest) (uint64, error) {
+	return routed(d, req.Collection, req.Key, func(db *remoteDB) (uint64, error) { return db.Delete(ctx, req) })
+}
+
+func (d *routedDB) Close() error {
+	err := d.remoteDB.Close()
+	d.r.close()
+	return err
+}
+
+func (d *routedDB) String() string { return fmt.Sprintf("groupkv remote DB at %s (routed)", d.r.seedAddr) }

@@ -1,0 +1,127 @@
+package groupkv_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	groupkv "github.com/groupkv/groupkv"
+	"github.com/groupkv/groupkv/internal/node"
+	"github.com/groupkv/groupkv/internal/server"
+)
+
+// startServers starts a cluster of three in-process servers on 127.0.0.1.
+func startServers(t *testing.T) ([]*server.Server, []*prometheus.Registry) {
+	t.Helper()
+	var (
+		servers []*server.Server
+		regs    []*prometheus.Registry
+		join    []string
+	)
+	for i := 1; i <= 3; i++ {
+		reg := prometheus.NewRegistry()
+		s, err := server.Start(server.Config{
+			Node: node.Options{DataDir: t.TempDir(), NodeID: uint64(i), Join: join, Registry: reg,
+				TickInterval: 20 * time.Millisecond},
+			Listen: "127.0.0.1:0", PeerListen: "127.0.0.1:0",
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close(context.Background()) })
+		if join == nil {
+			join = []string{s.PeerAddr()}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := s.Node.WaitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		servers = append(servers, s)
+		regs = append(regs, reg)
+	}
+	return servers, regs
+}
+
+func puts(reg *prometheus.Registry) float64 {
+	mfs, _ := reg.Gather()
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != "groupkv_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "op" && l.GetValue() == "put" {
+					total += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return total
+}
+
+// TestDialRoutesToLeaders checks that a client dialed to one node sends
+// single-key writes straight to the other nodes that lead their shards, and
+// keeps working when a node it routes to goes away.
+func TestDialRoutesToLeaders(t *testing.T) {
+	servers, regs := startServers(t)
+	db, err := groupkv.Dial(servers[0].Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	if _, err := db.CreateCollection(ctx, groupkv.CollectionOptions{Name: "c", Shards: 6}); err != nil {
+		t.Fatal(err)
+	}
+	// The first calls may go through the dialed node while the map loads.
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; puts(regs[1])+puts(regs[2]) == 0; i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d puts through node 1, nodes 2 and 3 served none directly", i)
+		}
+		if _, err := db.Put(ctx, groupkv.PutRequest{Collection: "c", Key: []byte(fmt.Sprint("k", i)), Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	_ = testutil.ToFloat64 // keep the import honest if metrics change shape
+	for i := 0; i < 50; i++ {
+		k := []byte(fmt.Sprint("x", i))
+		if _, err := db.Put(ctx, groupkv.PutRequest{Collection: "c", Key: k, Value: k}); err != nil {
+			t.Fatal(err)
+		}
+		r, err := db.Get(ctx, groupkv.GetRequest{Collection: "c", Key: k})
+		if err != nil || string(r.Value) != string(k) {
+			t.Fatalf("get %s: %q, %v", k, r.Value, err)
+		}
+	}
+	// A node the client routes to goes away: calls fall back and re-route.
+	if err := servers[2].Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 50; i++ {
+		k := []byte(fmt.Sprint("y", i))
+		var err error
+		for try := 0; try < 200; try++ {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err = db.Put(cctx, groupkv.PutRequest{Collection: "c", Key: k, Value: k})
+			cancel()
+			if err == nil || groupkv.CodeOf(err) != groupkv.CodeUnavailable {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatalf("put %s after node 3 stopped: %v", k, err)
+		}
+	}
+}
