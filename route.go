@@ -231,4 +231,6 @@ func (d *routedDB) Close() error {
 	return err
 }
 
-func (d *routedDB) String() string { return fmt.Sprintf("groupkv remote DB at %s (routed)", d.r.seedAddr) }
+func (d *routedDB) String() string {
+	return fmt.Sprintf("groupkv remote DB at %s (routed)", d.r.seedAddr)
+}
