@@ -5,9 +5,13 @@
 // layers and the embedded Go client call.
 //
 // Lifecycle: Open takes the data directory's lock, bootstraps the meta shard
-// on a fresh directory, starts every local replica and returns; Ready
-// reports when requests are served; Close stops everything and releases the
-// lock.
+// on a fresh directory (unless it is to join a cluster), starts every local
+// replica and returns; Serve (with the node's advertised addresses, once its
+// ports are bound) starts its cluster work — joining, keeping its membership
+// record, growing the meta shard; RegisterPeer puts the raft transport and
+// the peer service on the peer port; Ready reports when requests are
+// served; Close stops everything and releases the lock. See cluster.go for
+// how requests, reads and versions work across nodes.
 //
 // Invariants:
 //   - Shard state changes only through proposals applied by the Host; the

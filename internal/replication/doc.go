@@ -24,9 +24,15 @@
 //
 // Across nodes, a Transport carries each cycle's raft messages after its
 // entries are persisted, and Deliver hands incoming ones to their group at
-// the start of the next cycle (a three-voter group over three Hosts is
-// tested with an in-memory transport). Snapshots and configuration changes
-// are not handled yet.
+// the start of the next cycle. Configuration changes (ProposeConfChange) are
+// applied in log order and persisted with the applied index. A leader
+// builds a snapshot of a shard's applied state (shard.SnapshotData) when a
+// follower is behind its truncated log; a follower restores it
+// (shard.RestoreSnapshot) in the same synced batch as the log reset, before
+// anything is applied on top. ReadBarrier runs raft's ReadIndex on leaders
+// and followers alike. Write versions come from a VersionSource; a
+// SequencedVersionSource only hands a proposal a timestamp fetched after it
+// was queued, which keeps versions in real-time order across nodes.
 //
 // replication may import storage, shard, cluster and kv. Nothing outside the
 // Host's loop touches a RawNode or a Shard.
