@@ -474,3 +474,57 @@ func dumpCluster(t *testing.T, c *testCluster) {
 		t.Log(s)
 	}
 }
+
+// TestClusterNodesWithoutReplicas runs four nodes (the fourth holds a
+// learner replica of the meta shard) and a collection of one replica per
+// shard: every node answers writes and reads of every key, forwarding what
+// it holds no replica of.
+func TestClusterNodesWithoutReplicas(t *testing.T) {
+	c := startCluster(t, 4, nil)
+	ctx := context.Background()
+	if cs, _ := c.node(1).n.host.ConfState(cluster.MetaShardID); len(cs.Voters) != 3 || len(cs.Learners) != 1 {
+		t.Fatalf("meta shard configuration %+v, want 3 voters and 1 learner", cs)
+	}
+	info, err := c.node(4).n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Shards: 4, Replicas: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holders := map[uint64]int{}
+	for _, tn := range c.nodes {
+		for _, s := range info.Shards {
+			if tn.n.hasReplica(s.ID) {
+				holders[tn.id]++
+			}
+		}
+	}
+	for _, tn := range c.nodes {
+		if holders[tn.id] != 1 {
+			t.Fatalf("replicas per node %v, want one each", holders)
+		}
+	}
+	for _, w := range c.nodes {
+		for i := 0; i < 8; i++ {
+			k := []byte(fmt.Sprintf("n%d-k%d", w.id, i))
+			c.eventually(30*time.Second, "a write through any node", func() error {
+				_, err := w.n.Put(ctx, kv.PutRequest{Collection: "c", Key: k, Value: k})
+				return err
+			})
+		}
+	}
+	for _, r := range c.nodes {
+		for _, w := range c.nodes {
+			for i := 0; i < 8; i++ {
+				k := []byte(fmt.Sprintf("n%d-k%d", w.id, i))
+				got, err := r.n.Get(ctx, kv.GetRequest{Collection: "c", Key: k})
+				if err != nil || string(got.Value) != string(k) {
+					t.Fatalf("node %d reads %s: %q, %v", r.id, k, got.Value, err)
+				}
+			}
+		}
+	}
+	// A scan needs every shard, which no node holds: a clear refusal.
+	_, err = c.node(1).n.Scan(ctx, kv.ScanRequest{Collection: "c"})
+	if kv.CodeOf(err) != kv.CodeUnavailable {
+		t.Fatalf("a scan of shards no node holds all of answered %v, want unavailable", err)
+	}
+}

@@ -61,13 +61,17 @@ func (n *Node) BatchGet(ctx context.Context, keys []kv.KeyRef) (kv.BatchGetResul
 			shardSet[id] = true
 		}
 	}
-	version, err := n.latest(ctx)
-	if err != nil {
-		return kv.BatchGetResult{}, err
-	}
 	shards := make([]uint64, 0, len(shardSet))
 	for id := range shardSet {
 		shards = append(shards, id)
+	}
+	var fwd kv.BatchGetResult
+	if ok, err := n.forwardRead(ctx, shards, "batch_get", keys, &fwd); ok {
+		return fwd, err
+	}
+	version, err := n.latest(ctx)
+	if err != nil {
+		return kv.BatchGetResult{}, err
 	}
 	if err := n.snapshotRead(ctx, shards, version); err != nil {
 		return kv.BatchGetResult{}, err
@@ -405,6 +409,10 @@ func (n *Node) Scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResult, err
 	if len(req.End) > 0 && bytes.Compare(req.Start, req.End) >= 0 {
 		return kv.ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "start %q is not below end %q", req.Start, req.End)
 	}
+	var fwd kv.ScanResult
+	if ok, err := n.forwardRead(ctx, shardsIn(d, req.Start, req.End), "scan", req, &fwd); ok {
+		return fwd, err
+	}
 	version, after, err := n.readVersion(ctx, req.Page, req.Version, req.Reverse)
 	if err != nil {
 		return kv.ScanResult{}, err
@@ -490,6 +498,10 @@ func (n *Node) GetByTags(ctx context.Context, q kv.TagQuery) (kv.ScanResult, err
 	}
 	if err := kv.ValidateTags(tags); err != nil {
 		return kv.ScanResult{}, err
+	}
+	var fwd kv.ScanResult
+	if ok, err := n.forwardRead(ctx, shardsOf(d), "get_by_tags", q, &fwd); ok {
+		return fwd, err
 	}
 	version, after, err := n.readVersion(ctx, q.Page, q.Version, false)
 	if err != nil {

@@ -784,6 +784,14 @@ func (n *Node) Get(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
 	_, shardID := n.route(d, req.Key)
 	shards := []uint64{shardID}
 	if d.Partitioning == kv.PartitionTag {
+		shards = shardsOf(d)
+	}
+	var fwd kv.Record
+	if ok, err := n.forwardRead(ctx, shards, "get", req, &fwd); ok {
+		return fwd, err
+	}
+	shards = []uint64{shardID}
+	if d.Partitioning == kv.PartitionTag {
 		tag, ok, err := n.placementOf(ctx, d, req.Key)
 		if err != nil {
 			return kv.Record{}, err

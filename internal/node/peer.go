@@ -146,6 +146,7 @@ func (n *Node) RegisterPeer(s grpc.ServiceRegistrar) {
 			{MethodName: "Timestamps", Handler: unary(n.handleTimestamps)},
 			{MethodName: "LeaderRead", Handler: unary(n.handleLeaderRead)},
 			{MethodName: "Status", Handler: unary(n.handleStatus)},
+			{MethodName: "Read", Handler: unary(n.handleRead)},
 		},
 	}, n)
 }
@@ -313,3 +314,120 @@ func (n *Node) proposeRemote(ctx context.Context, id, shardID uint64, cmd []byte
 // maxPeerMessage bounds one peer message: a raft snapshot of a shard is
 // sent whole (streaming in chunks is future work).
 const maxPeerMessage = 1 << 30
+
+// readRequest is a client read forwarded whole to a node that holds a
+// replica of every shard it needs.
+type forwardedRead struct {
+	Op      string          `json:"op"`
+	Request json.RawMessage `json:"request"`
+}
+
+type forwardedReadResponse struct {
+	Response json.RawMessage `json:"response,omitempty"`
+	Error    *peerError      `json:"error,omitempty"`
+}
+
+type forwardedKey struct{}
+
+// forwardRead runs a read whose shards are not all held here on a node that
+// holds them all: it reports false when the read is local, else the
+// remote answer decoded into resp.
+func (n *Node) forwardRead(ctx context.Context, shards []uint64, op string, req, resp any) (bool, error) {
+	var missing bool
+	for _, id := range shards {
+		if !n.hasReplica(id) {
+			missing = true
+			break
+		}
+	}
+	if !missing {
+		return false, nil
+	}
+	if ctx.Value(forwardedKey{}) != nil {
+		return true, kv.Errorf(kv.CodeUnavailable, "node %d was asked for a read of shards it does not hold all of", n.id)
+	}
+	// A node that holds every shard, the first one's leader preferred.
+	var target uint64
+	for _, cand := range append([]uint64{n.leaderOfAnywhere(shards[0])}, n.shardNodes(shards[0])...) {
+		if cand == 0 || cand == n.id {
+			continue
+		}
+		all := true
+		for _, id := range shards[1:] {
+			if !contains(n.shardNodes(id), cand) {
+				all = false
+				break
+			}
+		}
+		if all {
+			target = cand
+			break
+		}
+	}
+	if target == 0 {
+		return true, kv.Errorf(kv.CodeUnavailable, "no node holds a replica of every shard this read needs; ask a node of each shard")
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return true, kv.Errorf(kv.CodeInternal, "encoding a forwarded read: %v", err)
+	}
+	var out forwardedReadResponse
+	if err := n.callNode(ctx, target, "Read", &forwardedRead{Op: op, Request: body}, &out); err != nil {
+		return true, err
+	}
+	if err := out.Error.err(); err != nil {
+		return true, err
+	}
+	if err := json.Unmarshal(out.Response, resp); err != nil {
+		return true, kv.Errorf(kv.CodeInternal, "decoding a forwarded read: %v", err)
+	}
+	return true, nil
+}
+
+// leaderOfAnywhere is the leader of shardID as this node knows it, or 0.
+func (n *Node) leaderOfAnywhere(shardID uint64) uint64 {
+	if n.hasReplica(shardID) {
+		return n.leaderOf(shardID)
+	}
+	return 0
+}
+
+func (n *Node) handleRead(ctx context.Context, req *forwardedRead) (*forwardedReadResponse, error) {
+	ctx = context.WithValue(ctx, forwardedKey{}, true)
+	var (
+		out any
+		err error
+	)
+	switch req.Op {
+	case "get":
+		var r kv.GetRequest
+		if err = json.Unmarshal(req.Request, &r); err == nil {
+			out, err = n.Get(ctx, r)
+		}
+	case "batch_get":
+		var r []kv.KeyRef
+		if err = json.Unmarshal(req.Request, &r); err == nil {
+			out, err = n.BatchGet(ctx, r)
+		}
+	case "scan":
+		var r kv.ScanRequest
+		if err = json.Unmarshal(req.Request, &r); err == nil {
+			out, err = n.Scan(ctx, r)
+		}
+	case "get_by_tags":
+		var r kv.TagQuery
+		if err = json.Unmarshal(req.Request, &r); err == nil {
+			out, err = n.GetByTags(ctx, r)
+		}
+	default:
+		err = kv.Errorf(kv.CodeInvalidArgument, "unknown forwarded read %q", req.Op)
+	}
+	if err != nil {
+		return &forwardedReadResponse{Error: toPeerError(err)}, nil
+	}
+	body, err := json.Marshal(out)
+	if err != nil {
+		return &forwardedReadResponse{Error: toPeerError(kv.Errorf(kv.CodeInternal, "encoding a read: %v", err))}, nil
+	}
+	return &forwardedReadResponse{Response: body}, nil
+}
