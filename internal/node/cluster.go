@@ -490,7 +490,7 @@ func (n *Node) clusterLoop() {
 	defer n.bg.Done()
 	t := time.NewTicker(clusterInterval)
 	defer t.Stop()
-	for {
+	for i := 0; ; i++ {
 		if !n.hasReplica(cluster.MetaShardID) {
 			if err := n.join(); err != nil {
 				n.log.Warn("joining the cluster failed; retrying", "join", n.opts.Join, "err", err)
@@ -499,6 +499,9 @@ func (n *Node) clusterLoop() {
 			n.registerSelf()
 			if n.host.Ready(cluster.MetaShardID) {
 				n.growMeta()
+			}
+			if i%8 == 7 {
+				n.returnLeadership()
 			}
 		}
 		select {
@@ -670,6 +673,37 @@ func (n *Node) growMeta() {
 			}
 			return
 		}
+	}
+}
+
+// returnLeadership hands the shards this node leads but is not the
+// preferred leader of (their first replica, spread over the nodes at
+// creation) back to the preferred replica once it has caught up, so that
+// leaders spread again after a node failed and returned.
+func (n *Node) returnLeadership() {
+	n.mu.RLock()
+	type move struct{ shard, to uint64 }
+	var moves []move
+	for id := range n.mu.replicas {
+		ref, ok := n.mu.shards[id]
+		if !ok {
+			continue
+		}
+		pref := ref.coll.Shards[ref.index].Replicas[0]
+		if pref.Node != n.id {
+			moves = append(moves, move{id, pref.ID})
+		}
+	}
+	n.mu.RUnlock()
+	for _, m := range moves {
+		if !n.host.Ready(m.shard) {
+			continue
+		}
+		match, last, ok := n.host.Progress(m.shard)
+		if !ok || match[m.to] < last {
+			continue
+		}
+		n.host.TransferLeadership(m.shard, m.to)
 	}
 }
 

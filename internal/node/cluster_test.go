@@ -528,3 +528,37 @@ func TestClusterNodesWithoutReplicas(t *testing.T) {
 		t.Fatalf("a scan of shards no node holds all of answered %v, want unavailable", err)
 	}
 }
+
+// TestClusterLeadershipReturns cuts off the preferred leader of a shard,
+// lets another replica take over, heals it, and expects leadership back on
+// the preferred replica: leaders spread again after a failure.
+func TestClusterLeadershipReturns(t *testing.T) {
+	c := startCluster(t, 3, nil)
+	ctx := context.Background()
+	if _, err := c.node(1).n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Shards: 3}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.node(1).n.collection("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := d.Shards[1]
+	pref := c.node(s.Replicas[0].Node)
+	c.leader(s.ID)
+	c.net.isolate(pref.id)
+	c.eventually(30*time.Second, "another replica leads", func() error {
+		for _, tn := range c.nodes {
+			if tn != pref && tn.n.host.Ready(s.ID) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no other leader yet")
+	})
+	c.net.heal(pref.id)
+	c.eventually(30*time.Second, "leadership back on the preferred replica", func() error {
+		if !pref.n.host.Ready(s.ID) {
+			return fmt.Errorf("node %d does not lead shard %d", pref.id, s.ID)
+		}
+		return nil
+	})
+}

@@ -208,7 +208,9 @@ type Host struct {
 		readQ   []*readRequest
 		inbox   []Message
 		removes []uint64
-		nextID  uint64
+		// transfers are leadership transfers asked for: shard -> replica.
+		transfers map[uint64]uint64
+		nextID    uint64
 		stopped bool
 		// applied is closed and replaced after every cycle that applied a
 		// write to any shard.
@@ -431,6 +433,20 @@ func (h *Host) ProposeConfChange(ctx context.Context, shardID uint64, cc raftpb.
 	case <-ctx.Done():
 		return kv.Errorf(kv.CodeUnavailable, "shard %d: configuration change not applied: %v", shardID, ctx.Err())
 	}
+}
+
+// TransferLeadership asks shardID's leader here to hand leadership to
+// replica to (raft's leader transfer: the target is caught up first, then
+// campaigns at once). It does not wait; nothing happens if this replica does
+// not lead.
+func (h *Host) TransferLeadership(shardID, to uint64) {
+	h.mu.Lock()
+	if h.mu.transfers == nil {
+		h.mu.transfers = make(map[uint64]uint64)
+	}
+	h.mu.transfers[shardID] = to
+	h.mu.Unlock()
+	h.signal()
 }
 
 // ProposalSeq returns the number of the last proposal queued: a proposal
@@ -834,6 +850,8 @@ func (h *Host) cycle(tick bool) (bool, error) {
 	h.mu.inbox = nil
 	readQ := h.mu.readQ
 	h.mu.readQ = nil
+	transfers := h.mu.transfers
+	h.mu.transfers = nil
 	groups := make([]*group, 0, len(h.mu.groups))
 	for _, g := range h.mu.groups {
 		groups = append(groups, g)
@@ -861,6 +879,11 @@ func (h *Host) cycle(tick bool) (bool, error) {
 	}
 	if tick {
 		h.ticks++
+	}
+	for id, to := range transfers {
+		if g := h.group(id); g != nil && g.isLeader {
+			g.rn.TransferLeader(to)
+		}
 	}
 	for _, r := range readQ {
 		g := h.group(r.shard)
