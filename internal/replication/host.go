@@ -211,7 +211,7 @@ type Host struct {
 		// transfers are leadership transfers asked for: shard -> replica.
 		transfers map[uint64]uint64
 		nextID    uint64
-		stopped bool
+		stopped   bool
 		// applied is closed and replaced after every cycle that applied a
 		// write to any shard.
 		applied chan struct{}
