@@ -354,8 +354,13 @@ $TIMELINE_REPORT
   \`/debug/pprof/profile\` and \`/debug/pprof/heap\` during a run.
 EOF
 } >"$OUT_MD.new"
-# Hand-written history (before/after figures, goals) below the marker line
-# survives a rerun.
+# The cluster benchmark's section (scripts/bench-cluster.sh) survives a
+# rerun, and so does the hand-written history (before/after figures, goals)
+# below the marker line.
+if [ -f "$OUT_MD" ] && grep -q '^<!-- cluster-bench:start -->$' "$OUT_MD"; then
+  printf '\n' >>"$OUT_MD.new"
+  sed -n '/^<!-- cluster-bench:start -->$/,/^<!-- cluster-bench:end -->$/p' "$OUT_MD" >>"$OUT_MD.new"
+fi
 if [ -f "$OUT_MD" ] && grep -q '^<!-- kept across runs -->$' "$OUT_MD"; then
   printf '\n' >>"$OUT_MD.new"
   sed -n '/^<!-- kept across runs -->$/,$p' "$OUT_MD" >>"$OUT_MD.new"

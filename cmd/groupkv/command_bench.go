@@ -28,6 +28,7 @@ func benchCommand() *cobra.Command {
 		version      string
 		out          string
 		progress     bool
+		systemName   string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -47,12 +48,18 @@ Workloads (as in YCSB; keys chosen zipfian unless said otherwise):
 
 Each target is reached through its ordinary Go client; --addr defaults to
 the target's usual port (groupkv 7070, etcd 2379, redis 6379) on 127.0.0.1.
+For a groupkv or etcd cluster, --addr may list its nodes comma-separated:
+the benchmark connects to each and client i sends its requests to node
+i mod n; --system-name then tells the cluster's results from a single
+node's (e.g. groupkv-3), and --replicas sets the replication factor of the
+groupkv collections --load creates.
 Run with --load once to write --records records (it empties the benchmark's
 table first: collection "usertable", etcd prefix "usertable/", Redis keys
 "usertable:*").`,
 		Example: `  groupkv bench --workload a,b,c --records 100000 --load --out results.json
   groupkv bench --target etcd --addr 127.0.0.1:2379 --workload a --load --out results.json
   groupkv bench --workload timeline --partitioning tag,hash --load --duration 20s
+  groupkv bench --addr 127.0.0.1:7070,127.0.0.1:7080,127.0.0.1:7090 --replicas 3 --system-name groupkv-3 --load
   groupkv bench chart --in results.json --out chart.png`,
 		Args: argsBetween(0, 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -92,7 +99,16 @@ table first: collection "usertable", etcd prefix "usertable/", Redis keys
 					}
 				}
 			}
+			if n := len(bench.SplitAddrs(addr)); n == 0 {
+				return usagef("--addr %q: give host:port, or a comma-separated list of them", addr)
+			} else if n > 1 && target == "redis" {
+				return usagef("--addr %q: redis takes one address", addr)
+			}
+			if opts.Replicas != 0 && target != "groupkv" {
+				return usagef("--replicas applies to groupkv collections only, not %s", target)
+			}
 			opts.Addr = addr
+			opts.System = systemName
 			if progress || term.IsTerminal(int(os.Stderr.Fd())) {
 				opts.Progress = bench.NewProgressBar(os.Stderr).Update
 			}
@@ -102,7 +118,7 @@ table first: collection "usertable", etcd prefix "usertable/", Redis keys
 
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			d, err := bench.Open(ctx, target, addr, bench.DriverOptions{Table: table, Shards: opts.Shards, Conns: opts.Clients})
+			d, err := bench.Open(ctx, target, addr, bench.DriverOptions{Table: table, Shards: opts.Shards, Replicas: opts.Replicas, Conns: opts.Clients})
 			if err != nil {
 				return err
 			}
@@ -158,6 +174,7 @@ table first: collection "usertable", etcd prefix "usertable/", Redis keys
 	f := cmd.Flags()
 	f.StringVar(&target, "target", "groupkv", "system to measure: groupkv, etcd or redis")
 	addAddrFlag(cmd)
+	f.Lookup("addr").Usage = "server address as host:port (no scheme); for a groupkv or etcd cluster, its nodes' addresses comma-separated, clients spread over them"
 	f.StringVar(&workloads, "workload", "a", "workload: a to f or timeline, or a comma-separated list run in order")
 	f.IntVar(&opts.Records, "records", 100000, "records of the load phase (and the key space of the runs)")
 	f.IntVar(&opts.ValueSize, "value-size", 100, "value size in bytes")
@@ -171,6 +188,8 @@ table first: collection "usertable", etcd prefix "usertable/", Redis keys
 	f.BoolVar(&progress, "progress", false, "draw the progress bar on stderr even when it is not a terminal")
 	f.Uint64Var(&opts.Seed, "seed", 0, "seed of the random key choices (default: from the clock; results record it)")
 	f.IntVar(&opts.Shards, "shards", 0, "shards of the groupkv collections --load creates (default: groupkv's)")
+	f.IntVar(&opts.Replicas, "replicas", 0, "replication factor of the groupkv collections --load creates (default: groupkv's, 3 on a cluster of 3 nodes or more)")
+	f.StringVar(&systemName, "system-name", "", "name of the system in results (default: the target's), e.g. groupkv-3 for a three-node cluster")
 	f.StringVar(&table, "table", "usertable", "groupkv collection, etcd key prefix or Redis key prefix of the records")
 	f.StringVar(&partitioning, "partitioning", "tag,hash", "timeline workload: collection partitioning, tag, hash or tag,hash")
 	f.IntVar(&opts.Users, "users", 1000, "timeline workload: users")

@@ -47,6 +47,10 @@ type DriverOptions struct {
 	// Shards is the shard count of the groupkv collection Reset creates;
 	// 0 means groupkv's default.
 	Shards int
+	// Replicas is the replication factor of the groupkv collections the
+	// driver creates; 0 means groupkv's default (3 on a cluster of three
+	// nodes or more, else the node count).
+	Replicas int
 	// Conns is the connection pool size (Redis); 0 means 64, one per
 	// default client, since a Redis connection carries one request at a
 	// time. The gRPC clients (groupkv, etcd) multiplex one connection.
@@ -80,6 +84,10 @@ var DefaultAddr = map[string]string{
 }
 
 // Open connects the driver of target to the server at addr (host:port).
+// For groupkv and etcd, addr may list the nodes (members) of a cluster,
+// comma-separated: the driver then connects to each and spreads the
+// clients of a run over them (see OpenGroupKV, OpenEtcd). Redis takes one
+// address.
 func Open(ctx context.Context, target, addr string, opts DriverOptions) (Driver, error) {
 	switch strings.ToLower(target) {
 	case "groupkv":
@@ -87,7 +95,52 @@ func Open(ctx context.Context, target, addr string, opts DriverOptions) (Driver,
 	case "etcd":
 		return OpenEtcd(ctx, addr, opts)
 	case "redis":
+		if len(SplitAddrs(addr)) > 1 {
+			return nil, fmt.Errorf("%w: redis takes one address, not %q", ErrInvalidOptions, addr)
+		}
 		return OpenRedis(ctx, addr, opts)
 	}
 	return nil, fmt.Errorf("%w: %q (use %s)", ErrUnknownTarget, target, strings.Join(Targets, ", "))
+}
+
+// SplitAddrs splits a comma-separated list of addresses, dropping blanks.
+func SplitAddrs(addr string) []string {
+	var out []string
+	for _, a := range strings.Split(addr, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// clientKey is the context key of the index of the runner's client that
+// makes a driver call.
+type clientKey struct{}
+
+// withClient marks ctx as the context of the runner's client id.
+func withClient(ctx context.Context, id int) context.Context {
+	return context.WithValue(ctx, clientKey{}, id)
+}
+
+// clientOf answers the index of the runner's client whose call ctx is, if
+// it is one.
+func clientOf(ctx context.Context) (int, bool) {
+	id, ok := ctx.Value(clientKey{}).(int)
+	return id, ok
+}
+
+// spread picks which of n connections serves a call on ctx: client i of a
+// run always uses connection i mod n, so a run's clients are spread evenly
+// over the connections and each keeps to one, as a client of a real
+// deployment keeps to the node it was given; calls that are not a client's
+// (Reset, Check, Version) use connection 0.
+func spread(ctx context.Context, n int) int {
+	if n <= 1 {
+		return 0
+	}
+	if id, ok := clientOf(ctx); ok && id >= 0 {
+		return id % n
+	}
+	return 0
 }

@@ -11,33 +11,53 @@ import (
 )
 
 // GroupKV drives groupkv through its Go client: Get, Put, Scan, and
-// BatchPut for the load phase.
+// BatchPut for the load phase. Given several nodes' addresses it holds one
+// client per node and spreads a run's clients over them.
 type GroupKV struct {
-	db   groupkv.DB
-	own  bool // Close closes db
+	db   groupkv.DB   // dbs[0]
+	dbs  []groupkv.DB // one per address
+	own  bool         // Close closes dbs
 	opts DriverOptions
 }
 
 var _ Driver = (*GroupKV)(nil)
 
-// OpenGroupKV dials the groupkv server at addr over gRPC.
+// OpenGroupKV dials the groupkv server at addr over gRPC. addr may list
+// several nodes of a cluster, comma-separated ("127.0.0.1:7070,
+// 127.0.0.1:7080"): the driver dials each, and client i of a run sends its
+// requests to node i mod n.
 func OpenGroupKV(ctx context.Context, addr string, opts DriverOptions) (*GroupKV, error) {
 	opts.EnsureDefaults()
-	db, err := groupkv.Dial(addr, groupkv.WithDialTimeout(opts.DialTimeout))
-	if err != nil {
-		return nil, err
+	addrs := SplitAddrs(addr)
+	if len(addrs) == 0 {
+		addrs = []string{addr} // Dial reports the bad address
 	}
-	return &GroupKV{db: db, own: true, opts: opts}, nil
+	g := &GroupKV{own: true, opts: opts}
+	for _, a := range addrs {
+		db, err := groupkv.Dial(a, groupkv.WithDialTimeout(opts.DialTimeout))
+		if err != nil {
+			g.Close()
+			return nil, err
+		}
+		g.dbs = append(g.dbs, db)
+	}
+	g.db = g.dbs[0]
+	return g, nil
 }
 
 // NewGroupKV drives db, which the caller keeps and closes (Close does not).
 func NewGroupKV(db groupkv.DB, opts DriverOptions) *GroupKV {
 	opts.EnsureDefaults()
-	return &GroupKV{db: db, opts: opts}
+	return &GroupKV{db: db, dbs: []groupkv.DB{db}, opts: opts}
 }
 
-// DB is the client the driver uses.
+// DB is the client the driver uses (of the first node, given several).
 func (g *GroupKV) DB() groupkv.DB { return g.db }
+
+// dbFor answers the client that serves a call on ctx (see spread).
+func (g *GroupKV) dbFor(ctx context.Context) groupkv.DB {
+	return g.dbs[spread(ctx, len(g.dbs))]
+}
 
 func (g *GroupKV) System() string { return "groupkv" }
 
@@ -79,7 +99,7 @@ func (g *GroupKV) Reset(ctx context.Context) error {
 	if err := g.db.DropCollection(ctx, g.opts.Table); err != nil && !errors.Is(err, groupkv.ErrCollectionNotFound) {
 		return fmt.Errorf("dropping collection %q: %w", g.opts.Table, err)
 	}
-	return createCollection(ctx, g.db, groupkv.CollectionOptions{Name: g.opts.Table, Partitioning: groupkv.PartitionHash, Shards: g.opts.Shards})
+	return createCollection(ctx, g.db, groupkv.CollectionOptions{Name: g.opts.Table, Partitioning: groupkv.PartitionHash, Shards: g.opts.Shards, Replicas: g.opts.Replicas})
 }
 
 // createCollection creates a collection and waits until every shard of it
@@ -129,12 +149,12 @@ func (g *GroupKV) Load(ctx context.Context, keys, values [][]byte) error {
 	for i := range keys {
 		items[i] = groupkv.PutItem{Collection: g.opts.Table, Key: keys[i], Value: values[i]}
 	}
-	_, err := g.db.BatchPut(ctx, items)
+	_, err := g.dbFor(ctx).BatchPut(ctx, items)
 	return err
 }
 
 func (g *GroupKV) Read(ctx context.Context, key []byte) error {
-	_, err := g.db.Get(ctx, groupkv.GetRequest{Collection: g.opts.Table, Key: key})
+	_, err := g.dbFor(ctx).Get(ctx, groupkv.GetRequest{Collection: g.opts.Table, Key: key})
 	if errors.Is(err, groupkv.ErrNotFound) {
 		return fmt.Errorf("%w: %s", ErrNotFound, key)
 	}
@@ -142,7 +162,7 @@ func (g *GroupKV) Read(ctx context.Context, key []byte) error {
 }
 
 func (g *GroupKV) Update(ctx context.Context, key, value []byte) error {
-	_, err := g.db.Put(ctx, groupkv.PutRequest{Collection: g.opts.Table, Key: key, Value: value})
+	_, err := g.dbFor(ctx).Put(ctx, groupkv.PutRequest{Collection: g.opts.Table, Key: key, Value: value})
 	return err
 }
 
@@ -151,13 +171,17 @@ func (g *GroupKV) Insert(ctx context.Context, key, value []byte) error {
 }
 
 func (g *GroupKV) Scan(ctx context.Context, key []byte, n int) (int, error) {
-	res, err := g.db.Scan(ctx, groupkv.ScanRequest{Collection: g.opts.Table, Start: key, Limit: n})
+	res, err := g.dbFor(ctx).Scan(ctx, groupkv.ScanRequest{Collection: g.opts.Table, Start: key, Limit: n})
 	return len(res.Items), err
 }
 
 func (g *GroupKV) Close() error {
-	if g.own {
-		return g.db.Close()
+	if !g.own {
+		return nil
 	}
-	return nil
+	var errs []error
+	for _, db := range g.dbs {
+		errs = append(errs, db.Close())
+	}
+	return errors.Join(errs...)
 }

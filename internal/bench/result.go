@@ -56,6 +56,7 @@ type Params struct {
 	MaxScanLength   int     `json:"max_scan_length,omitempty"`
 	Seed            uint64  `json:"seed"`
 	Shards          int     `json:"shards,omitempty"`
+	Replicas        int     `json:"replicas,omitempty"`
 	// Timeline workload only.
 	Partitioning string `json:"partitioning,omitempty"`
 	Users        int    `json:"users,omitempty"`

@@ -41,6 +41,12 @@ type Options struct {
 	Addr string
 	// Shards is recorded in results (the driver's DriverOptions.Shards).
 	Shards int
+	// Replicas is recorded in results (the driver's
+	// DriverOptions.Replicas).
+	Replicas int
+	// System, when set, replaces the driver's System() in results, e.g. to
+	// tell a three-node cluster's results from a single node's.
+	System string
 
 	// Users and PerUser size the timeline workload: Users users with
 	// PerUser records each; 0 means 1,000 users and 20 records.
@@ -109,6 +115,9 @@ func (o *Options) Validate() error {
 	}
 	if o.LoadBatch < 1 {
 		errs = append(errs, fmt.Sprintf("load batch %d: need at least 1", o.LoadBatch))
+	}
+	if o.Replicas < 0 {
+		errs = append(errs, fmt.Sprintf("replicas %d is negative", o.Replicas))
 	}
 	if o.Users < 1 {
 		errs = append(errs, fmt.Sprintf("users %d: need at least 1", o.Users))
@@ -222,7 +231,7 @@ func (r *Runner) parallel(ctx context.Context, f func(ctx context.Context, id in
 	)
 	for id := range r.opts.Clients {
 		wg.Go(func() {
-			if err := f(ctx, id); err != nil {
+			if err := f(withClient(ctx, id), id); err != nil {
 				once.Do(func() { first = err; cancel() })
 			}
 		})
@@ -347,7 +356,7 @@ func (r *Runner) Run(ctx context.Context, w Workload) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	res.System, res.Version = r.d.System(), version
+	res.System, res.Version = r.system(), version
 	res.Params.Distribution = w.Distribution
 	if w.Proportions[OpScan] > 0 {
 		res.Params.MaxScanLength = w.MaxScanLength
@@ -456,6 +465,7 @@ func (r *Runner) loop(ctx context.Context, workload string, ops []string, newCli
 		}
 		clients[id] = c
 		step := newClient(c)
+		cctx := withClient(opCtx, id)
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				now := time.Now()
@@ -466,7 +476,7 @@ func (r *Runner) loop(ctx context.Context, workload string, ops []string, newCli
 				if c.measuring {
 					switchPhase()
 				}
-				err := step(opCtx)
+				err := step(cctx)
 				if c.measuring {
 					t := time.Now()
 					c.lastEnd = t
@@ -570,7 +580,17 @@ func (r *Runner) params() Params {
 		WarmupSeconds:   o.Warmup.Seconds(),
 		Seed:            o.Seed,
 		Shards:          o.Shards,
+		Replicas:        o.Replicas,
 	}
+}
+
+// system is the system's name in results: Options.System, else the
+// driver's.
+func (r *Runner) system() string {
+	if r.opts.System != "" {
+		return r.opts.System
+	}
+	return r.d.System()
 }
 
 func hostInfo() Host {

@@ -61,16 +61,16 @@ func (r *Runner) RunTimeline(ctx context.Context, partitioning groupkv.Partition
 	case DistLatest:
 		return Result{}, fmt.Errorf("%w: the timeline workload has no insert order: use uniform or zipfian", ErrInvalidOptions)
 	}
-	db, coll := g.DB(), timelineCollection(string(partitioning))
+	coll := timelineCollection(string(partitioning))
 	users, perUser := r.opts.Users, r.opts.PerUser
 	var lr *LoadResult
 	if load {
-		l, err := r.loadTimeline(ctx, db, coll, partitioning)
+		l, err := r.loadTimeline(ctx, g, coll, partitioning)
 		if err != nil {
 			return Result{}, err
 		}
 		lr = &l
-	} else if res, err := db.GetByTags(ctx, groupkv.TagQuery{Collection: coll, All: []string{userTag(0)}, Limit: 1}); err != nil || len(res.Items) == 0 {
+	} else if res, err := g.DB().GetByTags(ctx, groupkv.TagQuery{Collection: coll, All: []string{userTag(0)}, Limit: 1}); err != nil || len(res.Items) == 0 {
 		if err != nil && !errors.Is(err, groupkv.ErrCollectionNotFound) {
 			return Result{}, err
 		}
@@ -92,7 +92,7 @@ func (r *Runner) RunTimeline(ctx context.Context, partitioning groupkv.Partition
 				q := groupkv.TagQuery{Collection: coll, All: []string{userTag(u)}, Limit: page}
 				n := 0
 				for {
-					res, err := db.GetByTags(ctx, q)
+					res, err := g.dbFor(ctx).GetByTags(ctx, q)
 					if err != nil {
 						return err
 					}
@@ -112,7 +112,7 @@ func (r *Runner) RunTimeline(ctx context.Context, partitioning groupkv.Partition
 	if err != nil {
 		return Result{}, err
 	}
-	res.System, res.Version, res.Load = g.System(), version, lr
+	res.System, res.Version, res.Load = r.system(), version, lr
 	res.Params.Distribution = dist
 	res.Params.Records = users * perUser
 	res.Params.Partitioning = string(partitioning)
@@ -121,11 +121,12 @@ func (r *Runner) RunTimeline(ctx context.Context, partitioning groupkv.Partition
 }
 
 // loadTimeline recreates coll and writes the timelines, one batch per user.
-func (r *Runner) loadTimeline(ctx context.Context, db groupkv.DB, coll string, p groupkv.Partitioning) (LoadResult, error) {
+func (r *Runner) loadTimeline(ctx context.Context, g *GroupKV, coll string, p groupkv.Partitioning) (LoadResult, error) {
+	db := g.DB()
 	if err := db.DropCollection(ctx, coll); err != nil && !errors.Is(err, groupkv.ErrCollectionNotFound) {
 		return LoadResult{}, fmt.Errorf("dropping collection %q: %w", coll, err)
 	}
-	if err := createCollection(ctx, db, groupkv.CollectionOptions{Name: coll, Partitioning: p, Shards: r.opts.Shards}); err != nil {
+	if err := createCollection(ctx, db, groupkv.CollectionOptions{Name: coll, Partitioning: p, Shards: r.opts.Shards, Replicas: g.opts.Replicas}); err != nil {
 		return LoadResult{}, err
 	}
 	users, perUser := r.opts.Users, r.opts.PerUser
@@ -151,7 +152,7 @@ func (r *Runner) loadTimeline(ctx context.Context, db groupkv.DB, coll string, p
 					fillValue(rng, v)
 					items = append(items, groupkv.PutItem{Collection: coll, Key: timelineKey(u, i), Value: v, Tags: tags})
 				}
-				if _, err := db.BatchPut(ctx, items); err != nil {
+				if _, err := g.dbFor(ctx).BatchPut(ctx, items); err != nil {
 					return fmt.Errorf("loading the timeline of user %d: %w", u, err)
 				}
 				done.Add(int64(hi - lo))
