@@ -232,6 +232,7 @@ func (n *Node) Close() error {
 		return nil
 	}
 	n.closed = true
+	n.handOffLeadership()
 	close(n.stop)
 	n.opsMu.Lock() // wait out operations in flight (watches end on stop)
 	defer n.opsMu.Unlock()

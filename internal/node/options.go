@@ -58,6 +58,9 @@ func (o *Options) EnsureDefaults() {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
+	if o.TickInterval == 0 {
+		o.TickInterval = 100 * time.Millisecond
+	}
 	if o.Retention == 0 {
 		o.Retention = time.Hour
 	}
