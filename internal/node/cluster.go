@@ -748,6 +748,24 @@ func (n *Node) handOffLeadership() {
 	}
 }
 
+// waitRemoteShard waits until a node holding a replica of shardID (none
+// here) reports a leader for it.
+func (n *Node) waitRemoteShard(ctx context.Context, shardID uint64) error {
+	for {
+		for _, id := range n.shardNodes(shardID) {
+			var resp statusResponse
+			if err := n.callNode(ctx, id, "Status", &statusRequest{}, &resp); err == nil && resp.Leaders[shardID] != 0 {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return kv.Errorf(kv.CodeUnavailable, "shard %d has no leader yet: %v", shardID, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 // members returns the membership, by id.
 func (n *Node) members() []cluster.NodeDesc {
 	n.mu.RLock()

@@ -587,6 +587,9 @@ func (n *Node) CreateCollection(ctx context.Context, opts kv.CollectionOptions) 
 	}
 	for _, s := range res.Desc.Shards {
 		if !n.hasReplica(s.ID) {
+			if err := n.waitRemoteShard(ctx, s.ID); err != nil {
+				return kv.CollectionInfo{}, err
+			}
 			continue
 		}
 		// The first election of a new shard may take a few timeouts (its

@@ -836,6 +836,10 @@ func (h *Host) shutdown() {
 type readyGroup struct {
 	g  *group
 	rd raft.Ready
+	// sentEarly: the messages that need nothing persisted were sent while
+	// the cycle's fsync ran; late holds the others.
+	sentEarly bool
+	late      []raftpb.Message
 }
 
 // cycle runs one iteration of the loop. It reports whether more work may be
@@ -931,7 +935,7 @@ func (h *Host) processReady(groups []*group) (bool, error) {
 	var rgs []readyGroup
 	for _, g := range groups {
 		if g.rn.HasReady() {
-			rgs = append(rgs, readyGroup{g, g.rn.Ready()})
+			rgs = append(rgs, readyGroup{g: g, rd: g.rn.Ready()})
 		}
 	}
 	if len(rgs) == 0 {
@@ -989,6 +993,9 @@ func (h *Host) processReady(groups []*group) (bool, error) {
 			wb.Close()
 			return false, err
 		}
+	}
+	if syncing {
+		h.sendEarly(rgs)
 	}
 	waitSync := func() error {
 		if !syncing {
@@ -1066,21 +1073,62 @@ func (h *Host) persistWithSnapshots(b *pebble.Batch, rgs, snaps []readyGroup) er
 func (h *Host) sendAndAppended(rgs []readyGroup) {
 	for _, r := range rgs {
 		r.g.storage.appended(r.rd.Entries, r.rd.HardState)
-		if len(r.rd.Messages) > 0 {
-			if h.cfg.Transport == nil {
-				h.cfg.Logger.Warn("dropping raft messages: no transport on a single node", "shard", r.g.id, "n", len(r.rd.Messages))
-				continue
-			}
-			out := make([]Message, len(r.rd.Messages))
-			for i, m := range r.rd.Messages {
-				out[i] = Message{ShardID: r.g.id, Msg: m}
-				if m.Type == raftpb.MsgSnap {
-					r.g.snapSent[m.To] = h.ticks
-					h.cfg.Metrics.SnapshotsSent.Inc()
-				}
-			}
-			h.cfg.Transport.Send(out)
+		msgs := r.rd.Messages
+		if r.sentEarly {
+			msgs = r.late
 		}
+		h.send(r.g, msgs)
+	}
+}
+
+func (h *Host) send(g *group, msgs []raftpb.Message) {
+	if len(msgs) == 0 {
+		return
+	}
+	if h.cfg.Transport == nil {
+		h.cfg.Logger.Warn("dropping raft messages: no transport on a single node", "shard", g.id, "n", len(msgs))
+		return
+	}
+	out := make([]Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = Message{ShardID: g.id, Msg: m}
+		if m.Type == raftpb.MsgSnap {
+			g.snapSent[m.To] = h.ticks
+			h.cfg.Metrics.SnapshotsSent.Inc()
+		}
+	}
+	h.cfg.Transport.Send(out)
+}
+
+// sendEarly sends, while the cycle's fsync runs, the messages whose sender
+// promises nothing that fsync makes durable: a leader's appends and
+// heartbeats (the raft thesis, 10.2.1: a leader may write its log in
+// parallel with replicating it; it counts its own copy only in a later
+// cycle, after the fsync), heartbeat and read-index answers. A follower's
+// append and vote answers wait for the fsync. When a Ready changes the term
+// or the vote, everything waits: a heartbeat answer acknowledges the term.
+func (h *Host) sendEarly(rgs []readyGroup) {
+	for i := range rgs {
+		r := &rgs[i]
+		if len(r.rd.Messages) == 0 {
+			continue
+		}
+		hs, old := r.rd.HardState, r.g.storage.hardState
+		if !raft.IsEmptyHardState(hs) && (hs.Term != old.Term || hs.Vote != old.Vote) {
+			continue
+		}
+		var early []raftpb.Message
+		for _, m := range r.rd.Messages {
+			switch m.Type {
+			case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgHeartbeatResp, raftpb.MsgReadIndex,
+				raftpb.MsgReadIndexResp, raftpb.MsgSnap, raftpb.MsgTimeoutNow:
+				early = append(early, m)
+			default:
+				r.late = append(r.late, m)
+			}
+		}
+		r.sentEarly = true
+		h.send(r.g, early)
 	}
 }
 
