@@ -84,10 +84,13 @@ func DefaultReplicas(n int) int { return min(3, max(n, 1)) }
 
 // NewCollectionDesc lays out the shards of a new collection with validated
 // options. firstShard is the id of its first shard; the others follow.
-// nodes are the candidate nodes, least loaded first: shard i gets
-// opts.Replicas of them (all when 0) starting at position i, so replicas
-// are on distinct nodes and the first replicas — the preferred leaders —
-// rotate over the nodes. Raft ids within a shard are 1, 2, ...
+// nodes are the candidate nodes, least loaded first. The collection takes
+// the first opts.Replicas of them (all when 0) and every shard has a
+// replica on each, so replicas are on distinct nodes and any node holding
+// one shard of the collection holds all of them (a scan or tag query is
+// served whole by one node). The order of a shard's replicas rotates, so
+// the first replicas — the preferred leaders — spread over those nodes.
+// Raft ids within a shard are 1, 2, ...
 func NewCollectionDesc(opts kv.CollectionOptions, id uint32, firstShard uint64, nodes []uint64) *CollectionDesc {
 	d := &CollectionDesc{Name: opts.Name, ID: id, Partitioning: opts.Partitioning, SplitPoints: opts.SplitPoints}
 	rf := opts.Replicas
@@ -97,7 +100,7 @@ func NewCollectionDesc(opts kv.CollectionOptions, id uint32, firstShard uint64, 
 	replicas := func(i int) []Replica {
 		r := make([]Replica, rf)
 		for j := range r {
-			r[j] = Replica{Node: nodes[(i+j)%len(nodes)], ID: uint64(j + 1)}
+			r[j] = Replica{Node: nodes[(i+j)%rf], ID: uint64(j + 1)}
 		}
 		return r
 	}
