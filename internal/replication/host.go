@@ -544,9 +544,20 @@ type readRequest struct {
 	shard uint64
 	// tick is the loop tick the request was handed to raft at.
 	tick uint64
+	// more are the requests of the same group and cycle that share this
+	// one's read index: one heartbeat round confirms them all.
+	more []*readRequest
 	// done receives the read index, or 0 when the read must be retried
 	// elsewhere; buffered.
 	done chan uint64
+}
+
+// answer answers r and the requests that share its read index.
+func (r *readRequest) answer(index uint64) {
+	r.done <- index
+	for _, m := range r.more {
+		m.done <- index
+	}
 }
 
 // ReadBarrier returns once a read of shardID's applied state on this node
@@ -817,7 +828,7 @@ func (h *Host) shutdown() {
 		}
 		g.waiting = nil
 		for id, r := range g.reads {
-			r.done <- 0
+			r.answer(0)
 			delete(g.reads, id)
 		}
 		for _, p := range g.inflight {
@@ -889,12 +900,21 @@ func (h *Host) cycle(tick bool) (bool, error) {
 			g.rn.TransferLeader(to)
 		}
 	}
+	var carriers map[*group]*readRequest
 	for _, r := range readQ {
 		g := h.group(r.shard)
 		if g == nil || (!g.isLeader && g.rn.BasicStatus().Lead == 0) {
 			r.done <- 0
 			continue
 		}
+		if c, ok := carriers[g]; ok {
+			c.more = append(c.more, r)
+			continue
+		}
+		if carriers == nil {
+			carriers = make(map[*group]*readRequest)
+		}
+		carriers[g] = r
 		r.tick = h.ticks
 		g.reads[r.id] = r
 		g.rn.ReadIndex(binary.BigEndian.AppendUint64(nil, r.id))
@@ -1251,7 +1271,7 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error) (bool, error)
 			id := binary.BigEndian.Uint64(rs.RequestCtx)
 			if req, ok := r.g.reads[id]; ok {
 				delete(r.g.reads, id)
-				req.done <- max(rs.Index, 1)
+				req.answer(max(rs.Index, 1))
 			}
 		}
 	}
@@ -1402,7 +1422,7 @@ func (h *Host) updateLeadership(g *group, rd raft.Ready) {
 		}
 		g.inflight = map[uint64]*proposal{}
 		for id, r := range g.reads {
-			r.done <- 0
+			r.answer(0)
 			delete(g.reads, id)
 		}
 		if h.cfg.Hooks.LeaderLost != nil {
@@ -1490,7 +1510,7 @@ func (h *Host) onTick(g *group) {
 	}
 	for id, r := range g.reads {
 		if h.ticks-r.tick > uint64(h.cfg.ElectionTicks) {
-			r.done <- 0
+			r.answer(0)
 			delete(g.reads, id)
 		}
 	}
@@ -1551,7 +1571,7 @@ func (h *Host) removeGroup(id uint64) {
 		p.done <- fail
 	}
 	for rid, r := range g.reads {
-		r.done <- 0
+		r.answer(0)
 		delete(g.reads, rid)
 	}
 	for _, p := range g.inflight {
