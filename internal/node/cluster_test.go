@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -390,7 +391,8 @@ func TestClusterFollowerCatchesUpBySnapshot(t *testing.T) {
 		c.eventually(30*time.Second, "a write while a follower is away", func() error {
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
-			_, err := writer.n.Put(cctx, kv.PutRequest{Collection: "c", Key: []byte(fmt.Sprintf("k%03d", i)), Value: []byte(fmt.Sprint(i))})
+			// 8 KiB values: the snapshot is megabytes, streamed in chunks.
+			_, err := writer.n.Put(cctx, kv.PutRequest{Collection: "c", Key: []byte(fmt.Sprintf("k%03d", i)), Value: bigValue(i)})
 			return err
 		})
 	}
@@ -401,8 +403,8 @@ func TestClusterFollowerCatchesUpBySnapshot(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if string(r.Value) != fmt.Sprint(i) {
-				return fmt.Errorf("k%03d = %q", i, r.Value)
+			if !bytes.Equal(r.Value, bigValue(i)) {
+				return fmt.Errorf("k%03d holds %d bytes, not the value written", i, len(r.Value))
 			}
 		}
 		return nil
@@ -410,6 +412,17 @@ func TestClusterFollowerCatchesUpBySnapshot(t *testing.T) {
 	if got := testutil.ToFloat64(follower.n.metrics.repl.SnapshotsApplied); got == 0 {
 		t.Fatalf("the follower caught up without a snapshot; the test does not exercise snapshots")
 	}
+	var streamed uint64
+	for _, tn := range c.nodes {
+		streamed += tn.n.tr.SnapshotsStreamed()
+	}
+	if streamed == 0 {
+		t.Fatalf("no snapshot went in chunks; the test does not exercise snapshot streams")
+	}
+}
+
+func bigValue(i int) []byte {
+	return bytes.Repeat([]byte(fmt.Sprintf("%07d,", i)), 1024)
 }
 
 // TestClusterSurvivesLossOfFirstNode stops the node that bootstrapped the

@@ -132,6 +132,7 @@ func (n *Node) start() error {
 	n.versions = &versionSource{n: n, fetchSize: 256}
 	n.peers.dialOptions = n.dialOptions
 	n.tr = transport.NewGRPC(transport.Options{Resolver: n.resolve, Logger: n.log,
+		SnapshotSent: func(shardID, to uint64, ok bool) { n.host.ReportSnapshot(shardID, to, ok) },
 		DialOptions: n.dialOptions(grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxPeerMessage)))})
 	n.host = replication.NewHost(replication.Config{
 		NodeID:        id,

@@ -208,6 +208,8 @@ type Host struct {
 		readQ   []*readRequest
 		inbox   []Message
 		removes []uint64
+		// snapReports are snapshot outcomes for raft.
+		snapReports []snapReport
 		// transfers are leadership transfers asked for: shard -> replica.
 		transfers map[uint64]uint64
 		nextID    uint64
@@ -223,6 +225,12 @@ type Host struct {
 	ticks uint64
 	// seqVersions is Versions when it is sequenced (else nil).
 	seqVersions SequencedVersionSource
+	// pendingSnaps are the Pebble snapshots of raft snapshots handed to raft
+	// and not yet sent, by token (loop-owned).
+	pendingSnaps map[uint64]pendingSnap
+	snapSeq      uint64
+	// snapBuilds are the goroutines reading snapshots; Stop waits for them.
+	snapBuilds sync.WaitGroup
 	wake        chan struct{}
 	stop        chan struct{}
 	done        chan struct{}
@@ -233,6 +241,7 @@ func NewHost(cfg Config) *Host {
 	cfg.ensureDefaults()
 	h := &Host{cfg: cfg, db: cfg.Engine.DB, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	h.seqVersions, _ = cfg.Versions.(SequencedVersionSource)
+	h.pendingSnaps = make(map[uint64]pendingSnap)
 	h.mu.groups = make(map[uint64]*group)
 	h.mu.applied = make(chan struct{})
 	return h
@@ -318,14 +327,15 @@ func (h *Host) AddGroupWith(desc shard.Desc, replicaID uint64, opts GroupOptions
 		reads: make(map[uint64]*readRequest), snapSent: make(map[uint64]uint64)}
 	rs.snapshot = func() (raftpb.Snapshot, error) {
 		// Called by raft from the loop, between cycles: Pebble holds the
-		// state machine exactly as of its applied index.
+		// state machine exactly as of its applied index. Only a Pebble
+		// snapshot is taken here; the data are read from it off the loop
+		// when the message is sent (see send), so a large shard does not
+		// stall the node's other shards.
 		index, term := g.sm.Applied()
-		data, err := shard.SnapshotData(h.db, g.sm.Desc())
-		if err != nil {
-			h.cfg.Logger.Error("building a snapshot failed", "shard", g.id, "err", err)
-			return raftpb.Snapshot{}, raft.ErrSnapshotTemporarilyUnavailable
-		}
-		return raftpb.Snapshot{Data: data, Metadata: raftpb.SnapshotMetadata{Index: index, Term: term, ConfState: g.storage.confState}}, nil
+		h.snapSeq++
+		h.pendingSnaps[h.snapSeq] = pendingSnap{snap: h.db.NewSnapshot(), desc: g.sm.Desc()}
+		return raftpb.Snapshot{Data: encodeSnapToken(h.snapSeq),
+			Metadata: raftpb.SnapshotMetadata{Index: index, Term: term, ConfState: g.storage.confState}}, nil
 	}
 	g.singleVoter.Store(isSingleVoter(rs.confState, replicaID))
 	g.mu.appliedIndex = applied
@@ -806,6 +816,11 @@ func (h *Host) run() {
 }
 
 func (h *Host) shutdown() {
+	for id, p := range h.pendingSnaps {
+		p.snap.Close()
+		delete(h.pendingSnaps, id)
+	}
+	h.snapBuilds.Wait()
 	h.mu.Lock()
 	queue := h.mu.queue
 	h.mu.queue = nil
@@ -867,6 +882,8 @@ func (h *Host) cycle(tick bool) (bool, error) {
 	h.mu.readQ = nil
 	transfers := h.mu.transfers
 	h.mu.transfers = nil
+	snapReports := h.mu.snapReports
+	h.mu.snapReports = nil
 	groups := make([]*group, 0, len(h.mu.groups))
 	for _, g := range h.mu.groups {
 		groups = append(groups, g)
@@ -894,6 +911,12 @@ func (h *Host) cycle(tick bool) (bool, error) {
 	}
 	if tick {
 		h.ticks++
+	}
+	for _, r := range snapReports {
+		if g := h.group(r.shard); g != nil {
+			g.rn.ReportSnapshot(r.to, r.status)
+			delete(g.snapSent, r.to)
+		}
 	}
 	for id, to := range transfers {
 		if g := h.group(id); g != nil && g.isLeader {
@@ -1106,18 +1129,110 @@ func (h *Host) send(g *group, msgs []raftpb.Message) {
 		return
 	}
 	if h.cfg.Transport == nil {
+		for _, m := range msgs {
+			h.dropSnapshot(m)
+		}
 		h.cfg.Logger.Warn("dropping raft messages: no transport on a single node", "shard", g.id, "n", len(msgs))
 		return
 	}
-	out := make([]Message, len(msgs))
-	for i, m := range msgs {
-		out[i] = Message{ShardID: g.id, Msg: m}
+	out := make([]Message, 0, len(msgs))
+	for _, m := range msgs {
 		if m.Type == raftpb.MsgSnap {
 			g.snapSent[m.To] = h.ticks
-			h.cfg.Metrics.SnapshotsSent.Inc()
+			h.sendSnapshot(g.id, m)
+			continue
+		}
+		out = append(out, Message{ShardID: g.id, Msg: m})
+	}
+	if len(out) > 0 {
+		h.cfg.Transport.Send(out)
+	}
+}
+
+// pendingSnap is a raft snapshot's state, to be read when it is sent.
+type pendingSnap struct {
+	snap *pebble.Snapshot
+	desc shard.Desc
+}
+
+const snapTokenMagic = "groupkv-snapshot-token\x00"
+
+func encodeSnapToken(id uint64) []byte {
+	return binary.BigEndian.AppendUint64([]byte(snapTokenMagic), id)
+}
+
+func decodeSnapToken(data []byte) (uint64, bool) {
+	if len(data) != len(snapTokenMagic)+8 || string(data[:len(snapTokenMagic)]) != snapTokenMagic {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(data[len(snapTokenMagic):]), true
+}
+
+// dropSnapshot releases the Pebble snapshot of a MsgSnap that is not sent.
+func (h *Host) dropSnapshot(m raftpb.Message) {
+	if m.Type != raftpb.MsgSnap || m.Snapshot == nil {
+		return
+	}
+	if id, ok := decodeSnapToken(m.Snapshot.Data); ok {
+		if p, ok := h.pendingSnaps[id]; ok {
+			p.snap.Close()
+			delete(h.pendingSnaps, id)
 		}
 	}
-	h.cfg.Transport.Send(out)
+}
+
+// sendSnapshot reads a MsgSnap's state from its Pebble snapshot off the
+// loop, then sends it. A snapshot that cannot be built is reported failed
+// to raft, which tries again.
+func (h *Host) sendSnapshot(shardID uint64, m raftpb.Message) {
+	id, ok := decodeSnapToken(m.Snapshot.Data)
+	p, found := h.pendingSnaps[id]
+	if !ok || !found {
+		h.cfg.Transport.Send([]Message{{ShardID: shardID, Msg: m}})
+		h.cfg.Metrics.SnapshotsSent.Inc()
+		return
+	}
+	delete(h.pendingSnaps, id)
+	h.snapBuilds.Add(1)
+	go func() {
+		defer h.snapBuilds.Done()
+		data, err := shard.SnapshotData(p.snap, p.desc)
+		p.snap.Close()
+		if err != nil {
+			h.cfg.Logger.Error("building a snapshot failed", "shard", shardID, "err", err)
+			h.reportSnapshot(shardID, m.To, raft.SnapshotFailure)
+			return
+		}
+		snap := *m.Snapshot
+		snap.Data = data
+		m.Snapshot = &snap
+		h.cfg.Transport.Send([]Message{{ShardID: shardID, Msg: m}})
+		h.cfg.Metrics.SnapshotsSent.Inc()
+	}()
+}
+
+// ReportSnapshot tells shardID's raft how sending a snapshot to replica to
+// went (a transport that knows calls it; raft otherwise waits for the
+// follower's answer or a timeout).
+func (h *Host) ReportSnapshot(shardID, to uint64, ok bool) {
+	status := raft.SnapshotFinish
+	if !ok {
+		status = raft.SnapshotFailure
+	}
+	h.reportSnapshot(shardID, to, status)
+}
+
+// reportSnapshot tells raft, from the loop, how sending a snapshot went.
+func (h *Host) reportSnapshot(shardID, to uint64, status raft.SnapshotStatus) {
+	h.mu.Lock()
+	h.mu.snapReports = append(h.mu.snapReports, snapReport{shardID, to, status})
+	h.mu.Unlock()
+	h.signal()
+}
+
+type snapReport struct {
+	shard, to uint64
+	status    raft.SnapshotStatus
 }
 
 // sendEarly sends, while the cycle's fsync runs, the messages whose sender

@@ -47,7 +47,10 @@ type Options struct {
 	// DialOptions are added to every peer connection; with none the
 	// connections are insecure (plaintext).
 	DialOptions []grpc.DialOption
-	Logger      *slog.Logger
+	// SnapshotSent, if set, is told how sending each snapshot that went on
+	// a stream of its own ended (see snapshot.go). It must not block.
+	SnapshotSent func(shardID, to uint64, ok bool)
+	Logger       *slog.Logger
 }
 
 // EnsureDefaults fills the zero fields with their defaults.
@@ -80,6 +83,12 @@ func (o *Options) EnsureDefaults() {
 type GRPC struct {
 	opts    Options
 	dropped atomic.Uint64
+	// streamed counts snapshots sent whole on streams of their own.
+	streamed atomic.Uint64
+	// ctx ends at Close; snapshot streams run under it, counted by snaps.
+	ctx    context.Context
+	cancel context.CancelFunc
+	snaps  sync.WaitGroup
 
 	mu struct {
 		sync.Mutex
@@ -103,6 +112,7 @@ func NewGRPC(opts Options) *GRPC {
 	}
 	opts.EnsureDefaults()
 	t := &GRPC{opts: opts}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
 	t.mu.senders = make(map[uint64]*sender)
 	return t
 }
@@ -125,6 +135,23 @@ func (t *GRPC) Send(msgs []replication.Message) {
 		node, addr, ok := t.opts.Resolver(m.ShardID, m.Msg.To)
 		if !ok {
 			dropped++
+			continue
+		}
+		if m.Msg.Type == raftpb.MsgSnap && m.Msg.Snapshot != nil && len(m.Msg.Snapshot.Data) > t.opts.MaxBatchBytes {
+			t.mu.Lock()
+			closed := t.mu.closed
+			if !closed {
+				t.snaps.Add(1)
+			}
+			t.mu.Unlock()
+			if closed {
+				dropped++
+				continue
+			}
+			go func(addr string, m replication.Message) {
+				defer t.snaps.Done()
+				t.streamSnapshot(addr, m)
+			}(addr, m)
 			continue
 		}
 		if byNode == nil {
@@ -167,6 +194,10 @@ func (t *GRPC) Send(msgs []replication.Message) {
 // Close.
 func (t *GRPC) Dropped() uint64 { return t.dropped.Load() }
 
+// SnapshotsStreamed returns how many snapshots were sent in chunks on
+// streams of their own.
+func (t *GRPC) SnapshotsStreamed() uint64 { return t.streamed.Load() }
+
 // Close stops every sender, waits for them and closes their connections.
 // Later Sends drop their messages.
 func (t *GRPC) Close() error {
@@ -182,6 +213,8 @@ func (t *GRPC) Close() error {
 	}
 	t.mu.senders, t.mu.retired = nil, nil
 	t.mu.Unlock()
+	t.cancel()
+	t.snaps.Wait()
 	for _, s := range senders {
 		s.stop()
 	}
@@ -365,6 +398,7 @@ func (s *sender) fail(log *slog.Logger, op string, err error, backoff time.Durat
 // the bad one; the sender redials.
 func Register(s grpc.ServiceRegistrar, deliver func(replication.Message)) {
 	transportpb.RegisterRaftTransportServer(s, &server{deliver: deliver})
+	registerSnapshots(s, deliver)
 }
 
 type server struct {

@@ -356,3 +356,57 @@ func TestGRPCSendDelivers(t *testing.T) {
 		t.Fatalf("dropped %d", d)
 	}
 }
+
+// TestSnapshotStreamsInChunks sends a raft snapshot far larger than a batch:
+// it travels on a stream of its own in chunks and arrives whole, and the
+// sender is told it went through.
+func TestSnapshotStreamsInChunks(t *testing.T) {
+	c := &collector{}
+	srv, addr := serve(t, c.deliver)
+	defer srv.Stop()
+	sent := make(chan bool, 1)
+	tr := NewGRPC(Options{
+		Resolver:      func(shardID, replicaID uint64) (uint64, string, bool) { return replicaID, addr, true },
+		MaxBatchBytes: 64 << 10,
+		SnapshotSent:  func(shardID, to uint64, ok bool) { sent <- ok },
+		Logger:        testLogger(),
+	})
+	defer tr.Close()
+	data := make([]byte, 3<<20+12345)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	m := replication.Message{ShardID: 42, Msg: raftpb.Message{Type: raftpb.MsgSnap, From: 1, To: 2, Term: 7,
+		Snapshot: &raftpb.Snapshot{Data: data, Metadata: raftpb.SnapshotMetadata{Index: 100, Term: 6,
+			ConfState: raftpb.ConfState{Voters: []uint64{1, 2, 3}}}}}}
+	tr.Send([]replication.Message{m})
+	got := c.wait(t, 1)
+	if !reflect.DeepEqual(got[0], m) {
+		t.Fatalf("the snapshot arrived changed: shard %d, %d bytes, metadata %+v", got[0].ShardID, len(got[0].Msg.Snapshot.Data), got[0].Msg.Snapshot.Metadata)
+	}
+	select {
+	case ok := <-sent:
+		if !ok {
+			t.Fatal("the sender was told the snapshot failed")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sender was not told how the snapshot went")
+	}
+	// A snapshot to an address that does not answer is reported failed.
+	tr2 := NewGRPC(Options{
+		Resolver:      func(shardID, replicaID uint64) (uint64, string, bool) { return replicaID, "127.0.0.1:1", true },
+		MaxBatchBytes: 64 << 10,
+		SnapshotSent:  func(shardID, to uint64, ok bool) { sent <- ok },
+		Logger:        testLogger(),
+	})
+	defer tr2.Close()
+	tr2.Send([]replication.Message{m})
+	select {
+	case ok := <-sent:
+		if ok {
+			t.Fatal("a snapshot to a dead address was reported sent")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a snapshot to a dead address was never reported")
+	}
+}
