@@ -133,7 +133,7 @@ func (n *Node) start() error {
 	n.peers.dialOptions = n.dialOptions
 	n.tr = transport.NewGRPC(transport.Options{Resolver: n.resolve, Logger: n.log,
 		SnapshotSent: func(shardID, to uint64, ok bool) { n.host.ReportSnapshot(shardID, to, ok) },
-		DialOptions: n.dialOptions(grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxPeerMessage)))})
+		DialOptions:  n.dialOptions(grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxPeerMessage)))})
 	n.host = replication.NewHost(replication.Config{
 		NodeID:        id,
 		Engine:        n.eng,

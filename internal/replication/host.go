@@ -231,9 +231,9 @@ type Host struct {
 	snapSeq      uint64
 	// snapBuilds are the goroutines reading snapshots; Stop waits for them.
 	snapBuilds sync.WaitGroup
-	wake        chan struct{}
-	stop        chan struct{}
-	done        chan struct{}
+	wake       chan struct{}
+	stop       chan struct{}
+	done       chan struct{}
 }
 
 // NewHost returns a Host with no groups; Start runs its loop.
