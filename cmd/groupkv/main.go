@@ -35,7 +35,7 @@ func main() {
 	}
 	root.AddCommand(serverCommand(), putCommand(), getCommand(), delCommand(), collectionsCommand(),
 		scanCommand(), tagsCommand(), watchCommand(), batchCommand(), deleteRangeCommand())
-	root.AddCommand(benchCommand())
+	root.AddCommand(benchCommand(), nodeCommand())
 	root.AddCommand(clusterCommand())
 	if err := root.Execute(); err != nil {
 		var ue usageError

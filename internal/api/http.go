@@ -87,6 +87,7 @@ const (
 	opWatch              = "watch"
 	opHealth             = "ready" // the gRPC Ready method's label too
 	opCluster            = "cluster"
+	opDecommission       = "decommission"
 	opMetrics            = "metrics"
 	// opUnknown is a request that named no operation: an unknown path or a
 	// method the path does not serve.
@@ -100,6 +101,7 @@ const (
 	collectionsPath = "/v1/collections"
 	healthPath      = "/healthz"
 	clusterPath     = "/v1/cluster"
+	nodesPrefix     = "/v1/nodes"
 	metricsPath     = "/metrics"
 )
 
@@ -180,6 +182,8 @@ func (h *httpHandler) serve(w http.ResponseWriter, r *http.Request) (op string, 
 		return opHealth, h.serveHealth(w, r)
 	case p == clusterPath:
 		return opCluster, h.serveCluster(w, r)
+	case strings.HasPrefix(p, nodesPrefix+"/") && strings.HasSuffix(p, "/decommission"):
+		return opDecommission, h.serveDecommission(w, r, strings.TrimSuffix(strings.TrimPrefix(p, nodesPrefix+"/"), "/decommission"))
 	case p == metricsPath:
 		if h.cfg.Extra == nil {
 			return opMetrics, kv.Errorf(kv.CodeNotFound, "this node serves no metrics at %s", metricsPath)
@@ -271,6 +275,43 @@ func (h *httpHandler) serveCluster(w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	writeJSON(w, http.StatusOK, st)
+	return nil
+}
+
+// Decommissioner is a backend that can drain a node.
+type Decommissioner interface {
+	Decommission(ctx context.Context, id uint64, draining bool) error
+}
+
+type decommissionRequest struct {
+	// Draining false takes a decommission back; absent means true.
+	Draining *bool `json:"draining"`
+}
+
+// serveDecommission answers POST /v1/nodes/{id}/decommission.
+func (h *httpHandler) serveDecommission(w http.ResponseWriter, r *http.Request, idText string) error {
+	if r.Method != http.MethodPost {
+		return methodNotAllowed(r, "POST")
+	}
+	id, err := strconv.ParseUint(idText, 10, 64)
+	if err != nil || id == 0 {
+		return kv.Errorf(kv.CodeInvalidArgument, "node id %q is not a positive integer", clip(idText))
+	}
+	var req decommissionRequest
+	if r.ContentLength != 0 {
+		if err := decodeJSON(w, r, h.cfg.MaxBodySize, &req, "draining"); err != nil {
+			return err
+		}
+	}
+	draining := req.Draining == nil || *req.Draining
+	d, ok := h.b.(Decommissioner)
+	if !ok {
+		return kv.Errorf(kv.CodeNotFound, "this server is not a cluster node")
+	}
+	if err := d.Decommission(r.Context(), id, draining); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"id": id, "draining": draining})
 	return nil
 }
 

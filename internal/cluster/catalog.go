@@ -20,6 +20,10 @@ type Replica struct {
 	// ID is the raft id of the replica within its group; ids are never
 	// reused within a group.
 	ID uint64 `json:"id"`
+	// Joining: the replica was added to a running group (a move), so its
+	// node creates it empty and the leader fills it with a snapshot; the
+	// replicas a shard is created with start from the same initial state.
+	Joining bool `json:"joining,omitempty"`
 }
 
 // ShardDesc describes one shard of a collection.
@@ -32,6 +36,33 @@ type ShardDesc struct {
 	Start    []byte    `json:"start,omitempty"`
 	End      []byte    `json:"end,omitempty"`
 	Replicas []Replica `json:"replicas"`
+	// NextReplica is the raft id the next added replica gets; 0 means one
+	// above the highest id in Replicas (ids are never reused).
+	NextReplica uint64 `json:"next_replica,omitempty"`
+}
+
+// MoveReplica replaces the replica of s on node from by a joining replica
+// on node to, with a new raft id. It reports false if from holds no
+// replica of s or to holds one already.
+func (s *ShardDesc) MoveReplica(from, to uint64) bool {
+	at := -1
+	next := s.NextReplica
+	for i, r := range s.Replicas {
+		if r.Node == to {
+			return false
+		}
+		if r.Node == from {
+			at = i
+		}
+		next = max(next, r.ID+1)
+	}
+	if at < 0 {
+		return false
+	}
+	s.Replicas = append([]Replica(nil), s.Replicas...)
+	s.Replicas[at] = Replica{Node: to, ID: next, Joining: true}
+	s.NextReplica = next + 1
+	return true
 }
 
 // CollectionDesc is the catalog entry of a collection.
@@ -71,6 +102,9 @@ type NodeDesc struct {
 	// MetaReplica is the node's replica id in the meta shard's group, 0
 	// when it holds none.
 	MetaReplica uint64 `json:"meta_replica,omitempty"`
+	// Draining: the node is being decommissioned; its replicas move away
+	// and it gets no new ones.
+	Draining bool `json:"draining,omitempty"`
 }
 
 // MetaReplicas is the number of voters of the meta shard once the cluster

@@ -52,6 +52,15 @@ type NodeStatus struct {
 	PeerAddr string `json:"peer_addr"`
 	// Healthy: the node answered the answering node just now.
 	Healthy bool `json:"healthy"`
+	// Draining: the node is being decommissioned.
+	Draining bool `json:"draining,omitempty"`
+	// Replicas is the number of data shard replicas the catalog places on
+	// the node (its target: moves in progress count at their destination).
+	Replicas int `json:"replicas"`
+	// Held is the number of data shard replicas the node reported holding
+	// (a replica that moved away is held until the move completes); -1
+	// when it did not answer.
+	Held int `json:"held"`
 }
 
 // ShardStatus is one shard: its collection ("" for the meta shard), the
@@ -61,6 +70,11 @@ type ShardStatus struct {
 	Shard      uint64   `json:"shard"`
 	Replicas   []uint64 `json:"replicas"`
 	Leader     uint64   `json:"leader"`
+	// Consistency is the last outcome of a replica consistency check of
+	// the shard known to the answering node: "ok", "mismatch: ..." naming
+	// the diverged replicas, or "incomplete" (a replica did not answer);
+	// empty when none is known.
+	Consistency string `json:"consistency,omitempty"`
 }
 
 // MaxReplicas bounds a collection's replication factor.

@@ -475,6 +475,7 @@ func (n *Node) Serve(addr, peerAddr string) {
 	n.mu.Unlock()
 	n.bg.Add(1)
 	go n.clusterLoop()
+	n.startConsistency()
 }
 
 func (n *Node) self() cluster.NodeDesc {
@@ -502,6 +503,13 @@ func (n *Node) clusterLoop() {
 			}
 			if i%8 == 7 {
 				n.returnLeadership()
+			}
+			n.conformShards()
+			if i%4 == 3 {
+				n.triggerReconcile() // replicas that moved away are collected
+			}
+			if i%20 == 19 && n.host.Ready(cluster.MetaShardID) {
+				n.rebalance()
 			}
 		}
 		select {
@@ -591,6 +599,13 @@ func (n *Node) handleJoin(ctx context.Context, req *joinRequest) (*joinResponse,
 	return &joinResponse{Node: *res.Node, Nodes: nodes}, nil
 }
 
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func contains(ids []uint64, id uint64) bool {
 	for _, x := range ids {
 		if x == id {
@@ -625,9 +640,11 @@ func (n *Node) registerSelf() {
 }
 
 // growMeta runs on the meta shard's leader: every member's meta replica
-// that is not in the group's configuration is added as a learner, and a
+// that is not in the group's configuration is added as a learner; a
 // learner that caught up is promoted to voter while the group has fewer
-// than cluster.MetaReplicas voters.
+// than cluster.MetaReplicas voters on nodes that are not draining; and a
+// voter on a draining node is demoted to learner (it keeps the catalog
+// until it leaves) once another voter can take its place.
 func (n *Node) growMeta() {
 	cs, ok := n.host.ConfState(cluster.MetaShardID)
 	if !ok {
@@ -635,42 +652,66 @@ func (n *Node) growMeta() {
 	}
 	n.mu.RLock()
 	var want []uint64
+	draining := map[uint64]bool{}
 	for _, d := range n.mu.nodes {
 		if d.MetaReplica != 0 {
 			want = append(want, d.MetaReplica)
+			draining[d.MetaReplica] = d.Draining
 		}
 	}
 	n.mu.RUnlock()
 	sort.Slice(want, func(i, j int) bool { return want[i] < want[j] })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	change := func(t raftpb.ConfChangeType, rid uint64, what string) {
+		err := n.host.ProposeConfChange(ctx, cluster.MetaShardID, raftpb.ConfChangeV2{
+			Changes: []raftpb.ConfChangeSingle{{Type: t, NodeID: rid}}})
+		if err != nil {
+			n.log.Warn("changing the meta shard's replicas failed", "change", what, "replica", rid, "err", err)
+		} else {
+			n.log.Info("meta shard replica changed", "change", what, "replica", rid)
+		}
+	}
 	for _, rid := range want {
-		switch {
-		case contains(cs.Voters, rid):
-		case contains(cs.Learners, rid):
-			if len(cs.Voters) >= cluster.MetaReplicas {
-				continue // a learner for good: it keeps the catalog current
+		if !contains(cs.Voters, rid) && !contains(cs.Learners, rid) {
+			change(raftpb.ConfChangeAddLearnerNode, rid, "added as learner")
+			return // one change at a time
+		}
+	}
+	live := 0
+	for _, v := range cs.Voters {
+		if !draining[v] {
+			live++
+		}
+	}
+	match, last, _ := n.host.Progress(cluster.MetaShardID)
+	if live < cluster.MetaReplicas {
+		for _, rid := range cs.Learners {
+			if !draining[rid] && contains(want, rid) && match[rid]+8 >= last {
+				change(raftpb.ConfChangeAddNode, rid, "promoted to voter")
+				return
 			}
-			match, last, ok := n.host.Progress(cluster.MetaShardID)
-			if !ok || match[rid]+8 < last {
+		}
+	}
+	if live >= min(cluster.MetaReplicas, len(cs.Voters)) {
+		self := n.host.Leader(cluster.MetaShardID)
+		for _, v := range cs.Voters {
+			if !draining[v] {
 				continue
 			}
-			err := n.host.ProposeConfChange(ctx, cluster.MetaShardID, raftpb.ConfChangeV2{
-				Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddNode, NodeID: rid}}})
-			if err != nil {
-				n.log.Warn("promoting a meta replica failed", "replica", rid, "err", err)
-			} else {
-				n.log.Info("meta replica promoted to voter", "replica", rid)
+			if live == 0 {
+				return
 			}
-			return // one change at a time
-		default:
-			err := n.host.ProposeConfChange(ctx, cluster.MetaShardID, raftpb.ConfChangeV2{
-				Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddLearnerNode, NodeID: rid}}})
-			if err != nil {
-				n.log.Warn("adding a meta learner failed", "replica", rid, "err", err)
-			} else {
-				n.log.Info("meta replica added as learner", "replica", rid)
+			if v == self {
+				for _, o := range cs.Voters {
+					if !draining[o] && match[o] >= last {
+						n.host.TransferLeadership(cluster.MetaShardID, o)
+						return
+					}
+				}
+				return
 			}
+			change(raftpb.ConfChangeAddLearnerNode, v, "draining voter demoted to learner")
 			return
 		}
 	}
@@ -783,8 +824,10 @@ func (n *Node) members() []cluster.NodeDesc {
 func (n *Node) placementNodes() []uint64 {
 	n.mu.RLock()
 	load := make(map[uint64]int, len(n.mu.nodes))
-	for id := range n.mu.nodes {
-		load[id] = 0
+	for id, d := range n.mu.nodes {
+		if !d.Draining {
+			load[id] = 0
+		}
 	}
 	for _, c := range n.mu.catalog {
 		for _, s := range c.Shards {
@@ -839,12 +882,15 @@ func (n *Node) ClusterStatus(ctx context.Context) (kv.ClusterStatus, error) {
 		}(m)
 	}
 	healthy := map[uint64]bool{n.id: true}
+	holds := map[uint64]int{n.id: len(leaders) - btoi(n.hasReplica(cluster.MetaShardID))}
 	for range len(members) - 1 {
 		a := <-answers
 		if a.resp == nil {
 			continue
 		}
 		healthy[a.id] = true
+		_, meta := a.resp.Leaders[cluster.MetaShardID]
+		holds[a.id] = len(a.resp.Leaders) - btoi(meta)
 		for s, l := range a.resp.Leaders {
 			if _, ok := leaders[s]; !ok || leaders[s] == 0 {
 				leaders[s] = l
@@ -855,8 +901,22 @@ func (n *Node) ClusterStatus(ctx context.Context) (kv.ClusterStatus, error) {
 		self := n.self()
 		members = []cluster.NodeDesc{self}
 	}
+	held := map[uint64]int{}
+	n.mu.RLock()
+	for _, c := range n.mu.catalog {
+		for _, s := range c.Shards {
+			for _, r := range s.Replicas {
+				held[r.Node]++
+			}
+		}
+	}
+	n.mu.RUnlock()
 	for _, m := range members {
-		st.Nodes = append(st.Nodes, kv.NodeStatus{ID: m.ID, Addr: m.Addr, PeerAddr: m.PeerAddr, Healthy: healthy[m.ID]})
+		st.Nodes = append(st.Nodes, kv.NodeStatus{ID: m.ID, Addr: m.Addr, PeerAddr: m.PeerAddr, Healthy: healthy[m.ID],
+			Draining: m.Draining, Replicas: held[m.ID], Held: -1})
+		if h, ok := holds[m.ID]; ok {
+			st.Nodes[len(st.Nodes)-1].Held = h
+		}
 	}
 	st.Shards = append(st.Shards, kv.ShardStatus{Collection: "", Shard: cluster.MetaShardID,
 		Replicas: n.shardNodes(cluster.MetaShardID), Leader: leaders[cluster.MetaShardID]})
@@ -876,5 +936,6 @@ func (n *Node) ClusterStatus(ctx context.Context) (kv.ClusterStatus, error) {
 			st.Shards = append(st.Shards, ss)
 		}
 	}
+	n.fillConsistency(st.Shards)
 	return st, nil
 }

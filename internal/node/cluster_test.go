@@ -100,53 +100,63 @@ type testCluster struct {
 	t     *testing.T
 	net   *faultNet
 	nodes []*testNode
+	tweak func(*Options)
+	join  string
+}
+
+// addNode starts one more node, joined to the first, and waits until it
+// serves.
+func (c *testCluster) addNode() *testNode {
+	t := c.t
+	t.Helper()
+	id := uint64(len(c.nodes) + 1)
+	opts := Options{DataDir: t.TempDir(), NodeID: id, TickInterval: 20 * time.Millisecond,
+		Dialer: c.net.dialer(id), Logger: quietLogger()}
+	if c.join != "" {
+		opts.Join = []string{c.join}
+	}
+	if c.tweak != nil {
+		c.tweak(&opts)
+	}
+	n, err := Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	n.RegisterPeer(srv)
+	go srv.Serve(l)
+	c.net.mu.Lock()
+	c.net.addrNode[l.Addr().String()] = id
+	c.net.mu.Unlock()
+	n.Serve(fmt.Sprintf("127.0.0.1:%d", 40000+id), l.Addr().String())
+	tn := &testNode{id: id, n: n, srv: srv}
+	t.Cleanup(func() {
+		tn.srv.Stop()
+		tn.n.Close()
+	})
+	c.nodes = append(c.nodes, tn)
+	if c.join == "" {
+		c.join = l.Addr().String()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := n.WaitReady(ctx); err != nil {
+		t.Fatalf("node %d: %v", id, err)
+	}
+	return tn
 }
 
 // startCluster starts size in-process nodes joined into one cluster, with
 // real gRPC between them on 127.0.0.1 through a faultNet.
 func startCluster(t *testing.T, size int, tweak func(*Options)) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t, net: newFaultNet()}
-	var join string
+	c := &testCluster{t: t, net: newFaultNet(), tweak: tweak}
 	for i := 1; i <= size; i++ {
-		id := uint64(i)
-		opts := Options{DataDir: t.TempDir(), NodeID: id, TickInterval: 20 * time.Millisecond,
-			Dialer: c.net.dialer(id), Logger: quietLogger()}
-		if join != "" {
-			opts.Join = []string{join}
-		}
-		if tweak != nil {
-			tweak(&opts)
-		}
-		n, err := Open(opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := grpc.NewServer()
-		n.RegisterPeer(srv)
-		go srv.Serve(l)
-		c.net.mu.Lock()
-		c.net.addrNode[l.Addr().String()] = id
-		c.net.mu.Unlock()
-		n.Serve(fmt.Sprintf("127.0.0.1:%d", 40000+i), l.Addr().String())
-		tn := &testNode{id: id, n: n, srv: srv}
-		t.Cleanup(func() {
-			tn.srv.Stop()
-			tn.n.Close()
-		})
-		c.nodes = append(c.nodes, tn)
-		if join == "" {
-			join = l.Addr().String()
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if err := n.WaitReady(ctx); err != nil {
-			t.Fatalf("node %d: %v", id, err)
-		}
-		cancel()
+		c.addNode()
 	}
 	// Every node must see every other as a member before the test goes on.
 	c.eventually(30*time.Second, "all members known everywhere", func() error {

@@ -66,6 +66,7 @@ type Node struct {
 
 	tr       *transport.GRPC
 	peers    peers
+	cstate   *consistencyState
 	versions *versionSource
 
 	// opsMu is held shared by every client operation for its whole run and
@@ -128,6 +129,7 @@ func (n *Node) start() error {
 	}
 	n.id = id
 	n.metrics = newMetrics(n.opts.Registry, n.eng)
+	n.cstate = newConsistencyState(n)
 	n.oracle = cluster.NewOracle(n.opts.Clock, n.persistTSO)
 	n.versions = &versionSource{n: n, fetchSize: 256}
 	n.peers.dialOptions = n.dialOptions
@@ -269,14 +271,21 @@ func (n *Node) onSnapshotApplied(shardID uint64, _ *shard.Shard) {
 }
 
 func (n *Node) onApplied(shardID uint64, kind shard.CommandKind, res shard.Result) {
+	n.noteChecksum(shardID, res) // consistency.go
 	if shardID != cluster.MetaShardID || res.Err != nil {
 		return
 	}
 	switch kind {
-	case shard.KindAddNode:
+	case shard.KindAddNode, shard.KindSetDraining:
 		n.mu.Lock()
 		n.mu.nodes[res.Node.ID] = *res.Node
 		n.mu.Unlock()
+	case shard.KindMoveReplicas:
+		n.mu.Lock()
+		n.mu.catalog[res.Desc.Name] = res.Desc
+		n.indexShardsLocked()
+		n.mu.Unlock()
+		n.triggerReconcile()
 	case shard.KindTSO:
 		n.oracle.OnPersisted(res.Version)
 	case shard.KindCreateCollection:
@@ -339,6 +348,7 @@ func (n *Node) reconcile() error {
 		lr       localReplica
 		voters   []uint64
 		campaign bool
+		joining  bool
 	}
 	n.mu.RLock()
 	want := make(map[uint64]wanted)
@@ -354,7 +364,7 @@ func (n *Node) reconcile() error {
 				}
 				// The first replica is the preferred leader: it campaigns
 				// at once, so leaders spread over the nodes.
-				want[s.ID] = wanted{localReplica{ReplicaID: r.ID, Desc: shard.DescFor(c, s)}, voters, j == 0}
+				want[s.ID] = wanted{localReplica{ReplicaID: r.ID, Desc: shard.DescFor(c, s)}, voters, j == 0, r.Joining}
 			}
 		}
 	}
@@ -369,7 +379,14 @@ func (n *Node) reconcile() error {
 			continue
 		}
 		r := w.lr
-		if err := n.host.Bootstrap(id, w.voters, func(b *pebble.Batch) error {
+		if w.joining {
+			// Added to a running group: created empty, filled by a
+			// snapshot from the leader.
+			if err := n.host.CreateEmpty(id, func(b *pebble.Batch) error { return n.writeReplica(b, r) }); err != nil {
+				return err
+			}
+			w.campaign = false
+		} else if err := n.host.Bootstrap(id, w.voters, func(b *pebble.Batch) error {
 			return n.writeReplica(b, r)
 		}); err != nil {
 			return err
@@ -385,8 +402,22 @@ func (n *Node) reconcile() error {
 		if _, ok := want[id]; ok || id == cluster.MetaShardID {
 			continue
 		}
+		moved := n.shardInCatalog(id)
+		if moved && !n.replicaLeftGroup(id, r.ReplicaID) {
+			// Moved away: the replica stays a member until the leader has
+			// removed it from the group's configuration; the next
+			// reconcile looks again.
+			continue
+		}
 		n.host.RemoveGroup(id)
-		if err := n.destroyReplica(r); err != nil {
+		n.host.WaitRemoved(id)
+		var err error
+		if moved {
+			err = n.clearReplica(r)
+		} else {
+			err = n.destroyReplica(r)
+		}
+		if err != nil {
 			return err
 		}
 		n.mu.Lock()

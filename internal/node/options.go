@@ -36,6 +36,11 @@ type Options struct {
 	// GCInterval is how often shards drop versions older than Retention; 0
 	// means 1 minute.
 	GCInterval time.Duration
+	// ConsistencyInterval is how often the leader of each shard checks that
+	// its replicas hold the same state; 0 means 10 minutes, a negative
+	// value disables the periodic checks (Node.CheckConsistency still runs
+	// one on demand).
+	ConsistencyInterval time.Duration
 	// MaxValueSize is the largest value accepted; 0 means 1 MiB.
 	MaxValueSize int
 	// RequestTimeout bounds an operation whose context has no deadline; 0
@@ -66,6 +71,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.GCInterval == 0 {
 		o.GCInterval = time.Minute
+	}
+	if o.ConsistencyInterval == 0 {
+		o.ConsistencyInterval = 10 * time.Minute
 	}
 	if o.MaxValueSize == 0 {
 		o.MaxValueSize = kv.DefaultMaxValueSize

@@ -137,6 +137,8 @@ func unary[Req, Resp any](f func(context.Context, *Req) (*Resp, error)) func(any
 // peer service) on s, the server of the node's peer port.
 func (n *Node) RegisterPeer(s grpc.ServiceRegistrar) {
 	n.registerTransport(s)
+	n.registerConsistency(s)
+	n.registerMoves(s)
 	s.RegisterService(&grpc.ServiceDesc{
 		ServiceName: peerService,
 		HandlerType: (*any)(nil),

@@ -379,6 +379,25 @@ func (h *Host) RemoveGroup(shardID uint64) {
 	h.signal()
 }
 
+// WaitRemoved waits until a RemoveGroup of shardID has been carried out by
+// the loop (or the loop stopped), so the group writes nothing more.
+func (h *Host) WaitRemoved(shardID uint64) {
+	for {
+		h.mu.Lock()
+		_, ok := h.mu.groups[shardID]
+		stopped := h.mu.stopped
+		h.mu.Unlock()
+		if !ok || stopped {
+			return
+		}
+		select {
+		case <-h.done:
+			return
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
 func (h *Host) signal() {
 	select {
 	case h.wake <- struct{}{}:

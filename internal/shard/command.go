@@ -36,6 +36,10 @@ const (
 	// KindAddNode adds or updates a node's membership record (meta shard),
 	// and may give it a replica of the meta shard.
 	KindAddNode CommandKind = 8
+	// KindChecksum asks every replica to compute a checksum of the shard's
+	// replicated state as of the command's log index (ChecksumState); it
+	// changes nothing but the applied index.
+	KindChecksum CommandKind = 9
 )
 
 // OpType is the type of one operation of a write.
@@ -82,6 +86,13 @@ type Command struct {
 	// the first cluster.MetaReplicas as voters, the others as learners).
 	Node       cluster.NodeDesc
 	AssignMeta bool
+	// ChecksumID names a KindChecksum, so that the replicas' answers to one
+	// consistency check can be told apart from another's.
+	ChecksumID uint64
+	// Move and Drain are the bodies of KindMoveReplicas and
+	// KindSetDraining (moves.go).
+	Move  MoveCmd
+	Drain DrainCmd
 }
 
 // Placement is a change of a key's placement tag: from Old (HasOld false:
@@ -219,6 +230,11 @@ func EncodeAddNode(n cluster.NodeDesc, assignMeta bool) []byte {
 	return append(b, 0)
 }
 
+// EncodeChecksum encodes a consistency check named id.
+func EncodeChecksum(id uint64) []byte {
+	return binary.AppendUvarint([]byte{byte(KindChecksum)}, id)
+}
+
 // EncodeDropCollection encodes a collection drop.
 func EncodeDropCollection(name string) []byte {
 	return appendBytes([]byte{byte(KindDropCollection)}, []byte(name))
@@ -333,6 +349,8 @@ func DecodeCommand(b []byte) (Command, error) {
 		}
 	case KindGC, KindTSO:
 		c.Threshold = d.uvarint()
+	case KindChecksum:
+		c.ChecksumID = d.uvarint()
 	case KindCreateCollection:
 		c.Collection.Name = string(d.bytes())
 		c.Collection.Partitioning = kv.Partitioning(d.bytes())
@@ -356,6 +374,10 @@ func DecodeCommand(b []byte) (Command, error) {
 				d.err = ErrCorruptCommand
 			}
 		}
+	case KindMoveReplicas:
+		c.Move = decodeMove(&d)
+	case KindSetDraining:
+		c.Drain = decodeDrain(&d)
 	case KindAddNode:
 		c.Node.ID = d.uvarint()
 		c.Node.Addr = string(d.bytes())

@@ -171,6 +171,25 @@ func TestThresholdRoundTrip(t *testing.T) {
 	}
 }
 
+func TestChecksumRoundTrip(t *testing.T) {
+	for _, id := range []uint64{0, 1, 127, 128, 1 << 40, math.MaxUint64} {
+		b := EncodeChecksum(id)
+		c, err := DecodeCommand(b)
+		if err != nil {
+			t.Fatalf("id %d: %v", id, err)
+		}
+		if c.Kind != KindChecksum || c.ChecksumID != id {
+			t.Fatalf("id %d: decoded kind %d id %d", id, c.Kind, c.ChecksumID)
+		}
+		if IsWrite(b) {
+			t.Fatalf("id %d: IsWrite(%x) = true", id, b)
+		}
+		if re := EncodeChecksum(c.ChecksumID); !bytes.Equal(re, b) {
+			t.Fatalf("id %d: re-encoding differs", id)
+		}
+	}
+}
+
 func TestCreateCollectionRoundTrip(t *testing.T) {
 	for _, tc := range []struct {
 		opts  kv.CollectionOptions
@@ -230,6 +249,7 @@ func validEncodings() [][]byte {
 		EncodeCreateCollection(kv.CollectionOptions{Name: "r", Partitioning: kv.PartitionRange, Shards: 3,
 			SplitPoints: [][]byte{[]byte("g"), []byte("p")}}, []uint64{1, 2, 3}),
 		EncodeDropCollection("c"),
+		EncodeChecksum(0), EncodeChecksum(math.MaxUint64),
 	)
 }
 
@@ -277,6 +297,9 @@ func TestDecodeCorrupt(t *testing.T) {
 		{"tso-trailing", []byte{byte(KindTSO), 1, 1}},
 		{"create-too-many-shards", append(EncodeCreateCollection(kv.CollectionOptions{Name: "c"}, nil)[:4], 0x81, 0x08, 0, 0)},
 		{"drop-name-too-long", []byte{byte(KindDropCollection), 2, 'c'}},
+		{"checksum-no-id", []byte{byte(KindChecksum)}},
+		{"checksum-trailing", []byte{byte(KindChecksum), 1, 0}},
+		{"checksum-nonminimal-id", []byte{byte(KindChecksum), 0x80, 0x00}},
 	} {
 		if c, err := DecodeCommand(tc.b); !errors.Is(err, ErrCorruptCommand) {
 			t.Errorf("%s: %x decoded as %+v, err %v", tc.name, tc.b, c, err)
@@ -299,6 +322,8 @@ func reencode(c Command) []byte {
 		return EncodeCreateCollection(c.Collection, c.Nodes)
 	case KindDropCollection:
 		return EncodeDropCollection(c.Collection.Name)
+	case KindChecksum:
+		return EncodeChecksum(c.ChecksumID)
 	}
 	panic(fmt.Sprintf("decoded unknown kind %d", c.Kind))
 }

@@ -93,6 +93,8 @@ type Result struct {
 	Count int
 	// Node is the membership record a KindAddNode left.
 	Node *cluster.NodeDesc
+	// Checksum is the replica's checksum of its state at a KindChecksum.
+	Checksum *Checksum
 }
 
 // Shard is the state machine of one shard replica. It is not safe for
@@ -232,8 +234,14 @@ func (s *Shard) Apply(b *pebble.Batch, index, term uint64, data []byte) (Result,
 		res, err = s.applyDeleteRange(b, cmd)
 	case KindPlace:
 		res, err = s.applyPlace(b, cmd.Place)
+	case KindMoveReplicas:
+		res, err = s.applyMove(b, cmd.Move)
+	case KindSetDraining:
+		res, err = s.applyDrain(b, cmd.Drain)
 	case KindAddNode:
 		res, err = s.applyAddNode(b, cmd)
+	case KindChecksum:
+		res.Checksum, err = s.applyChecksum(b, index, cmd.ChecksumID)
 	}
 	if err != nil {
 		return Result{}, err

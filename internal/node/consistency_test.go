@@ -1,0 +1,200 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/groupkv/groupkv/internal/cluster"
+	"github.com/groupkv/groupkv/internal/kv"
+	"github.com/groupkv/groupkv/internal/storage"
+)
+
+// statusConsistency returns the Consistency of every shard in node n's
+// cluster status.
+func statusConsistency(t *testing.T, n *Node) map[uint64]string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := n.ClusterStatus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[uint64]string{}
+	for _, s := range st.Shards {
+		out[s.Shard] = s.Consistency
+	}
+	return out
+}
+
+const mismatchMetric = "groupkv_replica_checksum_mismatches_total"
+
+// TestConsistencyCheck checks the replicas of every shard of a three-node
+// cluster after writes (ok, run from every node, shown in cluster status
+// everywhere), then corrupts one follower's copy of a record behind raft's
+// back and checks that the check names that replica, counts the mismatch
+// and shows it in status; and that a check with a node cut off is
+// incomplete.
+func TestConsistencyCheck(t *testing.T) {
+	c := startCluster(t, 3, func(o *Options) { o.ConsistencyInterval = -1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n1 := c.node(1).n
+	if _, err := n1.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Shards: 2, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := n1.collection("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions := map[string]uint64{}
+	for i := 0; i < 40; i++ {
+		key := fmt.Sprintf("k%02d", i)
+		v, err := c.nodes[i%3].n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte(key), Value: []byte("v" + key), Tags: []string{"t"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		versions[key] = v
+	}
+	shards := []uint64{cluster.MetaShardID}
+	for _, s := range d.Shards {
+		shards = append(shards, s.ID)
+	}
+	all := []uint64{1, 2, 3}
+
+	// Every replica agrees, whichever node runs the check.
+	for _, id := range shards {
+		for _, tn := range c.nodes {
+			res, err := tn.n.CheckConsistency(ctx, id)
+			if err != nil {
+				t.Fatalf("node %d: shard %d: %v", tn.id, id, err)
+			}
+			if res.Status != ConsistencyOK || !slices.Equal(res.Replicas, all) || len(res.Sums) != 3 || res.Index == 0 || res.By != tn.id {
+				t.Fatalf("node %d: shard %d: %+v, want ok from nodes 1-3", tn.id, id, res)
+			}
+		}
+	}
+	for _, tn := range c.nodes {
+		got := statusConsistency(t, tn.n)
+		for _, id := range shards {
+			if got[id] != "ok" {
+				t.Errorf("node %d: status of shard %d: consistency %q, want ok", tn.id, id, got[id])
+			}
+		}
+		if v := gatherValue(t, tn.n.opts.Registry, mismatchMetric); v != 0 {
+			t.Errorf("node %d: %s = %v before any corruption", tn.id, mismatchMetric, v)
+		}
+	}
+
+	// Corrupt a follower's copy of a record of a shard.
+	key := "k07"
+	bucket, shardID := n1.route(d, []byte(key))
+	leader := c.leader(shardID)
+	var victim *testNode
+	for _, tn := range c.nodes {
+		if tn != leader {
+			victim = tn
+			break
+		}
+	}
+	t.Logf("corrupting %q of shard %d on node %d (leader: node %d)", key, shardID, victim.id, leader.id)
+	dk := storage.DataKey(nil, d.ID, []byte(key), versions[key])
+	bad := storage.EncodeValue(nil, storage.MVCCValue{Bucket: bucket, Tags: []string{"t"}, Value: []byte("corrupted")})
+	if err := victim.n.eng.DB.Set(dk, bad, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+
+	before := gatherValue(t, leader.n.opts.Registry, mismatchMetric)
+	res, err := leader.n.CheckConsistency(ctx, shardID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != ConsistencyMismatch || !slices.Equal(res.Mismatched, []uint64{victim.id}) {
+		t.Fatalf("after the corruption: %+v, want a mismatch of node %d", res, victim.id)
+	}
+	summary := res.Summary()
+	if !strings.HasPrefix(summary, "mismatch: ") || !strings.Contains(summary, fmt.Sprintf("node %d differs", victim.id)) {
+		t.Errorf("summary %q does not name node %d", summary, victim.id)
+	}
+	if after := gatherValue(t, leader.n.opts.Registry, mismatchMetric); after != before+1 {
+		t.Errorf("%s on node %d went from %v to %v, want +1", mismatchMetric, leader.id, before, after)
+	}
+	for _, tn := range c.nodes {
+		got := statusConsistency(t, tn.n)
+		if got[shardID] != summary {
+			t.Errorf("node %d: status of shard %d: consistency %q, want %q", tn.id, shardID, got[shardID], summary)
+		}
+		for _, id := range shards {
+			if id != shardID && got[id] != "ok" {
+				t.Errorf("node %d: status of shard %d: consistency %q, want ok", tn.id, id, got[id])
+			}
+		}
+	}
+	// From another node, too.
+	res, err = victim.n.CheckConsistency(ctx, shardID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != ConsistencyMismatch || !slices.Equal(res.Mismatched, []uint64{victim.id}) {
+		t.Fatalf("run on node %d: %+v, want a mismatch of node %d", victim.id, res, victim.id)
+	}
+
+	// A node cut off does not answer: incomplete.
+	other := shards[0]
+	if other == shardID {
+		other = shards[1]
+	}
+	l := c.leader(other)
+	var cut *testNode
+	for _, tn := range c.nodes {
+		if tn != l {
+			cut = tn
+			break
+		}
+	}
+	c.net.isolate(cut.id)
+	res, err = l.n.CheckConsistency(ctx, other)
+	c.net.heal(cut.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != ConsistencyIncomplete || !slices.Equal(res.Missing, []uint64{cut.id}) || len(res.Sums) != 2 {
+		t.Fatalf("with node %d cut off: %+v, want incomplete", cut.id, res)
+	}
+	if got := statusConsistency(t, l.n)[other]; got != "incomplete" {
+		t.Errorf("status of shard %d: consistency %q, want incomplete", other, got)
+	}
+}
+
+// TestConsistencyPeriodic checks that the leader checks its shards every
+// ConsistencyInterval without being asked.
+func TestConsistencyPeriodic(t *testing.T) {
+	c := startCluster(t, 1, func(o *Options) { o.ConsistencyInterval = 50 * time.Millisecond })
+	n := c.node(1).n
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	info, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Shards: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte("k"), Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	c.eventually(30*time.Second, "every shard checked", func() error {
+		got := statusConsistency(t, n)
+		for _, id := range []uint64{cluster.MetaShardID, info.Shards[0].ID, info.Shards[1].ID} {
+			if got[id] != "ok" {
+				return fmt.Errorf("shard %d: consistency %q", id, got[id])
+			}
+		}
+		return nil
+	})
+	if v := gatherValue(t, n.opts.Registry, "groupkv_replica_consistency_checks_total"); v < 3 {
+		t.Errorf("%v checks counted", v)
+	}
+}

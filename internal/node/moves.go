@@ -1,0 +1,400 @@
+package node
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+
+	"github.com/groupkv/groupkv/internal/cluster"
+	"github.com/groupkv/groupkv/internal/kv"
+	"github.com/groupkv/groupkv/internal/shard"
+	"github.com/groupkv/groupkv/internal/storage"
+)
+
+// Moving replicas (see docs/cluster.md, "Placement"):
+//
+//   - The catalog holds each shard's target replicas. A move replaces, in
+//     every shard of a collection, the replica on one node by a joining
+//     replica with a new raft id on another (shard.KindMoveReplicas).
+//   - The node of a joining replica creates it empty; the shard's leader
+//     conforms the group's configuration to the target one change at a
+//     time: the new replica joins as a learner and gets a snapshot, is
+//     promoted to voter once caught up, and only then is the replica that
+//     left the target removed (a leader that is leaving hands leadership
+//     to a caught-up target voter first).
+//   - The node that lost a replica keeps it, serving as a member, until
+//     the leader's configuration no longer holds it; then it deletes the
+//     replica's raft state and exactly the keys the shard owns.
+//   - The meta shard's leader rebalances: it moves collections off
+//     draining nodes, and from the node holding the most replicas to the
+//     one holding the fewest while that narrows the gap; one move at a
+//     time, once every shard's configuration matches its target.
+
+const movesService = "groupkv.peer.v1.Moves"
+
+type confRequest struct {
+	Shard uint64 `json:"shard"`
+}
+
+type confResponse struct {
+	Leader   bool     `json:"leader"`
+	Voters   []uint64 `json:"voters"`
+	Learners []uint64 `json:"learners"`
+	// Settled: the configuration matches the catalog's target replicas.
+	Settled bool `json:"settled"`
+}
+
+func (n *Node) registerMoves(s grpc.ServiceRegistrar) {
+	s.RegisterService(&grpc.ServiceDesc{
+		ServiceName: movesService,
+		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{
+			{MethodName: "Conf", Handler: unary(n.handleConf)},
+		},
+	}, n)
+}
+
+func (n *Node) handleConf(ctx context.Context, req *confRequest) (*confResponse, error) {
+	cs, ok := n.host.ConfState(req.Shard)
+	if !ok {
+		return &confResponse{}, nil
+	}
+	return &confResponse{Leader: n.host.Ready(req.Shard), Voters: cs.Voters, Learners: cs.Learners,
+		Settled: n.settled(req.Shard, cs)}, nil
+}
+
+// shardInCatalog reports whether shardID belongs to a collection that
+// still exists.
+func (n *Node) shardInCatalog(shardID uint64) bool {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	_, ok := n.mu.shards[shardID]
+	return ok
+}
+
+// target returns the catalog's target replica ids of shardID.
+func (n *Node) target(shardID uint64) ([]uint64, bool) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	ref, ok := n.mu.shards[shardID]
+	if !ok {
+		return nil, false
+	}
+	var ids []uint64
+	for _, r := range ref.coll.Shards[ref.index].Replicas {
+		ids = append(ids, r.ID)
+	}
+	return ids, true
+}
+
+// settled reports whether configuration cs of shardID is its target: the
+// target replicas are its voters, and it has no learner.
+func (n *Node) settled(shardID uint64, cs raftpb.ConfState) bool {
+	target, ok := n.target(shardID)
+	if !ok {
+		return false
+	}
+	if len(cs.Learners) > 0 || len(cs.VotersOutgoing) > 0 || len(cs.Voters) != len(target) {
+		return false
+	}
+	for _, id := range target {
+		if !contains(cs.Voters, id) {
+			return false
+		}
+	}
+	return true
+}
+
+// replicaLeftGroup reports whether replica rid of shardID is no longer in
+// the group's configuration as its leader (or, failing that, this replica)
+// knows it.
+func (n *Node) replicaLeftGroup(shardID, rid uint64) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, id := range n.shardNodes(shardID) {
+		if id == n.id {
+			continue
+		}
+		var resp confResponse
+		nd, ok := n.nodeDesc(id)
+		if !ok {
+			continue
+		}
+		c, err := n.peers.conn(nd.PeerAddr)
+		if err != nil {
+			continue
+		}
+		if err := c.Invoke(ctx, "/"+movesService+"/Conf", &confRequest{Shard: shardID}, &resp); err != nil || !resp.Leader {
+			continue
+		}
+		return !contains(resp.Voters, rid) && !contains(resp.Learners, rid)
+	}
+	cs, ok := n.host.ConfState(shardID)
+	return ok && !contains(cs.Voters, rid) && !contains(cs.Learners, rid)
+}
+
+// clearReplica deletes a moved-away replica: its raft state, its
+// node-local record and exactly the keys the shard owns.
+func (n *Node) clearReplica(r localReplica) error {
+	b := n.eng.DB.NewBatch()
+	defer b.Close()
+	if err := shard.ClearShard(b, n.eng.DB, r.Desc); err != nil {
+		return err
+	}
+	s, e := storage.RaftSpan(r.Desc.ShardID)
+	if err := b.DeleteRange(s, e, nil); err != nil {
+		return err
+	}
+	if err := b.Delete(replicaKey(r.Desc.ShardID), nil); err != nil {
+		return err
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return err
+	}
+	n.log.Info("removed a replica that moved away", "shard", r.Desc.ShardID, "replica", r.ReplicaID)
+	return nil
+}
+
+// conformShards runs on every node: for each data shard it leads, it takes
+// one step bringing the group's configuration to the catalog's target.
+func (n *Node) conformShards() {
+	n.mu.RLock()
+	ids := make([]uint64, 0, len(n.mu.replicas))
+	for id := range n.mu.replicas {
+		if id != cluster.MetaShardID {
+			ids = append(ids, id)
+		}
+	}
+	n.mu.RUnlock()
+	for _, id := range ids {
+		if !n.host.Ready(id) {
+			continue
+		}
+		if err := n.conformShard(id); err != nil {
+			n.log.Warn("changing a shard's replicas failed; retrying", "shard", id, "err", err)
+		}
+	}
+}
+
+func (n *Node) conformShard(id uint64) error {
+	target, ok := n.target(id)
+	if !ok {
+		return nil
+	}
+	cs, ok := n.host.ConfState(id)
+	if !ok || len(cs.VotersOutgoing) > 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	change := func(t raftpb.ConfChangeType, rid uint64) error {
+		return n.host.ProposeConfChange(ctx, id, raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: t, NodeID: rid}}})
+	}
+	match, last, _ := n.host.Progress(id)
+	for _, rid := range target {
+		if !contains(cs.Voters, rid) && !contains(cs.Learners, rid) {
+			n.log.Info("adding a replica as learner", "shard", id, "replica", rid)
+			return change(raftpb.ConfChangeAddLearnerNode, rid)
+		}
+	}
+	for _, rid := range target {
+		if contains(cs.Learners, rid) {
+			if match[rid]+8 < last {
+				return nil // still catching up
+			}
+			n.log.Info("promoting a replica to voter", "shard", id, "replica", rid)
+			return change(raftpb.ConfChangeAddNode, rid)
+		}
+	}
+	self := n.host.Leader(id)
+	for _, rid := range append(append([]uint64(nil), cs.Voters...), cs.Learners...) {
+		if contains(target, rid) {
+			continue
+		}
+		if rid == self {
+			// Leaving: hand leadership to a caught-up target voter first.
+			for _, t := range target {
+				if match[t] >= last {
+					n.host.TransferLeadership(id, t)
+					return nil
+				}
+			}
+			return nil
+		}
+		n.log.Info("removing a replica that moved away", "shard", id, "replica", rid)
+		return change(raftpb.ConfChangeRemoveNode, rid)
+	}
+	return nil
+}
+
+// shardsSettled asks the leader of every data shard whether its
+// configuration matches its target.
+func (n *Node) shardsSettled(ctx context.Context) bool {
+	n.mu.RLock()
+	type sh struct {
+		id    uint64
+		nodes []uint64
+	}
+	var all []sh
+	for _, c := range n.mu.catalog {
+		for _, s := range c.Shards {
+			var nodes []uint64
+			for _, r := range s.Replicas {
+				nodes = append(nodes, r.Node)
+			}
+			all = append(all, sh{s.ID, nodes})
+		}
+	}
+	n.mu.RUnlock()
+	for _, s := range all {
+		settled := false
+		for _, id := range s.nodes {
+			var resp confResponse
+			if id == n.id {
+				if n.host.Ready(s.id) {
+					cs, _ := n.host.ConfState(s.id)
+					resp = confResponse{Leader: true, Settled: n.settled(s.id, cs)}
+				}
+			} else if nd, ok := n.nodeDesc(id); ok {
+				c, err := n.peers.conn(nd.PeerAddr)
+				if err != nil || c.Invoke(ctx, "/"+movesService+"/Conf", &confRequest{Shard: s.id}, &resp) != nil {
+					continue
+				}
+			}
+			if resp.Leader {
+				settled = resp.Settled
+				break
+			}
+		}
+		if !settled {
+			return false
+		}
+	}
+	return true
+}
+
+// rebalance runs on the meta shard's leader: one collection move at a
+// time, off draining nodes first, then from the most to the least loaded
+// node while that narrows the gap between them.
+func (n *Node) rebalance() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if !n.shardsSettled(ctx) {
+		return
+	}
+	n.mu.RLock()
+	load := map[uint64]int{}
+	draining := map[uint64]bool{}
+	for id, d := range n.mu.nodes {
+		load[id] = 0
+		draining[id] = d.Draining
+	}
+	type coll struct {
+		name   string
+		nodes  []uint64
+		shards int
+	}
+	var colls []coll
+	for _, c := range n.mu.catalog {
+		if len(c.Shards) == 0 {
+			continue
+		}
+		var nodes []uint64
+		for _, r := range c.Shards[0].Replicas {
+			nodes = append(nodes, r.Node)
+		}
+		for _, s := range c.Shards {
+			for _, r := range s.Replicas {
+				load[r.Node]++
+			}
+		}
+		colls = append(colls, coll{c.Name, nodes, len(c.Shards)})
+	}
+	n.mu.RUnlock()
+	sort.Slice(colls, func(i, j int) bool { return colls[i].name < colls[j].name })
+	// Candidates to receive: live, non-draining nodes, least loaded first.
+	var dest []uint64
+	for id := range load {
+		if !draining[id] {
+			dest = append(dest, id)
+		}
+	}
+	sort.Slice(dest, func(i, j int) bool {
+		if load[dest[i]] != load[dest[j]] {
+			return load[dest[i]] < load[dest[j]]
+		}
+		return dest[i] < dest[j]
+	})
+	pick := func(c coll, from uint64) uint64 {
+		for _, to := range dest {
+			if !contains(c.nodes, to) && (draining[from] || load[from]-load[to] > c.shards) {
+				return to
+			}
+		}
+		return 0
+	}
+	move := func(c coll, from, to uint64) {
+		res, err := n.propose(ctx, cluster.MetaShardID, shard.EncodeMoveReplicas(c.name, from, to))
+		if err == nil && res.Err != nil {
+			err = res.Err
+		}
+		if err != nil {
+			n.log.Warn("moving replicas failed", "collection", c.name, "from", from, "to", to, "err", err)
+			return
+		}
+		n.log.Info("moving a collection's replicas", "collection", c.name, "from", from, "to", to)
+	}
+	for _, c := range colls {
+		for _, from := range c.nodes {
+			if draining[from] {
+				if to := pick(c, from); to != 0 {
+					move(c, from, to)
+					return
+				}
+			}
+		}
+	}
+	// The most loaded node gives a collection to the least loaded one.
+	src := append([]uint64(nil), dest...)
+	sort.Slice(src, func(i, j int) bool {
+		if load[src[i]] != load[src[j]] {
+			return load[src[i]] > load[src[j]]
+		}
+		return src[i] < src[j]
+	})
+	for _, from := range src {
+		for _, c := range colls {
+			if !contains(c.nodes, from) {
+				continue
+			}
+			if to := pick(c, from); to != 0 {
+				move(c, from, to)
+				return
+			}
+		}
+	}
+}
+
+// Decommission marks node id as draining (or, with draining false, takes
+// the mark back): its replicas move to other nodes, it gets no new ones,
+// and it gives up its meta shard vote. Once ClusterStatus shows it holding
+// no replica it can be stopped.
+func (n *Node) Decommission(ctx context.Context, id uint64, draining bool) error {
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if _, ok := n.nodeDesc(id); !ok {
+		return kv.Errorf(kv.CodeNotFound, "node %d is not a member", id)
+	}
+	res, err := n.propose(ctx, cluster.MetaShardID, shard.EncodeSetDraining(id, draining))
+	if err == nil && res.Err != nil {
+		err = res.Err
+	}
+	return err
+}

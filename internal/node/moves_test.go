@@ -1,0 +1,219 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/groupkv/groupkv/internal/cluster"
+	"github.com/groupkv/groupkv/internal/kv"
+	"github.com/groupkv/groupkv/internal/linearizability"
+)
+
+// settledEverywhere checks that every shard of collection name has its
+// catalog's target replicas as its voters, and that every node holds
+// exactly the replicas the catalog gives it.
+func (c *testCluster) settledEverywhere(name string) error {
+	d, err := c.nodes[0].n.collection(name)
+	if err != nil {
+		return err
+	}
+	for _, s := range d.Shards {
+		var leader *testNode
+		for _, tn := range c.nodes {
+			if tn.n.host.Ready(s.ID) {
+				leader = tn
+			}
+		}
+		if leader == nil {
+			return fmt.Errorf("shard %d has no leader", s.ID)
+		}
+		cs, _ := leader.n.host.ConfState(s.ID)
+		if !leader.n.settled(s.ID, cs) {
+			return fmt.Errorf("shard %d: configuration %v, target %+v", s.ID, cs, s.Replicas)
+		}
+		for _, tn := range c.nodes {
+			want := false
+			for _, r := range s.Replicas {
+				want = want || r.Node == tn.id
+			}
+			if tn.n.hasReplica(s.ID) != want {
+				return fmt.Errorf("node %d holds shard %d: %v, want %v", tn.id, s.ID, !want, want)
+			}
+		}
+	}
+	return nil
+}
+
+func metaReplicaID(n *Node) uint64 {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return n.mu.replicas[cluster.MetaShardID].ReplicaID
+}
+
+// runClients runs clients of puts and gets on collection c through random
+// nodes until stop is closed, recording the history.
+func runClients(c *testCluster, rec *linearizability.Recorder, seed uint64, clients int, stop *atomic.Bool, wg *sync.WaitGroup) {
+	keys := []string{"a", "b", "c", "d"}
+	for cl := 0; cl < clients; cl++ {
+		wg.Add(1)
+		go func(cl int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(cl)))
+			for i := 0; !stop.Load(); i++ {
+				tn := c.nodes[rng.IntN(len(c.nodes))]
+				key := keys[rng.IntN(len(keys))]
+				if rng.IntN(2) == 0 {
+					recordPut(rec, cl, tn.n, key, fmt.Sprintf("c%d-%d", cl, i))
+				} else {
+					recordGet(rec, cl, tn.n, key)
+				}
+				time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+			}
+		}(cl)
+	}
+}
+
+// TestClusterDecommission drains a node holding a collection's replicas
+// under concurrent clients: the replicas move to the spare node (learner,
+// snapshot, voter, then the old replica is removed), the drained node
+// holds nothing and gives up its meta vote, and the history stays
+// linearizable.
+func TestClusterDecommission(t *testing.T) {
+	seed := clusterSeed(t)
+	t.Logf("seed %d", seed)
+	c := startCluster(t, 4, nil)
+	ctx := context.Background()
+	info, err := c.node(1).n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Shards: 3, Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := c.node(1).n.collection("c")
+	holders := map[uint64]bool{}
+	for _, r := range d.Shards[0].Replicas {
+		holders[r.Node] = true
+	}
+	var spare, drained uint64
+	for _, tn := range c.nodes {
+		if !holders[tn.id] {
+			spare = tn.id
+		}
+	}
+	// Drain a holder that votes in the meta shard, so its vote moves too.
+	cs, _ := c.node(1).n.host.ConfState(cluster.MetaShardID)
+	for _, r := range d.Shards[0].Replicas {
+		for _, tn := range c.nodes {
+			if tn.id == r.Node && contains(cs.Voters, metaReplicaID(tn.n)) {
+				drained = r.Node
+			}
+		}
+	}
+	if spare == 0 || drained == 0 {
+		t.Fatalf("no spare (%d) or drainable (%d) node; holders %v", spare, drained, holders)
+	}
+	t.Logf("collection on %v; draining node %d, spare node %d", holders, drained, spare)
+
+	rec := &linearizability.Recorder{}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	runClients(c, rec, seed, 4, &stop, &wg)
+	time.Sleep(200 * time.Millisecond)
+	if err := c.node(2).n.Decommission(ctx, drained, true); err != nil {
+		t.Fatal(err)
+	}
+	c.eventually(60*time.Second, "the replicas moved off the drained node", func() error {
+		d, _ := c.node(1).n.collection("c")
+		for _, s := range d.Shards {
+			for _, r := range s.Replicas {
+				if r.Node == drained {
+					return fmt.Errorf("shard %d still targets node %d", s.ID, drained)
+				}
+			}
+		}
+		return c.settledEverywhere("c")
+	})
+	c.eventually(30*time.Second, "the drained node gave up its meta vote", func() error {
+		rid := metaReplicaID(c.node(drained).n)
+		for _, tn := range c.nodes {
+			if tn.n.host.Ready(cluster.MetaShardID) {
+				cs, _ := tn.n.host.ConfState(cluster.MetaShardID)
+				if contains(cs.Voters, rid) || len(cs.Voters) != 3 {
+					return fmt.Errorf("meta voters %v still hold replica %d", cs.Voters, rid)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no meta leader")
+	})
+	time.Sleep(200 * time.Millisecond)
+	// The drained node can stop: everything keeps working without it.
+	dn := c.node(drained)
+	dn.srv.Stop()
+	c.net.isolate(drained)
+	time.Sleep(300 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+	for _, tn := range c.nodes {
+		if tn.id == drained {
+			continue
+		}
+		c.eventually(30*time.Second, "a write after the drained node stopped", func() error {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			_, err := tn.n.Put(cctx, kv.PutRequest{Collection: "c", Key: []byte("after"), Value: []byte("x")})
+			return err
+		})
+	}
+	_ = info
+	rec.Check(t, int64(seed))
+}
+
+// TestClusterRebalanceOntoNewNode adds a node to a cluster whose nodes all
+// hold two collections: one collection moves onto the new node.
+func TestClusterRebalanceOntoNewNode(t *testing.T) {
+	c := startCluster(t, 3, nil)
+	ctx := context.Background()
+	for _, name := range []string{"a", "b"} {
+		if _, err := c.node(1).n.CreateCollection(ctx, kv.CollectionOptions{Name: name, Shards: 2, Replicas: 3}); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 50; i++ {
+			if _, err := c.node(1).n.Put(ctx, kv.PutRequest{Collection: name, Key: []byte(fmt.Sprint("k", i)), Value: []byte(name)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	n4 := c.addNode()
+	c.eventually(60*time.Second, "a collection moved onto the new node", func() error {
+		for _, name := range []string{"a", "b"} {
+			d, _ := c.node(1).n.collection(name)
+			for _, r := range d.Shards[0].Replicas {
+				if r.Node == n4.id {
+					return c.settledEverywhere(name)
+				}
+			}
+		}
+		return fmt.Errorf("node 4 holds nothing yet")
+	})
+	for _, name := range []string{"a", "b"} {
+		for i := 0; i < 50; i++ {
+			r, err := n4.n.Get(ctx, kv.GetRequest{Collection: name, Key: []byte(fmt.Sprint("k", i))})
+			if err != nil || string(r.Value) != name {
+				t.Fatalf("node 4 reads %s/k%d = %q, %v", name, i, r.Value, err)
+			}
+		}
+	}
+	st, err := c.node(2).n.ClusterStatus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range st.Nodes {
+		if ns.Replicas != 2 && ns.Replicas != 4 {
+			t.Fatalf("replicas per node %+v", st.Nodes)
+		}
+	}
+}
