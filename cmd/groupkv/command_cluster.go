@@ -93,13 +93,17 @@ type clusterNode struct {
 	Addr     string `json:"addr"`
 	PeerAddr string `json:"peer_addr"`
 	Healthy  bool   `json:"healthy"`
+	Draining bool   `json:"draining"`
+	Replicas int    `json:"replicas"`
+	Held     *int   `json:"held"`
 }
 
 type clusterShard struct {
 	Collection string   `json:"collection"`
 	Shard      uint64   `json:"shard"`
-	Replicas   []uint64 `json:"replicas"`
-	Leader     uint64   `json:"leader"`
+	Replicas    []uint64 `json:"replicas"`
+	Leader      uint64   `json:"leader"`
+	Consistency string   `json:"consistency"`
 }
 
 // metaCollection is how the table shows the meta shard's collection ("").
@@ -172,20 +176,28 @@ func formatClusterStatus(w io.Writer, body []byte) error {
 	})
 
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tADDR\tPEER\tHEALTHY")
+	fmt.Fprintln(tw, "NODE\tADDR\tPEER\tHEALTHY\tREPLICAS\tHELD\tSTATE")
 	for _, n := range nodes {
 		healthy := "no"
 		if n.Healthy {
 			healthy = "yes"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", n.ID, orDash(n.Addr), orDash(n.PeerAddr), healthy)
+		held := "-"
+		if n.Held != nil && *n.Held >= 0 {
+			held = strconv.Itoa(*n.Held)
+		}
+		state := "member"
+		if n.Draining {
+			state = "draining"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", n.ID, orDash(n.Addr), orDash(n.PeerAddr), healthy, n.Replicas, held, state)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "COLLECTION\tSHARD\tREPLICAS\tLEADER")
+	fmt.Fprintln(tw, "COLLECTION\tSHARD\tREPLICAS\tLEADER\tCONSISTENCY")
 	for _, s := range shards {
 		coll := s.Collection
 		if coll == "" {
@@ -199,7 +211,7 @@ func formatClusterStatus(w io.Writer, body []byte) error {
 		if s.Leader != 0 {
 			leader = strconv.FormatUint(s.Leader, 10)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", coll, s.Shard, orDash(strings.Join(replicas, ",")), leader)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", coll, s.Shard, orDash(strings.Join(replicas, ",")), leader, orDash(s.Consistency))
 	}
 	return tw.Flush()
 }

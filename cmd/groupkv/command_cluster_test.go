@@ -23,12 +23,12 @@ import (
 // clusterBody is a /v1/cluster answer with its nodes and shards out of order.
 const clusterBody = `{
   "nodes": [
-    {"id": 3, "addr": "127.0.0.1:7090", "peer_addr": "127.0.0.1:7091", "healthy": false},
-    {"id": 1, "addr": "127.0.0.1:7070", "peer_addr": "127.0.0.1:7071", "healthy": true},
-    {"id": 2, "addr": "127.0.0.1:7080", "peer_addr": "127.0.0.1:7081", "healthy": true}
+    {"id": 3, "addr": "127.0.0.1:7090", "peer_addr": "127.0.0.1:7091", "healthy": false, "replicas": 2, "held": -1},
+    {"id": 1, "addr": "127.0.0.1:7070", "peer_addr": "127.0.0.1:7071", "healthy": true, "replicas": 2, "held": 2},
+    {"id": 2, "addr": "127.0.0.1:7080", "peer_addr": "127.0.0.1:7081", "healthy": true, "replicas": 0, "held": 1, "draining": true}
   ],
   "shards": [
-    {"collection": "users", "shard": 3, "replicas": [1, 2, 3], "leader": 2},
+    {"collection": "users", "shard": 3, "replicas": [1, 2, 3], "leader": 2, "consistency": "ok"},
     {"collection": "users", "shard": 2, "replicas": [1, 2, 3], "leader": 0},
     {"collection": "", "shard": 1, "replicas": [1, 2, 3], "leader": 1},
     {"collection": "events", "shard": 4, "replicas": [2], "leader": 2, "future_field": true}
@@ -73,16 +73,16 @@ func TestClusterStatusFormat(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := out.String()
-	want := `NODE  ADDR            PEER            HEALTHY
-1     127.0.0.1:7070  127.0.0.1:7071  yes
-2     127.0.0.1:7080  127.0.0.1:7081  yes
-3     127.0.0.1:7090  127.0.0.1:7091  no
+	want := `NODE  ADDR            PEER            HEALTHY  REPLICAS  HELD  STATE
+1     127.0.0.1:7070  127.0.0.1:7071  yes      2         2     member
+2     127.0.0.1:7080  127.0.0.1:7081  yes      0         1     draining
+3     127.0.0.1:7090  127.0.0.1:7091  no       2         -     member
 
-COLLECTION  SHARD  REPLICAS  LEADER
-(meta)      1      1,2,3     1
-events      4      2         2
-users       2      1,2,3     -
-users       3      1,2,3     2
+COLLECTION  SHARD  REPLICAS  LEADER  CONSISTENCY
+(meta)      1      1,2,3     1       -
+events      4      2         2       -
+users       2      1,2,3     -       -
+users       3      1,2,3     2       ok
 `
 	if got != want {
 		t.Fatalf("got:\n%s\nwant:\n%s", got, want)
@@ -94,7 +94,7 @@ func TestClusterStatusFormatEmptyAndBad(t *testing.T) {
 	if err := formatClusterStatus(&out, []byte(`{"nodes": [{"id": 1}], "shards": [{"collection": "c", "shard": 1}]}`)); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "1     -     -     no") || !strings.Contains(out.String(), "c           1      -         -") {
+	if !strings.Contains(out.String(), "1     -     -     no") || !strings.Contains(out.String(), "c           1      -         -       -") {
 		t.Fatalf("missing fields not shown as -:\n%s", out.String())
 	}
 	if err := formatClusterStatus(&out, []byte(`<html>`)); err == nil || !strings.Contains(err.Error(), "/v1/cluster") {

@@ -674,7 +674,7 @@ func TestClusterFormsAndServes(t *testing.T) {
 		t.Fatalf("groupkv cluster status: %v\n%s", err, out)
 	}
 	for _, n := range c.nodes {
-		re := regexp.MustCompile(`(?m)^` + strconv.Itoa(n.id) + `\s+` + regexp.QuoteMeta(n.addr) + `\s+` + regexp.QuoteMeta(n.peerAddr) + `\s+yes\s*$`)
+		re := regexp.MustCompile(`(?m)^` + strconv.Itoa(n.id) + `\s+` + regexp.QuoteMeta(n.addr) + `\s+` + regexp.QuoteMeta(n.peerAddr) + `\s+yes\s+`)
 		if !re.MatchString(string(out)) {
 			t.Errorf("groupkv cluster status lacks node %d (%s, %s) as healthy:\n%s", n.id, n.addr, n.peerAddr, out)
 		}
