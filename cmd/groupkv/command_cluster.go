@@ -99,8 +99,8 @@ type clusterNode struct {
 }
 
 type clusterShard struct {
-	Collection string   `json:"collection"`
-	Shard      uint64   `json:"shard"`
+	Collection  string   `json:"collection"`
+	Shard       uint64   `json:"shard"`
 	Replicas    []uint64 `json:"replicas"`
 	Leader      uint64   `json:"leader"`
 	Consistency string   `json:"consistency"`
