@@ -303,3 +303,26 @@ func TestTimestampTime(t *testing.T) {
 		t.Fatalf("TimeFromTimestamp = %v, want %v", got, fakeEpoch)
 	}
 }
+
+func TestMoveReplica(t *testing.T) {
+	s := ShardDesc{ID: 9, Replicas: []Replica{{Node: 1, ID: 1}, {Node: 2, ID: 2}, {Node: 3, ID: 3}}}
+	orig := append([]Replica(nil), s.Replicas...)
+	moved := s
+	if !moved.MoveReplica(2, 4) {
+		t.Fatal("the move was refused")
+	}
+	want := []Replica{{Node: 1, ID: 1}, {Node: 4, ID: 4, Joining: true}, {Node: 3, ID: 3}}
+	if !reflect.DeepEqual(moved.Replicas, want) || moved.NextReplica != 5 {
+		t.Fatalf("after the move: %+v next %d", moved.Replicas, moved.NextReplica)
+	}
+	if !reflect.DeepEqual(s.Replicas, orig) {
+		t.Fatalf("the move changed the original's replicas: %+v", s.Replicas)
+	}
+	// Ids are never reused: moving back gets a new one.
+	if !moved.MoveReplica(4, 2) || moved.Replicas[1] != (Replica{Node: 2, ID: 5, Joining: true}) {
+		t.Fatalf("moving back: %+v", moved.Replicas)
+	}
+	if moved.MoveReplica(7, 8) || moved.MoveReplica(1, 3) {
+		t.Fatal("a move from a node without a replica, or onto one with a replica, was accepted")
+	}
+}

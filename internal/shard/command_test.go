@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/groupkv/groupkv/internal/cluster"
 	"github.com/groupkv/groupkv/internal/kv"
 )
 
@@ -250,7 +251,30 @@ func validEncodings() [][]byte {
 			SplitPoints: [][]byte{[]byte("g"), []byte("p")}}, []uint64{1, 2, 3}),
 		EncodeDropCollection("c"),
 		EncodeChecksum(0), EncodeChecksum(math.MaxUint64),
+		EncodeMoveReplicas("c", 1, 4), EncodeMoveReplicas("", math.MaxUint64, 0),
+		EncodeSetDraining(3, true), EncodeSetDraining(math.MaxUint64, false),
+		EncodeAddNode(cluster.NodeDesc{ID: 2, Addr: "h:7080", PeerAddr: "h:7081", MetaReplica: 4}, true),
+		EncodePlace(Placement{Bucket: 7, Key: []byte("k"), HasOld: true, Old: "a", New: "b"}),
+		EncodeDeleteRange([]byte("a"), []byte("z")), EncodeDeleteRange([]byte("a"), nil),
 	)
+}
+
+func TestMoveAndDrainRoundTrip(t *testing.T) {
+	c, err := DecodeCommand(EncodeMoveReplicas("users", 2, 5))
+	if err != nil || c.Kind != KindMoveReplicas || c.Move != (MoveCmd{Collection: "users", From: 2, To: 5}) {
+		t.Fatalf("decoded %+v, %v", c, err)
+	}
+	for _, on := range []bool{true, false} {
+		c, err := DecodeCommand(EncodeSetDraining(7, on))
+		if err != nil || c.Kind != KindSetDraining || c.Drain != (DrainCmd{Node: 7, Draining: on}) {
+			t.Fatalf("decoded %+v, %v", c, err)
+		}
+	}
+	b := EncodeSetDraining(7, true)
+	b[len(b)-1] = 2
+	if _, err := DecodeCommand(b); !errors.Is(err, ErrCorruptCommand) {
+		t.Fatalf("a draining flag of 2 decoded: %v", err)
+	}
 }
 
 // TestDecodeTruncatedOrExtended checks that no strict prefix of a valid
@@ -324,6 +348,18 @@ func reencode(c Command) []byte {
 		return EncodeDropCollection(c.Collection.Name)
 	case KindChecksum:
 		return EncodeChecksum(c.ChecksumID)
+	case KindMoveReplicas:
+		return EncodeMoveReplicas(c.Move.Collection, c.Move.From, c.Move.To)
+	case KindSetDraining:
+		return EncodeSetDraining(c.Drain.Node, c.Drain.Draining)
+	case KindDeleteRange:
+		b := EncodeDeleteRange(c.Start, c.End)
+		SetVersion(b, c.Version)
+		return b
+	case KindPlace:
+		return EncodePlace(c.Place)
+	case KindAddNode:
+		return EncodeAddNode(c.Node, c.AssignMeta)
 	}
 	panic(fmt.Sprintf("decoded unknown kind %d", c.Kind))
 }
