@@ -375,8 +375,24 @@ func (n *Node) reconcile() error {
 	n.mu.RUnlock()
 
 	for id, w := range want {
-		if _, ok := have[id]; ok {
-			continue
+		if old, ok := have[id]; ok {
+			if old.ReplicaID == w.lr.ReplicaID {
+				continue
+			}
+			// The shard moved away and back: the old replica (another raft
+			// id) goes first, once the group no longer holds it.
+			if !n.replicaLeftGroup(id, old.ReplicaID) {
+				continue
+			}
+			n.host.RemoveGroup(id)
+			n.host.WaitRemoved(id)
+			if err := n.clearReplica(old); err != nil {
+				return err
+			}
+			n.mu.Lock()
+			delete(n.mu.replicas, id)
+			n.mu.Unlock()
+			delete(have, id)
 		}
 		r := w.lr
 		if w.joining {
