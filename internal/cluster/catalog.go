@@ -41,6 +41,26 @@ type ShardDesc struct {
 	NextReplica uint64 `json:"next_replica,omitempty"`
 }
 
+// RenewReplica gives the replica of s on node a new raft id, joining: the
+// node lost its copy. It reports false if node holds no replica of s.
+func (s *ShardDesc) RenewReplica(node uint64) bool {
+	at := -1
+	next := s.NextReplica
+	for i, r := range s.Replicas {
+		if r.Node == node {
+			at = i
+		}
+		next = max(next, r.ID+1)
+	}
+	if at < 0 {
+		return false
+	}
+	s.Replicas = append([]Replica(nil), s.Replicas...)
+	s.Replicas[at] = Replica{Node: node, ID: next, Joining: true}
+	s.NextReplica = next + 1
+	return true
+}
+
 // MoveReplica replaces the replica of s on node from by a joining replica
 // on node to, with a new raft id. It reports false if from holds no
 // replica of s or to holds one already.

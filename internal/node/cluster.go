@@ -573,17 +573,15 @@ func (n *Node) handleJoin(ctx context.Context, req *joinRequest) (*joinResponse,
 	if req.Node.ID == 0 || req.Node.Addr == "" || req.Node.PeerAddr == "" {
 		return &joinResponse{Error: toPeerError(kv.Errorf(kv.CodeInvalidArgument, "a joining node needs an id, an address and a peer address"))}, nil
 	}
-	if d, ok := n.nodeDesc(req.Node.ID); ok && d.MetaReplica != 0 && n.host.Ready(cluster.MetaShardID) {
-		// Joining again (a restart before its replica was created): the
-		// record stands; a new empty replica would reuse its raft id,
-		// which is only safe while it never voted — so refuse if its
-		// replica is already a voter.
-		if cs, ok := n.host.ConfState(cluster.MetaShardID); ok && contains(cs.Voters, d.MetaReplica) {
-			return &joinResponse{Error: toPeerError(kv.Errorf(kv.CodeAlreadyExists,
-				"node %d is already a member with meta replica %d; restart it on its data directory (a node with an empty disk needs a new --node-id)", d.ID, d.MetaReplica))}, nil
-		}
+	cmd := shard.EncodeAddNode(req.Node, true)
+	if d, ok := n.nodeDesc(req.Node.ID); ok && d.MetaReplica != 0 {
+		// A member asks to join: it lost its disk (a member that restarts
+		// on its data directory does not join). Its replicas get new raft
+		// ids — ids are never reused — and the old ones are replaced.
+		n.log.Warn("a member joins again with an empty disk: replacing its replicas", "node", d.ID)
+		cmd = shard.EncodeRejoinNode(req.Node)
 	}
-	res, err := n.propose(ctx, cluster.MetaShardID, shard.EncodeAddNode(req.Node, true))
+	res, err := n.propose(ctx, cluster.MetaShardID, cmd)
 	if err == nil && res.Err != nil {
 		err = res.Err
 	}
@@ -676,6 +674,14 @@ func (n *Node) growMeta() {
 		if !contains(cs.Voters, rid) && !contains(cs.Learners, rid) {
 			change(raftpb.ConfChangeAddLearnerNode, rid, "added as learner")
 			return // one change at a time
+		}
+	}
+	for _, rid := range append(append([]uint64(nil), cs.Voters...), cs.Learners...) {
+		if !contains(want, rid) {
+			// No member holds it any more (its node came back with an
+			// empty disk and a new replica id).
+			change(raftpb.ConfChangeRemoveNode, rid, "removed: no member holds it")
+			return
 		}
 	}
 	live := 0

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/groupkv/groupkv/internal/cluster"
 	"github.com/groupkv/groupkv/internal/kv"
@@ -214,6 +217,106 @@ func TestClusterRebalanceOntoNewNode(t *testing.T) {
 	for _, ns := range st.Nodes {
 		if ns.Replicas != 2 && ns.Replicas != 4 {
 			t.Fatalf("replicas per node %+v", st.Nodes)
+		}
+	}
+}
+
+// replaceNode stops node id and starts it again on an empty data directory
+// (a lost disk), joining through the first node.
+func (c *testCluster) replaceNode(id uint64) *testNode {
+	t := c.t
+	t.Helper()
+	old := c.node(id)
+	old.srv.Stop()
+	if err := old.n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{DataDir: t.TempDir(), NodeID: id, TickInterval: 20 * time.Millisecond,
+		Dialer: c.net.dialer(id), Logger: quietLogger(), Join: []string{c.join}}
+	n, err := Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	n.RegisterPeer(srv)
+	go srv.Serve(l)
+	c.net.mu.Lock()
+	c.net.addrNode[l.Addr().String()] = id
+	c.net.mu.Unlock()
+	n.Serve(fmt.Sprintf("127.0.0.1:%d", 41000+id), l.Addr().String())
+	tn := &testNode{id: id, n: n, srv: srv}
+	t.Cleanup(func() {
+		tn.srv.Stop()
+		tn.n.Close()
+	})
+	c.nodes[id-1] = tn
+	return tn
+}
+
+// TestClusterNodeReturnsWithEmptyDisk loses a node's disk: started again
+// with its id on an empty directory, it gets new replica ids (ids are never
+// reused) in the meta shard and in every shard it held, the old replicas
+// are removed from their groups, and it serves every write again.
+func TestClusterNodeReturnsWithEmptyDisk(t *testing.T) {
+	c := startCluster(t, 3, nil)
+	ctx := context.Background()
+	if _, err := c.node(1).n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Shards: 2, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 40; i++ {
+		if _, err := c.node(1).n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte(fmt.Sprint("k", i)), Value: []byte(fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, _ := c.node(1).n.collection("c")
+	oldIDs := map[uint64]uint64{}
+	for _, s := range d.Shards {
+		for _, r := range s.Replicas {
+			if r.Node == 3 {
+				oldIDs[s.ID] = r.ID
+			}
+		}
+	}
+	oldMeta := metaReplicaID(c.node(3).n)
+	n3 := c.replaceNode(3)
+	c.eventually(60*time.Second, "the node with a new disk holds its shards again", func() error {
+		if err := c.settledEverywhere("c"); err != nil {
+			return err
+		}
+		d, _ := c.node(1).n.collection("c")
+		for _, s := range d.Shards {
+			for _, r := range s.Replicas {
+				if r.Node == 3 && r.ID == oldIDs[s.ID] {
+					return fmt.Errorf("shard %d still names replica %d of node 3", s.ID, r.ID)
+				}
+			}
+		}
+		return nil
+	})
+	c.eventually(30*time.Second, "the meta shard replaced the lost replica", func() error {
+		newMeta := metaReplicaID(n3.n)
+		if newMeta == 0 || newMeta == oldMeta {
+			return fmt.Errorf("node 3's meta replica is %d (was %d)", newMeta, oldMeta)
+		}
+		for _, tn := range c.nodes {
+			if tn.n.host.Ready(cluster.MetaShardID) {
+				cs, _ := tn.n.host.ConfState(cluster.MetaShardID)
+				if contains(cs.Voters, oldMeta) || contains(cs.Learners, oldMeta) || !contains(cs.Voters, newMeta) {
+					return fmt.Errorf("meta configuration %v", cs)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no meta leader")
+	})
+	for i := 0; i < 40; i++ {
+		r, err := n3.n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte(fmt.Sprint("k", i))})
+		if err != nil || string(r.Value) != fmt.Sprint(i) {
+			t.Fatalf("node 3 reads k%d = %q, %v", i, r.Value, err)
 		}
 	}
 }

@@ -276,7 +276,12 @@ func (n *Node) onApplied(shardID uint64, kind shard.CommandKind, res shard.Resul
 		return
 	}
 	switch kind {
-	case shard.KindAddNode, shard.KindSetDraining:
+	case shard.KindAddNode:
+		// A node that rejoined with an empty disk changed the catalog too.
+		if err := n.reloadMeta(); err != nil {
+			n.log.Error("reloading the catalog failed", "err", err)
+		}
+	case shard.KindSetDraining:
 		n.mu.Lock()
 		n.mu.nodes[res.Node.ID] = *res.Node
 		n.mu.Unlock()

@@ -86,6 +86,10 @@ type Command struct {
 	// the first cluster.MetaReplicas as voters, the others as learners).
 	Node       cluster.NodeDesc
 	AssignMeta bool
+	// Rejoin: the node came back with an empty disk; it gets new replica
+	// ids in the meta shard and every shard it holds (ids are never
+	// reused), and its old replicas are replaced.
+	Rejoin bool
 	// ChecksumID names a KindChecksum, so that the replicas' answers to one
 	// consistency check can be told apart from another's.
 	ChecksumID uint64
@@ -214,6 +218,13 @@ func EncodeCreateCollection(opts kv.CollectionOptions, nodes []uint64) []byte {
 	if opts.Replicas != 0 {
 		b = binary.AppendUvarint(b, uint64(opts.Replicas))
 	}
+	return b
+}
+
+// EncodeRejoinNode encodes the return of node n with an empty disk.
+func EncodeRejoinNode(n cluster.NodeDesc) []byte {
+	b := EncodeAddNode(n, true)
+	b[len(b)-1] = 2
 	return b
 }
 
@@ -387,6 +398,8 @@ func DecodeCommand(b []byte) (Command, error) {
 		case 0:
 		case 1:
 			c.AssignMeta = true
+		case 2:
+			c.AssignMeta, c.Rejoin = true, true
 		default:
 			d.err = ErrCorruptCommand
 		}

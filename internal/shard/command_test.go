@@ -254,6 +254,7 @@ func validEncodings() [][]byte {
 		EncodeMoveReplicas("c", 1, 4), EncodeMoveReplicas("", math.MaxUint64, 0),
 		EncodeSetDraining(3, true), EncodeSetDraining(math.MaxUint64, false),
 		EncodeAddNode(cluster.NodeDesc{ID: 2, Addr: "h:7080", PeerAddr: "h:7081", MetaReplica: 4}, true),
+		EncodeRejoinNode(cluster.NodeDesc{ID: 3, Addr: "h:7090", PeerAddr: "h:7091"}),
 		EncodePlace(Placement{Bucket: 7, Key: []byte("k"), HasOld: true, Old: "a", New: "b"}),
 		EncodeDeleteRange([]byte("a"), []byte("z")), EncodeDeleteRange([]byte("a"), nil),
 	)
@@ -359,6 +360,9 @@ func reencode(c Command) []byte {
 	case KindPlace:
 		return EncodePlace(c.Place)
 	case KindAddNode:
+		if c.Rejoin {
+			return EncodeRejoinNode(c.Node)
+		}
 		return EncodeAddNode(c.Node, c.AssignMeta)
 	}
 	panic(fmt.Sprintf("decoded unknown kind %d", c.Kind))

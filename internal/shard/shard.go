@@ -663,11 +663,19 @@ func (s *Shard) applyAddNode(b *pebble.Batch, cmd Command) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	rec := in
+	rec, known := in, false
 	for _, n := range nodes {
 		if n.ID == in.ID {
-			rec = n
+			rec, known = n, true
 			rec.Addr, rec.PeerAddr = in.Addr, in.PeerAddr
+		}
+	}
+	if cmd.Rejoin && known {
+		// Back with an empty disk: every replica it held is replaced by
+		// a new one with a new raft id.
+		rec.MetaReplica = 0
+		if err := s.renewReplicas(b, rec.ID); err != nil {
+			return Result{}, err
 		}
 	}
 	if cmd.AssignMeta && rec.MetaReplica == 0 {
@@ -691,6 +699,27 @@ func (s *Shard) applyAddNode(b *pebble.Batch, cmd Command) (Result, error) {
 		return Result{}, err
 	}
 	return Result{Node: &rec}, nil
+}
+
+// renewReplicas gives every replica of node a new raft id (joining) in
+// every collection's descriptor.
+func (s *Shard) renewReplicas(b *pebble.Batch, node uint64) error {
+	colls, err := LoadCatalog(b)
+	if err != nil {
+		return err
+	}
+	for _, c := range colls {
+		changed := false
+		for i := range c.Shards {
+			changed = c.Shards[i].RenewReplica(node) || changed
+		}
+		if changed {
+			if err := b.Set(storage.CatalogKey(catalogCollection+c.Name), c.Encode(), nil); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // LoadNodes reads every membership record in r, by node id.
