@@ -39,6 +39,38 @@ type ShardDesc struct {
 	// NextReplica is the raft id the next added replica gets; 0 means one
 	// above the highest id in Replicas (ids are never reused).
 	NextReplica uint64 `json:"next_replica,omitempty"`
+	// Leaving are replicas that left the target (the last few): they stay
+	// members of the group until its leader removes them, and their
+	// messages must still find them. Ids are never reused, so an entry is
+	// never wrong, only possibly stale.
+	Leaving []Replica `json:"leaving,omitempty"`
+}
+
+// maxLeaving bounds ShardDesc.Leaving.
+const maxLeaving = 8
+
+func (s *ShardDesc) leave(r Replica) {
+	r.Joining = false
+	s.Leaving = append(append([]Replica(nil), s.Leaving...), r)
+	if n := len(s.Leaving); n > maxLeaving {
+		s.Leaving = s.Leaving[n-maxLeaving:]
+	}
+}
+
+// ReplicaNode returns the node of replica id of s, among its target and
+// leaving replicas.
+func (s *ShardDesc) ReplicaNode(id uint64) (uint64, bool) {
+	for _, r := range s.Replicas {
+		if r.ID == id {
+			return r.Node, true
+		}
+	}
+	for _, r := range s.Leaving {
+		if r.ID == id {
+			return r.Node, true
+		}
+	}
+	return 0, false
 }
 
 // RenewReplica gives the replica of s on node a new raft id, joining: the
@@ -55,6 +87,7 @@ func (s *ShardDesc) RenewReplica(node uint64) bool {
 	if at < 0 {
 		return false
 	}
+	s.leave(s.Replicas[at])
 	s.Replicas = append([]Replica(nil), s.Replicas...)
 	s.Replicas[at] = Replica{Node: node, ID: next, Joining: true}
 	s.NextReplica = next + 1
@@ -79,6 +112,7 @@ func (s *ShardDesc) MoveReplica(from, to uint64) bool {
 	if at < 0 {
 		return false
 	}
+	s.leave(s.Replicas[at])
 	s.Replicas = append([]Replica(nil), s.Replicas...)
 	s.Replicas[at] = Replica{Node: to, ID: next, Joining: true}
 	s.NextReplica = next + 1

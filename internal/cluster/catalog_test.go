@@ -315,6 +315,10 @@ func TestMoveReplica(t *testing.T) {
 	if !reflect.DeepEqual(moved.Replicas, want) || moved.NextReplica != 5 {
 		t.Fatalf("after the move: %+v next %d", moved.Replicas, moved.NextReplica)
 	}
+	// The leaving replica stays resolvable until its group drops it.
+	if n, ok := moved.ReplicaNode(2); !ok || n != 2 {
+		t.Fatalf("the leaving replica 2 resolves to %d, %v", n, ok)
+	}
 	if !reflect.DeepEqual(s.Replicas, orig) {
 		t.Fatalf("the move changed the original's replicas: %+v", s.Replicas)
 	}

@@ -116,12 +116,7 @@ func (n *Node) replicaNodeLocked(shardID, rid uint64) (uint64, bool) {
 	if !ok {
 		return 0, false
 	}
-	for _, r := range ref.coll.Shards[ref.index].Replicas {
-		if r.ID == rid {
-			return r.Node, true
-		}
-	}
-	return 0, false
+	return ref.coll.Shards[ref.index].ReplicaNode(rid)
 }
 
 // resolve is the transport's Resolver.

@@ -922,7 +922,10 @@ func (h *Host) cycle(tick bool) (bool, error) {
 		g.waiting = append(g.waiting, p)
 	}
 	for _, m := range inbox {
-		if g := h.group(m.ShardID); g != nil {
+		// A message for another replica id of the shard (one this node
+		// held before it lost its disk, or that moved away and back) is
+		// not this replica's: raft does not check the destination.
+		if g := h.group(m.ShardID); g != nil && m.Msg.To == g.replicaID {
 			// An error means a message raft does not take (say, from a
 			// removed replica); raft recovers by itself.
 			_ = g.rn.Step(m.Msg)
