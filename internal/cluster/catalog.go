@@ -94,6 +94,20 @@ func (s *ShardDesc) RenewReplica(node uint64) bool {
 	return true
 }
 
+// Prefer moves the replica of s on node to the front of its replica list,
+// making it the preferred leader. It reports false if node holds no
+// replica of s.
+func (s *ShardDesc) Prefer(node uint64) bool {
+	for i, r := range s.Replicas {
+		if r.Node == node {
+			out := append([]Replica{r}, s.Replicas[:i]...)
+			s.Replicas = append(out, s.Replicas[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
 // MoveReplica replaces the replica of s on node from by a joining replica
 // on node to, with a new raft id. It reports false if from holds no
 // replica of s or to holds one already.

@@ -377,6 +377,80 @@ func (n *Node) rebalance() {
 			}
 		}
 	}
+	n.balanceLeaders(ctx, draining)
+}
+
+// balanceLeaders spreads the shards' preferred leaders (their first
+// replicas, which leadership returns to) over the nodes until per-node
+// counts differ by at most one, a few shards per round.
+func (n *Node) balanceLeaders(ctx context.Context, draining map[uint64]bool) {
+	type sref struct {
+		coll  string
+		id    uint64
+		nodes []uint64
+	}
+	pref := map[uint64]int{}
+	var shards []sref
+	n.mu.RLock()
+	for id, d := range n.mu.nodes {
+		if !d.Draining {
+			pref[id] = 0
+		}
+	}
+	for _, c := range n.mu.catalog {
+		for _, s := range c.Shards {
+			if len(s.Replicas) == 0 {
+				continue
+			}
+			var nodes []uint64
+			for _, r := range s.Replicas {
+				nodes = append(nodes, r.Node)
+			}
+			if _, ok := pref[nodes[0]]; ok {
+				pref[nodes[0]]++
+			}
+			shards = append(shards, sref{c.Name, s.ID, nodes})
+		}
+	}
+	n.mu.RUnlock()
+	sort.Slice(shards, func(i, j int) bool { return shards[i].id < shards[j].id })
+	for changes := 0; changes < 4; changes++ {
+		var hi, lo uint64
+		for id, c := range pref {
+			if hi == 0 || c > pref[hi] || c == pref[hi] && id < hi {
+				hi = id
+			}
+			if lo == 0 || c < pref[lo] || c == pref[lo] && id < lo {
+				lo = id
+			}
+		}
+		if hi == 0 || pref[hi]-pref[lo] <= 1 {
+			return
+		}
+		moved := false
+		for i, s := range shards {
+			if s.nodes[0] != hi || !contains(s.nodes, lo) {
+				continue
+			}
+			res, err := n.propose(ctx, cluster.MetaShardID, shard.EncodeSetPreferred(s.coll, s.id, lo))
+			if err == nil && res.Err != nil {
+				err = res.Err
+			}
+			if err != nil {
+				n.log.Warn("moving a preferred leader failed", "shard", s.id, "to", lo, "err", err)
+				return
+			}
+			n.log.Info("preferred leader moved", "shard", s.id, "from", hi, "to", lo)
+			shards[i].nodes[0] = lo
+			pref[hi]--
+			pref[lo]++
+			moved = true
+			break
+		}
+		if !moved {
+			return
+		}
+	}
 }
 
 // Decommission marks node id as draining (or, with draining false, takes

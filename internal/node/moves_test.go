@@ -320,3 +320,44 @@ func TestClusterNodeReturnsWithEmptyDisk(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterLeadersBalanced creates collections whose preferred leaders
+// pile up on the first nodes: the rebalancer moves preferred leaders until
+// per-node counts differ by at most one, and leadership follows.
+func TestClusterLeadersBalanced(t *testing.T) {
+	c := startCluster(t, 3, nil)
+	ctx := context.Background()
+	for _, name := range []string{"a", "b", "c"} {
+		if _, err := c.node(1).n.CreateCollection(ctx, kv.CollectionOptions{Name: name, Shards: 8, Replicas: 3}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.eventually(60*time.Second, "leaders spread within one", func() error {
+		led := map[uint64]int{}
+		for _, tn := range c.nodes {
+			tn.n.mu.RLock()
+			var ids []uint64
+			for id := range tn.n.mu.replicas {
+				if id != cluster.MetaShardID {
+					ids = append(ids, id)
+				}
+			}
+			tn.n.mu.RUnlock()
+			for _, id := range ids {
+				if tn.n.host.Ready(id) {
+					led[tn.id]++
+				}
+			}
+		}
+		lo, hi := 1<<30, 0
+		total := 0
+		for _, tn := range c.nodes {
+			lo, hi = min(lo, led[tn.id]), max(hi, led[tn.id])
+			total += led[tn.id]
+		}
+		if total != 24 || hi-lo > 1 {
+			return fmt.Errorf("leaders per node %v", led)
+		}
+		return nil
+	})
+}

@@ -285,7 +285,7 @@ func (n *Node) onApplied(shardID uint64, kind shard.CommandKind, res shard.Resul
 		n.mu.Lock()
 		n.mu.nodes[res.Node.ID] = *res.Node
 		n.mu.Unlock()
-	case shard.KindMoveReplicas:
+	case shard.KindMoveReplicas, shard.KindSetPreferred:
 		n.mu.Lock()
 		n.mu.catalog[res.Desc.Name] = res.Desc
 		n.indexShardsLocked()

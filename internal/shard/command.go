@@ -95,8 +95,9 @@ type Command struct {
 	ChecksumID uint64
 	// Move and Drain are the bodies of KindMoveReplicas and
 	// KindSetDraining (moves.go).
-	Move  MoveCmd
-	Drain DrainCmd
+	Move   MoveCmd
+	Drain  DrainCmd
+	Prefer PreferCmd
 }
 
 // Placement is a change of a key's placement tag: from Old (HasOld false:
@@ -389,6 +390,8 @@ func DecodeCommand(b []byte) (Command, error) {
 		c.Move = decodeMove(&d)
 	case KindSetDraining:
 		c.Drain = decodeDrain(&d)
+	case KindSetPreferred:
+		c.Prefer = decodePrefer(&d)
 	case KindAddNode:
 		c.Node.ID = d.uvarint()
 		c.Node.Addr = string(d.bytes())

@@ -253,6 +253,7 @@ func validEncodings() [][]byte {
 		EncodeChecksum(0), EncodeChecksum(math.MaxUint64),
 		EncodeMoveReplicas("c", 1, 4), EncodeMoveReplicas("", math.MaxUint64, 0),
 		EncodeSetDraining(3, true), EncodeSetDraining(math.MaxUint64, false),
+		EncodeSetPreferred("c", 7, 2),
 		EncodeAddNode(cluster.NodeDesc{ID: 2, Addr: "h:7080", PeerAddr: "h:7081", MetaReplica: 4}, true),
 		EncodeRejoinNode(cluster.NodeDesc{ID: 3, Addr: "h:7090", PeerAddr: "h:7091"}),
 		EncodePlace(Placement{Bucket: 7, Key: []byte("k"), HasOld: true, Old: "a", New: "b"}),
@@ -353,6 +354,8 @@ func reencode(c Command) []byte {
 		return EncodeMoveReplicas(c.Move.Collection, c.Move.From, c.Move.To)
 	case KindSetDraining:
 		return EncodeSetDraining(c.Drain.Node, c.Drain.Draining)
+	case KindSetPreferred:
+		return EncodeSetPreferred(c.Prefer.Collection, c.Prefer.Shard, c.Prefer.Node)
 	case KindDeleteRange:
 		b := EncodeDeleteRange(c.Start, c.End)
 		SetVersion(b, c.Version)

@@ -20,7 +20,63 @@ const (
 	KindMoveReplicas CommandKind = 10
 	// KindSetDraining marks a node as draining or not (meta shard).
 	KindSetDraining CommandKind = 11
+	// KindSetPreferred makes a shard's replica on a node its preferred
+	// leader (first in its replica list) (meta shard).
+	KindSetPreferred CommandKind = 12
 )
+
+// PreferCmd is the body of a KindSetPreferred.
+type PreferCmd struct {
+	Collection string
+	Shard      uint64
+	Node       uint64
+}
+
+// EncodeSetPreferred encodes making node the preferred leader of shard.
+func EncodeSetPreferred(collection string, shard, node uint64) []byte {
+	b := appendBytes([]byte{byte(KindSetPreferred)}, []byte(collection))
+	b = binary.AppendUvarint(b, shard)
+	return binary.AppendUvarint(b, node)
+}
+
+func decodePrefer(d *decoder) PreferCmd {
+	var p PreferCmd
+	p.Collection = string(d.bytes())
+	p.Shard = d.uvarint()
+	p.Node = d.uvarint()
+	return p
+}
+
+func (s *Shard) applyPrefer(b *pebble.Batch, p PreferCmd) (Result, error) {
+	if !s.desc.IsMeta() {
+		return Result{Err: kv.Errorf(kv.CodeInternal, "catalog command proposed to shard %d", s.desc.ShardID)}, nil
+	}
+	key := storage.CatalogKey(catalogCollection + p.Collection)
+	v, ok, err := storage.GetValue(b, key)
+	if err != nil {
+		return Result{}, err
+	}
+	if !ok {
+		return Result{Err: kv.Errorf(kv.CodeCollectionNotFound, "collection %q not found", p.Collection)}, nil
+	}
+	desc, err := cluster.DecodeCollectionDesc(v)
+	if err != nil {
+		return Result{}, err
+	}
+	for i := range desc.Shards {
+		if desc.Shards[i].ID != p.Shard {
+			continue
+		}
+		if !desc.Shards[i].Prefer(p.Node) {
+			return Result{Err: kv.Errorf(kv.CodeConditionFailed, "shard %d has no replica on node %d", p.Shard, p.Node)}, nil
+		}
+		if err := b.Set(key, desc.Encode(), nil); err != nil {
+			return Result{}, err
+		}
+		return Result{Desc: desc}, nil
+	}
+	return Result{Err: kv.Errorf(kv.CodeNotFound, "collection %q has no shard %d", p.Collection, p.Shard)}, nil
+}
 
 // MoveCmd is the body of a KindMoveReplicas.
 type MoveCmd struct {

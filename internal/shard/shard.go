@@ -238,6 +238,8 @@ func (s *Shard) Apply(b *pebble.Batch, index, term uint64, data []byte) (Result,
 		res, err = s.applyMove(b, cmd.Move)
 	case KindSetDraining:
 		res, err = s.applyDrain(b, cmd.Drain)
+	case KindSetPreferred:
+		res, err = s.applyPrefer(b, cmd.Prefer)
 	case KindAddNode:
 		res, err = s.applyAddNode(b, cmd)
 	case KindChecksum:
