@@ -550,6 +550,45 @@ func TestClusterNodesWithoutReplicas(t *testing.T) {
 			t.Fatalf("node %d scans %d records, %v; want 32", r.id, len(res.Items), err)
 		}
 	}
+	// So does a watch, streamed back through a node without the shards.
+	var far *testNode
+	for _, tn := range c.nodes {
+		if holders[tn.id] == 0 {
+			far = tn
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	got := make(chan kv.Event, 64)
+	go far.n.Watch(wctx, kv.WatchRequest{Collection: "c", FromVersion: 1}, func(ev kv.Event) error {
+		if ev.Type != kv.EventProgress {
+			got <- ev
+		}
+		return nil
+	})
+	seen := map[string]bool{}
+	for len(seen) < 32 {
+		select {
+		case ev := <-got:
+			if ev.Type != kv.EventPut || !bytes.Equal(ev.Value, ev.Key) {
+				t.Fatalf("watch through node %d: unexpected event %+v", far.id, ev)
+			}
+			seen[string(ev.Key)] = true
+		case <-wctx.Done():
+			t.Fatalf("the watch through node %d delivered %d of 32 records", far.id, len(seen))
+		}
+	}
+	if _, err := c.node(1).n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte("late"), Value: []byte("late")}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-got:
+		if string(ev.Key) != "late" {
+			t.Fatalf("after the put the watch delivered %+v", ev)
+		}
+	case <-wctx.Done():
+		t.Fatal("the forwarded watch did not deliver a new write")
+	}
 }
 
 // TestClusterLeadershipReturns cuts off the preferred leader of a shard,

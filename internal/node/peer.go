@@ -139,6 +139,7 @@ func (n *Node) RegisterPeer(s grpc.ServiceRegistrar) {
 	n.registerTransport(s)
 	n.registerConsistency(s)
 	n.registerMoves(s)
+	n.registerWatch(s)
 	s.RegisterService(&grpc.ServiceDesc{
 		ServiceName: peerService,
 		HandlerType: (*any)(nil),
@@ -335,39 +336,9 @@ type forwardedKey struct{}
 // holds them all: it reports false when the read is local, else the
 // remote answer decoded into resp.
 func (n *Node) forwardRead(ctx context.Context, shards []uint64, op string, req, resp any) (bool, error) {
-	var missing bool
-	for _, id := range shards {
-		if !n.hasReplica(id) {
-			missing = true
-			break
-		}
-	}
-	if !missing {
-		return false, nil
-	}
-	if ctx.Value(forwardedKey{}) != nil {
-		return true, kv.Errorf(kv.CodeUnavailable, "node %d was asked for a read of shards it does not hold all of", n.id)
-	}
-	// A node that holds every shard, the first one's leader preferred.
-	var target uint64
-	for _, cand := range append([]uint64{n.leaderOfAnywhere(shards[0])}, n.shardNodes(shards[0])...) {
-		if cand == 0 || cand == n.id {
-			continue
-		}
-		all := true
-		for _, id := range shards[1:] {
-			if !contains(n.shardNodes(id), cand) {
-				all = false
-				break
-			}
-		}
-		if all {
-			target = cand
-			break
-		}
-	}
-	if target == 0 {
-		return true, kv.Errorf(kv.CodeUnavailable, "no node holds a replica of every shard this read needs; ask a node of each shard")
+	target, ok, err := n.readTarget(ctx, shards)
+	if !ok || err != nil {
+		return ok, err
 	}
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -384,6 +355,41 @@ func (n *Node) forwardRead(ctx context.Context, shards []uint64, op string, req,
 		return true, kv.Errorf(kv.CodeInternal, "decoding a forwarded read: %v", err)
 	}
 	return true, nil
+}
+
+// readTarget picks the node a read of shards is forwarded to: ok false when
+// this node holds them all (the read is local), else a node that holds
+// them all, the first shard's leader preferred, or an error when none does.
+func (n *Node) readTarget(ctx context.Context, shards []uint64) (uint64, bool, error) {
+	var missing bool
+	for _, id := range shards {
+		if !n.hasReplica(id) {
+			missing = true
+			break
+		}
+	}
+	if !missing || len(shards) == 0 {
+		return 0, false, nil
+	}
+	if ctx.Value(forwardedKey{}) != nil {
+		return 0, true, kv.Errorf(kv.CodeUnavailable, "node %d was asked for a read of shards it does not hold all of", n.id)
+	}
+	for _, cand := range append([]uint64{n.leaderOfAnywhere(shards[0])}, n.shardNodes(shards[0])...) {
+		if cand == 0 || cand == n.id {
+			continue
+		}
+		all := true
+		for _, id := range shards[1:] {
+			if !contains(n.shardNodes(id), cand) {
+				all = false
+				break
+			}
+		}
+		if all {
+			return cand, true, nil
+		}
+	}
+	return 0, true, kv.Errorf(kv.CodeUnavailable, "no node holds a replica of every shard this read needs; ask a node of each shard")
 }
 
 // leaderOfAnywhere is the leader of shardID as this node knows it, or 0.

@@ -35,6 +35,9 @@ func (n *Node) Watch(ctx context.Context, req kv.WatchRequest, fn func(kv.Event)
 		req.AfterKey = nil
 	}
 	shards := shardsIn(d, req.Start, req.End)
+	if ok, err := n.forwardWatch(ctx, shards, req, fn); ok {
+		return err
+	}
 	for _, id := range shards {
 		if err := n.readBarrier(ctx, id); err != nil {
 			return err
