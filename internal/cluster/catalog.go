@@ -44,6 +44,54 @@ type ShardDesc struct {
 	// messages must still find them. Ids are never reused, so an entry is
 	// never wrong, only possibly stale.
 	Leaving []Replica `json:"leaving,omitempty"`
+	// SplitFrom is the shard this one was split from: its replicas are
+	// created by the split applied in the parent's log, not by their nodes.
+	SplitFrom uint64 `json:"split_from,omitempty"`
+}
+
+// Split splits shard shardID of d in two: the shard keeps the lower part
+// and a new shard newID (same replicas and raft ids, a new raft group)
+// takes the upper part from key (range collections) or from bucket (hash
+// and tag collections; 0 means the middle of the shard's span). It
+// returns the new shard's index in d.Shards.
+func (d *CollectionDesc) Split(shardID, newID uint64, key []byte, bucket uint32) (int, error) {
+	at := -1
+	for i := range d.Shards {
+		if d.Shards[i].ID == shardID {
+			at = i
+		}
+	}
+	if at < 0 {
+		return 0, fmt.Errorf("collection %q has no shard %d", d.Name, shardID)
+	}
+	s := d.Shards[at]
+	child := ShardDesc{ID: newID, Replicas: append([]Replica(nil), s.Replicas...), NextReplica: s.NextReplica, SplitFrom: shardID}
+	for i := range child.Replicas {
+		child.Replicas[i].Joining = false
+	}
+	if d.Partitioning == kv.PartitionRange {
+		if len(key) == 0 || bytes.Compare(key, s.Start) <= 0 || (s.End != nil && bytes.Compare(key, s.End) >= 0) {
+			return 0, fmt.Errorf("key %q is not inside shard %d's span", key, shardID)
+		}
+		child.Start, child.End = key, s.End
+		d.Shards[at].End = key
+		pts := append([][]byte(nil), d.SplitPoints[:at]...)
+		pts = append(pts, key)
+		d.SplitPoints = append(pts, d.SplitPoints[at:]...)
+	} else {
+		if bucket == 0 {
+			bucket = s.BucketStart + (s.BucketEnd-s.BucketStart)/2
+		}
+		if bucket <= s.BucketStart || bucket >= s.BucketEnd {
+			return 0, fmt.Errorf("bucket %d is not inside shard %d's span [%d, %d)", bucket, shardID, s.BucketStart, s.BucketEnd)
+		}
+		child.BucketStart, child.BucketEnd = bucket, s.BucketEnd
+		d.Shards[at].BucketEnd = bucket
+	}
+	shards := append([]ShardDesc(nil), d.Shards[:at+1]...)
+	shards = append(shards, child)
+	d.Shards = append(shards, d.Shards[at+1:]...)
+	return at + 1, nil
 }
 
 // maxLeaving bounds ShardDesc.Leaving.

@@ -174,6 +174,9 @@ func (n *Node) conformShards() {
 		if !n.host.Ready(id) {
 			continue
 		}
+		if err := n.splitPending(id); err != nil {
+			n.log.Warn("splitting a shard failed; retrying", "shard", id, "err", err)
+		}
 		if err := n.conformShard(id); err != nil {
 			n.log.Warn("changing a shard's replicas failed; retrying", "shard", id, "err", err)
 		}

@@ -272,6 +272,10 @@ func (n *Node) onSnapshotApplied(shardID uint64, _ *shard.Shard) {
 
 func (n *Node) onApplied(shardID uint64, kind shard.CommandKind, res shard.Result) {
 	n.noteChecksum(shardID, res) // consistency.go
+	if kind == shard.KindSplitTrigger && res.Split != nil {
+		n.onSplit(shardID, res.Split)
+		return
+	}
 	if shardID != cluster.MetaShardID || res.Err != nil {
 		return
 	}
@@ -285,7 +289,7 @@ func (n *Node) onApplied(shardID uint64, kind shard.CommandKind, res shard.Resul
 		n.mu.Lock()
 		n.mu.nodes[res.Node.ID] = *res.Node
 		n.mu.Unlock()
-	case shard.KindMoveReplicas, shard.KindSetPreferred:
+	case shard.KindMoveReplicas, shard.KindSetPreferred, shard.KindSplitShard:
 		n.mu.Lock()
 		n.mu.catalog[res.Desc.Name] = res.Desc
 		n.indexShardsLocked()
@@ -350,10 +354,11 @@ func (n *Node) reconcile() error {
 	n.reconcileMu.Lock()
 	defer n.reconcileMu.Unlock()
 	type wanted struct {
-		lr       localReplica
-		voters   []uint64
-		campaign bool
-		joining  bool
+		lr        localReplica
+		voters    []uint64
+		campaign  bool
+		joining   bool
+		splitFrom uint64
 	}
 	n.mu.RLock()
 	want := make(map[uint64]wanted)
@@ -369,7 +374,7 @@ func (n *Node) reconcile() error {
 				}
 				// The first replica is the preferred leader: it campaigns
 				// at once, so leaders spread over the nodes.
-				want[s.ID] = wanted{localReplica{ReplicaID: r.ID, Desc: shard.DescFor(c, s)}, voters, j == 0, r.Joining}
+				want[s.ID] = wanted{localReplica{ReplicaID: r.ID, Desc: shard.DescFor(c, s)}, voters, j == 0, r.Joining, s.SplitFrom}
 			}
 		}
 	}
@@ -399,7 +404,13 @@ func (n *Node) reconcile() error {
 			n.mu.Unlock()
 			delete(have, id)
 		}
+		if _, ok := have[w.splitFrom]; ok && w.splitFrom != 0 {
+			continue // the split, applied in the parent's log here, creates it
+		}
 		r := w.lr
+		if w.splitFrom != 0 {
+			w.joining = true // no parent here: filled by a snapshot
+		}
 		if w.joining {
 			// Added to a running group: created empty, filled by a
 			// snapshot from the leader.
@@ -729,7 +740,71 @@ func (n *Node) waitCatalog(ctx context.Context, name string, id uint32, present 
 
 func (n *Node) route(d *cluster.CollectionDesc, key []byte) (uint16, uint64) {
 	bucket, i := d.Route(key, "")
-	return bucket, d.Shards[i].ID
+	return bucket, n.localOwner(d.ID, d.Shards[i].ID, bucket, key)
+}
+
+// localOwner corrects a shard found in this node's copy of the catalog by
+// what this node's replicas have applied: when the shard's replica here no
+// longer owns the key (a split applied before the catalog caught up), the
+// local replica that does is the owner.
+func (n *Node) localOwner(coll uint32, id uint64, bucket uint16, key []byte) uint64 {
+	desc, ok := n.host.Desc(id)
+	if !ok || desc.Owns(bucket, key) {
+		return id
+	}
+	for _, other := range n.localShardsOf(coll) {
+		if d, ok := n.host.Desc(other); ok && d.Owns(bucket, key) {
+			return other
+		}
+	}
+	return id
+}
+
+// localShardsOf returns the shards of collection coll held here.
+func (n *Node) localShardsOf(coll uint32) []uint64 {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	var ids []uint64
+	for id, r := range n.mu.replicas {
+		if id != cluster.MetaShardID && r.Desc.Collection == coll {
+			ids = append(ids, id)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
+}
+
+// expandLocal adds to shards the other shards held here of their
+// collections (see withLocalShards).
+func (n *Node) expandLocal(shards []uint64) []uint64 {
+	colls := map[uint32]bool{}
+	n.mu.RLock()
+	for _, id := range shards {
+		if r, ok := n.mu.replicas[id]; ok {
+			colls[r.Desc.Collection] = true
+		} else if ref, ok := n.mu.shards[id]; ok {
+			colls[ref.coll.ID] = true
+		}
+	}
+	n.mu.RUnlock()
+	out := shards
+	for c := range colls {
+		out = n.withLocalShards(c, out)
+	}
+	return out
+}
+
+// withLocalShards adds to shards, all of collection coll, the other shards
+// of coll held here: a shard split here before this node's catalog knew
+// must be read too.
+func (n *Node) withLocalShards(coll uint32, shards []uint64) []uint64 {
+	out := append([]uint64(nil), shards...)
+	for _, id := range n.localShardsOf(coll) {
+		if !contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 func condOf(v *uint64) (bool, uint64) {
@@ -838,7 +913,7 @@ func (n *Node) Get(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
 	if err := kv.ValidateKey(req.Key); err != nil {
 		return kv.Record{}, err
 	}
-	_, shardID := n.route(d, req.Key)
+	bucket, shardID := n.route(d, req.Key)
 	shards := []uint64{shardID}
 	if d.Partitioning == kv.PartitionTag {
 		shards = shardsOf(d)
@@ -875,6 +950,18 @@ func (n *Node) Get(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
 				return kv.Record{}, err
 			}
 		}
+		// A split applied while the barrier waited moves the key to
+		// another shard: read after that shard's barrier instead.
+		for tries := 0; d.Partitioning != kv.PartitionTag && tries < 3; tries++ {
+			owner := n.localOwner(d.ID, shards[0], bucket, req.Key)
+			if owner == shards[0] {
+				break
+			}
+			shards = []uint64{owner}
+			if err := n.readBarrier(ctx, owner); err != nil {
+				return kv.Record{}, err
+			}
+		}
 	}
 	val, version, found, err := shard.ReadRecord(n.eng.DB, d.ID, req.Key, asOf)
 	if err != nil {
@@ -902,7 +989,7 @@ func (n *Node) snapshotRead(ctx context.Context, shards []uint64, version uint64
 	if version > latest {
 		return kv.Errorf(kv.CodeInvalidArgument, "version %d is in the future (the latest timestamp is %d)", version, latest)
 	}
-	for _, id := range shards {
+	for _, id := range n.expandLocal(shards) {
 		if _, err := n.leaderRead(ctx, id, version, 0); err != nil {
 			return err
 		}

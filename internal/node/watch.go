@@ -38,6 +38,7 @@ func (n *Node) Watch(ctx context.Context, req kv.WatchRequest, fn func(kv.Event)
 	if ok, err := n.forwardWatch(ctx, shards, req, fn); ok {
 		return err
 	}
+	shards = n.withLocalShards(d.ID, shards)
 	for _, id := range shards {
 		if err := n.readBarrier(ctx, id); err != nil {
 			return err

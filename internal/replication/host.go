@@ -193,6 +193,9 @@ type group struct {
 		lastIndex uint64
 		// confState is the applied configuration.
 		confState raftpb.ConfState
+		// desc is the shard's descriptor as of the applied index (a split
+		// narrows it).
+		desc shard.Desc
 	}
 }
 
@@ -343,6 +346,7 @@ func (h *Host) AddGroupWith(desc shard.Desc, replicaID uint64, opts GroupOptions
 	g.mu.appliedVersion = sm.MaxVersion()
 	g.mu.lastAssigned = sm.MaxVersion()
 	g.mu.confState = rs.confState
+	g.mu.desc = sm.Desc()
 	if opts.Campaign {
 		g.campaigns = 5
 	}
@@ -517,6 +521,17 @@ func (h *Host) Progress(shardID uint64) (match map[uint64]uint64, lastIndex uint
 		match[id] = m
 	}
 	return match, g.mu.lastIndex, true
+}
+
+// Desc returns shardID's descriptor as of its applied index on this node.
+func (h *Host) Desc(shardID uint64) (shard.Desc, bool) {
+	g := h.group(shardID)
+	if g == nil {
+		return shard.Desc{}, false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.desc, true
 }
 
 // AppliedIndex returns shardID's applied raft index on this node.
@@ -1123,6 +1138,7 @@ func (h *Host) persistWithSnapshots(b *pebble.Batch, rgs, snaps []readyGroup) er
 		g.mu.appliedVersion = max(g.mu.appliedVersion, sm.MaxVersion())
 		g.mu.lastAssigned = max(g.mu.lastAssigned, sm.MaxVersion())
 		g.mu.confState = meta.ConfState
+		g.mu.desc = sm.Desc()
 		g.mu.Unlock()
 		h.cfg.Metrics.SnapshotsApplied.Inc()
 		h.cfg.Logger.Info("applied a snapshot", "shard", g.id, "index", meta.Index, "bytes", len(r.rd.Snapshot.Data))
@@ -1335,6 +1351,19 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error) (bool, error)
 					abort()
 					return false, err
 				}
+				if res.Split != nil {
+					// The child group starts, on every replica, from the
+					// same state: written in this batch, atomically with
+					// the split.
+					if err := bootstrapGroup(ab, res.Split.Child.ShardID, g.storage.confState.Voters); err != nil {
+						abort()
+						return false, err
+					}
+					if err := shard.WriteChildState(ab, res.Split.Child.ShardID, bootstrapIndex, bootstrapTerm, res.Split.MaxVersion); err != nil {
+						abort()
+						return false, err
+					}
+				}
 				if p, ok := g.inflight[id]; ok {
 					delete(g.inflight, id)
 					dones = append(dones, done{p, res})
@@ -1399,6 +1428,7 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error) (bool, error)
 	for _, r := range rgs {
 		applied, _ := r.g.sm.Applied()
 		r.g.mu.Lock()
+		r.g.mu.desc = r.g.sm.Desc()
 		r.g.mu.appliedIndex = applied
 		r.g.mu.Unlock()
 		for _, rs := range r.rd.ReadStates {

@@ -98,6 +98,7 @@ type Command struct {
 	Move   MoveCmd
 	Drain  DrainCmd
 	Prefer PreferCmd
+	Split  SplitCmd
 }
 
 // Placement is a change of a key's placement tag: from Old (HasOld false:
@@ -392,6 +393,8 @@ func DecodeCommand(b []byte) (Command, error) {
 		c.Drain = decodeDrain(&d)
 	case KindSetPreferred:
 		c.Prefer = decodePrefer(&d)
+	case KindSplitShard, KindSplitTrigger:
+		c.Split = decodeSplit(&d, c.Kind)
 	case KindAddNode:
 		c.Node.ID = d.uvarint()
 		c.Node.Addr = string(d.bytes())

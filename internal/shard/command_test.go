@@ -254,6 +254,7 @@ func validEncodings() [][]byte {
 		EncodeMoveReplicas("c", 1, 4), EncodeMoveReplicas("", math.MaxUint64, 0),
 		EncodeSetDraining(3, true), EncodeSetDraining(math.MaxUint64, false),
 		EncodeSetPreferred("c", 7, 2),
+		EncodeSplitShard("r", 3, []byte("m"), 0), EncodeSplitTrigger(9, nil, 1234),
 		EncodeAddNode(cluster.NodeDesc{ID: 2, Addr: "h:7080", PeerAddr: "h:7081", MetaReplica: 4}, true),
 		EncodeRejoinNode(cluster.NodeDesc{ID: 3, Addr: "h:7090", PeerAddr: "h:7091"}),
 		EncodePlace(Placement{Bucket: 7, Key: []byte("k"), HasOld: true, Old: "a", New: "b"}),
@@ -354,6 +355,10 @@ func reencode(c Command) []byte {
 		return EncodeMoveReplicas(c.Move.Collection, c.Move.From, c.Move.To)
 	case KindSetDraining:
 		return EncodeSetDraining(c.Drain.Node, c.Drain.Draining)
+	case KindSplitShard:
+		return EncodeSplitShard(c.Split.Collection, c.Split.Shard, c.Split.Key, c.Split.Bucket)
+	case KindSplitTrigger:
+		return EncodeSplitTrigger(c.Split.Child, c.Split.Key, c.Split.Bucket)
 	case KindSetPreferred:
 		return EncodeSetPreferred(c.Prefer.Collection, c.Prefer.Shard, c.Prefer.Node)
 	case KindDeleteRange:

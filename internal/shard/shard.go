@@ -93,6 +93,8 @@ type Result struct {
 	Count int
 	// Node is the membership record a KindAddNode left.
 	Node *cluster.NodeDesc
+	// Split is what a KindSplitTrigger left.
+	Split *SplitResult
 	// Checksum is the replica's checksum of its state at a KindChecksum.
 	Checksum *Checksum
 }
@@ -131,6 +133,10 @@ func (s *Shard) EndBatch() {}
 
 // Load returns the state machine of desc as persisted in r.
 func Load(r pebble.Reader, desc Desc) (*Shard, error) {
+	desc, err := loadSpan(r, desc)
+	if err != nil {
+		return nil, fmt.Errorf("shard %d: corrupt span: %w", desc.ShardID, err)
+	}
 	s := &Shard{desc: desc}
 	v, ok, err := storage.GetValue(r, storage.ShardStateKey(desc.ShardID, stateApplied))
 	if err != nil {
@@ -240,6 +246,10 @@ func (s *Shard) Apply(b *pebble.Batch, index, term uint64, data []byte) (Result,
 		res, err = s.applyDrain(b, cmd.Drain)
 	case KindSetPreferred:
 		res, err = s.applyPrefer(b, cmd.Prefer)
+	case KindSplitShard:
+		res, err = s.applySplitShard(b, cmd.Split)
+	case KindSplitTrigger:
+		res, err = s.applySplitTrigger(b, cmd.Split)
 	case KindAddNode:
 		res, err = s.applyAddNode(b, cmd)
 	case KindChecksum:

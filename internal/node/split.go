@@ -1,0 +1,170 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/groupkv/groupkv/internal/cluster"
+	"github.com/groupkv/groupkv/internal/kv"
+	"github.com/groupkv/groupkv/internal/replication"
+	"github.com/groupkv/groupkv/internal/shard"
+)
+
+// Splits (see internal/shard/split.go): SplitShard changes the catalog;
+// the parent's leader (conformShards → splitPending) proposes the split to
+// the parent's log; every replica applying it creates the child replica
+// (onSplit), whose group then elects a leader on its own.
+
+// SplitShard splits a shard of collection name: of a range collection, the
+// shard holding key, at key; of a hash or tag collection, shard shardID,
+// in the middle of its buckets. It answers once the new shard serves.
+func (n *Node) SplitShard(ctx context.Context, name string, key []byte, shardID uint64) (kv.CollectionInfo, error) {
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return kv.CollectionInfo{}, err
+	}
+	defer done()
+	d, err := n.collection(name)
+	if err != nil {
+		return kv.CollectionInfo{}, err
+	}
+	if d.Partitioning == kv.PartitionRange {
+		if err := kv.ValidateKey(key); err != nil {
+			return kv.CollectionInfo{}, err
+		}
+		_, i := d.Route(key, "")
+		shardID = d.Shards[i].ID
+	} else if shardID == 0 {
+		return kv.CollectionInfo{}, kv.Errorf(kv.CodeInvalidArgument, "name the shard of %s collection %q to split", d.Partitioning, name)
+	}
+	res, err := n.propose(ctx, cluster.MetaShardID, shard.EncodeSplitShard(name, shardID, key, 0))
+	if err == nil && res.Err != nil {
+		err = res.Err
+	}
+	if err != nil {
+		return kv.CollectionInfo{}, err
+	}
+	var child uint64
+	for _, s := range res.Desc.Shards {
+		if s.SplitFrom == shardID && s.ID > child {
+			child = s.ID
+		}
+	}
+	for {
+		n.mu.RLock()
+		_, known := n.mu.shards[child]
+		n.mu.RUnlock()
+		if known {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return kv.CollectionInfo{}, kv.Errorf(kv.CodeUnavailable, "the split of shard %d has not reached node %d: %v", shardID, n.id, ctx.Err())
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	for {
+		var err error
+		if n.hasReplica(child) {
+			err = n.readBarrier(ctx, child)
+		} else {
+			err = n.waitRemoteShard(ctx, child)
+		}
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return kv.CollectionInfo{}, err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	d, err = n.collection(name)
+	if err != nil {
+		return kv.CollectionInfo{}, err
+	}
+	return d.Info(n.leaderNode(d)), nil
+}
+
+// splitPending proposes, on the leader of shard id, the split the catalog
+// holds and the shard's replicas have not applied yet.
+func (n *Node) splitPending(id uint64) error {
+	n.mu.RLock()
+	lr, ok := n.mu.replicas[id]
+	ref, inCatalog := n.mu.shards[id]
+	var child *cluster.ShardDesc
+	if ok && inCatalog {
+		cat := ref.coll.Shards[ref.index]
+		for i := range ref.coll.Shards {
+			c := &ref.coll.Shards[i]
+			if c.SplitFrom != id {
+				continue
+			}
+			if ref.coll.Partitioning == kv.PartitionRange {
+				if bytes.Equal(c.Start, cat.End) && !bytes.Equal(lr.Desc.End, cat.End) {
+					child = c
+				}
+			} else if c.BucketStart == cat.BucketEnd && lr.Desc.BucketEnd != cat.BucketEnd {
+				child = c
+			}
+		}
+	}
+	n.mu.RUnlock()
+	if child == nil {
+		return nil
+	}
+	if _, exists := n.host.ConfState(child.ID); exists {
+		return nil // applied here; the record catches up in onSplit
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	res, err := n.host.Propose(ctx, id, shard.EncodeSplitTrigger(child.ID, child.Start, child.BucketStart))
+	if err == nil && res.Err != nil {
+		err = res.Err
+	}
+	if err == nil {
+		n.log.Info("split a shard", "shard", id, "new_shard", child.ID)
+	}
+	return err
+}
+
+// onSplit runs in the raft loop after a split of parent was applied here:
+// it records and starts the child replica, from the state the split wrote.
+func (n *Node) onSplit(parent uint64, sr *shard.SplitResult) {
+	n.mu.RLock()
+	lr, ok := n.mu.replicas[parent]
+	campaign := false
+	if ref, found := n.mu.shards[sr.Child.ShardID]; found {
+		rs := ref.coll.Shards[ref.index].Replicas
+		campaign = len(rs) > 1 && rs[0].Node == n.id
+	}
+	n.mu.RUnlock()
+	if !ok {
+		return
+	}
+	child := localReplica{ReplicaID: lr.ReplicaID, Desc: sr.Child}
+	narrowed := lr
+	if lr.Desc.Partitioning == kv.PartitionRange {
+		narrowed.Desc.End = sr.Child.Start
+	} else {
+		narrowed.Desc.BucketEnd = sr.Child.BucketStart
+	}
+	b := n.eng.DB.NewBatch()
+	defer b.Close()
+	if err := n.writeReplica(b, child); err == nil {
+		err = n.writeReplica(b, narrowed)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		n.log.Error("recording a split failed", "shard", parent, "err", err)
+		return
+	}
+	n.mu.Lock()
+	n.mu.replicas[parent] = narrowed
+	n.mu.replicas[child.Desc.ShardID] = child
+	n.mu.Unlock()
+	if err := n.host.AddGroupWith(child.Desc, child.ReplicaID, replication.GroupOptions{Campaign: campaign}); err != nil {
+		n.log.Error("starting a split shard failed", "shard", child.Desc.ShardID, "err", err)
+	}
+}

@@ -1,0 +1,103 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/groupkv/groupkv/internal/kv"
+	"github.com/groupkv/groupkv/internal/linearizability"
+)
+
+// TestClusterSplit splits a range shard at a key and a hash shard in the
+// middle of its buckets, on three nodes, while clients write and read: the
+// new shards start on every replica from the parent's state, serve every
+// record written before, take new writes, and the history stays
+// linearizable.
+func TestClusterSplit(t *testing.T) {
+	seed := clusterSeed(t)
+	t.Logf("seed %d", seed)
+	c := startCluster(t, 3, nil)
+	ctx := context.Background()
+	if _, err := c.node(1).n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionRange, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.node(1).n.CreateCollection(ctx, kv.CollectionOptions{Name: "h", Shards: 2, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	// Keys a-d are the clients' (the history starts with them absent).
+	for i := 0; i < 26; i++ {
+		k := []byte{byte('a' + i)}
+		for _, coll := range []string{"c", "h"} {
+			if coll == "c" && i < 4 {
+				continue
+			}
+			if _, err := c.node(1+uint64(i%3)).n.Put(ctx, kv.PutRequest{Collection: coll, Key: k, Value: k}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	rec := &linearizability.Recorder{}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	runClients(c, rec, seed, 4, &stop, &wg) // keys a-d of "c": both sides stay busy
+	time.Sleep(200 * time.Millisecond)
+
+	info, err := c.node(2).n.SplitShard(ctx, "c", []byte("c"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Shards) != 2 || string(info.Shards[1].Start) != "c" {
+		t.Fatalf("after the split: %+v", info.Shards)
+	}
+	d, _ := c.node(1).n.collection("h")
+	hinfo, err := c.node(3).n.SplitShard(ctx, "h", nil, d.Shards[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hinfo.Shards) != 3 {
+		t.Fatalf("after the hash split: %+v", hinfo.Shards)
+	}
+	time.Sleep(300 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+
+	for _, coll := range []string{"c", "h"} {
+		c.eventually(30*time.Second, "every replica of every shard is in place", func() error {
+			return c.settledEverywhere(coll)
+		})
+		for _, tn := range c.nodes {
+			for i := 4; i < 26; i++ {
+				k := []byte{byte('a' + i)}
+				r, err := tn.n.Get(ctx, kv.GetRequest{Collection: coll, Key: k})
+				if err != nil || string(r.Value) != string(k) {
+					t.Fatalf("node %d reads %s/%s = %q, %v", tn.id, coll, k, r.Value, err)
+				}
+			}
+			res, err := tn.n.Scan(ctx, kv.ScanRequest{Collection: coll, Limit: 100})
+			if err != nil || len(res.Items) < 22 {
+				t.Fatalf("node %d scans %d records of %s, %v", tn.id, len(res.Items), coll, err)
+			}
+		}
+	}
+	// New writes land in the new shards and are read back everywhere.
+	for i := 0; i < 10; i++ {
+		k := []byte(fmt.Sprint("z", i))
+		if _, err := c.node(1).n.Put(ctx, kv.PutRequest{Collection: "c", Key: k, Value: k}); err != nil {
+			t.Fatal(err)
+		}
+		for _, tn := range c.nodes {
+			c.eventually(10*time.Second, "a new write read back", func() error {
+				r, err := tn.n.Get(ctx, kv.GetRequest{Collection: "c", Key: k})
+				if err != nil || string(r.Value) != string(k) {
+					return fmt.Errorf("node %d reads %s = %q, %v", tn.id, k, r.Value, err)
+				}
+				return nil
+			})
+		}
+	}
+	rec.Check(t, int64(seed))
+}
