@@ -21,7 +21,27 @@ func TestClusterDecommissionCLI(t *testing.T) {
 		k := fmt.Sprint("k", i)
 		versions[k] = c.put(1+i%4, "d", k, "v"+k)
 	}
+	// Split one of the two shards with the CLI: three shards, all served.
 	st, err := c.status(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := st.shards("d")[0].Shard
+	out, err := exec.Command(binary, "collections", "split", "d", "--shard", fmt.Sprint(first), "--addr", c.node(2).addr).CombinedOutput()
+	if err != nil {
+		t.Fatalf("groupkv collections split: %v\n%s", err, out)
+	}
+	c.eventually(30*time.Second, "three shards of d with leaders", func() error {
+		st, err := c.status(3)
+		if err != nil {
+			return err
+		}
+		if ss := st.shards("d"); len(ss) != 3 || ss[0].Leader == 0 || ss[1].Leader == 0 || ss[2].Leader == 0 {
+			return fmt.Errorf("shards of d: %+v", ss)
+		}
+		return nil
+	})
+	st, err = c.status(1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +57,7 @@ func TestClusterDecommissionCLI(t *testing.T) {
 	if via == drain {
 		via = 2
 	}
-	out, err := exec.Command(binary, "node", "decommission", fmt.Sprint(drain), "--addr", c.node(via).addr, "--wait", "90s").CombinedOutput()
+	out, err = exec.Command(binary, "node", "decommission", fmt.Sprint(drain), "--addr", c.node(via).addr, "--wait", "90s").CombinedOutput()
 	if err != nil {
 		t.Fatalf("groupkv node decommission %d: %v\n%s", drain, err, out)
 	}

@@ -88,6 +88,7 @@ const (
 	opHealth             = "ready" // the gRPC Ready method's label too
 	opCluster            = "cluster"
 	opDecommission       = "decommission"
+	opSplit              = "split"
 	opMetrics            = "metrics"
 	// opUnknown is a request that named no operation: an unknown path or a
 	// method the path does not serve.
@@ -194,6 +195,8 @@ func (h *httpHandler) serve(w http.ResponseWriter, r *http.Request) (op string, 
 		return h.serveKV(w, r, strings.TrimPrefix(strings.TrimPrefix(p, kvPrefix), "/"))
 	case p == collectionsPath:
 		return h.serveCollections(w, r)
+	case strings.HasPrefix(p, collectionsPath+"/") && strings.HasSuffix(p, "/split"):
+		return opSplit, h.serveSplit(w, r, strings.TrimSuffix(strings.TrimPrefix(p, collectionsPath+"/"), "/split"))
 	case strings.HasPrefix(p, collectionsPath+"/"):
 		return h.serveCollection(w, r, strings.TrimPrefix(p, collectionsPath+"/"))
 	case p == batchGetPath:
@@ -275,6 +278,50 @@ func (h *httpHandler) serveCluster(w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	writeJSON(w, http.StatusOK, st)
+	return nil
+}
+
+// Splitter is a backend that can split shards.
+type Splitter interface {
+	SplitShard(ctx context.Context, collection string, key []byte, shard uint64) (kv.CollectionInfo, error)
+}
+
+type splitRequest struct {
+	Key   *string `json:"key"`
+	Shard uint64  `json:"shard"`
+}
+
+// serveSplit answers POST /v1/collections/{name}/split.
+func (h *httpHandler) serveSplit(w http.ResponseWriter, r *http.Request, escName string) error {
+	if r.Method != http.MethodPost {
+		return methodNotAllowed(r, "POST")
+	}
+	name, err := url.PathUnescape(escName)
+	if err != nil {
+		return kv.Errorf(kv.CodeInvalidArgument, "collection name %q is not a valid path segment", clip(escName))
+	}
+	var req splitRequest
+	if err := decodeJSON(w, r, h.cfg.MaxBodySize, &req, "key, shard"); err != nil {
+		return err
+	}
+	var key []byte
+	switch {
+	case req.Key != nil && req.Shard != 0:
+		return kv.Errorf(kv.CodeInvalidArgument, "give key (range collections) or shard (hash and tag collections), not both")
+	case req.Key != nil:
+		key = []byte(*req.Key)
+	case req.Shard == 0:
+		return kv.Errorf(kv.CodeInvalidArgument, "give the key to split a range collection at, or the shard of a hash or tag collection to split in two")
+	}
+	s, ok := h.b.(Splitter)
+	if !ok {
+		return kv.Errorf(kv.CodeNotFound, "this server cannot split shards")
+	}
+	info, err := s.SplitShard(r.Context(), name, key, req.Shard)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, toCollectionJSON(info))
 	return nil
 }
 
