@@ -59,6 +59,7 @@ serves HTTP/JSON and gRPC on 127.0.0.1:7070 and listens for peers on
 	f.StringSliceVar(&cfg.Node.Join, "join", nil, "peer address(es) of running cluster members to join (a new node only; a member restarts without it)")
 	f.StringVar(&cfg.AdvertiseAddr, "advertise-addr", "", "client address other nodes and clients use (default: the --listen address)")
 	f.StringVar(&cfg.AdvertisePeerAddr, "advertise-peer-addr", "", "peer address other nodes use (default: the host of --advertise-addr with the --peer-listen port)")
+	f.Int64Var(&cfg.Node.SplitBytes, "split-size", 512<<20, "estimated bytes on disk above which a range shard splits at its middle key (negative: never)")
 	f.DurationVar(&cfg.Node.ConsistencyInterval, "consistency-interval", 10*time.Minute, "how often each shard's leader compares its replicas' checksums (negative: never)")
 	f.Uint64Var(&cfg.Node.NodeID, "node-id", 0, "integer id of this node (default: the id stored in --data-dir, or 1 for a new one)")
 	f.DurationVar(&cfg.Node.Retention, "retention", time.Hour, "how long old versions stay readable")

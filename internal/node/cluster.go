@@ -471,6 +471,8 @@ func (n *Node) Serve(addr, peerAddr string) {
 	n.bg.Add(1)
 	go n.clusterLoop()
 	n.startConsistency()
+	n.bg.Add(1)
+	go n.splitLoop()
 }
 
 func (n *Node) self() cluster.NodeDesc {

@@ -53,6 +53,12 @@ type Options struct {
 	// Dialer opens the node's connections to other nodes' peer ports; nil
 	// means a plain TCP dial. Tests inject network faults through it.
 	Dialer func(ctx context.Context, addr string) (net.Conn, error)
+	// SplitBytes is the estimated on-disk size above which a range shard
+	// splits at its middle key; 0 means 512 MiB, negative never.
+	SplitBytes int64
+	// SplitCheckInterval is how often the leaders look at their shards'
+	// sizes; 0 means 30 seconds.
+	SplitCheckInterval time.Duration
 	// Registry receives the node's metrics; nil means a new registry.
 	Registry *prometheus.Registry
 	Logger   *slog.Logger
@@ -62,6 +68,12 @@ type Options struct {
 func (o *Options) EnsureDefaults() {
 	if o.Clock == nil {
 		o.Clock = time.Now
+	}
+	if o.SplitBytes == 0 {
+		o.SplitBytes = 512 << 20
+	}
+	if o.SplitCheckInterval == 0 {
+		o.SplitCheckInterval = 30 * time.Second
 	}
 	if o.TickInterval == 0 {
 		o.TickInterval = 100 * time.Millisecond

@@ -88,6 +88,66 @@ func (n *Node) SplitShard(ctx context.Context, name string, key []byte, shardID 
 	return d.Info(n.leaderNode(d)), nil
 }
 
+// splitLoop splits, on the leaders here, range shards that grew past
+// Options.SplitBytes.
+func (n *Node) splitLoop() {
+	defer n.bg.Done()
+	if n.opts.SplitBytes < 0 {
+		return
+	}
+	t := time.NewTicker(n.opts.SplitCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+			n.autoSplit()
+		}
+	}
+}
+
+func (n *Node) autoSplit() {
+	n.mu.RLock()
+	type cand struct {
+		id   uint64
+		name string
+	}
+	var cands []cand
+	for id, r := range n.mu.replicas {
+		if ref, ok := n.mu.shards[id]; ok && r.Desc.Partitioning == kv.PartitionRange {
+			cands = append(cands, cand{id, ref.coll.Name})
+		}
+	}
+	n.mu.RUnlock()
+	for _, c := range cands {
+		if !n.host.Ready(c.id) {
+			continue
+		}
+		desc, ok := n.host.Desc(c.id)
+		if !ok {
+			continue
+		}
+		start, end := desc.Span()
+		size, err := n.eng.DB.EstimateDiskUsage(start, end)
+		if err != nil || int64(size) < n.opts.SplitBytes {
+			continue
+		}
+		key, err := shard.MiddleKey(n.eng.DB, desc)
+		if err != nil || key == nil || bytes.Equal(key, desc.Start) {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, err = n.SplitShard(ctx, c.name, key, 0)
+		cancel()
+		if err != nil {
+			n.log.Warn("splitting a shard that grew past the split size failed", "shard", c.id, "bytes", size, "err", err)
+		} else {
+			n.log.Info("split a shard that grew past the split size", "shard", c.id, "bytes", size, "at", string(key))
+		}
+	}
+}
+
 // splitPending proposes, on the leader of shard id, the split the catalog
 // holds and the shard's replicas have not applied yet.
 func (n *Node) splitPending(id uint64) error {

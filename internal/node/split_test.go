@@ -101,3 +101,43 @@ func TestClusterSplit(t *testing.T) {
 	}
 	rec.Check(t, int64(seed))
 }
+
+// TestClusterSplitsBySize lets a range shard grow past the split size: its
+// leader splits it at its middle key, and every record stays readable.
+func TestClusterSplitsBySize(t *testing.T) {
+	c := startCluster(t, 3, func(o *Options) {
+		o.SplitBytes = 100 << 10
+		o.SplitCheckInterval = 100 * time.Millisecond
+	})
+	ctx := context.Background()
+	if _, err := c.node(1).n.CreateCollection(ctx, kv.CollectionOptions{Name: "r", Partitioning: kv.PartitionRange, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	value := make([]byte, 1024)
+	for i := 0; i < 300; i++ {
+		if _, err := c.node(1).n.Put(ctx, kv.PutRequest{Collection: "r", Key: []byte(fmt.Sprintf("k%04d", i)), Value: value}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tn := range c.nodes {
+		if err := tn.n.eng.DB.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.eventually(60*time.Second, "the shard split by size", func() error {
+		d, err := c.node(2).n.collection("r")
+		if err != nil {
+			return err
+		}
+		if len(d.Shards) < 2 {
+			return fmt.Errorf("%d shard(s)", len(d.Shards))
+		}
+		return c.settledEverywhere("r")
+	})
+	for _, tn := range c.nodes {
+		res, err := tn.n.Scan(ctx, kv.ScanRequest{Collection: "r", Limit: 1000})
+		if err != nil || len(res.Items) != 300 {
+			t.Fatalf("node %d scans %d records, %v", tn.id, len(res.Items), err)
+		}
+	}
+}

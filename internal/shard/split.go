@@ -187,3 +187,44 @@ func WriteChildState(b *pebble.Batch, child uint64, index, term, maxVersion uint
 	}
 	return storage.PutUint64(b, storage.ShardStateKey(child, stateMaxVersion), maxVersion)
 }
+
+// MiddleKey returns the user key in the middle of a range shard's live and
+// dead keys (by count of latest-version pointers), to split it at; nil
+// when the shard holds fewer than two keys.
+func MiddleKey(r pebble.Reader, d Desc) ([]byte, error) {
+	if d.Partitioning != kv.PartitionRange {
+		return nil, nil
+	}
+	start := storage.LatestKey(nil, d.Collection, d.Start)
+	_, end := storage.LatestSpan(d.Collection)
+	if d.End != nil {
+		end = storage.LatestKey(nil, d.Collection, d.End)
+	}
+	count := 0
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: end})
+	if err != nil {
+		return nil, err
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		count++
+	}
+	if err := it.Close(); err != nil {
+		return nil, err
+	}
+	if count < 2 {
+		return nil, nil
+	}
+	it, err = r.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: end})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	i := 0
+	for valid := it.First(); valid; valid = it.Next() {
+		if i == count/2 {
+			return decodeCollectionKey(append([]byte(nil), it.Key()...), storage.LatestKey(nil, d.Collection, nil))
+		}
+		i++
+	}
+	return nil, it.Error()
+}
