@@ -124,22 +124,7 @@ func (s *ShardDesc) ReplicaNode(id uint64) (uint64, bool) {
 // RenewReplica gives the replica of s on node a new raft id, joining: the
 // node lost its copy. It reports false if node holds no replica of s.
 func (s *ShardDesc) RenewReplica(node uint64) bool {
-	at := -1
-	next := s.NextReplica
-	for i, r := range s.Replicas {
-		if r.Node == node {
-			at = i
-		}
-		next = max(next, r.ID+1)
-	}
-	if at < 0 {
-		return false
-	}
-	s.leave(s.Replicas[at])
-	s.Replicas = append([]Replica(nil), s.Replicas...)
-	s.Replicas[at] = Replica{Node: node, ID: next, Joining: true}
-	s.NextReplica = next + 1
-	return true
+	return s.replaceReplica(node, node)
 }
 
 // Prefer moves the replica of s on node to the front of its replica list,
@@ -160,10 +145,19 @@ func (s *ShardDesc) Prefer(node uint64) bool {
 // on node to, with a new raft id. It reports false if from holds no
 // replica of s or to holds one already.
 func (s *ShardDesc) MoveReplica(from, to uint64) bool {
+	if from == to {
+		return false
+	}
+	return s.replaceReplica(from, to)
+}
+
+// replaceReplica replaces the replica of s on node from by a joining one on
+// node to with the next raft id; the old one is kept as leaving.
+func (s *ShardDesc) replaceReplica(from, to uint64) bool {
 	at := -1
 	next := s.NextReplica
 	for i, r := range s.Replicas {
-		if r.Node == to {
+		if r.Node == to && to != from {
 			return false
 		}
 		if r.Node == from {

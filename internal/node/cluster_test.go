@@ -110,11 +110,28 @@ func (c *testCluster) addNode() *testNode {
 	t := c.t
 	t.Helper()
 	id := uint64(len(c.nodes) + 1)
-	opts := Options{DataDir: t.TempDir(), NodeID: id, TickInterval: 20 * time.Millisecond,
-		Dialer: c.net.dialer(id), Logger: quietLogger()}
+	var join []string
 	if c.join != "" {
-		opts.Join = []string{c.join}
+		join = []string{c.join}
 	}
+	tn := c.startNode(id, t.TempDir(), join)
+	c.nodes = append(c.nodes, tn)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := tn.n.WaitReady(ctx); err != nil {
+		t.Fatalf("node %d: %v", id, err)
+	}
+	return tn
+}
+
+// startNode opens node id on dir with its peer service on a new loopback
+// port and starts its cluster work; the first node started is the one
+// others join.
+func (c *testCluster) startNode(id uint64, dir string, join []string) *testNode {
+	t := c.t
+	t.Helper()
+	opts := Options{DataDir: dir, NodeID: id, TickInterval: 20 * time.Millisecond,
+		Dialer: c.net.dialer(id), Logger: quietLogger(), Join: join}
 	if c.tweak != nil {
 		c.tweak(&opts)
 	}
@@ -138,20 +155,12 @@ func (c *testCluster) addNode() *testNode {
 		tn.srv.Stop()
 		tn.n.Close()
 	})
-	c.nodes = append(c.nodes, tn)
 	if c.join == "" {
 		c.join = l.Addr().String()
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := n.WaitReady(ctx); err != nil {
-		t.Fatalf("node %d: %v", id, err)
 	}
 	return tn
 }
 
-// startCluster starts size in-process nodes joined into one cluster, with
-// real gRPC between them on 127.0.0.1 through a faultNet.
 func startCluster(t *testing.T, size int, tweak func(*Options)) *testCluster {
 	t.Helper()
 	c := &testCluster{t: t, net: newFaultNet(), tweak: tweak}

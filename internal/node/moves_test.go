@@ -4,13 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc"
 
 	"github.com/groupkv/groupkv/internal/cluster"
 	"github.com/groupkv/groupkv/internal/kv"
@@ -231,28 +228,7 @@ func (c *testCluster) replaceNode(id uint64) *testNode {
 	if err := old.n.Close(); err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{DataDir: t.TempDir(), NodeID: id, TickInterval: 20 * time.Millisecond,
-		Dialer: c.net.dialer(id), Logger: quietLogger(), Join: []string{c.join}}
-	n, err := Open(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	n.RegisterPeer(srv)
-	go srv.Serve(l)
-	c.net.mu.Lock()
-	c.net.addrNode[l.Addr().String()] = id
-	c.net.mu.Unlock()
-	n.Serve(fmt.Sprintf("127.0.0.1:%d", 41000+id), l.Addr().String())
-	tn := &testNode{id: id, n: n, srv: srv}
-	t.Cleanup(func() {
-		tn.srv.Stop()
-		tn.n.Close()
-	})
+	tn := c.startNode(id, t.TempDir(), []string{c.join})
 	c.nodes[id-1] = tn
 	return tn
 }

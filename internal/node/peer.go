@@ -363,7 +363,7 @@ func (n *Node) forwardRead(ctx context.Context, shards []uint64, op string, req,
 func (n *Node) readTarget(ctx context.Context, shards []uint64) (uint64, bool, error) {
 	var missing bool
 	for _, id := range shards {
-		if !n.hasReplica(id) {
+		if !n.hasReplica(id) && !n.awaitSplitChild(ctx, id) {
 			missing = true
 			break
 		}

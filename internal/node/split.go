@@ -148,6 +148,34 @@ func (n *Node) autoSplit() {
 	}
 }
 
+// awaitSplitChild reports whether child, a shard this node's catalog has
+// and its replicas do not, is a split child of a parent held here that
+// appears here soon: the split is in the parent's log, and applying it
+// creates the child. It waits a few election timeouts at most.
+func (n *Node) awaitSplitChild(ctx context.Context, child uint64) bool {
+	n.mu.RLock()
+	ref, ok := n.mu.shards[child]
+	var parent uint64
+	if ok {
+		parent = ref.coll.Shards[ref.index].SplitFrom
+	}
+	n.mu.RUnlock()
+	if parent == 0 || !n.hasReplica(parent) {
+		return false
+	}
+	deadline := time.Now().Add(n.retryWindow())
+	for !n.hasReplica(child) {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		// The parent's barrier applies everything committed so far,
+		// the split among it once its leader proposed it.
+		_ = n.readBarrier(ctx, parent)
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}
+
 // splitPending proposes, on the leader of shard id, the split the catalog
 // holds and the shard's replicas have not applied yet.
 func (n *Node) splitPending(id uint64) error {

@@ -106,7 +106,7 @@ func TestClusterSplit(t *testing.T) {
 // leader splits it at its middle key, and every record stays readable.
 func TestClusterSplitsBySize(t *testing.T) {
 	c := startCluster(t, 3, func(o *Options) {
-		o.SplitBytes = 100 << 10
+		o.SplitBytes = 200 << 10
 		o.SplitCheckInterval = 100 * time.Millisecond
 	})
 	ctx := context.Background()
@@ -135,9 +135,20 @@ func TestClusterSplitsBySize(t *testing.T) {
 		return c.settledEverywhere("r")
 	})
 	for _, tn := range c.nodes {
-		res, err := tn.n.Scan(ctx, kv.ScanRequest{Collection: "r", Limit: 1000})
-		if err != nil || len(res.Items) != 300 {
-			t.Fatalf("node %d scans %d records, %v", tn.id, len(res.Items), err)
-		}
+		// Further splits may be under way: a scan meeting one mid-way
+		// answers unavailable, to be retried.
+		c.eventually(30*time.Second, "a scan of every record", func() error {
+			res, err := tn.n.Scan(ctx, kv.ScanRequest{Collection: "r", Limit: 1000})
+			if err != nil {
+				if kv.CodeOf(err) == kv.CodeUnavailable {
+					return err
+				}
+				t.Fatalf("node %d: %v", tn.id, err)
+			}
+			if len(res.Items) != 300 {
+				t.Fatalf("node %d scans %d records, want 300", tn.id, len(res.Items))
+			}
+			return nil
+		})
 	}
 }
