@@ -131,6 +131,15 @@ func TestClusterPlacementUnderLoad(t *testing.T) {
 	})
 	t.Logf("collection %q moved onto node %d; settled %v after adding it", moved, n4.id, time.Since(start).Round(time.Millisecond))
 
+	// Split the clients' collection's first shard (its buckets in half)
+	// while they run.
+	cd, _ := c.node(1).n.collection("c")
+	if _, err := c.node(2).n.SplitShard(ctx, "c", nil, cd.Shards[0].ID); err != nil {
+		t.Fatalf("splitting a shard of c: %v", err)
+	}
+	c.eventually(60*time.Second, "the split settled", func() error { return c.settledEverywhere("c") })
+	t.Logf("split shard %d of c", cd.Shards[0].ID)
+
 	// Decommission the node holding the most replicas among those holding
 	// collection "c" (not the new node): both collections move off it.
 	load := map[uint64]int{}
