@@ -94,6 +94,8 @@ type testNode struct {
 	id  uint64
 	n   *Node
 	srv *grpc.Server
+	// peer is the node's peer address.
+	peer string
 }
 
 type testCluster struct {
@@ -114,7 +116,7 @@ func (c *testCluster) addNode() *testNode {
 	if c.join != "" {
 		join = []string{c.join}
 	}
-	tn := c.startNode(id, t.TempDir(), join)
+	tn := c.startNode(id, t.TempDir(), join, "127.0.0.1:0")
 	c.nodes = append(c.nodes, tn)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -127,7 +129,7 @@ func (c *testCluster) addNode() *testNode {
 // startNode opens node id on dir with its peer service on a new loopback
 // port and starts its cluster work; the first node started is the one
 // others join.
-func (c *testCluster) startNode(id uint64, dir string, join []string) *testNode {
+func (c *testCluster) startNode(id uint64, dir string, join []string, listen string) *testNode {
 	t := c.t
 	t.Helper()
 	opts := Options{DataDir: dir, NodeID: id, TickInterval: 20 * time.Millisecond,
@@ -139,7 +141,7 @@ func (c *testCluster) startNode(id uint64, dir string, join []string) *testNode 
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", listen)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +152,7 @@ func (c *testCluster) startNode(id uint64, dir string, join []string) *testNode 
 	c.net.addrNode[l.Addr().String()] = id
 	c.net.mu.Unlock()
 	n.Serve(fmt.Sprintf("127.0.0.1:%d", 40000+id), l.Addr().String())
-	tn := &testNode{id: id, n: n, srv: srv}
+	tn := &testNode{id: id, n: n, srv: srv, peer: l.Addr().String()}
 	t.Cleanup(func() {
 		tn.srv.Stop()
 		tn.n.Close()

@@ -228,7 +228,7 @@ func (c *testCluster) replaceNode(id uint64) *testNode {
 	if err := old.n.Close(); err != nil {
 		t.Fatal(err)
 	}
-	tn := c.startNode(id, t.TempDir(), []string{c.join})
+	tn := c.startNode(id, t.TempDir(), []string{c.join}, "127.0.0.1:0")
 	c.nodes[id-1] = tn
 	return tn
 }
