@@ -262,6 +262,14 @@ for n in 1 2 3; do
 	wait_nodes_healthy "$n"
 done
 say "every node lists 3 healthy nodes"
+# The meta shard gains its three voters a moment after the nodes are
+# healthy; losing a node before that would leave it without a quorum.
+deadline=$((SECONDS + WAIT))
+until curl -s "http://127.0.0.1:$(port 1)/v1/cluster" | tr -d ' \n' | grep -q '"collection":"","shard":1,[^}]*"voters":\[[0-9]*,[0-9]*,[0-9]*\]'; do
+	((SECONDS < deadline)) || fail "the meta shard has not got three voters within ${WAIT}s"
+	sleep 0.5
+done
+say "the meta shard has three voters"
 
 # ---------------------------------------------------------------------------
 # Replication.

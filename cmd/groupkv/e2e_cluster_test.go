@@ -273,6 +273,21 @@ func (c *tcluster) startAll() {
 	for _, n := range c.nodes[1:] {
 		c.waitHealthy(n.id)
 	}
+	// Healthy nodes serve, but the meta shard gains its voters a moment
+	// later; a test that stops a node must wait for them.
+	want := min(len(c.nodes), 3)
+	c.eventually(30*time.Second, "the meta shard has its voters", func() error {
+		st, err := c.status(1)
+		if err != nil {
+			return err
+		}
+		for _, s := range st.Shards {
+			if s.Collection == "" && s.Shard == 1 && len(s.Voters) == want {
+				return nil
+			}
+		}
+		return fmt.Errorf("meta shard: %+v", st.Shards)
+	})
 }
 
 // killProc kills n's process, if it runs, with SIGKILL and waits for it.
@@ -412,6 +427,7 @@ type tshard struct {
 	Shard      uint64 `json:"shard"`
 	Replicas   []int  `json:"replicas"`
 	Leader     int    `json:"leader"`
+	Voters     []int  `json:"voters"`
 }
 
 // status answers node id's GET /v1/cluster.

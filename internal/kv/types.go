@@ -70,6 +70,9 @@ type ShardStatus struct {
 	Shard      uint64   `json:"shard"`
 	Replicas   []uint64 `json:"replicas"`
 	Leader     uint64   `json:"leader"`
+	// Voters are the node ids of the shard's voting replicas as the
+	// answering node's replica knows them (absent when it holds none).
+	Voters []uint64 `json:"voters,omitempty"`
 	// Consistency is the last outcome of a replica consistency check of
 	// the shard known to the answering node: "ok", "mismatch: ..." naming
 	// the diverged replicas, or "incomplete" (a replica did not answer);

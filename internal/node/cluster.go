@@ -667,11 +667,23 @@ func (n *Node) growMeta() {
 			n.log.Info("meta shard replica changed", "change", what, "replica", rid)
 		}
 	}
+	// Every missing learner in one change (learners do not count for
+	// quorum), then every caught-up learner needed as voter in one change
+	// (joint consensus, left automatically): the window in which the
+	// group has fewer voters than it will have stays one round short.
+	var add []raftpb.ConfChangeSingle
 	for _, rid := range want {
 		if !contains(cs.Voters, rid) && !contains(cs.Learners, rid) {
-			change(raftpb.ConfChangeAddLearnerNode, rid, "added as learner")
-			return // one change at a time
+			add = append(add, raftpb.ConfChangeSingle{Type: raftpb.ConfChangeAddLearnerNode, NodeID: rid})
 		}
+	}
+	if len(add) > 0 {
+		if err := n.host.ProposeConfChange(ctx, cluster.MetaShardID, raftpb.ConfChangeV2{Changes: add}); err != nil {
+			n.log.Warn("adding meta shard learners failed", "learners", len(add), "err", err)
+		} else {
+			n.log.Info("meta shard learners added", "learners", len(add))
+		}
+		return
 	}
 	for _, rid := range append(append([]uint64(nil), cs.Voters...), cs.Learners...) {
 		if !contains(want, rid) {
@@ -689,11 +701,19 @@ func (n *Node) growMeta() {
 	}
 	match, last, _ := n.host.Progress(cluster.MetaShardID)
 	if live < cluster.MetaReplicas {
+		var promote []raftpb.ConfChangeSingle
 		for _, rid := range cs.Learners {
-			if !draining[rid] && contains(want, rid) && match[rid]+8 >= last {
-				change(raftpb.ConfChangeAddNode, rid, "promoted to voter")
-				return
+			if live+len(promote) < cluster.MetaReplicas && !draining[rid] && contains(want, rid) && match[rid]+8 >= last {
+				promote = append(promote, raftpb.ConfChangeSingle{Type: raftpb.ConfChangeAddNode, NodeID: rid})
 			}
+		}
+		if len(promote) > 0 {
+			if err := n.host.ProposeConfChange(ctx, cluster.MetaShardID, raftpb.ConfChangeV2{Changes: promote}); err != nil {
+				n.log.Warn("promoting meta shard learners failed", "voters", len(promote), "err", err)
+			} else {
+				n.log.Info("meta shard learners promoted to voters", "voters", len(promote))
+			}
+			return
 		}
 	}
 	if live >= min(cluster.MetaReplicas, len(cs.Voters)) {
@@ -810,6 +830,23 @@ func (n *Node) waitRemoteShard(ctx context.Context, shardID uint64) error {
 	}
 }
 
+// voterNodes returns the node ids of shardID's voters as this node's
+// replica knows them (nil when it holds none).
+func (n *Node) voterNodes(shardID uint64) []uint64 {
+	cs, ok := n.host.ConfState(shardID)
+	if !ok {
+		return nil
+	}
+	var out []uint64
+	for _, rid := range cs.Voters {
+		if id, ok := n.replicaNode(shardID, rid); ok {
+			out = append(out, id)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
 // members returns the membership, by id.
 func (n *Node) members() []cluster.NodeDesc {
 	n.mu.RLock()
@@ -922,7 +959,7 @@ func (n *Node) ClusterStatus(ctx context.Context) (kv.ClusterStatus, error) {
 		}
 	}
 	st.Shards = append(st.Shards, kv.ShardStatus{Collection: "", Shard: cluster.MetaShardID,
-		Replicas: n.shardNodes(cluster.MetaShardID), Leader: leaders[cluster.MetaShardID]})
+		Replicas: n.shardNodes(cluster.MetaShardID), Leader: leaders[cluster.MetaShardID], Voters: n.voterNodes(cluster.MetaShardID)})
 	n.mu.RLock()
 	colls := make([]*cluster.CollectionDesc, 0, len(n.mu.catalog))
 	for _, c := range n.mu.catalog {
@@ -932,7 +969,7 @@ func (n *Node) ClusterStatus(ctx context.Context) (kv.ClusterStatus, error) {
 	sort.Slice(colls, func(i, j int) bool { return colls[i].Name < colls[j].Name })
 	for _, c := range colls {
 		for _, s := range c.Shards {
-			ss := kv.ShardStatus{Collection: c.Name, Shard: s.ID, Leader: leaders[s.ID]}
+			ss := kv.ShardStatus{Collection: c.Name, Shard: s.ID, Leader: leaders[s.ID], Voters: n.voterNodes(s.ID)}
 			for _, r := range s.Replicas {
 				ss.Replicas = append(ss.Replicas, r.Node)
 			}
