@@ -102,7 +102,7 @@ func (w *failoverWriter) errors() map[string]int {
 // runs it once, as one run takes well over a second). ns/op is then the
 // duration of the experiment, kills, restarts and waits included.
 //
-//	go test ./cmd/groupkv -run XXX -bench ClusterFailover -benchtime 1x
+//	go test ./cmd/groupkv -run '^$' -bench ClusterFailover -benchtime 1x
 func BenchmarkClusterFailover(b *testing.B) {
 	c := newTCluster(b, 3)
 	c.startAll()

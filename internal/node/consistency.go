@@ -481,19 +481,9 @@ func (n *Node) startConsistency() {
 func (n *Node) consistencyLoop() {
 	defer n.bg.Done()
 	if n.opts.ConsistencyInterval < 0 {
-		<-n.stop
 		return
 	}
-	t := time.NewTicker(n.opts.ConsistencyInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.stop:
-			return
-		case <-t.C:
-			n.checkLedShards()
-		}
-	}
+	n.every(n.opts.ConsistencyInterval, n.checkLedShards)
 }
 
 // checkLedShards checks every shard this node leads, one at a time.

@@ -488,14 +488,19 @@ func (n *Node) destroyReplica(r localReplica) error {
 
 func (n *Node) gcLoop() {
 	defer n.bg.Done()
-	t := time.NewTicker(n.opts.GCInterval)
+	n.every(n.opts.GCInterval, func() { n.RunGC(context.Background()) })
+}
+
+// every calls fn every d until the node stops.
+func (n *Node) every(d time.Duration, fn func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-n.stop:
 			return
 		case <-t.C:
-			n.RunGC(context.Background())
+			fn()
 		}
 	}
 }

@@ -95,16 +95,7 @@ func (n *Node) splitLoop() {
 	if n.opts.SplitBytes < 0 {
 		return
 	}
-	t := time.NewTicker(n.opts.SplitCheckInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.stop:
-			return
-		case <-t.C:
-			n.autoSplit()
-		}
-	}
+	n.every(n.opts.SplitCheckInterval, n.autoSplit)
 }
 
 func (n *Node) autoSplit() {

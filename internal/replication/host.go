@@ -421,16 +421,9 @@ func (h *Host) group(shardID uint64) *group {
 // After the context ends the command may still be applied.
 func (h *Host) Propose(ctx context.Context, shardID uint64, cmd []byte) (shard.Result, error) {
 	p := &proposal{shard: shardID, cmd: cmd, done: make(chan outcome, 1)}
-	h.mu.Lock()
-	if h.mu.stopped {
-		h.mu.Unlock()
-		return shard.Result{}, kv.Errorf(kv.CodeUnavailable, "node is shutting down")
+	if err := h.enqueue(p); err != nil {
+		return shard.Result{}, err
 	}
-	h.mu.nextID++
-	p.id = h.mu.nextID
-	h.mu.queue = append(h.mu.queue, p)
-	h.mu.Unlock()
-	h.signal()
 	select {
 	case o := <-p.done:
 		return o.res, o.err
@@ -439,11 +432,8 @@ func (h *Host) Propose(ctx context.Context, shardID uint64, cmd []byte) (shard.R
 	}
 }
 
-// ProposeConfChange proposes a configuration change of shardID's group on
-// its leader here and waits until it is applied. raft refuses a change
-// while another is pending: the proposer then waits out its context.
-func (h *Host) ProposeConfChange(ctx context.Context, shardID uint64, cc raftpb.ConfChangeV2) error {
-	p := &proposal{shard: shardID, conf: &cc, done: make(chan outcome, 1)}
+// enqueue numbers p and queues it for the loop.
+func (h *Host) enqueue(p *proposal) error {
 	h.mu.Lock()
 	if h.mu.stopped {
 		h.mu.Unlock()
@@ -454,6 +444,17 @@ func (h *Host) ProposeConfChange(ctx context.Context, shardID uint64, cc raftpb.
 	h.mu.queue = append(h.mu.queue, p)
 	h.mu.Unlock()
 	h.signal()
+	return nil
+}
+
+// ProposeConfChange proposes a configuration change of shardID's group on
+// its leader here and waits until it is applied. raft refuses a change
+// while another is pending: the proposer then waits out its context.
+func (h *Host) ProposeConfChange(ctx context.Context, shardID uint64, cc raftpb.ConfChangeV2) error {
+	p := &proposal{shard: shardID, conf: &cc, done: make(chan outcome, 1)}
+	if err := h.enqueue(p); err != nil {
+		return err
+	}
 	select {
 	case o := <-p.done:
 		if o.err != nil {
