@@ -1,0 +1,525 @@
+package txn
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Mode is a lock mode.
+type Mode byte
+
+const (
+	Shared    Mode = 1
+	Exclusive Mode = 2
+)
+
+// Target is what a lock covers: one key of a collection, or (IsSpan) the
+// keys [Key, End) of it (an empty End: unbounded). Transactions lock spans
+// shared (their scans and tag queries); a plain delete of a range locks
+// its span exclusive.
+type Target struct {
+	Collection uint32
+	Key        []byte
+	IsSpan     bool
+	End        []byte
+}
+
+func (t Target) covers(coll uint32, key []byte) bool {
+	if !t.IsSpan {
+		return t.Collection == coll && bytes.Equal(t.Key, key)
+	}
+	return t.Collection == coll && bytes.Compare(key, t.Key) >= 0 && (len(t.End) == 0 || bytes.Compare(key, t.End) < 0)
+}
+
+// Resolver is what a lock table asks of the node about holders it meets.
+type Resolver interface {
+	// Wound aborts victim (a replicated compare-and-set of its record,
+	// PENDING → ABORTED) and reports whether its record is ABORTED now.
+	// A COMMITTED record answers false.
+	Wound(ctx context.Context, victim *Meta) (aborted bool, err error)
+	// Check looks at holder's record: it answers done when the holder
+	// will never use its locks again (ABORTED, COMMITTED, or PENDING with
+	// an expired heartbeat, which Check aborts). For a prepared holder,
+	// done means its intents here were resolved (Check resolves them).
+	Check(ctx context.Context, holder *Meta, prepared bool) (done bool, err error)
+}
+
+// ErrLocksLost is returned to requesters of a lock table that was closed
+// (its leader lost leadership).
+var ErrLocksLost = errors.New("the shard's leader changed; its locks were lost")
+
+type keyLock struct {
+	excl   string          // exclusive holder id
+	shared map[string]bool // shared holder ids
+}
+
+type spanLock struct {
+	t    Target
+	id   string
+	mode Mode
+}
+
+// overlaps reports whether two spans of one collection share a key.
+func (t Target) overlaps(u Target) bool {
+	if t.Collection != u.Collection {
+		return false
+	}
+	// [a, b) and [c, d) overlap iff a < d and c < b (empty end: unbounded).
+	aBeforeD := len(u.End) == 0 || bytes.Compare(t.Key, u.End) < 0
+	cBeforeB := len(t.End) == 0 || bytes.Compare(u.Key, t.End) < 0
+	return aBeforeD && cBeforeB
+}
+
+type holding struct {
+	meta     *Meta
+	keys     map[string]Mode
+	spans    []Target
+	prepared bool
+}
+
+// LockTable is the lock table of one shard at one leadership term. It is
+// safe for concurrent use.
+type LockTable struct {
+	// Term is the raft term of the leadership the table belongs to; locks
+	// granted by it are valid only while the term lasts.
+	Term uint64
+	// CheckInterval is how often a waiter looks at the holders it waits
+	// for (a dead coordinator's locks are freed by Check).
+	CheckInterval time.Duration
+
+	mu      sync.Mutex
+	keys    map[string]*keyLock
+	spans   []spanLock
+	held    map[string]*holding
+	changed chan struct{}
+	closed  bool
+}
+
+// NewLockTable returns the empty lock table of a leadership at term.
+func NewLockTable(term uint64, checkInterval time.Duration) *LockTable {
+	return &LockTable{Term: term, CheckInterval: checkInterval, keys: map[string]*keyLock{},
+		held: map[string]*holding{}, changed: make(chan struct{})}
+}
+
+func lockKey(coll uint32, key []byte) string {
+	b := make([]byte, 4, 4+len(key))
+	binary.BigEndian.PutUint32(b, coll)
+	return string(append(b, key...))
+}
+
+func splitLockKey(k string) (uint32, []byte) {
+	return binary.BigEndian.Uint32([]byte(k[:4])), []byte(k[4:])
+}
+
+// broadcastLocked wakes every waiter.
+func (lt *LockTable) broadcastLocked() {
+	close(lt.changed)
+	lt.changed = make(chan struct{})
+}
+
+// conflictsLocked returns the holders (other than m) whose locks conflict
+// with m taking t in mode, and whether each is prepared.
+func (lt *LockTable) conflictsLocked(m *Meta, t Target, mode Mode) []*holding {
+	var out []*holding
+	add := func(id string) {
+		if id == "" || id == m.ID {
+			return
+		}
+		h := lt.held[id]
+		for _, o := range out {
+			if o == h {
+				return
+			}
+		}
+		out = append(out, h)
+	}
+	if !t.IsSpan {
+		k := lockKey(t.Collection, t.Key)
+		if kl := lt.keys[k]; kl != nil {
+			add(kl.excl)
+			if mode == Exclusive {
+				for id := range kl.shared {
+					add(id)
+				}
+			}
+		}
+		for _, s := range lt.spans {
+			if (mode == Exclusive || s.mode == Exclusive) && s.t.covers(t.Collection, t.Key) {
+				add(s.id)
+			}
+		}
+		return out
+	}
+	// A span conflicts with the exclusive locks of keys inside it, and an
+	// exclusive span with every lock inside it.
+	for k, kl := range lt.keys {
+		coll, key := splitLockKey(k)
+		if !t.covers(coll, key) {
+			continue
+		}
+		add(kl.excl)
+		if mode == Exclusive {
+			for id := range kl.shared {
+				add(id)
+			}
+		}
+	}
+	for _, s := range lt.spans {
+		if (mode == Exclusive || s.mode == Exclusive) && s.t.overlaps(t) {
+			add(s.id)
+		}
+	}
+	return out
+}
+
+func (lt *LockTable) grantLocked(m *Meta, t Target, mode Mode) {
+	h := lt.held[m.ID]
+	if h == nil {
+		h = &holding{meta: m, keys: map[string]Mode{}}
+		lt.held[m.ID] = h
+	}
+	if t.IsSpan {
+		lt.spans = append(lt.spans, spanLock{t: t, id: m.ID, mode: mode})
+		h.spans = append(h.spans, t)
+		return
+	}
+	k := lockKey(t.Collection, t.Key)
+	kl := lt.keys[k]
+	if kl == nil {
+		kl = &keyLock{}
+		lt.keys[k] = kl
+	}
+	if mode == Exclusive {
+		kl.excl = m.ID
+		delete(kl.shared, m.ID)
+		h.keys[k] = Exclusive
+		return
+	}
+	if kl.excl == m.ID {
+		return // an exclusive lock covers reads
+	}
+	if kl.shared == nil {
+		kl.shared = map[string]bool{}
+	}
+	kl.shared[m.ID] = true
+	h.keys[k] = Shared
+}
+
+// Acquire grants m a lock on t in mode, waiting while older transactions
+// (or plain writes) hold conflicting locks and wounding younger unprepared
+// holders. It fails with ErrLocksLost once the table is closed, with the
+// resolver's errors, or with ctx's.
+func (lt *LockTable) Acquire(ctx context.Context, m *Meta, t Target, mode Mode, r Resolver) error {
+	var committed map[string]bool // victims found committed: waited for
+	for {
+		lt.mu.Lock()
+		if lt.closed {
+			lt.mu.Unlock()
+			return ErrLocksLost
+		}
+		conflicts := lt.conflictsLocked(m, t, mode)
+		if len(conflicts) == 0 {
+			lt.grantLocked(m, t, mode)
+			lt.mu.Unlock()
+			return nil
+		}
+		ch := lt.changed
+		type victim struct {
+			meta     *Meta
+			prepared bool
+		}
+		vs := make([]victim, len(conflicts))
+		for i, h := range conflicts {
+			vs[i] = victim{h.meta, h.prepared}
+		}
+		lt.mu.Unlock()
+
+		waitOnly := true
+		for _, v := range vs {
+			if m.Plain || v.meta.Plain || v.prepared || !Older(m, v.meta) || committed[v.meta.ID] {
+				continue
+			}
+			// wound-wait: an older requester aborts a younger holder.
+			aborted, err := r.Wound(ctx, v.meta)
+			if err != nil {
+				return err
+			}
+			if aborted {
+				lt.Release(v.meta.ID)
+				waitOnly = false
+			} else {
+				// Committed: its locks go when it resolves; wait.
+				if committed == nil {
+					committed = map[string]bool{}
+				}
+				committed[v.meta.ID] = true
+			}
+		}
+		if !waitOnly {
+			continue
+		}
+		timer := time.NewTimer(lt.CheckInterval)
+		select {
+		case <-ch:
+			timer.Stop()
+			continue
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		case <-timer.C:
+		}
+		// Waited a while: see whether the holders are still alive.
+		for _, v := range vs {
+			if v.meta.Plain {
+				continue
+			}
+			done, err := r.Check(ctx, v.meta, v.prepared)
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				continue
+			}
+			if done && !v.prepared {
+				lt.releaseUnprepared(v.meta.ID)
+			}
+		}
+	}
+}
+
+// AcquireAll grants m exclusive locks on every key of targets at once, or
+// none: while any is held by another, it holds nothing and waits. Plain
+// writes lock this way, so that they never hold a lock while they wait
+// (no deadlock with a transaction waiting for them); holders that stay
+// are checked every CheckInterval like Acquire's.
+func (lt *LockTable) AcquireAll(ctx context.Context, m *Meta, targets []Target, r Resolver) error {
+	for {
+		lt.mu.Lock()
+		if lt.closed {
+			lt.mu.Unlock()
+			return ErrLocksLost
+		}
+		var conflicts []*holding
+		for _, t := range targets {
+			conflicts = append(conflicts, lt.conflictsLocked(m, t, Exclusive)...)
+		}
+		if len(conflicts) == 0 {
+			for _, t := range targets {
+				lt.grantLocked(m, t, Exclusive)
+			}
+			lt.mu.Unlock()
+			return nil
+		}
+		ch := lt.changed
+		metas := make([]*Meta, 0, len(conflicts))
+		prepared := make([]bool, 0, len(conflicts))
+		for _, h := range conflicts {
+			metas = append(metas, h.meta)
+			prepared = append(prepared, h.prepared)
+		}
+		lt.mu.Unlock()
+		timer := time.NewTimer(lt.CheckInterval)
+		select {
+		case <-ch:
+			timer.Stop()
+			continue
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		case <-timer.C:
+		}
+		for i, h := range metas {
+			if h.Plain {
+				continue
+			}
+			done, err := r.Check(ctx, h, prepared[i])
+			if err != nil && ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if err == nil && done && !prepared[i] {
+				lt.releaseUnprepared(h.ID)
+			}
+		}
+	}
+}
+
+// releaseUnprepared releases the locks of a holder a Check found done,
+// unless it prepared since the waiter looked: then its locks stay until
+// its intents are resolved (else a reader would get past an unresolved
+// intent of a committed transaction and read the value before it).
+func (lt *LockTable) releaseUnprepared(id string) {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	if h := lt.held[id]; h != nil && h.prepared {
+		return
+	}
+	lt.releaseLocked(id)
+}
+
+// Release drops every lock of transaction id and wakes the waiters.
+func (lt *LockTable) Release(id string) {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	lt.releaseLocked(id)
+}
+
+func (lt *LockTable) releaseLocked(id string) {
+	h := lt.held[id]
+	if h == nil {
+		return
+	}
+	delete(lt.held, id)
+	for k := range h.keys {
+		kl := lt.keys[k]
+		if kl == nil {
+			continue
+		}
+		if kl.excl == id {
+			kl.excl = ""
+		}
+		delete(kl.shared, id)
+		if kl.excl == "" && len(kl.shared) == 0 {
+			delete(lt.keys, k)
+		}
+	}
+	if len(h.spans) > 0 {
+		out := lt.spans[:0]
+		for _, s := range lt.spans {
+			if s.id != id {
+				out = append(out, s)
+			}
+		}
+		lt.spans = out
+	}
+	lt.broadcastLocked()
+}
+
+// Prepare marks the locks of transaction id prepared before its prepare is
+// proposed, if it still holds an exclusive lock on every key of writes and
+// a lock on every key of reads (and its spans): from then on it is waited
+// for, never wounded, so no lock it prepares with is handed over while the
+// prepare is in flight. It reports false, marking nothing, when a lock is
+// gone (the transaction was wounded or expired).
+func (lt *LockTable) Prepare(id string, writes, reads []Target) bool {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	h := lt.held[id]
+	if h == nil || lt.closed {
+		return false
+	}
+	for _, t := range writes {
+		if h.keys[lockKey(t.Collection, t.Key)] != Exclusive {
+			return false
+		}
+	}
+	for _, t := range reads {
+		if t.IsSpan {
+			if len(h.spans) == 0 {
+				return false
+			}
+			continue
+		}
+		if _, ok := h.keys[lockKey(t.Collection, t.Key)]; !ok {
+			return false
+		}
+	}
+	h.prepared = true
+	return true
+}
+
+// MarkPrepared marks the locks of transaction id prepared: they are no
+// longer wounded, only waited for (its intents are durable). It reports
+// whether id held any lock here.
+func (lt *LockTable) MarkPrepared(id string) bool {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	h := lt.held[id]
+	if h == nil {
+		return false
+	}
+	h.prepared = true
+	return true
+}
+
+// Restore grants the locks of a prepared transaction, rebuilt from its
+// logged intents and read set by a new leader. Conflicts are impossible:
+// the transactions prepared at once in one shard held compatible locks.
+func (lt *LockTable) Restore(m *Meta, writes []Target, reads []Target) {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	if lt.closed {
+		return
+	}
+	for _, t := range writes {
+		lt.grantLocked(m, t, Exclusive)
+	}
+	for _, t := range reads {
+		lt.grantLocked(m, t, Shared)
+	}
+	if h := lt.held[m.ID]; h != nil {
+		h.prepared = true
+	} else {
+		lt.held[m.ID] = &holding{meta: m, keys: map[string]Mode{}, prepared: true}
+	}
+}
+
+// Holds reports whether transaction id holds a lock here.
+func (lt *LockTable) Holds(id string) bool {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	_, ok := lt.held[id]
+	return ok
+}
+
+// Close drops every lock (the leadership ended) and fails every waiter.
+func (lt *LockTable) Close() {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	if lt.closed {
+		return
+	}
+	lt.closed = true
+	lt.keys, lt.spans, lt.held = map[string]*keyLock{}, nil, map[string]*holding{}
+	lt.broadcastLocked()
+}
+
+// Closed reports whether the table was closed.
+func (lt *LockTable) Closed() bool {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	return lt.closed
+}
+
+// Dump describes the table's locks, one per line in a stable order (for
+// tests).
+func (lt *LockTable) Dump() []string {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	var out []string
+	for k, kl := range lt.keys {
+		_, key := splitLockKey(k)
+		if kl.excl != "" {
+			out = append(out, string(key)+" X "+kl.excl+prepMark(lt.held[kl.excl]))
+		}
+		for id := range kl.shared {
+			out = append(out, string(key)+" S "+id+prepMark(lt.held[id]))
+		}
+	}
+	for _, s := range lt.spans {
+		out = append(out, "["+string(s.t.Key)+","+string(s.t.End)+") "+map[Mode]string{Shared: "S", Exclusive: "X"}[s.mode]+" "+s.id+prepMark(lt.held[s.id]))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func prepMark(h *holding) string {
+	if h != nil && h.prepared {
+		return " prepared"
+	}
+	return ""
+}

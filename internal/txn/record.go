@@ -1,0 +1,158 @@
+package txn
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Status is the state of a transaction record. A record that does not
+// exist is PENDING: records are written lazily, at the first heartbeat, a
+// wound or the commit.
+type Status byte
+
+const (
+	Pending   Status = 0
+	Committed Status = 1
+	Aborted   Status = 2
+)
+
+func (s Status) String() string {
+	switch s {
+	case Pending:
+		return "PENDING"
+	case Committed:
+		return "COMMITTED"
+	case Aborted:
+		return "ABORTED"
+	}
+	return fmt.Sprintf("Status(%d)", byte(s))
+}
+
+// Record is a transaction record.
+type Record struct {
+	Status Status
+	// CommitTS is the commit timestamp of a COMMITTED record.
+	CommitTS uint64
+	// Heartbeat is the oracle timestamp of the owner's last heartbeat (0:
+	// none yet; the attempt's start counts).
+	Heartbeat uint64
+	// Reason says why an ABORTED record was aborted.
+	Reason string
+	// WoundedBy is the transaction that wounded an ABORTED record's owner
+	// (nil: not a wound). Its retry waits for it to finish, so that one
+	// transaction wounds another at most once.
+	WoundedBy *Meta
+}
+
+// EncodeRecord encodes r (bucket: the anchor's, kept for ownership).
+func EncodeRecord(r Record, bucket uint16) []byte {
+	b := make([]byte, 0, 1+2+8+8+1+len(r.Reason))
+	b = append(b, byte(r.Status))
+	b = binary.BigEndian.AppendUint16(b, bucket)
+	b = binary.BigEndian.AppendUint64(b, r.CommitTS)
+	b = binary.BigEndian.AppendUint64(b, r.Heartbeat)
+	if r.WoundedBy != nil {
+		b = append(b, 1)
+		b = AppendMeta(b, r.WoundedBy)
+	} else {
+		b = append(b, 0)
+	}
+	return append(b, r.Reason...)
+}
+
+// ErrCorruptRecord reports a record that does not decode.
+var ErrCorruptRecord = errors.New("txn: corrupt record")
+
+// DecodeRecord decodes a record and the bucket of its anchor.
+func DecodeRecord(b []byte) (Record, uint16, error) {
+	if len(b) < 20 || b[0] > byte(Aborted) || b[19] > 1 {
+		return Record{}, 0, ErrCorruptRecord
+	}
+	r := Record{Status: Status(b[0]), CommitTS: binary.BigEndian.Uint64(b[3:]), Heartbeat: binary.BigEndian.Uint64(b[11:])}
+	rest := b[20:]
+	if b[19] == 1 {
+		m, more, err := DecodeMeta(rest)
+		if err != nil {
+			return Record{}, 0, ErrCorruptRecord
+		}
+		r.WoundedBy, rest = &m, more
+	}
+	r.Reason = string(rest)
+	return r, binary.BigEndian.Uint16(b[1:]), nil
+}
+
+// RecordOp is what a record command asks.
+type RecordOp byte
+
+const (
+	// OpHeartbeat refreshes a PENDING record's heartbeat.
+	OpHeartbeat RecordOp = 1
+	// OpAbort moves a PENDING record to ABORTED: a wound (IfIdleBefore 0)
+	// or, with IfIdleBefore, only if the owner's last sign of life is older
+	// than it (an expired heartbeat).
+	OpAbort RecordOp = 2
+	// OpCommit moves a PENDING record to COMMITTED at TS, unless the
+	// attempt ran past its deadline.
+	OpCommit RecordOp = 3
+	// OpStatus changes nothing; it reads the record through the log.
+	OpStatus RecordOp = 4
+)
+
+// RecordCmd is the body of a record command.
+type RecordCmd struct {
+	Op   RecordOp
+	Meta Meta
+	// TS is the heartbeat's timestamp (OpHeartbeat) or the commit
+	// timestamp (OpCommit).
+	TS uint64
+	// IfIdleBefore makes an OpAbort conditional (see OpAbort).
+	IfIdleBefore uint64
+	// Deadline: an OpCommit with TS above it aborts instead (0: none).
+	Deadline uint64
+	Reason   string
+	// By is the wounder of an OpAbort that is a wound.
+	By *Meta
+}
+
+// Transition applies cmd to the record cur (exists false: no record yet)
+// and returns the record after it and whether it must be written. A record
+// never leaves COMMITTED or ABORTED.
+func Transition(cur Record, exists bool, cmd RecordCmd) (next Record, write bool) {
+	if cur.Status != Pending {
+		return cur, false
+	}
+	switch cmd.Op {
+	case OpHeartbeat:
+		if cmd.TS > cur.Heartbeat {
+			cur.Heartbeat = cmd.TS
+			return cur, true
+		}
+		return cur, !exists
+	case OpAbort:
+		if cmd.IfIdleBefore != 0 && LastAlive(cur, cmd.Meta) >= cmd.IfIdleBefore {
+			return cur, false
+		}
+		return Record{Status: Aborted, Heartbeat: cur.Heartbeat, Reason: cmd.Reason, WoundedBy: cmd.By}, true
+	case OpCommit:
+		if cmd.Deadline != 0 && cmd.TS > cmd.Deadline {
+			return Record{Status: Aborted, Heartbeat: cur.Heartbeat, Reason: "the transaction ran past its deadline"}, true
+		}
+		return Record{Status: Committed, CommitTS: cmd.TS, Heartbeat: cur.Heartbeat}, true
+	}
+	return cur, false
+}
+
+// LastAlive is the timestamp of the last sign of life of a PENDING
+// record's owner: its last heartbeat, or the attempt's start.
+func LastAlive(r Record, m Meta) uint64 {
+	return max(r.Heartbeat, m.Start)
+}
+
+// ExpiryTimeout is how long a PENDING record may go without a heartbeat
+// before anyone may abort it; it grows with the attempt number, so a
+// transaction retried after expiring gets more time.
+func ExpiryTimeout(base time.Duration, attempt uint32) time.Duration {
+	return base * time.Duration(min(max(attempt, 1), 8))
+}
