@@ -1,0 +1,527 @@
+package group
+
+import (
+	"bytes"
+	"slices"
+	"sort"
+)
+
+// Options tune the retries of a Leader and a Follower. The zero value
+// means the defaults.
+type Options struct {
+	// RetryTicks: every RetryTicks ticks, a leader re-sends J to pending
+	// members, D to releasing ones and its outboxes, and a follower re-sends
+	// JA for the keys whose JAA has not come. It bounds how long a lost
+	// message delays the protocol, and how long a key stays yielded to a
+	// ghost group. Default 3: a few round trips of the transport.
+	RetryTicks uint64
+	// ProbeTicks: every ProbeTicks ticks, a follower probes the leader of
+	// each key whose JAA came (a JA with Probe), so that a key held for a
+	// group its leader does not know is freed. Default 20: the leader sends
+	// D itself when it deletes a group; probes only back that up.
+	ProbeTicks uint64
+}
+
+// EnsureDefaults fills the zero fields of o with the defaults.
+func (o Options) EnsureDefaults() Options {
+	if o.RetryTicks == 0 {
+		o.RetryTicks = 3
+	}
+	if o.ProbeTicks == 0 {
+		o.ProbeTicks = 20
+	}
+	return o
+}
+
+// Group is a group at its leader.
+type Group struct {
+	Ref    Ref
+	Mode   Mode
+	State  State
+	Leader Key
+	// Failed: an atomic creation that a key refused; the group is Deleting
+	// and the creator is answered ErrRefused once it is Deleted.
+	Failed bool
+	// DeleteAsked: a delete was applied; the deleter is answered once the
+	// group is Deleted.
+	DeleteAsked bool
+	// Members, sorted by key, the leader key among them.
+	Members []Member
+	// Outboxes, sorted by shard, one per follower shard of a member (the
+	// leader's own shard included).
+	Outboxes []Outbox
+}
+
+func (g *Group) member(k Key) *Member {
+	i := sort.Search(len(g.Members), func(i int) bool { return !g.Members[i].Key.less(k) })
+	if i < len(g.Members) && g.Members[i].Key == k {
+		return &g.Members[i]
+	}
+	return nil
+}
+
+func (g *Group) outbox(s ShardID) *Outbox {
+	for i := range g.Outboxes {
+		if g.Outboxes[i].Shard == s {
+			return &g.Outboxes[i]
+		}
+	}
+	return nil
+}
+
+func (g *Group) clone() Group {
+	c := *g
+	c.Members = slices.Clone(g.Members)
+	for i := range c.Members {
+		c.Members[i].Value = bytes.Clone(c.Members[i].Value)
+	}
+	c.Outboxes = slices.Clone(g.Outboxes)
+	for i := range c.Outboxes {
+		c.Outboxes[i].Entries = slices.Clone(c.Outboxes[i].Entries)
+	}
+	return c
+}
+
+// Leader is the state of the groups led by one shard: the state machine of
+// the Key Grouping protocol's leader side. It changes only in Apply; every
+// other method reads it and returns effects. It is not safe for concurrent
+// use.
+type Leader struct {
+	opts  Options
+	shard ShardID
+	// nextInc is the last incarnation assigned; the next group gets
+	// nextInc+1, so incarnations never repeat within the shard.
+	nextInc uint64
+	// groups are the live groups by id. A group is removed once Deleted.
+	groups map[string]*Group
+
+	// Volatile state of the raft leader replica (not encoded): the tick
+	// count and, per outbox, the last sequence number shipped.
+	ticks uint64
+	sent  map[sentKey]uint64
+}
+
+type sentKey struct {
+	group Ref
+	shard ShardID
+}
+
+// NewLeader returns the empty leader state of shard.
+func NewLeader(shard ShardID, opts Options) *Leader {
+	return &Leader{opts: opts.EnsureDefaults(), shard: shard, groups: map[string]*Group{}, sent: map[sentKey]uint64{}}
+}
+
+// Shard returns the leader's shard.
+func (l *Leader) Shard() ShardID { return l.shard }
+
+// Group returns a copy of the live group id.
+func (l *Leader) Group(id string) (Group, bool) {
+	g, ok := l.groups[id]
+	if !ok {
+		return Group{}, false
+	}
+	return g.clone(), true
+}
+
+// Groups returns a copy of every live group, sorted by id.
+func (l *Leader) Groups() []Group {
+	var out []Group
+	for _, id := range l.ids() {
+		out = append(out, l.groups[id].clone())
+	}
+	return out
+}
+
+func (l *Leader) ids() []string {
+	ids := make([]string, 0, len(l.groups))
+	for id := range l.groups {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// lookup returns the live group r names, if it is this incarnation.
+func (l *Leader) lookup(r Ref) *Group {
+	g := l.groups[r.ID]
+	if g == nil || g.Ref != r {
+		return nil
+	}
+	return g
+}
+
+// Create validates req and asks to log the group's creation. The creator
+// is answered by a Reply once creation has finished.
+func (l *Leader) Create(req CreateRequest) ([]Effect, error) {
+	if req.ID == "" || req.Mode != Atomic && req.Mode != BestEffort {
+		return nil, ErrInvalid
+	}
+	members := []Member{{Key: req.Leader, Shard: l.shard}}
+	for _, m := range req.Members {
+		i := slices.IndexFunc(members, func(o Member) bool { return o.Key == m.Key })
+		if i >= 0 {
+			if members[i].Shard != m.Shard {
+				return nil, ErrInvalid
+			}
+			continue
+		}
+		members = append(members, Member{Key: m.Key, Shard: m.Shard})
+	}
+	sort.Slice(members, func(i, j int) bool { return members[i].Key.less(members[j].Key) })
+	if _, ok := l.groups[req.ID]; ok {
+		return nil, ErrExists
+	}
+	return []Effect{Log{Record{Kind: RecCreate, Group: Ref{ID: req.ID, Leader: l.shard},
+		Mode: req.Mode, Key: req.Leader, Members: members}}}, nil
+}
+
+// Delete asks to log the deletion of group id. The deleter is answered
+// once every update has been shipped and every member released.
+func (l *Leader) Delete(id string) ([]Effect, error) {
+	if _, ok := l.groups[id]; !ok {
+		return nil, ErrNotFound
+	}
+	return []Effect{Log{Record{Kind: RecDelete, Group: Ref{ID: id, Leader: l.shard}}}}, nil
+}
+
+// Write asks to log writes committed by active group id to its joined
+// members (the group executor calls it once a transaction validated).
+func (l *Leader) Write(id string, writes []Write) ([]Effect, error) {
+	g := l.groups[id]
+	if g == nil {
+		return nil, ErrNotFound
+	}
+	if g.State != Active {
+		return nil, ErrNotActive
+	}
+	for _, w := range writes {
+		if m := g.member(w.Key); m == nil || m.Status != Joined {
+			return nil, ErrInvalid
+		}
+	}
+	return []Effect{Log{Record{Kind: RecWrite, Group: g.Ref, Writes: slices.Clone(writes)}}}, nil
+}
+
+// OnJA handles a JA.
+func (l *Leader) OnJA(m Message) []Effect {
+	g := l.lookup(m.Group)
+	var mem *Member
+	if g != nil {
+		mem = g.member(m.Key)
+	}
+	switch {
+	case mem != nil && g.State == Creating && mem.Status == Pending:
+		if m.Probe {
+			// Only a follower that got JAA probes; not from this group.
+			return nil
+		}
+		if m.Refused != "" {
+			return []Effect{Log{Record{Kind: RecRefuse, Group: m.Group, Key: m.Key, Reason: m.Refused}}}
+		}
+		return []Effect{Log{Record{Kind: RecJoin, Group: m.Group, Key: m.Key, Yield: m.Yield,
+			Value: bytes.Clone(m.Value), Absent: m.Absent, Shard: m.From}}}
+	case m.Refused != "":
+		// Nothing was yielded; nothing to free.
+		return nil
+	}
+	return l.answerJA(m.Group, mem, m.Key, m.Yield, m.From, m.Probe)
+}
+
+// answerJA answers a JA (or applies a RecJoin) naming ref, key and yield
+// y, from shard from, that does not join a pending member: JAA if it is
+// the member's join; nothing if the member joined with another yield (the
+// yield the JA names was freed before the join, so it is stale); D
+// otherwise: the key is yielded to a group, or an incarnation of it, that
+// does not want it (a ghost), and D frees it.
+func (l *Leader) answerJA(ref Ref, mem *Member, key Key, y uint64, from ShardID, probe bool) []Effect {
+	if mem != nil && mem.Status == Joined {
+		if mem.Yield != y || probe {
+			return nil
+		}
+		return []Effect{l.send(MsgJAA, from, ref, key, y)}
+	}
+	return []Effect{l.send(MsgD, from, ref, key, y)}
+}
+
+func (l *Leader) send(t MsgType, to ShardID, r Ref, k Key, y uint64) Send {
+	return Send{Message{Type: t, From: l.shard, To: to, Group: r, Key: k, Yield: y}}
+}
+
+// OnDA handles a DA.
+func (l *Leader) OnDA(m Message) []Effect {
+	g := l.lookup(m.Group)
+	if g == nil {
+		return nil
+	}
+	if mem := g.member(m.Key); mem != nil && mem.Status == Releasing && mem.Yield == m.Yield {
+		return []Effect{Log{Record{Kind: RecRelease, Group: m.Group, Key: m.Key, Yield: m.Yield}}}
+	}
+	return nil
+}
+
+// OnShipAck handles a ShipAck.
+func (l *Leader) OnShipAck(m Message) []Effect {
+	g := l.lookup(m.Group)
+	if g == nil {
+		return nil
+	}
+	if ob := g.outbox(m.From); ob != nil && len(ob.Entries) > 0 && ob.Entries[0].Seq <= m.Seq {
+		return []Effect{Log{Record{Kind: RecShipped, Group: m.Group, Shard: m.From, Seq: m.Seq}}}
+	}
+	return nil
+}
+
+// Tick advances the leader's clock by one tick: it ships outboxes with
+// entries not shipped yet and, every RetryTicks, re-sends J to pending
+// members, D to releasing ones and every non-empty outbox. Only the raft
+// leader replica ticks.
+func (l *Leader) Tick() []Effect {
+	l.ticks++
+	retry := l.ticks%l.opts.RetryTicks == 0
+	var out []Effect
+	for _, id := range l.ids() {
+		g := l.groups[id]
+		for i := range g.Outboxes {
+			ob := &g.Outboxes[i]
+			if len(ob.Entries) == 0 {
+				continue
+			}
+			sk := sentKey{g.Ref, ob.Shard}
+			last := ob.Entries[len(ob.Entries)-1].Seq
+			if !retry && l.sent[sk] >= last {
+				continue
+			}
+			l.sent[sk] = last
+			out = append(out, Send{Message{Type: MsgShip, From: l.shard, To: ob.Shard, Group: g.Ref,
+				Entries: slices.Clone(ob.Entries)}})
+		}
+		if !retry {
+			continue
+		}
+		for _, mem := range g.Members {
+			switch {
+			case g.State == Creating && mem.Status == Pending:
+				out = append(out, l.send(MsgJ, mem.Shard, g.Ref, mem.Key, 0))
+			case mem.Status == Releasing:
+				out = append(out, l.send(MsgD, mem.Shard, g.Ref, mem.Key, mem.Yield))
+			}
+		}
+	}
+	return out
+}
+
+// Apply applies a committed leader record (r.Kind.ForLeader()) and returns
+// its effects. It is deterministic: every replica applies the same records
+// in the same order to the same state and gets the same state and effects.
+// Records of a follower are ignored.
+func (l *Leader) Apply(r Record) []Effect {
+	switch r.Kind {
+	case RecCreate:
+		return l.applyCreate(r)
+	case RecJoin:
+		g := l.lookup(r.Group)
+		var mem *Member
+		if g != nil {
+			mem = g.member(r.Key)
+		}
+		if mem == nil || g.State != Creating || mem.Status != Pending {
+			// Two JAs were logged, or the group changed since the JA.
+			return l.answerJA(r.Group, mem, r.Key, r.Yield, r.Shard, false)
+		}
+		mem.Status, mem.Yield, mem.Value, mem.Absent = Joined, r.Yield, bytes.Clone(r.Value), r.Absent
+		out := []Effect{l.send(MsgJAA, mem.Shard, g.Ref, mem.Key, mem.Yield)}
+		return append(out, l.maybeActive(g)...)
+	case RecRefuse:
+		g := l.lookup(r.Group)
+		if g == nil || g.State != Creating {
+			return nil
+		}
+		mem := g.member(r.Key)
+		if mem == nil || mem.Status != Pending {
+			return nil
+		}
+		mem.Status, mem.Reason = Refused, r.Reason
+		if g.Mode == Atomic {
+			g.Failed = true
+			return l.startDeleting(g)
+		}
+		return l.maybeActive(g)
+	case RecDelete:
+		g := l.groups[r.Group.ID]
+		if g == nil {
+			return []Effect{Reply{Op: OpDelete, Group: r.Group, Err: ErrNotFound}}
+		}
+		g.DeleteAsked = true
+		if g.State == Deleting {
+			return nil
+		}
+		var out []Effect
+		if g.State == Creating {
+			out = append(out, Reply{Op: OpCreate, Group: g.Ref, Err: ErrDeletedWhileCreating})
+		}
+		return append(out, l.startDeleting(g)...)
+	case RecRelease:
+		g := l.lookup(r.Group)
+		if g == nil {
+			return nil
+		}
+		mem := g.member(r.Key)
+		if mem == nil || mem.Status != Releasing || mem.Yield != r.Yield {
+			return nil
+		}
+		mem.Status = Released
+		return l.maybeForget(g)
+	case RecWrite:
+		return l.applyWrite(r)
+	case RecShipped:
+		g := l.lookup(r.Group)
+		if g == nil {
+			return nil
+		}
+		ob := g.outbox(r.Shard)
+		if ob == nil {
+			return nil
+		}
+		n := 0
+		for n < len(ob.Entries) && ob.Entries[n].Seq <= r.Seq {
+			n++
+		}
+		ob.Entries = slices.Delete(ob.Entries, 0, n)
+		if g.State == Deleting {
+			return l.maybeRelease(g)
+		}
+	}
+	return nil
+}
+
+func (l *Leader) applyCreate(r Record) []Effect {
+	if _, ok := l.groups[r.Group.ID]; ok {
+		return []Effect{Reply{Op: OpCreate, Group: r.Group, Err: ErrExists}}
+	}
+	l.nextInc++
+	g := &Group{Ref: Ref{ID: r.Group.ID, Leader: l.shard, Inc: l.nextInc}, Mode: r.Mode, State: Creating, Leader: r.Key}
+	for _, m := range r.Members {
+		g.Members = append(g.Members, Member{Key: m.Key, Shard: m.Shard, Status: Pending})
+		if g.outbox(m.Shard) == nil {
+			g.Outboxes = append(g.Outboxes, Outbox{Shard: m.Shard, Next: 1})
+		}
+	}
+	sort.Slice(g.Outboxes, func(i, j int) bool { return g.Outboxes[i].Shard < g.Outboxes[j].Shard })
+	l.groups[g.Ref.ID] = g
+	var out []Effect
+	for _, m := range g.Members {
+		out = append(out, l.send(MsgJ, m.Shard, g.Ref, m.Key, 0))
+	}
+	return out
+}
+
+func (l *Leader) applyWrite(r Record) []Effect {
+	g := l.lookup(r.Group)
+	if g == nil {
+		return []Effect{Reply{Op: OpWrite, Group: r.Group, Err: ErrNotFound}}
+	}
+	if g.State != Active {
+		return []Effect{Reply{Op: OpWrite, Group: r.Group, Err: ErrNotActive}}
+	}
+	for _, w := range r.Writes {
+		if m := g.member(w.Key); m == nil || m.Status != Joined {
+			return []Effect{Reply{Op: OpWrite, Group: r.Group, Err: ErrInvalid}}
+		}
+	}
+	for _, w := range r.Writes {
+		m := g.member(w.Key)
+		m.Value, m.Absent = bytes.Clone(w.Value), w.Delete
+		ob := g.outbox(m.Shard)
+		ob.Entries = append(ob.Entries, Entry{Seq: ob.Next, Write: Write{Key: w.Key, Value: bytes.Clone(w.Value), Delete: w.Delete}})
+		ob.Next++
+	}
+	return []Effect{Reply{Op: OpWrite, Group: g.Ref}}
+}
+
+// maybeActive makes a creating group whose members all answered Active
+// and answers its creator.
+func (l *Leader) maybeActive(g *Group) []Effect {
+	if g.State != Creating {
+		return nil
+	}
+	for _, m := range g.Members {
+		if m.Status == Pending {
+			return nil
+		}
+	}
+	g.State = Active
+	rep := Reply{Op: OpCreate, Group: g.Ref}
+	for _, m := range g.Members {
+		if m.Status == Joined {
+			rep.Joined = append(rep.Joined, m.Key)
+		} else {
+			rep.Refused = append(rep.Refused, Refusal{m.Key, m.Reason})
+		}
+	}
+	return []Effect{rep}
+}
+
+// startDeleting moves g to Deleting: members still pending are released at
+// once (D with yield 0: whatever they yielded to g), joined members once
+// the outboxes are empty.
+func (l *Leader) startDeleting(g *Group) []Effect {
+	g.State = Deleting
+	var out []Effect
+	for i := range g.Members {
+		m := &g.Members[i]
+		if m.Status == Pending {
+			m.Status, m.Yield = Releasing, 0
+			out = append(out, l.send(MsgD, m.Shard, g.Ref, m.Key, 0))
+		}
+	}
+	return append(out, l.maybeRelease(g)...)
+}
+
+// maybeRelease sends D to the joined members of a deleting group once
+// every outbox is empty (the followers have every committed write).
+func (l *Leader) maybeRelease(g *Group) []Effect {
+	for _, ob := range g.Outboxes {
+		if len(ob.Entries) > 0 {
+			return nil
+		}
+	}
+	var out []Effect
+	for i := range g.Members {
+		m := &g.Members[i]
+		if m.Status == Joined {
+			m.Status, m.Value, m.Absent = Releasing, nil, false
+			out = append(out, l.send(MsgD, m.Shard, g.Ref, m.Key, m.Yield))
+		}
+	}
+	return append(out, l.maybeForget(g)...)
+}
+
+// maybeForget removes a deleting group whose members are all released (or
+// refused) and answers its creator (a failed atomic creation) and deleter.
+func (l *Leader) maybeForget(g *Group) []Effect {
+	for _, m := range g.Members {
+		if m.Status != Released && m.Status != Refused {
+			return nil
+		}
+	}
+	delete(l.groups, g.Ref.ID)
+	for k := range l.sent {
+		if k.group == g.Ref {
+			delete(l.sent, k)
+		}
+	}
+	var out []Effect
+	if g.Failed {
+		rep := Reply{Op: OpCreate, Group: g.Ref, Err: ErrRefused}
+		for _, m := range g.Members {
+			if m.Status == Refused {
+				rep.Refused = append(rep.Refused, Refusal{m.Key, m.Reason})
+			}
+		}
+		out = append(out, rep)
+	}
+	if g.DeleteAsked {
+		out = append(out, Reply{Op: OpDelete, Group: g.Ref})
+	}
+	return out
+}

@@ -1,0 +1,666 @@
+package group
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSimulation runs seeded random workloads of overlapping group creates,
+// deletes, group writes and plain writes over several shards, through a
+// simulated transport that loses 30% of the messages, duplicates and
+// reorders them, and crashes shards: a crashed shard restarts from the
+// encoding of its applied state and loses the records it logged but had
+// not applied (as raft loses uncommitted entries). Raft is one replica per
+// shard whose log commits when the simulation applies its next record.
+//
+// After every step it checks that
+//   - no key has two owners (see doc.go): its home shard owns it (the
+//     follower holds no yield of it) XOR exactly one group's leader has
+//     logged its join and not yet sent D; and a joined member's yield is
+//     the yield its follower holds;
+//   - a key its home shard owns has the last acknowledged write (plain or
+//     group) in the shard's data, and a joined member's value at its
+//     leader is that write too;
+//   - an atomic group is answered success only with every member joined,
+//     failure only with every key it took released.
+//
+// Then it stops the faults and runs until quiet, and checks that every
+// request was answered, every live group is active with its joined keys
+// held for it (no ghost), every atomic group fully joined; then it deletes
+// every group and checks that every key is owned by its home shard again
+// with every acknowledged write in its data.
+//
+// The seed fixes the run. Each run prints its seed on failure;
+// GROUPKV_SEED=N runs seed N only.
+func TestSimulation(t *testing.T) {
+	seeds := make([]uint64, 0, 32)
+	if s := os.Getenv("GROUPKV_SEED"); s != "" {
+		seed, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("GROUPKV_SEED=%q: %v", s, err)
+		}
+		seeds = append(seeds, seed)
+	} else {
+		base := uint64(time.Now().UnixNano())
+		n := 24
+		if testing.Short() {
+			n = 4
+		}
+		for i := range n {
+			seeds = append(seeds, base+uint64(i))
+		}
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			s := newSim(seed)
+			s.run()
+			t.Log(s.stats())
+			if len(s.errs) > 0 {
+				t.Errorf("GROUPKV_SEED=%d:\n%s\nlast events:\n%s", seed, strings.Join(s.errs, "\n"), strings.Join(s.history, "\n"))
+			}
+		})
+	}
+}
+
+const (
+	simShards   = 4
+	simKeys     = 14
+	simSteps    = 4000
+	simLoss     = 0.30
+	simDup      = 0.10
+	simQuiet    = 200 // rounds to quiescence, far more than needed
+	simHistory  = 60
+	simMaxGroup = 4
+)
+
+var simOpts = Options{RetryTicks: 3, ProbeTicks: 7}
+
+type simVal struct {
+	v       string
+	present bool
+}
+
+func (v simVal) String() string {
+	if !v.present {
+		return "<absent>"
+	}
+	return v.v
+}
+
+type simEntry struct {
+	rec   *Record
+	plain *Write
+}
+
+type simShard struct {
+	id       ShardID
+	leader   *Leader
+	follower *Follower
+	data     map[Key]simVal
+	// log holds the records logged and not applied yet; a crash loses them.
+	log []simEntry
+	// Volatile lock discipline of the shard's raft leader: locked keys
+	// have a plain write logged; yieldPending keys a yield. A plain write
+	// is not logged on a key with a yield pending, and a J on a locked key
+	// is refused.
+	locked       map[Key]bool
+	yieldPending map[Key]int
+}
+
+type simReq struct {
+	ref    Ref
+	op     Op
+	mode   Mode
+	keys   []Key
+	answer bool
+}
+
+type sim struct {
+	rng    *rand.Rand
+	shards []*simShard
+	keys   []Key
+	home   map[Key]ShardID
+	net    []Message
+	faults bool
+	// expected is each key's last acknowledged write.
+	expected map[Key]simVal
+	// awaiting are the applied creates and deletes not answered yet.
+	awaiting map[Ref][]Op
+	nextID   int
+	ids      []string
+	errs     []string
+	history  []string
+	step     int
+	n        map[string]int
+}
+
+func newSim(seed uint64) *sim {
+	s := &sim{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), home: map[Key]ShardID{},
+		expected: map[Key]simVal{}, awaiting: map[Ref][]Op{}, faults: true, n: map[string]int{}}
+	for i := range simShards {
+		id := ShardID(i + 1)
+		s.shards = append(s.shards, &simShard{id: id, leader: NewLeader(id, simOpts), follower: NewFollower(id, simOpts),
+			data: map[Key]simVal{}, locked: map[Key]bool{}, yieldPending: map[Key]int{}})
+	}
+	for i := range simKeys {
+		k := Key{Collection: 1, Key: fmt.Sprintf("k%d", i)}
+		s.keys = append(s.keys, k)
+		s.home[k] = ShardID(1 + s.rng.IntN(simShards))
+	}
+	return s
+}
+
+func (s *sim) shard(id ShardID) *simShard { return s.shards[id-1] }
+
+func (s *sim) logf(format string, args ...any) {
+	s.history = append(s.history, fmt.Sprintf("%5d ", s.step)+fmt.Sprintf(format, args...))
+	if len(s.history) > simHistory {
+		s.history = s.history[1:]
+	}
+}
+
+func (s *sim) errorf(format string, args ...any) {
+	if len(s.errs) < 20 {
+		s.errs = append(s.errs, fmt.Sprintf("step %d: ", s.step)+fmt.Sprintf(format, args...))
+	}
+}
+
+func (s *sim) stats() string {
+	var ks []string
+	for k := range s.n {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	var b strings.Builder
+	for _, k := range ks {
+		fmt.Fprintf(&b, "%s=%d ", k, s.n[k])
+	}
+	return b.String()
+}
+
+func (s *sim) run() {
+	for s.step = 0; s.step < simSteps && len(s.errs) == 0; s.step++ {
+		s.randomStep()
+		s.checkInvariants()
+	}
+	if len(s.errs) > 0 {
+		return
+	}
+	s.faults = false
+	s.logf("faults stop")
+	s.quiesce()
+	s.checkQuiet(true)
+	if len(s.errs) > 0 {
+		return
+	}
+	for _, sh := range s.shards {
+		for _, g := range sh.leader.Groups() {
+			s.propose(sh, func() ([]Effect, error) { return sh.leader.Delete(g.Ref.ID) })
+		}
+	}
+	s.logf("delete every group")
+	s.quiesce()
+	s.checkQuiet(false)
+	for _, sh := range s.shards {
+		if gs := sh.leader.Groups(); len(gs) > 0 {
+			s.errorf("s%d still leads %d groups after deleting them all", sh.id, len(gs))
+		}
+		if ks := sh.follower.Keys(); len(ks) > 0 {
+			s.errorf("s%d still yields %v after every group was deleted", sh.id, ks)
+		}
+	}
+	s.checkInvariants()
+}
+
+func (s *sim) randomStep() {
+	r := s.rng.IntN(100)
+	sh := s.shards[s.rng.IntN(len(s.shards))]
+	switch {
+	case r < 45:
+		s.deliver()
+	case r < 65:
+		s.applyOne(sh)
+	case r < 77:
+		s.tick(sh)
+	case r < 82:
+		s.create()
+	case r < 83:
+		if len(s.ids) > 0 {
+			id := s.ids[s.rng.IntN(len(s.ids))]
+			for _, sh := range s.shards {
+				if _, ok := sh.leader.Group(id); ok {
+					s.logf("s%d delete %s", sh.id, id)
+					s.propose(sh, func() ([]Effect, error) { return sh.leader.Delete(id) })
+				}
+			}
+		}
+	case r < 92:
+		s.groupWrite(sh)
+	case r < 99:
+		s.plainWrite()
+	default:
+		s.crash(sh)
+	}
+}
+
+func (s *sim) propose(sh *simShard, f func() ([]Effect, error)) {
+	effs, err := f()
+	if err != nil {
+		s.logf("s%d request: %v", sh.id, err)
+		return
+	}
+	s.effects(sh, effs, nil)
+}
+
+func (s *sim) create() {
+	n := 1 + s.rng.IntN(simMaxGroup)
+	perm := s.rng.Perm(len(s.keys))[:n]
+	leader := s.keys[perm[0]]
+	sh := s.shard(s.home[leader])
+	req := CreateRequest{ID: fmt.Sprintf("g%d", s.nextID%7), Leader: leader, Mode: Atomic}
+	s.nextID++
+	if s.rng.IntN(2) == 0 {
+		req.Mode = BestEffort
+	}
+	for _, i := range perm[1:] {
+		req.Members = append(req.Members, Member{Key: s.keys[i], Shard: s.home[s.keys[i]]})
+	}
+	if !slices.Contains(s.ids, req.ID) {
+		s.ids = append(s.ids, req.ID)
+	}
+	s.logf("s%d create %s %s leader=%s members=%v", sh.id, req.ID, req.Mode, leader, req.Members)
+	s.propose(sh, func() ([]Effect, error) { return sh.leader.Create(req) })
+}
+
+func (s *sim) groupWrite(sh *simShard) {
+	for _, g := range sh.leader.Groups() {
+		if g.State != Active || s.rng.IntN(2) == 0 {
+			continue
+		}
+		var ws []Write
+		for _, m := range g.Members {
+			if m.Status == Joined && s.rng.IntN(2) == 0 {
+				w := Write{Key: m.Key, Value: fmt.Appendf(nil, "g%d", s.step)}
+				if s.rng.IntN(5) == 0 {
+					w.Value, w.Delete = nil, true
+				}
+				ws = append(ws, w)
+			}
+		}
+		if len(ws) > 0 {
+			s.logf("s%d write %s %v", sh.id, g.Ref, ws)
+			s.propose(sh, func() ([]Effect, error) { return sh.leader.Write(g.Ref.ID, ws) })
+		}
+		return
+	}
+}
+
+func (s *sim) plainWrite() {
+	k := s.keys[s.rng.IntN(len(s.keys))]
+	sh := s.shard(s.home[k])
+	if sh.locked[k] || sh.yieldPending[k] > 0 {
+		return
+	}
+	w := Write{Key: k, Value: fmt.Appendf(nil, "p%d", s.step)}
+	if s.rng.IntN(5) == 0 {
+		w.Value, w.Delete = nil, true
+	}
+	sh.locked[k] = true
+	sh.log = append(sh.log, simEntry{plain: &w})
+	s.logf("s%d log plain %s", sh.id, w)
+}
+
+func (s *sim) crash(sh *simShard) {
+	s.n["crash"]++
+	s.logf("s%d crash: %d logged entries lost", sh.id, len(sh.log))
+	l, err := DecodeLeader(sh.leader.Encode(), simOpts)
+	if err != nil {
+		s.errorf("s%d DecodeLeader: %v", sh.id, err)
+		return
+	}
+	f, err := DecodeFollower(sh.follower.Encode(), simOpts)
+	if err != nil {
+		s.errorf("s%d DecodeFollower: %v", sh.id, err)
+		return
+	}
+	if !bytes.Equal(l.Encode(), sh.leader.Encode()) || !bytes.Equal(f.Encode(), sh.follower.Encode()) {
+		s.errorf("s%d: encodings do not round-trip", sh.id)
+	}
+	sh.leader, sh.follower = l, f
+	sh.log, sh.locked, sh.yieldPending = nil, map[Key]bool{}, map[Key]int{}
+}
+
+func (s *sim) send(m Message) {
+	b := EncodeMessage(m)
+	m, err := DecodeMessage(b)
+	if err != nil {
+		s.errorf("DecodeMessage: %v", err)
+		return
+	}
+	s.n["sent"]++
+	if s.faults && s.rng.Float64() < simLoss {
+		s.n["lost"]++
+		return
+	}
+	s.net = append(s.net, m)
+	if s.faults && s.rng.Float64() < simDup {
+		s.n["duplicated"]++
+		s.net = append(s.net, m)
+	}
+}
+
+func (s *sim) deliver() {
+	if len(s.net) == 0 {
+		return
+	}
+	i := s.rng.IntN(len(s.net))
+	m := s.net[i]
+	s.net = slices.Delete(s.net, i, i+1)
+	s.deliverMsg(m)
+}
+
+func (s *sim) deliverMsg(m Message) {
+	sh := s.shard(m.To)
+	s.logf("deliver %s", m)
+	var effs []Effect
+	switch m.Type {
+	case MsgJ:
+		v := sh.data[m.Key]
+		kc := KeyCheck{Locked: sh.locked[m.Key], Intent: s.faults && s.rng.IntN(40) == 0, Value: []byte(v.v), Absent: !v.present}
+		effs = sh.follower.OnJ(m, kc)
+	case MsgJA:
+		effs = sh.leader.OnJA(m)
+	case MsgJAA:
+		effs = sh.follower.OnJAA(m)
+	case MsgD:
+		effs = sh.follower.OnD(m)
+	case MsgDA:
+		effs = sh.leader.OnDA(m)
+	case MsgShip:
+		effs = sh.follower.OnShip(m)
+	case MsgShipAck:
+		effs = sh.leader.OnShipAck(m)
+	}
+	s.effects(sh, effs, nil)
+}
+
+func (s *sim) tick(sh *simShard) {
+	s.effects(sh, sh.leader.Tick(), nil)
+	s.effects(sh, sh.follower.Tick(), nil)
+}
+
+func (s *sim) applyOne(sh *simShard) {
+	if len(sh.log) == 0 {
+		return
+	}
+	e := sh.log[0]
+	sh.log = sh.log[1:]
+	if e.plain != nil {
+		w := *e.plain
+		sh.locked[w.Key] = false
+		if _, yielded := sh.follower.Key(w.Key); yielded {
+			s.n["plain refused"]++
+			s.logf("s%d apply plain %s: key in group", sh.id, w)
+			return
+		}
+		v := simVal{string(w.Value), !w.Delete}
+		sh.data[w.Key], s.expected[w.Key] = v, v
+		s.n["plain"]++
+		s.logf("s%d apply plain %s", sh.id, w)
+		return
+	}
+	r := *e.rec
+	s.logf("s%d apply %s", sh.id, r)
+	if r.Kind.ForLeader() {
+		var before map[string]Ref
+		if r.Kind == RecCreate || r.Kind == RecDelete {
+			before = map[string]Ref{}
+			for _, g := range sh.leader.Groups() {
+				before[g.Ref.ID] = g.Ref
+			}
+		}
+		effs := sh.leader.Apply(r)
+		switch r.Kind {
+		case RecCreate:
+			if g, ok := sh.leader.Group(r.Group.ID); ok && before[r.Group.ID] != g.Ref {
+				s.awaiting[g.Ref] = append(s.awaiting[g.Ref], OpCreate)
+			}
+		case RecDelete:
+			if ref, ok := before[r.Group.ID]; ok && !slices.Contains(s.awaiting[ref], OpDelete) {
+				s.awaiting[ref] = append(s.awaiting[ref], OpDelete)
+			}
+		}
+		s.effects(sh, effs, &r)
+		return
+	}
+	if r.Kind == RecYield {
+		sh.yieldPending[r.Key]--
+	}
+	s.effects(sh, sh.follower.Apply(r), &r)
+}
+
+func (s *sim) effects(sh *simShard, effs []Effect, applying *Record) {
+	for _, ef := range effs {
+		switch ef := ef.(type) {
+		case Log:
+			r, err := DecodeRecord(EncodeRecord(ef.Record))
+			if err != nil {
+				s.errorf("DecodeRecord: %v", err)
+				continue
+			}
+			if r.Kind == RecYield {
+				sh.yieldPending[r.Key]++
+			}
+			sh.log = append(sh.log, simEntry{rec: &r})
+		case Send:
+			s.send(ef.Msg)
+		case Store:
+			if applying == nil || applying.Kind != RecApplyShip {
+				s.errorf("Store outside the Apply of a ship: %v", ef)
+			}
+			sh.data[ef.Write.Key] = simVal{string(ef.Write.Value), !ef.Write.Delete}
+			s.n["shipped"]++
+		case Reply:
+			s.reply(sh, ef, applying)
+		}
+	}
+}
+
+func (s *sim) reply(sh *simShard, rep Reply, applying *Record) {
+	s.logf("s%d reply %s", sh.id, rep)
+	switch rep.Op {
+	case OpWrite:
+		if rep.Err == nil {
+			for _, w := range applying.Writes {
+				s.expected[w.Key] = simVal{string(w.Value), !w.Delete}
+			}
+			s.n["group write"]++
+		}
+		return
+	case OpCreate:
+		switch {
+		case rep.Err == nil:
+			s.n["created "+s.modeOf(sh, rep.Group).String()]++
+			g, ok := sh.leader.Group(rep.Group.ID)
+			if !ok || g.Ref != rep.Group || g.State != Active {
+				s.errorf("create %s answered ok, but the group is not active", rep.Group)
+				break
+			}
+			var joined []Key
+			for _, m := range g.Members {
+				if m.Status == Joined {
+					joined = append(joined, m.Key)
+				} else if g.Mode == Atomic {
+					s.errorf("atomic %s answered ok with member %s %s", g.Ref, m.Key, m.Status)
+				}
+			}
+			if !slices.Equal(joined, rep.Joined) {
+				s.errorf("create %s answered joined=%v, its members joined are %v", g.Ref, rep.Joined, joined)
+			}
+		case errors.Is(rep.Err, ErrRefused):
+			s.n["refused atomic"]++
+			s.checkReleased(rep.Group)
+		case errors.Is(rep.Err, ErrDeletedWhileCreating):
+			s.n["deleted while creating"]++
+		}
+	case OpDelete:
+		if rep.Err == nil {
+			s.n["deleted"]++
+			s.checkReleased(rep.Group)
+		}
+	}
+	if rep.Err == nil || errors.Is(rep.Err, ErrRefused) || errors.Is(rep.Err, ErrDeletedWhileCreating) {
+		i := slices.Index(s.awaiting[rep.Group], rep.Op)
+		if i < 0 {
+			s.errorf("%s answered twice or unasked: %s", rep.Op, rep)
+			return
+		}
+		s.awaiting[rep.Group] = slices.Delete(s.awaiting[rep.Group], i, i+1)
+		if len(s.awaiting[rep.Group]) == 0 {
+			delete(s.awaiting, rep.Group)
+		}
+	}
+}
+
+func (s *sim) modeOf(sh *simShard, r Ref) Mode {
+	g, _ := sh.leader.Group(r.ID)
+	return g.Mode
+}
+
+// checkReleased checks, when a group is answered gone, that its leader
+// forgot it and that no key it took is still held for it: a key may still
+// be yielded to it only if its JAA never came (a ghost of a late J, which
+// the follower's JA retries free).
+func (s *sim) checkReleased(r Ref) {
+	if g, ok := s.shard(r.Leader).leader.Group(r.ID); ok && g.Ref == r {
+		s.errorf("%s answered gone but its leader still has it", r)
+	}
+	for _, sh := range s.shards {
+		for _, k := range sh.follower.Keys() {
+			if y, _ := sh.follower.Key(k); y.Group == r && y.Confirmed {
+				s.errorf("%s answered gone but s%d still holds %s for it (y=%d)", r, sh.id, k, y.Yield)
+			}
+		}
+	}
+}
+
+// checkInvariants checks the safety invariants over the applied states.
+func (s *sim) checkInvariants() {
+	owners := map[Key][]string{}
+	for _, k := range s.keys {
+		sh := s.shard(s.home[k])
+		if _, yielded := sh.follower.Key(k); !yielded {
+			owners[k] = append(owners[k], fmt.Sprintf("home s%d", sh.id))
+			if got := sh.data[k]; got != s.expected[k] {
+				s.errorf("%s owned by home s%d has %v, last acknowledged write %v", k, sh.id, got, s.expected[k])
+			}
+		}
+	}
+	for _, sh := range s.shards {
+		for _, g := range sh.leader.Groups() {
+			for _, m := range g.Members {
+				if m.Status != Joined {
+					continue
+				}
+				owners[m.Key] = append(owners[m.Key], g.Ref.String())
+				y, ok := s.shard(m.Shard).follower.Key(m.Key)
+				if !ok || y.Group != g.Ref || y.Yield != m.Yield {
+					s.errorf("%s joined %s with y=%d, its follower holds %+v (yielded %t)", m.Key, g.Ref, m.Yield, y, ok)
+				}
+				if got := (simVal{string(m.Value), !m.Absent}); got != s.expected[m.Key] {
+					s.errorf("%s in %s has %v, last acknowledged write %v", m.Key, g.Ref, got, s.expected[m.Key])
+				}
+			}
+		}
+	}
+	for _, k := range s.keys {
+		if len(owners[k]) > 1 {
+			s.errorf("%s has two owners: %v", k, owners[k])
+		}
+	}
+}
+
+// quiesce runs without faults until nothing is in flight.
+func (s *sim) quiesce() {
+	for round := range simQuiet {
+		for _, sh := range s.shards {
+			for len(sh.log) > 0 {
+				s.applyOne(sh)
+			}
+		}
+		for len(s.net) > 0 {
+			s.deliver()
+		}
+		for _, sh := range s.shards {
+			s.tick(sh)
+		}
+		s.checkInvariants()
+		if len(s.errs) > 0 {
+			return
+		}
+		_ = round
+	}
+	for _, sh := range s.shards {
+		for len(sh.log) > 0 {
+			s.applyOne(sh)
+		}
+	}
+}
+
+// checkQuiet checks a quiet system: every request answered, every group
+// active, every yielded key held for a group that has it joined.
+func (s *sim) checkQuiet(groupsLive bool) {
+	for r, ops := range s.awaiting {
+		s.errorf("%s never answered: %v", r, ops)
+	}
+	for _, sh := range s.shards {
+		for _, g := range sh.leader.Groups() {
+			if g.State != Active {
+				s.errorf("%s is %s at quiescence", g.Ref, g.State)
+			}
+			for _, m := range g.Members {
+				if g.Mode == Atomic && m.Status != Joined || m.Status != Joined && m.Status != Refused {
+					s.errorf("%s %s member %s is %s at quiescence", g.Mode, g.Ref, m.Key, m.Status)
+				}
+				if m.Status == Joined {
+					if y, _ := s.shard(m.Shard).follower.Key(m.Key); !y.Confirmed {
+						s.errorf("%s: %s joined but not confirmed at its follower", g.Ref, m.Key)
+					}
+				}
+			}
+		}
+		for _, k := range sh.follower.Keys() {
+			y, _ := sh.follower.Key(k)
+			g, ok := s.shard(y.Group.Leader).leader.Group(y.Group.ID)
+			var m *Member
+			if ok && g.Ref == y.Group {
+				m = g.member(k)
+			}
+			if m == nil || m.Status != Joined || m.Yield != y.Yield {
+				s.errorf("s%d holds %s for ghost %s (y=%d) at quiescence", sh.id, k, y.Group, y.Yield)
+			}
+		}
+	}
+	if groupsLive {
+		s.n["live at end"] += len(s.liveGroups())
+	}
+}
+
+func (s *sim) liveGroups() []Ref {
+	var out []Ref
+	for _, sh := range s.shards {
+		for _, g := range sh.leader.Groups() {
+			out = append(out, g.Ref)
+		}
+	}
+	return out
+}
