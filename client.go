@@ -11,6 +11,7 @@
 package groupkv
 
 import (
+	"context"
 	"io"
 
 	"github.com/groupkv/groupkv/internal/kv"
@@ -22,6 +23,35 @@ import (
 type DB interface {
 	kv.Backend
 	io.Closer
+
+	// Transact runs fn in a transaction and commits it when fn returns
+	// nil. Each run of fn is an attempt with a Tx of its own; when an
+	// operation or the commit answers ErrTxnAborted (a conflict), Transact
+	// begins a new attempt that keeps the first one's priority and runs fn
+	// again, after a short random backoff, until one commits: fn must be
+	// safe to run more than once, and should have no effects outside tx.
+	// It returns
+	//   - nil when an attempt committed;
+	//   - fn's own error, untouched, after aborting the attempt, when fn
+	//     fails;
+	//   - a *TxnContextError (matching ctx's error under errors.Is) after
+	//     aborting the attempt, when ctx ends before a commit;
+	//   - a *CommitUnknownError (matching ErrCommitUnknown) when the commit
+	//     may or may not have been applied; it is never retried;
+	//   - the error of a begin or a commit that was refused otherwise
+	//     (ErrUnavailable: nothing was applied).
+	// A serializable transaction (the default) that is retried commits in
+	// the end; a Snapshot one is retried too but may lose every time to
+	// other writers of its keys, so bound it with ctx.
+	//
+	// A remote DB runs the transaction on the node it dialed, over the
+	// HTTP transaction forms on the same port.
+	Transact(ctx context.Context, fn func(tx *Tx) error, opts ...TxnOption) error
+	// Exec runs a one-shot transaction: if every condition of req.If
+	// holds, the operations of req.Then, else those of req.Else, in one
+	// transaction that the server retries on conflict. Its error may be
+	// ErrCommitUnknown-coded, as a write's.
+	Exec(ctx context.Context, req ExecRequest) (ExecResult, error)
 }
 
 // Shared types; see their documentation in the kv package.
@@ -75,6 +105,9 @@ const (
 	CodeCompacted          = kv.CodeCompacted
 	CodeTooLarge           = kv.CodeTooLarge
 	CodeUnavailable        = kv.CodeUnavailable
+	CodeTxnAborted         = kv.CodeTxnAborted
+	CodeCommitUnknown      = kv.CodeCommitUnknown
+	CodeUnimplemented      = kv.CodeUnimplemented
 )
 
 var (

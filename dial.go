@@ -71,6 +71,12 @@ const readyTimeout = 5 * time.Second
 // ErrUnavailable, a write whose connection broke after it was sent has the
 // code commit_unknown (it may have been applied), and a call whose context ended
 // answers an error matching context.Canceled or context.DeadlineExceeded.
+//
+// Transact and Exec use the server's HTTP API (POST /v1/txn...), which the
+// same port serves, over cleartext HTTP/1.1 with kept-alive connections;
+// every operation of a transaction goes to the dialed node, where its
+// attempt lives. Options for gRPC do not apply to them: a server behind TLS
+// serves no transactions to this client yet.
 func Dial(addr string, opts ...DialOption) (DB, error) {
 	var o dialOptions
 	for _, opt := range opts {
@@ -102,7 +108,7 @@ func Dial(addr string, opts ...DialOption) (DB, error) {
 			return nil, kv.Errorf(kv.CodeUnavailable, "dial %s: no connection within %v: check that the server runs and the address is right", addr, o.timeout)
 		}
 	}
-	db := &remoteDB{conn: conn, c: pb.NewGroupKVClient(conn)}
+	db := &remoteDB{conn: conn, c: pb.NewGroupKVClient(conn), txn: newHTTPTxn(addr)}
 	if o.noRouting {
 		return db, nil
 	}
@@ -128,8 +134,10 @@ func waitConnected(conn *grpc.ClientConn, timeout time.Duration) error {
 // remoteDB is the DB that Dial returns: each method is one RPC of the
 // groupkv.v1.GroupKV service.
 type remoteDB struct {
-	conn   *grpc.ClientConn
-	c      pb.GroupKVClient
+	conn *grpc.ClientConn
+	c    pb.GroupKVClient
+	// txn serves Transact and Exec over HTTP on the same address.
+	txn    *httpTxn
 	closed atomic.Bool
 }
 
@@ -312,11 +320,26 @@ func (r *remoteDB) Ready() error {
 	return nil
 }
 
+func (r *remoteDB) Transact(ctx context.Context, fn func(tx *Tx) error, opts ...TxnOption) error {
+	if r.closed.Load() {
+		return kv.Errorf(kv.CodeUnavailable, "the DB is closed: Dial again")
+	}
+	return transact(ctx, r.txn, fn, opts)
+}
+
+func (r *remoteDB) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
+	if r.closed.Load() {
+		return ExecResult{}, kv.Errorf(kv.CodeUnavailable, "the DB is closed: Dial again")
+	}
+	return execTxn(ctx, r.txn, req)
+}
+
 // Close closes the connection. Calls in flight fail, and so does every call
 // after it; a second Close does nothing.
 func (r *remoteDB) Close() error {
 	if r.closed.Swap(true) {
 		return nil
 	}
+	r.txn.close()
 	return r.conn.Close()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/node"
 )
 
@@ -22,10 +23,30 @@ func Open(dir string) (DB, error) {
 		n.Close()
 		return nil, err
 	}
-	return embedded{n}, nil
+	return embedded{Backend: n, close: n.Close}, nil
 }
 
-// embedded is a DB served by a node in this process.
-type embedded struct{ *node.Node }
+// embedded is a DB served by a backend in this process, a node: its
+// transactions call the backend's kv.TxnBackend directly.
+type embedded struct {
+	kv.Backend
+	close func() error
+}
 
-func (e embedded) Close() error { return e.Node.Close() }
+func (e embedded) Close() error { return e.close() }
+
+func (e embedded) Transact(ctx context.Context, fn func(tx *Tx) error, opts ...TxnOption) error {
+	tb, err := txnBackendOf(e.Backend)
+	if err != nil {
+		return err
+	}
+	return transact(ctx, tb, fn, opts)
+}
+
+func (e embedded) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
+	tb, err := txnBackendOf(e.Backend)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	return execTxn(ctx, tb, req)
+}

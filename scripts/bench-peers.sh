@@ -354,12 +354,17 @@ $TIMELINE_REPORT
   \`/debug/pprof/profile\` and \`/debug/pprof/heap\` during a run.
 EOF
 } >"$OUT_MD.new"
-# The cluster benchmark's section (scripts/bench-cluster.sh) survives a
+# The cluster and transaction benchmarks' sections (scripts/bench-cluster.sh,
+# scripts/bench-txn.sh) survive a
 # rerun, and so does the hand-written history (before/after figures, goals)
 # below the marker line.
 if [ -f "$OUT_MD" ] && grep -q '^<!-- cluster-bench:start -->$' "$OUT_MD"; then
   printf '\n' >>"$OUT_MD.new"
   sed -n '/^<!-- cluster-bench:start -->$/,/^<!-- cluster-bench:end -->$/p' "$OUT_MD" >>"$OUT_MD.new"
+fi
+if [ -f "$OUT_MD" ] && grep -q '^<!-- txn-bench:start -->$' "$OUT_MD"; then
+  printf '\n' >>"$OUT_MD.new"
+  sed -n '/^<!-- txn-bench:start -->$/,/^<!-- txn-bench:end -->$/p' "$OUT_MD" >>"$OUT_MD.new"
 fi
 if [ -f "$OUT_MD" ] && grep -q '^<!-- kept across runs -->$' "$OUT_MD"; then
   printf '\n' >>"$OUT_MD.new"

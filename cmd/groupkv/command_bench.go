@@ -29,6 +29,7 @@ func benchCommand() *cobra.Command {
 		out          string
 		progress     bool
 		systemName   string
+		txn          txnBenchFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -45,6 +46,14 @@ Workloads (as in YCSB; keys chosen zipfian unless said otherwise):
             tagged with the user's tag; each operation reads one user's
             records with GetByTags, on a tag and/or a hash collection
             (--partitioning)
+  txn       multi-key transactions: each reads --txn-ops distinct keys drawn
+            uniformly from --txn-keys keys and writes each back incremented,
+            retried until it commits; counts attempts per commit. Targets:
+            groupkv (HTTP transactions, or a node in this process with
+            --embedded DIR), etcd (serializable STM), postgresql
+            (SERIALIZABLE, --addr host:port or a connection URL).
+            --txn-mode none runs the same reads and writes without
+            transactions.
 
 Each target is reached through its ordinary Go client; --addr defaults to
 the target's usual port (groupkv 7070, etcd 2379, redis 6379) on 127.0.0.1.
@@ -60,10 +69,27 @@ table first: collection "usertable", etcd prefix "usertable/", Redis keys
   groupkv bench --target etcd --addr 127.0.0.1:2379 --workload a --load --out results.json
   groupkv bench --workload timeline --partitioning tag,hash --load --duration 20s
   groupkv bench --addr 127.0.0.1:7070,127.0.0.1:7080,127.0.0.1:7090 --replicas 3 --system-name groupkv-3 --load
+  groupkv bench --workload txn --embedded /tmp/gkv --txn-keys 100000,1000 --txn-mode serializable,none --load
+  groupkv bench --workload txn --target postgresql --addr 127.0.0.1:5432 --txn-keys 1000 --load
   groupkv bench chart --in results.json --out chart.png`,
 		Args: argsBetween(0, 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			target = strings.ToLower(target)
+			if strings.EqualFold(strings.TrimSpace(workloads), bench.TxnWorkloadName) {
+				addr, _ := cmd.Flags().GetString("addr")
+				if !cmd.Flags().Changed("addr") {
+					addr = bench.DefaultAddr[target]
+					if target == "postgresql" || target == "postgres" {
+						addr = "127.0.0.1:5432"
+					}
+				}
+				opts.System = systemName
+				if progress || term.IsTerminal(int(os.Stderr.Fd())) {
+					opts.Progress = bench.NewProgressBar(os.Stderr).Update
+				}
+				return runTxnBench(cmd, txnBenchRun{target: target, addr: addr, table: table, tableSet: cmd.Flags().Changed("table"),
+					version: version, out: out, system: systemName, load: load, opts: opts, txn: txn})
+			}
 			if _, ok := bench.DefaultAddr[target]; !ok {
 				return usagef("--target %q: use %s", target, strings.Join(bench.Targets, ", "))
 			}
@@ -172,7 +198,7 @@ table first: collection "usertable", etcd prefix "usertable/", Redis keys
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&target, "target", "groupkv", "system to measure: groupkv, etcd or redis")
+	f.StringVar(&target, "target", "groupkv", "system to measure: groupkv, etcd or redis (txn workload: groupkv, etcd or postgresql)")
 	addAddrFlag(cmd)
 	f.Lookup("addr").Usage = "server address as host:port (no scheme); for a groupkv or etcd cluster, its nodes' addresses comma-separated, clients spread over them"
 	f.StringVar(&workloads, "workload", "a", "workload: a to f or timeline, or a comma-separated list run in order")
@@ -194,7 +220,8 @@ table first: collection "usertable", etcd prefix "usertable/", Redis keys
 	f.StringVar(&partitioning, "partitioning", "tag,hash", "timeline workload: collection partitioning, tag, hash or tag,hash")
 	f.IntVar(&opts.Users, "users", 1000, "timeline workload: users")
 	f.IntVar(&opts.PerUser, "records-per-user", 20, "timeline workload: records per user")
-	cmd.AddCommand(benchChartCommand(), benchReportCommand())
+	txn.register(f)
+	cmd.AddCommand(benchChartCommand(), benchReportCommand(), benchPgbenchCommand())
 	return cmd
 }
 
@@ -268,11 +295,20 @@ func benchReportCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := bench.WriteMarkdown(cmd.OutOrStdout(), rs, baseline); err != nil {
-				if errors.Is(err, bench.ErrNoResults) {
-					return fmt.Errorf("%s holds no results: run groupkv bench --out %s first", in, in)
+			txnResults, rs := bench.SplitTxnResults(rs)
+			if len(rs) == 0 && len(txnResults) == 0 {
+				return fmt.Errorf("%s holds no results: run groupkv bench --out %s first", in, in)
+			}
+			if len(rs) > 0 {
+				if err := bench.WriteMarkdown(cmd.OutOrStdout(), rs, baseline); err != nil {
+					return err
 				}
-				return err
+			}
+			if len(txnResults) > 0 {
+				if len(rs) > 0 {
+					fmt.Fprintln(cmd.OutOrStdout())
+				}
+				return bench.WriteTxnMarkdown(cmd.OutOrStdout(), txnResults)
 			}
 			return nil
 		},

@@ -108,7 +108,7 @@ func collectionsCommand() *cobra.Command {
 		},
 	}
 	addAddrFlag(drop)
-	cmd.AddCommand(create, describe, drop, collectionsSplitCommand())
+	cmd.AddCommand(create, describe, drop, collectionsSplitCommand(), collectionsMergeCommand())
 	return cmd
 }
 

@@ -17,8 +17,9 @@ import (
 
 func serverCommand() *cobra.Command {
 	var (
-		cfg      server.Config
-		logLevel string
+		cfg       server.Config
+		logLevel  string
+		mergeSize int64
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -33,18 +34,28 @@ serves HTTP/JSON and gRPC on 127.0.0.1:7070 and listens for peers on
 				return usagef("--log-level %q: use debug, info, warn or error", logLevel)
 			}
 			cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			switch {
+			case !cmd.Flags().Changed("merge-size"):
+				cfg.Node.MergeBytes = 0 // a quarter of the split size
+			case mergeSize <= 0:
+				cfg.Node.MergeBytes = -1
+			default:
+				cfg.Node.MergeBytes = mergeSize
+			}
 			if os.Getenv("GOGC") == "" {
 				// A server's heap is small next to the machine's memory; a
 				// collection every 2x growth instead of 1x halves GC work.
 				debug.SetGCPercent(200)
 			}
+			// Signals are caught before the node says it serves, so that
+			// one sent right after that line stops it cleanly.
+			sig := make(chan os.Signal, 1)
+			signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 			s, err := server.Start(cfg)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(os.Stderr, "groupkv node %d serving on %s (peers: %s), data in %s\n", s.Node.ID(), s.Addr(), s.PeerAddr(), cfg.Node.DataDir)
-			sig := make(chan os.Signal, 1)
-			signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 			got := <-sig
 			cfg.Logger.Info("shutting down", "signal", got.String())
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -60,6 +71,7 @@ serves HTTP/JSON and gRPC on 127.0.0.1:7070 and listens for peers on
 	f.StringVar(&cfg.AdvertiseAddr, "advertise-addr", "", "client address other nodes and clients use (default: the --listen address)")
 	f.StringVar(&cfg.AdvertisePeerAddr, "advertise-peer-addr", "", "peer address other nodes use (default: the host of --advertise-addr with the --peer-listen port)")
 	f.Int64Var(&cfg.Node.SplitBytes, "split-size", 512<<20, "estimated bytes on disk above which a range shard splits at its middle key (negative: never)")
+	f.Int64Var(&mergeSize, "merge-size", 512<<20/4, "estimated bytes on disk below which two adjacent range shards together merge (default: a quarter of --split-size; 0: never)")
 	f.DurationVar(&cfg.Node.ConsistencyInterval, "consistency-interval", 10*time.Minute, "how often each shard's leader compares its replicas' checksums (negative: never)")
 	f.Uint64Var(&cfg.Node.NodeID, "node-id", 0, "integer id of this node (default: the id stored in --data-dir, or 1 for a new one)")
 	f.DurationVar(&cfg.Node.Retention, "retention", time.Hour, "how long old versions stay readable")

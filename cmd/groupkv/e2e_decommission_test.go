@@ -9,8 +9,9 @@ import (
 )
 
 // TestClusterDecommissionCLI drains a node of a four-node cluster of real
-// processes with `groupkv node decommission --wait`: the collection moves to
-// the spare node, the drained node reports no replica held, it is stopped,
+// processes with `groupkv node decommission --wait`: its replicas move,
+// shard by shard, to the other nodes, the drained node reports no replica
+// held, it is stopped,
 // and every value written before is read back through the remaining nodes.
 func TestClusterDecommissionCLI(t *testing.T) {
 	c := newTCluster(t, 4)

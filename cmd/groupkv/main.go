@@ -13,6 +13,7 @@
 //	groupkv scan COLLECTION [--start S] [--end E] [--limit N] [--reverse] [--all]
 //	groupkv tags COLLECTION (--all a,b | --any a,b)
 //	groupkv watch COLLECTION [--from-version N] [--after-key K]
+//	groupkv txn [--file F] < txn.json
 //	groupkv bench ...
 package main
 
@@ -34,7 +35,7 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.AddCommand(serverCommand(), putCommand(), getCommand(), delCommand(), collectionsCommand(),
-		scanCommand(), tagsCommand(), watchCommand(), batchCommand(), deleteRangeCommand())
+		scanCommand(), tagsCommand(), watchCommand(), batchCommand(), deleteRangeCommand(), txnCommand())
 	root.AddCommand(benchCommand(), nodeCommand())
 	root.AddCommand(clusterCommand())
 	if err := root.Execute(); err != nil {

@@ -49,6 +49,11 @@ type HTTPConfig struct {
 	// undecoded. Zero or negative means kv.DefaultMaxBatchKeys; set it to the
 	// node's limit (the backend enforces its own limit anyway).
 	MaxBatchKeys int
+	// MaxTxnOps bounds the conditions, and the operations of each branch,
+	// of one POST /v1/txn/exec. A larger list is answered 413 too_large.
+	// Zero or negative means kv.DefaultMaxTxnOps; set it to the node's
+	// limit (the backend enforces its own limit anyway).
+	MaxTxnOps int
 	// Metrics, when not nil, observes every request.
 	Metrics *Metrics
 	// Extra, when not nil, serves GET /metrics (a node passes promhttp's
@@ -66,6 +71,9 @@ func (c *HTTPConfig) EnsureDefaults() {
 	}
 	if c.MaxBatchKeys <= 0 {
 		c.MaxBatchKeys = kv.DefaultMaxBatchKeys
+	}
+	if c.MaxTxnOps <= 0 {
+		c.MaxTxnOps = kv.DefaultMaxTxnOps
 	}
 }
 
@@ -89,6 +97,7 @@ const (
 	opCluster            = "cluster"
 	opDecommission       = "decommission"
 	opSplit              = "split"
+	opMerge              = "merge"
 	opMetrics            = "metrics"
 	// opUnknown is a request that named no operation: an unknown path or a
 	// method the path does not serve.
@@ -122,6 +131,9 @@ const (
 //	GET    /v1/scan/{collection}?start=&end=&limit=&reverse=&page=&version=
 //	GET    /v1/tags/{collection}?all=a,b|any=a,b&limit=&page=&version=
 //	GET    /v1/watch/{collection}?from_version=N&start=&end=&after_key=
+//	POST   /v1/txn                                              JSON, see http_txn.go
+//	POST   /v1/txn/{id}/{get,put,delete,scan,tags,commit,abort}
+//	POST   /v1/txn/exec
 //	GET    /healthz
 //	GET    /metrics                                             cfg.Extra
 //
@@ -197,6 +209,8 @@ func (h *httpHandler) serve(w http.ResponseWriter, r *http.Request) (op string, 
 		return h.serveCollections(w, r)
 	case strings.HasPrefix(p, collectionsPath+"/") && strings.HasSuffix(p, "/split"):
 		return opSplit, h.serveSplit(w, r, strings.TrimSuffix(strings.TrimPrefix(p, collectionsPath+"/"), "/split"))
+	case strings.HasPrefix(p, collectionsPath+"/") && strings.HasSuffix(p, "/merge"):
+		return opMerge, h.serveMerge(w, r, strings.TrimSuffix(strings.TrimPrefix(p, collectionsPath+"/"), "/merge"))
 	case strings.HasPrefix(p, collectionsPath+"/"):
 		return h.serveCollection(w, r, strings.TrimPrefix(p, collectionsPath+"/"))
 	case p == batchGetPath:
@@ -213,11 +227,13 @@ func (h *httpHandler) serve(w http.ResponseWriter, r *http.Request) (op string, 
 		return h.serveInCollection(w, r, p, tagsPrefix, opGetByTags, h.getByTags)
 	case under(p, watchPrefix):
 		return h.serveInCollection(w, r, p, watchPrefix, opWatch, h.watch)
+	case under(p, txnPath):
+		return h.serveTxn(w, r, p)
 	}
 	return opUnknown, kv.Errorf(kv.CodeNotFound,
 		"unknown path %q: this server serves /v1/kv/{collection}/{key}, /v1/collections[/{name}], "+
 			"/v1/batch/{get,put,delete}, /v1/delete_range, /v1/scan/{collection}, /v1/tags/{collection}, "+
-			"/v1/watch/{collection}, /v1/cluster, /healthz and /metrics",
+			"/v1/watch/{collection}, /v1/txn[/...], /v1/cluster, /healthz and /metrics",
 		clip(p))
 }
 
@@ -318,6 +334,44 @@ func (h *httpHandler) serveSplit(w http.ResponseWriter, r *http.Request, escName
 		return kv.Errorf(kv.CodeNotFound, "this server cannot split shards")
 	}
 	info, err := s.SplitShard(r.Context(), name, key, req.Shard)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, toCollectionJSON(info))
+	return nil
+}
+
+// Merger is a backend that can merge shards.
+type Merger interface {
+	MergeShards(ctx context.Context, collection string, shard uint64) (kv.CollectionInfo, error)
+}
+
+type mergeRequest struct {
+	Shard *uint64 `json:"shard"`
+}
+
+// serveMerge answers POST /v1/collections/{name}/merge: {"shard": id}
+// merges shard id with its right neighbour.
+func (h *httpHandler) serveMerge(w http.ResponseWriter, r *http.Request, escName string) error {
+	if r.Method != http.MethodPost {
+		return methodNotAllowed(r, "POST")
+	}
+	name, err := url.PathUnescape(escName)
+	if err != nil {
+		return kv.Errorf(kv.CodeInvalidArgument, "collection name %q is not a valid path segment", clip(escName))
+	}
+	var req mergeRequest
+	if err := decodeJSON(w, r, h.cfg.MaxBodySize, &req, "shard"); err != nil {
+		return err
+	}
+	if req.Shard == nil || *req.Shard == 0 {
+		return kv.Errorf(kv.CodeInvalidArgument, "give the shard to merge with its right neighbour: {\"shard\": id}")
+	}
+	m, ok := h.b.(Merger)
+	if !ok {
+		return kv.Errorf(kv.CodeNotFound, "this server cannot merge shards")
+	}
+	info, err := m.MergeShards(r.Context(), name, *req.Shard)
 	if err != nil {
 		return err
 	}

@@ -1,5 +1,7 @@
 // Package bench measures groupkv against its peers (etcd, Redis) with the
-// YCSB core workloads, and groupkv alone with a correlated-read workload.
+// YCSB core workloads, groupkv alone with a correlated-read workload, and
+// groupkv's transactions against etcd's and PostgreSQL's with the txn
+// workload.
 //
 // It owns the parts of a load generator: key choosers that reproduce YCSB's
 // generators (uniform, scrambled zipfian, skewed latest, the acknowledged
@@ -26,4 +28,22 @@
 //	res, err := r.Run(ctx, bench.WorkloadA)
 //	if err != nil { ... }
 //	err = bench.AppendResult("results.json", res)
+//
+// The txn workload (txn.go) measures multi-key transactions through a
+// TxnDriver: groupkv's interactive transactions (GroupKVTxn, over any
+// kv.TxnBackend: the HTTP client HTTPTxnClient, or a node in this process),
+// etcd's serializable STM (EtcdTxn) and PostgreSQL's SERIALIZABLE
+// transactions (Postgres, pgx). Each driver retries an attempt aborted by a
+// conflict until it commits and answers the attempts it took; a TxnRunner
+// runs the workload and records them in an AttemptHistogram. pgbench runs of
+// scripts/txn.pgbench join the results through PgbenchResult.
+//
+//	d, err := bench.OpenGroupKVEmbedded(ctx, dir, bench.DriverOptions{Table: "txn"})
+//	if err != nil { ... }
+//	defer d.Close()
+//	r, err := bench.NewTxnRunner(d, bench.Options{Duration: 10 * time.Second})
+//	if err != nil { ... }
+//	w := bench.TxnWorkload{Keys: 1000}
+//	if _, err := r.Load(ctx, w); err != nil { ... }
+//	res, err := r.Run(ctx, w) // res.Attempts: p50, p99, max attempts per commit
 package bench

@@ -102,12 +102,21 @@ func (g *GroupKV) Reset(ctx context.Context) error {
 	return createCollection(ctx, g.db, groupkv.CollectionOptions{Name: g.opts.Table, Partitioning: groupkv.PartitionHash, Shards: g.opts.Shards, Replicas: g.opts.Replicas})
 }
 
+// adminDB is what the drivers need to set a collection up: a remote
+// groupkv.DB or an embedded node.
+type adminDB interface {
+	CreateCollection(ctx context.Context, opts groupkv.CollectionOptions) (groupkv.CollectionInfo, error)
+	DescribeCollection(ctx context.Context, name string) (groupkv.CollectionInfo, error)
+	DropCollection(ctx context.Context, name string) error
+	BatchPut(ctx context.Context, items []groupkv.PutItem) ([]groupkv.WriteResult, error)
+}
+
 // createCollection creates a collection and waits until every shard of it
 // has a leader. A node's CreateCollection can answer unavailable ("shard N
 // is not served by this node") although it created the collection, when
 // its own reconcile ran on the catalog before the creation was applied; the
 // shards start moments later, and this waits for them (up to 30 seconds).
-func createCollection(ctx context.Context, db groupkv.DB, opts groupkv.CollectionOptions) error {
+func createCollection(ctx context.Context, db adminDB, opts groupkv.CollectionOptions) error {
 	_, err := db.CreateCollection(ctx, opts)
 	if err == nil {
 		return nil

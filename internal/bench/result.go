@@ -42,6 +42,9 @@ type Result struct {
 	Latency map[string]Latency `json:"latency"`
 	// Load describes the load phase that preceded the run, if any.
 	Load *LoadResult `json:"load,omitempty"`
+	// Attempts counts the attempts per committed transaction (txn
+	// workload, serializable mode only).
+	Attempts *AttemptStats `json:"attempts,omitempty"`
 }
 
 // Params are the parameters of a run.
@@ -61,6 +64,13 @@ type Params struct {
 	Partitioning string `json:"partitioning,omitempty"`
 	Users        int    `json:"users,omitempty"`
 	PerUser      int    `json:"records_per_user,omitempty"`
+	// Txn workload only: the mode (TxnModeSerializable or TxnModeNone),
+	// the keys each transaction reads and writes, and whether the key
+	// range was left to fill lazily instead of loaded. Records is the
+	// size of the key range.
+	TxnMode string `json:"txn_mode,omitempty"`
+	TxnOps  int    `json:"txn_ops,omitempty"`
+	TxnLazy bool   `json:"txn_lazy,omitempty"`
 }
 
 // Host describes the machine that ran the benchmark client.

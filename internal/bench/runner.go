@@ -544,7 +544,7 @@ func (r *Runner) loop(ctx context.Context, workload string, ops []string, newCli
 	res.ErrorSamples = samples
 	if res.Ops == 0 && res.Errors > 0 {
 		return res, fmt.Errorf("%w: every operation of workload %s against %s failed; first: %s",
-			errAllFailed, workload, r.d.System(), first(samples))
+			errAllFailed, workload, r.system(), first(samples))
 	}
 	return res, nil
 }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"sort"
@@ -47,6 +48,9 @@ type ShardDesc struct {
 	// SplitFrom is the shard this one was split from: its replicas are
 	// created by the split applied in the parent's log, not by their nodes.
 	SplitFrom uint64 `json:"split_from,omitempty"`
+	// MergedInto is, for an entry of CollectionDesc.Merged, the shard that
+	// took its span: its left neighbour.
+	MergedInto uint64 `json:"merged_into,omitempty"`
 }
 
 // Split splits shard shardID of d in two: the shard keeps the lower part
@@ -92,6 +96,84 @@ func (d *CollectionDesc) Split(shardID, newID uint64, key []byte, bucket uint32)
 	shards = append(shards, child)
 	d.Shards = append(shards, d.Shards[at+1:]...)
 	return at + 1, nil
+}
+
+// ErrMergeReplicas reports a merge of two shards whose replicas are not on
+// the same nodes, or are moving: a merge joins the two shards' records in
+// place on every node, so both must be held by exactly the same nodes.
+var ErrMergeReplicas = errors.New("cluster: the shards' replicas are not on the same nodes")
+
+// Merge joins shard leftID of d and its right neighbour into leftID: the
+// left shard keeps its id, replicas and raft group and takes the right
+// one's span; the right one leaves d.Shards for d.Merged (its group is
+// removed once the merge is applied in the left shard's log). It returns
+// the right shard. Both shards must have replicas on the same nodes, none
+// of them joining (a move in progress): else the error wraps
+// ErrMergeReplicas.
+func (d *CollectionDesc) Merge(leftID uint64) (ShardDesc, error) {
+	at := -1
+	for i := range d.Shards {
+		if d.Shards[i].ID == leftID {
+			at = i
+		}
+	}
+	if at < 0 {
+		return ShardDesc{}, fmt.Errorf("collection %q has no shard %d", d.Name, leftID)
+	}
+	if at == len(d.Shards)-1 {
+		return ShardDesc{}, fmt.Errorf("shard %d is the last shard of collection %q: it has no right neighbour to merge with", leftID, d.Name)
+	}
+	left, right := d.Shards[at], d.Shards[at+1]
+	if !sameNodes(left.Replicas, right.Replicas) {
+		return ShardDesc{}, fmt.Errorf("%w: shard %d is on nodes %v, shard %d on nodes %v", ErrMergeReplicas, left.ID, nodesOf(left.Replicas), right.ID, nodesOf(right.Replicas))
+	}
+	for _, r := range append(append([]Replica(nil), left.Replicas...), right.Replicas...) {
+		if r.Joining {
+			return ShardDesc{}, fmt.Errorf("%w: a replica on node %d is joining (a move is in progress)", ErrMergeReplicas, r.Node)
+		}
+	}
+	if d.Partitioning == kv.PartitionRange {
+		d.Shards[at].End = right.End
+		// Shard i owns [SplitPoints[i-1], SplitPoints[i]): the right
+		// shard's start is SplitPoints[at].
+		d.SplitPoints = append(append([][]byte(nil), d.SplitPoints[:at]...), d.SplitPoints[at+1:]...)
+	} else {
+		d.Shards[at].BucketEnd = right.BucketEnd
+	}
+	d.Shards = append(append([]ShardDesc(nil), d.Shards[:at+1]...), d.Shards[at+2:]...)
+	gone := right
+	gone.MergedInto = leftID
+	d.Merged = append(append([]ShardDesc(nil), d.Merged...), gone)
+	if n := len(d.Merged); n > maxMerged {
+		d.Merged = d.Merged[n-maxMerged:]
+	}
+	return right, nil
+}
+
+// maxMerged bounds CollectionDesc.Merged: an entry is needed only until
+// every replica of the merged shard has applied the merge, seconds.
+const maxMerged = 16
+
+func sameNodes(a, b []Replica) bool {
+	na, nb := nodesOf(a), nodesOf(b)
+	if len(na) != len(nb) {
+		return false
+	}
+	for i := range na {
+		if na[i] != nb[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func nodesOf(rs []Replica) []uint64 {
+	out := make([]uint64, len(rs))
+	for i, r := range rs {
+		out[i] = r.Node
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
 }
 
 // maxLeaving bounds ShardDesc.Leaving.
@@ -183,6 +265,10 @@ type CollectionDesc struct {
 	SplitPoints  [][]byte        `json:"split_points,omitempty"`
 	// Shards are ordered by bucket span (hash, tag) or key span (range).
 	Shards []ShardDesc `json:"shards"`
+	// Merged are the last shards merged into their left neighbour
+	// (ShardDesc.MergedInto), kept so that their groups can finish the
+	// merge: the messages of their replicas must still find them.
+	Merged []ShardDesc `json:"merged,omitempty"`
 }
 
 // Encode returns the catalog encoding of d.
@@ -226,30 +312,99 @@ const MetaReplicas = 3
 // without one on a cluster of n nodes.
 func DefaultReplicas(n int) int { return min(3, max(n, 1)) }
 
+// Load counts what each node holds over every shard of every collection:
+// its replicas and the shards it is the preferred leader of (first
+// replica). Nil maps count zero.
+type Load struct {
+	Replicas map[uint64]int
+	Leaders  map[uint64]int
+}
+
+// CatalogLoad counts the replicas and preferred leaders of every node in
+// the shards of catalog.
+func CatalogLoad(catalog []*CollectionDesc) Load {
+	l := Load{Replicas: map[uint64]int{}, Leaders: map[uint64]int{}}
+	for _, c := range catalog {
+		for _, s := range c.Shards {
+			for i, r := range s.Replicas {
+				l.Replicas[r.Node]++
+				if i == 0 {
+					l.Leaders[r.Node]++
+				}
+			}
+		}
+	}
+	return l
+}
+
+// PlaceShard picks rf of nodes for one new shard: the ones holding the
+// fewest replicas by load (ties: earlier in nodes), the one among them
+// preferred leader of the fewest shards first. It counts the shard in
+// load, so that the next call spreads the next shard.
+func PlaceShard(nodes []uint64, rf int, load *Load) []uint64 {
+	if load.Replicas == nil {
+		load.Replicas = map[uint64]int{}
+	}
+	if load.Leaders == nil {
+		load.Leaders = map[uint64]int{}
+	}
+	pos := make(map[uint64]int, len(nodes))
+	for i, id := range nodes {
+		pos[id] = i
+	}
+	picked := append([]uint64(nil), nodes...)
+	sort.SliceStable(picked, func(i, j int) bool { return load.Replicas[picked[i]] < load.Replicas[picked[j]] })
+	picked = picked[:min(rf, len(picked))]
+	if len(picked) == 0 {
+		return nil
+	}
+	sort.SliceStable(picked, func(i, j int) bool { return pos[picked[i]] < pos[picked[j]] })
+	first := 0
+	for i, id := range picked {
+		f := picked[first]
+		if load.Leaders[id] < load.Leaders[f] || load.Leaders[id] == load.Leaders[f] && load.Replicas[id] < load.Replicas[f] {
+			first = i
+		}
+	}
+	picked[0], picked[first] = picked[first], picked[0]
+	if first > 1 {
+		// Keep the others in node order.
+		sort.SliceStable(picked[1:], func(i, j int) bool { return pos[picked[1+i]] < pos[picked[1+j]] })
+	}
+	for i, id := range picked {
+		load.Replicas[id]++
+		if i == 0 {
+			load.Leaders[id]++
+		}
+	}
+	return picked
+}
+
 // NewCollectionDesc lays out the shards of a new collection with validated
 // options. firstShard is the id of its first shard; the others follow.
-// nodes are the candidate nodes, least loaded first. The collection takes
-// the first opts.Replicas of them (all when 0) and every shard has a
-// replica on each, so replicas are on distinct nodes and any node holding
-// one shard of the collection holds all of them (a scan or tag query is
-// served whole by one node). The order of a shard's replicas rotates, so
-// the first replicas — the preferred leaders — spread over those nodes.
-// Raft ids within a shard are 1, 2, ...
-func NewCollectionDesc(opts kv.CollectionOptions, id uint32, firstShard uint64, nodes []uint64) *CollectionDesc {
+// nodes are the candidate nodes, least loaded first, and load what they
+// hold already. Each shard is placed on its own (PlaceShard): on the
+// opts.Replicas nodes (all when 0) holding the fewest replicas of any
+// shard, its own shards counted as they are placed, so replicas are on
+// distinct nodes and spread over the cluster; the preferred leader (the
+// first replica) is the one of them leading the fewest shards. The new
+// shards are counted into load's maps. Raft ids within a shard are 1, 2, ...
+func NewCollectionDesc(opts kv.CollectionOptions, id uint32, firstShard uint64, nodes []uint64, load Load) *CollectionDesc {
 	d := &CollectionDesc{Name: opts.Name, ID: id, Partitioning: opts.Partitioning, SplitPoints: opts.SplitPoints}
 	rf := opts.Replicas
 	if rf == 0 || rf > len(nodes) {
 		rf = len(nodes)
 	}
-	replicas := func(i int) []Replica {
-		r := make([]Replica, rf)
-		for j := range r {
-			r[j] = Replica{Node: nodes[(i+j)%rf], ID: uint64(j + 1)}
+	replicas := func() []Replica {
+		placed := PlaceShard(nodes, rf, &load)
+		r := make([]Replica, len(placed))
+		for j, node := range placed {
+			r[j] = Replica{Node: node, ID: uint64(j + 1)}
 		}
 		return r
 	}
 	for i := 0; i < opts.Shards; i++ {
-		s := ShardDesc{ID: firstShard + uint64(i), Replicas: replicas(i)}
+		s := ShardDesc{ID: firstShard + uint64(i), Replicas: replicas()}
 		if opts.Partitioning == kv.PartitionRange {
 			if i > 0 {
 				s.Start = opts.SplitPoints[i-1]

@@ -18,7 +18,7 @@ func mustDesc(t *testing.T, opts kv.CollectionOptions, id uint32, firstShard uin
 	if err := kv.ValidateCollectionOptions(&opts); err != nil {
 		t.Fatalf("options %+v: %v", opts, err)
 	}
-	return NewCollectionDesc(opts, id, firstShard, nodes)
+	return NewCollectionDesc(opts, id, firstShard, nodes, Load{})
 }
 
 func TestNewCollectionDescHash(t *testing.T) {

@@ -1,6 +1,9 @@
 // Package cluster owns the catalog of collections and the shard map (the
 // descriptors kept in the meta shard), the routing of a key to its shard,
-// and the timestamp oracle (TSO) that the meta shard's leader runs.
+// placement (each shard's replicas on the least loaded nodes; the
+// rebalancer's plans of single replica moves and preferred leaders, pure
+// functions of the catalog), and the timestamp oracle (TSO) that the meta
+// shard's leader runs.
 //
 // Descriptors are plain values; they change only by commands applied in the
 // meta shard (see package shard). The Oracle is volatile leader state: it

@@ -25,6 +25,7 @@ const (
 	CodeUnavailable         Code = "unavailable"           // 503: not performed, may be retried
 	CodeCommitUnknown       Code = "commit_unknown"        // 503: may or may not have been performed
 	CodeNotLeader           Code = "not_leader"            // 503: ask the shard's leader; the shard map moved
+	CodeUnimplemented       Code = "unimplemented"         // 501: this server does not serve the operation
 	CodeInternal            Code = "internal"              // 500
 )
 
@@ -45,6 +46,8 @@ func (c Code) HTTPStatus() int {
 		return http.StatusRequestEntityTooLarge
 	case CodeUnavailable, CodeCommitUnknown, CodeNotLeader:
 		return http.StatusServiceUnavailable
+	case CodeUnimplemented:
+		return http.StatusNotImplemented
 	default:
 		return http.StatusInternalServerError
 	}

@@ -27,16 +27,19 @@ import (
 //     with Join asks a member to add it. The meta shard's leader gives the
 //     first three nodes a meta replica each, added as a learner and
 //     promoted to voter once it has caught up.
-//   - Every shard's replicas are placed on distinct nodes when its
-//     collection is created; every node creates the replicas the catalog
-//     gives it (reconcile), all from the same initial state, and the first
-//     replica of each shard campaigns at once, so leaders spread.
+//   - Every shard's replicas are placed on distinct nodes, the least
+//     loaded over every collection, when its collection is created; every
+//     node creates the replicas the catalog gives it (reconcile), all from
+//     the same initial state, and the first replica of each shard
+//     campaigns at once, so leaders spread.
 //   - A write goes to its shard's leader: proposed here when this node
 //     leads, else forwarded over the peer service.
 //   - A read is served from this node's replica once raft's ReadIndex —
 //     answered by the leader after a heartbeat round to a quorum — has been
 //     applied here; a snapshot read asks the leader to fence the version
-//     first. A node without a replica of a shard cannot read it yet.
+//     first. A read of shards not held here is forwarded whole to a node
+//     holding them all, or read in parts on nodes holding them and merged
+//     (spread.go).
 //   - Write versions come from the oracle on the meta shard's leader; other
 //     nodes fetch them in windows, each used only by proposals queued
 //     before the fetch started, so versions follow real time.
@@ -80,9 +83,13 @@ func (n *Node) reloadMeta() error {
 // indexShardsLocked rebuilds the shard index from the catalog.
 func (n *Node) indexShardsLocked() {
 	n.mu.shards = make(map[uint64]shardRef)
+	n.mu.merged = make(map[uint64]cluster.ShardDesc)
 	for _, c := range n.mu.catalog {
 		for i := range c.Shards {
 			n.mu.shards[c.Shards[i].ID] = shardRef{coll: c, index: i}
+		}
+		for _, m := range c.Merged {
+			n.mu.merged[m.ID] = m
 		}
 	}
 }
@@ -114,6 +121,11 @@ func (n *Node) replicaNodeLocked(shardID, rid uint64) (uint64, bool) {
 	}
 	ref, ok := n.mu.shards[shardID]
 	if !ok {
+		// A merged shard's replicas still talk until they applied the
+		// merge.
+		if m, ok := n.mu.merged[shardID]; ok {
+			return m.ReplicaNode(rid)
+		}
 		return 0, false
 	}
 	return ref.coll.Shards[ref.index].ReplicaNode(rid)
@@ -231,7 +243,9 @@ func (n *Node) proposeHops(ctx context.Context, shardID uint64, cmd []byte, hops
 	deadline := time.Now().Add(n.retryWindow())
 	for attempt := 0; ; attempt++ {
 		res, err := n.proposeOnce(ctx, shardID, cmd, hops)
-		if err == nil || !retryable(err) {
+		if err == nil || !retryable(err) || n.isMergedAway(shardID) && !n.hasReplica(shardID) {
+			// A shard merged away does not come back: the caller routes
+			// the command again (writeRouted).
 			return res, err
 		}
 		if berr := backoff(ctx, attempt, deadline, err); berr != nil {
@@ -244,7 +258,12 @@ func (n *Node) proposeOnce(ctx context.Context, shardID uint64, cmd []byte, hops
 	if n.hasReplica(shardID) {
 		leader := n.leaderOf(shardID)
 		if leader == n.id || leader == 0 || n.host.Ready(shardID) {
+			release, err := n.plainLocks(ctx, shardID, cmd) // txn_leader.go
+			if err != nil {
+				return shard.Result{}, err
+			}
 			res, err := n.host.Propose(ctx, shardID, cmd)
+			release()
 			if kv.CodeOf(err) != kv.CodeNotLeader {
 				return res, err
 			}
@@ -276,7 +295,7 @@ func (n *Node) readBarrier(ctx context.Context, shardID uint64) error {
 	deadline := time.Now().Add(n.retryWindow())
 	for attempt := 0; ; attempt++ {
 		err := n.host.ReadBarrier(ctx, shardID)
-		if err == nil || !retryable(err) || ctx.Err() != nil {
+		if err == nil || !retryable(err) || ctx.Err() != nil || !n.hasReplica(shardID) {
 			return err
 		}
 		if berr := backoff(ctx, attempt, deadline, err); berr != nil {
@@ -294,7 +313,7 @@ func (n *Node) leaderRead(ctx context.Context, shardID, ts, now uint64) (uint64,
 	deadline := time.Now().Add(n.retryWindow())
 	for attempt := 0; ; attempt++ {
 		resolved, err := n.leaderReadOnce(ctx, shardID, ts, now)
-		if err == nil || !retryable(err) || ctx.Err() != nil {
+		if err == nil || !retryable(err) || ctx.Err() != nil || !n.hasReplica(shardID) {
 			return resolved, err
 		}
 		if berr := backoff(ctx, attempt, deadline, err); berr != nil {
@@ -505,7 +524,7 @@ func (n *Node) clusterLoop() {
 			if i%4 == 3 {
 				n.triggerReconcile() // replicas that moved away are collected
 			}
-			if i%20 == 19 && n.host.Ready(cluster.MetaShardID) {
+			if i%4 == 3 && n.host.Ready(cluster.MetaShardID) {
 				n.rebalance()
 			}
 		}

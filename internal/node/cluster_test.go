@@ -510,9 +510,10 @@ func dumpCluster(t *testing.T, c *testCluster) {
 }
 
 // TestClusterNodesWithoutReplicas runs four nodes (the fourth holds a
-// learner replica of the meta shard) and a collection of one replica per
-// shard: every node answers writes and reads of every key, forwarding what
-// it holds no replica of.
+// learner replica of the meta shard) and a collection of four shards of
+// one replica each, one per node: every node answers writes and reads of
+// every key, forwarding what it holds no replica of, and scans and
+// watches through every node merge the shards of all four nodes.
 func TestClusterNodesWithoutReplicas(t *testing.T) {
 	c := startCluster(t, 4, nil)
 	ctx := context.Background()
@@ -523,6 +524,9 @@ func TestClusterNodesWithoutReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := c.node(4).n.CreateCollection(ctx, kv.CollectionOptions{Name: "big", Shards: 4, Replicas: 1}); err != nil {
+		t.Fatal(err)
+	}
 	holders := map[uint64]int{}
 	for _, tn := range c.nodes {
 		for _, s := range info.Shards {
@@ -531,8 +535,14 @@ func TestClusterNodesWithoutReplicas(t *testing.T) {
 			}
 		}
 	}
-	if len(holders) != 1 {
-		t.Fatalf("replicas per node %v, want every shard on one node", holders)
+	if len(holders) != 4 {
+		t.Fatalf("replicas per node %v, want one shard on each node", holders)
+	}
+	// Watches start below the first write (a watch from version 1 would
+	// be compacted once garbage collection ran: versions are timestamps).
+	before, err := c.node(1).n.latest(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
 	for _, w := range c.nodes {
 		for i := 0; i < 8; i++ {
@@ -554,51 +564,80 @@ func TestClusterNodesWithoutReplicas(t *testing.T) {
 			}
 		}
 	}
-	// A scan needs every shard: the node holding them serves it whole.
+	// A scan needs every shard: each node reads its own and asks the
+	// others for theirs.
 	for _, r := range c.nodes {
 		res, err := r.n.Scan(ctx, kv.ScanRequest{Collection: "c", Limit: 1000})
 		if err != nil || len(res.Items) != 32 {
 			t.Fatalf("node %d scans %d records, %v; want 32", r.id, len(res.Items), err)
 		}
 	}
-	// So does a watch, streamed back through a node without the shards.
-	var far *testNode
-	for _, tn := range c.nodes {
-		if holders[tn.id] == 0 {
-			far = tn
+	// Parts larger than gRPC's default message limit: 40 values of 512 KiB
+	// are about 5 MiB per node.
+	big := bytes.Repeat([]byte("v"), 512<<10)
+	for i := 0; i < 40; i++ {
+		if _, err := c.nodes[i%4].n.Put(ctx, kv.PutRequest{Collection: "big", Key: []byte(fmt.Sprintf("b%02d", i)), Value: big}); err != nil {
+			t.Fatal(err)
 		}
 	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	got := make(chan kv.Event, 64)
-	go far.n.Watch(wctx, kv.WatchRequest{Collection: "c", FromVersion: 1}, func(ev kv.Event) error {
-		if ev.Type != kv.EventProgress {
-			got <- ev
+	for _, r := range c.nodes {
+		res, err := r.n.Scan(ctx, kv.ScanRequest{Collection: "big", Limit: 1000})
+		if err != nil || len(res.Items) != 40 {
+			t.Fatalf("node %d scans %d large records, %v; want 40", r.id, len(res.Items), err)
 		}
-		return nil
-	})
-	seen := map[string]bool{}
-	for len(seen) < 32 {
-		select {
-		case ev := <-got:
-			if ev.Type != kv.EventPut || !bytes.Equal(ev.Value, ev.Key) {
-				t.Fatalf("watch through node %d: unexpected event %+v", far.id, ev)
+	}
+	// So does a watch: the parts' events merge in version order.
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	type got struct {
+		node uint64
+		ev   kv.Event
+	}
+	events := make(chan got, 256)
+	for _, tn := range c.nodes {
+		go tn.n.Watch(wctx, kv.WatchRequest{Collection: "c", FromVersion: before}, func(ev kv.Event) error {
+			if ev.Type != kv.EventProgress {
+				events <- got{tn.id, ev}
 			}
-			seen[string(ev.Key)] = true
+			return nil
+		})
+	}
+	seen := map[uint64]map[string]bool{}
+	last := map[uint64]uint64{}
+	check := func(g got) {
+		if g.ev.Type != kv.EventPut || !bytes.Equal(g.ev.Value, g.ev.Key) {
+			t.Fatalf("watch through node %d: unexpected event %+v", g.node, g.ev)
+		}
+		if g.ev.Version <= last[g.node] {
+			t.Fatalf("watch through node %d: version %d after %d", g.node, g.ev.Version, last[g.node])
+		}
+		last[g.node] = g.ev.Version
+		if seen[g.node] == nil {
+			seen[g.node] = map[string]bool{}
+		}
+		seen[g.node][string(g.ev.Key)] = true
+	}
+	for total := 0; total < 4*32; total++ {
+		select {
+		case g := <-events:
+			check(g)
 		case <-wctx.Done():
-			t.Fatalf("the watch through node %d delivered %d of 32 records", far.id, len(seen))
+			t.Fatalf("the watches delivered %v of 32 records each", seen)
 		}
 	}
 	if _, err := c.node(1).n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte("late"), Value: []byte("late")}); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case ev := <-got:
-		if string(ev.Key) != "late" {
-			t.Fatalf("after the put the watch delivered %+v", ev)
+	for i := 0; i < 4; i++ {
+		select {
+		case g := <-events:
+			check(g)
+			if string(g.ev.Key) != "late" {
+				t.Fatalf("after the put the watch through node %d delivered %+v", g.node, g.ev)
+			}
+		case <-wctx.Done():
+			t.Fatal("a watch did not deliver a new write")
 		}
-	case <-wctx.Done():
-		t.Fatal("the forwarded watch did not deliver a new write")
 	}
 }
 

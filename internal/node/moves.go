@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"sort"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -17,9 +16,10 @@ import (
 
 // Moving replicas (see docs/cluster.md, "Placement"):
 //
-//   - The catalog holds each shard's target replicas. A move replaces, in
-//     every shard of a collection, the replica on one node by a joining
-//     replica with a new raft id on another (shard.KindMoveReplicas).
+//   - The catalog holds each shard's target replicas. A move replaces the
+//     replica of one shard on one node by a joining replica with a new
+//     raft id on another (shard.KindMoveShardReplica; the older
+//     shard.KindMoveReplicas does so in every shard of a collection).
 //   - The node of a joining replica creates it empty; the shard's leader
 //     conforms the group's configuration to the target one change at a
 //     time: the new replica joins as a learner and gets a snapshot, is
@@ -29,10 +29,12 @@ import (
 //   - The node that lost a replica keeps it, serving as a member, until
 //     the leader's configuration no longer holds it; then it deletes the
 //     replica's raft state and exactly the keys the shard owns.
-//   - The meta shard's leader rebalances: it moves collections off
-//     draining nodes, and from the node holding the most replicas to the
-//     one holding the fewest while that narrows the gap; one move at a
-//     time, once every shard's configuration matches its target.
+//   - The meta shard's leader rebalances: it moves single shard replicas
+//     off draining nodes, and from the node holding the most replicas (of
+//     every shard of every collection) to the one holding the fewest while
+//     they differ by more than one; a few moves of different shards per
+//     round, once every shard's configuration matches its target. Then it
+//     spreads the preferred leaders the same way.
 
 const movesService = "groupkv.peer.v1.Moves"
 
@@ -46,6 +48,11 @@ type confResponse struct {
 	Learners []uint64 `json:"learners"`
 	// Settled: the configuration matches the catalog's target replicas.
 	Settled bool `json:"settled"`
+	// Desc is the shard's descriptor as its replica here applied it.
+	Desc *shard.Desc `json:"desc,omitempty"`
+	// Frozen is the replica's frozen state once a freeze for a merge was
+	// applied and made durable here (merge.go).
+	Frozen *shard.FrozenState `json:"frozen,omitempty"`
 }
 
 func (n *Node) registerMoves(s grpc.ServiceRegistrar) {
@@ -63,8 +70,12 @@ func (n *Node) handleConf(ctx context.Context, req *confRequest) (*confResponse,
 	if !ok {
 		return &confResponse{}, nil
 	}
-	return &confResponse{Leader: n.host.Ready(req.Shard), Voters: cs.Voters, Learners: cs.Learners,
-		Settled: n.settled(req.Shard, cs)}, nil
+	resp := &confResponse{Leader: n.host.Ready(req.Shard), Voters: cs.Voters, Learners: cs.Learners,
+		Settled: n.settled(req.Shard, cs), Frozen: n.frozenHere(req.Shard)}
+	if d, ok := n.host.Desc(req.Shard); ok {
+		resp.Desc = &d
+	}
+	return resp, nil
 }
 
 // shardInCatalog reports whether shardID belongs to a collection that
@@ -92,10 +103,22 @@ func (n *Node) target(shardID uint64) ([]uint64, bool) {
 }
 
 // settled reports whether configuration cs of shardID is its target: the
-// target replicas are its voters, and it has no learner.
+// target replicas are its voters, and it has no learner. A shard whose
+// replica here has not applied the span the catalog gives it (a split or
+// merge under way) is not settled either: a move waits for it, since a
+// merge needs the same replicas from the catalog change to the trigger.
 func (n *Node) settled(shardID uint64, cs raftpb.ConfState) bool {
 	target, ok := n.target(shardID)
 	if !ok {
+		return false
+	}
+	n.mu.RLock()
+	ref, inCatalog := n.mu.shards[shardID]
+	n.mu.RUnlock()
+	if !inCatalog {
+		return false
+	}
+	if d, ok := n.host.Desc(shardID); ok && !sameSpan(d, ref.coll.Shards[ref.index]) {
 		return false
 	}
 	if len(cs.Learners) > 0 || len(cs.VotersOutgoing) > 0 || len(cs.Voters) != len(target) {
@@ -176,6 +199,9 @@ func (n *Node) conformShards() {
 		}
 		if err := n.splitPending(id); err != nil {
 			n.log.Warn("splitting a shard failed; retrying", "shard", id, "err", err)
+		}
+		if err := n.mergePending(id); err != nil {
+			n.log.Warn("merging a shard failed; retrying", "shard", id, "err", err)
 		}
 		if err := n.conformShard(id); err != nil {
 			n.log.Warn("changing a shard's replicas failed; retrying", "shard", id, "err", err)
@@ -280,179 +306,71 @@ func (n *Node) shardsSettled(ctx context.Context) bool {
 	return true
 }
 
-// rebalance runs on the meta shard's leader: one collection move at a
-// time, off draining nodes first, then from the most to the least loaded
-// node while that narrows the gap between them.
+// Rebalancing moves at most this many replicas, and changes at most this
+// many preferred leaders, per round: a round starts only once every
+// shard's configuration matches its target, and a few moves of different
+// shards at once keep a new node's fill-up within seconds without
+// snapshotting every shard onto it at the same time.
+const (
+	maxMovesPerRound   = 3
+	maxLeadersPerRound = 4
+)
+
+// rebalance runs on the meta shard's leader, once every shard's
+// configuration matches its target: it moves single shard replicas off
+// draining nodes, then from the most to the least loaded node (replicas of
+// every shard of every collection) while they differ by more than one,
+// and, when no replica needs to move, spreads the preferred leaders the
+// same way (cluster.PlanMoves, cluster.PlanLeaders).
 func (n *Node) rebalance() {
+	n.mu.RLock()
+	members := make(map[uint64]bool, len(n.mu.nodes))
+	for id, d := range n.mu.nodes {
+		members[id] = d.Draining
+	}
+	catalog := make([]*cluster.CollectionDesc, 0, len(n.mu.catalog))
+	for _, c := range n.mu.catalog {
+		catalog = append(catalog, c)
+	}
+	n.mu.RUnlock()
+	shards := cluster.Placements(catalog)
+	moves := cluster.PlanMoves(shards, members, maxMovesPerRound)
+	var prefs []cluster.Prefer
+	if len(moves) == 0 {
+		prefs = cluster.PlanLeaders(shards, members, maxLeadersPerRound)
+	}
+	if len(moves) == 0 && len(prefs) == 0 {
+		return // balanced: no need to ask the shards' leaders
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if !n.shardsSettled(ctx) {
 		return
 	}
-	n.mu.RLock()
-	load := map[uint64]int{}
-	draining := map[uint64]bool{}
-	for id, d := range n.mu.nodes {
-		load[id] = 0
-		draining[id] = d.Draining
-	}
-	type coll struct {
-		name   string
-		nodes  []uint64
-		shards int
-	}
-	var colls []coll
-	for _, c := range n.mu.catalog {
-		if len(c.Shards) == 0 {
-			continue
-		}
-		var nodes []uint64
-		for _, r := range c.Shards[0].Replicas {
-			nodes = append(nodes, r.Node)
-		}
-		for _, s := range c.Shards {
-			for _, r := range s.Replicas {
-				load[r.Node]++
-			}
-		}
-		colls = append(colls, coll{c.Name, nodes, len(c.Shards)})
-	}
-	n.mu.RUnlock()
-	sort.Slice(colls, func(i, j int) bool { return colls[i].name < colls[j].name })
-	// Candidates to receive: live, non-draining nodes, least loaded first.
-	var dest []uint64
-	for id := range load {
-		if !draining[id] {
-			dest = append(dest, id)
-		}
-	}
-	sort.Slice(dest, func(i, j int) bool {
-		if load[dest[i]] != load[dest[j]] {
-			return load[dest[i]] < load[dest[j]]
-		}
-		return dest[i] < dest[j]
-	})
-	pick := func(c coll, from uint64) uint64 {
-		for _, to := range dest {
-			if !contains(c.nodes, to) && (draining[from] || load[from]-load[to] > c.shards) {
-				return to
-			}
-		}
-		return 0
-	}
-	move := func(c coll, from, to uint64) {
-		res, err := n.propose(ctx, cluster.MetaShardID, shard.EncodeMoveReplicas(c.name, from, to))
-		if err == nil && res.Err != nil {
-			err = res.Err
-		}
-		if err != nil {
-			n.log.Warn("moving replicas failed", "collection", c.name, "from", from, "to", to, "err", err)
-			return
-		}
-		n.log.Info("moving a collection's replicas", "collection", c.name, "from", from, "to", to)
-	}
-	for _, c := range colls {
-		for _, from := range c.nodes {
-			if draining[from] {
-				if to := pick(c, from); to != 0 {
-					move(c, from, to)
-					return
-				}
-			}
-		}
-	}
-	// The most loaded node gives a collection to the least loaded one.
-	src := append([]uint64(nil), dest...)
-	sort.Slice(src, func(i, j int) bool {
-		if load[src[i]] != load[src[j]] {
-			return load[src[i]] > load[src[j]]
-		}
-		return src[i] < src[j]
-	})
-	for _, from := range src {
-		for _, c := range colls {
-			if !contains(c.nodes, from) {
-				continue
-			}
-			if to := pick(c, from); to != 0 {
-				move(c, from, to)
-				return
-			}
-		}
-	}
-	n.balanceLeaders(ctx, draining)
-}
-
-// balanceLeaders spreads the shards' preferred leaders (their first
-// replicas, which leadership returns to) over the nodes until per-node
-// counts differ by at most one, a few shards per round.
-func (n *Node) balanceLeaders(ctx context.Context, draining map[uint64]bool) {
-	type sref struct {
-		coll  string
-		id    uint64
-		nodes []uint64
-	}
-	pref := map[uint64]int{}
-	var shards []sref
-	n.mu.RLock()
-	for id, d := range n.mu.nodes {
-		if !d.Draining {
-			pref[id] = 0
-		}
-	}
-	for _, c := range n.mu.catalog {
-		for _, s := range c.Shards {
-			if len(s.Replicas) == 0 {
-				continue
-			}
-			var nodes []uint64
-			for _, r := range s.Replicas {
-				nodes = append(nodes, r.Node)
-			}
-			if _, ok := pref[nodes[0]]; ok {
-				pref[nodes[0]]++
-			}
-			shards = append(shards, sref{c.Name, s.ID, nodes})
-		}
-	}
-	n.mu.RUnlock()
-	sort.Slice(shards, func(i, j int) bool { return shards[i].id < shards[j].id })
-	for changes := 0; changes < 4; changes++ {
-		var hi, lo uint64
-		for id, c := range pref {
-			if hi == 0 || c > pref[hi] || c == pref[hi] && id < hi {
-				hi = id
-			}
-			if lo == 0 || c < pref[lo] || c == pref[lo] && id < lo {
-				lo = id
-			}
-		}
-		if hi == 0 || pref[hi]-pref[lo] <= 1 {
-			return
-		}
-		moved := false
-		for i, s := range shards {
-			if s.nodes[0] != hi || !contains(s.nodes, lo) {
-				continue
-			}
-			res, err := n.propose(ctx, cluster.MetaShardID, shard.EncodeSetPreferred(s.coll, s.id, lo))
+	if len(moves) > 0 {
+		for _, m := range moves {
+			res, err := n.propose(ctx, cluster.MetaShardID, shard.EncodeMoveShardReplica(m.Collection, m.Shard, m.From, m.To))
 			if err == nil && res.Err != nil {
 				err = res.Err
 			}
 			if err != nil {
-				n.log.Warn("moving a preferred leader failed", "shard", s.id, "to", lo, "err", err)
+				n.log.Warn("moving a replica failed", "collection", m.Collection, "shard", m.Shard, "from", m.From, "to", m.To, "err", err)
 				return
 			}
-			n.log.Info("preferred leader moved", "shard", s.id, "from", hi, "to", lo)
-			shards[i].nodes[0] = lo
-			pref[hi]--
-			pref[lo]++
-			moved = true
-			break
+			n.log.Info("moving a replica", "collection", m.Collection, "shard", m.Shard, "from", m.From, "to", m.To)
 		}
-		if !moved {
+		return
+	}
+	for _, p := range prefs {
+		res, err := n.propose(ctx, cluster.MetaShardID, shard.EncodeSetPreferred(p.Collection, p.Shard, p.Node))
+		if err == nil && res.Err != nil {
+			err = res.Err
+		}
+		if err != nil {
+			n.log.Warn("moving a preferred leader failed", "shard", p.Shard, "to", p.Node, "err", err)
 			return
 		}
+		n.log.Info("preferred leader moved", "shard", p.Shard, "to", p.Node)
 	}
 }
 

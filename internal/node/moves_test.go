@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -79,8 +80,9 @@ func runClients(c *testCluster, rec *linearizability.Recorder, seed uint64, clie
 }
 
 // TestClusterDecommission drains a node holding a collection's replicas
-// under concurrent clients: the replicas move to the spare node (learner,
-// snapshot, voter, then the old replica is removed), the drained node
+// under concurrent clients: the replicas move, shard by shard, to the other
+// nodes (learner, snapshot, voter, then the old replica is removed), the
+// drained node
 // holds nothing and gives up its meta vote, and the history stays
 // linearizable.
 func TestClusterDecommission(t *testing.T) {
@@ -172,50 +174,127 @@ func TestClusterDecommission(t *testing.T) {
 	rec.Check(t, int64(seed))
 }
 
-// TestClusterRebalanceOntoNewNode adds a node to a cluster whose nodes all
-// hold two collections: one collection moves onto the new node.
+// balanced checks, over GET /v1/cluster as node via reports it, that
+// every shard has a leader and its replicas are its voters (as far as via
+// knows them: it knows the voters of the shards it holds), and that per
+// node the replicas and the leaders of every shard of every collection
+// differ by at most one.
+func (c *testCluster) balanced(via *testNode, shards int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	st, err := via.n.ClusterStatus(ctx)
+	if err != nil {
+		return err
+	}
+	replicas, leaders := map[uint64]int{}, map[uint64]int{}
+	for _, ns := range st.Nodes {
+		if !ns.Healthy || ns.Held != ns.Replicas {
+			return fmt.Errorf("node %d: healthy %v, holds %d of its %d replicas", ns.ID, ns.Healthy, ns.Held, ns.Replicas)
+		}
+		replicas[ns.ID], leaders[ns.ID] = 0, 0
+	}
+	n := 0
+	for _, s := range st.Shards {
+		if s.Collection == "" {
+			continue
+		}
+		n++
+		if s.Leader == 0 || len(s.Voters) > 0 && fmt.Sprint(sorted(s.Replicas)) != fmt.Sprint(s.Voters) {
+			return fmt.Errorf("shard %d: leader %d, replicas %v, voters %v", s.Shard, s.Leader, s.Replicas, s.Voters)
+		}
+		for _, r := range s.Replicas {
+			replicas[r]++
+		}
+		leaders[s.Leader]++
+	}
+	if n != shards {
+		return fmt.Errorf("%d shards, want %d", n, shards)
+	}
+	spread := func(m map[uint64]int) int {
+		lo, hi := 1<<30, 0
+		for _, v := range m {
+			lo, hi = min(lo, v), max(hi, v)
+		}
+		return hi - lo
+	}
+	if spread(replicas) > 1 || spread(leaders) > 1 {
+		return fmt.Errorf("replicas per node %v, leaders per node %v", replicas, leaders)
+	}
+	return nil
+}
+
+func sorted(ids []uint64) []uint64 {
+	out := append([]uint64(nil), ids...)
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// TestClusterRebalanceOntoNewNode adds a fourth node to a cluster of three
+// holding three collections of four shards at three replicas: single shard
+// replicas and then preferred leaders move until, per node, replicas and
+// leaders differ by at most one, within a minute; every record stays
+// readable through every node, and a scan through every node returns the
+// whole collection although no node holds all of its shards.
 func TestClusterRebalanceOntoNewNode(t *testing.T) {
 	c := startCluster(t, 3, nil)
 	ctx := context.Background()
-	for _, name := range []string{"a", "b"} {
-		if _, err := c.node(1).n.CreateCollection(ctx, kv.CollectionOptions{Name: name, Shards: 2, Replicas: 3}); err != nil {
+	names := []string{"a", "b", "r"}
+	for _, name := range names {
+		opts := kv.CollectionOptions{Name: name, Shards: 4, Replicas: 3}
+		if name == "r" {
+			opts = kv.CollectionOptions{Name: name, Partitioning: kv.PartitionRange, Replicas: 3,
+				SplitPoints: [][]byte{[]byte("k1"), []byte("k3"), []byte("k6")}}
+		}
+		if _, err := c.node(1).n.CreateCollection(ctx, opts); err != nil {
 			t.Fatal(err)
 		}
 		for i := 0; i < 50; i++ {
-			if _, err := c.node(1).n.Put(ctx, kv.PutRequest{Collection: name, Key: []byte(fmt.Sprint("k", i)), Value: []byte(name)}); err != nil {
+			if _, err := c.node(1).n.Put(ctx, kv.PutRequest{Collection: name, Key: []byte(fmt.Sprintf("k%02d", i)), Value: []byte(name)}); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
+	start := time.Now()
 	n4 := c.addNode()
-	c.eventually(60*time.Second, "a collection moved onto the new node", func() error {
-		for _, name := range []string{"a", "b"} {
-			d, _ := c.node(1).n.collection(name)
-			for _, r := range d.Shards[0].Replicas {
-				if r.Node == n4.id {
-					return c.settledEverywhere(name)
+	c.eventually(60*time.Second, "replicas and leaders balanced within one per node", func() error {
+		if err := c.balanced(c.node(2), 12); err != nil {
+			return err
+		}
+		for _, name := range names {
+			if err := c.settledEverywhere(name); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	t.Logf("balanced %v after adding node 4", time.Since(start).Round(time.Millisecond))
+	for _, name := range names {
+		full := 0
+		for _, tn := range c.nodes {
+			d, _ := tn.n.collection(name)
+			all := true
+			for _, s := range d.Shards {
+				all = all && tn.n.hasReplica(s.ID)
+			}
+			full += btoi(all)
+		}
+		t.Logf("collection %s: %d of 4 nodes hold all its shards", name, full)
+	}
+	for _, tn := range c.nodes {
+		for _, name := range names {
+			for i := 0; i < 50; i++ {
+				r, err := tn.n.Get(ctx, kv.GetRequest{Collection: name, Key: []byte(fmt.Sprintf("k%02d", i))})
+				if err != nil || string(r.Value) != name {
+					t.Fatalf("node %d reads %s/k%02d = %q, %v", tn.id, name, i, r.Value, err)
 				}
 			}
-		}
-		return fmt.Errorf("node 4 holds nothing yet")
-	})
-	for _, name := range []string{"a", "b"} {
-		for i := 0; i < 50; i++ {
-			r, err := n4.n.Get(ctx, kv.GetRequest{Collection: name, Key: []byte(fmt.Sprint("k", i))})
-			if err != nil || string(r.Value) != name {
-				t.Fatalf("node 4 reads %s/k%d = %q, %v", name, i, r.Value, err)
+			res, err := tn.n.Scan(ctx, kv.ScanRequest{Collection: name, Limit: 1000})
+			if err != nil || len(res.Items) != 50 {
+				t.Fatalf("node %d scans %d records of %s, %v; want 50", tn.id, len(res.Items), name, err)
 			}
 		}
 	}
-	st, err := c.node(2).n.ClusterStatus(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ns := range st.Nodes {
-		if ns.Replicas != 2 && ns.Replicas != 4 {
-			t.Fatalf("replicas per node %+v", st.Nodes)
-		}
-	}
+	_ = n4
 }
 
 // replaceNode stops node id and starts it again on an empty data directory

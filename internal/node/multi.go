@@ -42,6 +42,7 @@ func (n *Node) BatchGet(ctx context.Context, keys []kv.KeyRef) (kv.BatchGetResul
 		return kv.BatchGetResult{}, err
 	}
 	descs := make([]*cluster.CollectionDesc, len(keys))
+	keyShards := make([][]uint64, len(keys))
 	shardSet := map[uint64]bool{}
 	for i, k := range keys {
 		d, err := n.collection(k.Collection)
@@ -53,11 +54,12 @@ func (n *Node) BatchGet(ctx context.Context, keys []kv.KeyRef) (kv.BatchGetResul
 		}
 		descs[i] = d
 		if d.Partitioning == kv.PartitionTag {
-			for _, id := range shardsOf(d) {
-				shardSet[id] = true
-			}
+			keyShards[i] = shardsOf(d)
 		} else {
 			_, id := n.route(d, k.Key)
+			keyShards[i] = []uint64{id}
+		}
+		for _, id := range keyShards[i] {
 			shardSet[id] = true
 		}
 	}
@@ -65,9 +67,13 @@ func (n *Node) BatchGet(ctx context.Context, keys []kv.KeyRef) (kv.BatchGetResul
 	for id := range shardSet {
 		shards = append(shards, id)
 	}
+	sort.Slice(shards, func(i, j int) bool { return shards[i] < shards[j] })
 	var fwd kv.BatchGetResult
-	if ok, err := n.forwardRead(ctx, shards, "batch_get", keys, &fwd); ok {
+	switch route, err := n.routeRead(ctx, shards, "batch_get", keys, &fwd); route {
+	case routeForward:
 		return fwd, err
+	case routeSpread:
+		return n.batchGetSpread(ctx, keys, descs, keyShards, shards)
 	}
 	version, err := n.latest(ctx)
 	if err != nil {
@@ -75,6 +81,11 @@ func (n *Node) BatchGet(ctx context.Context, keys []kv.KeyRef) (kv.BatchGetResul
 	}
 	if err := n.snapshotRead(ctx, shards, version); err != nil {
 		return kv.BatchGetResult{}, err
+	}
+	for i, k := range keys {
+		if err := n.settleIntents(ctx, shards, descs[i].ID, k.Key, keyEnd(k.Key), version); err != nil {
+			return kv.BatchGetResult{}, err
+		}
 	}
 	res := kv.BatchGetResult{Version: version, Items: make([]kv.BatchGetItem, len(keys))}
 	for i, k := range keys {
@@ -203,6 +214,11 @@ func (n *Node) batchWrite(ctx context.Context, keys []kv.KeyRef, mk func(i int, 
 		}
 		byShard[shardID] = append(byShard[shardID], batchOp{index: i, desc: d, op: op})
 	}
+	if len(byShard) > 1 && len(locks) == 0 {
+		// Several shards: one transaction, so the batch is atomic at one
+		// version.
+		return n.batchTxn(ctx, keys, byShard)
+	}
 	type outcome struct {
 		ops     []batchOp
 		version uint64
@@ -218,7 +234,19 @@ func (n *Node) batchWrite(ctx context.Context, keys []kv.KeyRef, mk func(i int, 
 			for i, o := range ops {
 				sops[i] = o.op
 			}
-			v, err := n.write(ctx, id, shard.EncodeWrite(sops))
+			reroute := func(prev uint64) uint64 {
+				// The part routes again as a whole, or not at all.
+				next := uint64(0)
+				for _, o := range ops {
+					id := n.rerouter(o.desc, o.op.Bucket, o.op.Key)(prev)
+					if next != 0 && id != next {
+						return prev
+					}
+					next = id
+				}
+				return next
+			}
+			v, err := n.writeRouted(ctx, id, reroute, shard.EncodeWrite(sops))
 			outcomes <- outcome{ops, v, err}
 		}(id, ops)
 	}
@@ -410,7 +438,8 @@ func (n *Node) Scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResult, err
 		return kv.ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "start %q is not below end %q", req.Start, req.End)
 	}
 	var fwd kv.ScanResult
-	if ok, err := n.forwardRead(ctx, shardsIn(d, req.Start, req.End), "scan", req, &fwd); ok {
+	route, err := n.routeRead(ctx, shardsIn(d, req.Start, req.End), "scan", req, &fwd)
+	if route == routeForward {
 		return fwd, err
 	}
 	version, after, err := n.readVersion(ctx, req.Page, req.Version, req.Reverse)
@@ -432,7 +461,13 @@ func (n *Node) Scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResult, err
 		}
 	}
 	shards := shardsIn(d, req.Start, req.End)
+	if route == routeSpread {
+		return n.scanSpread(ctx, d, shards, version, start, end, req.Reverse, limit)
+	}
 	if err := n.snapshotRead(ctx, shards, version); err != nil {
+		return kv.ScanResult{}, err
+	}
+	if err := n.settleIntents(ctx, n.expandLocal(shards), d.ID, start, end, version); err != nil {
 		return kv.ScanResult{}, err
 	}
 	res := kv.ScanResult{Version: version}
@@ -500,31 +535,59 @@ func (n *Node) GetByTags(ctx context.Context, q kv.TagQuery) (kv.ScanResult, err
 		return kv.ScanResult{}, err
 	}
 	var fwd kv.ScanResult
-	if ok, err := n.forwardRead(ctx, shardsOf(d), "get_by_tags", q, &fwd); ok {
+	route, err := n.routeRead(ctx, shardsOf(d), "get_by_tags", q, &fwd)
+	if route == routeForward {
 		return fwd, err
 	}
 	version, after, err := n.readVersion(ctx, q.Page, q.Version, false)
 	if err != nil {
 		return kv.ScanResult{}, err
 	}
+	if route == routeSpread {
+		return n.tagsSpread(ctx, d, version, tags, all, after, limit)
+	}
 	shards := shardsOf(d)
 	if err := n.snapshotRead(ctx, shards, version); err != nil {
 		return kv.ScanResult{}, err
 	}
+	if err := n.settleIntents(ctx, n.expandLocal(shards), d.ID, nil, nil, version); err != nil {
+		return kv.ScanResult{}, err
+	}
+	res := kv.ScanResult{Version: version}
+	var more bool
+	res.Items, more, err = n.queryTags(d, version, tags, all, after, limit, nil)
+	if err != nil {
+		return kv.ScanResult{}, kv.Errorf(kv.CodeInternal, "querying tags of %q: %v", q.Collection, err)
+	}
+	if err := n.checkRetained(shards, version); err != nil {
+		return kv.ScanResult{}, err
+	}
+	if more {
+		res.NextPage = encodePage(version, false, res.Items[len(res.Items)-1].Key)
+	}
+	return res, nil
+}
+
+// queryTags reads, at version, up to limit records of d carrying all (or
+// any) of tags in key order after the key after (nil: from the first),
+// and reports whether there are more. owned, when set, keeps the records
+// of those buckets only (the shards read). The caller has fenced version
+// on the shards read.
+func (n *Node) queryTags(d *cluster.CollectionDesc, version uint64, tags []string, all bool, after []byte, limit int, owned func(uint16) bool) ([]kv.Record, bool, error) {
 	// Candidate keys in key order: those of the first tag for "all" (a
 	// record carrying all tags carries the first), the union of every
 	// tag's first limit+1 keys for "any".
 	var candidates [][]byte
 	collect := func(tag string, max int) error {
 		var out [][]byte
-		err := shard.TagKeys(n.eng.DB, d.ID, tag, version, after, nil, func(k []byte) bool {
+		err := shard.TagKeys(n.eng.DB, d.ID, tag, version, after, owned, func(k []byte) bool {
 			out = append(out, k)
 			return max == 0 || len(out) < max
 		})
 		candidates = append(candidates, out...)
 		return err
 	}
-	res := kv.ScanResult{Version: version}
+	var items []kv.Record
 	more := false
 	take := func(key []byte) (bool, error) {
 		val, v, found, err := shard.ReadRecord(n.eng.DB, d.ID, key, version)
@@ -534,16 +597,17 @@ func (n *Node) GetByTags(ctx context.Context, q kv.TagQuery) (kv.ScanResult, err
 		if !found || !hasTags(val.Tags, tags, all) {
 			return true, nil // the index and the data agree; this guards against a bug
 		}
-		if len(res.Items) == limit {
+		if len(items) == limit {
 			more = true
 			return false, nil
 		}
-		res.Items = append(res.Items, kv.Record{Key: key, Value: val.Value, Tags: val.Tags, Version: v})
+		items = append(items, kv.Record{Key: key, Value: val.Value, Tags: val.Tags, Version: v})
 		return true, nil
 	}
+	var err error
 	if all {
 		var ierr error
-		err = shard.TagKeys(n.eng.DB, d.ID, tags[0], version, after, nil, func(k []byte) bool {
+		err = shard.TagKeys(n.eng.DB, d.ID, tags[0], version, after, owned, func(k []byte) bool {
 			cont, err := take(k)
 			if err != nil {
 				ierr = err
@@ -575,16 +639,7 @@ func (n *Node) GetByTags(ctx context.Context, q kv.TagQuery) (kv.ScanResult, err
 			}
 		}
 	}
-	if err != nil {
-		return kv.ScanResult{}, kv.Errorf(kv.CodeInternal, "querying tags of %q: %v", q.Collection, err)
-	}
-	if err := n.checkRetained(shards, version); err != nil {
-		return kv.ScanResult{}, err
-	}
-	if more {
-		res.NextPage = encodePage(version, false, res.Items[len(res.Items)-1].Key)
-	}
-	return res, nil
+	return items, more, err
 }
 
 func hasTags(have, want []string, all bool) bool {

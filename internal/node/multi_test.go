@@ -866,6 +866,50 @@ func TestMultiBatchPutPartialFailure(t *testing.T) {
 		}
 		_, err = n.BatchPut(ctx, items)
 		var be *kv.BatchError
+		if d.Partitioning != kv.PartitionTag {
+			// A batch over several shards of a range or hash collection
+			// is one transaction: refused whole, nothing written.
+			if errors.As(err, &be) || kv.CodeOf(err) != kv.CodeConditionFailed {
+				t.Fatalf("%s: batch with a failed condition: %v (%T), want a plain condition_failed", d.Name, err, err)
+			}
+			for _, it := range items {
+				i, _ := strconv.Atoi(string(it.Key[1:]))
+				rec, gerr := n.Get(ctx, kv.GetRequest{Collection: d.Name, Key: it.Key})
+				switch i {
+				case a:
+					if gerr != nil || string(rec.Value) != "old-a" || rec.Version != va {
+						t.Fatalf("%s: the refused key reads %s %v", d.Name, mtRecString(rec), gerr)
+					}
+				case b:
+					if gerr != nil || string(rec.Value) != "old-b" {
+						t.Fatalf("%s: %s of a refused batch was written: %s %v", d.Name, it.Key, mtRecString(rec), gerr)
+					}
+				default:
+					if kv.CodeOf(gerr) != kv.CodeNotFound {
+						t.Fatalf("%s: %s of a refused batch was written: %s %v", d.Name, it.Key, mtRecString(rec), gerr)
+					}
+				}
+			}
+			// Without the failing condition the whole batch lands at one
+			// version.
+			for i := range items {
+				items[i].IfVersion = nil
+			}
+			res, err := n.BatchPut(ctx, items)
+			if err != nil {
+				t.Fatalf("%s: batch over three shards: %v", d.Name, err)
+			}
+			for i, r := range res {
+				if r.Version != res[0].Version {
+					t.Fatalf("%s: batch over three shards wrote %s at %d and %s at %d", d.Name, res[0].Key, res[0].Version, r.Key, r.Version)
+				}
+				rec, gerr := n.Get(ctx, kv.GetRequest{Collection: d.Name, Key: items[i].Key})
+				if gerr != nil || rec.Version != r.Version || !bytes.Equal(rec.Value, items[i].Value) {
+					t.Fatalf("%s: %s reads %s %v after the batch", d.Name, items[i].Key, mtRecString(rec), gerr)
+				}
+			}
+			continue
+		}
 		if !errors.As(err, &be) {
 			t.Fatalf("%s: batch with a failed shard: %v (%T), want *kv.BatchError", d.Name, err, err)
 		}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -62,7 +63,23 @@ type Node struct {
 		shards map[uint64]shardRef
 		// self is this node's record as it should be (addresses from Serve).
 		self cluster.NodeDesc
+		// merged indexes the catalog's merged shards (CollectionDesc.Merged)
+		// by id.
+		merged map[uint64]cluster.ShardDesc
+		// mergedAway maps the shards whose replica here a merge removed to
+		// the shard that took them in, for requests routed by a catalog
+		// that has not caught up (merge.go).
+		mergedAway map[uint64]uint64
+		// splitAt is when a split of, or into, a shard was applied here
+		// (size-based merges leave such shards alone for a while).
+		splitAt map[uint64]time.Time
 	}
+
+	// ltabs are the lock tables of the shards this node leads; txns the
+	// transaction attempts it coordinates (txn_leader.go, txn_coord.go).
+	ltabs        lockTables
+	txns         txnSessions
+	plainCounter atomic.Uint64
 
 	tr       *transport.GRPC
 	peers    peers
@@ -72,6 +89,18 @@ type Node struct {
 	// opsMu is held shared by every client operation for its whole run and
 	// exclusively by Close, so that the engine is never closed under one.
 	opsMu sync.RWMutex
+
+	// confirmed are the frozen states nodes reported for merges this
+	// node's left shards lead (mergePending); guarded by confirmMu.
+	confirmMu sync.Mutex
+	confirmed map[confirmKey]shard.FrozenState
+
+	// knobs change the node's behaviour in tests only.
+	knobs struct {
+		// holdMergeTrigger keeps leaders here from proposing merge
+		// triggers: a merge stays with its right shard frozen.
+		holdMergeTrigger atomic.Bool
+	}
 
 	stop     chan struct{}
 	bg       sync.WaitGroup
@@ -99,6 +128,10 @@ func Open(opts Options) (*Node, error) {
 	n.mu.replicas = make(map[uint64]localReplica)
 	n.mu.nodes = make(map[uint64]cluster.NodeDesc)
 	n.mu.shards = make(map[uint64]shardRef)
+	n.mu.merged = make(map[uint64]cluster.ShardDesc)
+	n.mu.mergedAway = make(map[uint64]uint64)
+	n.mu.splitAt = make(map[uint64]time.Time)
+	n.confirmed = make(map[confirmKey]shard.FrozenState)
 	if err := n.start(); err != nil {
 		if n.host != nil {
 			n.host.Stop()
@@ -146,6 +179,9 @@ func (n *Node) start() error {
 		TruncateAfter: n.opts.TruncateAfter,
 		Metrics:       n.metrics.repl,
 		Logger:        n.log,
+		MergeBatch: func(b *pebble.Batch, right uint64) error {
+			return b.Delete(replicaKey(right), nil)
+		},
 		Hooks: replication.Hooks{
 			Applied:         n.onApplied,
 			LeaderReady:     n.onLeaderReady,
@@ -188,9 +224,13 @@ func (n *Node) start() error {
 	if err := n.reconcile(); err != nil {
 		return err
 	}
-	n.bg.Add(2)
+	n.bg.Add(3)
 	go n.reconcileLoop()
 	go n.gcLoop()
+	go func() {
+		defer n.bg.Done()
+		n.every(n.opts.TxnIdleTimeout/4, n.expireSessions)
+	}()
 	return nil
 }
 
@@ -260,8 +300,18 @@ func (n *Node) persistTSO(hwm uint64) {
 	}()
 }
 
-func (n *Node) onSnapshotApplied(shardID uint64, _ *shard.Shard) {
+func (n *Node) onSnapshotApplied(shardID uint64, sm *shard.Shard) {
 	if shardID != cluster.MetaShardID {
+		// The snapshot may carry a split or merge this replica skipped:
+		// the node's records follow its span, and reconcile removes a
+		// merged replica it now covers (dropCovered).
+		n.mu.Lock()
+		if lr, ok := n.mu.replicas[shardID]; ok {
+			lr.Desc = sm.Desc()
+			n.mu.replicas[shardID] = lr
+		}
+		n.mu.Unlock()
+		n.triggerReconcile()
 		return
 	}
 	// The meta shard's state was replaced: membership and catalog with it.
@@ -272,8 +322,16 @@ func (n *Node) onSnapshotApplied(shardID uint64, _ *shard.Shard) {
 
 func (n *Node) onApplied(shardID uint64, kind shard.CommandKind, res shard.Result) {
 	n.noteChecksum(shardID, res) // consistency.go
+	if res.Txn != nil {
+		n.onTxnApplied(shardID, kind, res) // txn_leader.go
+		return
+	}
 	if kind == shard.KindSplitTrigger && res.Split != nil {
 		n.onSplit(shardID, res.Split)
+		return
+	}
+	if kind == shard.KindMergeTrigger && res.Merge != nil {
+		n.onMerge(shardID, res.Merge)
 		return
 	}
 	if shardID != cluster.MetaShardID || res.Err != nil {
@@ -289,7 +347,7 @@ func (n *Node) onApplied(shardID uint64, kind shard.CommandKind, res shard.Resul
 		n.mu.Lock()
 		n.mu.nodes[res.Node.ID] = *res.Node
 		n.mu.Unlock()
-	case shard.KindMoveReplicas, shard.KindSetPreferred, shard.KindSplitShard:
+	case shard.KindMoveReplicas, shard.KindMoveShardReplica, shard.KindSetPreferred, shard.KindSplitShard, shard.KindMergeShards:
 		n.mu.Lock()
 		n.mu.catalog[res.Desc.Name] = res.Desc
 		n.indexShardsLocked()
@@ -318,12 +376,14 @@ func (n *Node) onLeaderReady(shardID uint64, sm *shard.Shard) {
 	if shardID == cluster.MetaShardID {
 		n.oracle.Activate(sm.TSOHighWater())
 	}
+	n.openLockTable(shardID, sm)
 }
 
 func (n *Node) onLeaderLost(shardID uint64) {
 	if shardID == cluster.MetaShardID {
 		n.oracle.Deactivate()
 	}
+	n.closeLockTable(shardID)
 }
 
 func (n *Node) triggerReconcile() {
@@ -353,6 +413,9 @@ func (n *Node) reconcileLoop() {
 func (n *Node) reconcile() error {
 	n.reconcileMu.Lock()
 	defer n.reconcileMu.Unlock()
+	if err := n.dropCovered(); err != nil {
+		return err
+	}
 	type wanted struct {
 		lr        localReplica
 		voters    []uint64
@@ -404,7 +467,7 @@ func (n *Node) reconcile() error {
 			n.mu.Unlock()
 			delete(have, id)
 		}
-		if _, ok := have[w.splitFrom]; ok && w.splitFrom != 0 {
+		if _, ok := have[w.splitFrom]; ok && w.splitFrom != 0 && !w.joining && n.spanCovers(w.splitFrom, w.lr.Desc) {
 			continue // the split, applied in the parent's log here, creates it
 		}
 		r := w.lr
@@ -433,6 +496,9 @@ func (n *Node) reconcile() error {
 	for id, r := range have {
 		if _, ok := want[id]; ok || id == cluster.MetaShardID {
 			continue
+		}
+		if n.mergingHere(r) {
+			continue // applying the merge in its left neighbour's log removes it
 		}
 		moved := n.shardInCatalog(id)
 		if moved && !n.replicaLeftGroup(id, r.ReplicaID) {
@@ -750,11 +816,15 @@ func (n *Node) route(d *cluster.CollectionDesc, key []byte) (uint16, uint64) {
 
 // localOwner corrects a shard found in this node's copy of the catalog by
 // what this node's replicas have applied: when the shard's replica here no
-// longer owns the key (a split applied before the catalog caught up), the
-// local replica that does is the owner.
+// longer owns the key (a split applied before the catalog caught up) or is
+// gone (merged into its left neighbour), the local replica that does is
+// the owner.
 func (n *Node) localOwner(coll uint32, id uint64, bucket uint16, key []byte) uint64 {
 	desc, ok := n.host.Desc(id)
-	if !ok || desc.Owns(bucket, key) {
+	if ok && desc.Owns(bucket, key) {
+		return id
+	}
+	if !ok && !n.isMergedAway(id) {
 		return id
 	}
 	for _, other := range n.localShardsOf(coll) {
@@ -765,16 +835,24 @@ func (n *Node) localOwner(coll uint32, id uint64, bucket uint16, key []byte) uin
 	return id
 }
 
-// localShardsOf returns the shards of collection coll held here.
+// localShardsOf returns the shards of collection coll held here, but for
+// replicas that moved away (see readable).
 func (n *Node) localShardsOf(coll uint32) []uint64 {
 	n.mu.RLock()
-	defer n.mu.RUnlock()
 	var ids []uint64
 	for id, r := range n.mu.replicas {
 		if id != cluster.MetaShardID && r.Desc.Collection == coll {
 			ids = append(ids, id)
 		}
 	}
+	n.mu.RUnlock()
+	kept := ids[:0]
+	for _, id := range ids {
+		if n.readable(id) {
+			kept = append(kept, id)
+		}
+	}
+	ids = kept
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	return ids
 }
@@ -782,6 +860,7 @@ func (n *Node) localShardsOf(coll uint32) []uint64 {
 // expandLocal adds to shards the other shards held here of their
 // collections (see withLocalShards).
 func (n *Node) expandLocal(shards []uint64) []uint64 {
+	shards = n.liveShards(shards)
 	colls := map[uint32]bool{}
 	n.mu.RLock()
 	for _, id := range shards {
@@ -854,7 +933,7 @@ func (n *Node) Put(ctx context.Context, req kv.PutRequest) (uint64, error) {
 	}
 	hasCond, cond := condOf(req.IfVersion)
 	cmd := shard.EncodeWrite([]shard.Op{{Type: shard.OpPut, Bucket: bucket, Key: req.Key, Value: req.Value, Tags: req.Tags, HasCond: hasCond, CondVersion: cond}})
-	return n.write(ctx, shardID, cmd)
+	return n.writeRouted(ctx, shardID, n.rerouter(d, bucket, req.Key), cmd)
 }
 
 // Delete implements kv.Backend.
@@ -887,7 +966,7 @@ func (n *Node) Delete(ctx context.Context, req kv.DeleteRequest) (uint64, error)
 	}
 	hasCond, cond := condOf(req.IfVersion)
 	cmd := shard.EncodeWrite([]shard.Op{{Type: shard.OpDelete, Bucket: bucket, Key: req.Key, HasCond: hasCond, CondVersion: cond, MustExist: true}})
-	return n.write(ctx, shardID, cmd)
+	return n.writeRouted(ctx, shardID, n.rerouter(d, bucket, req.Key), cmd)
 }
 
 func (n *Node) write(ctx context.Context, shardID uint64, cmd []byte) (uint64, error) {
@@ -924,8 +1003,11 @@ func (n *Node) Get(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
 		shards = shardsOf(d)
 	}
 	var fwd kv.Record
-	if ok, err := n.forwardRead(ctx, shards, "get", req, &fwd); ok {
+	switch route, err := n.routeRead(ctx, shards, "get", req, &fwd); route {
+	case routeForward:
 		return fwd, err
+	case routeSpread:
+		return n.getSpread(ctx, d, shards, req)
 	}
 	shards = []uint64{shardID}
 	if d.Partitioning == kv.PartitionTag {
@@ -952,21 +1034,43 @@ func (n *Node) Get(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
 	} else {
 		for _, id := range shards {
 			if err := n.readBarrier(ctx, id); err != nil {
-				return kv.Record{}, err
+				if d.Partitioning == kv.PartitionTag || !n.isMergedAway(id) || n.hasReplica(id) {
+					return kv.Record{}, err
+				}
+				// Merged away while the barrier waited: read the shard
+				// that took it in (below).
 			}
 		}
-		// A split applied while the barrier waited moves the key to
-		// another shard: read after that shard's barrier instead.
-		for tries := 0; d.Partitioning != kv.PartitionTag && tries < 3; tries++ {
+		// A split or merge applied while the barrier waited moves the key
+		// to another shard: read after that shard's barrier instead.
+		intoChecked := false
+		for tries := 0; d.Partitioning != kv.PartitionTag && tries < 4; tries++ {
 			owner := n.localOwner(d.ID, shards[0], bucket, req.Key)
 			if owner == shards[0] {
-				break
+				into := n.frozenInto(owner)
+				if into == 0 || intoChecked {
+					break
+				}
+				// Frozen for a merge: once the merge is applied in the
+				// shard it goes into, the key is written there, perhaps
+				// before this node applied the merge. That shard's barrier
+				// applies here whatever it committed, the merge among it;
+				// if the merge is not through, the frozen state is the
+				// key's current one.
+				intoChecked = true
+				if err := n.readBarrier(ctx, into); err != nil {
+					return kv.Record{}, err
+				}
+				continue
 			}
 			shards = []uint64{owner}
 			if err := n.readBarrier(ctx, owner); err != nil {
 				return kv.Record{}, err
 			}
 		}
+	}
+	if err := n.settleIntents(ctx, shards, d.ID, req.Key, keyEnd(req.Key), asOf); err != nil {
+		return kv.Record{}, err
 	}
 	val, version, found, err := shard.ReadRecord(n.eng.DB, d.ID, req.Key, asOf)
 	if err != nil {
@@ -983,6 +1087,27 @@ func (n *Node) Get(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
 	return kv.Record{Key: req.Key, Value: val.Value, Tags: val.Tags, Version: version}, nil
 }
 
+// getSpread serves a get whose shards (every shard of a tag collection)
+// no one node holds: the key is read at one version in every part, the
+// newest version found wins.
+func (n *Node) getSpread(ctx context.Context, d *cluster.CollectionDesc, shards []uint64, req kv.GetRequest) (kv.Record, error) {
+	version := req.Version
+	if version == 0 {
+		var err error
+		if version, err = n.latest(ctx); err != nil {
+			return kv.Record{}, err
+		}
+	}
+	recs, err := n.readRecords(ctx, d, shards, [][]byte{req.Key}, version)
+	if err != nil {
+		return kv.Record{}, err
+	}
+	if !recs[0].Found {
+		return kv.Record{}, kv.Errorf(kv.CodeNotFound, "key %q not found", req.Key)
+	}
+	return kv.Record{Key: req.Key, Value: recs[0].Value, Tags: recs[0].Tags, Version: recs[0].Version}, nil
+}
+
 // snapshotRead prepares a read of shards at version: the version must not
 // be in the future, and every shard must have applied every write at or
 // below it (and will not accept more).
@@ -996,6 +1121,13 @@ func (n *Node) snapshotRead(ctx context.Context, shards []uint64, version uint64
 	}
 	for _, id := range n.expandLocal(shards) {
 		if _, err := n.leaderRead(ctx, id, version, 0); err != nil {
+			if n.isMergedAway(id) && !n.hasReplica(id) {
+				// Merged while the read waited: the shard that took it
+				// in, held here too, is fenced by this loop, and the
+				// merge was applied here only after every write of the
+				// merged shard had been.
+				continue
+			}
 			return err
 		}
 	}
@@ -1007,7 +1139,7 @@ func (n *Node) snapshotRead(ctx context.Context, shards []uint64, version uint64
 // applied before the read raised its threshold before the read could see
 // its effect.
 func (n *Node) checkRetained(shards []uint64, version uint64) error {
-	for _, id := range shards {
+	for _, id := range n.withMerging(shards) {
 		gc, err := shard.ReadGCThreshold(n.eng.DB, id)
 		if err != nil {
 			return kv.Errorf(kv.CodeInternal, "reading the GC threshold: %v", err)

@@ -59,6 +59,34 @@ type Options struct {
 	// SplitCheckInterval is how often the leaders look at their shards'
 	// sizes; 0 means 30 seconds.
 	SplitCheckInterval time.Duration
+	// TxnTimeout is how long a transaction's coordinator may go without a
+	// heartbeat before anyone may abort it (multiplied by the attempt
+	// number, up to 8); 0 means 5 seconds. Coordinators heartbeat every
+	// TxnTimeout/4.
+	TxnTimeout time.Duration
+	// TxnCheckInterval is how often a lock waiter looks at the holders it
+	// waits for; 0 means TxnTimeout/5.
+	TxnCheckInterval time.Duration
+	// TxnIdleTimeout aborts a session transaction (HTTP) that saw no
+	// request for this long; 0 means 30 seconds.
+	TxnIdleTimeout time.Duration
+	// MaxTxnDuration bounds a transaction attempt from its start to its
+	// commit; 0 means 1 minute.
+	MaxTxnDuration time.Duration
+	// MaxTxnOps and MaxTxnBytes bound the operations and the bytes of keys
+	// and values of one transaction; 0 means kv.DefaultMaxTxnOps and
+	// kv.DefaultMaxTxnBytes.
+	MaxTxnOps   int
+	MaxTxnBytes int
+	// MergeBytes is the estimated on-disk size below which two adjacent
+	// range shards together merge, when a split made the boundary between
+	// them (checked every SplitCheckInterval); 0 means SplitBytes/4, so
+	// that a merged shard is far from splitting again; negative never.
+	MergeBytes int64
+	// MergeQuiet is how long after a split a shard is not merged by size,
+	// so that a shard split by request is not merged right back; 0 means
+	// 10 minutes.
+	MergeQuiet time.Duration
 	// Registry receives the node's metrics; nil means a new registry.
 	Registry *prometheus.Registry
 	Logger   *slog.Logger
@@ -75,6 +103,15 @@ func (o *Options) EnsureDefaults() {
 	if o.SplitCheckInterval == 0 {
 		o.SplitCheckInterval = 30 * time.Second
 	}
+	if o.MergeBytes == 0 {
+		o.MergeBytes = o.SplitBytes / 4
+		if o.SplitBytes < 0 {
+			o.MergeBytes = -1
+		}
+	}
+	if o.MergeQuiet == 0 {
+		o.MergeQuiet = 10 * time.Minute
+	}
 	if o.TickInterval == 0 {
 		o.TickInterval = 100 * time.Millisecond
 	}
@@ -89,6 +126,24 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.MaxValueSize == 0 {
 		o.MaxValueSize = kv.DefaultMaxValueSize
+	}
+	if o.TxnTimeout == 0 {
+		o.TxnTimeout = 5 * time.Second
+	}
+	if o.TxnCheckInterval == 0 {
+		o.TxnCheckInterval = o.TxnTimeout / 5
+	}
+	if o.TxnIdleTimeout == 0 {
+		o.TxnIdleTimeout = 30 * time.Second
+	}
+	if o.MaxTxnDuration == 0 {
+		o.MaxTxnDuration = time.Minute
+	}
+	if o.MaxTxnOps == 0 {
+		o.MaxTxnOps = kv.DefaultMaxTxnOps
+	}
+	if o.MaxTxnBytes == 0 {
+		o.MaxTxnBytes = kv.DefaultMaxTxnBytes
 	}
 	if o.RequestTimeout == 0 {
 		o.RequestTimeout = 30 * time.Second
@@ -112,6 +167,10 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxValueSize < 0 || o.MaxValueSize > 64<<20 {
 		errs = append(errs, fmt.Sprintf("MaxValueSize %d is outside [1, 64 MiB]", o.MaxValueSize))
+	}
+	if o.MergeBytes > 0 && o.SplitBytes > 0 && o.MergeBytes > o.SplitBytes/2 {
+		// The two halves of a split would merge back at once.
+		errs = append(errs, fmt.Sprintf("MergeBytes %d is above half of SplitBytes %d: shards would split and merge back", o.MergeBytes, o.SplitBytes))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("node: invalid options: %v", errs)

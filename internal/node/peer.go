@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/groupkv/groupkv/internal/cluster"
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/shard"
+	"github.com/groupkv/groupkv/internal/txn"
 )
 
 // The peer service carries node-to-node requests other than raft messages
@@ -84,6 +86,7 @@ type proposeResponse struct {
 	Desc    *cluster.CollectionDesc `json:"desc,omitempty"`
 	Count   int                     `json:"count,omitempty"`
 	Node    *cluster.NodeDesc       `json:"node,omitempty"`
+	Txn     *shard.TxnResult        `json:"txn,omitempty"`
 	Error   *peerError              `json:"error,omitempty"`
 }
 
@@ -150,6 +153,9 @@ func (n *Node) RegisterPeer(s grpc.ServiceRegistrar) {
 			{MethodName: "LeaderRead", Handler: unary(n.handleLeaderRead)},
 			{MethodName: "Status", Handler: unary(n.handleStatus)},
 			{MethodName: "Read", Handler: unary(n.handleRead)},
+			{MethodName: "TxnLock", Handler: unary(n.handleTxnLock)},
+			{MethodName: "TxnRelease", Handler: unary(n.handleTxnRelease)},
+			{MethodName: "ShardRead", Handler: unary(n.handleShardRead)},
 		},
 	}, n)
 }
@@ -183,7 +189,9 @@ func (p *peers) conn(addr string) (*grpc.ClientConn, error) {
 	if p.conns == nil {
 		p.conns = make(map[string]*grpc.ClientConn)
 	}
-	c, err := grpc.NewClient(addr, p.dialOptions(grpc.WithDefaultCallOptions(grpc.CallContentSubtype(peerCodec)))...)
+	// Answers of forwarded reads and of parts of reads are as large as a
+	// page of records, beyond gRPC's default 4 MiB.
+	c, err := grpc.NewClient(addr, p.dialOptions(grpc.WithDefaultCallOptions(grpc.CallContentSubtype(peerCodec), grpc.MaxCallRecvMsgSize(maxPeerMessage)))...)
 	if err != nil {
 		return nil, err
 	}
@@ -237,9 +245,13 @@ func (n *Node) handlePropose(ctx context.Context, req *proposeRequest) (*propose
 	defer done()
 	res, err := n.proposeHops(ctx, req.Shard, req.Command, req.Hops)
 	if err != nil {
+		if (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) && shard.IsWrite(req.Command) {
+			// Proposed, then the wait ended: it may still apply.
+			err = kv.Errorf(kv.CodeCommitUnknown, "the write was proposed but not applied before the request ended (%v); it may or may not take effect", err)
+		}
 		return &proposeResponse{Error: toPeerError(err)}, nil
 	}
-	out := &proposeResponse{Version: res.Version, Desc: res.Desc, Count: res.Count, Node: res.Node}
+	out := &proposeResponse{Version: res.Version, Desc: res.Desc, Count: res.Count, Node: res.Node, Txn: res.Txn}
 	if res.Err != nil {
 		out.Refused = toPeerError(res.Err)
 	}
@@ -307,7 +319,7 @@ func (n *Node) proposeRemote(ctx context.Context, id, shardID uint64, cmd []byte
 	if err := resp.Error.err(); err != nil {
 		return shard.Result{}, err
 	}
-	res := shard.Result{Version: resp.Version, Desc: resp.Desc, Count: resp.Count, Node: resp.Node}
+	res := shard.Result{Version: resp.Version, Desc: resp.Desc, Count: resp.Count, Node: resp.Node, Txn: resp.Txn}
 	if e := resp.Refused.err(); e != nil {
 		res.Err = e.(*kv.Error)
 	}
@@ -334,7 +346,7 @@ type forwardedKey struct{}
 
 // forwardRead runs a read whose shards are not all held here on a node that
 // holds them all: it reports false when the read is local, else the
-// remote answer decoded into resp.
+// remote answer decoded into resp, or errNoSingleHolder (see routeRead).
 func (n *Node) forwardRead(ctx context.Context, shards []uint64, op string, req, resp any) (bool, error) {
 	target, ok, err := n.readTarget(ctx, shards)
 	if !ok || err != nil {
@@ -357,13 +369,19 @@ func (n *Node) forwardRead(ctx context.Context, shards []uint64, op string, req,
 	return true, nil
 }
 
+// errNoSingleHolder: no node holds a replica of every shard a read needs;
+// it is read in parts (spread.go).
+var errNoSingleHolder = errors.New("node: no node holds every shard of the read")
+
 // readTarget picks the node a read of shards is forwarded to: ok false when
 // this node holds them all (the read is local), else a node that holds
-// them all, the first shard's leader preferred, or an error when none does.
+// them all, the first shard's leader preferred, or errNoSingleHolder when
+// none does or the read was forwarded here already.
 func (n *Node) readTarget(ctx context.Context, shards []uint64) (uint64, bool, error) {
+	shards = n.liveShards(shards)
 	var missing bool
 	for _, id := range shards {
-		if !n.hasReplica(id) && !n.awaitSplitChild(ctx, id) {
+		if !n.localReadable(ctx, id) {
 			missing = true
 			break
 		}
@@ -372,7 +390,7 @@ func (n *Node) readTarget(ctx context.Context, shards []uint64) (uint64, bool, e
 		return 0, false, nil
 	}
 	if ctx.Value(forwardedKey{}) != nil {
-		return 0, true, kv.Errorf(kv.CodeUnavailable, "node %d was asked for a read of shards it does not hold all of", n.id)
+		return 0, true, errNoSingleHolder // forwarded once: read in parts
 	}
 	for _, cand := range append([]uint64{n.leaderOfAnywhere(shards[0])}, n.shardNodes(shards[0])...) {
 		if cand == 0 || cand == n.id {
@@ -389,7 +407,7 @@ func (n *Node) readTarget(ctx context.Context, shards []uint64) (uint64, bool, e
 			return cand, true, nil
 		}
 	}
-	return 0, true, kv.Errorf(kv.CodeUnavailable, "no node holds a replica of every shard this read needs; ask a node of each shard")
+	return 0, true, errNoSingleHolder
 }
 
 // leaderOfAnywhere is the leader of shardID as this node knows it, or 0.
@@ -426,6 +444,11 @@ func (n *Node) handleRead(ctx context.Context, req *forwardedRead) (*forwardedRe
 		var r kv.TagQuery
 		if err = json.Unmarshal(req.Request, &r); err == nil {
 			out, err = n.GetByTags(ctx, r)
+		}
+	case "txn_record":
+		var m txn.Meta
+		if err = json.Unmarshal(req.Request, &m); err == nil {
+			out, err = n.readRecord(ctx, &m)
 		}
 	default:
 		err = kv.Errorf(kv.CodeInvalidArgument, "unknown forwarded read %q", req.Op)

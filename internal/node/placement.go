@@ -87,6 +87,9 @@ func homeOf(d *cluster.CollectionDesc, key []byte) (uint16, uint64) {
 // placementOf reads the placement tag of key (ok false: never placed).
 func (n *Node) placementOf(ctx context.Context, d *cluster.CollectionDesc, key []byte) (string, bool, error) {
 	_, home := homeOf(d, key)
+	if !n.localReadable(ctx, home) {
+		return n.readPlacement(ctx, d, home, key)
+	}
 	if err := n.readBarrier(ctx, home); err != nil {
 		return "", false, err
 	}
@@ -114,12 +117,9 @@ func (n *Node) placeForPut(ctx context.Context, d *cluster.CollectionDesc, key [
 	}
 	if ok {
 		_, j := d.Route(key, cur)
-		if err := n.readBarrier(ctx, d.Shards[j].ID); err != nil {
-			return 0, 0, err
-		}
-		_, _, live, err := shard.ReadRecord(n.eng.DB, d.ID, key, shard.Latest)
+		live, err := n.liveIn(ctx, d, d.Shards[j].ID, key)
 		if err != nil {
-			return 0, 0, kv.Errorf(kv.CodeInternal, "reading %q: %v", key, err)
+			return 0, 0, err
 		}
 		if live {
 			return 0, 0, kv.Errorf(kv.CodePlacementTagChanged,
@@ -135,6 +135,26 @@ func (n *Node) placeForPut(ctx context.Context, d *cluster.CollectionDesc, key [
 		return 0, 0, res.Err
 	}
 	return bucket, d.Shards[i].ID, nil
+}
+
+// liveIn reports whether key has a live record in shard id (read here or
+// on a node holding the shard).
+func (n *Node) liveIn(ctx context.Context, d *cluster.CollectionDesc, id uint64, key []byte) (bool, error) {
+	if !n.localReadable(ctx, id) {
+		recs, err := n.readRecords(ctx, d, []uint64{id}, [][]byte{key}, 0)
+		if err != nil {
+			return false, err
+		}
+		return recs[0].Found, nil
+	}
+	if err := n.readBarrier(ctx, id); err != nil {
+		return false, err
+	}
+	_, _, live, err := shard.ReadRecord(n.eng.DB, d.ID, key, shard.Latest)
+	if err != nil {
+		return false, kv.Errorf(kv.CodeInternal, "reading %q: %v", key, err)
+	}
+	return live, nil
 }
 
 // shardsOf returns the ids of every shard of a collection.

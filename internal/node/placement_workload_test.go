@@ -15,7 +15,7 @@ import (
 
 // TestClusterPlacementUnderLoad changes placement twice under concurrent
 // clients: a fourth node joins a cluster of three holding two collections
-// and the rebalancer moves one collection onto it; then a node holding
+// and the rebalancer moves shard replicas onto it; then a node holding
 // replicas of the clients' collection is decommissioned and drained. The
 // clients' puts and gets of collection "c" go through random nodes (the new
 // node as soon as it serves, the draining node until the end) and are
@@ -101,26 +101,29 @@ func TestClusterPlacementUnderLoad(t *testing.T) {
 	}()
 	time.Sleep(300 * time.Millisecond)
 
-	// A fourth node joins: the rebalancer moves a collection onto it
-	// (loads 6/6/6/0, one collection is 3 replicas per node).
+	// A fourth node joins: the rebalancer moves single shard replicas onto
+	// it (loads 6/6/6/0 become 5/5/4/4 or so).
 	start := time.Now()
 	n4 := c.addNode()
 	snapshotNodes()
-	moved := ""
-	c.eventually(60*time.Second, "a collection moved onto the new node and settled", func() error {
+	moved := 0
+	c.eventually(60*time.Second, "replicas moved onto the new node and settled", func() error {
+		moved = 0
 		for _, name := range colls {
 			d, err := c.node(1).n.collection(name)
 			if err != nil {
 				return err
 			}
-			for _, r := range d.Shards[0].Replicas {
-				if r.Node == n4.id {
-					moved = name
+			for _, s := range d.Shards {
+				for _, r := range s.Replicas {
+					if r.Node == n4.id {
+						moved++
+					}
 				}
 			}
 		}
-		if moved == "" {
-			return fmt.Errorf("node %d holds nothing yet", n4.id)
+		if moved < 4 {
+			return fmt.Errorf("node %d holds %d replicas yet", n4.id, moved)
 		}
 		for _, name := range colls {
 			if err := c.settledEverywhere(name); err != nil {
@@ -129,7 +132,7 @@ func TestClusterPlacementUnderLoad(t *testing.T) {
 		}
 		return nil
 	})
-	t.Logf("collection %q moved onto node %d; settled %v after adding it", moved, n4.id, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d replicas moved onto node %d; settled %v after adding it", moved, n4.id, time.Since(start).Round(time.Millisecond))
 
 	// Split the clients' collection's first shard (its buckets in half)
 	// while they run.

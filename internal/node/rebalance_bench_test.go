@@ -19,20 +19,17 @@ import (
 	"github.com/groupkv/groupkv/internal/shard"
 )
 
-// BenchmarkRebalance measures what moving a collection onto a new node
+// BenchmarkRebalance measures what moving replicas onto a new node
 // costs a write workload, and how fast the data moves.
 //
 // Three in-process nodes (real gRPC on 127.0.0.1, 20 ms raft ticks as in
 // the cluster tests) hold two collections of 4 shards and 3 replicas:
 // "bench", loaded with 1024 keys of 64 KiB (64 MiB of values), and
-// "filler", nearly empty. Each node then holds 8 replicas. The rebalancer
-// moves a collection from the most to the least loaded node only if that
-// narrows the gap (the load difference exceeds the collection's shard
-// count): with one collection the loads would be 4/4/4 against 0 and
-// nothing would move; with two, 8 > 4, so exactly one collection moves —
-// "bench", from node 1 (ties among the most loaded go to the lowest id,
-// collections are tried by name) — and then 8 - 4 = 4 does not exceed 4,
-// so nothing else does.
+// "filler", nearly empty. Each node then holds 8 replicas. When a fourth
+// node joins, the rebalancer moves single shard replicas onto it until
+// per-node counts differ by at most one (6 each: six replicas move, a
+// follower replica before a preferred leader, shards by id, so mostly of
+// "bench"), then spreads the preferred leaders.
 //
 // The raft tick is 20 ms as in the cluster tests; GROUPKV_BENCH_TICK
 // overrides it (e.g. 100ms, the nodes' default).
@@ -45,19 +42,20 @@ import (
 //     and steady-p99-ms (acknowledged puts only; failures are counted in
 //     steady-errors);
 //   - rebalance: the same workload runs while a fourth node is added and
-//     the rebalancer moves "bench" onto it (every shard: learner, snapshot,
-//     voter, removal of node 1's replica, node 1 deleting its copy), until
+//     the rebalancer moves replicas onto it (each: learner, snapshot,
+//     voter, removal of the source's replica, the source deleting its
+//     copy), until the replica counts differ by at most one and
 //     settledEverywhere holds for both collections: rebalance-ops/s,
 //     rebalance-p99-ms, rebalance-errors, and rebalance-s, the time from
 //     adding the node to settled. rebalance-s includes joining and waiting
-//     for the rebalancer's next round (every 5 s on the meta leader);
-//     move-s is the part from the catalog's move to settled.
+//     for the rebalancer's next round (every second on the meta leader);
+//     move-s is the part from the first move in the catalog to settled.
 //   - steady-dropped-msgs and rebalance-dropped-msgs count the raft
 //     messages the nodes' transports dropped in each phase (unresolvable
 //     replica, full queue, unreachable node).
-//   - moved-MiB is what was moved: the snapshot data of the moved shards
-//     (every retained version, index entries and shard state), as the new
-//     node holds them at the end; seconds-per-GiB is rebalance-s divided
+//   - moved-MiB is what was moved: the snapshot data of the shards the new
+//     node holds at the end (every retained version, index entries and
+//     shard state); seconds-per-GiB is rebalance-s divided
 //     by it, move-s-per-GiB is move-s divided by it.
 func BenchmarkRebalance(b *testing.B) {
 	const (
@@ -153,28 +151,42 @@ func BenchmarkRebalance(b *testing.B) {
 	droppedBefore = dropped()
 	var addedAt, movedAt, settledAt time.Time
 	var n4 *testNode
-	moved := ""
+	moved := 0
 	during := runWriteLoad(ctx, clients, movedColl, writers, writeValue, func(stop chan struct{}) {
 		defer close(stop)
 		addedAt = time.Now()
 		n4 = bc.addNode()
 		deadline := time.Now().Add(bound)
-		for moved == "" {
+		for moved == 0 {
 			if time.Now().After(deadline) {
-				b.Errorf("no collection moved onto node %d within %v", n4.id, bound)
+				b.Errorf("no replica moved onto node %d within %v", n4.id, bound)
 				return
 			}
 			for _, name := range []string{movedColl, fillerColl} {
-				if d, err := bc.nodes[0].n.collection(name); err == nil && slices.ContainsFunc(d.Shards[0].Replicas, func(r cluster.Replica) bool { return r.Node == n4.id }) {
-					moved = name
+				if d, err := bc.nodes[0].n.collection(name); err == nil {
+					for _, s := range d.Shards {
+						if slices.ContainsFunc(s.Replicas, func(r cluster.Replica) bool { return r.Node == n4.id }) {
+							moved++
+						}
+					}
 				}
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
 		movedAt = time.Now()
-		if err := bc.pollSettled(deadline, movedColl, fillerColl); err != nil {
-			b.Errorf("not settled within %v: %v", bound, err)
-			return
+		for {
+			err := bc.pollSettled(deadline, movedColl, fillerColl)
+			if err == nil {
+				err = bc.replicasBalanced(movedColl, fillerColl)
+			}
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Errorf("not balanced and settled within %v: %v", bound, err)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 		settledAt = time.Now()
 	})
@@ -183,28 +195,28 @@ func BenchmarkRebalance(b *testing.B) {
 	if b.Failed() {
 		b.FailNow()
 	}
-	if moved != movedColl {
-		b.Fatalf("collection %q moved onto node %d, not %q: the rebalancer's choice changed; the measurement assumes the loaded collection moves", moved, n4.id, movedColl)
-	}
 
-	// What moved: the snapshot data of the moved shards on the new node.
-	d, err := bc.nodes[0].n.collection(movedColl)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var movedBytes int
-	for _, s := range d.Shards {
-		n4.n.mu.RLock()
-		r, ok := n4.n.mu.replicas[s.ID]
-		n4.n.mu.RUnlock()
-		if !ok {
-			b.Fatalf("node %d holds no replica of shard %d after the move", n4.id, s.ID)
-		}
-		data, err := shard.SnapshotData(n4.n.eng.DB, r.Desc)
+	// What moved: the snapshot data of the shards on the new node.
+	var movedBytes, movedShards int
+	for _, name := range []string{movedColl, fillerColl} {
+		d, err := bc.nodes[0].n.collection(name)
 		if err != nil {
 			b.Fatal(err)
 		}
-		movedBytes += len(data)
+		for _, s := range d.Shards {
+			n4.n.mu.RLock()
+			r, ok := n4.n.mu.replicas[s.ID]
+			n4.n.mu.RUnlock()
+			if !ok {
+				continue
+			}
+			data, err := shard.SnapshotData(n4.n.eng.DB, r.Desc)
+			if err != nil {
+				b.Fatal(err)
+			}
+			movedBytes += len(data)
+			movedShards++
+		}
 	}
 	var streamed uint64
 	for _, tn := range bc.nodes {
@@ -213,9 +225,9 @@ func BenchmarkRebalance(b *testing.B) {
 	gib := float64(movedBytes) / (1 << 30)
 	rebalanceS := settledAt.Sub(addedAt).Seconds()
 	moveS := settledAt.Sub(movedAt).Seconds()
-	b.Logf("moved %q (%d shards, %.1f MiB of snapshot data, %d snapshots streamed in the cluster) onto node %d: "+
-		"catalog changed %.2fs after adding the node, settled %.2fs later",
-		movedColl, len(d.Shards), float64(movedBytes)/(1<<20), streamed, n4.id, movedAt.Sub(addedAt).Seconds(), moveS)
+	b.Logf("moved %d replicas (%.1f MiB of snapshot data, %d snapshots streamed in the cluster) onto node %d: "+
+		"catalog changed %.2fs after adding the node, balanced and settled %.2fs later",
+		movedShards, float64(movedBytes)/(1<<20), streamed, n4.id, movedAt.Sub(addedAt).Seconds(), moveS)
 	b.Logf("steady: %s", steady)
 	b.Logf("rebalance: %s", during)
 	b.ReportMetric(steady.opsPerSec(), "steady-ops/s")
@@ -439,6 +451,34 @@ func (bc *benchCluster) pollSettled(deadline time.Time, names ...string) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// replicasBalanced checks that the catalog's replica counts per node, over
+// the shards of names, differ by at most one.
+func (bc *benchCluster) replicasBalanced(names ...string) error {
+	count := map[uint64]int{}
+	for _, tn := range bc.nodes {
+		count[tn.id] = 0
+	}
+	for _, name := range names {
+		d, err := bc.nodes[0].n.collection(name)
+		if err != nil {
+			return err
+		}
+		for _, s := range d.Shards {
+			for _, r := range s.Replicas {
+				count[r.Node]++
+			}
+		}
+	}
+	lo, hi := 1<<30, 0
+	for _, c := range count {
+		lo, hi = min(lo, c), max(hi, c)
+	}
+	if hi-lo > 1 {
+		return fmt.Errorf("replicas per node %v", count)
+	}
+	return nil
 }
 
 func (bc *benchCluster) waitSettled(d time.Duration, names ...string) {

@@ -11,6 +11,7 @@ import (
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/replication"
 	"github.com/groupkv/groupkv/internal/shard"
+	"github.com/groupkv/groupkv/internal/storage"
 )
 
 // Splits (see internal/shard/split.go): SplitShard changes the catalog;
@@ -39,6 +40,13 @@ func (n *Node) SplitShard(ctx context.Context, name string, key []byte, shardID 
 		shardID = d.Shards[i].ID
 	} else if shardID == 0 {
 		return kv.CollectionInfo{}, kv.Errorf(kv.CodeInvalidArgument, "name the shard of %s collection %q to split", d.Partitioning, name)
+	}
+	if ref, ok := n.shardRef(shardID); ok {
+		// A shard taking in a merged neighbour splits once the merge is
+		// through (its replicas' span is the catalog's again).
+		if resp, err := n.leaderConf(ctx, shardID); err == nil && (resp.Desc == nil || !sameSpan(*resp.Desc, ref)) {
+			return kv.CollectionInfo{}, kv.Errorf(kv.CodeConditionFailed, "shard %d of %q has a split or merge in progress; retry once it finished", shardID, name)
+		}
 	}
 	res, err := n.propose(ctx, cluster.MetaShardID, shard.EncodeSplitShard(name, shardID, key, 0))
 	if err == nil && res.Err != nil {
@@ -90,12 +98,21 @@ func (n *Node) SplitShard(ctx context.Context, name string, key []byte, shardID 
 
 // splitLoop splits, on the leaders here, range shards that grew past
 // Options.SplitBytes.
+// It also merges, there, adjacent range shards that shrank below
+// Options.MergeBytes together (merge.go).
 func (n *Node) splitLoop() {
 	defer n.bg.Done()
-	if n.opts.SplitBytes < 0 {
+	if n.opts.SplitBytes < 0 && n.opts.MergeBytes <= 0 {
 		return
 	}
-	n.every(n.opts.SplitCheckInterval, n.autoSplit)
+	n.every(n.opts.SplitCheckInterval, func() {
+		if n.opts.SplitBytes >= 0 {
+			n.autoSplit()
+		}
+		if n.opts.MergeBytes > 0 {
+			n.autoMerge()
+		}
+	})
 }
 
 func (n *Node) autoSplit() {
@@ -106,7 +123,7 @@ func (n *Node) autoSplit() {
 	}
 	var cands []cand
 	for id, r := range n.mu.replicas {
-		if ref, ok := n.mu.shards[id]; ok && r.Desc.Partitioning == kv.PartitionRange {
+		if ref, ok := n.mu.shards[id]; ok && (r.Desc.Partitioning == kv.PartitionRange || r.Desc.Partitioning == kv.PartitionHash) {
 			cands = append(cands, cand{id, ref.coll.Name})
 		}
 	}
@@ -119,17 +136,26 @@ func (n *Node) autoSplit() {
 		if !ok {
 			continue
 		}
-		start, end := desc.Span()
-		size, err := n.eng.DB.EstimateDiskUsage(start, end)
-		if err != nil || int64(size) < n.opts.SplitBytes {
+		size, err := n.shardSize(desc)
+		if err != nil || size < n.opts.SplitBytes {
 			continue
 		}
-		key, err := shard.MiddleKey(n.eng.DB, desc)
-		if err != nil || key == nil || bytes.Equal(key, desc.Start) {
-			continue
+		var key []byte
+		var id uint64
+		if desc.Partitioning == kv.PartitionHash {
+			// A hash shard splits its span of buckets in the middle.
+			if desc.BucketEnd-desc.BucketStart < 2 {
+				continue
+			}
+			id = c.id
+		} else {
+			key, err = shard.MiddleKey(n.eng.DB, desc)
+			if err != nil || key == nil || bytes.Equal(key, desc.Start) {
+				continue
+			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		_, err = n.SplitShard(ctx, c.name, key, 0)
+		_, err = n.SplitShard(ctx, c.name, key, id)
 		cancel()
 		if err != nil {
 			n.log.Warn("splitting a shard that grew past the split size failed", "shard", c.id, "bytes", size, "err", err)
@@ -137,6 +163,34 @@ func (n *Node) autoSplit() {
 			n.log.Info("split a shard that grew past the split size", "shard", c.id, "bytes", size, "at", string(key))
 		}
 	}
+}
+
+// shardSize estimates the bytes on disk of the replica of desc here. A
+// range shard's keys are one span; a hash shard's are spread over its
+// collection's key space (keys are stored in key order, whatever their
+// bucket), so it is the collection's usage here shared out by bucket span
+// among the collection's replicas here.
+func (n *Node) shardSize(desc shard.Desc) (int64, error) {
+	if desc.Partitioning != kv.PartitionHash {
+		start, end := desc.Span()
+		size, err := n.eng.DB.EstimateDiskUsage(start, end)
+		return int64(size), err
+	}
+	start, end := storage.CollectionSpan(desc.Collection)
+	total, err := n.eng.DB.EstimateDiskUsage(start, end)
+	if err != nil {
+		return 0, err
+	}
+	var buckets uint64
+	for _, id := range n.localShardsOf(desc.Collection) {
+		if d, ok := n.host.Desc(id); ok {
+			buckets += uint64(d.BucketEnd - d.BucketStart)
+		}
+	}
+	if buckets == 0 {
+		return 0, nil
+	}
+	return int64(total * uint64(desc.BucketEnd-desc.BucketStart) / buckets), nil
 }
 
 // awaitSplitChild reports whether child, a shard this node's catalog has
@@ -242,6 +296,8 @@ func (n *Node) onSplit(parent uint64, sr *shard.SplitResult) {
 	n.mu.Lock()
 	n.mu.replicas[parent] = narrowed
 	n.mu.replicas[child.Desc.ShardID] = child
+	now := time.Now()
+	n.mu.splitAt[parent], n.mu.splitAt[child.Desc.ShardID] = now, now
 	n.mu.Unlock()
 	if err := n.host.AddGroupWith(child.Desc, child.ReplicaID, replication.GroupOptions{Campaign: campaign}); err != nil {
 		n.log.Error("starting a split shard failed", "shard", child.Desc.ShardID, "err", err)

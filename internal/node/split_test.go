@@ -102,21 +102,29 @@ func TestClusterSplit(t *testing.T) {
 	rec.Check(t, int64(seed))
 }
 
-// TestClusterSplitsBySize lets a range shard grow past the split size: its
-// leader splits it at its middle key, and every record stays readable.
+// TestClusterSplitsBySize lets a range shard and a hash shard grow past
+// the split size: their leaders split them (the range shard at its middle
+// key, the hash shard in the middle of its buckets), and every record
+// stays readable.
 func TestClusterSplitsBySize(t *testing.T) {
 	c := startCluster(t, 3, func(o *Options) {
 		o.SplitBytes = 200 << 10
 		o.SplitCheckInterval = 100 * time.Millisecond
 	})
 	ctx := context.Background()
-	if _, err := c.node(1).n.CreateCollection(ctx, kv.CollectionOptions{Name: "r", Partitioning: kv.PartitionRange, Replicas: 3}); err != nil {
-		t.Fatal(err)
+	colls := []kv.CollectionOptions{
+		{Name: "r", Partitioning: kv.PartitionRange, Replicas: 3},
+		{Name: "h", Partitioning: kv.PartitionHash, Shards: 1, Replicas: 3},
 	}
 	value := make([]byte, 1024)
-	for i := 0; i < 300; i++ {
-		if _, err := c.node(1).n.Put(ctx, kv.PutRequest{Collection: "r", Key: []byte(fmt.Sprintf("k%04d", i)), Value: value}); err != nil {
+	for _, o := range colls {
+		if _, err := c.node(1).n.CreateCollection(ctx, o); err != nil {
 			t.Fatal(err)
+		}
+		for i := 0; i < 300; i++ {
+			if _, err := c.node(1).n.Put(ctx, kv.PutRequest{Collection: o.Name, Key: []byte(fmt.Sprintf("k%04d", i)), Value: value}); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	for _, tn := range c.nodes {
@@ -124,32 +132,34 @@ func TestClusterSplitsBySize(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c.eventually(60*time.Second, "the shard split by size", func() error {
-		d, err := c.node(2).n.collection("r")
-		if err != nil {
-			return err
-		}
-		if len(d.Shards) < 2 {
-			return fmt.Errorf("%d shard(s)", len(d.Shards))
-		}
-		return c.settledEverywhere("r")
-	})
-	for _, tn := range c.nodes {
-		// Further splits may be under way: a scan meeting one mid-way
-		// answers unavailable, to be retried.
-		c.eventually(30*time.Second, "a scan of every record", func() error {
-			res, err := tn.n.Scan(ctx, kv.ScanRequest{Collection: "r", Limit: 1000})
+	for _, o := range colls {
+		c.eventually(60*time.Second, "collection "+o.Name+" split by size", func() error {
+			d, err := c.node(2).n.collection(o.Name)
 			if err != nil {
-				if kv.CodeOf(err) == kv.CodeUnavailable {
-					return err
-				}
-				t.Fatalf("node %d: %v", tn.id, err)
+				return err
 			}
-			if len(res.Items) != 300 {
-				t.Fatalf("node %d scans %d records, want 300", tn.id, len(res.Items))
+			if len(d.Shards) < 2 {
+				return fmt.Errorf("%d shard(s)", len(d.Shards))
 			}
-			return nil
+			return c.settledEverywhere(o.Name)
 		})
+		for _, tn := range c.nodes {
+			// Further splits may be under way: a scan meeting one mid-way
+			// answers unavailable, to be retried.
+			c.eventually(30*time.Second, "a scan of every record", func() error {
+				res, err := tn.n.Scan(ctx, kv.ScanRequest{Collection: o.Name, Limit: 1000})
+				if err != nil {
+					if kv.CodeOf(err) == kv.CodeUnavailable {
+						return err
+					}
+					t.Fatalf("node %d: %s: %v", tn.id, o.Name, err)
+				}
+				if len(res.Items) != 300 {
+					t.Fatalf("node %d scans %d records of %s, want 300", tn.id, len(res.Items), o.Name)
+				}
+				return nil
+			})
+		}
 	}
 }
 

@@ -3,8 +3,10 @@ package node
 import (
 	"bytes"
 	"context"
+	"errors"
 	"time"
 
+	"github.com/groupkv/groupkv/internal/cluster"
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/shard"
 )
@@ -36,8 +38,29 @@ func (n *Node) Watch(ctx context.Context, req kv.WatchRequest, fn func(kv.Event)
 	}
 	shards := shardsIn(d, req.Start, req.End)
 	if ok, err := n.forwardWatch(ctx, shards, req, fn); ok {
+		if errors.Is(err, errNoSingleHolder) {
+			return n.watchSpread(ctx, d, shards, req, fn)
+		}
 		return err
 	}
+	return n.watchHere(ctx, d, shards, nil, progressInterval, req, fn)
+}
+
+// watchHere runs a watch of shards on this node's replicas. spans, when
+// set, keep the changes of those shards' spans only (a part of a watch
+// over several nodes); every is the period of progress events.
+func (n *Node) watchHere(ctx context.Context, d *cluster.CollectionDesc, shards []uint64, spans []shardSpan, every time.Duration,
+	req kv.WatchRequest, fn func(kv.Event) error) error {
+	owned := func(c shard.Change) bool { return true }
+	if spans != nil {
+		if d.Partitioning == kv.PartitionRange {
+			owned = func(c shard.Change) bool { return inSpans(spans, c.Key) }
+		} else {
+			in := ownedBy(spans)
+			owned = func(c shard.Change) bool { return in(c.Bucket) }
+		}
+	}
+	asked := shards
 	shards = n.withLocalShards(d.ID, shards)
 	for _, id := range shards {
 		if err := n.readBarrier(ctx, id); err != nil {
@@ -59,15 +82,31 @@ func (n *Node) Watch(ctx context.Context, req kv.WatchRequest, fn func(kv.Event)
 	lastProgress := time.Time{}
 	var progressed uint64
 	for {
+		if spans != nil {
+			// A part ends when a replica it reads moves away: the merged
+			// watch resumes it on a node that holds the shard.
+			for _, id := range asked {
+				if !n.readable(id) {
+					return kv.Errorf(kv.CodeUnavailable, "node %d no longer holds shard %d", n.id, id)
+				}
+			}
+		}
 		notify := n.host.AppliedNotify()
 		resolved := ^uint64(0)
 		now, err := n.latest(ctx)
 		if err != nil {
 			return err
 		}
+		shards = n.liveShards(shards) // a merged shard's changes are its left neighbour's now
 		for _, id := range shards {
 			r, err := n.resolved(ctx, id, now)
 			if err != nil {
+				if n.isMergedAway(id) && !n.hasReplica(id) {
+					// Merged meanwhile: no progress this round; the next
+					// one asks the shard that took it in.
+					resolved = min(resolved, version)
+					continue
+				}
 				return err
 			}
 			resolved = min(resolved, r)
@@ -82,7 +121,7 @@ func (n *Node) Watch(ctx context.Context, req kv.WatchRequest, fn func(kv.Event)
 			}
 			err := n.reading(func() error {
 				return shard.Changes(n.eng.DB, d.ID, from, resolved, after, func(c shard.Change) bool {
-					if len(req.Start) > 0 && bytes.Compare(c.Key, req.Start) < 0 || len(req.End) > 0 && bytes.Compare(c.Key, req.End) >= 0 {
+					if len(req.Start) > 0 && bytes.Compare(c.Key, req.Start) < 0 || len(req.End) > 0 && bytes.Compare(c.Key, req.End) >= 0 || !owned(c) {
 						return true
 					}
 					val, v, found, err := shard.ReadRecord(n.eng.DB, d.ID, c.Key, c.Version)
@@ -127,13 +166,13 @@ func (n *Node) Watch(ctx context.Context, req kv.WatchRequest, fn func(kv.Event)
 			}
 			version, afterKey = resolved, nil
 		}
-		if version > progressed && time.Since(lastProgress) >= progressInterval {
+		if version > progressed && time.Since(lastProgress) >= every {
 			if err := fn(kv.Event{Type: kv.EventProgress, Version: version}); err != nil {
 				return err
 			}
 			progressed, lastProgress = version, time.Now()
 		}
-		wait := progressInterval - time.Since(lastProgress)
+		wait := every - time.Since(lastProgress)
 		if wait < 10*time.Millisecond {
 			wait = 10 * time.Millisecond
 		}

@@ -41,6 +41,11 @@ type Config struct {
 	Unversioned func(shardID uint64) bool
 	// Hooks observe applied commands; nil fields are skipped.
 	Hooks Hooks
+	// MergeBatch, if set, writes into the apply batch of a merge the
+	// node's own records of the right replica it removes (the raft state
+	// and shard state are removed by the Host), so that they go with it
+	// atomically. It is called from the Host loop and must not block.
+	MergeBatch func(b *pebble.Batch, right uint64) error
 	// Transport carries raft messages to the replicas of other nodes; nil
 	// on a single node, whose groups have one voter and send nothing.
 	Transport Transport
@@ -144,6 +149,8 @@ type group struct {
 	rn        *raft.RawNode
 	storage   *raftStorage
 	sm        *shard.Shard
+	// smRef is sm, for readers outside the loop (MinPrepared).
+	smRef atomic.Pointer[shard.Shard]
 	// waiting holds proposals that cannot be proposed yet (no ready leader,
 	// or no timestamp this cycle), in arrival order.
 	waiting []*proposal
@@ -161,6 +168,9 @@ type group struct {
 	// a snapshot not acknowledged within snapshotTimeoutTicks is reported
 	// failed so that raft sends another (loop-owned).
 	snapSent map[uint64]uint64
+	// restored is the descriptor of the snapshot being restored
+	// (loop-owned).
+	restored shard.Desc
 	// campaigns left for a new group's preferred leader: its first
 	// campaign may reach peers that have not created the group yet, so it
 	// campaigns again every few ticks while no leader is known (loop-owned).
@@ -170,6 +180,8 @@ type group struct {
 		sync.Mutex
 		// ready: this replica leads and has applied an entry of its term.
 		ready bool
+		// readyTerm is the term of the leadership ready is about.
+		readyTerm uint64
 		// leader is the replica id of the known leader (0: unknown).
 		leader uint64
 		// lastAssigned is the highest version handed to a proposal.
@@ -328,6 +340,7 @@ func (h *Host) AddGroupWith(desc shard.Desc, replicaID uint64, opts GroupOptions
 	}
 	g := &group{id: desc.ShardID, replicaID: replicaID, rn: rn, storage: rs, sm: sm, inflight: make(map[uint64]*proposal),
 		reads: make(map[uint64]*readRequest), snapSent: make(map[uint64]uint64)}
+	g.smRef.Store(sm)
 	rs.snapshot = func() (raftpb.Snapshot, error) {
 		// Called by raft from the loop, between cycles: Pebble holds the
 		// state machine exactly as of its applied index. Only a Pebble
@@ -678,6 +691,18 @@ func (h *Host) Ready(shardID uint64) bool {
 	return g.mu.ready
 }
 
+// LeaderTerm returns the term of this replica's ready leadership of
+// shardID; ok is false when it is not a ready leader.
+func (h *Host) LeaderTerm(shardID uint64) (term uint64, ok bool) {
+	g := h.group(shardID)
+	if g == nil {
+		return 0, false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.readyTerm, g.mu.ready
+}
+
 // Leader returns the replica id of shardID's known leader (0: unknown).
 func (h *Host) Leader(shardID uint64) uint64 {
 	g := h.group(shardID)
@@ -741,15 +766,37 @@ func (h *Host) Resolved(shardID, now uint64) uint64 {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	// A prepared transaction commits at or above its prepare version,
+	// possibly below versions applied since: nothing at or above it is
+	// resolved until the transaction is.
+	limit := ^uint64(0)
+	if sm := g.smRef.Load(); sm != nil {
+		if p := sm.MinPrepared(); p != 0 {
+			limit = p - 1
+		}
+	}
 	if !g.mu.ready || g.mu.lastAssigned > g.mu.appliedVersion {
 		// Versions are assigned and applied in order: everything at or
 		// below appliedVersion is applied, everything pending is above it.
-		return g.mu.appliedVersion
+		return min(g.mu.appliedVersion, limit)
 	}
 	if now > g.mu.readWatermark {
 		g.mu.readWatermark = now
 	}
-	return max(g.mu.readWatermark, g.mu.appliedVersion)
+	return min(max(g.mu.readWatermark, g.mu.appliedVersion), limit)
+}
+
+// MinPrepared returns the lowest prepare version of the transactions
+// prepared in the replica of shardID here (0: none, or not served here).
+func (h *Host) MinPrepared(shardID uint64) uint64 {
+	g := h.group(shardID)
+	if g == nil {
+		return 0
+	}
+	if sm := g.smRef.Load(); sm != nil {
+		return sm.MinPrepared()
+	}
+	return 0
 }
 
 // AppliedNotify returns a channel that is closed after the next cycle that
@@ -1015,6 +1062,9 @@ func (h *Host) processReady(groups []*group) (bool, error) {
 	// Persist: one batch, one fsync, for every group's entries.
 	var rgs []readyGroup
 	for _, g := range groups {
+		if g.isRemoved() {
+			continue // a merge removed it in an earlier round of the cycle
+		}
 		if g.rn.HasReady() {
 			rgs = append(rgs, readyGroup{g: g, rd: g.rn.Ready()})
 		}
@@ -1109,6 +1159,13 @@ func (h *Host) restoreSnapshot(b *pebble.Batch, g *group, snap raftpb.Snapshot) 
 	if err := shard.RestoreSnapshot(b, h.db, g.sm.Desc(), snap.Data); err != nil {
 		return fmt.Errorf("replication: shard %d: restoring a snapshot at %d: %w", g.id, snap.Metadata.Index, err)
 	}
+	// The snapshot's span is the shard's from now on: the sender may have
+	// applied a split or merge this replica skips.
+	desc, err := shard.SnapshotDesc(snap.Data)
+	if err != nil {
+		return err
+	}
+	g.restored = desc
 	if err := saveConfState(b, g.id, snap.Metadata.ConfState); err != nil {
 		return err
 	}
@@ -1128,11 +1185,12 @@ func (h *Host) persistWithSnapshots(b *pebble.Batch, rgs, snaps []readyGroup) er
 	for _, r := range snaps {
 		g, meta := r.g, r.rd.Snapshot.Metadata
 		g.storage.restored(meta)
-		sm, err := shard.Load(h.db, g.sm.Desc())
+		sm, err := shard.Load(h.db, g.restored)
 		if err != nil {
 			return fmt.Errorf("replication: shard %d: loading a restored snapshot: %w", g.id, err)
 		}
 		g.sm = sm
+		g.smRef.Store(sm)
 		g.singleVoter.Store(isSingleVoter(meta.ConfState, g.replicaID))
 		g.mu.Lock()
 		g.mu.appliedIndex = meta.Index
@@ -1339,6 +1397,9 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error) (bool, error)
 		cs raftpb.ConfState
 	}
 	var confs []confApplied
+	// merged are the right shards of merges applied in this batch: their
+	// replicas are removed here (shard/merge.go).
+	var merged []uint64
 	for _, r := range rgs {
 		g := r.g
 		for i := range r.rd.CommittedEntries {
@@ -1364,6 +1425,9 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error) (bool, error)
 						abort()
 						return false, err
 					}
+				}
+				if res.Merge != nil {
+					merged = append(merged, res.Merge.Right)
 				}
 				if p, ok := g.inflight[id]; ok {
 					delete(g.inflight, id)
@@ -1413,6 +1477,15 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error) (bool, error)
 			}
 		}
 	}
+	// Last in the batch, after anything the right groups applied or
+	// appended in this cycle: the removal of merged right replicas' raft
+	// and shard state (not their records, which the left shard now owns).
+	for _, right := range merged {
+		if err := h.writeMergeRemoval(ab, right); err != nil {
+			abort()
+			return false, err
+		}
+	}
 	if err := waitSync(); err != nil {
 		abort()
 		return false, err
@@ -1426,11 +1499,24 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error) (bool, error)
 		h.cfg.Metrics.ApplySeconds.Observe(time.Since(start).Seconds())
 	}
 	ab.Close()
+	for _, right := range merged {
+		// Its state is gone: the group stops at once and writes nothing
+		// more (the loop below skips it).
+		h.removeGroup(right)
+	}
 	for _, r := range rgs {
+		r.g.sm.Committed()
 		applied, _ := r.g.sm.Applied()
 		r.g.mu.Lock()
 		r.g.mu.desc = r.g.sm.Desc()
 		r.g.mu.appliedIndex = applied
+		if mv := r.g.sm.MaxVersion(); mv > r.g.mu.appliedVersion {
+			// A merge raised the highest version to the right shard's:
+			// proposals at or below it are refused when applied, and
+			// new ones are assigned above it.
+			r.g.mu.appliedVersion = mv
+			r.g.mu.lastAssigned = max(r.g.mu.lastAssigned, mv)
+		}
 		r.g.mu.Unlock()
 		for _, rs := range r.rd.ReadStates {
 			if len(rs.RequestCtx) != 8 {
@@ -1477,6 +1563,9 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error) (bool, error)
 	h.lastAnswered = len(dones)
 	for _, r := range rgs {
 		g := r.g
+		if contains(merged, g.id) {
+			continue
+		}
 		g.rn.Advance(r.rd)
 		h.updateLeadership(g, r.rd)
 		g.mu.Lock()
@@ -1605,6 +1694,12 @@ func (h *Host) updateLeadership(g *group, rd raft.Ready) {
 	h.maybeReady(g)
 }
 
+func (g *group) isRemoved() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.removed
+}
+
 func (g *group) readyLocked() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -1650,6 +1745,7 @@ func (h *Host) maybeReady(g *group) {
 		g.mu.lastAssigned = mv
 	}
 	g.mu.ready = true
+	g.mu.readyTerm = st.Term
 	close(g.mu.changed)
 	g.mu.changed = make(chan struct{})
 	g.mu.Unlock()
@@ -1724,6 +1820,31 @@ func (h *Host) maybeTruncate(g *group) error {
 	g.storage.truncated(index, term)
 	h.cfg.Metrics.Truncations.Inc()
 	return nil
+}
+
+// writeMergeRemoval writes into b the removal of the replica of right, a
+// shard merged into its left neighbour: its raft state, its shard state
+// and the node's records of it (Config.MergeBatch).
+func (h *Host) writeMergeRemoval(b *pebble.Batch, right uint64) error {
+	for _, span := range []func(uint64) ([]byte, []byte){storage.RaftSpan, storage.ShardStateSpan} {
+		start, end := span(right)
+		if err := b.DeleteRange(start, end, nil); err != nil {
+			return err
+		}
+	}
+	if h.cfg.MergeBatch != nil {
+		return h.cfg.MergeBatch(b, right)
+	}
+	return nil
+}
+
+func contains(ids []uint64, id uint64) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
 }
 
 func (h *Host) removeGroup(id uint64) {

@@ -37,6 +37,11 @@ import (
 //	tso hwm=N
 //	create-collection name=C [partitioning=P] [shards=N] [split-points=(a,b)] [nodes=(1,2)]
 //	drop-collection name=C
+//	merge-shards name=C shard=N
+//	freeze into=N version=N
+//	merge-trigger right=N into=N frozen-index=N max-version=N gc=N [start=K] [end=K] [buckets=LO-HI]
+//	    The three steps of a merge (merge.go): the catalog change, the
+//	    freeze of the right shard, the trigger in the left shard.
 //	raw hex=H
 //	    Applies the command whose encoding is H.
 //	    Every applying command takes [index=N] (default: the next index) and
@@ -46,6 +51,8 @@ import (
 //	scan
 //	    Every data key in the DB (all collections) with its decoded version.
 //	state
+//	span
+//	    The current shard's span as applied.
 //	reload
 //	    Loads the current shard again from the DB and compares it with the
 //	    in-memory state machine.
@@ -158,6 +165,52 @@ func (e *applyEnv) run(t *testing.T, td *datadriven.TestData) string {
 		var name string
 		td.ScanArgs(t, "name", &name)
 		return e.apply(t, td, EncodeDropCollection(name))
+	case "merge-shards":
+		var name string
+		var shard uint64
+		td.ScanArgs(t, "name", &name)
+		td.ScanArgs(t, "shard", &shard)
+		return e.apply(t, td, EncodeMergeShards(name, shard))
+	case "freeze":
+		var into, version uint64
+		td.ScanArgs(t, "into", &into)
+		td.ScanArgs(t, "version", &version)
+		cmd := EncodeFreeze(into)
+		SetVersion(cmd, version)
+		return e.apply(t, td, cmd)
+	case "merge-trigger":
+		var right Desc
+		var f FrozenState
+		td.ScanArgs(t, "right", &right.ShardID)
+		td.ScanArgs(t, "into", &f.Into)
+		td.ScanArgs(t, "frozen-index", &f.Index)
+		td.ScanArgs(t, "max-version", &f.MaxVersion)
+		td.ScanArgs(t, "gc", &f.GCThreshold)
+		if td.HasArg("start") {
+			var k string
+			td.ScanArgs(t, "start", &k)
+			right.Start = []byte(k)
+		}
+		if td.HasArg("end") {
+			var k string
+			td.ScanArgs(t, "end", &k)
+			right.End = []byte(k)
+		}
+		if td.HasArg("buckets") {
+			var b string
+			td.ScanArgs(t, "buckets", &b)
+			lo, hi, _ := strings.Cut(b, "-")
+			l, _ := strconv.ParseUint(lo, 10, 32)
+			h, _ := strconv.ParseUint(hi, 10, 32)
+			right.BucketStart, right.BucketEnd = uint32(l), uint32(h)
+		}
+		return e.apply(t, td, EncodeMergeTrigger(right, f))
+	case "span":
+		d := e.current(t, td).Desc()
+		if d.Partitioning == kv.PartitionRange {
+			return fmt.Sprintf("shard %d keys [%q, %q) unbounded-end=%v", d.ShardID, d.Start, d.End, d.End == nil)
+		}
+		return fmt.Sprintf("shard %d buckets [%d, %d)", d.ShardID, d.BucketStart, d.BucketEnd)
 	case "raw":
 		var h string
 		td.ScanArgs(t, "hex", &h)
@@ -321,6 +374,12 @@ func formatResult(res Result) string {
 	if res.Desc != nil {
 		return "ok\n" + formatCollection(res.Desc)
 	}
+	if f := res.Freeze; f != nil {
+		return fmt.Sprintf("ok version=%d frozen into=%d index=%d max-version=%d gc-threshold=%d", res.Version, f.Into, f.Index, f.MaxVersion, f.GCThreshold)
+	}
+	if m := res.Merge; m != nil {
+		return fmt.Sprintf("ok merged shard %d", m.Right)
+	}
 	return fmt.Sprintf("ok version=%d", res.Version)
 }
 
@@ -351,6 +410,9 @@ func formatCollection(d *cluster.CollectionDesc) string {
 		}
 		sb.WriteString("\n")
 	}
+	for _, s := range d.Merged {
+		fmt.Fprintf(&sb, "  merged shard %d into %d\n", s.ID, s.MergedInto)
+	}
 	return sb.String()
 }
 
@@ -359,6 +421,9 @@ func formatState(s *Shard) string {
 	out := fmt.Sprintf("shard %d: applied=%d/%d max-version=%d gc-threshold=%d", s.Desc().ShardID, index, term, s.MaxVersion(), s.GCThreshold())
 	if s.Desc().IsMeta() {
 		out += fmt.Sprintf(" tso-hwm=%d", s.TSOHighWater())
+	}
+	if f := s.Frozen(); f != nil {
+		out += fmt.Sprintf(" frozen-into=%d at=%d", f.Into, f.Index)
 	}
 	return out
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/groupkv/groupkv/internal/cluster"
 	"github.com/groupkv/groupkv/internal/kv"
+	"github.com/groupkv/groupkv/internal/txn"
 )
 
 // ErrCorruptCommand reports a log entry that does not decode.
@@ -93,12 +94,17 @@ type Command struct {
 	// ChecksumID names a KindChecksum, so that the replicas' answers to one
 	// consistency check can be told apart from another's.
 	ChecksumID uint64
-	// Move and Drain are the bodies of KindMoveReplicas and
-	// KindSetDraining (moves.go).
+	// Move and Drain are the bodies of KindMoveReplicas (and
+	// KindMoveShardReplica) and KindSetDraining (moves.go).
 	Move   MoveCmd
 	Drain  DrainCmd
 	Prefer PreferCmd
 	Split  SplitCmd
+	Merge  MergeCmd
+	// Transaction commands (txn.go).
+	TxnRecord  txn.RecordCmd
+	TxnPrepare *TxnPrepareCmd
+	TxnResolve *TxnResolveCmd
 }
 
 // Placement is a change of a key's placement tag: from Old (HasOld false:
@@ -188,9 +194,16 @@ func SetVersion(cmd []byte, version uint64) {
 }
 
 // IsWrite reports whether an encoded command writes versioned data (it
-// needs a version, at offset 1).
+// needs a version, at offset 1). A freeze (merge.go) is versioned too.
 func IsWrite(cmd []byte) bool {
-	return len(cmd) > 8 && (CommandKind(cmd[0]) == KindWrite || CommandKind(cmd[0]) == KindDeleteRange)
+	if len(cmd) <= 8 {
+		return false
+	}
+	switch CommandKind(cmd[0]) {
+	case KindWrite, KindDeleteRange, KindFreeze, KindTxnPrepare, KindTxnResolve:
+		return true
+	}
+	return false
 }
 
 // EncodeGC encodes a GC command.
@@ -360,6 +373,14 @@ func DecodeCommand(b []byte) (Command, error) {
 			}
 			c.Ops = append(c.Ops, op)
 		}
+	case KindTxnRecord:
+		return c, decodeTxn(&c, d.b)
+	case KindTxnPrepare, KindTxnResolve:
+		if len(d.b) < 8 {
+			return c, ErrCorruptCommand
+		}
+		c.Version = binary.BigEndian.Uint64(d.b)
+		return c, decodeTxn(&c, d.b[8:])
 	case KindGC, KindTSO:
 		c.Threshold = d.uvarint()
 	case KindChecksum:
@@ -387,14 +408,23 @@ func DecodeCommand(b []byte) (Command, error) {
 				d.err = ErrCorruptCommand
 			}
 		}
-	case KindMoveReplicas:
-		c.Move = decodeMove(&d)
+	case KindMoveReplicas, KindMoveShardReplica:
+		c.Move = decodeMove(&d, c.Kind)
 	case KindSetDraining:
 		c.Drain = decodeDrain(&d)
 	case KindSetPreferred:
 		c.Prefer = decodePrefer(&d)
 	case KindSplitShard, KindSplitTrigger:
 		c.Split = decodeSplit(&d, c.Kind)
+	case KindFreeze:
+		if len(d.b) < 8 {
+			return c, ErrCorruptCommand
+		}
+		c.Version = binary.BigEndian.Uint64(d.b)
+		d.b = d.b[8:]
+		c.Merge = decodeMerge(&d, c.Kind)
+	case KindMergeShards, KindMergeTrigger:
+		c.Merge = decodeMerge(&d, c.Kind)
 	case KindAddNode:
 		c.Node.ID = d.uvarint()
 		c.Node.Addr = string(d.bytes())

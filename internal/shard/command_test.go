@@ -252,9 +252,14 @@ func validEncodings() [][]byte {
 		EncodeDropCollection("c"),
 		EncodeChecksum(0), EncodeChecksum(math.MaxUint64),
 		EncodeMoveReplicas("c", 1, 4), EncodeMoveReplicas("", math.MaxUint64, 0),
+		EncodeMoveShardReplica("c", 7, 1, 4), EncodeMoveShardReplica("", math.MaxUint64, math.MaxUint64, 0),
 		EncodeSetDraining(3, true), EncodeSetDraining(math.MaxUint64, false),
 		EncodeSetPreferred("c", 7, 2),
 		EncodeSplitShard("r", 3, []byte("m"), 0), EncodeSplitTrigger(9, nil, 1234),
+		EncodeMergeShards("r", 3), EncodeFreeze(2), versioned(EncodeFreeze(math.MaxUint64), 77),
+		EncodeMergeTrigger(Desc{ShardID: 4, Start: []byte("g"), End: []byte("p")}, FrozenState{Into: 3, Index: 12, MaxVersion: 1 << 40, GCThreshold: 9}),
+		EncodeMergeTrigger(Desc{ShardID: 4, Start: []byte("g")}, FrozenState{Into: 3}),
+		EncodeMergeTrigger(Desc{ShardID: 5, BucketStart: 100, BucketEnd: kv.NumBuckets}, FrozenState{Into: 1, Index: 1}),
 		EncodeAddNode(cluster.NodeDesc{ID: 2, Addr: "h:7080", PeerAddr: "h:7081", MetaReplica: 4}, true),
 		EncodeRejoinNode(cluster.NodeDesc{ID: 3, Addr: "h:7090", PeerAddr: "h:7091"}),
 		EncodePlace(Placement{Bucket: 7, Key: []byte("k"), HasOld: true, Old: "a", New: "b"}),
@@ -265,6 +270,10 @@ func validEncodings() [][]byte {
 func TestMoveAndDrainRoundTrip(t *testing.T) {
 	c, err := DecodeCommand(EncodeMoveReplicas("users", 2, 5))
 	if err != nil || c.Kind != KindMoveReplicas || c.Move != (MoveCmd{Collection: "users", From: 2, To: 5}) {
+		t.Fatalf("decoded %+v, %v", c, err)
+	}
+	c, err = DecodeCommand(EncodeMoveShardReplica("users", 9, 2, 5))
+	if err != nil || c.Kind != KindMoveShardReplica || c.Move != (MoveCmd{Collection: "users", Shard: 9, From: 2, To: 5}) {
 		t.Fatalf("decoded %+v, %v", c, err)
 	}
 	for _, on := range []bool{true, false} {
@@ -353,12 +362,21 @@ func reencode(c Command) []byte {
 		return EncodeChecksum(c.ChecksumID)
 	case KindMoveReplicas:
 		return EncodeMoveReplicas(c.Move.Collection, c.Move.From, c.Move.To)
+	case KindMoveShardReplica:
+		return EncodeMoveShardReplica(c.Move.Collection, c.Move.Shard, c.Move.From, c.Move.To)
 	case KindSetDraining:
 		return EncodeSetDraining(c.Drain.Node, c.Drain.Draining)
 	case KindSplitShard:
 		return EncodeSplitShard(c.Split.Collection, c.Split.Shard, c.Split.Key, c.Split.Bucket)
 	case KindSplitTrigger:
 		return EncodeSplitTrigger(c.Split.Child, c.Split.Key, c.Split.Bucket)
+	case KindMergeShards:
+		return EncodeMergeShards(c.Merge.Collection, c.Merge.Shard)
+	case KindFreeze:
+		return versioned(EncodeFreeze(c.Merge.Into), c.Version)
+	case KindMergeTrigger:
+		m := c.Merge
+		return EncodeMergeTrigger(Desc{ShardID: m.Right, Start: m.Start, End: m.End, BucketStart: m.BucketStart, BucketEnd: m.BucketEnd}, m.Frozen)
 	case KindSetPreferred:
 		return EncodeSetPreferred(c.Prefer.Collection, c.Prefer.Shard, c.Prefer.Node)
 	case KindDeleteRange:
@@ -419,4 +437,9 @@ func TestDecodeNonMinimalUvarint(t *testing.T) {
 	if len(accepted) > 0 {
 		t.Fatalf("DecodeCommand accepts non-minimal uvarints: %s", strings.Join(accepted, ", "))
 	}
+}
+
+func versioned(cmd []byte, version uint64) []byte {
+	SetVersion(cmd, version)
+	return cmd
 }

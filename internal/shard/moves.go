@@ -23,6 +23,10 @@ const (
 	// KindSetPreferred makes a shard's replica on a node its preferred
 	// leader (first in its replica list) (meta shard).
 	KindSetPreferred CommandKind = 12
+	// KindMoveShardReplica replaces the replica of one shard on one node
+	// by a joining replica on another (meta shard). (Kinds 15-29 are
+	// reserved.)
+	KindMoveShardReplica CommandKind = 30
 )
 
 // PreferCmd is the body of a KindSetPreferred.
@@ -78,10 +82,13 @@ func (s *Shard) applyPrefer(b *pebble.Batch, p PreferCmd) (Result, error) {
 	return Result{Err: kv.Errorf(kv.CodeNotFound, "collection %q has no shard %d", p.Collection, p.Shard)}, nil
 }
 
-// MoveCmd is the body of a KindMoveReplicas.
+// MoveCmd is the body of a KindMoveReplicas or KindMoveShardReplica.
 type MoveCmd struct {
 	Collection string
-	From, To   uint64
+	// Shard is the shard whose replica moves (KindMoveShardReplica); 0
+	// moves the replicas of every shard of the collection on From.
+	Shard    uint64
+	From, To uint64
 }
 
 // DrainCmd is the body of a KindSetDraining.
@@ -98,6 +105,15 @@ func EncodeMoveReplicas(collection string, from, to uint64) []byte {
 	return binary.AppendUvarint(b, to)
 }
 
+// EncodeMoveShardReplica encodes a move of the replica of shard (of
+// collection) on node from to node to.
+func EncodeMoveShardReplica(collection string, shard, from, to uint64) []byte {
+	b := appendBytes([]byte{byte(KindMoveShardReplica)}, []byte(collection))
+	b = binary.AppendUvarint(b, shard)
+	b = binary.AppendUvarint(b, from)
+	return binary.AppendUvarint(b, to)
+}
+
 // EncodeSetDraining encodes a change of a node's draining mark.
 func EncodeSetDraining(node uint64, draining bool) []byte {
 	b := binary.AppendUvarint([]byte{byte(KindSetDraining)}, node)
@@ -107,9 +123,14 @@ func EncodeSetDraining(node uint64, draining bool) []byte {
 	return append(b, 0)
 }
 
-func decodeMove(d *decoder) MoveCmd {
+func decodeMove(d *decoder, kind CommandKind) MoveCmd {
 	var m MoveCmd
 	m.Collection = string(d.bytes())
+	if kind == KindMoveShardReplica {
+		if m.Shard = d.uvarint(); m.Shard == 0 {
+			d.err = ErrCorruptCommand
+		}
+	}
 	m.From = d.uvarint()
 	m.To = d.uvarint()
 	return m
@@ -157,9 +178,15 @@ func (s *Shard) applyMove(b *pebble.Batch, m MoveCmd) (Result, error) {
 	}
 	moved := 0
 	for i := range desc.Shards {
+		if m.Shard != 0 && desc.Shards[i].ID != m.Shard {
+			continue
+		}
 		if desc.Shards[i].MoveReplica(m.From, m.To) {
 			moved++
 		}
+	}
+	if moved == 0 && m.Shard != 0 {
+		return Result{Err: kv.Errorf(kv.CodeConditionFailed, "shard %d of %q has no replica on node %d to move, or node %d holds one already", m.Shard, m.Collection, m.From, m.To)}, nil
 	}
 	if moved == 0 {
 		return Result{Err: kv.Errorf(kv.CodeConditionFailed, "collection %q has no replica on node %d to move to node %d", m.Collection, m.From, m.To)}, nil

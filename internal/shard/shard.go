@@ -93,8 +93,14 @@ type Result struct {
 	Count int
 	// Node is the membership record a KindAddNode left.
 	Node *cluster.NodeDesc
+	// Txn is what a transaction command left.
+	Txn *TxnResult
 	// Split is what a KindSplitTrigger left.
 	Split *SplitResult
+	// Freeze is the frozen state a KindFreeze left; Merge what a
+	// KindMergeTrigger left (merge.go).
+	Freeze *FrozenState
+	Merge  *MergeResult
 	// Checksum is the replica's checksum of its state at a KindChecksum.
 	Checksum *Checksum
 }
@@ -114,6 +120,11 @@ type Shard struct {
 	gcThreshold uint64
 	// tsoHWM is the TSO's persisted high-water mark (meta shard only).
 	tsoHWM uint64
+	// frozen is set once a freeze for a merge was applied: the shard
+	// changes nothing more (merge.go).
+	frozen *FrozenState
+
+	txns txnState
 
 	scratch []byte
 	// dirty: applied or maxVersion changed since the last FinishBatch.
@@ -154,10 +165,16 @@ func Load(r pebble.Reader, desc Desc) (*Shard, error) {
 	if s.gcThreshold, err = storage.GetUint64(r, storage.ShardStateKey(desc.ShardID, stateGCThreshold)); err != nil {
 		return nil, err
 	}
+	if err := s.loadPrepared(r); err != nil {
+		return nil, err
+	}
 	if desc.IsMeta() {
 		if s.tsoHWM, err = storage.GetUint64(r, storage.CatalogKey(catalogTSO)); err != nil {
 			return nil, err
 		}
+	}
+	if s.frozen, err = ReadFrozen(r, desc.ShardID); err != nil {
+		return nil, fmt.Errorf("shard %d: corrupt frozen state: %w", desc.ShardID, err)
 	}
 	return s, nil
 }
@@ -224,6 +241,14 @@ func (s *Shard) Apply(b *pebble.Batch, index, term uint64, data []byte) (Result,
 		return Result{}, fmt.Errorf("shard %d: entry %d: %w", s.desc.ShardID, index, err)
 	}
 	var res Result
+	if s.frozen != nil {
+		switch cmd.Kind {
+		case KindWrite, KindDeleteRange, KindPlace, KindSplitTrigger, KindMergeTrigger, KindTxnPrepare:
+			return s.frozenRefusal(), s.SetApplied(b, index, term)
+		case KindGC:
+			return Result{}, s.SetApplied(b, index, term)
+		}
+	}
 	switch cmd.Kind {
 	case KindWrite:
 		res, err = s.applyWrite(b, cmd)
@@ -240,7 +265,7 @@ func (s *Shard) Apply(b *pebble.Batch, index, term uint64, data []byte) (Result,
 		res, err = s.applyDeleteRange(b, cmd)
 	case KindPlace:
 		res, err = s.applyPlace(b, cmd.Place)
-	case KindMoveReplicas:
+	case KindMoveReplicas, KindMoveShardReplica:
 		res, err = s.applyMove(b, cmd.Move)
 	case KindSetDraining:
 		res, err = s.applyDrain(b, cmd.Drain)
@@ -250,10 +275,22 @@ func (s *Shard) Apply(b *pebble.Batch, index, term uint64, data []byte) (Result,
 		res, err = s.applySplitShard(b, cmd.Split)
 	case KindSplitTrigger:
 		res, err = s.applySplitTrigger(b, cmd.Split)
+	case KindMergeShards:
+		res, err = s.applyMergeShards(b, cmd.Merge)
+	case KindFreeze:
+		res, err = s.applyFreeze(b, index, cmd)
+	case KindMergeTrigger:
+		res, err = s.applyMergeTrigger(b, cmd.Merge)
 	case KindAddNode:
 		res, err = s.applyAddNode(b, cmd)
 	case KindChecksum:
 		res.Checksum, err = s.applyChecksum(b, index, cmd.ChecksumID)
+	case KindTxnRecord:
+		res, err = s.applyTxnRecord(b, cmd.TxnRecord)
+	case KindTxnPrepare:
+		res, err = s.applyTxnPrepare(b, cmd.Version, term, cmd.TxnPrepare)
+	case KindTxnResolve:
+		res, err = s.applyTxnResolve(b, cmd.Version, cmd.TxnResolve)
 	}
 	if err != nil {
 		return Result{}, err
@@ -297,6 +334,15 @@ func (s *Shard) applyWrite(b *pebble.Batch, cmd Command) (Result, error) {
 			return Result{Err: kv.Errorf(kv.CodeInvalidArgument, "key %q appears twice in one write", op.Key)}, nil
 		}
 		seen[string(op.Key)] = struct{}{}
+		if len(s.txns.prepared) > 0 {
+			// The leader's locks keep plain writes off keys of prepared
+			// transactions; this holds even if they did not.
+			if _, ok, err := ReadIntent(b, s.desc.Collection, op.Key); err != nil {
+				return Result{}, err
+			} else if ok {
+				return Result{Err: kv.Errorf(kv.CodeUnavailable, "key %q holds an intent of a prepared transaction; retry", op.Key)}, nil
+			}
+		}
 		val, version, ok, err := s.latest(b, op.Key)
 		if err != nil {
 			return Result{}, err
@@ -628,7 +674,13 @@ func (s *Shard) applyCreate(b *pebble.Batch, cmd Command) (Result, error) {
 	if opts.Replicas > len(cmd.Nodes) {
 		return Result{Err: kv.Errorf(kv.CodeInvalidArgument, "replicas is %d but the cluster has %d nodes", opts.Replicas, len(cmd.Nodes))}, nil
 	}
-	desc := cluster.NewCollectionDesc(opts, uint32(nextColl), nextShard, cmd.Nodes)
+	// Each shard goes to the nodes holding the fewest replicas of every
+	// collection, counted from the catalog as this entry applies.
+	catalog, err := LoadCatalog(b)
+	if err != nil {
+		return Result{}, err
+	}
+	desc := cluster.NewCollectionDesc(opts, uint32(nextColl), nextShard, cmd.Nodes, cluster.CatalogLoad(catalog))
 	if err := b.Set(key, desc.Encode(), nil); err != nil {
 		return Result{}, err
 	}

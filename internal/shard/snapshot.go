@@ -31,6 +31,9 @@ import (
 //	0x08 placement  tag collections only: the key's home shard, the one that
 //	                owns cluster.Bucket(key) (applyPlace)
 //	0x09 latest     the shard of the bucket in the pointer (range: of the key)
+//	0x0a intents    the shard of the bucket in the intent (range: of the key)
+//	0x0b txn records the shard of the anchor's bucket in the record (range:
+//	                of the anchor key)
 //
 // These are the rules (ownsStored) applyGC picks a shard's versions, tag
 // index entries and changes by, so that GC and snapshots agree on what a
@@ -74,6 +77,8 @@ const (
 	spanChange
 	spanPlacement
 	spanLatest
+	spanIntent
+	spanTxnRecord
 )
 
 // snapSpan is a span of keys the shard may own.
@@ -114,7 +119,37 @@ func snapshotSpans(d Desc) []snapSpan {
 			end = storage.LatestKey(nil, coll, d.End)
 		}
 	}
-	return append(spans, snapSpan{kind: spanLatest, start: start, end: end, owned: d.ownsLatestPair})
+	spans = append(spans, snapSpan{kind: spanLatest, start: start, end: end, owned: d.ownsLatestPair})
+	start, end = storage.IntentSpan(coll)
+	spans = append(spans, snapSpan{kind: spanIntent, start: start, end: end, owned: d.ownsIntentPair})
+	start, end = storage.TxnRecordSpan(coll)
+	return append(spans, snapSpan{kind: spanTxnRecord, start: start, end: end, owned: d.ownsTxnRecordPair})
+}
+
+func (d Desc) ownsIntentPair(k, v []byte) (bool, error) {
+	key, err := decodeCollectionKey(k, storage.IntentKey(nil, d.Collection, nil))
+	if err != nil {
+		return false, err
+	}
+	if len(v) < 2 {
+		return false, storage.ErrCorruptValue
+	}
+	return d.ownsStored(binary.BigEndian.Uint16(v), key), nil
+}
+
+func (d Desc) ownsTxnRecordPair(k, v []byte) (bool, error) {
+	p := storage.TxnRecordKey(d.Collection, nil, "")[:5]
+	if !bytes.HasPrefix(k, p) {
+		return false, storage.ErrCorruptKey
+	}
+	key, _, err := storage.UnescapeKey(k[len(p):])
+	if err != nil {
+		return false, err
+	}
+	if len(v) < 3 {
+		return false, storage.ErrCorruptValue
+	}
+	return d.ownsStored(binary.BigEndian.Uint16(v[1:]), key), nil
 }
 
 func (d Desc) ownsDataPair(k, v []byte) (bool, error) {
@@ -290,22 +325,28 @@ type snapPair struct {
 	span       int
 }
 
-// decodeSnapshot decodes and checks data against desc: its version, its
-// checksum, the shard it names, and that the shard owns every key of it.
-// Values alias data.
-func decodeSnapshot(desc Desc, data []byte) ([]snapPair, []snapSpan, error) {
+// SnapshotDesc returns the descriptor snapshot data was taken with: its
+// shard, and the span the shard had at the snapshot's index.
+func SnapshotDesc(data []byte) (Desc, error) {
+	h, _, _, err := decodeSnapshotHeader(data)
+	return h, err
+}
+
+// decodeSnapshotHeader checks data's version and checksum and decodes its
+// header; it returns the decoder positioned at the first pair.
+func decodeSnapshotHeader(data []byte) (Desc, decoder, []byte, error) {
 	if len(data) == 0 {
-		return nil, nil, fmt.Errorf("%w: empty", ErrCorruptSnapshot)
+		return Desc{}, decoder{}, nil, fmt.Errorf("%w: empty", ErrCorruptSnapshot)
 	}
 	if data[0] != snapshotVersion {
-		return nil, nil, fmt.Errorf("%w: unknown version %d", ErrCorruptSnapshot, data[0])
+		return Desc{}, decoder{}, nil, fmt.Errorf("%w: unknown version %d", ErrCorruptSnapshot, data[0])
 	}
 	if len(data) < 1+4 {
-		return nil, nil, fmt.Errorf("%w: %d bytes", ErrCorruptSnapshot, len(data))
+		return Desc{}, decoder{}, nil, fmt.Errorf("%w: %d bytes", ErrCorruptSnapshot, len(data))
 	}
 	body := data[:len(data)-4]
 	if crc32.Checksum(body, snapshotCRC) != binary.BigEndian.Uint32(data[len(data)-4:]) {
-		return nil, nil, fmt.Errorf("%w: checksum mismatch (truncated or damaged)", ErrCorruptSnapshot)
+		return Desc{}, decoder{}, nil, fmt.Errorf("%w: checksum mismatch (truncated or damaged)", ErrCorruptSnapshot)
 	}
 	d := decoder{b: body[1:]}
 	var h Desc
@@ -322,20 +363,36 @@ func decodeSnapshot(desc Desc, data []byte) ([]snapPair, []snapSpan, error) {
 		d.err = ErrCorruptCommand
 	}
 	if d.err != nil || coll > 1<<32-1 || bs > 1<<32-1 || be > 1<<32-1 {
-		return nil, nil, fmt.Errorf("%w: bad header", ErrCorruptSnapshot)
+		return Desc{}, decoder{}, nil, fmt.Errorf("%w: bad header", ErrCorruptSnapshot)
 	}
 	h.Collection, h.BucketStart, h.BucketEnd = uint32(coll), uint32(bs), uint32(be)
-	if h.ShardID != desc.ShardID {
-		return nil, nil, fmt.Errorf("%w: the snapshot is of shard %d, not %d", ErrSnapshotMismatch, h.ShardID, desc.ShardID)
+	if len(h.Start) == 0 {
+		h.Start = nil
 	}
-	if h.Collection != desc.Collection || h.Partitioning != desc.Partitioning ||
-		h.BucketStart != desc.BucketStart || h.BucketEnd != desc.BucketEnd ||
-		!bytes.Equal(h.Start, desc.Start) || (h.End == nil) != (desc.End == nil) || !bytes.Equal(h.End, desc.End) {
-		return nil, nil, fmt.Errorf("%w: the snapshot of shard %d is of collection %d %s buckets [%d, %d) keys [%q, %q), not collection %d %s buckets [%d, %d) keys [%q, %q)",
+	return h, d, body, nil
+}
+
+// decodeSnapshot decodes and checks data against desc: its version, its
+// checksum, the shard it names, and that the shard owns every key of it.
+// The span may differ from desc's (a split or merge the sender applied and
+// this replica did not): the snapshot's span is checked and returned, and
+// spans are the snapshot's. Values alias data.
+func decodeSnapshot(desc Desc, data []byte) (Desc, []snapPair, []snapSpan, error) {
+	h, d, _, err := decodeSnapshotHeader(data)
+	if err != nil {
+		return Desc{}, nil, nil, err
+	}
+	if h.ShardID != desc.ShardID {
+		return Desc{}, nil, nil, fmt.Errorf("%w: the snapshot is of shard %d, not %d", ErrSnapshotMismatch, h.ShardID, desc.ShardID)
+	}
+	sameSpan := h.BucketStart == desc.BucketStart && h.BucketEnd == desc.BucketEnd &&
+		bytes.Equal(h.Start, desc.Start) && (h.End == nil) == (desc.End == nil) && bytes.Equal(h.End, desc.End)
+	if h.Collection != desc.Collection || h.Partitioning != desc.Partitioning || !sameSpan && desc.IsMeta() {
+		return Desc{}, nil, nil, fmt.Errorf("%w: the snapshot of shard %d is of collection %d %s buckets [%d, %d) keys [%q, %q), not collection %d %s buckets [%d, %d) keys [%q, %q)",
 			ErrSnapshotMismatch, h.ShardID, h.Collection, h.Partitioning, h.BucketStart, h.BucketEnd, h.Start, h.End,
 			desc.Collection, desc.Partitioning, desc.BucketStart, desc.BucketEnd, desc.Start, desc.End)
 	}
-	spans := snapshotSpans(desc)
+	spans := snapshotSpans(h)
 	var (
 		pairs []snapPair
 		prev  []byte
@@ -345,45 +402,45 @@ func decodeSnapshot(desc Desc, data []byte) ([]snapPair, []snapSpan, error) {
 		shared := d.uvarint()
 		suffix := d.bytes()
 		if d.err != nil {
-			return nil, nil, fmt.Errorf("%w: bad pair %d", ErrCorruptSnapshot, len(pairs))
+			return Desc{}, nil, nil, fmt.Errorf("%w: bad pair %d", ErrCorruptSnapshot, len(pairs))
 		}
 		if len(suffix) == 0 {
 			if shared != 0 {
-				return nil, nil, fmt.Errorf("%w: bad end of pairs", ErrCorruptSnapshot)
+				return Desc{}, nil, nil, fmt.Errorf("%w: bad end of pairs", ErrCorruptSnapshot)
 			}
 			break
 		}
 		value := d.bytes()
 		if d.err != nil || shared > uint64(len(prev)) {
-			return nil, nil, fmt.Errorf("%w: bad pair %d", ErrCorruptSnapshot, len(pairs))
+			return Desc{}, nil, nil, fmt.Errorf("%w: bad pair %d", ErrCorruptSnapshot, len(pairs))
 		}
 		key := make([]byte, 0, int(shared)+len(suffix))
 		key = append(append(key, prev[:shared]...), suffix...)
 		if prev != nil && bytes.Compare(key, prev) <= 0 {
-			return nil, nil, fmt.Errorf("%w: key %x is not above %x", ErrCorruptSnapshot, key, prev)
+			return Desc{}, nil, nil, fmt.Errorf("%w: key %x is not above %x", ErrCorruptSnapshot, key, prev)
 		}
 		for si < len(spans) && spans[si].end != nil && bytes.Compare(key, spans[si].end) >= 0 {
 			si++
 		}
 		if si == len(spans) || bytes.Compare(key, spans[si].start) < 0 {
-			return nil, nil, fmt.Errorf("%w: key %x is outside the spans of shard %d", ErrCorruptSnapshot, key, desc.ShardID)
+			return Desc{}, nil, nil, fmt.Errorf("%w: key %x is outside the spans of shard %d", ErrCorruptSnapshot, key, desc.ShardID)
 		}
 		if own := spans[si].owned; own != nil {
 			ok, err := own(key, value)
 			if err != nil {
-				return nil, nil, fmt.Errorf("%w: key %x: %v", ErrCorruptSnapshot, key, err)
+				return Desc{}, nil, nil, fmt.Errorf("%w: key %x: %v", ErrCorruptSnapshot, key, err)
 			}
 			if !ok {
-				return nil, nil, fmt.Errorf("%w: key %x is not owned by shard %d", ErrCorruptSnapshot, key, desc.ShardID)
+				return Desc{}, nil, nil, fmt.Errorf("%w: key %x is not owned by shard %d", ErrCorruptSnapshot, key, desc.ShardID)
 			}
 		}
 		pairs = append(pairs, snapPair{key: key, value: value, span: si})
 		prev = key
 	}
 	if len(d.b) != 0 {
-		return nil, nil, fmt.Errorf("%w: %d bytes after the pairs", ErrCorruptSnapshot, len(d.b))
+		return Desc{}, nil, nil, fmt.Errorf("%w: %d bytes after the pairs", ErrCorruptSnapshot, len(d.b))
 	}
-	return pairs, spans, nil
+	return h, pairs, spans, nil
 }
 
 // RestoreSnapshot writes into b the deletion of every key the shard owns now
@@ -401,14 +458,27 @@ func decodeSnapshot(desc Desc, data []byte) ([]snapPair, []snapSpan, error) {
 // of a key of a tag collection live in two shards (the key moved to a new
 // placement tag after a delete). A pointer of the snapshot does not replace
 // one of another shard to a newer version.
+//
+// A data shard's snapshot may have another span than desc: its sender
+// applied a split or merge that the log this replica would have applied
+// it from no longer holds. The keys owned by either span are replaced, and
+// the shard's span is the snapshot's from then on (SnapshotDesc; a span
+// persisted by a split or merge comes with the shard-state span).
 func RestoreSnapshot(b *pebble.Batch, r pebble.Reader, desc Desc, data []byte) error {
-	pairs, spans, err := decodeSnapshot(desc, data)
+	h, pairs, spans, err := decodeSnapshot(desc, data)
 	if err != nil {
 		return fmt.Errorf("shard %d: restoring snapshot: %w", desc.ShardID, err)
 	}
-	// Read what the shard owns now before writing: r may be b itself.
+	// Read what the shard owns now before writing: r may be b itself. A
+	// snapshot of another span (the sender applied a split or merge this
+	// replica did not) replaces what the shard owns by either span.
 	var del [][]byte
-	for _, sp := range spans {
+	owned := spans
+	if !bytes.Equal(h.Start, desc.Start) || !bytes.Equal(h.End, desc.End) || (h.End == nil) != (desc.End == nil) ||
+		h.BucketStart != desc.BucketStart || h.BucketEnd != desc.BucketEnd {
+		owned = append(append([]snapSpan(nil), spans...), snapshotSpans(desc)...)
+	}
+	for _, sp := range owned {
 		if sp.owned == nil {
 			continue
 		}

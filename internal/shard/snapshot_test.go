@@ -816,9 +816,8 @@ func TestRestoreSnapshotRefusesBadData(t *testing.T) {
 	other.Collection = src.colls[2].ID
 	other.Partitioning = kv.PartitionTag
 	refuse("snapshot of shard 2 into another collection", other, data, ErrSnapshotMismatch)
-	narrower := d2
-	narrower.BucketEnd--
-	refuse("snapshot of shard 2 into a narrower span", narrower, data, ErrSnapshotMismatch)
+	// (A snapshot of another span of the shard is restored with its span:
+	// TestSnapshotAcrossMerge.)
 
 	// Well-formed data, with a valid checksum, holding a key of shard 3.
 	craft := func(pairs ...[2][]byte) []byte {

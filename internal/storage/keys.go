@@ -25,6 +25,12 @@ const (
 	// key's newest version, so a read of the latest version is two point
 	// lookups instead of an iterator.
 	prefixLatest byte = 0x09
+	// prefixIntent: collection, escaped key -> the write intent of a
+	// prepared transaction (internal/shard/txn.go).
+	prefixIntent byte = 0x0a
+	// prefixTxnRecord: collection, escaped anchor key, transaction id ->
+	// the transaction's record (internal/txn.Record).
+	prefixTxnRecord byte = 0x0b
 )
 
 // Raft key kinds, after prefixRaft and the shard id.
@@ -330,4 +336,31 @@ func prefixEnd(p []byte) []byte {
 		}
 	}
 	return nil // p is all 0xFF: no upper bound
+}
+
+// IntentKey is the key of the write intent on userKey.
+func IntentKey(dst []byte, collection uint32, userKey []byte) []byte {
+	dst = append(dst, prefixIntent)
+	dst = binary.BigEndian.AppendUint32(dst, collection)
+	return EscapeKey(dst, userKey)
+}
+
+// IntentSpan is the span of a collection's intents.
+func IntentSpan(collection uint32) (start, end []byte) {
+	start = binary.BigEndian.AppendUint32([]byte{prefixIntent}, collection)
+	return start, prefixEnd(start)
+}
+
+// TxnRecordKey is the key of the record of transaction id anchored at
+// userKey.
+func TxnRecordKey(collection uint32, userKey []byte, id string) []byte {
+	dst := binary.BigEndian.AppendUint32([]byte{prefixTxnRecord}, collection)
+	dst = EscapeKey(dst, userKey)
+	return append(dst, id...)
+}
+
+// TxnRecordSpan is the span of the records anchored in a collection.
+func TxnRecordSpan(collection uint32) (start, end []byte) {
+	start = binary.BigEndian.AppendUint32([]byte{prefixTxnRecord}, collection)
+	return start, prefixEnd(start)
 }

@@ -1,0 +1,303 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/groupkv/groupkv"
+)
+
+// TestEndToEndTxnForms drives the transaction forms of the HTTP API, exactly
+// as written, and `groupkv txn`, against a real three-node cluster.
+func TestEndToEndTxnForms(t *testing.T) {
+	c := newTCluster(t, 3)
+	c.startAll()
+	c.createCollection(1, "c", 3)
+	c.leaderOf("c")
+	ctx := context.Background()
+	must := func(a kvAnswer, err error) kvAnswer {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	// A session through node 2.
+	a := must(c.do(ctx, "POST", c.url(2)+"/v1/txn", `{"isolation": "serializable"}`))
+	var begin struct {
+		Txn string `json:"txn"`
+	}
+	if a.code != 200 || json.Unmarshal([]byte(a.body), &begin) != nil || begin.Txn == "" {
+		t.Fatalf("POST /v1/txn: %s", a)
+	}
+	base := c.url(2) + "/v1/txn/" + begin.Txn
+	if a := must(c.do(ctx, "POST", base+"/get", `{"collection": "c", "key": "a"}`)); a.code != 200 || strings.TrimSpace(a.body) != `{"found":false}` {
+		t.Fatalf("get of an absent key: %s", a)
+	}
+	if a := must(c.do(ctx, "POST", base+"/put", `{"collection": "c", "key": "a", "value": "1", "tags": ["t"]}`)); a.code != 200 {
+		t.Fatalf("put: %s", a)
+	}
+	if a := must(c.do(ctx, "POST", base+"/put", `{"collection": "c", "key": "b", "value_base64": "/w=="}`)); a.code != 200 {
+		t.Fatalf("put base64: %s", a)
+	}
+	var got struct {
+		Found   bool   `json:"found"`
+		Value   string `json:"value"`
+		Version uint64 `json:"version"`
+	}
+	a = must(c.do(ctx, "POST", base+"/get", `{"collection": "c", "key": "a"}`))
+	if a.code != 200 || json.Unmarshal([]byte(a.body), &got) != nil || !got.Found || got.Value != "1" {
+		t.Fatalf("a transaction does not read its own write: %s", a)
+	}
+	a = must(c.do(ctx, "POST", base+"/commit", ``))
+	var commit struct {
+		Committed bool   `json:"committed"`
+		Version   uint64 `json:"version"`
+	}
+	if a.code != 200 || json.Unmarshal([]byte(a.body), &commit) != nil || !commit.Committed || commit.Version == 0 {
+		t.Fatalf("commit: %s", a)
+	}
+	// Every node reads the commit, at its version.
+	for id := 1; id <= 3; id++ {
+		a := must(c.do(ctx, "GET", c.url(id)+"/v1/kv/c/a", ""))
+		if v, err := getVersion(a); a.code != 200 || err != nil || v != commit.Version {
+			t.Fatalf("node %d reads a as %s (%v), want version %d", id, a, err, commit.Version)
+		}
+	}
+	// Abort is idempotent; an aborted session answers 409 txn_aborted.
+	a = must(c.do(ctx, "POST", c.url(3)+"/v1/txn", `{}`))
+	json.Unmarshal([]byte(a.body), &begin)
+	base = c.url(3) + "/v1/txn/" + begin.Txn
+	for range 2 {
+		if a := must(c.do(ctx, "POST", base+"/abort", ``)); a.code != 200 {
+			t.Fatalf("abort: %s", a)
+		}
+	}
+	if a := must(c.do(ctx, "POST", base+"/put", `{"collection": "c", "key": "a", "value": "x"}`)); a.code != 409 || a.errCode != "txn_aborted" {
+		t.Fatalf("put in an aborted transaction: %s", a)
+	}
+	// retry_of keeps the priority: a new attempt begins.
+	if a := must(c.do(ctx, "POST", c.url(3)+"/v1/txn", fmt.Sprintf(`{"retry_of": %q}`, begin.Txn))); a.code != 200 {
+		t.Fatalf("retry_of: %s", a)
+	} else {
+		var retry struct {
+			Txn string `json:"txn"`
+		}
+		json.Unmarshal([]byte(a.body), &retry)
+		c.do(ctx, "POST", c.url(3)+"/v1/txn/"+retry.Txn+"/abort", ``)
+	}
+
+	// The one-shot form, as the API documents it.
+	c.put(1, "c", "d", "x")
+	c.put(1, "c", "e", "E")
+	va := commit.Version
+	body := fmt.Sprintf(`{"if": [{"collection": "c", "key": "a", "version": %d}, {"collection": "c", "key": "z", "version": 0}, {"collection": "c", "key": "d", "value": "x"}],
+	  "then": [{"op": "put", "collection": "c", "key": "a", "value": "2", "tags": ["t"]}, {"op": "delete", "collection": "c", "key": "d"}, {"op": "get", "collection": "c", "key": "e"}],
+	  "else": [{"op": "get", "collection": "c", "key": "a"}]}`, va)
+	a = must(c.do(ctx, "POST", c.url(1)+"/v1/txn/exec", body))
+	var exec struct {
+		Succeeded bool   `json:"succeeded"`
+		Version   uint64 `json:"version"`
+		Results   []struct {
+			Found   bool   `json:"found"`
+			Value   string `json:"value"`
+			Version uint64 `json:"version"`
+		} `json:"results"`
+	}
+	if a.code != 200 || json.Unmarshal([]byte(a.body), &exec) != nil || !exec.Succeeded || len(exec.Results) != 3 ||
+		exec.Results[0].Version != exec.Version || exec.Results[1].Version != exec.Version || !exec.Results[2].Found || exec.Results[2].Value != "E" {
+		t.Fatalf("exec: %s", a)
+	}
+	// The same compare fails now, through the CLI: the else branch runs.
+	out, err := exec_command(t, c.node(3).addr, body)
+	if err != nil {
+		t.Fatalf("groupkv txn: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, `"succeeded": false`) || !strings.Contains(out, `"value": "2"`) {
+		t.Fatalf("groupkv txn answered:\n%s", out)
+	}
+	if a := must(c.do(ctx, "GET", c.url(2)+"/v1/kv/c/d", "")); a.code != 404 {
+		t.Fatalf("d after the exec: %s", a)
+	}
+}
+
+func exec_command(t *testing.T, addr, body string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(binary, "txn", "--addr", addr)
+	cmd.Stdin = strings.NewReader(body)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// TestEndToEndTxnBankWithKill: concurrent transfers through the Go client
+// on every node of a three-node cluster, with read-only-by-locks audits;
+// one node is killed with SIGKILL and restarted during the run. Every audit
+// and the end see the same total.
+func TestEndToEndTxnBankWithKill(t *testing.T) {
+	c := newTCluster(t, 3)
+	c.startAll()
+	const coll, accounts, initial = "bank", 10, 100
+	c.createCollection(1, coll, 4)
+	c.leaderOf(coll)
+	for i := range accounts {
+		c.put(1, coll, fmt.Sprintf("acct%02d", i), strconv.Itoa(initial))
+	}
+	dbs := make([]groupkv.DB, 3)
+	for i := range dbs {
+		db, err := groupkv.Dial(c.node(i+1).addr, groupkv.WithoutShardRouting())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		dbs[i] = db
+	}
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	var down atomic.Int64
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var transfers, audits, gaveUp atomic.Int64
+	errs := make(chan error, 16)
+	pick := func(rng *rand.Rand) groupkv.DB {
+		for {
+			i := rng.IntN(3)
+			if int64(i+1) != down.Load() {
+				return dbs[i]
+			}
+		}
+	}
+	key := func(i int) []byte { return []byte(fmt.Sprintf("acct%02d", i)) }
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(seed), uint64(w)))
+			for !stop.Load() {
+				db := pick(rng)
+				from, to := rng.IntN(accounts), rng.IntN(accounts)
+				if from == to {
+					continue
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				err := db.Transact(ctx, func(tx *groupkv.Tx) error {
+					a, err := tx.Get(ctx, groupkv.GetRequest{Collection: coll, Key: key(from)})
+					if err != nil {
+						return err
+					}
+					b, err := tx.Get(ctx, groupkv.GetRequest{Collection: coll, Key: key(to)})
+					if err != nil {
+						return err
+					}
+					x, _ := strconv.Atoi(string(a.Value))
+					y, _ := strconv.Atoi(string(b.Value))
+					if err := tx.Put(ctx, groupkv.PutRequest{Collection: coll, Key: key(from), Value: []byte(strconv.Itoa(x - 1))}); err != nil {
+						return err
+					}
+					return tx.Put(ctx, groupkv.PutRequest{Collection: coll, Key: key(to), Value: []byte(strconv.Itoa(y + 1))})
+				})
+				cancel()
+				var unknown *groupkv.CommitUnknownError
+				var ctxErr *groupkv.TxnContextError
+				switch {
+				case err == nil:
+					transfers.Add(1)
+				case errors.As(err, &unknown):
+					// The outcome is unknown: it committed whole or not at
+					// all; the total is the same either way.
+					gaveUp.Add(1)
+				case errors.As(err, &ctxErr), groupkv.CodeOf(err) == groupkv.CodeUnavailable:
+					// The node went away mid-transaction: the attempt
+					// never committed (its locks expire).
+					gaveUp.Add(1)
+				default:
+					errs <- fmt.Errorf("transfer: %w", err)
+					return
+				}
+			}
+		}()
+	}
+	for a := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(seed), uint64(100+a)))
+			for !stop.Load() {
+				db := pick(rng)
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				sum := 0
+				err := db.Transact(ctx, func(tx *groupkv.Tx) error {
+					sum = 0
+					for i := range accounts {
+						r, err := tx.Get(ctx, groupkv.GetRequest{Collection: coll, Key: key(i)})
+						if err != nil {
+							return err
+						}
+						v, _ := strconv.Atoi(string(r.Value))
+						sum += v
+					}
+					return nil
+				})
+				cancel()
+				if err != nil {
+					gaveUp.Add(1)
+					continue
+				}
+				if sum != accounts*initial {
+					errs <- fmt.Errorf("an audit saw a total of %d, want %d", sum, accounts*initial)
+					return
+				}
+				audits.Add(1)
+			}
+		}()
+	}
+	time.Sleep(3 * time.Second)
+	down.Store(3)
+	c.kill(3)
+	time.Sleep(3 * time.Second)
+	c.start(3, false)
+	c.waitHealthy(3)
+	down.Store(0)
+	time.Sleep(3 * time.Second)
+	stop.Store(true)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	// The end: plain reads through every node agree on the total (the
+	// locks of attempts cut off by the kill expire first).
+	for id := 1; id <= 3; id++ {
+		c.eventually(60*time.Second, "the final total", func() error {
+			sum := 0
+			for i := range accounts {
+				a, err := c.do(context.Background(), "GET", c.url(id)+"/v1/kv/"+coll+"/"+string(key(i)), "")
+				if err != nil || a.code != 200 {
+					return fmt.Errorf("node %d: account %d: %v %s", id, i, err, a)
+				}
+				v, err := strconv.Atoi(a.body) // a plain GET answers the raw value
+				if err != nil {
+					return fmt.Errorf("node %d: account %d holds %q", id, i, a.body)
+				}
+				sum += v
+			}
+			if sum != accounts*initial {
+				return fmt.Errorf("node %d: total %d, want %d", id, sum, accounts*initial)
+			}
+			return nil
+		})
+	}
+	if transfers.Load() == 0 || audits.Load() == 0 {
+		t.Fatalf("%d transfers and %d audits committed", transfers.Load(), audits.Load())
+	}
+	t.Logf("%d transfers, %d audits committed; %d attempts cut off by the kill", transfers.Load(), audits.Load(), gaveUp.Load())
+}

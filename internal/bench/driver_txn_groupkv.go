@@ -1,0 +1,173 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	groupkv "github.com/groupkv/groupkv"
+	"github.com/groupkv/groupkv/internal/kv"
+	"github.com/groupkv/groupkv/internal/node"
+)
+
+// PlainKV is the part of a groupkv node that the txn workload's "none" mode
+// uses: single-key reads and writes.
+type PlainKV interface {
+	Get(ctx context.Context, req kv.GetRequest) (kv.Record, error)
+	Put(ctx context.Context, req kv.PutRequest) (uint64, error)
+}
+
+// GroupKVTxn drives groupkv's interactive transactions through a
+// kv.TxnBackend: an HTTPTxnClient of a server (OpenGroupKVTxn), or a node in
+// this process (OpenGroupKVEmbedded). Transactions are serializable; an
+// attempt aborted by a conflict (txn_aborted) is retried with RetryOf, so
+// that it keeps its priority and, by wound-wait, commits in the end.
+type GroupKVTxn struct {
+	txn              kv.TxnBackend
+	plain            PlainKV
+	admin            adminDB // Reset and Load
+	coll             string
+	shards, replicas int
+	// closers are closed by Close, in order.
+	closers []func() error
+}
+
+var _ TxnDriver = (*GroupKVTxn)(nil)
+
+// NewGroupKVTxn drives the transactions of txn and the plain reads and
+// writes of plain (the "none" mode); admin creates the collection and
+// loads it. The caller keeps and closes all three.
+func NewGroupKVTxn(txn kv.TxnBackend, plain PlainKV, admin adminDB, opts DriverOptions) *GroupKVTxn {
+	opts.EnsureDefaults()
+	return &GroupKVTxn{txn: txn, plain: plain, admin: admin, coll: opts.Table, shards: opts.Shards, replicas: opts.Replicas}
+}
+
+// OpenGroupKVTxn connects to the groupkv server at addr (host:port): the
+// transactions and the plain reads and writes go over HTTP/JSON
+// (HTTPTxnClient), the collection's creation and loading over gRPC.
+func OpenGroupKVTxn(ctx context.Context, addr string, opts DriverOptions) (*GroupKVTxn, error) {
+	opts.EnsureDefaults()
+	admin, err := groupkv.Dial(addr, groupkv.WithDialTimeout(opts.DialTimeout))
+	if err != nil {
+		return nil, err
+	}
+	h := NewHTTPTxnClient("http://"+addr, opts.Conns)
+	g := NewGroupKVTxn(h, h, admin, opts)
+	g.closers = []func() error{h.Close, admin.Close}
+	return g, nil
+}
+
+// OpenGroupKVEmbedded opens a groupkv node in this process on the data
+// directory dir (created if needed) and drives it directly: no network, no
+// encoding. Close closes the node. The node logs warnings and errors to
+// stderr.
+func OpenGroupKVEmbedded(ctx context.Context, dir string, opts DriverOptions) (*GroupKVTxn, error) {
+	opts.EnsureDefaults()
+	n, err := node.Open(node.Options{
+		DataDir: dir,
+		Logger:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := n.WaitReady(wctx); err != nil {
+		n.Close()
+		return nil, err
+	}
+	g := NewGroupKVTxn(n, n, n, opts)
+	g.closers = []func() error{n.Close}
+	return g, nil
+}
+
+func (g *GroupKVTxn) System() string { return "groupkv" }
+
+// Version is the build of this binary (see BuildVersion).
+func (g *GroupKVTxn) Version(ctx context.Context) (string, error) { return BuildVersion(), nil }
+
+func (g *GroupKVTxn) Reset(ctx context.Context) error {
+	if err := g.admin.DropCollection(ctx, g.coll); err != nil && !errors.Is(err, groupkv.ErrCollectionNotFound) {
+		return fmt.Errorf("dropping collection %q: %w", g.coll, err)
+	}
+	return createCollection(ctx, g.admin, groupkv.CollectionOptions{Name: g.coll, Partitioning: groupkv.PartitionHash, Shards: g.shards, Replicas: g.replicas})
+}
+
+func (g *GroupKVTxn) Load(ctx context.Context, keys, values [][]byte) error {
+	items := make([]groupkv.PutItem, len(keys))
+	for i := range keys {
+		items[i] = groupkv.PutItem{Collection: g.coll, Key: keys[i], Value: values[i]}
+	}
+	_, err := g.admin.BatchPut(ctx, items)
+	return err
+}
+
+func (g *GroupKVTxn) Transact(ctx context.Context, fn func(ctx context.Context, tx Tx) error) (int, error) {
+	opts := kv.TxnOptions{Isolation: kv.IsolationSerializable}
+	for attempt := 1; ; attempt++ {
+		if err := retryBackoff(ctx, attempt); err != nil {
+			return attempt - 1, err
+		}
+		id, err := g.txn.BeginTxn(ctx, opts)
+		if err != nil {
+			return attempt, err
+		}
+		err = fn(ctx, groupkvTx{g, id})
+		if err == nil {
+			if _, err = g.txn.CommitTxn(ctx, id); err == nil {
+				return attempt, nil
+			}
+		}
+		// Aborting a finished or aborted attempt succeeds; this frees the
+		// locks of one that failed otherwise.
+		_ = g.txn.AbortTxn(context.WithoutCancel(ctx), id)
+		if kv.CodeOf(err) != kv.CodeTxnAborted {
+			return attempt, err
+		}
+		opts.RetryOf = id
+	}
+}
+
+// groupkvTx is one attempt of a transaction.
+type groupkvTx struct {
+	g  *GroupKVTxn
+	id string
+}
+
+func (t groupkvTx) Get(ctx context.Context, key []byte) ([]byte, bool, error) {
+	rec, found, err := t.g.txn.TxnGet(ctx, t.id, kv.KeyRef{Collection: t.g.coll, Key: key})
+	return rec.Value, found, err
+}
+
+func (t groupkvTx) Put(ctx context.Context, key, value []byte) error {
+	return t.g.txn.TxnPut(ctx, t.id, kv.PutItem{Collection: t.g.coll, Key: key, Value: value})
+}
+
+func (g *GroupKVTxn) Plain() Tx { return groupkvPlain{g} }
+
+// groupkvPlain reads and writes outside transactions.
+type groupkvPlain struct{ g *GroupKVTxn }
+
+func (p groupkvPlain) Get(ctx context.Context, key []byte) ([]byte, bool, error) {
+	rec, err := p.g.plain.Get(ctx, kv.GetRequest{Collection: p.g.coll, Key: key})
+	if kv.CodeOf(err) == kv.CodeNotFound {
+		return nil, false, nil
+	}
+	return rec.Value, err == nil, err
+}
+
+func (p groupkvPlain) Put(ctx context.Context, key, value []byte) error {
+	_, err := p.g.plain.Put(ctx, kv.PutRequest{Collection: p.g.coll, Key: key, Value: value})
+	return err
+}
+
+func (g *GroupKVTxn) Close() error {
+	var errs []error
+	for _, c := range g.closers {
+		errs = append(errs, c())
+	}
+	return errors.Join(errs...)
+}

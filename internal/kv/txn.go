@@ -1,0 +1,108 @@
+package kv
+
+import "context"
+
+// Isolation is the isolation level of a transaction.
+type Isolation string
+
+const (
+	// IsolationSerializable is strict serializability: two-phase locking
+	// with wound-wait; a retried transaction always commits in the end.
+	IsolationSerializable Isolation = "serializable"
+	// IsolationSnapshot reads at the transaction's start timestamp without
+	// read locks; of two concurrent transactions writing one key, the first
+	// to commit wins. It does not promise that a retried transaction
+	// commits.
+	IsolationSnapshot Isolation = "snapshot"
+)
+
+// Default limits of one transaction; the node's options may raise them.
+const (
+	DefaultMaxTxnOps   = 10000
+	DefaultMaxTxnBytes = 64 << 20
+)
+
+// TxnOptions start a transaction attempt.
+type TxnOptions struct {
+	// Isolation is serializable when empty.
+	Isolation Isolation
+	// RetryOf names an earlier attempt (aborted) whose priority the new
+	// attempt keeps; empty starts a new transaction with a new priority.
+	RetryOf string
+	// ReadOnly transactions read at a snapshot timestamp and take no
+	// locks; a write in one fails with invalid_argument.
+	ReadOnly bool
+}
+
+// Compare is one condition of a one-shot transaction: the key's current
+// version is Version (0: absent), or, with HasValue, its value is Value.
+type Compare struct {
+	Collection string
+	Key        []byte
+	Version    uint64
+	HasValue   bool
+	Value      []byte
+}
+
+// TxnOp types of a one-shot transaction.
+const (
+	TxnOpGet    = "get"
+	TxnOpPut    = "put"
+	TxnOpDelete = "delete"
+)
+
+// TxnOp is one operation of a one-shot transaction.
+type TxnOp struct {
+	Op         string // TxnOpGet, TxnOpPut or TxnOpDelete
+	Collection string
+	Key        []byte
+	Value      []byte
+	Tags       []string
+}
+
+// ExecRequest is a one-shot transaction: if every compare of If holds, the
+// operations of Then run, else those of Else, all in one transaction.
+type ExecRequest struct {
+	If   []Compare
+	Then []TxnOp
+	Else []TxnOp
+}
+
+// TxnOpResult is the outcome of one TxnOp: the commit version of a put or
+// delete; Found, Value, Tags and Version of a get.
+type TxnOpResult struct {
+	Found   bool
+	Value   []byte
+	Tags    []string
+	Version uint64
+}
+
+// ExecResult is the outcome of a one-shot transaction. Version is its
+// commit version (the read version when it wrote nothing).
+type ExecResult struct {
+	Succeeded bool
+	Version   uint64
+	Results   []TxnOpResult
+}
+
+// TxnBackend is the transactional part of the service. A transaction
+// attempt is named by the id BeginTxn answers (URL-safe); it lives on the
+// node that began it. Operations of an attempt known to be aborted answer
+// CodeTxnAborted; the caller may begin a new attempt with RetryOf. A
+// commit whose outcome the node cannot tell answers CodeCommitUnknown.
+type TxnBackend interface {
+	BeginTxn(ctx context.Context, opts TxnOptions) (string, error)
+	// TxnGet reads a key; the transaction's own earlier writes are seen.
+	TxnGet(ctx context.Context, txn string, ref KeyRef) (Record, bool, error)
+	TxnPut(ctx context.Context, txn string, item PutItem) error
+	TxnDelete(ctx context.Context, txn string, ref KeyRef) error
+	TxnScan(ctx context.Context, txn string, req ScanRequest) (ScanResult, error)
+	TxnGetByTags(ctx context.Context, txn string, q TagQuery) (ScanResult, error)
+	// CommitTxn answers the commit version.
+	CommitTxn(ctx context.Context, txn string) (uint64, error)
+	// AbortTxn is idempotent: aborting an unknown or finished attempt
+	// succeeds.
+	AbortTxn(ctx context.Context, txn string) error
+	// ExecTxn runs a one-shot transaction, retrying it on conflict.
+	ExecTxn(ctx context.Context, req ExecRequest) (ExecResult, error)
+}

@@ -1,0 +1,1092 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/groupkv/groupkv/internal/cluster"
+	"github.com/groupkv/groupkv/internal/kv"
+	"github.com/groupkv/groupkv/internal/shard"
+	"github.com/groupkv/groupkv/internal/txn"
+)
+
+// The coordinator side of transactions: a node keeps the attempts it
+// began (sessions), takes their locks on the shards' leaders as fn reads
+// and writes, buffers their writes, and commits them:
+//
+//   - a read-only attempt validates that every lock it took is still held
+//     in the term it was granted in (its reads were consistent at its last
+//     read) and releases them;
+//   - an attempt whose keys are all in its anchor's shard commits in one
+//     proposal there (a one-phase prepare);
+//   - otherwise every participant prepares (intents, read set) in its own
+//     log, then the record moves PENDING → COMMITTED at the highest prepare
+//     version — the commit point — and the participants resolve their
+//     intents afterwards, asynchronously.
+//
+// Before a read is returned, the coordinator confirms that its record is
+// still PENDING (not wounded), so fn never sees an inconsistent state.
+
+// testSkipReadLocks makes serializable transactions read without locks,
+// so that tests can show the history checker catches what follows. Never
+// set outside tests.
+var testSkipReadLocks atomic.Bool
+
+type txnSessions struct {
+	mu sync.Mutex
+	m  map[string]*txnSession
+	// wounders maps attempts aborted by a wound to their wounder: a retry
+	// of the attempt waits until the wounder finishes, so that no
+	// transaction wounds another twice and a transaction needs at most as
+	// many attempts as there are transactions older than it.
+	wounders map[string]wounder
+}
+
+type wounder struct {
+	meta txn.Meta
+	at   time.Time
+}
+
+type participant struct {
+	shard  uint64
+	term   uint64
+	reads  []txn.Target
+	writes []shard.Op
+}
+
+type bufferedWrite struct {
+	coll   string
+	delete bool
+	value  []byte
+	tags   []string
+}
+
+type txnSession struct {
+	n        *Node
+	mu       sync.Mutex
+	meta     txn.Meta
+	iso      kv.Isolation
+	readOnly bool
+	// readTS is the snapshot of snapshot-isolation and read-only attempts.
+	readTS uint64
+	writes map[string]*bufferedWrite // lockKey(collection id, key)
+	parts  map[uint64]*participant
+	ops    int
+	bytes  int
+	// done: committed, aborted or abandoned; err says how (nil: committed).
+	done     bool
+	abortErr error
+	lastUsed time.Time
+	stopHB   chan struct{}
+	hb       bool // heartbeats started
+	// wounded: the attempt wounded another; it must leave a decided record
+	// (its victims' retries wait for it), even where a commit needs none.
+	wounded bool
+}
+
+func wkey(coll uint32, key []byte) string {
+	return string(append([]byte{byte(coll >> 24), byte(coll >> 16), byte(coll >> 8), byte(coll)}, key...))
+}
+
+// BeginTxn implements kv.TxnBackend.
+func (n *Node) BeginTxn(ctx context.Context, opts kv.TxnOptions) (string, error) {
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer done()
+	s, err := n.beginSession(ctx, opts)
+	if err != nil {
+		return "", err
+	}
+	return s.meta.ID, nil
+}
+
+func (n *Node) beginSession(ctx context.Context, opts kv.TxnOptions) (*txnSession, error) {
+	iso := opts.Isolation
+	if iso == "" {
+		iso = kv.IsolationSerializable
+	}
+	if iso != kv.IsolationSerializable && iso != kv.IsolationSnapshot {
+		return nil, kv.Errorf(kv.CodeInvalidArgument, "isolation %q is neither %q nor %q", iso, kv.IsolationSerializable, kv.IsolationSnapshot)
+	}
+	now, err := n.latest(ctx)
+	if err != nil {
+		return nil, err
+	}
+	priority, attempt := now, uint32(1)
+	if opts.RetryOf != "" {
+		p, a, err := txn.ParseID(opts.RetryOf)
+		if err != nil {
+			return nil, kv.Errorf(kv.CodeInvalidArgument, "retry_of: %v", err)
+		}
+		priority, attempt = p, a+1
+	}
+	if opts.RetryOf != "" {
+		if err := n.awaitWounder(ctx, opts.RetryOf); err != nil {
+			return nil, err
+		}
+	}
+	s := &txnSession{n: n, iso: iso, readOnly: opts.ReadOnly, writes: map[string]*bufferedWrite{},
+		parts: map[uint64]*participant{}, lastUsed: time.Now(), stopHB: make(chan struct{})}
+	s.meta = txn.Meta{ID: txn.NewID(priority, attempt), Priority: priority, Attempt: attempt, Start: now}
+	if opts.ReadOnly || iso == kv.IsolationSnapshot {
+		s.readTS = now
+	}
+	n.txns.mu.Lock()
+	if n.txns.m == nil {
+		n.txns.m = map[string]*txnSession{}
+	}
+	n.txns.m[s.meta.ID] = s
+	n.txns.mu.Unlock()
+	return s, nil
+}
+
+// noteWounder remembers who wounded attempt id (nil: nobody).
+func (n *Node) noteWounder(id string, by *txn.Meta) {
+	if by == nil {
+		return
+	}
+	n.txns.mu.Lock()
+	defer n.txns.mu.Unlock()
+	if n.txns.wounders == nil {
+		n.txns.wounders = map[string]wounder{}
+	}
+	n.txns.wounders[id] = wounder{meta: *by, at: time.Now()}
+}
+
+// awaitWounder waits, before a retry of attempt id, until the transaction
+// that wounded it (if this node knows one) is committed or aborted.
+func (n *Node) awaitWounder(ctx context.Context, id string) error {
+	n.txns.mu.Lock()
+	w, ok := n.txns.wounders[id]
+	delete(n.txns.wounders, id)
+	n.txns.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	for attempt := 0; ; attempt++ {
+		rec, err := n.settleRecord(ctx, &w.meta)
+		if err == nil && rec.Status != txn.Pending {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return kv.Errorf(kv.CodeUnavailable, "waiting for transaction %s, which wounded %s: %v", w.meta.ID, id, ctx.Err())
+		case <-time.After(min(time.Duration(1<<min(attempt, 5))*time.Millisecond, 20*time.Millisecond)):
+		}
+	}
+}
+
+// session returns the attempt id, locked, or the error to answer.
+func (n *Node) session(id string) (*txnSession, error) {
+	n.txns.mu.Lock()
+	s := n.txns.m[id]
+	n.txns.mu.Unlock()
+	if s == nil {
+		if _, _, err := txn.ParseID(id); err != nil {
+			return nil, kv.Errorf(kv.CodeNotFound, "no transaction %q: %v", id, err)
+		}
+		return nil, kv.Errorf(kv.CodeTxnAborted, "transaction %s is not known to node %d (it finished, expired or was begun elsewhere); retry it", id, n.id)
+	}
+	s.mu.Lock()
+	if s.done {
+		err := s.abortErr
+		s.mu.Unlock()
+		if err == nil {
+			err = kv.Errorf(kv.CodeInvalidArgument, "transaction %s already committed", id)
+		}
+		return nil, err
+	}
+	s.lastUsed = time.Now()
+	return s, nil
+}
+
+func (n *Node) forget(id string) {
+	n.txns.mu.Lock()
+	delete(n.txns.m, id)
+	n.txns.mu.Unlock()
+}
+
+// expireSessions aborts session transactions idle for longer than
+// TxnIdleTimeout (their client went away).
+func (n *Node) expireSessions() {
+	cutoff := time.Now().Add(-n.opts.TxnIdleTimeout)
+	n.txns.mu.Lock()
+	var idle []*txnSession
+	for _, s := range n.txns.m {
+		if s.mu.TryLock() {
+			if s.lastUsed.Before(cutoff) && !s.done {
+				idle = append(idle, s)
+			}
+			s.mu.Unlock()
+		}
+	}
+	for id, w := range n.txns.wounders {
+		if w.at.Before(cutoff) {
+			delete(n.txns.wounders, id)
+		}
+	}
+	n.txns.mu.Unlock()
+	for _, s := range idle {
+		s.mu.Lock()
+		if !s.done && s.lastUsed.Before(cutoff) {
+			s.abortLocked(context.Background(), kv.Errorf(kv.CodeTxnAborted, "transaction %s expired: no request for %v", s.meta.ID, n.opts.TxnIdleTimeout))
+		}
+		s.mu.Unlock()
+	}
+}
+
+// abortLocked ends the attempt as aborted with err: its record is aborted
+// (if it may have locks anywhere), its unprepared locks released. s.mu is
+// held.
+func (s *txnSession) abortLocked(ctx context.Context, err error) {
+	if s.done {
+		return
+	}
+	s.done, s.abortErr = true, err
+	close(s.stopHB)
+	n := s.n
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.retryWindow())
+	defer cancel()
+	if s.meta.Anchor.IsSet() && len(s.parts) > 0 {
+		rec, cerr := n.recordCAS(ctx, txn.RecordCmd{Op: txn.OpAbort, Meta: s.meta, Reason: err.Error()})
+		if cerr != nil {
+			n.log.Debug("aborting a transaction record failed; it expires", "txn", s.meta.ID, "err", cerr)
+		}
+		n.noteWounder(s.meta.ID, rec.WoundedBy)
+	}
+	for id := range s.parts {
+		if _, rerr := n.txnRelease(ctx, &txnReleaseRequest{Shard: id, ID: s.meta.ID}); rerr != nil {
+			n.log.Debug("releasing a transaction's locks failed; waiters find its record aborted", "txn", s.meta.ID, "shard", id, "err", rerr)
+		}
+	}
+	n.forget(s.meta.ID)
+}
+
+// fail turns an operation's error into the attempt's outcome: an abort
+// (txn_aborted) ends the attempt.
+func (s *txnSession) fail(ctx context.Context, err error) error {
+	if kv.CodeOf(err) == kv.CodeTxnAborted {
+		s.abortLocked(ctx, err)
+	}
+	return err
+}
+
+func (s *txnSession) checkLimits(more int) error {
+	s.ops++
+	s.bytes += more
+	if s.ops > s.n.opts.MaxTxnOps {
+		return kv.Errorf(kv.CodeTooLarge, "transaction %s has more than %d operations", s.meta.ID, s.n.opts.MaxTxnOps)
+	}
+	if s.bytes > s.n.opts.MaxTxnBytes {
+		return kv.Errorf(kv.CodeTooLarge, "transaction %s has more than %d bytes of keys and values", s.meta.ID, s.n.opts.MaxTxnBytes)
+	}
+	return nil
+}
+
+// txnRoute returns the collection, bucket and shard of a key of a
+// transaction.
+func (n *Node) txnRoute(name string, key []byte) (*cluster.CollectionDesc, uint16, uint64, error) {
+	d, err := n.collection(name)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if err := kv.ValidateKey(key); err != nil {
+		return nil, 0, 0, err
+	}
+	if d.Partitioning == kv.PartitionTag {
+		return nil, 0, 0, kv.Errorf(kv.CodeInvalidArgument, "collection %q is partitioned by tag; transactions over tag-partitioned collections are not supported", name)
+	}
+	bucket, id := n.route(d, key)
+	return d, bucket, id, nil
+}
+
+func (s *txnSession) part(id uint64) *participant {
+	p := s.parts[id]
+	if p == nil {
+		p = &participant{shard: id}
+		s.parts[id] = p
+	}
+	return p
+}
+
+// lock takes locks of the attempt on shardID's leader and notes the term
+// they were granted in; with read it returns the keys' latest records.
+func (s *txnSession) lock(ctx context.Context, shardID uint64, targets []txn.Target, mode txn.Mode, read bool) (*txnLockResponse, error) {
+	n := s.n
+	anchorHere := false
+	if !s.meta.Anchor.IsSet() {
+		return nil, kv.Errorf(kv.CodeInternal, "transaction %s has no anchor", s.meta.ID)
+	}
+	if id, err := n.anchorShard(s.meta.Anchor); err == nil && id == shardID {
+		anchorHere = true
+	}
+	p := s.part(shardID)
+	resp, err := n.txnLock(ctx, &txnLockRequest{Shard: shardID, Meta: s.meta, Targets: targets, Mode: mode, Read: read, CheckRecord: read && anchorHere})
+	if err != nil {
+		return nil, err
+	}
+	if p.term != 0 && p.term != resp.Term {
+		return nil, locksLostError(shardID)
+	}
+	p.term = resp.Term
+	s.wounded = s.wounded || resp.Wounded
+	if mode == txn.Shared {
+		p.reads = append(p.reads, targets...)
+	}
+	if read {
+		st := resp.Status
+		if !anchorHere {
+			rec, err := n.readRecord(ctx, &s.meta)
+			if err != nil {
+				return nil, err
+			}
+			st = rec.Status
+		}
+		if st == txn.Aborted {
+			return nil, kv.Errorf(kv.CodeTxnAborted, "transaction %s was aborted (wounded by an older transaction or expired)", s.meta.ID)
+		}
+	}
+	s.ensureHeartbeat()
+	return resp, nil
+}
+
+// ensureHeartbeat starts the attempt's heartbeats once it holds locks.
+func (s *txnSession) ensureHeartbeat() {
+	if s.hb {
+		return
+	}
+	s.hb = true
+	n := s.n
+	meta := s.meta
+	stop := s.stopHB
+	n.bg.Add(1)
+	go func() {
+		defer n.bg.Done()
+		t := time.NewTicker(n.opts.TxnTimeout / 4)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-n.stop:
+				return
+			case <-t.C:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), n.opts.TxnTimeout)
+			now, err := n.latest(ctx)
+			if err == nil {
+				var rec shard.TxnResult
+				rec, err = n.recordCAS(ctx, txn.RecordCmd{Op: txn.OpHeartbeat, Meta: meta, TS: now})
+				if err == nil && rec.Status != txn.Pending {
+					cancel()
+					return
+				}
+			}
+			cancel()
+		}
+	}()
+}
+
+func (s *txnSession) setAnchor(d *cluster.CollectionDesc, bucket uint16, key []byte) {
+	if !s.meta.Anchor.IsSet() {
+		s.meta.Anchor = txn.Anchor{Collection: d.ID, Bucket: bucket, Key: append([]byte{}, key...)}
+	}
+}
+
+// TxnGet implements kv.TxnBackend.
+func (n *Node) TxnGet(ctx context.Context, id string, ref kv.KeyRef) (kv.Record, bool, error) {
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return kv.Record{}, false, err
+	}
+	defer done()
+	s, err := n.session(id)
+	if err != nil {
+		return kv.Record{}, false, err
+	}
+	defer s.mu.Unlock()
+	return s.get(ctx, ref)
+}
+
+func (s *txnSession) get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error) {
+	n := s.n
+	d, bucket, shardID, err := n.txnRoute(ref.Collection, ref.Key)
+	if err != nil {
+		return kv.Record{}, false, err
+	}
+	if err := s.checkLimits(len(ref.Key)); err != nil {
+		return kv.Record{}, false, err
+	}
+	if w := s.writes[wkey(d.ID, ref.Key)]; w != nil {
+		if w.delete {
+			return kv.Record{}, false, nil
+		}
+		return kv.Record{Key: ref.Key, Value: w.value, Tags: w.tags}, true, nil
+	}
+	if s.readTS != 0 {
+		rec, err := n.Get(ctx, kv.GetRequest{Collection: ref.Collection, Key: ref.Key, Version: s.readTS})
+		if kv.CodeOf(err) == kv.CodeNotFound {
+			return kv.Record{}, false, nil
+		}
+		if err != nil {
+			return kv.Record{}, false, err
+		}
+		return rec, true, nil
+	}
+	if testSkipReadLocks.Load() {
+		// Tests of the history checker only: a read without its lock.
+		rec, err := n.Get(ctx, kv.GetRequest{Collection: ref.Collection, Key: ref.Key})
+		if kv.CodeOf(err) == kv.CodeNotFound {
+			return kv.Record{}, false, nil
+		}
+		return rec, err == nil, err
+	}
+	s.setAnchor(d, bucket, ref.Key)
+	resp, err := s.lock(ctx, shardID, []txn.Target{{Collection: d.ID, Key: ref.Key}}, txn.Shared, true)
+	if err != nil {
+		return kv.Record{}, false, s.fail(ctx, err)
+	}
+	r := resp.Records[0]
+	if !r.Found {
+		return kv.Record{}, false, nil
+	}
+	return kv.Record{Key: ref.Key, Value: r.Value, Tags: r.Tags, Version: r.Version}, true, nil
+}
+
+// TxnPut implements kv.TxnBackend.
+func (n *Node) TxnPut(ctx context.Context, id string, item kv.PutItem) error {
+	if err := kv.ValidateTags(item.Tags); err != nil {
+		return err
+	}
+	if len(item.Value) > n.opts.MaxValueSize {
+		return kv.Errorf(kv.CodeTooLarge, "value is %d bytes, the limit is %d", len(item.Value), n.opts.MaxValueSize)
+	}
+	if item.IfVersion != nil {
+		return kv.Errorf(kv.CodeInvalidArgument, "a put inside a transaction takes no condition: read the key instead")
+	}
+	return n.txnWrite(ctx, id, item.Collection, item.Key, &bufferedWrite{value: item.Value, tags: item.Tags})
+}
+
+// TxnDelete implements kv.TxnBackend.
+func (n *Node) TxnDelete(ctx context.Context, id string, ref kv.KeyRef) error {
+	return n.txnWrite(ctx, id, ref.Collection, ref.Key, &bufferedWrite{delete: true})
+}
+
+func (n *Node) txnWrite(ctx context.Context, id, coll string, key []byte, w *bufferedWrite) error {
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	s, err := n.session(id)
+	if err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	return s.write(ctx, coll, key, w)
+}
+
+func (s *txnSession) write(ctx context.Context, coll string, key []byte, w *bufferedWrite) error {
+	if s.readOnly {
+		return kv.Errorf(kv.CodeInvalidArgument, "transaction %s is read-only", s.meta.ID)
+	}
+	d, bucket, shardID, err := s.n.txnRoute(coll, key)
+	if err != nil {
+		return err
+	}
+	if err := s.checkLimits(len(key) + len(w.value)); err != nil {
+		return err
+	}
+	s.setAnchor(d, bucket, key)
+	k := wkey(d.ID, key)
+	if s.writes[k] == nil {
+		if _, err := s.lock(ctx, shardID, []txn.Target{{Collection: d.ID, Key: key}}, txn.Exclusive, false); err != nil {
+			return s.fail(ctx, err)
+		}
+	}
+	w.coll = coll
+	s.writes[k] = w
+	p := s.part(shardID)
+	op := shard.Op{Type: shard.OpPut, Bucket: bucket, Key: append([]byte{}, key...), Value: w.value, Tags: w.tags}
+	if w.delete {
+		op = shard.Op{Type: shard.OpDelete, Bucket: bucket, Key: op.Key}
+	}
+	for i := range p.writes {
+		if bytes.Equal(p.writes[i].Key, key) {
+			p.writes[i] = op
+			return nil
+		}
+	}
+	p.writes = append(p.writes, op)
+	return nil
+}
+
+// TxnScan implements kv.TxnBackend: a serializable attempt locks the
+// whole span it scans (no phantoms) on every shard it touches.
+func (n *Node) TxnScan(ctx context.Context, id string, req kv.ScanRequest) (kv.ScanResult, error) {
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return kv.ScanResult{}, err
+	}
+	defer done()
+	s, err := n.session(id)
+	if err != nil {
+		return kv.ScanResult{}, err
+	}
+	defer s.mu.Unlock()
+	d, err := n.collection(req.Collection)
+	if err != nil {
+		return kv.ScanResult{}, err
+	}
+	if s.readTS != 0 {
+		if req.Page == "" {
+			req.Version = s.readTS
+		}
+		res, err := n.Scan(ctx, req)
+		return s.overlay(d, req.Start, req.End, res), err
+	}
+	if err := s.lockSpan(ctx, d, req.Start, req.End); err != nil {
+		return kv.ScanResult{}, err
+	}
+	req.Version = 0
+	res, err := n.Scan(ctx, req)
+	if err != nil {
+		return res, err
+	}
+	return s.overlay(d, req.Start, req.End, res), nil
+}
+
+// TxnGetByTags implements kv.TxnBackend: a serializable attempt locks the
+// whole collection.
+func (n *Node) TxnGetByTags(ctx context.Context, id string, q kv.TagQuery) (kv.ScanResult, error) {
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return kv.ScanResult{}, err
+	}
+	defer done()
+	s, err := n.session(id)
+	if err != nil {
+		return kv.ScanResult{}, err
+	}
+	defer s.mu.Unlock()
+	d, err := n.collection(q.Collection)
+	if err != nil {
+		return kv.ScanResult{}, err
+	}
+	if len(s.writes) > 0 {
+		for _, w := range s.writes {
+			if w.coll == q.Collection {
+				return kv.ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "a tag query inside a transaction that wrote to collection %q is not supported", q.Collection)
+			}
+		}
+	}
+	if s.readTS != 0 {
+		if q.Page == "" {
+			q.Version = s.readTS
+		}
+		return n.GetByTags(ctx, q)
+	}
+	if err := s.lockSpan(ctx, d, nil, nil); err != nil {
+		return kv.ScanResult{}, err
+	}
+	q.Version = 0
+	return n.GetByTags(ctx, q)
+}
+
+// lockSpan locks [start, end) of collection d shared on every shard it
+// touches, and confirms the attempt is not aborted.
+func (s *txnSession) lockSpan(ctx context.Context, d *cluster.CollectionDesc, start, end []byte) error {
+	if d.Partitioning == kv.PartitionTag {
+		return kv.Errorf(kv.CodeInvalidArgument, "collection %q is partitioned by tag; transactions over tag-partitioned collections are not supported", d.Name)
+	}
+	ids := shardsIn(d, start, end)
+	if !s.meta.Anchor.IsSet() {
+		// Anchor at the span's first shard's start.
+		key := start
+		if len(key) == 0 {
+			key = []byte{0}
+		}
+		bucket, id := s.n.route(d, key)
+		if d.Partitioning == kv.PartitionRange {
+			ids = append([]uint64{id}, ids...)
+		}
+		s.setAnchor(d, bucket, key)
+		if anchor, err := s.n.anchorShard(s.meta.Anchor); err == nil && !contains(ids, anchor) {
+			ids = append(ids, anchor)
+		}
+	}
+	seen := map[uint64]bool{}
+	for _, id := range ids {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		t := txn.Target{Collection: d.ID, Key: append([]byte{}, start...), IsSpan: true, End: append([]byte(nil), end...)}
+		if _, err := s.lock(ctx, id, []txn.Target{t}, txn.Shared, true); err != nil {
+			return s.fail(ctx, err)
+		}
+	}
+	return nil
+}
+
+// overlay applies the attempt's own writes to a page of a scan.
+func (s *txnSession) overlay(d *cluster.CollectionDesc, start, end []byte, res kv.ScanResult) kv.ScanResult {
+	if len(s.writes) == 0 {
+		return res
+	}
+	byKey := map[string]int{}
+	for i, r := range res.Items {
+		byKey[string(r.Key)] = i
+	}
+	var lastKey []byte
+	if n := len(res.Items); n > 0 && res.NextPage != "" {
+		lastKey = res.Items[n-1].Key
+	}
+	drop := map[int]bool{}
+	for k, w := range s.writes {
+		coll, key := uint32(k[0])<<24|uint32(k[1])<<16|uint32(k[2])<<8|uint32(k[3]), []byte(k[4:])
+		if coll != d.ID || bytes.Compare(key, start) < 0 || len(end) > 0 && bytes.Compare(key, end) >= 0 {
+			continue
+		}
+		if lastKey != nil && bytes.Compare(key, lastKey) > 0 {
+			continue // a later page shows it
+		}
+		i, ok := byKey[string(key)]
+		switch {
+		case w.delete && ok:
+			drop[i] = true
+		case !w.delete && ok:
+			res.Items[i] = kv.Record{Key: key, Value: w.value, Tags: w.tags}
+		case !w.delete:
+			res.Items = append(res.Items, kv.Record{Key: key, Value: w.value, Tags: w.tags})
+		}
+	}
+	out := res.Items[:0]
+	for i, r := range res.Items {
+		if !drop[i] {
+			out = append(out, r)
+		}
+	}
+	res.Items = out
+	sort.Slice(res.Items, func(i, j int) bool { return bytes.Compare(res.Items[i].Key, res.Items[j].Key) < 0 })
+	return res
+}
+
+// AbortTxn implements kv.TxnBackend.
+func (n *Node) AbortTxn(ctx context.Context, id string) error {
+	n.txns.mu.Lock()
+	s := n.txns.m[id]
+	n.txns.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.abortLocked(ctx, kv.Errorf(kv.CodeTxnAborted, "transaction %s was aborted by its client", id))
+	return nil
+}
+
+// CommitTxn implements kv.TxnBackend.
+func (n *Node) CommitTxn(ctx context.Context, id string) (uint64, error) {
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	s, err := n.session(id)
+	if err != nil {
+		return 0, err
+	}
+	defer s.mu.Unlock()
+	return s.commit(ctx)
+}
+
+func (s *txnSession) commit(ctx context.Context) (uint64, error) {
+	n := s.n
+	var writers []*participant
+	for _, p := range s.parts {
+		if len(p.writes) > 0 {
+			writers = append(writers, p)
+		}
+	}
+	if len(writers) == 0 {
+		v, err := s.commitReadOnly(ctx)
+		if err != nil {
+			return 0, s.fail(ctx, err)
+		}
+		s.finish()
+		return v, nil
+	}
+	deadline := s.meta.Start + uint64(n.opts.MaxTxnDuration.Milliseconds())<<cluster.LogicalBits
+	anchor, err := n.anchorShard(s.meta.Anchor)
+	if err != nil {
+		return 0, err
+	}
+	if len(s.parts) == 1 && s.parts[anchor] != nil {
+		p := s.parts[anchor]
+		res, err := n.propose(ctx, anchor, shard.EncodeTxnPrepare(&shard.TxnPrepareCmd{Meta: s.meta, LockTerm: p.term, OnePhase: true, Record: s.wounded, Deadline: deadline, ReadTS: s.readTS, Writes: p.writes, Reads: p.reads}))
+		if err == nil && res.Err != nil {
+			err = res.Err
+		} else if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil) {
+			// The wait ended, not the proposal: it may be queued or in
+			// flight, and commit.
+			return 0, s.unknown(err)
+		}
+		if err != nil {
+			if kv.CodeOf(err) == kv.CodeTxnAborted {
+				return 0, s.fail(ctx, err)
+			}
+			if kv.CodeOf(err) == kv.CodeUnavailable || kv.CodeOf(err) == kv.CodeNotLeader {
+				// Refused before it was proposed, or by the shard: the
+				// attempt did not commit.
+				return 0, s.fail(ctx, kv.Errorf(kv.CodeTxnAborted, "transaction %s could not commit: %v", s.meta.ID, err))
+			}
+			return 0, s.unknown(err)
+		}
+		s.finish()
+		return res.Version, nil
+	}
+	// Two phases: prepare every participant.
+	type prepared struct {
+		p       *participant
+		version uint64
+		err     error
+	}
+	out := make(chan prepared, len(s.parts))
+	for _, p := range s.parts {
+		go func(p *participant) {
+			res, err := n.propose(ctx, p.shard, shard.EncodeTxnPrepare(&shard.TxnPrepareCmd{Meta: s.meta, LockTerm: p.term, ReadTS: s.readTS, Writes: p.writes, Reads: p.reads}))
+			if err == nil && res.Err != nil {
+				err = res.Err
+			}
+			out <- prepared{p, res.Version, err}
+		}(p)
+	}
+	var commitTS uint64
+	var failed error
+	for range s.parts {
+		r := <-out
+		if r.err != nil {
+			if failed == nil || kv.CodeOf(r.err) == kv.CodeTxnAborted {
+				failed = r.err
+			}
+			continue
+		}
+		commitTS = max(commitTS, r.version)
+	}
+	if failed != nil {
+		// Not every participant prepared: the attempt aborts (those that
+		// did resolve their intents away).
+		err := kv.Errorf(kv.CodeTxnAborted, "transaction %s could not prepare: %v", s.meta.ID, failed)
+		s.abortPrepared(ctx, err)
+		return 0, err
+	}
+	// The commit point.
+	var rec shard.TxnResult
+	for attempt := 0; ; attempt++ {
+		rec, err = n.recordCAS(ctx, txn.RecordCmd{Op: txn.OpCommit, Meta: s.meta, TS: commitTS, Deadline: deadline})
+		if err == nil || ctx.Err() != nil || attempt >= 3 {
+			break
+		}
+	}
+	if err != nil {
+		return 0, s.unknown(err)
+	}
+	if rec.Status != txn.Committed {
+		err := kv.Errorf(kv.CodeTxnAborted, "transaction %s was aborted before it could commit: %s", s.meta.ID, rec.Reason)
+		s.abortPrepared(ctx, err)
+		return 0, err
+	}
+	s.finish()
+	n.resolveAsync(s.meta.ID, s.parts, rec)
+	return rec.CommitTS, nil
+}
+
+// commitReadOnly ends an attempt that wrote nothing: its reads were
+// consistent if every lock it took is still held in the term it was
+// granted in.
+func (s *txnSession) commitReadOnly(ctx context.Context) (uint64, error) {
+	n := s.n
+	if s.readTS != 0 {
+		return s.readTS, nil
+	}
+	for _, p := range s.parts {
+		held, err := n.txnRelease(ctx, &txnReleaseRequest{Shard: p.shard, ID: s.meta.ID, Term: p.term, Validate: true})
+		if err != nil {
+			return 0, err
+		}
+		if !held {
+			return 0, locksLostError(p.shard)
+		}
+	}
+	v, err := n.latest(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if s.wounded {
+		// Its victims wait for its record to be decided.
+		rec, err := n.recordCAS(ctx, txn.RecordCmd{Op: txn.OpCommit, Meta: s.meta, TS: v})
+		if err != nil {
+			return 0, err
+		}
+		if rec.Status != txn.Committed {
+			return 0, kv.Errorf(kv.CodeTxnAborted, "transaction %s was aborted: %s", s.meta.ID, rec.Reason)
+		}
+	}
+	for _, p := range s.parts {
+		n.txnRelease(ctx, &txnReleaseRequest{Shard: p.shard, ID: s.meta.ID})
+	}
+	return v, nil
+}
+
+// finish ends a committed attempt.
+func (s *txnSession) finish() {
+	s.done = true
+	close(s.stopHB)
+	s.n.forget(s.meta.ID)
+}
+
+// unknown ends an attempt whose commit outcome is unknown.
+func (s *txnSession) unknown(err error) error {
+	e := kv.Errorf(kv.CodeCommitUnknown, "the outcome of transaction %s is unknown: %v", s.meta.ID, err)
+	s.done, s.abortErr = true, e
+	close(s.stopHB)
+	s.n.forget(s.meta.ID)
+	return e
+}
+
+// abortPrepared aborts an attempt some of whose participants may have
+// prepared: the record is aborted first (so no one commits it), then every
+// participant resolves its intents away.
+func (s *txnSession) abortPrepared(ctx context.Context, err error) {
+	n := s.n
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.retryWindow())
+	defer cancel()
+	rec, cerr := n.recordCAS(ctx, txn.RecordCmd{Op: txn.OpAbort, Meta: s.meta, Reason: err.Error()})
+	n.noteWounder(s.meta.ID, rec.WoundedBy)
+	s.done, s.abortErr = true, err
+	close(s.stopHB)
+	n.forget(s.meta.ID)
+	if cerr != nil {
+		return // the record expires; whoever meets an intent resolves it
+	}
+	n.resolveAsync(s.meta.ID, s.parts, rec)
+}
+
+// resolveAsync resolves the intents of a finished attempt in every
+// participant, in the background; locks of participants with nothing to
+// resolve are released by the resolve too.
+func (n *Node) resolveAsync(id string, parts map[uint64]*participant, rec shard.TxnResult) {
+	for _, p := range parts {
+		var keys []shard.TxnKey
+		for _, w := range p.writes {
+			keys = append(keys, shard.TxnKey{Bucket: w.Bucket, Key: w.Key})
+		}
+		cmd := shard.EncodeTxnResolve(&shard.TxnResolveCmd{ID: id, Commit: rec.Status == txn.Committed, CommitTS: rec.CommitTS, Keys: keys})
+		shardID := p.shard
+		n.bg.Add(1)
+		go func() {
+			defer n.bg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 4*n.retryWindow())
+			defer cancel()
+			for attempt := 0; ctx.Err() == nil; attempt++ {
+				if _, err := n.propose(ctx, shardID, cmd); err == nil {
+					return
+				}
+				select {
+				case <-n.stop:
+					return
+				case <-time.After(time.Duration(min(attempt+1, 20)) * 10 * time.Millisecond):
+				}
+			}
+		}()
+	}
+}
+
+// ExecTxn implements kv.TxnBackend: a one-shot transaction, retried with
+// its priority until it commits.
+func (n *Node) ExecTxn(ctx context.Context, req kv.ExecRequest) (kv.ExecResult, error) {
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return kv.ExecResult{}, err
+	}
+	defer done()
+	if err := validateExec(req); err != nil {
+		return kv.ExecResult{}, err
+	}
+	var retryOf string
+	for attempt := 0; ; attempt++ {
+		s, err := n.beginSession(ctx, kv.TxnOptions{RetryOf: retryOf})
+		if err != nil {
+			return kv.ExecResult{}, err
+		}
+		s.mu.Lock()
+		res, err := s.exec(ctx, req)
+		if err != nil && !s.done {
+			s.abortLocked(ctx, err)
+		}
+		s.mu.Unlock()
+		if kv.CodeOf(err) != kv.CodeTxnAborted || ctx.Err() != nil {
+			return res, err
+		}
+		retryOf = s.meta.ID
+		d := min(time.Duration(1<<min(attempt, 6))*time.Millisecond, 50*time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return kv.ExecResult{}, err
+		case <-time.After(d):
+		}
+	}
+}
+
+func validateExec(req kv.ExecRequest) error {
+	for i, c := range req.If {
+		if c.Collection == "" || len(c.Key) == 0 {
+			return kv.Errorf(kv.CodeInvalidArgument, "if[%d]: a compare needs a collection and a key", i)
+		}
+	}
+	for _, ops := range [][]kv.TxnOp{req.Then, req.Else} {
+		for i, op := range ops {
+			switch op.Op {
+			case kv.TxnOpGet, kv.TxnOpPut, kv.TxnOpDelete:
+			default:
+				return kv.Errorf(kv.CodeInvalidArgument, "operation %d: op %q is not get, put or delete", i, op.Op)
+			}
+		}
+	}
+	return nil
+}
+
+func (s *txnSession) exec(ctx context.Context, req kv.ExecRequest) (kv.ExecResult, error) {
+	ok := true
+	for _, c := range req.If {
+		rec, found, err := s.get(ctx, kv.KeyRef{Collection: c.Collection, Key: c.Key})
+		if err != nil {
+			return kv.ExecResult{}, err
+		}
+		switch {
+		case c.HasValue:
+			ok = ok && found && bytes.Equal(rec.Value, c.Value)
+		case c.Version == 0:
+			ok = ok && !found
+		default:
+			ok = ok && found && rec.Version == c.Version
+		}
+	}
+	ops := req.Then
+	if !ok {
+		ops = req.Else
+	}
+	results := make([]kv.TxnOpResult, len(ops))
+	var writes []int
+	for i, op := range ops {
+		switch op.Op {
+		case kv.TxnOpGet:
+			rec, found, err := s.get(ctx, kv.KeyRef{Collection: op.Collection, Key: op.Key})
+			if err != nil {
+				return kv.ExecResult{}, err
+			}
+			if found {
+				results[i] = kv.TxnOpResult{Found: true, Value: rec.Value, Tags: rec.Tags, Version: rec.Version}
+			}
+		case kv.TxnOpPut:
+			if err := kv.ValidateTags(op.Tags); err != nil {
+				return kv.ExecResult{}, err
+			}
+			if err := s.write(ctx, op.Collection, op.Key, &bufferedWrite{value: op.Value, tags: op.Tags}); err != nil {
+				return kv.ExecResult{}, err
+			}
+			writes = append(writes, i)
+		case kv.TxnOpDelete:
+			if err := s.write(ctx, op.Collection, op.Key, &bufferedWrite{delete: true}); err != nil {
+				return kv.ExecResult{}, err
+			}
+			writes = append(writes, i)
+		}
+	}
+	v, err := s.commit(ctx)
+	if err != nil {
+		return kv.ExecResult{}, err
+	}
+	for _, i := range writes {
+		results[i] = kv.TxnOpResult{Version: v}
+	}
+	return kv.ExecResult{Succeeded: ok, Version: v, Results: results}, nil
+}
+
+// batchTxn writes a batch that spans several shards as one transaction,
+// retried with its priority until it commits: every record gets the
+// commit version, or none is written.
+func (n *Node) batchTxn(ctx context.Context, keys []kv.KeyRef, byShard map[uint64][]batchOp) ([]kv.WriteResult, error) {
+	var retryOf string
+	for attempt := 0; ; attempt++ {
+		s, err := n.beginSession(ctx, kv.TxnOptions{RetryOf: retryOf})
+		if err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		v, err := s.batch(ctx, keys, byShard)
+		if err != nil && !s.done {
+			s.abortLocked(ctx, err)
+		}
+		s.mu.Unlock()
+		if err == nil {
+			out := make([]kv.WriteResult, len(keys))
+			for i, k := range keys {
+				out[i] = kv.WriteResult{Collection: k.Collection, Key: k.Key, Version: v}
+			}
+			return out, nil
+		}
+		if kv.CodeOf(err) != kv.CodeTxnAborted || ctx.Err() != nil {
+			return nil, err
+		}
+		retryOf = s.meta.ID
+		select {
+		case <-ctx.Done():
+			return nil, kv.Errorf(kv.CodeUnavailable, "the batch kept conflicting with transactions: %v", ctx.Err())
+		case <-time.After(min(time.Duration(1<<min(attempt, 6))*time.Millisecond, 50*time.Millisecond)):
+		}
+	}
+}
+
+func (s *txnSession) batch(ctx context.Context, keys []kv.KeyRef, byShard map[uint64][]batchOp) (uint64, error) {
+	// Conditions first, each read under its lock.
+	for _, ops := range byShard {
+		for _, o := range ops {
+			if !o.op.HasCond {
+				continue
+			}
+			k := keys[o.index]
+			rec, found, err := s.get(ctx, k)
+			if err != nil {
+				return 0, err
+			}
+			cur := uint64(0)
+			if found {
+				cur = rec.Version
+			}
+			if cur != o.op.CondVersion {
+				return 0, kv.Errorf(kv.CodeConditionFailed, "key %q is at version %d, the condition wants version %d", k.Key, cur, o.op.CondVersion)
+			}
+		}
+	}
+	for _, ops := range byShard {
+		for _, o := range ops {
+			k := keys[o.index]
+			w := &bufferedWrite{value: o.op.Value, tags: o.op.Tags, delete: o.op.Type == shard.OpDelete}
+			if err := s.write(ctx, k.Collection, k.Key, w); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return s.commit(ctx)
+}
+
+var _ kv.TxnBackend = (*Node)(nil)

@@ -1,0 +1,559 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/groupkv/groupkv/internal/cluster"
+	"github.com/groupkv/groupkv/internal/kv"
+	"github.com/groupkv/groupkv/internal/shard"
+	"github.com/groupkv/groupkv/internal/txn"
+)
+
+// The leader side of transactions: a lock table per shard this node
+// leads, created when the leadership is ready (rebuilt from the shard's
+// prepared transactions) and closed when it ends; the peer methods a
+// coordinator calls (TxnLock, TxnValidate, TxnRelease, TxnRecord); and the
+// locks plain writes take for the length of their proposal.
+
+type lockTables struct {
+	mu sync.Mutex
+	m  map[uint64]*txn.LockTable
+}
+
+func (n *Node) lockTable(shardID uint64) *txn.LockTable {
+	n.ltabs.mu.Lock()
+	defer n.ltabs.mu.Unlock()
+	return n.ltabs.m[shardID]
+}
+
+// openLockTable starts the lock table of a leadership of shardID that
+// became ready at term, with the locks of the shard's prepared
+// transactions.
+func (n *Node) openLockTable(shardID uint64, sm *shard.Shard) {
+	if shardID == cluster.MetaShardID {
+		return
+	}
+	_, term := sm.Applied()
+	lt := txn.NewLockTable(term, n.opts.TxnCheckInterval)
+	err := shard.EachPrepared(n.eng.DB, shardID, func(m txn.Meta, _ uint64, writes, reads []txn.Target) error {
+		mm := m
+		lt.Restore(&mm, writes, reads)
+		return nil
+	})
+	if err != nil {
+		n.log.Error("rebuilding the lock table failed", "shard", shardID, "err", err)
+	}
+	n.ltabs.mu.Lock()
+	if old := n.ltabs.m[shardID]; old != nil {
+		old.Close()
+	}
+	if n.ltabs.m == nil {
+		n.ltabs.m = map[uint64]*txn.LockTable{}
+	}
+	n.ltabs.m[shardID] = lt
+	n.ltabs.mu.Unlock()
+}
+
+func (n *Node) closeLockTable(shardID uint64) {
+	n.ltabs.mu.Lock()
+	lt := n.ltabs.m[shardID]
+	delete(n.ltabs.m, shardID)
+	n.ltabs.mu.Unlock()
+	if lt != nil {
+		lt.Close()
+	}
+}
+
+// onTxnApplied updates the lock table when a prepare or resolve applied.
+func (n *Node) onTxnApplied(shardID uint64, kind shard.CommandKind, res shard.Result) {
+	if res.Txn == nil || res.Txn.ID == "" {
+		return
+	}
+	lt := n.lockTable(shardID)
+	if lt == nil {
+		return
+	}
+	switch {
+	case kind == shard.KindTxnResolve, kind == shard.KindTxnPrepare && res.Txn.Status == txn.Committed:
+		lt.Release(res.Txn.ID)
+	case kind == shard.KindTxnPrepare:
+		lt.MarkPrepared(res.Txn.ID)
+	}
+}
+
+// errLocksLost turns a lock table's loss into the answer a coordinator
+// acts on: its attempt cannot commit.
+func locksLostError(shardID uint64) error {
+	return kv.Errorf(kv.CodeTxnAborted, "shard %d changed leader; the transaction's locks there were lost", shardID)
+}
+
+// leaderResolver is the lock table's view of the cluster.
+type leaderResolver struct {
+	n     *Node
+	shard uint64
+	// by is the requester, named in the records it wounds.
+	by *txn.Meta
+	// wounded is set when the requester wounded someone.
+	wounded *bool
+}
+
+func (r leaderResolver) Wound(ctx context.Context, victim *txn.Meta) (bool, error) {
+	rec, err := r.n.recordCAS(ctx, txn.RecordCmd{Op: txn.OpAbort, Meta: *victim, By: r.by, Reason: "wounded by an older transaction"})
+	if err != nil {
+		return false, err
+	}
+	if rec.Status == txn.Aborted && r.wounded != nil {
+		*r.wounded = true
+	}
+	return rec.Status == txn.Aborted, nil
+}
+
+func (r leaderResolver) Check(ctx context.Context, holder *txn.Meta, prepared bool) (bool, error) {
+	rec, err := r.n.settleRecord(ctx, holder)
+	if err != nil {
+		return false, err
+	}
+	if rec.Status == txn.Pending {
+		return false, nil
+	}
+	if prepared {
+		return true, r.n.resolvePrepared(ctx, r.shard, holder.ID, rec)
+	}
+	return true, nil
+}
+
+// settleRecord reads holder's record through its shard's log, and aborts
+// it when its owner has not shown a sign of life for longer than its
+// expiry timeout.
+func (n *Node) settleRecord(ctx context.Context, m *txn.Meta) (shard.TxnResult, error) {
+	rec, err := n.readRecord(ctx, m)
+	if err != nil || rec.Status != txn.Pending {
+		return rec, err
+	}
+	now, err := n.latest(ctx)
+	if err != nil {
+		return rec, err
+	}
+	timeout := uint64(txn.ExpiryTimeout(n.opts.TxnTimeout, m.Attempt).Milliseconds()) << cluster.LogicalBits
+	if now <= timeout {
+		return rec, nil
+	}
+	idle := now - timeout
+	if txn.LastAlive(txn.Record{Heartbeat: rec.Heartbeat}, *m) >= idle {
+		return rec, nil
+	}
+	return n.recordCAS(ctx, txn.RecordCmd{Op: txn.OpAbort, Meta: *m, IfIdleBefore: idle, Reason: "its coordinator stopped heartbeating"})
+}
+
+// resolvePrepared resolves the intents transaction id prepared in shardID
+// by its record rec (COMMITTED or ABORTED).
+func (n *Node) resolvePrepared(ctx context.Context, shardID uint64, id string, rec shard.TxnResult) error {
+	var keys []shard.TxnKey
+	err := shard.EachPrepared(n.eng.DB, shardID, func(m txn.Meta, _ uint64, writes, _ []txn.Target) error {
+		if m.ID != id {
+			return nil
+		}
+		for _, w := range writes {
+			in, ok, err := shard.ReadIntent(n.eng.DB, w.Collection, w.Key)
+			if err != nil {
+				return err
+			}
+			if ok {
+				keys = append(keys, shard.TxnKey{Bucket: in.Bucket, Key: w.Key})
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return kv.Errorf(kv.CodeInternal, "reading the prepared transactions of shard %d: %v", shardID, err)
+	}
+	_, err = n.propose(ctx, shardID, shard.EncodeTxnResolve(&shard.TxnResolveCmd{ID: id, Commit: rec.Status == txn.Committed, CommitTS: rec.CommitTS, Keys: keys}))
+	return err
+}
+
+// anchorShard returns the shard that keeps the record anchored at a.
+func (n *Node) anchorShard(a txn.Anchor) (uint64, error) {
+	n.mu.RLock()
+	var d *cluster.CollectionDesc
+	for _, c := range n.mu.catalog {
+		if c.ID == a.Collection {
+			d = c
+			break
+		}
+	}
+	n.mu.RUnlock()
+	if d == nil {
+		return 0, kv.Errorf(kv.CodeUnavailable, "collection %d of a transaction record is not in node %d's catalog", a.Collection, n.id)
+	}
+	var i int
+	if d.Partitioning == kv.PartitionRange {
+		_, i = d.Route(a.Key, "")
+	} else {
+		i = sort.Search(len(d.Shards), func(i int) bool { return d.Shards[i].BucketEnd > uint32(a.Bucket) })
+		if i == len(d.Shards) {
+			return 0, kv.Errorf(kv.CodeInternal, "bucket %d of a transaction record is outside collection %q", a.Bucket, d.Name)
+		}
+	}
+	return n.localOwner(d.ID, d.Shards[i].ID, a.Bucket, a.Key), nil
+}
+
+// readRecord reads the record of m linearizably: on a replica of its
+// shard after a ReadIndex round, here or on a node that holds one.
+func (n *Node) readRecord(ctx context.Context, m *txn.Meta) (shard.TxnResult, error) {
+	id, err := n.anchorShard(m.Anchor)
+	if err != nil {
+		return shard.TxnResult{}, err
+	}
+	var out shard.TxnResult
+	if ok, err := n.forwardRead(ctx, []uint64{id}, "txn_record", m, &out); ok {
+		return out, err
+	}
+	if err := n.readBarrier(ctx, id); err != nil {
+		return shard.TxnResult{}, err
+	}
+	rec, _, err := shard.ReadTxnRecord(n.eng.DB, m)
+	if err != nil {
+		return shard.TxnResult{}, kv.Errorf(kv.CodeInternal, "reading the record of %s: %v", m.ID, err)
+	}
+	return shard.TxnResult{Status: rec.Status, CommitTS: rec.CommitTS, Heartbeat: rec.Heartbeat, Reason: rec.Reason, WoundedBy: rec.WoundedBy}, nil
+}
+
+// recordCAS applies a record command to the record's shard and answers
+// the record after it.
+func (n *Node) recordCAS(ctx context.Context, c txn.RecordCmd) (shard.TxnResult, error) {
+	deadline := time.Now().Add(n.retryWindow())
+	for attempt := 0; ; attempt++ {
+		id, err := n.anchorShard(c.Meta.Anchor)
+		if err != nil {
+			return shard.TxnResult{}, err
+		}
+		res, err := n.propose(ctx, id, shard.EncodeTxnRecord(c))
+		if err == nil && res.Err != nil {
+			err = res.Err
+		}
+		if err == nil {
+			if res.Txn == nil {
+				return shard.TxnResult{}, kv.Errorf(kv.CodeInternal, "a record command of shard %d answered no record", id)
+			}
+			return *res.Txn, nil
+		}
+		// A shard that no longer owns the anchor (a split moved it)
+		// answers unavailable: route again.
+		if !retryable(err) {
+			return shard.TxnResult{}, err
+		}
+		if berr := backoff(ctx, attempt, deadline, err); berr != nil {
+			return shard.TxnResult{}, berr
+		}
+	}
+}
+
+// Peer methods of the leader side.
+
+type txnLockRequest struct {
+	Shard   uint64       `json:"shard"`
+	Meta    txn.Meta     `json:"meta"`
+	Targets []txn.Target `json:"targets"`
+	Mode    txn.Mode     `json:"mode"`
+	// Read asks for the latest committed record of each key target.
+	Read bool `json:"read,omitempty"`
+	// CheckRecord asks, after the read, for the requester's own record
+	// (its anchor is in this shard).
+	CheckRecord bool `json:"check_record,omitempty"`
+}
+
+type lockedRecord struct {
+	Found   bool     `json:"found,omitempty"`
+	Value   []byte   `json:"value,omitempty"`
+	Tags    []string `json:"tags,omitempty"`
+	Version uint64   `json:"version,omitempty"`
+}
+
+type txnLockResponse struct {
+	Term    uint64         `json:"term"`
+	Records []lockedRecord `json:"records,omitempty"`
+	// Status is the requester's record status when CheckRecord was set.
+	Status txn.Status `json:"status"`
+	// Wounded: the requester wounded a holder to get its locks; its
+	// victims' retries wait for its record to be decided, so it must
+	// leave one.
+	Wounded bool       `json:"wounded,omitempty"`
+	Error   *peerError `json:"error,omitempty"`
+}
+
+// txnLock takes the locks of req on the shard's leader, here or where it
+// is, and reads what req asks.
+func (n *Node) txnLock(ctx context.Context, req *txnLockRequest) (*txnLockResponse, error) {
+	deadline := time.Now().Add(n.retryWindow())
+	for attempt := 0; ; attempt++ {
+		var resp *txnLockResponse
+		var err error
+		if n.lockTable(req.Shard) != nil {
+			resp, err = n.txnLockLocal(ctx, req)
+		} else {
+			leader := n.leaderOf(req.Shard)
+			if leader == 0 || leader == n.id {
+				err = kv.Errorf(kv.CodeUnavailable, "shard %d has no leader", req.Shard)
+			} else {
+				resp = new(txnLockResponse)
+				if err = n.callNode(ctx, leader, "TxnLock", req, resp); err == nil {
+					err = resp.Error.err()
+				}
+			}
+		}
+		if err == nil {
+			return resp, nil
+		}
+		if !retryable(err) || ctx.Err() != nil {
+			return nil, err
+		}
+		if berr := backoff(ctx, attempt, deadline, err); berr != nil {
+			return nil, berr
+		}
+	}
+}
+
+func (n *Node) handleTxnLock(ctx context.Context, req *txnLockRequest) (*txnLockResponse, error) {
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return &txnLockResponse{Error: toPeerError(err)}, nil
+	}
+	defer done()
+	resp, err := n.txnLockLocal(ctx, req)
+	if err != nil {
+		return &txnLockResponse{Error: toPeerError(err)}, nil
+	}
+	return resp, nil
+}
+
+func (n *Node) txnLockLocal(ctx context.Context, req *txnLockRequest) (*txnLockResponse, error) {
+	lt := n.lockTable(req.Shard)
+	if lt == nil {
+		return nil, kv.Errorf(kv.CodeNotLeader, "node %d does not lead shard %d", n.id, req.Shard)
+	}
+	var wounded bool
+	r := leaderResolver{n: n, shard: req.Shard, by: &req.Meta, wounded: &wounded}
+	for _, t := range req.Targets {
+		if err := lt.Acquire(ctx, &req.Meta, t, req.Mode, r); err != nil {
+			if errors.Is(err, txn.ErrLocksLost) {
+				return nil, locksLostError(req.Shard)
+			}
+			if ctx.Err() != nil {
+				return nil, kv.Errorf(kv.CodeUnavailable, "waiting for a lock in shard %d: %v", req.Shard, ctx.Err())
+			}
+			return nil, err
+		}
+	}
+	// A lock counts only while the leadership that granted it lasts:
+	// confirm it after the grant, then read.
+	if err := n.host.ReadBarrier(ctx, req.Shard); err != nil {
+		return nil, err
+	}
+	if term, ok := n.host.LeaderTerm(req.Shard); !ok || term != lt.Term {
+		// The barrier was answered, but not by this leadership: the table
+		// is stale (its leadership ended and its close is on the way).
+		return nil, locksLostError(req.Shard)
+	}
+	if lt.Closed() {
+		return nil, locksLostError(req.Shard)
+	}
+	if !lt.Holds(req.Meta.ID) {
+		// Released while the barrier waited: an older transaction wounded
+		// the requester, or a waiter found it expired.
+		return nil, kv.Errorf(kv.CodeTxnAborted, "transaction %s was aborted while its lock in shard %d was confirmed (wounded by an older transaction or expired)", req.Meta.ID, req.Shard)
+	}
+	resp := &txnLockResponse{Term: lt.Term, Wounded: wounded}
+	if req.Read {
+		for _, t := range req.Targets {
+			if t.IsSpan {
+				resp.Records = append(resp.Records, lockedRecord{})
+				continue
+			}
+			val, version, found, err := shard.ReadRecord(n.eng.DB, t.Collection, t.Key, shard.Latest)
+			if err != nil {
+				return nil, kv.Errorf(kv.CodeInternal, "reading %q: %v", t.Key, err)
+			}
+			rec := lockedRecord{Found: found}
+			if found {
+				rec.Value, rec.Tags, rec.Version = val.Value, val.Tags, version
+			}
+			resp.Records = append(resp.Records, rec)
+		}
+	}
+	if req.CheckRecord {
+		rec, _, err := shard.ReadTxnRecord(n.eng.DB, &req.Meta)
+		if err != nil {
+			return nil, kv.Errorf(kv.CodeInternal, "reading the record of %s: %v", req.Meta.ID, err)
+		}
+		resp.Status = rec.Status
+	}
+	return resp, nil
+}
+
+type txnReleaseRequest struct {
+	Shard uint64 `json:"shard"`
+	ID    string `json:"id"`
+	// Term, when set, asks only whether the locks of ID are still held in
+	// that term (a read-only transaction's validation), confirming the
+	// leadership first; nothing is released.
+	Term     uint64 `json:"term,omitempty"`
+	Validate bool   `json:"validate,omitempty"`
+}
+
+type txnReleaseResponse struct {
+	Held  bool       `json:"held,omitempty"`
+	Error *peerError `json:"error,omitempty"`
+}
+
+func (n *Node) handleTxnRelease(ctx context.Context, req *txnReleaseRequest) (*txnReleaseResponse, error) {
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return &txnReleaseResponse{Error: toPeerError(err)}, nil
+	}
+	defer done()
+	held, err := n.txnReleaseLocal(ctx, req)
+	return &txnReleaseResponse{Held: held, Error: toPeerError(err)}, nil
+}
+
+func (n *Node) txnReleaseLocal(ctx context.Context, req *txnReleaseRequest) (bool, error) {
+	lt := n.lockTable(req.Shard)
+	if !req.Validate {
+		if lt != nil {
+			lt.Release(req.ID)
+		}
+		return false, nil
+	}
+	if lt == nil || lt.Term != req.Term {
+		return false, nil
+	}
+	if err := n.host.ReadBarrier(ctx, req.Shard); err != nil {
+		return false, err
+	}
+	if term, ok := n.host.LeaderTerm(req.Shard); !ok || term != lt.Term {
+		return false, nil
+	}
+	return !lt.Closed() && lt.Holds(req.ID), nil
+}
+
+// txnRelease releases (or validates) the locks of a transaction in a
+// shard, on its leader wherever it is.
+func (n *Node) txnRelease(ctx context.Context, req *txnReleaseRequest) (bool, error) {
+	if n.lockTable(req.Shard) != nil {
+		return n.txnReleaseLocal(ctx, req)
+	}
+	leader := n.leaderOf(req.Shard)
+	if leader == 0 || leader == n.id {
+		return false, kv.Errorf(kv.CodeUnavailable, "shard %d has no leader", req.Shard)
+	}
+	var resp txnReleaseResponse
+	if err := n.callNode(ctx, leader, "TxnRelease", req, &resp); err != nil {
+		return false, err
+	}
+	return resp.Held, resp.Error.err()
+}
+
+// plainLocks takes, on the leader of shardID, exclusive locks on the keys
+// of a plain write (or the span of a delete range) for the length of its
+// proposal, so that it never overwrites a key a transaction holds, nor one
+// whose committed transaction has not resolved its intent yet. It returns the release function;
+// a command that is not a plain write needs nothing.
+func (n *Node) plainLocks(ctx context.Context, shardID uint64, cmd []byte) (func(), error) {
+	if len(cmd) > 0 && shard.CommandKind(cmd[0]) == shard.KindTxnPrepare {
+		return func() {}, n.markPrepared(ctx, shardID, cmd)
+	}
+	if len(cmd) == 0 || shard.CommandKind(cmd[0]) != shard.KindWrite && shard.CommandKind(cmd[0]) != shard.KindDeleteRange {
+		return func() {}, nil
+	}
+	lt := n.lockTable(shardID)
+	if lt == nil {
+		return func() {}, nil
+	}
+	c, err := shard.DecodeCommand(cmd)
+	if err != nil {
+		return nil, kv.Errorf(kv.CodeInternal, "decoding a write: %v", err)
+	}
+	d, ok := n.descOf(shardID)
+	if !ok {
+		return func() {}, nil
+	}
+	m := &txn.Meta{ID: "plain-" + n.plainSeq(), Priority: txn.PlainPriority, Plain: true}
+	r := leaderResolver{n: n, shard: shardID}
+	targets := make([]txn.Target, len(c.Ops))
+	for i := range c.Ops {
+		targets[i] = txn.Target{Collection: d.Collection, Key: c.Ops[i].Key}
+	}
+	if c.Kind == shard.KindDeleteRange {
+		targets = []txn.Target{{Collection: d.Collection, Key: c.Start, IsSpan: true, End: c.End}}
+	}
+	if err := lt.AcquireAll(ctx, m, targets, r); err != nil {
+		if errors.Is(err, txn.ErrLocksLost) {
+			return nil, kv.Errorf(kv.CodeNotLeader, "shard %d changed leader", shardID)
+		}
+		return nil, kv.Errorf(kv.CodeUnavailable, "waiting for a transaction's lock in shard %d: %v", shardID, err)
+	}
+	return func() { lt.Release(m.ID) }, nil
+}
+
+// markPrepared marks, on the leader about to propose it, the locks of a
+// prepare's transaction prepared; a transaction that lost a lock (wounded,
+// expired, or the leadership changed) is refused before its prepare is
+// proposed.
+func (n *Node) markPrepared(ctx context.Context, shardID uint64, cmd []byte) error {
+	c, err := shard.DecodeCommand(cmd)
+	if err != nil {
+		return kv.Errorf(kv.CodeInternal, "decoding a prepare: %v", err)
+	}
+	p := c.TxnPrepare
+	lt := n.lockTable(shardID)
+	if lt == nil {
+		// Not this node's to check: a follower forwards the prepare to
+		// the leader, which checks it; a leader not ready yet is of a
+		// newer term, whose Apply refuses the prepare.
+		return nil
+	}
+	if lt.Term != p.LockTerm {
+		return locksLostError(shardID)
+	}
+	d, ok := n.descOf(shardID)
+	if !ok {
+		return locksLostError(shardID)
+	}
+	writes := make([]txn.Target, len(p.Writes))
+	for i := range p.Writes {
+		writes[i] = txn.Target{Collection: d.Collection, Key: p.Writes[i].Key}
+	}
+	if !lt.Prepare(p.Meta.ID, writes, p.Reads) {
+		return kv.Errorf(kv.CodeTxnAborted, "transaction %s no longer holds its locks in shard %d (wounded by an older transaction, or expired)", p.Meta.ID, shardID)
+	}
+	if n.host.MinPrepared(shardID) != 0 {
+		// An intent of another transaction on a key this one holds
+		// locked is stale (its prepare applied after its locks went):
+		// resolve it from its record, or the prepare is refused.
+		for _, w := range writes {
+			in, ok, err := shard.ReadIntent(n.eng.DB, w.Collection, w.Key)
+			if err != nil {
+				return kv.Errorf(kv.CodeInternal, "reading the intent on %q: %v", w.Key, err)
+			}
+			if ok && in.Meta.ID != p.Meta.ID {
+				if err := n.settleIntent(ctx, []uint64{shardID}, w.Collection, w.Key, in, shard.Latest); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// descOf returns the descriptor of the local replica of shardID.
+func (n *Node) descOf(shardID uint64) (shard.Desc, bool) {
+	return n.host.Desc(shardID)
+}
+
+func (n *Node) plainSeq() string {
+	return strconv.FormatUint(n.plainCounter.Add(1), 36)
+}

@@ -1,0 +1,513 @@
+package shard
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/groupkv/groupkv/internal/kv"
+	"github.com/groupkv/groupkv/internal/storage"
+	"github.com/groupkv/groupkv/internal/txn"
+)
+
+// Transactions (see internal/txn and docs/transactions.md). Three commands
+// change a shard's transactional state, each through its log:
+//
+//   - KindTxnRecord: a compare-and-set of a transaction record kept with its
+//     anchor key (heartbeat, abort, commit — txn.Transition).
+//   - KindTxnPrepare: a participant's prepare, at a version of its own: it
+//     is refused unless it is applied in the raft term its locks were
+//     granted in (a change of leader lost them); it writes an intent per
+//     key written and a prepared entry naming the transaction's writes and
+//     reads, from which a new leader rebuilds the transaction's locks. A
+//     one-phase prepare (the whole transaction in this shard, record
+//     included) commits at once at its version instead.
+//   - KindTxnResolve: the outcome, at a version of its own: the intents of a
+//     committed transaction become versions at its commit timestamp, those
+//     of an aborted one vanish.
+//
+// A committed transaction's versions are written at its commit timestamp,
+// which may be below versions the shard applied since it prepared; the
+// shard's resolved timestamp therefore stays below its oldest prepared
+// transaction's prepare version (MinPrepared), and readers at or above a
+// prepare version consult the intent's record (the node does).
+
+// Command kinds of transactions.
+const (
+	KindTxnRecord  CommandKind = 20
+	KindTxnPrepare CommandKind = 21
+	KindTxnResolve CommandKind = 22
+)
+
+// TxnPrepareCmd is the body of a KindTxnPrepare.
+type TxnPrepareCmd struct {
+	Meta txn.Meta `json:"meta"`
+	// LockTerm is the leader term the transaction's locks here were
+	// granted in.
+	LockTerm uint64 `json:"lock_term"`
+	// OnePhase commits at once (the shard holds every key and the record).
+	OnePhase bool `json:"one_phase,omitempty"`
+	// Record makes a one-phase commit leave a COMMITTED record even if
+	// the transaction had none (it wounded others, whose retries wait for
+	// its record to be decided).
+	Record bool `json:"record,omitempty"`
+	// Deadline: a one-phase commit at a version above it aborts instead.
+	Deadline uint64 `json:"deadline,omitempty"`
+	// ReadTS, for snapshot isolation, refuses the prepare if a written key
+	// has a version above it (first committer wins).
+	ReadTS uint64       `json:"read_ts,omitempty"`
+	Writes []Op         `json:"writes,omitempty"`
+	Reads  []txn.Target `json:"reads,omitempty"`
+}
+
+// TxnKey is a key of a resolve.
+type TxnKey struct {
+	Bucket uint16 `json:"bucket"`
+	Key    []byte `json:"key"`
+}
+
+// TxnResolveCmd is the body of a KindTxnResolve.
+type TxnResolveCmd struct {
+	ID       string   `json:"id"`
+	Commit   bool     `json:"commit,omitempty"`
+	CommitTS uint64   `json:"commit_ts,omitempty"`
+	Keys     []TxnKey `json:"keys,omitempty"`
+}
+
+// TxnResult is what a transaction command left.
+type TxnResult struct {
+	// ID is the transaction of a prepare or resolve.
+	ID        string
+	Status    txn.Status
+	CommitTS  uint64
+	Heartbeat uint64
+	Reason    string
+	// WoundedBy is the wounder of an ABORTED record's owner.
+	WoundedBy *txn.Meta `json:",omitempty"`
+}
+
+// preparedEntry is the shard-state record of a prepared transaction.
+type preparedEntry struct {
+	Meta    txn.Meta     `json:"meta"`
+	Version uint64       `json:"version"`
+	Writes  []txn.Target `json:"writes,omitempty"`
+	Reads   []txn.Target `json:"reads,omitempty"`
+}
+
+const statePrepared = "txn/" // + transaction id -> preparedEntry JSON
+
+// EncodeTxnRecord encodes a record compare-and-set.
+func EncodeTxnRecord(c txn.RecordCmd) []byte {
+	return encodeJSON(KindTxnRecord, false, c)
+}
+
+// EncodeTxnPrepare encodes a prepare with version 0; the leader assigns it.
+func EncodeTxnPrepare(c *TxnPrepareCmd) []byte {
+	return encodeJSON(KindTxnPrepare, true, c)
+}
+
+// EncodeTxnResolve encodes a resolve with version 0.
+func EncodeTxnResolve(c *TxnResolveCmd) []byte {
+	return encodeJSON(KindTxnResolve, true, c)
+}
+
+func encodeJSON(kind CommandKind, versioned bool, body any) []byte {
+	js, err := json.Marshal(body)
+	if err != nil {
+		panic(fmt.Sprintf("shard: encoding %T: %v", body, err)) // plain structs always encode
+	}
+	b := []byte{byte(kind)}
+	if versioned {
+		b = append(b, make([]byte, 8)...)
+	}
+	return append(b, js...)
+}
+
+func decodeTxn(c *Command, body []byte) error {
+	var err error
+	switch c.Kind {
+	case KindTxnRecord:
+		err = json.Unmarshal(body, &c.TxnRecord)
+	case KindTxnPrepare:
+		c.TxnPrepare = new(TxnPrepareCmd)
+		err = json.Unmarshal(body, c.TxnPrepare)
+	case KindTxnResolve:
+		c.TxnResolve = new(TxnResolveCmd)
+		err = json.Unmarshal(body, c.TxnResolve)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrCorruptCommand, err)
+	}
+	return nil
+}
+
+// txnState is a shard's in-memory view of its prepared transactions.
+type txnState struct {
+	// prepared maps the shard's prepared transactions to their prepare
+	// versions. Owned by the apply loop.
+	prepared map[string]uint64
+	// minPrepared is the lowest prepare version of prepared (0: none) as
+	// visible to readers; read by other goroutines.
+	minPrepared atomic.Uint64
+	// stale: prepared lost an entry that minPrepared still holds back.
+	stale bool
+}
+
+func (t *txnState) recompute() {
+	var m uint64
+	for _, v := range t.prepared {
+		if m == 0 || v < m {
+			m = v
+		}
+	}
+	t.minPrepared.Store(m)
+}
+
+// Committed tells the shard that the batch it applied into was committed:
+// transactions resolved in it stop holding back its resolved timestamp.
+// The owner calls it after every committed batch.
+func (s *Shard) Committed() {
+	if s.txns.stale {
+		s.txns.stale = false
+		s.txns.recompute()
+	}
+}
+
+// MinPrepared returns the lowest prepare version of the transactions
+// prepared in the shard and not yet resolved (0: none). Safe for
+// concurrent use.
+func (s *Shard) MinPrepared() uint64 { return s.txns.minPrepared.Load() }
+
+// loadPrepared rebuilds the shard's prepared set from its state.
+func (s *Shard) loadPrepared(r pebble.Reader) error {
+	s.txns.prepared = map[string]uint64{}
+	return EachPrepared(r, s.desc.ShardID, func(m txn.Meta, version uint64, _, _ []txn.Target) error {
+		s.txns.prepared[m.ID] = version
+		return nil
+	})
+}
+
+// EachPrepared calls fn for every transaction prepared in shard shardID
+// as stored in r: its meta, prepare version, written keys and read set.
+func EachPrepared(r pebble.Reader, shardID uint64, fn func(m txn.Meta, version uint64, writes, reads []txn.Target) error) error {
+	lo := storage.ShardStateKey(shardID, statePrepared)
+	hi := storage.ShardStateKey(shardID, "txn0")
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		var e preparedEntry
+		if err := json.Unmarshal(it.Value(), &e); err != nil {
+			return fmt.Errorf("shard %d: corrupt prepared entry %q: %w", shardID, it.Key(), err)
+		}
+		if err := fn(e.Meta, e.Version, e.Writes, e.Reads); err != nil {
+			return err
+		}
+	}
+	return it.Error()
+}
+
+// ReadIntent reads the intent on (collection, key), if any.
+func ReadIntent(r pebble.Reader, collection uint32, key []byte) (txn.Intent, bool, error) {
+	v, closer, err := r.Get(storage.IntentKey(nil, collection, key))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return txn.Intent{}, false, nil
+	}
+	if err != nil {
+		return txn.Intent{}, false, err
+	}
+	defer closer.Close()
+	in, err := txn.DecodeIntent(v)
+	if err != nil {
+		return txn.Intent{}, false, fmt.Errorf("intent on %q: %w", key, err)
+	}
+	return in, true, nil
+}
+
+// Intents calls fn for every intent of collection on keys in [start, end)
+// (nil end: unbounded) held in r, whichever shard owns it.
+func Intents(r pebble.Reader, collection uint32, start, end []byte, fn func(key []byte, in txn.Intent) error) error {
+	lo, hi := storage.IntentSpan(collection)
+	if start != nil {
+		lo = storage.IntentKey(nil, collection, start)
+	}
+	if end != nil {
+		hi = storage.IntentKey(nil, collection, end)
+	}
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	p := storage.IntentKey(nil, collection, nil)[:5]
+	for ok := it.First(); ok; ok = it.Next() {
+		key, _, err := storage.UnescapeKey(it.Key()[len(p):])
+		if err != nil {
+			return err
+		}
+		in, err := txn.DecodeIntent(it.Value())
+		if err != nil {
+			return fmt.Errorf("intent on %q: %w", key, err)
+		}
+		if err := fn(append([]byte(nil), key...), in); err != nil {
+			return err
+		}
+	}
+	return it.Error()
+}
+
+// ReadTxnRecord reads the record of transaction m as stored in r.
+func ReadTxnRecord(r pebble.Reader, m *txn.Meta) (txn.Record, bool, error) {
+	v, closer, err := r.Get(storage.TxnRecordKey(m.Anchor.Collection, m.Anchor.Key, m.ID))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return txn.Record{}, false, nil
+	}
+	if err != nil {
+		return txn.Record{}, false, err
+	}
+	defer closer.Close()
+	rec, _, err := txn.DecodeRecord(v)
+	return rec, err == nil, err
+}
+
+func (s *Shard) applyTxnRecord(b *pebble.Batch, c txn.RecordCmd) (Result, error) {
+	a := c.Meta.Anchor
+	if s.desc.IsMeta() || a.Collection != s.desc.Collection || !s.desc.Owns(a.Bucket, a.Key) {
+		return Result{Err: kv.Errorf(kv.CodeUnavailable, "shard %d does not own the record of transaction %s; retry", s.desc.ShardID, c.Meta.ID)}, nil
+	}
+	cur, exists, err := ReadTxnRecord(b, &c.Meta)
+	if err != nil {
+		return Result{}, err
+	}
+	next, write := txn.Transition(cur, exists, c)
+	if write {
+		if err := b.Set(storage.TxnRecordKey(a.Collection, a.Key, c.Meta.ID), txn.EncodeRecord(next, a.Bucket), nil); err != nil {
+			return Result{}, err
+		}
+	}
+	return Result{Txn: &TxnResult{Status: next.Status, CommitTS: next.CommitTS, Heartbeat: next.Heartbeat, Reason: next.Reason, WoundedBy: next.WoundedBy}}, nil
+}
+
+func aborted(format string, args ...any) *kv.Error {
+	return kv.Errorf(kv.CodeTxnAborted, format, args...)
+}
+
+func (s *Shard) applyTxnPrepare(b *pebble.Batch, version, term uint64, p *TxnPrepareCmd) (Result, error) {
+	if term != p.LockTerm {
+		return Result{Err: aborted("transaction %s lost its locks in shard %d to a change of leader (locked in term %d, prepared in term %d)", p.Meta.ID, s.desc.ShardID, p.LockTerm, term)}, nil
+	}
+	if err := s.checkVersion(version); err != nil {
+		return Result{Err: err}, nil
+	}
+	seen := make(map[string]bool, len(p.Writes))
+	for i := range p.Writes {
+		op := &p.Writes[i]
+		if !s.desc.Owns(op.Bucket, op.Key) {
+			return Result{Err: kv.Errorf(kv.CodeUnavailable, "shard %d does not own key %q; retry", s.desc.ShardID, op.Key)}, nil
+		}
+		if seen[string(op.Key)] {
+			return Result{Err: kv.Errorf(kv.CodeInvalidArgument, "key %q appears twice in one prepare", op.Key)}, nil
+		}
+		seen[string(op.Key)] = true
+		in, ok, err := ReadIntent(b, s.desc.Collection, op.Key)
+		if err != nil {
+			return Result{}, err
+		}
+		if ok && in.Meta.ID != p.Meta.ID {
+			// The leader proposes a prepare only while the transaction
+			// holds its locks (marked prepared first, so that no wound
+			// hands them over while it is in flight), and settles the
+			// decided intents it finds on them first; an intent of
+			// another transaction still here is one whose record is
+			// undecided (a stale prepare that applied late): refuse,
+			// the transaction retries.
+			return Result{Err: aborted("key %q holds an intent of transaction %s", op.Key, in.Meta.ID)}, nil
+		}
+		if p.ReadTS != 0 {
+			if _, v, _, err := s.latest(b, op.Key); err != nil {
+				return Result{}, err
+			} else if v > p.ReadTS {
+				return Result{Err: aborted("key %q was written at version %d, after the transaction's snapshot %d (first committer wins)", op.Key, v, p.ReadTS)}, nil
+			}
+		}
+	}
+	if p.OnePhase {
+		return s.commitOnePhase(b, version, p)
+	}
+	var e preparedEntry
+	e.Meta, e.Version, e.Reads = p.Meta, version, p.Reads
+	for i := range p.Writes {
+		op := &p.Writes[i]
+		in := txn.Intent{Bucket: op.Bucket, Meta: p.Meta, PrepareVersion: version, Delete: op.Type == OpDelete, Tags: op.Tags, Value: op.Value}
+		if err := b.Set(storage.IntentKey(nil, s.desc.Collection, op.Key), txn.EncodeIntent(&in), nil); err != nil {
+			return Result{}, err
+		}
+		e.Writes = append(e.Writes, txn.Target{Collection: s.desc.Collection, Key: op.Key})
+	}
+	js, err := json.Marshal(e)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := b.Set(storage.ShardStateKey(s.desc.ShardID, statePrepared+p.Meta.ID), js, nil); err != nil {
+		return Result{}, err
+	}
+	s.txns.prepared[p.Meta.ID] = version
+	s.txns.recompute()
+	if err := s.setMaxVersion(b, version); err != nil {
+		return Result{}, err
+	}
+	return Result{Version: version, Txn: &TxnResult{ID: p.Meta.ID, Status: txn.Pending}}, nil
+}
+
+// commitOnePhase commits a transaction held wholly by the shard at version.
+func (s *Shard) commitOnePhase(b *pebble.Batch, version uint64, p *TxnPrepareCmd) (Result, error) {
+	a := p.Meta.Anchor
+	if a.Collection != s.desc.Collection || !s.desc.Owns(a.Bucket, a.Key) {
+		return Result{Err: kv.Errorf(kv.CodeUnavailable, "shard %d does not own the record of transaction %s; retry", s.desc.ShardID, p.Meta.ID)}, nil
+	}
+	rec, exists, err := ReadTxnRecord(b, &p.Meta)
+	if err != nil {
+		return Result{}, err
+	}
+	if rec.Status == txn.Aborted {
+		return Result{Err: aborted("transaction %s was aborted: %s", p.Meta.ID, rec.Reason)}, nil
+	}
+	if rec.Status == txn.Committed {
+		return Result{Version: rec.CommitTS, Txn: &TxnResult{ID: p.Meta.ID, Status: txn.Committed, CommitTS: rec.CommitTS}}, nil
+	}
+	if p.Deadline != 0 && version > p.Deadline {
+		return Result{Err: aborted("transaction %s ran past its deadline", p.Meta.ID)}, nil
+	}
+	for i := range p.Writes {
+		op := &p.Writes[i]
+		cur, _, found, err := s.latest(b, op.Key)
+		if err != nil {
+			return Result{}, err
+		}
+		if op.Type == OpDelete && !found {
+			continue
+		}
+		var oldTags []string
+		if found {
+			oldTags = cur.Tags
+		}
+		if err := s.writeVersion(b, op.Key, op.Bucket, version, op.Type == OpDelete, op.Tags, op.Value, oldTags); err != nil {
+			return Result{}, err
+		}
+	}
+	if exists || p.Record {
+		// The record was written (a heartbeat), or victims wait for it:
+		// leave it COMMITTED, so that a late wound finds it so.
+		rec = txn.Record{Status: txn.Committed, CommitTS: version, Heartbeat: rec.Heartbeat}
+		if err := b.Set(storage.TxnRecordKey(a.Collection, a.Key, p.Meta.ID), txn.EncodeRecord(rec, a.Bucket), nil); err != nil {
+			return Result{}, err
+		}
+	}
+	if err := s.setMaxVersion(b, version); err != nil {
+		return Result{}, err
+	}
+	return Result{Version: version, Txn: &TxnResult{ID: p.Meta.ID, Status: txn.Committed, CommitTS: version}}, nil
+}
+
+func (s *Shard) applyTxnResolve(b *pebble.Batch, version uint64, r *TxnResolveCmd) (Result, error) {
+	if err := s.checkVersion(version); err != nil {
+		return Result{Err: err}, nil
+	}
+	coll := s.desc.Collection
+	keys := r.Keys
+	if _, ok := s.txns.prepared[r.ID]; ok {
+		// Resolve every intent the transaction prepared here, not only the
+		// keys named: its prepared entry and its locks go with this
+		// resolve.
+		v, closer, err := b.Get(storage.ShardStateKey(s.desc.ShardID, statePrepared+r.ID))
+		if err != nil {
+			return Result{}, fmt.Errorf("shard %d: prepared entry of %s: %w", s.desc.ShardID, r.ID, err)
+		}
+		var e preparedEntry
+		err = json.Unmarshal(v, &e)
+		closer.Close()
+		if err != nil {
+			return Result{}, fmt.Errorf("shard %d: corrupt prepared entry of %s: %w", s.desc.ShardID, r.ID, err)
+		}
+		for _, w := range e.Writes {
+			keys = append(keys, TxnKey{Key: w.Key})
+		}
+	}
+	for _, k := range keys {
+		in, ok, err := ReadIntent(b, coll, k.Key)
+		if err != nil {
+			return Result{}, err
+		}
+		if !ok || in.Meta.ID != r.ID {
+			continue // resolved before
+		}
+		if !s.desc.Owns(in.Bucket, k.Key) {
+			continue // another shard resolves it
+		}
+		if r.Commit {
+			cur, curVersion, found, err := s.latest(b, k.Key)
+			if err != nil {
+				return Result{}, err
+			}
+			// A version at or above the commit means this intent's write
+			// landed before (a duplicate intent) or was superseded:
+			// writing it again would move the key back.
+			if curVersion < r.CommitTS && !(in.Delete && !found) {
+				var oldTags []string
+				if found {
+					oldTags = cur.Tags
+				}
+				if err := s.writeVersion(b, k.Key, in.Bucket, r.CommitTS, in.Delete, in.Tags, in.Value, oldTags); err != nil {
+					return Result{}, err
+				}
+			}
+		}
+		if err := b.Delete(storage.IntentKey(nil, coll, k.Key), nil); err != nil {
+			return Result{}, err
+		}
+	}
+	if _, ok := s.txns.prepared[r.ID]; ok {
+		if err := b.Delete(storage.ShardStateKey(s.desc.ShardID, statePrepared+r.ID), nil); err != nil {
+			return Result{}, err
+		}
+		delete(s.txns.prepared, r.ID)
+		// Published by Committed, once the batch holding the resolved
+		// versions is visible: until then a reader of the resolved
+		// timestamp must not pass them.
+		s.txns.stale = true
+	}
+	if err := s.setMaxVersion(b, version); err != nil {
+		return Result{}, err
+	}
+	st := txn.Aborted
+	if r.Commit {
+		st = txn.Committed
+	}
+	return Result{Version: version, Txn: &TxnResult{ID: r.ID, Status: st, CommitTS: r.CommitTS}}, nil
+}
+
+// TxnCommandID returns the transaction a prepare or resolve command names
+// ("" for other commands), so that the leader can update its lock table
+// when it applies.
+func TxnCommandID(cmd []byte) (id string, kind CommandKind) {
+	if len(cmd) < 9 {
+		return "", 0
+	}
+	kind = CommandKind(cmd[0])
+	if kind != KindTxnPrepare && kind != KindTxnResolve {
+		return "", kind
+	}
+	c, err := DecodeCommand(cmd)
+	if err != nil {
+		return "", kind
+	}
+	if c.TxnPrepare != nil {
+		return c.TxnPrepare.Meta.ID, kind
+	}
+	return c.TxnResolve.ID, kind
+}

@@ -1,0 +1,417 @@
+package groupkv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/groupkv/groupkv/internal/kv"
+)
+
+// Transactions.
+//
+// DB.Transact runs a function in a transaction and retries it until it
+// commits:
+//
+//	err := db.Transact(ctx, func(tx *groupkv.Tx) error {
+//		rec, err := tx.Get(ctx, groupkv.GetRequest{Collection: "accounts", Key: []byte("a")})
+//		if err != nil {
+//			return err // ErrNotFound when absent; a txn_aborted error is retried
+//		}
+//		...
+//		return tx.Put(ctx, groupkv.PutRequest{Collection: "accounts", Key: []byte("b"), Value: v})
+//	})
+//
+// DB.Exec runs a one-shot compare-and-operate transaction in one call.
+
+// Shared transaction types; see their documentation in the kv package.
+type (
+	Isolation   = kv.Isolation
+	Compare     = kv.Compare
+	TxnOp       = kv.TxnOp
+	TxnOpResult = kv.TxnOpResult
+	ExecRequest = kv.ExecRequest
+	ExecResult  = kv.ExecResult
+)
+
+// Isolation levels.
+const (
+	// Serializable is strict serializability, the default. A retried
+	// serializable transaction keeps its priority and commits in the end.
+	Serializable = kv.IsolationSerializable
+	// Snapshot reads at the transaction's start without read locks; of two
+	// concurrent transactions writing one key the first to commit wins.
+	// Transact retries the loser too, but a snapshot transaction is not
+	// promised to commit in the end: bound it with the context.
+	Snapshot = kv.IsolationSnapshot
+)
+
+// Operations of a one-shot transaction (TxnOp.Op).
+const (
+	TxnOpGet    = kv.TxnOpGet
+	TxnOpPut    = kv.TxnOpPut
+	TxnOpDelete = kv.TxnOpDelete
+)
+
+// TxnOption configures Transact.
+type TxnOption func(*kv.TxnOptions)
+
+// WithIsolation sets the isolation level, Serializable by default.
+func WithIsolation(iso Isolation) TxnOption {
+	return func(o *kv.TxnOptions) { o.Isolation = iso }
+}
+
+// ReadOnly makes a transaction that reads at a snapshot and takes no locks;
+// a write in it fails with ErrInvalidArgument.
+func ReadOnly() TxnOption {
+	return func(o *kv.TxnOptions) { o.ReadOnly = true }
+}
+
+// Errors of transactions.
+var (
+	// ErrTxnAborted matches the error of an operation of an attempt that
+	// was aborted (code txn_aborted). Transact retries such attempts; it
+	// reaches callers of Transact only through a *TxnContextError.
+	ErrTxnAborted = &kv.Error{Code: kv.CodeTxnAborted}
+	// ErrCommitUnknown matches an error whose operation may or may not
+	// have been applied (code commit_unknown), and every
+	// *CommitUnknownError.
+	ErrCommitUnknown = kv.ErrCommitUnknown
+	// ErrTxnEnded is the error of an operation on a Tx whose attempt is
+	// over: its function returned. Use the Tx of the current call.
+	ErrTxnEnded = kv.Errorf(kv.CodeInvalidArgument, "groupkv: the transaction attempt of this Tx is over: use the Tx passed to the current call of the function")
+)
+
+// TxnContextError is the error of a Transact whose context ended before
+// the transaction committed: nothing of it was applied. errors.Is(err,
+// context.Canceled) or context.DeadlineExceeded holds, as the context says.
+type TxnContextError struct {
+	// Txn is the id of the last attempt, aborted; "" if none began.
+	Txn string
+	// Attempts is the number of attempts begun.
+	Attempts int
+	// Err is the context's error.
+	Err error
+}
+
+func (e *TxnContextError) Error() string {
+	return fmt.Sprintf("groupkv: transaction abandoned after %d attempts, none committed: %v", e.Attempts, e.Err)
+}
+
+func (e *TxnContextError) Unwrap() error { return e.Err }
+
+// CommitUnknownError is the error of a Transact whose commit may or may not
+// have been applied: the server said so (code commit_unknown), or the
+// connection broke or the context ended while the commit was under way.
+// Transact does not retry it: the caller must find out, by reading what
+// the transaction wrote, before doing it again. errors.Is(err,
+// ErrCommitUnknown) holds, and errors.Is(err, context.Canceled) and
+// context.DeadlineExceeded do when the context ended.
+type CommitUnknownError struct {
+	// Txn is the id of the attempt whose commit is in doubt.
+	Txn string
+	// Err is the commit's error; its code is commit_unknown.
+	Err error
+}
+
+func (e *CommitUnknownError) Error() string {
+	return fmt.Sprintf("groupkv: the commit of transaction %s may or may not have been applied: %v", e.Txn, e.Err)
+}
+
+func (e *CommitUnknownError) Unwrap() error { return e.Err }
+
+// Tx is one attempt of a transaction, given to the function of Transact.
+// Its reads see its own writes; its writes are applied at commit, all or
+// none. A Tx is valid only during the call it was given to, and its
+// methods may be called from several goroutines.
+//
+// After an operation answers an error, the attempt's state is unknown to
+// the function: return that error (Transact decides whether to retry)
+// rather than go on. Once an operation answered ErrTxnAborted, every later
+// one answers it too without asking the server.
+type Tx struct {
+	b  kv.TxnBackend
+	id string
+
+	mu struct {
+		sync.Mutex
+		// aborted is the txn_aborted error an operation answered.
+		aborted error
+		// ended is set when the function returned.
+		ended bool
+		// ctxFailed is set when an operation failed after its context
+		// ended.
+		ctxFailed bool
+	}
+}
+
+// ID returns the id of the attempt.
+func (tx *Tx) ID() string { return tx.id }
+
+// begin checks that an operation may be sent.
+func (tx *Tx) begin() error {
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	switch {
+	case tx.mu.ended:
+		return ErrTxnEnded
+	case tx.mu.aborted != nil:
+		return tx.mu.aborted
+	}
+	return nil
+}
+
+// done notes the outcome of an operation.
+func (tx *Tx) done(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	if kv.CodeOf(err) == kv.CodeTxnAborted && tx.mu.aborted == nil {
+		tx.mu.aborted = err
+	}
+	if ctx.Err() != nil {
+		tx.mu.ctxFailed = true
+	}
+	return err
+}
+
+// Get reads a key as the transaction sees it, its own writes included. It
+// answers an ErrNotFound-coded error when the key is absent, as DB.Get
+// does. req.Version must be 0: a transaction reads at its own time.
+func (tx *Tx) Get(ctx context.Context, req GetRequest) (Record, error) {
+	if err := tx.begin(); err != nil {
+		return Record{}, err
+	}
+	if req.Version != 0 {
+		return Record{}, kv.Errorf(kv.CodeInvalidArgument, "a transaction reads at its own time: leave GetRequest.Version 0")
+	}
+	rec, found, err := tx.b.TxnGet(ctx, tx.id, kv.KeyRef{Collection: req.Collection, Key: req.Key})
+	if err = tx.done(ctx, err); err != nil {
+		return Record{}, err
+	}
+	if !found {
+		return Record{}, kv.Errorf(kv.CodeNotFound, "key %q of collection %q is absent", clipKey(req.Key), req.Collection)
+	}
+	return rec, nil
+}
+
+// Put writes a record in the transaction. req.IfVersion must be nil: read
+// the key in the transaction and compare instead.
+func (tx *Tx) Put(ctx context.Context, req PutRequest) error {
+	if err := tx.begin(); err != nil {
+		return err
+	}
+	if req.IfVersion != nil {
+		return kv.Errorf(kv.CodeInvalidArgument, "a transaction's put takes no IfVersion: read the key in the transaction and compare its version")
+	}
+	item := kv.PutItem{Collection: req.Collection, Key: req.Key, Value: req.Value, Tags: req.Tags}
+	return tx.done(ctx, tx.b.TxnPut(ctx, tx.id, item))
+}
+
+// Delete deletes a key in the transaction; deleting an absent key is no
+// error. req.IfVersion must be nil, as for Put.
+func (tx *Tx) Delete(ctx context.Context, req DeleteRequest) error {
+	if err := tx.begin(); err != nil {
+		return err
+	}
+	if req.IfVersion != nil {
+		return kv.Errorf(kv.CodeInvalidArgument, "a transaction's delete takes no IfVersion: read the key in the transaction and compare its version")
+	}
+	return tx.done(ctx, tx.b.TxnDelete(ctx, tx.id, kv.KeyRef{Collection: req.Collection, Key: req.Key}))
+}
+
+// Scan reads one page of a range as the transaction sees it. req.Version
+// must be 0.
+func (tx *Tx) Scan(ctx context.Context, req ScanRequest) (ScanResult, error) {
+	if err := tx.begin(); err != nil {
+		return ScanResult{}, err
+	}
+	if req.Version != 0 {
+		return ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "a transaction reads at its own time: leave ScanRequest.Version 0")
+	}
+	res, err := tx.b.TxnScan(ctx, tx.id, req)
+	return res, tx.done(ctx, err)
+}
+
+// GetByTags reads one page of the records carrying the tags, as the
+// transaction sees them. q.Version must be 0.
+func (tx *Tx) GetByTags(ctx context.Context, q TagQuery) (ScanResult, error) {
+	if err := tx.begin(); err != nil {
+		return ScanResult{}, err
+	}
+	if q.Version != 0 {
+		return ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "a transaction reads at its own time: leave TagQuery.Version 0")
+	}
+	res, err := tx.b.TxnGetByTags(ctx, tx.id, q)
+	return res, tx.done(ctx, err)
+}
+
+// end closes the attempt to further operations and answers what its
+// operations saw.
+func (tx *Tx) end() (aborted error, ctxFailed bool) {
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	tx.mu.ended = true
+	return tx.mu.aborted, tx.mu.ctxFailed
+}
+
+// abortTimeout bounds the abort Transact sends for an attempt it gives up:
+// the abort only frees locks early (the server expires them anyway), so it
+// is not worth holding the caller up for long.
+const abortTimeout = 5 * time.Second
+
+// transact runs fn in attempts of one transaction on b until one commits;
+// see DB.Transact.
+func transact(ctx context.Context, b kv.TxnBackend, fn func(*Tx) error, opts []TxnOption) error {
+	var o kv.TxnOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.Isolation == "" {
+		o.Isolation = kv.IsolationSerializable
+	}
+	attempts := 0
+	retryOf := ""
+	ctxErr := func() error {
+		return &TxnContextError{Txn: retryOf, Attempts: attempts, Err: ctx.Err()}
+	}
+	for {
+		if ctx.Err() != nil {
+			return ctxErr()
+		}
+		if attempts > 0 {
+			t := time.NewTimer(txnBackoff(attempts))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctxErr()
+			case <-t.C:
+			}
+		}
+		begin := o
+		begin.RetryOf = retryOf
+		id, err := b.BeginTxn(ctx, begin)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctxErr()
+			}
+			return err
+		}
+		attempts++
+		tx := &Tx{b: b, id: id}
+		ferr := runAttempt(ctx, tx, fn)
+		aborted, ctxFailed := tx.end()
+		switch {
+		case aborted != nil && ctx.Err() == nil:
+			// An operation answered txn_aborted: whatever fn made of it,
+			// the attempt is over; run fn again in a new one.
+			retryOf = id
+			continue
+		case ctx.Err() != nil && (ferr == nil || aborted != nil || ctxFailed || isContextError(ferr)):
+			retryOf = id
+			if aborted == nil {
+				abortAttempt(ctx, b, id)
+			}
+			return ctxErr()
+		case ferr != nil:
+			abortAttempt(ctx, b, id)
+			return ferr
+		}
+		_, err = b.CommitTxn(ctx, id)
+		switch {
+		case err == nil:
+			return nil
+		case kv.CodeOf(err) == kv.CodeTxnAborted:
+			retryOf = id
+			if ctx.Err() != nil {
+				return ctxErr()
+			}
+			continue
+		case kv.CodeOf(err) == kv.CodeCommitUnknown:
+			return &CommitUnknownError{Txn: id, Err: err}
+		case ctx.Err() != nil || isContextError(err):
+			// The commit may have been applied before the context ended.
+			return &CommitUnknownError{Txn: id, Err: fmt.Errorf("%w: %w",
+				kv.Errorf(kv.CodeCommitUnknown, "the context ended while the commit was under way"), err)}
+		default:
+			// The commit was refused (unavailable: not performed, or
+			// invalid): the attempt is given up.
+			abortAttempt(ctx, b, id)
+			return err
+		}
+	}
+}
+
+// runAttempt runs fn in tx. If fn panics, the attempt is aborted before
+// the panic goes on, so that its locks are not held until they expire.
+func runAttempt(ctx context.Context, tx *Tx, fn func(*Tx) error) (err error) {
+	completed := false
+	defer func() {
+		if !completed {
+			tx.end()
+			abortAttempt(ctx, tx.b, tx.id)
+		}
+	}()
+	err = fn(tx)
+	completed = true
+	return err
+}
+
+// isContextError reports whether err is a context's error.
+func isContextError(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// abortAttempt aborts attempt id, best effort, even after ctx ended.
+func abortAttempt(ctx context.Context, b kv.TxnBackend, id string) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
+	defer cancel()
+	_ = b.AbortTxn(actx, id) // a failed abort leaves locks to expire
+}
+
+// Backoff between the attempts of a transaction: the first retry waits
+// about txnBackoffMin, each next one twice as long, up to txnBackoffMax,
+// each wait drawn from [d/2, d) so that transactions that aborted each
+// other do not meet again in step. Wound-wait makes the retried attempt
+// win against younger ones, so waits stay short.
+const (
+	txnBackoffMin = 2 * time.Millisecond
+	txnBackoffMax = 100 * time.Millisecond
+)
+
+// txnBackoff returns the wait before attempt n+1, n >= 1.
+func txnBackoff(n int) time.Duration {
+	d := txnBackoffMax
+	if n < 16 {
+		d = min(txnBackoffMin<<(n-1), txnBackoffMax)
+	}
+	return d/2 + rand.N(d/2)
+}
+
+// execTxn runs a one-shot transaction on b; see DB.Exec.
+func execTxn(ctx context.Context, b kv.TxnBackend, req ExecRequest) (ExecResult, error) {
+	return b.ExecTxn(ctx, req)
+}
+
+// clipKey shortens a key for a message.
+func clipKey(k []byte) string {
+	const max = 200
+	if len(k) <= max {
+		return string(k)
+	}
+	return string(k[:max]) + "..."
+}
+
+// txnBackendOf returns the kv.TxnBackend of b; a backend without
+// transactions (none of groupkv's) answers unimplemented.
+func txnBackendOf(b kv.Backend) (kv.TxnBackend, error) {
+	if tb, ok := b.(kv.TxnBackend); ok {
+		return tb, nil
+	}
+	return nil, kv.Errorf(kv.CodeUnimplemented, "this node does not serve transactions")
+}

@@ -1,0 +1,785 @@
+package groupkv
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/groupkv/groupkv/internal/api"
+	"github.com/groupkv/groupkv/internal/kv"
+)
+
+// These tests run Transact and Exec against txnFake, an in-memory
+// kv.TxnBackend that records its calls and fails where a test tells it
+// to, through both DBs: embedded (the fake called directly) and remote (a
+// Dial'ed DB talking to the api HTTP handler over the fake on 127.0.0.1).
+
+// txnFake is a kv.Backend (whose plain methods panic: the embedded
+// interface is nil) and a kv.TxnBackend with a committed map of records.
+// Attempts buffer their writes and apply them at commit, at one new
+// version; reads see the attempt's own writes.
+type txnFake struct {
+	kv.Backend
+
+	mu       sync.Mutex
+	calls    []fakeCall
+	data     map[string]kv.Record // by fakeKey
+	version  uint64
+	attempts map[string]*fakeAttempt
+	begun    int
+	// fail, when set, is asked before every call: a non-nil error is
+	// answered instead of doing it. n is the number of the attempt the
+	// call belongs to (1 for the first BeginTxn), 0 for ExecTxn.
+	fail    func(method string, n int) error
+	execRes kv.ExecResult
+}
+
+type fakeCall struct {
+	method string
+	txn    string
+	arg    any
+}
+
+type fakeAttempt struct {
+	n      int
+	opts   kv.TxnOptions
+	writes map[string]*kv.Record // nil record: deleted
+	done   bool
+}
+
+var _ kv.TxnBackend = (*txnFake)(nil)
+
+func newTxnFake() *txnFake {
+	return &txnFake{data: map[string]kv.Record{}, attempts: map[string]*fakeAttempt{}}
+}
+
+func fakeKey(coll string, key []byte) string { return coll + "\x00" + string(key) }
+
+// enter records a call and answers the attempt it names and the error to
+// answer, if any. f.mu is held on return.
+func (f *txnFake) enter(method, txn string, arg any) (*fakeAttempt, error) {
+	f.mu.Lock()
+	f.calls = append(f.calls, fakeCall{method, txn, arg})
+	a := f.attempts[txn]
+	n := 0
+	if a != nil {
+		n = a.n
+	} else if method == "BeginTxn" {
+		n = f.begun + 1
+	}
+	if f.fail != nil {
+		if err := f.fail(method, n); err != nil {
+			return a, err
+		}
+	}
+	if method != "BeginTxn" && method != "ExecTxn" && method != "AbortTxn" {
+		if a == nil || a.done {
+			return a, kv.Errorf(kv.CodeTxnAborted, "transaction %s is not running", txn)
+		}
+	}
+	return a, nil
+}
+
+// callsOf returns the calls of method, in order.
+func (f *txnFake) callsOf(method string) []fakeCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []fakeCall
+	for _, c := range f.calls {
+		if c.method == method {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (f *txnFake) BeginTxn(_ context.Context, opts kv.TxnOptions) (string, error) {
+	_, err := f.enter("BeginTxn", "", opts)
+	defer f.mu.Unlock()
+	if err != nil {
+		return "", err
+	}
+	f.begun++
+	id := fmt.Sprintf("t%d", f.begun)
+	f.attempts[id] = &fakeAttempt{n: f.begun, opts: opts, writes: map[string]*kv.Record{}}
+	return id, nil
+}
+
+func (f *txnFake) TxnGet(_ context.Context, txn string, ref kv.KeyRef) (kv.Record, bool, error) {
+	a, err := f.enter("TxnGet", txn, ref)
+	defer f.mu.Unlock()
+	if err != nil {
+		return kv.Record{}, false, err
+	}
+	k := fakeKey(ref.Collection, ref.Key)
+	if w, ok := a.writes[k]; ok {
+		if w == nil {
+			return kv.Record{}, false, nil
+		}
+		return *w, true, nil
+	}
+	rec, ok := f.data[k]
+	return rec, ok, nil
+}
+
+func (f *txnFake) TxnPut(_ context.Context, txn string, item kv.PutItem) error {
+	a, err := f.enter("TxnPut", txn, item)
+	defer f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if a.opts.ReadOnly {
+		return kv.Errorf(kv.CodeInvalidArgument, "read-only")
+	}
+	a.writes[fakeKey(item.Collection, item.Key)] = &kv.Record{Key: item.Key, Value: item.Value, Tags: item.Tags}
+	return nil
+}
+
+func (f *txnFake) TxnDelete(_ context.Context, txn string, ref kv.KeyRef) error {
+	a, err := f.enter("TxnDelete", txn, ref)
+	defer f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	a.writes[fakeKey(ref.Collection, ref.Key)] = nil
+	return nil
+}
+
+// page answers the committed records of coll that pass keep, in key
+// order, all on one page.
+func (f *txnFake) page(coll string, keep func(kv.Record) bool) kv.ScanResult {
+	res := kv.ScanResult{Items: []kv.Record{}, Version: f.version}
+	for k, rec := range f.data {
+		if strings.HasPrefix(k, coll+"\x00") && keep(rec) {
+			res.Items = append(res.Items, rec)
+		}
+	}
+	sort.Slice(res.Items, func(i, j int) bool { return bytes.Compare(res.Items[i].Key, res.Items[j].Key) < 0 })
+	return res
+}
+
+func (f *txnFake) TxnScan(_ context.Context, txn string, req kv.ScanRequest) (kv.ScanResult, error) {
+	_, err := f.enter("TxnScan", txn, req)
+	defer f.mu.Unlock()
+	if err != nil {
+		return kv.ScanResult{}, err
+	}
+	return f.page(req.Collection, func(r kv.Record) bool {
+		return bytes.Compare(r.Key, req.Start) >= 0 && (len(req.End) == 0 || bytes.Compare(r.Key, req.End) < 0)
+	}), nil
+}
+
+func (f *txnFake) TxnGetByTags(_ context.Context, txn string, q kv.TagQuery) (kv.ScanResult, error) {
+	_, err := f.enter("TxnGetByTags", txn, q)
+	defer f.mu.Unlock()
+	if err != nil {
+		return kv.ScanResult{}, err
+	}
+	return f.page(q.Collection, func(r kv.Record) bool {
+		for _, t := range r.Tags {
+			for _, want := range append(append([]string{}, q.All...), q.Any...) {
+				if t == want {
+					return true
+				}
+			}
+		}
+		return false
+	}), nil
+}
+
+func (f *txnFake) CommitTxn(_ context.Context, txn string) (uint64, error) {
+	a, err := f.enter("CommitTxn", txn, nil)
+	defer f.mu.Unlock()
+	if a != nil {
+		a.done = true
+	}
+	if err != nil {
+		return 0, err
+	}
+	f.version++
+	for k, w := range a.writes {
+		if w == nil {
+			delete(f.data, k)
+			continue
+		}
+		rec := *w
+		rec.Version = f.version
+		f.data[k] = rec
+	}
+	return f.version, nil
+}
+
+func (f *txnFake) AbortTxn(_ context.Context, txn string) error {
+	a, err := f.enter("AbortTxn", txn, nil)
+	defer f.mu.Unlock()
+	if a != nil {
+		a.done = true
+	}
+	return err
+}
+
+func (f *txnFake) ExecTxn(_ context.Context, req kv.ExecRequest) (kv.ExecResult, error) {
+	_, err := f.enter("ExecTxn", "", req)
+	defer f.mu.Unlock()
+	if err != nil {
+		return kv.ExecResult{}, err
+	}
+	return f.execRes, nil
+}
+
+// record answers the committed record of coll and key.
+func (f *txnFake) record(coll, key string) (kv.Record, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rec, ok := f.data[fakeKey(coll, []byte(key))]
+	return rec, ok
+}
+
+// dbKinds are the two DBs a test runs against, over a backend.
+var dbKinds = []struct {
+	name string
+	open func(t *testing.T, b kv.Backend) DB
+}{
+	{"embedded", func(t *testing.T, b kv.Backend) DB {
+		return embedded{Backend: b, close: func() error { return nil }}
+	}},
+	{"remote", func(t *testing.T, b kv.Backend) DB {
+		addr := serveHTTP(t, api.NewHTTPHandler(b, api.HTTPConfig{}), nil)
+		return dialTest(t, addr)
+	}},
+}
+
+// serveHTTP serves h on a port of 127.0.0.1 until the test ends and
+// answers its address; conns, when not nil, counts the connections.
+func serveHTTP(t *testing.T, h http.Handler, conns *atomic.Int64) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	if conns != nil {
+		srv.ConnState = func(_ net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				conns.Add(1)
+			}
+		}
+	}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return l.Addr().String()
+}
+
+func dialTest(t *testing.T, addr string) DB {
+	t.Helper()
+	db, err := Dial(addr, WithoutShardRouting())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func forEachDB(t *testing.T, test func(t *testing.T, f *txnFake, db DB)) {
+	for _, k := range dbKinds {
+		t.Run(k.name, func(t *testing.T) {
+			f := newTxnFake()
+			test(t, f, k.open(t, f))
+		})
+	}
+}
+
+func TestTransactCommits(t *testing.T) {
+	forEachDB(t, func(t *testing.T, f *txnFake, db DB) {
+		ctx := context.Background()
+		bin := []byte{0xff, 0x00, 0xfe}
+		err := db.Transact(ctx, func(tx *Tx) error {
+			if _, err := tx.Get(ctx, GetRequest{Collection: "c", Key: []byte("a")}); !errors.Is(err, ErrNotFound) {
+				return fmt.Errorf("get of an absent key: %v, want ErrNotFound", err)
+			}
+			if err := tx.Put(ctx, PutRequest{Collection: "c", Key: []byte("a"), Value: []byte("1"), Tags: []string{"t", "u"}}); err != nil {
+				return err
+			}
+			if err := tx.Put(ctx, PutRequest{Collection: "c", Key: bin, Value: bin}); err != nil {
+				return err
+			}
+			rec, err := tx.Get(ctx, GetRequest{Collection: "c", Key: bin})
+			if err != nil || !bytes.Equal(rec.Value, bin) || !bytes.Equal(rec.Key, bin) {
+				return fmt.Errorf("own write read back as %+v, %v", rec, err)
+			}
+			return tx.Delete(ctx, DeleteRequest{Collection: "c", Key: []byte("gone")})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec, ok := f.record("c", "a"); !ok || string(rec.Value) != "1" || !reflect.DeepEqual(rec.Tags, []string{"t", "u"}) || rec.Version != 1 {
+			t.Fatalf("committed a = %+v %v", rec, ok)
+		}
+		if rec, ok := f.record("c", string(bin)); !ok || !bytes.Equal(rec.Value, bin) {
+			t.Fatalf("committed binary record = %+v %v", rec, ok)
+		}
+		begins := f.callsOf("BeginTxn")
+		if len(begins) != 1 || !reflect.DeepEqual(begins[0].arg, kv.TxnOptions{Isolation: kv.IsolationSerializable}) {
+			t.Fatalf("begins %+v", begins)
+		}
+		wantPuts := []fakeCall{
+			{"TxnPut", "t1", kv.PutItem{Collection: "c", Key: []byte("a"), Value: []byte("1"), Tags: []string{"t", "u"}}},
+			{"TxnPut", "t1", kv.PutItem{Collection: "c", Key: bin, Value: bin}},
+		}
+		if got := f.callsOf("TxnPut"); !reflect.DeepEqual(got, wantPuts) {
+			t.Fatalf("puts\n got %#v\nwant %#v", got, wantPuts)
+		}
+		if got := f.callsOf("TxnDelete"); !reflect.DeepEqual(got, []fakeCall{{"TxnDelete", "t1", kv.KeyRef{Collection: "c", Key: []byte("gone")}}}) {
+			t.Fatalf("deletes %#v", got)
+		}
+		if got := f.callsOf("CommitTxn"); len(got) != 1 || got[0].txn != "t1" {
+			t.Fatalf("commits %+v", got)
+		}
+		if got := f.callsOf("AbortTxn"); len(got) != 0 {
+			t.Fatalf("a committed transaction was aborted: %+v", got)
+		}
+
+		// Reads of ranges and tags in a read-only snapshot transaction.
+		var scan, tagged ScanResult
+		err = db.Transact(ctx, func(tx *Tx) error {
+			var err error
+			if scan, err = tx.Scan(ctx, ScanRequest{Collection: "c", Start: []byte("a"), End: []byte{0xff, 0xff}, Limit: 5, Reverse: true, Page: "p"}); err != nil {
+				return err
+			}
+			tagged, err = tx.GetByTags(ctx, TagQuery{Collection: "c", Any: []string{"u"}, Limit: 3})
+			return err
+		}, WithIsolation(Snapshot), ReadOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(scan.Items) != 2 || string(scan.Items[0].Key) != "a" || !bytes.Equal(scan.Items[1].Value, bin) || scan.Version != 1 {
+			t.Fatalf("scan %+v", scan)
+		}
+		if len(tagged.Items) != 1 || string(tagged.Items[0].Key) != "a" || !reflect.DeepEqual(tagged.Items[0].Tags, []string{"t", "u"}) {
+			t.Fatalf("tag query %+v", tagged)
+		}
+		begins = f.callsOf("BeginTxn")
+		if !reflect.DeepEqual(begins[1].arg, kv.TxnOptions{Isolation: kv.IsolationSnapshot, ReadOnly: true}) {
+			t.Fatalf("begin of the read-only snapshot transaction: %+v", begins[1].arg)
+		}
+		wantScan := kv.ScanRequest{Collection: "c", Start: []byte("a"), End: []byte{0xff, 0xff}, Limit: 5, Reverse: true, Page: "p"}
+		if got := f.callsOf("TxnScan"); !reflect.DeepEqual(got, []fakeCall{{"TxnScan", "t2", wantScan}}) {
+			t.Fatalf("scans %#v", got)
+		}
+		if got := f.callsOf("TxnGetByTags"); !reflect.DeepEqual(got, []fakeCall{{"TxnGetByTags", "t2", kv.TagQuery{Collection: "c", Any: []string{"u"}, Limit: 3}}}) {
+			t.Fatalf("tag queries %#v", got)
+		}
+
+		// A write in a read-only transaction fails; fn's error comes back.
+		err = db.Transact(ctx, func(tx *Tx) error {
+			return tx.Put(ctx, PutRequest{Collection: "c", Key: []byte("x"), Value: []byte("1")})
+		}, ReadOnly())
+		if kv.CodeOf(err) != kv.CodeInvalidArgument {
+			t.Fatalf("write in a read-only transaction: %v", err)
+		}
+	})
+}
+
+// TestTransactRetries checks that an attempt aborted by an operation or by
+// its commit is run again in a new attempt that names the aborted one, so
+// it keeps its priority, with the same options.
+func TestTransactRetries(t *testing.T) {
+	forEachDB(t, func(t *testing.T, f *txnFake, db DB) {
+		ctx := context.Background()
+		aborted := kv.Errorf(kv.CodeTxnAborted, "wounded by an older transaction")
+		f.fail = func(method string, n int) error {
+			switch {
+			case method == "TxnGet" && n == 1, // fn returns it
+				method == "TxnPut" && n == 2, // fn wraps it
+				method == "TxnGet" && n == 3, // fn swallows it
+				method == "CommitTxn" && n == 4:
+				return aborted
+			}
+			return nil
+		}
+		runs := 0
+		err := db.Transact(ctx, func(tx *Tx) error {
+			runs++
+			_, err := tx.Get(ctx, GetRequest{Collection: "c", Key: []byte("k")})
+			switch {
+			case runs == 3 && !errors.Is(err, ErrTxnAborted):
+				return fmt.Errorf("run 3: get answered %v, want ErrTxnAborted", err)
+			case runs == 3:
+				// Swallowed: later operations answer it again at once.
+				if err := tx.Put(ctx, PutRequest{Collection: "c", Key: []byte("k"), Value: []byte("v")}); !errors.Is(err, ErrTxnAborted) {
+					return fmt.Errorf("put after an aborted get: %v", err)
+				}
+				return nil
+			case err != nil && !errors.Is(err, ErrNotFound):
+				return err
+			}
+			if err := tx.Put(ctx, PutRequest{Collection: "c", Key: []byte("k"), Value: []byte(fmt.Sprint(runs))}); err != nil {
+				return fmt.Errorf("put: %w", err)
+			}
+			return nil
+		}, WithIsolation(Snapshot))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if runs != 5 {
+			t.Fatalf("fn ran %d times, want 5", runs)
+		}
+		var retryOf []string
+		for _, c := range f.callsOf("BeginTxn") {
+			opts := c.arg.(kv.TxnOptions)
+			if opts.Isolation != kv.IsolationSnapshot || opts.ReadOnly {
+				t.Fatalf("attempt options %+v", opts)
+			}
+			retryOf = append(retryOf, opts.RetryOf)
+		}
+		if want := []string{"", "t1", "t2", "t3", "t4"}; !reflect.DeepEqual(retryOf, want) {
+			t.Fatalf("retry_of of the attempts %q, want %q", retryOf, want)
+		}
+		if rec, _ := f.record("c", "k"); string(rec.Value) != "5" {
+			t.Fatalf("committed %+v, want the fifth run's write", rec)
+		}
+		if got := f.callsOf("AbortTxn"); len(got) != 0 {
+			t.Fatalf("aborted attempts were aborted again: %+v", got)
+		}
+		if got := f.callsOf("TxnPut"); len(got) != 3 { // runs 2, 4 and 5; run 3's put was not sent
+			t.Fatalf("puts sent: %+v", got)
+		}
+	})
+}
+
+func TestTransactBackoff(t *testing.T) {
+	for n := 1; n < 40; n++ {
+		d := txnBackoff(n)
+		hi := min(txnBackoffMin<<min(n-1, 20), txnBackoffMax)
+		if d < hi/2 || d >= hi {
+			t.Fatalf("backoff %d = %v, want in [%v, %v)", n, d, hi/2, hi)
+		}
+	}
+}
+
+var errMine = errors.New("mine")
+
+// TestTransactFnError checks that fn's own error comes back untouched after
+// the attempt is aborted, and is not retried.
+func TestTransactFnError(t *testing.T) {
+	forEachDB(t, func(t *testing.T, f *txnFake, db DB) {
+		ctx := context.Background()
+		var kept *Tx
+		err := db.Transact(ctx, func(tx *Tx) error {
+			kept = tx
+			if err := tx.Put(ctx, PutRequest{Collection: "c", Key: []byte("k"), Value: []byte("v")}); err != nil {
+				return err
+			}
+			return errMine
+		})
+		if err != errMine {
+			t.Fatalf("Transact = %v, want fn's error itself", err)
+		}
+		if got := f.callsOf("AbortTxn"); len(got) != 1 || got[0].txn != "t1" {
+			t.Fatalf("aborts %+v", got)
+		}
+		if n := len(f.callsOf("CommitTxn")) + len(f.callsOf("BeginTxn")); n != 1 {
+			t.Fatalf("%d begins and commits, want the one begin", n)
+		}
+		if _, ok := f.record("c", "k"); ok {
+			t.Fatal("the write of a failed transaction was applied")
+		}
+		// The Tx of a finished call refuses to work.
+		if _, err := kept.Get(ctx, GetRequest{Collection: "c", Key: []byte("k")}); err != ErrTxnEnded {
+			t.Fatalf("get on a finished Tx: %v", err)
+		}
+		// An error of the server that is not an abort is fn's to return.
+		f.fail = func(method string, n int) error {
+			if method == "TxnGet" {
+				return kv.Errorf(kv.CodeCollectionNotFound, "no collection c")
+			}
+			return nil
+		}
+		err = db.Transact(ctx, func(tx *Tx) error {
+			_, err := tx.Get(ctx, GetRequest{Collection: "c", Key: []byte("k")})
+			return err
+		})
+		if !errors.Is(err, ErrCollectionNotFound) || len(f.callsOf("BeginTxn")) != 2 {
+			t.Fatalf("Transact = %v after %d begins", err, len(f.callsOf("BeginTxn")))
+		}
+	})
+}
+
+func TestTransactContext(t *testing.T) {
+	forEachDB(t, func(t *testing.T, f *txnFake, db DB) {
+		// Canceled inside fn: the attempt is aborted, nothing committed.
+		ctx, cancel := context.WithCancel(context.Background())
+		err := db.Transact(ctx, func(tx *Tx) error {
+			if err := tx.Put(ctx, PutRequest{Collection: "c", Key: []byte("k"), Value: []byte("v")}); err != nil {
+				return err
+			}
+			cancel()
+			_, err := tx.Get(ctx, GetRequest{Collection: "c", Key: []byte("k")})
+			return err
+		})
+		var ce *TxnContextError
+		if !errors.As(err, &ce) || !errors.Is(err, context.Canceled) || ce.Txn != "t1" || ce.Attempts != 1 {
+			t.Fatalf("Transact = %#v, want a *TxnContextError matching context.Canceled", err)
+		}
+		if got := f.callsOf("AbortTxn"); len(got) != 1 || got[0].txn != "t1" {
+			t.Fatalf("aborts %+v", got)
+		}
+		if len(f.callsOf("CommitTxn")) != 0 {
+			t.Fatal("a canceled transaction was committed")
+		}
+
+		// fn returns nil after the context ended: no commit either.
+		ctx, cancel = context.WithCancel(context.Background())
+		err = db.Transact(ctx, func(tx *Tx) error { cancel(); return nil })
+		if !errors.As(err, &ce) || !errors.Is(err, context.Canceled) || len(f.callsOf("CommitTxn")) != 0 {
+			t.Fatalf("Transact = %v, %d commits", err, len(f.callsOf("CommitTxn")))
+		}
+
+		// Aborted until the deadline: retried meanwhile, then a
+		// *TxnContextError matching context.DeadlineExceeded. The deadline
+		// passes while the next attempt begins, so that it cannot fall in
+		// the middle of a commit (whose outcome would be unknown).
+		ctx, cancel = context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		begins := len(f.callsOf("BeginTxn"))
+		f.fail = func(method string, n int) error {
+			switch {
+			case method == "CommitTxn":
+				return kv.Errorf(kv.CodeTxnAborted, "lost again")
+			case method == "BeginTxn" && n == begins+5:
+				deadline, _ := ctx.Deadline()
+				time.Sleep(time.Until(deadline) + 10*time.Millisecond)
+			}
+			return nil
+		}
+		err = db.Transact(ctx, func(tx *Tx) error { return nil })
+		if !errors.As(err, &ce) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Transact = %v, want a *TxnContextError matching context.DeadlineExceeded", err)
+		}
+		if n := len(f.callsOf("BeginTxn")) - begins; n != 5 || ce.Attempts < 4 || ce.Txn != fmt.Sprintf("t%d", begins+4) && ce.Txn != fmt.Sprintf("t%d", begins+5) {
+			t.Fatalf("%d attempts begun, the error says %d and %q", n, ce.Attempts, ce.Txn)
+		}
+		if CodeOf(err) != kv.CodeUnavailable {
+			t.Fatalf("code of a context error %q", CodeOf(err))
+		}
+
+		// A context that ended before Transact: no attempt at all.
+		begins = len(f.callsOf("BeginTxn"))
+		err = db.Transact(ctx, func(tx *Tx) error { t.Fatal("fn ran"); return nil })
+		if !errors.As(err, &ce) || ce.Attempts != 0 || len(f.callsOf("BeginTxn")) != begins {
+			t.Fatalf("Transact on an ended context = %v", err)
+		}
+	})
+}
+
+// TestTransactCommitUnknown checks that a commit of unknown outcome comes
+// back as a *CommitUnknownError and is never retried.
+func TestTransactCommitUnknown(t *testing.T) {
+	forEachDB(t, func(t *testing.T, f *txnFake, db DB) {
+		f.fail = func(method string, n int) error {
+			if method == "CommitTxn" {
+				return kv.Errorf(kv.CodeCommitUnknown, "the coordinator lost its lease")
+			}
+			return nil
+		}
+		err := db.Transact(context.Background(), func(tx *Tx) error { return nil })
+		var cu *CommitUnknownError
+		if !errors.As(err, &cu) || !errors.Is(err, ErrCommitUnknown) || cu.Txn != "t1" || CodeOf(err) != kv.CodeCommitUnknown {
+			t.Fatalf("Transact = %#v, want a *CommitUnknownError", err)
+		}
+		if !strings.Contains(err.Error(), "lost its lease") {
+			t.Errorf("error %q lost the server's message", err)
+		}
+		if n := len(f.callsOf("BeginTxn")); n != 1 {
+			t.Fatalf("%d attempts, want 1", n)
+		}
+		if n := len(f.callsOf("AbortTxn")); n != 0 {
+			t.Fatalf("a commit in doubt was aborted")
+		}
+
+		// Refused, not in doubt: returned as it is.
+		f.fail = func(method string, n int) error {
+			if method == "CommitTxn" {
+				return kv.Errorf(kv.CodeUnavailable, "no leader")
+			}
+			return nil
+		}
+		err = db.Transact(context.Background(), func(tx *Tx) error { return nil })
+		if !errors.Is(err, ErrUnavailable) || errors.As(err, &cu) {
+			t.Fatalf("Transact = %v, want ErrUnavailable", err)
+		}
+	})
+}
+
+// TestTransactCommitConnectionLost checks that a remote commit whose
+// connection breaks after it was sent is a *CommitUnknownError.
+func TestTransactCommitConnectionLost(t *testing.T) {
+	f := newTxnFake()
+	h := api.NewHTTPHandler(f, api.HTTPConfig{})
+	addr := serveHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/commit") {
+			h.ServeHTTP(httptestDiscard{}, r) // the commit happens, its answer is lost
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		}
+		h.ServeHTTP(w, r)
+	}), nil)
+	db := dialTest(t, addr)
+	err := db.Transact(context.Background(), func(tx *Tx) error {
+		return tx.Put(context.Background(), PutRequest{Collection: "c", Key: []byte("k"), Value: []byte("v")})
+	})
+	var cu *CommitUnknownError
+	if !errors.As(err, &cu) || !errors.Is(err, ErrCommitUnknown) {
+		t.Fatalf("Transact = %v, want a *CommitUnknownError", err)
+	}
+	if n := len(f.callsOf("BeginTxn")); n != 1 {
+		t.Fatalf("%d attempts, want 1", n)
+	}
+}
+
+// httptestDiscard is a ResponseWriter that drops the answer.
+type httptestDiscard struct{}
+
+func (httptestDiscard) Header() http.Header         { return http.Header{} }
+func (httptestDiscard) Write(b []byte) (int, error) { return len(b), nil }
+func (httptestDiscard) WriteHeader(int)             {}
+
+func TestTxOperationChecks(t *testing.T) {
+	forEachDB(t, func(t *testing.T, f *txnFake, db DB) {
+		ctx := context.Background()
+		err := db.Transact(ctx, func(tx *Tx) error {
+			if _, err := tx.Get(ctx, GetRequest{Collection: "c", Key: []byte("k"), Version: 3}); kv.CodeOf(err) != kv.CodeInvalidArgument {
+				return fmt.Errorf("get at a version: %v", err)
+			}
+			if err := tx.Put(ctx, PutRequest{Collection: "c", Key: []byte("k"), IfVersion: Version(0)}); kv.CodeOf(err) != kv.CodeInvalidArgument {
+				return fmt.Errorf("conditional put: %v", err)
+			}
+			if err := tx.Delete(ctx, DeleteRequest{Collection: "c", Key: []byte("k"), IfVersion: Version(1)}); kv.CodeOf(err) != kv.CodeInvalidArgument {
+				return fmt.Errorf("conditional delete: %v", err)
+			}
+			if _, err := tx.Scan(ctx, ScanRequest{Collection: "c", Version: 2}); kv.CodeOf(err) != kv.CodeInvalidArgument {
+				return fmt.Errorf("scan at a version: %v", err)
+			}
+			if _, err := tx.GetByTags(ctx, TagQuery{Collection: "c", All: []string{"a"}, Version: 2}); kv.CodeOf(err) != kv.CodeInvalidArgument {
+				return fmt.Errorf("tag query at a version: %v", err)
+			}
+			if tx.ID() != "t1" {
+				return fmt.Errorf("ID %q", tx.ID())
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(f.calls); n != 2 { // begin and commit
+			t.Fatalf("refused operations reached the backend: %+v", f.calls)
+		}
+	})
+}
+
+func TestExec(t *testing.T) {
+	forEachDB(t, func(t *testing.T, f *txnFake, db DB) {
+		req := ExecRequest{
+			If: []Compare{
+				{Collection: "c", Key: []byte("a"), Version: 7},
+				{Collection: "c", Key: []byte("b"), Version: 0},
+				{Collection: "c", Key: []byte{0xff}, HasValue: true, Value: []byte{0x00}},
+			},
+			Then: []TxnOp{
+				{Op: TxnOpPut, Collection: "c", Key: []byte("a"), Value: []byte("1"), Tags: []string{"t"}},
+				{Op: TxnOpDelete, Collection: "c", Key: []byte("d")},
+				{Op: TxnOpGet, Collection: "c", Key: []byte("e")},
+			},
+			Else: []TxnOp{{Op: TxnOpGet, Collection: "c", Key: []byte("a")}},
+		}
+		f.execRes = ExecResult{Succeeded: true, Version: 42, Results: []TxnOpResult{
+			{Version: 42}, {Version: 42}, {Found: true, Value: []byte{0xfe}, Tags: []string{"x"}, Version: 40},
+		}}
+		res, err := db.Exec(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(res, f.execRes) {
+			t.Fatalf("Exec answered\n %+v\nwant %+v", res, f.execRes)
+		}
+		if got := f.callsOf("ExecTxn"); len(got) != 1 || !reflect.DeepEqual(got[0].arg, req) {
+			t.Fatalf("the backend got\n %#v\nwant %#v", got, req)
+		}
+
+		f.fail = func(string, int) error { return kv.Errorf(kv.CodeCommitUnknown, "in doubt") }
+		if _, err := db.Exec(context.Background(), req); !errors.Is(err, ErrCommitUnknown) {
+			t.Fatalf("Exec = %v, want ErrCommitUnknown", err)
+		}
+	})
+}
+
+// noTxnBackend is a kv.Backend that is not a kv.TxnBackend.
+type noTxnBackend struct{ kv.Backend }
+
+func TestTransactUnimplemented(t *testing.T) {
+	for _, k := range dbKinds {
+		t.Run(k.name, func(t *testing.T) {
+			db := k.open(t, noTxnBackend{})
+			err := db.Transact(context.Background(), func(tx *Tx) error { t.Fatal("fn ran"); return nil })
+			if CodeOf(err) != kv.CodeUnimplemented {
+				t.Fatalf("Transact = %v, want unimplemented", err)
+			}
+			if _, err := db.Exec(context.Background(), ExecRequest{Then: []TxnOp{{Op: TxnOpGet, Collection: "c", Key: []byte("k")}}}); CodeOf(err) != kv.CodeUnimplemented {
+				t.Fatalf("Exec = %v, want unimplemented", err)
+			}
+		})
+	}
+}
+
+// TestTransactRemoteReusesConnections checks that the transactions of a
+// remote DB share kept-alive connections.
+func TestTransactRemoteReusesConnections(t *testing.T) {
+	f := newTxnFake()
+	var conns atomic.Int64
+	db := dialTest(t, serveHTTP(t, api.NewHTTPHandler(f, api.HTTPConfig{}), &conns))
+	ctx := context.Background()
+	for i := 0; i < 20; i++ {
+		err := db.Transact(ctx, func(tx *Tx) error {
+			if _, err := tx.Get(ctx, GetRequest{Collection: "c", Key: []byte("k")}); err != nil && !errors.Is(err, ErrNotFound) {
+				return err
+			}
+			return tx.Put(ctx, PutRequest{Collection: "c", Key: []byte("k"), Value: []byte(fmt.Sprint(i))})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("20 transactions opened %d connections, want 1", n)
+	}
+	if calls := len(f.calls); calls != 80 {
+		t.Fatalf("%d calls, want 80", calls)
+	}
+}
+
+func TestTransactPanic(t *testing.T) {
+	forEachDB(t, func(t *testing.T, f *txnFake, db DB) {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Fatalf("recovered %v, want the panic of fn", r)
+			}
+			if got := f.callsOf("AbortTxn"); len(got) != 1 || got[0].txn != "t1" {
+				t.Fatalf("aborts %+v", got)
+			}
+		}()
+		_ = db.Transact(context.Background(), func(tx *Tx) error { panic("boom") })
+	})
+}
