@@ -50,6 +50,10 @@ type Node struct {
 
 	// reconcileMu serializes reconcile runs.
 	reconcileMu sync.Mutex
+	// childMu orders the two starts of a split's child replica: by the
+	// split applied in the parent replica here (onSplit, in the raft loop)
+	// and by reconcile (see startChild).
+	childMu sync.Mutex
 
 	mu struct {
 		sync.RWMutex
@@ -477,7 +481,16 @@ func (n *Node) reconcile() error {
 		if w.joining {
 			// Added to a running group: created empty, filled by a
 			// snapshot from the leader.
-			if err := n.host.CreateEmpty(id, func(b *pebble.Batch) error { return n.writeReplica(b, r) }); err != nil {
+			err := n.host.CreateEmpty(id, func(b *pebble.Batch) error { return n.writeReplica(b, r) })
+			if errors.Is(err, replication.ErrReplicaExists) && w.splitFrom != 0 {
+				// The split was applied in the parent replica here after
+				// the checks above: the child starts from its state.
+				if err := n.startChild(r, false); err != nil {
+					return err
+				}
+				continue
+			}
+			if err != nil {
 				return err
 			}
 			w.campaign = false

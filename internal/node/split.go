@@ -286,8 +286,9 @@ func (n *Node) onSplit(parent uint64, sr *shard.SplitResult) {
 	}
 	b := n.eng.DB.NewBatch()
 	defer b.Close()
-	if err := n.writeReplica(b, child); err == nil {
-		err = n.writeReplica(b, narrowed)
+	if err := n.writeReplica(b, narrowed); err != nil {
+		n.log.Error("recording a split failed", "shard", parent, "err", err)
+		return
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
 		n.log.Error("recording a split failed", "shard", parent, "err", err)
@@ -295,11 +296,43 @@ func (n *Node) onSplit(parent uint64, sr *shard.SplitResult) {
 	}
 	n.mu.Lock()
 	n.mu.replicas[parent] = narrowed
-	n.mu.replicas[child.Desc.ShardID] = child
 	now := time.Now()
 	n.mu.splitAt[parent], n.mu.splitAt[child.Desc.ShardID] = now, now
 	n.mu.Unlock()
-	if err := n.host.AddGroupWith(child.Desc, child.ReplicaID, replication.GroupOptions{Campaign: campaign}); err != nil {
+	if sr.Existing {
+		// A replica of the child was placed here, empty, before this
+		// parent replica applied the split: it is filled by a snapshot.
+		return
+	}
+	if err := n.startChild(child, campaign); err != nil {
 		n.log.Error("starting a split shard failed", "shard", child.Desc.ShardID, "err", err)
 	}
+}
+
+// startChild records and starts the replica of a split's child whose raft
+// and shard state the split wrote here, unless it already runs. The split
+// applied in the parent (onSplit) and reconcile, when it meets that state,
+// both call it; childMu makes one of them start it.
+func (n *Node) startChild(child localReplica, campaign bool) error {
+	n.childMu.Lock()
+	defer n.childMu.Unlock()
+	if _, running := n.host.Desc(child.Desc.ShardID); !running {
+		b := n.eng.DB.NewBatch()
+		defer b.Close()
+		if err := n.writeReplica(b, child); err != nil {
+			return err
+		}
+		if err := b.Commit(pebble.Sync); err != nil {
+			return err
+		}
+		if err := n.host.AddGroupWith(child.Desc, child.ReplicaID, replication.GroupOptions{Campaign: campaign}); err != nil {
+			return err
+		}
+	}
+	n.mu.Lock()
+	if _, ok := n.mu.replicas[child.Desc.ShardID]; !ok {
+		n.mu.replicas[child.Desc.ShardID] = child
+	}
+	n.mu.Unlock()
+	return nil
 }

@@ -3,6 +3,7 @@ package replication
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -215,6 +216,9 @@ type group struct {
 type Host struct {
 	cfg Config
 	db  *pebble.DB
+	// createMu orders CreateEmpty against the apply of a batch, which may
+	// create a split's child replica (see CreateEmpty).
+	createMu sync.Mutex
 
 	mu struct {
 		sync.Mutex
@@ -281,10 +285,24 @@ func (h *Host) Bootstrap(shardID uint64, voters []uint64, extra func(b *pebble.B
 	return b.Commit(pebble.Sync)
 }
 
+// ErrReplicaExists is returned by CreateEmpty when the shard already has
+// raft state here: a split applied in a parent replica here created it.
+var ErrReplicaExists = errors.New("replication: the shard already has a replica here")
+
 // CreateEmpty writes the raft state of a replica that joins an existing
 // group: no configuration and an empty log, so that its leader sends it a
-// snapshot. extra writes go in the same synced batch.
+// snapshot. extra writes go in the same synced batch. It refuses, with
+// ErrReplicaExists, a shard whose raft state exists here; it and the apply
+// of a split (which writes its child's state) exclude each other, so a
+// child is created by exactly one of them.
 func (h *Host) CreateEmpty(shardID uint64, extra func(b *pebble.Batch) error) error {
+	h.createMu.Lock()
+	defer h.createMu.Unlock()
+	if _, ok, err := storage.GetValue(h.db, storage.RaftTruncatedKey(shardID)); err != nil {
+		return err
+	} else if ok {
+		return fmt.Errorf("%w: shard %d", ErrReplicaExists, shardID)
+	}
 	b := h.db.NewBatch()
 	defer b.Close()
 	if err := b.Set(storage.RaftTruncatedKey(shardID), encodeTruncated(0, 0), nil); err != nil {
@@ -305,6 +323,17 @@ type GroupOptions struct {
 	Campaign bool
 }
 
+// childHere reports whether shardID has a replica here, running or
+// created by CreateEmpty (see shard.SetChildHere). Called from the loop's
+// apply, which holds createMu.
+func (h *Host) childHere(shardID uint64) bool {
+	if h.group(shardID) != nil {
+		return true
+	}
+	_, ok, err := storage.GetValue(h.db, storage.RaftTruncatedKey(shardID))
+	return ok || err != nil
+}
+
 // AddGroup starts the raft group of a bootstrapped shard replica.
 func (h *Host) AddGroup(desc shard.Desc, replicaID uint64) error {
 	return h.AddGroupWith(desc, replicaID, GroupOptions{})
@@ -320,6 +349,7 @@ func (h *Host) AddGroupWith(desc shard.Desc, replicaID uint64, opts GroupOptions
 	if err != nil {
 		return err
 	}
+	sm.SetChildHere(h.childHere)
 	applied, _ := sm.Applied()
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:                        replicaID,
@@ -1189,6 +1219,7 @@ func (h *Host) persistWithSnapshots(b *pebble.Batch, rgs, snaps []readyGroup) er
 		if err != nil {
 			return fmt.Errorf("replication: shard %d: loading a restored snapshot: %w", g.id, err)
 		}
+		sm.SetChildHere(h.childHere)
 		g.sm = sm
 		g.smRef.Store(sm)
 		g.singleVoter.Store(isSingleVoter(meta.ConfState, g.replicaID))
@@ -1370,11 +1401,20 @@ func (h *Host) sendEarly(rgs []readyGroup) {
 func (h *Host) applyReady(rgs []readyGroup, waitSync func() error) (bool, error) {
 	start := time.Now()
 	ab := h.db.NewIndexedBatch()
+	h.createMu.Lock()
+	locked := true
+	unlock := func() {
+		if locked {
+			locked = false
+			h.createMu.Unlock()
+		}
+	}
 	abort := func() {
 		for _, r := range rgs {
 			r.g.sm.EndBatch()
 		}
 		ab.Close()
+		unlock()
 	}
 	type done struct {
 		p   *proposal
@@ -1413,7 +1453,7 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error) (bool, error)
 					abort()
 					return false, err
 				}
-				if res.Split != nil {
+				if res.Split != nil && !res.Split.Existing {
 					// The child group starts, on every replica, from the
 					// same state: written in this batch, atomically with
 					// the split.
@@ -1498,6 +1538,7 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error) (bool, error)
 		}
 		h.cfg.Metrics.ApplySeconds.Observe(time.Since(start).Seconds())
 	}
+	unlock()
 	ab.Close()
 	for _, right := range merged {
 		// Its state is gone: the group stops at once and writes nothing

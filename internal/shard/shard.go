@@ -126,6 +126,11 @@ type Shard struct {
 
 	txns txnState
 
+	// childHere reports whether a replica of the given shard already runs
+	// on this node (set by the replication layer): a split trigger applied
+	// late then leaves that child's state alone (split.go).
+	childHere func(shard uint64) bool
+
 	scratch []byte
 	// dirty: applied or maxVersion changed since the last FinishBatch.
 	dirty bool

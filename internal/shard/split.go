@@ -50,7 +50,15 @@ type SplitResult struct {
 	Child       Desc
 	MaxVersion  uint64
 	GCThreshold uint64
+	// Existing: a replica of the child already ran on this node when the
+	// split was applied here (it was placed here, and filled by a snapshot,
+	// before this parent replica caught up); its state was left alone.
+	Existing bool
 }
+
+// SetChildHere sets the check a split trigger makes for a child replica
+// already running on this node.
+func (s *Shard) SetChildHere(fn func(shard uint64) bool) { s.childHere = fn }
 
 // EncodeSplitShard encodes the catalog change splitting shard of
 // collection at key (range) or bucket (hash, tag; 0: the middle).
@@ -144,13 +152,16 @@ func (s *Shard) applySplitTrigger(b *pebble.Batch, c SplitCmd) (Result, error) {
 	if err := writeSpan(b, d); err != nil {
 		return Result{}, err
 	}
+	s.desc = d
+	if s.childHere != nil && s.childHere(child.ShardID) {
+		return Result{Split: &SplitResult{Child: child, Existing: true}}, nil
+	}
 	if err := writeSpan(b, child); err != nil {
 		return Result{}, err
 	}
 	if err := storage.PutUint64(b, storage.ShardStateKey(child.ShardID, stateGCThreshold), s.gcThreshold); err != nil {
 		return Result{}, err
 	}
-	s.desc = d
 	return Result{Split: &SplitResult{Child: child, MaxVersion: s.maxVersion, GCThreshold: s.gcThreshold}}, nil
 }
 
