@@ -18,6 +18,7 @@ const (
 	CodeAlreadyExists       Code = "already_exists"        // 409
 	CodeTxnAborted          Code = "txn_aborted"           // 409
 	CodeKeyInGroup          Code = "key_in_group"          // 409
+	CodeGroupRefused        Code = "group_refused"         // 409: an atomic group could not take every key
 	CodePlacementTagChanged Code = "placement_tag_changed" // 409
 	CodeCompacted           Code = "compacted"             // 410
 	CodeConditionFailed     Code = "condition_failed"      // 412
@@ -36,7 +37,7 @@ func (c Code) HTTPStatus() int {
 		return http.StatusBadRequest
 	case CodeNotFound, CodeCollectionNotFound:
 		return http.StatusNotFound
-	case CodeAlreadyExists, CodeTxnAborted, CodeKeyInGroup, CodePlacementTagChanged:
+	case CodeAlreadyExists, CodeTxnAborted, CodeKeyInGroup, CodeGroupRefused, CodePlacementTagChanged:
 		return http.StatusConflict
 	case CodeCompacted:
 		return http.StatusGone
