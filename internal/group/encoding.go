@@ -150,12 +150,13 @@ func (e *encoder) member(m Member) {
 	e.uint(m.Yield)
 	e.bytes(m.Value)
 	e.bool(m.Absent)
+	e.uint(m.Version)
 	e.str(m.Reason)
 }
 
 func (d *decoder) member() Member {
 	return Member{Key: d.key(), Shard: ShardID(d.uint()), Status: MemberStatus(d.byte()), Yield: d.uint(),
-		Value: d.bytes(), Absent: d.bool(), Reason: d.str()}
+		Value: d.bytes(), Absent: d.bool(), Version: d.uint(), Reason: d.str()}
 }
 
 // EncodeRecord encodes r. Every field is written whatever the kind, so the
@@ -181,6 +182,12 @@ func EncodeRecord(r Record) []byte {
 		e.write(w)
 	}
 	e.entries(r.Entries)
+	e.uint(r.Version)
+	e.uint(uint64(len(r.Reads)))
+	for _, rd := range r.Reads {
+		e.key(rd.Key)
+		e.uint(rd.Version)
+	}
 	return e.b
 }
 
@@ -197,6 +204,10 @@ func DecodeRecord(b []byte) (Record, error) {
 		r.Writes = append(r.Writes, d.write())
 	}
 	r.Entries = d.entries()
+	r.Version = d.uint()
+	for range d.count(2) {
+		r.Reads = append(r.Reads, Read{Key: d.key(), Version: d.uint()})
+	}
 	if err := d.done(); err != nil {
 		return Record{}, err
 	}
@@ -217,6 +228,7 @@ func EncodeMessage(m Message) []byte {
 	e.uint(m.Yield)
 	e.bytes(m.Value)
 	e.bool(m.Absent)
+	e.uint(m.Version)
 	e.str(m.Refused)
 	e.bool(m.Probe)
 	e.entries(m.Entries)
@@ -228,7 +240,7 @@ func EncodeMessage(m Message) []byte {
 func DecodeMessage(b []byte) (Message, error) {
 	d := decoder{b: b}
 	m := Message{Type: MsgType(d.byte()), From: ShardID(d.uint()), To: ShardID(d.uint()), Group: d.ref(),
-		Key: d.key(), Yield: d.uint(), Value: d.bytes(), Absent: d.bool(), Refused: d.str(), Probe: d.bool(),
+		Key: d.key(), Yield: d.uint(), Value: d.bytes(), Absent: d.bool(), Version: d.uint(), Refused: d.str(), Probe: d.bool(),
 		Entries: d.entries(), Seq: d.uint()}
 	if err := d.done(); err != nil {
 		return Message{}, err
@@ -345,6 +357,7 @@ func (f *Follower) Encode() []byte {
 		e.bool(y.Confirmed)
 		e.bytes(y.Value)
 		e.bool(y.Absent)
+		e.uint(y.Version)
 		e.uint(y.Shipped)
 	}
 	return e.b
@@ -361,7 +374,7 @@ func DecodeFollower(b []byte, opts Options) (*Follower, error) {
 	var prev Key
 	for i := range d.count(10) {
 		k := d.key()
-		y := &Yielded{Group: d.ref(), Yield: d.uint(), Confirmed: d.bool(), Value: d.bytes(), Absent: d.bool(), Shipped: d.uint()}
+		y := &Yielded{Group: d.ref(), Yield: d.uint(), Confirmed: d.bool(), Value: d.bytes(), Absent: d.bool(), Version: d.uint(), Shipped: d.uint()}
 		if d.err != nil {
 			break
 		}

@@ -83,7 +83,7 @@ func TestStateRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(effs)
-	effs, err = l.Write("g", []Write{{Key: Key{Key: "b"}, Value: []byte("v1")}})
+	effs, err = l.Write("g", []Write{{Key: Key{Key: "b"}, Value: []byte("v1")}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,8 +17,9 @@ type Yielded struct {
 	Confirmed bool
 	// Value and Absent are the key's value at the yield, re-sent with JA
 	// until the JAA comes (then dropped).
-	Value  []byte
-	Absent bool
+	Value   []byte
+	Absent  bool
+	Version uint64
 	// Shipped is the sequence number of the last entry of Group's outbox
 	// applied to the key (0: none).
 	Shipped uint64
@@ -33,10 +34,11 @@ type Yielded struct {
 // write or intent lands in between and Value is still the key's value
 // when the yield is applied.
 type KeyCheck struct {
-	Intent bool
-	Locked bool
-	Value  []byte
-	Absent bool
+	Intent  bool
+	Locked  bool
+	Value   []byte
+	Absent  bool
+	Version uint64
 }
 
 // Reasons a follower gives when it refuses a J.
@@ -98,7 +100,7 @@ func (f *Follower) LastYield() uint64 { return f.lastYield }
 func (f *Follower) ja(y *Yielded, k Key, probe bool) Send {
 	m := Message{Type: MsgJA, From: f.shard, To: y.Group.Leader, Group: y.Group, Key: k, Yield: y.Yield, Probe: probe}
 	if !probe {
-		m.Value, m.Absent = bytes.Clone(y.Value), y.Absent
+		m.Value, m.Absent, m.Version = bytes.Clone(y.Value), y.Absent, y.Version
 	}
 	return Send{m}
 }
@@ -119,7 +121,7 @@ func (f *Follower) OnJ(m Message, kc KeyCheck) []Effect {
 	case kc.Locked:
 		return []Effect{f.refuse(m, ReasonLocked)}
 	}
-	return []Effect{Log{Record{Kind: RecYield, Group: m.Group, Key: m.Key, Value: bytes.Clone(kc.Value), Absent: kc.Absent}}}
+	return []Effect{Log{Record{Kind: RecYield, Group: m.Group, Key: m.Key, Value: bytes.Clone(kc.Value), Absent: kc.Absent, Version: kc.Version}}}
 }
 
 // yieldedAlready answers a J (or applies a RecYield) for a key that is
@@ -222,12 +224,12 @@ func (f *Follower) Apply(r Record) []Effect {
 			return f.yieldedAlready(y, m)
 		}
 		f.lastYield++
-		y := &Yielded{Group: r.Group, Yield: f.lastYield, Value: bytes.Clone(r.Value), Absent: r.Absent}
+		y := &Yielded{Group: r.Group, Yield: f.lastYield, Value: bytes.Clone(r.Value), Absent: r.Absent, Version: r.Version}
 		f.keys[r.Key] = y
 		return []Effect{f.ja(y, r.Key, false)}
 	case RecConfirm:
 		if y := f.keys[r.Key]; y != nil && y.Group == r.Group && y.Yield == r.Yield {
-			y.Confirmed, y.Value, y.Absent = true, nil, false
+			y.Confirmed, y.Value, y.Absent, y.Version = true, nil, false, 0
 		}
 	case RecFree:
 		if frees(f.keys[r.Key], r.Group, r.Yield) {

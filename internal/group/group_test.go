@@ -211,7 +211,7 @@ func (e *ddEnv) run(t *testing.T, td *datadriven.TestData) string {
 			for _, a := range td.CmdArgs[1:] {
 				ws = append(ws, Write{Key: Key{Key: a.Key}, Value: []byte(a.Vals[0])})
 			}
-			effs, err = s.leader.Write(id, ws)
+			effs, err = s.leader.Write(id, ws, nil)
 		}
 		if err != nil {
 			return fmt.Sprintf("error: %v\n", err)

@@ -184,9 +184,11 @@ func (l *Leader) Delete(id string) ([]Effect, error) {
 	return []Effect{Log{Record{Kind: RecDelete, Group: Ref{ID: id, Leader: l.shard}}}}, nil
 }
 
-// Write asks to log writes committed by active group id to its joined
-// members (the group executor calls it once a transaction validated).
-func (l *Leader) Write(id string, writes []Write) ([]Effect, error) {
+// Write asks to log writes of a transaction of active group id to its
+// joined members, with the keys it read and their versions (reads), which
+// Apply validates: the write commits only if no read key changed since.
+// The node sets the record's Version (the commit version) when it logs it.
+func (l *Leader) Write(id string, writes []Write, reads []Read) ([]Effect, error) {
 	g := l.groups[id]
 	if g == nil {
 		return nil, ErrNotFound
@@ -199,7 +201,12 @@ func (l *Leader) Write(id string, writes []Write) ([]Effect, error) {
 			return nil, ErrInvalid
 		}
 	}
-	return []Effect{Log{Record{Kind: RecWrite, Group: g.Ref, Writes: slices.Clone(writes)}}}, nil
+	for _, r := range reads {
+		if m := g.member(r.Key); m == nil || m.Status != Joined {
+			return nil, ErrInvalid
+		}
+	}
+	return []Effect{Log{Record{Kind: RecWrite, Group: g.Ref, Writes: slices.Clone(writes), Reads: slices.Clone(reads)}}}, nil
 }
 
 // OnJA handles a JA.
@@ -219,7 +226,7 @@ func (l *Leader) OnJA(m Message) []Effect {
 			return []Effect{Log{Record{Kind: RecRefuse, Group: m.Group, Key: m.Key, Reason: m.Refused}}}
 		}
 		return []Effect{Log{Record{Kind: RecJoin, Group: m.Group, Key: m.Key, Yield: m.Yield,
-			Value: bytes.Clone(m.Value), Absent: m.Absent, Shard: m.From}}}
+			Value: bytes.Clone(m.Value), Absent: m.Absent, Version: m.Version, Shard: m.From}}}
 	case m.Refused != "":
 		// Nothing was yielded; nothing to free.
 		return nil
@@ -328,7 +335,7 @@ func (l *Leader) Apply(r Record) []Effect {
 			// Two JAs were logged, or the group changed since the JA.
 			return l.answerJA(r.Group, mem, r.Key, r.Yield, r.Shard, false)
 		}
-		mem.Status, mem.Yield, mem.Value, mem.Absent = Joined, r.Yield, bytes.Clone(r.Value), r.Absent
+		mem.Status, mem.Yield, mem.Value, mem.Absent, mem.Version = Joined, r.Yield, bytes.Clone(r.Value), r.Absent, r.Version
 		out := []Effect{l.send(MsgJAA, mem.Shard, g.Ref, mem.Key, mem.Yield)}
 		return append(out, l.maybeActive(g)...)
 	case RecRefuse:
@@ -428,9 +435,18 @@ func (l *Leader) applyWrite(r Record) []Effect {
 			return []Effect{Reply{Op: OpWrite, Group: r.Group, Err: ErrInvalid}}
 		}
 	}
+	for _, rd := range r.Reads {
+		m := g.member(rd.Key)
+		if m == nil || m.Status != Joined {
+			return []Effect{Reply{Op: OpWrite, Group: r.Group, Err: ErrInvalid}}
+		}
+		if m.Version != rd.Version {
+			return []Effect{Reply{Op: OpWrite, Group: r.Group, Err: ErrConflict}}
+		}
+	}
 	for _, w := range r.Writes {
 		m := g.member(w.Key)
-		m.Value, m.Absent = bytes.Clone(w.Value), w.Delete
+		m.Value, m.Absent, m.Version = bytes.Clone(w.Value), w.Delete, r.Version
 		ob := g.outbox(m.Shard)
 		ob.Entries = append(ob.Entries, Entry{Seq: ob.Next, Write: Write{Key: w.Key, Value: bytes.Clone(w.Value), Delete: w.Delete}})
 		ob.Next++

@@ -52,6 +52,7 @@ type Message struct {
 	Yield    uint64
 	Value    []byte
 	Absent   bool
+	Version  uint64
 	Refused  string
 	Probe    bool
 	Entries  []Entry
@@ -165,6 +166,11 @@ type Record struct {
 	Seq     uint64
 	Writes  []Write
 	Entries []Entry
+	// Version: of Value (RecYield, RecJoin); the commit version of a
+	// RecWrite, which the node assigns.
+	Version uint64
+	// Reads are the keys a RecWrite's transaction read, validated in Apply.
+	Reads []Read
 }
 
 func (r Record) String() string {

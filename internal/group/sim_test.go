@@ -298,7 +298,7 @@ func (s *sim) groupWrite(sh *simShard) {
 		}
 		if len(ws) > 0 {
 			s.logf("s%d write %s %v", sh.id, g.Ref, ws)
-			s.propose(sh, func() ([]Effect, error) { return sh.leader.Write(g.Ref.ID, ws) })
+			s.propose(sh, func() ([]Effect, error) { return sh.leader.Write(g.Ref.ID, ws, nil) })
 		}
 		return
 	}

@@ -148,6 +148,10 @@ type Member struct {
 	// members only.
 	Value  []byte
 	Absent bool
+	// Version is the version of Value: the follower's at the join, then
+	// that of the group's last committed write of the key. Group
+	// transactions validate their reads against it.
+	Version uint64
 	// Reason says why a Refused member was refused.
 	Reason string
 }
@@ -164,6 +168,13 @@ func (w Write) String() string {
 		return w.Key.String() + "=<deleted>"
 	}
 	return fmt.Sprintf("%s=%s", w.Key, w.Value)
+}
+
+// Read is a key a group transaction read, at the version it read (the
+// member's Version then).
+type Read struct {
+	Key     Key
+	Version uint64
 }
 
 // Entry is a committed group write waiting in an outbox, numbered in the
@@ -228,6 +239,9 @@ var (
 	ErrDeletedWhileCreating = errors.New("group: the group was deleted while being created")
 	// ErrNotActive: a write to a group that is not active.
 	ErrNotActive = errors.New("group: the group is not active")
+	// ErrConflict: a group transaction read a key that a write committed
+	// since changed (optimistic validation failed); retry it.
+	ErrConflict = errors.New("group: a key read has changed since")
 )
 
 // ErrCorrupt reports an encoding that does not decode.
