@@ -102,6 +102,9 @@ type Command struct {
 	Split  SplitCmd
 	Merge  MergeCmd
 	// Transaction commands (txn.go).
+	// GroupBody is the body of KindGroup and KindGroupWrite (the latter
+	// with its version first).
+	GroupBody  []byte
 	TxnRecord  txn.RecordCmd
 	TxnPrepare *TxnPrepareCmd
 	TxnResolve *TxnResolveCmd
@@ -200,7 +203,7 @@ func IsWrite(cmd []byte) bool {
 		return false
 	}
 	switch CommandKind(cmd[0]) {
-	case KindWrite, KindDeleteRange, KindFreeze, KindTxnPrepare, KindTxnResolve:
+	case KindWrite, KindDeleteRange, KindFreeze, KindTxnPrepare, KindTxnResolve, KindGroupWrite:
 		return true
 	}
 	return false
@@ -375,6 +378,15 @@ func DecodeCommand(b []byte) (Command, error) {
 		}
 	case KindTxnRecord:
 		return c, decodeTxn(&c, d.b)
+	case KindGroup, KindGroupWrite:
+		c.GroupBody = d.b
+		if c.Kind == KindGroupWrite {
+			if len(d.b) < 8 {
+				return c, ErrCorruptCommand
+			}
+			c.Version = binary.BigEndian.Uint64(d.b)
+		}
+		return c, nil
 	case KindTxnPrepare, KindTxnResolve:
 		if len(d.b) < 8 {
 			return c, ErrCorruptCommand

@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/groupkv/groupkv/internal/cluster"
+	"github.com/groupkv/groupkv/internal/group"
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/storage"
 )
@@ -103,6 +104,9 @@ type Result struct {
 	Merge  *MergeResult
 	// Checksum is the replica's checksum of its state at a KindChecksum.
 	Checksum *Checksum
+	// Group are the effects of a group record (group.go): Send and Reply
+	// effects for the raft leader replica to act on.
+	Group []group.Effect
 }
 
 // Shard is the state machine of one shard replica. It is not safe for
@@ -125,6 +129,9 @@ type Shard struct {
 	frozen *FrozenState
 
 	txns txnState
+
+	// groups is the shard's Key Grouping state (group.go).
+	groups groupState
 
 	// childHere reports whether a replica of the given shard already runs
 	// on this node (set by the replication layer): a split trigger applied
@@ -171,6 +178,9 @@ func Load(r pebble.Reader, desc Desc) (*Shard, error) {
 		return nil, err
 	}
 	if err := s.loadPrepared(r); err != nil {
+		return nil, err
+	}
+	if err := s.loadGroups(r); err != nil {
 		return nil, err
 	}
 	if desc.IsMeta() {
@@ -296,6 +306,8 @@ func (s *Shard) Apply(b *pebble.Batch, index, term uint64, data []byte) (Result,
 		res, err = s.applyTxnPrepare(b, cmd.Version, term, cmd.TxnPrepare)
 	case KindTxnResolve:
 		res, err = s.applyTxnResolve(b, cmd.Version, cmd.TxnResolve)
+	case KindGroup, KindGroupWrite:
+		res, err = s.applyGroup(b, cmd.Kind, cmd.GroupBody)
 	}
 	if err != nil {
 		return Result{}, err
@@ -334,6 +346,9 @@ func (s *Shard) applyWrite(b *pebble.Batch, cmd Command) (Result, error) {
 		op := &cmd.Ops[i]
 		if !s.desc.Owns(op.Bucket, op.Key) {
 			return Result{Err: kv.Errorf(kv.CodeUnavailable, "shard %d does not own key %q; retry", s.desc.ShardID, op.Key)}, nil
+		}
+		if y, ok := s.inGroup(op.Key); ok {
+			return Result{Err: keyInGroupError(op.Key, y)}, nil
 		}
 		if _, dup := seen[string(op.Key)]; dup {
 			return Result{Err: kv.Errorf(kv.CodeInvalidArgument, "key %q appears twice in one write", op.Key)}, nil
@@ -456,6 +471,9 @@ func (s *Shard) applyDeleteRange(b *pebble.Batch, cmd Command) (Result, error) {
 	start, end := cmd.Start, cmd.End
 	if len(end) == 0 {
 		end = nil
+	}
+	if k, y, ok := s.groupHolds(start, end); ok {
+		return Result{Err: keyInGroupError(k, y)}, nil
 	}
 	if s.desc.Partitioning == kv.PartitionRange {
 		if bytes.Compare(start, s.desc.Start) < 0 {

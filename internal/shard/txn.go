@@ -304,6 +304,20 @@ func (s *Shard) applyTxnPrepare(b *pebble.Batch, version, term uint64, p *TxnPre
 	if err := s.checkVersion(version); err != nil {
 		return Result{Err: err}, nil
 	}
+	// A key read that joined a group since it was read is no longer
+	// this shard's to vouch for.
+	for _, r := range p.Reads {
+		if r.Collection != s.desc.Collection {
+			continue
+		}
+		if r.IsSpan {
+			if k, y, ok := s.groupHolds(r.Key, r.End); ok {
+				return Result{Err: keyInGroupError(k, y)}, nil
+			}
+		} else if y, ok := s.inGroup(r.Key); ok {
+			return Result{Err: keyInGroupError(r.Key, y)}, nil
+		}
+	}
 	seen := make(map[string]bool, len(p.Writes))
 	for i := range p.Writes {
 		op := &p.Writes[i]
@@ -312,6 +326,9 @@ func (s *Shard) applyTxnPrepare(b *pebble.Batch, version, term uint64, p *TxnPre
 		}
 		if seen[string(op.Key)] {
 			return Result{Err: kv.Errorf(kv.CodeInvalidArgument, "key %q appears twice in one prepare", op.Key)}, nil
+		}
+		if y, ok := s.inGroup(op.Key); ok {
+			return Result{Err: keyInGroupError(op.Key, y)}, nil
 		}
 		seen[string(op.Key)] = true
 		in, ok, err := ReadIntent(b, s.desc.Collection, op.Key)
