@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/groupkv/groupkv/internal/cluster"
+	"github.com/groupkv/groupkv/internal/group"
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/replication"
 	"github.com/groupkv/groupkv/internal/shard"
@@ -83,6 +84,7 @@ type Node struct {
 	// transaction attempts it coordinates (txn_leader.go, txn_coord.go).
 	ltabs        lockTables
 	txns         txnSessions
+	groups       groupState
 	plainCounter atomic.Uint64
 
 	tr       *transport.GRPC
@@ -128,6 +130,7 @@ func Open(opts Options) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{opts: opts, eng: eng, log: opts.Logger, stop: make(chan struct{}), reconcil: make(chan struct{}, 1)}
+	n.initGroups()
 	n.mu.catalog = make(map[string]*cluster.CollectionDesc)
 	n.mu.replicas = make(map[uint64]localReplica)
 	n.mu.nodes = make(map[uint64]cluster.NodeDesc)
@@ -228,6 +231,7 @@ func (n *Node) start() error {
 	if err := n.reconcile(); err != nil {
 		return err
 	}
+	n.startGroups()
 	n.bg.Add(3)
 	go n.reconcileLoop()
 	go n.gcLoop()
@@ -326,6 +330,10 @@ func (n *Node) onSnapshotApplied(shardID uint64, sm *shard.Shard) {
 
 func (n *Node) onApplied(shardID uint64, kind shard.CommandKind, res shard.Result) {
 	n.noteChecksum(shardID, res) // consistency.go
+	if len(res.Group) > 0 {
+		n.onGroupApplied(shardID, res.Group) // group.go
+		return
+	}
 	if res.Txn != nil {
 		n.onTxnApplied(shardID, kind, res) // txn_leader.go
 		return
@@ -946,7 +954,15 @@ func (n *Node) Put(ctx context.Context, req kv.PutRequest) (uint64, error) {
 	}
 	hasCond, cond := condOf(req.IfVersion)
 	cmd := shard.EncodeWrite([]shard.Op{{Type: shard.OpPut, Bucket: bucket, Key: req.Key, Value: req.Value, Tags: req.Tags, HasCond: hasCond, CondVersion: cond}})
-	return n.writeRouted(ctx, shardID, n.rerouter(d, bucket, req.Key), cmd)
+	v, err := n.writeRouted(ctx, shardID, n.rerouter(d, bucket, req.Key), cmd)
+	if kv.CodeOf(err) == kv.CodeKeyInGroup && d.Partitioning != kv.PartitionTag {
+		// A member of a group: written by the group's leader (group_txn.go).
+		if len(req.Tags) > 0 {
+			return 0, kv.Errorf(kv.CodeKeyInGroup, "key %q is in a group, which keeps its tags: put it without tags, or after the group is deleted", req.Key)
+		}
+		return n.groupPlainWrite(ctx, shardID, kv.KeyRef{Collection: req.Collection, Key: req.Key}, req.Value, false, req.IfVersion, false)
+	}
+	return v, err
 }
 
 // Delete implements kv.Backend.
@@ -979,7 +995,11 @@ func (n *Node) Delete(ctx context.Context, req kv.DeleteRequest) (uint64, error)
 	}
 	hasCond, cond := condOf(req.IfVersion)
 	cmd := shard.EncodeWrite([]shard.Op{{Type: shard.OpDelete, Bucket: bucket, Key: req.Key, HasCond: hasCond, CondVersion: cond, MustExist: true}})
-	return n.writeRouted(ctx, shardID, n.rerouter(d, bucket, req.Key), cmd)
+	v, err := n.writeRouted(ctx, shardID, n.rerouter(d, bucket, req.Key), cmd)
+	if kv.CodeOf(err) == kv.CodeKeyInGroup && d.Partitioning != kv.PartitionTag {
+		return n.groupPlainWrite(ctx, shardID, kv.KeyRef{Collection: req.Collection, Key: req.Key}, nil, true, req.IfVersion, true)
+	}
+	return v, err
 }
 
 func (n *Node) write(ctx context.Context, shardID uint64, cmd []byte) (uint64, error) {
@@ -1080,6 +1100,13 @@ func (n *Node) Get(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
 			if err := n.readBarrier(ctx, owner); err != nil {
 				return kv.Record{}, err
 			}
+		}
+	}
+	if asOf == shard.Latest && d.Partitioning != kv.PartitionTag {
+		// A member of a group is read from the group's leader.
+		rec, ok, err := n.groupGet(ctx, shards[0], kv.KeyRef{Collection: req.Collection, Key: req.Key}, group.Key{Collection: d.ID, Key: string(req.Key)})
+		if ok || err != nil {
+			return rec, err
 		}
 	}
 	if err := n.settleIntents(ctx, shards, d.ID, req.Key, keyEnd(req.Key), asOf); err != nil {

@@ -146,7 +146,7 @@ func (n *Node) RegisterPeer(s grpc.ServiceRegistrar) {
 	s.RegisterService(&grpc.ServiceDesc{
 		ServiceName: peerService,
 		HandlerType: (*any)(nil),
-		Methods: []grpc.MethodDesc{
+		Methods: append([]grpc.MethodDesc{
 			{MethodName: "Join", Handler: unary(n.handleJoin)},
 			{MethodName: "Propose", Handler: unary(n.handlePropose)},
 			{MethodName: "Timestamps", Handler: unary(n.handleTimestamps)},
@@ -156,7 +156,7 @@ func (n *Node) RegisterPeer(s grpc.ServiceRegistrar) {
 			{MethodName: "TxnLock", Handler: unary(n.handleTxnLock)},
 			{MethodName: "TxnRelease", Handler: unary(n.handleTxnRelease)},
 			{MethodName: "ShardRead", Handler: unary(n.handleShardRead)},
-		},
+		}, n.groupMethods()...),
 	}, n)
 }
 

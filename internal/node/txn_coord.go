@@ -407,6 +407,9 @@ func (n *Node) TxnGet(ctx context.Context, id string, ref kv.KeyRef) (kv.Record,
 		return kv.Record{}, false, err
 	}
 	defer done()
+	if isGroupAttempt(id) {
+		return n.groupTxnGet(ctx, id, ref)
+	}
 	s, err := n.session(id)
 	if err != nil {
 		return kv.Record{}, false, err
@@ -485,6 +488,12 @@ func (n *Node) txnWrite(ctx context.Context, id, coll string, key []byte, w *buf
 		return err
 	}
 	defer done()
+	if isGroupAttempt(id) {
+		if len(w.tags) > 0 {
+			return kv.Errorf(kv.CodeInvalidArgument, "a group write keeps the key's tags and takes none")
+		}
+		return n.groupTxnWrite(ctx, id, kv.KeyRef{Collection: coll, Key: key}, w.value, w.delete)
+	}
 	s, err := n.session(id)
 	if err != nil {
 		return err
@@ -536,6 +545,9 @@ func (n *Node) TxnScan(ctx context.Context, id string, req kv.ScanRequest) (kv.S
 		return kv.ScanResult{}, err
 	}
 	defer done()
+	if isGroupAttempt(id) {
+		return kv.ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "a group transaction reads its members by key; it does not scan")
+	}
 	s, err := n.session(id)
 	if err != nil {
 		return kv.ScanResult{}, err
@@ -571,6 +583,9 @@ func (n *Node) TxnGetByTags(ctx context.Context, id string, q kv.TagQuery) (kv.S
 		return kv.ScanResult{}, err
 	}
 	defer done()
+	if isGroupAttempt(id) {
+		return kv.ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "a group transaction reads its members by key; it does not query tags")
+	}
 	s, err := n.session(id)
 	if err != nil {
 		return kv.ScanResult{}, err
@@ -681,6 +696,9 @@ func (s *txnSession) overlay(d *cluster.CollectionDesc, start, end []byte, res k
 
 // AbortTxn implements kv.TxnBackend.
 func (n *Node) AbortTxn(ctx context.Context, id string) error {
+	if isGroupAttempt(id) {
+		return n.groupTxnAbort(ctx, id)
+	}
 	n.txns.mu.Lock()
 	s := n.txns.m[id]
 	n.txns.mu.Unlock()
@@ -700,6 +718,9 @@ func (n *Node) CommitTxn(ctx context.Context, id string) (uint64, error) {
 		return 0, err
 	}
 	defer done()
+	if isGroupAttempt(id) {
+		return n.groupTxnCommit(ctx, id)
+	}
 	s, err := n.session(id)
 	if err != nil {
 		return 0, err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/groupkv/groupkv/internal/cluster"
+	"github.com/groupkv/groupkv/internal/group"
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/shard"
 	"github.com/groupkv/groupkv/internal/txn"
@@ -335,6 +336,14 @@ func (n *Node) txnLockLocal(ctx context.Context, req *txnLockRequest) (*txnLockR
 	lt := n.lockTable(req.Shard)
 	if lt == nil {
 		return nil, kv.Errorf(kv.CodeNotLeader, "node %d does not lead shard %d", n.id, req.Shard)
+	}
+	for _, t := range req.Targets {
+		if t.IsSpan {
+			continue // checked at prepare (shard/txn.go)
+		}
+		if o := n.localGroupOwner(req.Shard, group.Key{Collection: t.Collection, Key: string(t.Key)}); o.Group != "" {
+			return nil, kv.Errorf(kv.CodeKeyInGroup, "key %q belongs to group %q; use a transaction of the group", t.Key, o.Group)
+		}
 	}
 	var wounded bool
 	r := leaderResolver{n: n, shard: req.Shard, by: &req.Meta, wounded: &wounded}

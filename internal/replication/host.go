@@ -816,6 +816,17 @@ func (h *Host) Resolved(shardID, now uint64) uint64 {
 	return min(max(g.mu.readWatermark, g.mu.appliedVersion), limit)
 }
 
+// StateMachine returns the state machine of shardID's replica here (nil
+// if it is not served here), for readers outside the loop of its parts
+// that guard themselves (shard.Shard.WithGroups). A snapshot replaces it.
+func (h *Host) StateMachine(shardID uint64) *shard.Shard {
+	g := h.group(shardID)
+	if g == nil {
+		return nil
+	}
+	return g.smRef.Load()
+}
+
 // MinPrepared returns the lowest prepare version of the transactions
 // prepared in the replica of shardID here (0: none, or not served here).
 func (h *Host) MinPrepared(shardID uint64) uint64 {

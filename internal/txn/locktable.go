@@ -292,6 +292,27 @@ func (lt *LockTable) Acquire(ctx context.Context, m *Meta, t Target, mode Mode, 
 	}
 }
 
+// TryAcquireAll grants m exclusive locks on every key of targets if no
+// other holds any of them, and reports whether it did; it never waits and
+// never wounds. (A key yielding to a key group is locked so for the
+// length of its yield's proposal.) ErrLocksLost: the table is closed.
+func (lt *LockTable) TryAcquireAll(m *Meta, targets []Target) (bool, error) {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	if lt.closed {
+		return false, ErrLocksLost
+	}
+	for _, t := range targets {
+		if len(lt.conflictsLocked(m, t, Exclusive)) > 0 {
+			return false, nil
+		}
+	}
+	for _, t := range targets {
+		lt.grantLocked(m, t, Exclusive)
+	}
+	return true, nil
+}
+
 // AcquireAll grants m exclusive locks on every key of targets at once, or
 // none: while any is held by another, it holds nothing and waits. Plain
 // writes lock this way, so that they never hold a lock while they wait

@@ -1,0 +1,1135 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/groupkv/groupkv/internal/cluster"
+	"github.com/groupkv/groupkv/internal/group"
+	"github.com/groupkv/groupkv/internal/kv"
+	"github.com/groupkv/groupkv/internal/shard"
+	"github.com/groupkv/groupkv/internal/txn"
+)
+
+// Key Groups (docs/groups.md). The protocol's state machines
+// (internal/group) live in each shard's replicated state (shard/group.go);
+// this file drives them on the shards this node leads:
+//
+//   - requests (create, delete, a group transaction's commit) are taken to
+//     the raft leader of the group's leader shard, which asks its Leader
+//     for the records to log and proposes them;
+//   - every replica applies the records; the effects of an application
+//     come back through onApplied: the raft leader replica sends the
+//     messages (to the raft leader of the destination shard, over the
+//     peer port, in batches) and every replica keeps the replies, so that
+//     a request that outlives a change of leader finds its answer;
+//   - a message that arrives is handled on the destination shard's raft
+//     leader (dropped elsewhere: the protocol retries), the records it
+//     asks for proposed there;
+//   - a ticker drives the protocol's retries on the shards led here.
+//
+// A group's id is registered in the system collection groupsCollection
+// (one record per group naming its leader key), which makes ids unique in
+// the cluster and lets any node find a group's leader shard.
+
+// groupsCollection is the system collection of group ids.
+const groupsCollection = "_groups"
+
+// Limits of a group.
+const (
+	maxGroupMembers = 10000
+	maxGroupIDLen   = 128
+)
+
+// groupTick is the period of the protocol's ticks (retries every
+// group.Options.RetryTicks ticks).
+const groupTick = 100 * time.Millisecond
+
+// groupState is the node's volatile Key Groups state.
+type groupState struct {
+	out chan outMsg
+
+	mu struct {
+		sync.Mutex
+		// replies are the recent replies of applied records, by op,
+		// group and incarnation; changed is closed when one is added.
+		replies map[replyKey]replyEntry
+		changed chan struct{}
+		// prio are the priority tokens of groups led here (see
+		// acquirePriority).
+		prio map[string]*prioToken
+		// sessions are the group transaction attempts begun here.
+		sessions map[string]*groupTxn
+	}
+}
+
+type replyKey struct {
+	op  group.Op
+	ref group.Ref
+}
+
+type replyEntry struct {
+	r  group.Reply
+	at time.Time
+}
+
+type outMsg struct {
+	to  uint64 // destination shard
+	msg []byte
+}
+
+// replyTTL bounds how long a reply is kept for a waiter to find.
+const replyTTL = 2 * time.Minute
+
+// initGroups makes the node's Key Groups state, before the host starts
+// (its records may apply at once).
+func (n *Node) initGroups() {
+	n.groups.out = make(chan outMsg, 4096)
+	n.groups.mu.replies = make(map[replyKey]replyEntry)
+	n.groups.mu.changed = make(chan struct{})
+	n.groups.mu.prio = make(map[string]*prioToken)
+	n.groups.mu.sessions = make(map[string]*groupTxn)
+}
+
+// startGroups starts the protocol's ticker and the message sender.
+func (n *Node) startGroups() {
+	n.bg.Add(2)
+	go func() {
+		defer n.bg.Done()
+		n.every(groupTick, n.groupTick)
+	}()
+	go func() {
+		defer n.bg.Done()
+		n.groupSender()
+	}()
+}
+
+// onGroupApplied takes the effects of a group record applied here.
+func (n *Node) onGroupApplied(shardID uint64, effs []group.Effect) {
+	leader := n.host.Ready(shardID)
+	now := time.Now()
+	n.groups.mu.Lock()
+	added := false
+	for _, e := range effs {
+		if r, ok := e.(group.Reply); ok {
+			ref := r.Group
+			if r.Op == group.OpDelete {
+				ref.Inc = 0 // a delete is asked by id
+			}
+			n.groups.mu.replies[replyKey{r.Op, ref}] = replyEntry{r, now}
+			added = true
+		}
+	}
+	if added {
+		close(n.groups.mu.changed)
+		n.groups.mu.changed = make(chan struct{})
+	}
+	n.groups.mu.Unlock()
+	if leader {
+		n.groupSends(effs)
+	}
+}
+
+// groupSends queues the Send effects of effs (never blocks: a full queue
+// drops, the protocol retries).
+func (n *Node) groupSends(effs []group.Effect) {
+	for _, e := range effs {
+		s, ok := e.(group.Send)
+		if !ok {
+			continue
+		}
+		select {
+		case n.groups.out <- outMsg{to: uint64(s.Msg.To), msg: group.EncodeMessage(s.Msg)}:
+		default:
+		}
+	}
+}
+
+// groupTick ticks the Leader and Follower of every shard led here and
+// forgets old replies.
+func (n *Node) groupTick() {
+	for _, id := range n.localShardIDs() {
+		if !n.host.Ready(id) {
+			continue
+		}
+		sm := n.host.StateMachine(id)
+		if sm == nil {
+			continue
+		}
+		var effs []group.Effect
+		sm.WithGroups(func(l *group.Leader, f *group.Follower) {
+			effs = append(l.Tick(), f.Tick()...)
+		})
+		n.groupSends(effs)
+	}
+	now := time.Now()
+	n.groups.mu.Lock()
+	for k, r := range n.groups.mu.replies {
+		if now.Sub(r.at) > replyTTL {
+			delete(n.groups.mu.replies, k)
+		}
+	}
+	for id, s := range n.groups.mu.sessions {
+		if now.Sub(s.used) > n.opts.TxnIdleTimeout {
+			delete(n.groups.mu.sessions, id)
+		}
+	}
+	for id, t := range n.groups.mu.prio {
+		if t.holder != "" && now.After(t.lease) {
+			t.holder = ""
+			close(t.free)
+			t.free = make(chan struct{})
+		}
+		if t.holder == "" {
+			delete(n.groups.mu.prio, id)
+		}
+	}
+	n.groups.mu.Unlock()
+}
+
+func (n *Node) localShardIDs() []uint64 {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	ids := make([]uint64, 0, len(n.mu.replicas))
+	for id := range n.mu.replicas {
+		if id != cluster.MetaShardID {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// groupSender sends queued messages in batches, one call per node.
+func (n *Node) groupSender() {
+	for {
+		var batch []outMsg
+		select {
+		case <-n.stop:
+			return
+		case m := <-n.groups.out:
+			batch = append(batch, m)
+		}
+	more:
+		for len(batch) < 512 {
+			select {
+			case m := <-n.groups.out:
+				batch = append(batch, m)
+			default:
+				break more
+			}
+		}
+		byNode := make(map[uint64]*groupMessages)
+		for _, m := range batch {
+			target := n.leaderOfAnywhere(m.to)
+			if target == 0 {
+				nodes := n.shardNodes(m.to)
+				if len(nodes) == 0 {
+					continue
+				}
+				target = nodes[int(m.to)%len(nodes)]
+			}
+			b := byNode[target]
+			if b == nil {
+				b = &groupMessages{}
+				byNode[target] = b
+			}
+			b.Messages = append(b.Messages, m.msg)
+		}
+		for target, b := range byNode {
+			if target == n.id {
+				go n.deliverGroupMessages(context.Background(), b)
+				continue
+			}
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				var resp groupMessagesResponse
+				_ = n.callNode(ctx, target, "GroupMessages", b, &resp) // lost: retried
+			}()
+		}
+	}
+}
+
+type groupMessages struct {
+	Messages [][]byte `json:"messages"`
+}
+
+type groupMessagesResponse struct{}
+
+func (n *Node) handleGroupMessages(ctx context.Context, req *groupMessages) (*groupMessagesResponse, error) {
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return &groupMessagesResponse{}, nil
+	}
+	defer done()
+	n.deliverGroupMessages(ctx, req)
+	return &groupMessagesResponse{}, nil
+}
+
+// deliverGroupMessages handles messages to shards led here; others are
+// dropped (their senders retry).
+func (n *Node) deliverGroupMessages(ctx context.Context, req *groupMessages) {
+	var wg sync.WaitGroup
+	for _, raw := range req.Messages {
+		m, err := group.DecodeMessage(raw)
+		if err != nil {
+			n.log.Warn("dropping a corrupt group message", "err", err)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			n.deliverGroupMessage(mctx, m)
+		}()
+	}
+	wg.Wait()
+}
+
+func (n *Node) deliverGroupMessage(ctx context.Context, m group.Message) {
+	id := uint64(m.To)
+	if !n.host.Ready(id) {
+		return
+	}
+	sm := n.host.StateMachine(id)
+	if sm == nil {
+		return
+	}
+	if m.Type == group.MsgJ {
+		n.groupJoin(ctx, id, sm, m)
+		return
+	}
+	var effs []group.Effect
+	sm.WithGroups(func(l *group.Leader, f *group.Follower) {
+		switch m.Type {
+		case group.MsgJAA:
+			effs = f.OnJAA(m)
+		case group.MsgD:
+			effs = f.OnD(m)
+		case group.MsgShip:
+			effs = f.OnShip(m)
+		case group.MsgJA:
+			effs = l.OnJA(m)
+		case group.MsgDA:
+			effs = l.OnDA(m)
+		case group.MsgShipAck:
+			effs = l.OnShipAck(m)
+		}
+	})
+	n.groupAct(ctx, id, effs)
+}
+
+// groupJoin answers a J on the follower shard's leader: the key is
+// checked (intent, lock, value) while an exclusive lock on it is held, and
+// held until the yield is proposed and applied, so that no write or
+// intent lands in between.
+func (n *Node) groupJoin(ctx context.Context, id uint64, sm *shard.Shard, m group.Message) {
+	lt := n.lockTable(id)
+	if lt == nil {
+		return
+	}
+	key := []byte(m.Key.Key)
+	meta := &txn.Meta{ID: "yield-" + n.plainSeq(), Priority: txn.PlainPriority, Plain: true}
+	var kc group.KeyCheck
+	ok, err := lt.TryAcquireAll(meta, []txn.Target{{Collection: m.Key.Collection, Key: key}})
+	if err != nil {
+		return
+	}
+	if ok {
+		defer lt.Release(meta.ID)
+		in, has, err := shard.ReadIntent(n.eng.DB, m.Key.Collection, key)
+		if err != nil {
+			return
+		}
+		kc.Intent = has && in.Meta.ID != ""
+		val, version, found, err := shard.ReadRecord(n.eng.DB, m.Key.Collection, key, shard.Latest)
+		if err != nil {
+			return
+		}
+		if found {
+			kc.Value, kc.Version = val.Value, version
+		} else {
+			kc.Absent = true
+		}
+	} else {
+		kc.Locked = true
+	}
+	var effs []group.Effect
+	sm.WithGroups(func(_ *group.Leader, f *group.Follower) { effs = f.OnJ(m, kc) })
+	n.groupAct(ctx, id, effs)
+}
+
+// groupAct proposes the Log effects of effs in shardID (led here) and
+// queues its Send effects. The effects of the records' application come
+// through onApplied.
+func (n *Node) groupAct(ctx context.Context, shardID uint64, effs []group.Effect) {
+	n.groupSends(effs)
+	for _, e := range effs {
+		if l, ok := e.(group.Log); ok {
+			if _, err := n.host.Propose(ctx, shardID, shard.EncodeGroupRecord(l.Record)); err != nil {
+				return // lost: the protocol retries
+			}
+		}
+	}
+}
+
+// waitReply waits for the reply of op on ref (ref.Inc 0 for a delete).
+func (n *Node) waitReply(ctx context.Context, op group.Op, ref group.Ref) (group.Reply, error) {
+	for {
+		n.groups.mu.Lock()
+		r, ok := n.groups.mu.replies[replyKey{op, ref}]
+		ch := n.groups.mu.changed
+		n.groups.mu.Unlock()
+		if ok {
+			return r.r, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return group.Reply{}, ctx.Err()
+		case <-n.stop:
+			return group.Reply{}, kv.Errorf(kv.CodeUnavailable, "node is shutting down")
+		}
+	}
+}
+
+// groupRegistration is a group's record in groupsCollection.
+type groupRegistration struct {
+	Collection string `json:"collection"`
+	Key        []byte `json:"key"`
+}
+
+func (n *Node) ensureGroupsCollection(ctx context.Context) error {
+	if _, err := n.collection(groupsCollection); err == nil {
+		return nil
+	}
+	_, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: groupsCollection, Partitioning: kv.PartitionRange})
+	if kv.CodeOf(err) == kv.CodeAlreadyExists {
+		return nil
+	}
+	return err
+}
+
+// registration reads group id's registration.
+func (n *Node) registration(ctx context.Context, id string) (groupRegistration, uint64, error) {
+	if _, err := n.collection(groupsCollection); err != nil {
+		return groupRegistration{}, 0, kv.Errorf(kv.CodeNotFound, "no group %q", id)
+	}
+	rec, err := n.Get(ctx, kv.GetRequest{Collection: groupsCollection, Key: []byte(id)})
+	if kv.CodeOf(err) == kv.CodeNotFound {
+		return groupRegistration{}, 0, kv.Errorf(kv.CodeNotFound, "no group %q", id)
+	}
+	if err != nil {
+		return groupRegistration{}, 0, err
+	}
+	var reg groupRegistration
+	if err := json.Unmarshal(rec.Value, &reg); err != nil {
+		return groupRegistration{}, 0, kv.Errorf(kv.CodeInternal, "group %q has a corrupt registration: %v", id, err)
+	}
+	return reg, rec.Version, nil
+}
+
+// groupKey resolves a key ref to the protocol's key and its home shard.
+func (n *Node) groupKey(ref kv.KeyRef) (group.Key, uint64, error) {
+	d, err := n.collection(ref.Collection)
+	if err != nil {
+		return group.Key{}, 0, err
+	}
+	if d.Partitioning == kv.PartitionTag {
+		return group.Key{}, 0, kv.Errorf(kv.CodeInvalidArgument, "collection %q places keys by tag; groups hold keys of range and hash collections", ref.Collection)
+	}
+	if err := kv.ValidateKey(ref.Key); err != nil {
+		return group.Key{}, 0, err
+	}
+	_, shardID := n.route(d, ref.Key)
+	return group.Key{Collection: d.ID, Key: string(ref.Key)}, shardID, nil
+}
+
+func (n *Node) keyRef(k group.Key) kv.KeyRef {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	for name, d := range n.mu.catalog {
+		if d.ID == k.Collection {
+			return kv.KeyRef{Collection: name, Key: []byte(k.Key)}
+		}
+	}
+	return kv.KeyRef{Collection: fmt.Sprintf("#%d", k.Collection), Key: []byte(k.Key)}
+}
+
+func validGroupID(id string) error {
+	if id == "" || len(id) > maxGroupIDLen {
+		return kv.Errorf(kv.CodeInvalidArgument, "a group id is 1 to %d bytes, got %d", maxGroupIDLen, len(id))
+	}
+	for _, c := range id {
+		if c < 0x21 || c == 0x7f {
+			return kv.Errorf(kv.CodeInvalidArgument, "group id %q holds a space or a control character", id)
+		}
+	}
+	return nil
+}
+
+// groupCreateRequest asks the leader of a group's leader shard to create it.
+type groupCreateRequest struct {
+	Shard   uint64         `json:"shard"`
+	ID      string         `json:"id"`
+	Mode    uint8          `json:"mode"`
+	Leader  groupKeyWire   `json:"leader"`
+	Members []groupKeyWire `json:"members"`
+}
+
+type groupKeyWire struct {
+	Collection uint32 `json:"collection"`
+	Key        []byte `json:"key"`
+	Shard      uint64 `json:"shard,omitempty"`
+}
+
+func (w groupKeyWire) key() group.Key { return group.Key{Collection: w.Collection, Key: string(w.Key)} }
+
+type groupCreateResponse struct {
+	Joined  []groupKeyWire `json:"joined,omitempty"`
+	Refused []groupRefused `json:"refused,omitempty"`
+	Error   *peerError     `json:"error,omitempty"`
+}
+
+type groupRefused struct {
+	Key    groupKeyWire `json:"key"`
+	Reason string       `json:"reason"`
+}
+
+// CreateGroup implements kv.GroupBackend.
+func (n *Node) CreateGroup(ctx context.Context, spec kv.GroupSpec) (kv.GroupCreated, error) {
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return kv.GroupCreated{}, err
+	}
+	defer done()
+	if err := validGroupID(spec.ID); err != nil {
+		return kv.GroupCreated{}, err
+	}
+	var mode group.Mode
+	switch spec.Mode {
+	case "", kv.GroupAtomic:
+		mode = group.Atomic
+	case kv.GroupBestEffort:
+		mode = group.BestEffort
+	default:
+		return kv.GroupCreated{}, kv.Errorf(kv.CodeInvalidArgument, "mode %q is not atomic or best_effort", spec.Mode)
+	}
+	if spec.Leader.Collection == "" {
+		return kv.GroupCreated{}, kv.Errorf(kv.CodeInvalidArgument, "a group needs a leader key")
+	}
+	if len(spec.Members) > maxGroupMembers {
+		return kv.GroupCreated{}, kv.Errorf(kv.CodeInvalidArgument, "a group holds at most %d keys, %d asked", maxGroupMembers, len(spec.Members))
+	}
+	lk, leaderShard, err := n.groupKey(spec.Leader)
+	if err != nil {
+		return kv.GroupCreated{}, err
+	}
+	req := &groupCreateRequest{Shard: leaderShard, ID: spec.ID, Mode: uint8(mode),
+		Leader: groupKeyWire{Collection: lk.Collection, Key: spec.Leader.Key, Shard: leaderShard}}
+	seen := map[group.Key]bool{lk: true}
+	for _, m := range spec.Members {
+		k, s, err := n.groupKey(m)
+		if err != nil {
+			return kv.GroupCreated{}, err
+		}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		req.Members = append(req.Members, groupKeyWire{Collection: k.Collection, Key: m.Key, Shard: s})
+	}
+	if err := n.ensureGroupsCollection(ctx); err != nil {
+		return kv.GroupCreated{}, err
+	}
+	regVal, _ := json.Marshal(groupRegistration{Collection: spec.Leader.Collection, Key: spec.Leader.Key})
+	zero := uint64(0)
+	if _, err := n.Put(ctx, kv.PutRequest{Collection: groupsCollection, Key: []byte(spec.ID), Value: regVal, IfVersion: &zero}); err != nil {
+		if kv.CodeOf(err) == kv.CodeConditionFailed {
+			return kv.GroupCreated{}, kv.Errorf(kv.CodeAlreadyExists, "group %q exists; delete it first or choose another id", spec.ID)
+		}
+		return kv.GroupCreated{}, err
+	}
+	resp, err := n.atGroupLeader(ctx, leaderShard, "GroupCreate", req, func(ctx context.Context) (any, error) {
+		return n.groupCreateHere(ctx, req)
+	})
+	var out *groupCreateResponse
+	if err == nil {
+		out = resp.(*groupCreateResponse)
+		err = out.Error.err()
+	}
+	if err != nil {
+		if c := kv.CodeOf(err); c == kv.CodeGroupRefused || c == kv.CodeInvalidArgument || c == kv.CodeAlreadyExists {
+			// Nothing is held for it any more: the id is free again.
+			_, _ = n.Delete(context.WithoutCancel(ctx), kv.DeleteRequest{Collection: groupsCollection, Key: []byte(spec.ID)})
+		}
+		return kv.GroupCreated{}, err
+	}
+	created := kv.GroupCreated{ID: spec.ID}
+	for _, k := range out.Joined {
+		created.Joined = append(created.Joined, n.keyRef(k.key()))
+	}
+	for _, r := range out.Refused {
+		created.Refused = append(created.Refused, kv.GroupRefusal{KeyRef: n.keyRef(r.Key.key()), Reason: r.Reason})
+	}
+	return created, nil
+}
+
+// atGroupLeader runs local on this node if it leads shardID, else calls
+// method on the node that does (or one that knows it), retrying while the
+// shard has no leader.
+func (n *Node) atGroupLeader(ctx context.Context, shardID uint64, method string, req any, local func(context.Context) (any, error)) (any, error) {
+	deadline := time.Now().Add(n.retryWindow())
+	for attempt := 0; ; attempt++ {
+		var out any
+		var err error
+		if n.host.Ready(shardID) {
+			out, err = local(ctx)
+		} else {
+			target := n.leaderOfAnywhere(shardID)
+			if target == 0 || target == n.id {
+				if nodes := n.shardNodes(shardID); len(nodes) > 0 && !n.hasReplica(shardID) {
+					target = nodes[attempt%len(nodes)]
+				}
+			}
+			if target == 0 || target == n.id {
+				err = kv.Errorf(kv.CodeUnavailable, "shard %d has no leader", shardID)
+			} else {
+				out, err = n.callGroupMethod(ctx, target, method, req)
+			}
+		}
+		if err == nil {
+			return out, nil
+		}
+		if !retryable(err) || ctx.Err() != nil {
+			return nil, err
+		}
+		if berr := backoff(ctx, attempt, deadline, err); berr != nil {
+			return nil, berr
+		}
+	}
+}
+
+func (n *Node) callGroupMethod(ctx context.Context, target uint64, method string, req any) (any, error) {
+	switch method {
+	case "GroupCreate":
+		resp := new(groupCreateResponse)
+		if err := n.callNode(ctx, target, method, req, resp); err != nil {
+			return nil, err
+		}
+		if c := kv.CodeOf(resp.Error.err()); c == kv.CodeNotLeader || c == kv.CodeUnavailable {
+			return nil, resp.Error.err()
+		}
+		return resp, nil
+	case "GroupDelete":
+		resp := new(groupDeleteResponse)
+		if err := n.callNode(ctx, target, method, req, resp); err != nil {
+			return nil, err
+		}
+		return resp, resp.Error.err()
+	case "GroupRead":
+		resp := new(groupReadResponse)
+		if err := n.callNode(ctx, target, method, req, resp); err != nil {
+			return nil, err
+		}
+		return resp, resp.Error.err()
+	case "GroupOwner":
+		resp := new(groupOwnerResponse)
+		if err := n.callNode(ctx, target, method, req, resp); err != nil {
+			return nil, err
+		}
+		return resp, resp.Error.err()
+	case "GroupCommit":
+		resp := new(groupCommitResponse)
+		if err := n.callNode(ctx, target, method, req, resp); err != nil {
+			return nil, err
+		}
+		return resp, resp.Error.err()
+	}
+	return nil, kv.Errorf(kv.CodeInternal, "unknown group method %s", method)
+}
+
+func (n *Node) handleGroupCreate(ctx context.Context, req *groupCreateRequest) (*groupCreateResponse, error) {
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return &groupCreateResponse{Error: toPeerError(err)}, nil
+	}
+	defer done()
+	if !n.host.Ready(req.Shard) {
+		return &groupCreateResponse{Error: toPeerError(kv.Errorf(kv.CodeNotLeader, "node %d does not lead shard %d", n.id, req.Shard))}, nil
+	}
+	out, err := n.groupCreateHere(ctx, req)
+	if err != nil {
+		return &groupCreateResponse{Error: toPeerError(err)}, nil
+	}
+	return out, nil
+}
+
+// groupCreateHere creates a group on the leader of its leader shard (this
+// node) and waits for the creation to finish.
+func (n *Node) groupCreateHere(ctx context.Context, req *groupCreateRequest) (*groupCreateResponse, error) {
+	sm := n.host.StateMachine(req.Shard)
+	if sm == nil {
+		return nil, kv.Errorf(kv.CodeNotLeader, "node %d holds no replica of shard %d", n.id, req.Shard)
+	}
+	cr := group.CreateRequest{ID: req.ID, Mode: group.Mode(req.Mode), Leader: req.Leader.key()}
+	for _, m := range req.Members {
+		cr.Members = append(cr.Members, group.Member{Key: m.key(), Shard: group.ShardID(m.Shard)})
+	}
+	var effs []group.Effect
+	var err error
+	var existing group.Group
+	var exists bool
+	sm.WithGroups(func(l *group.Leader, _ *group.Follower) {
+		existing, exists = l.Group(req.ID)
+		if !exists {
+			effs, err = l.Create(cr)
+		}
+	})
+	ref := existing.Ref
+	if !exists {
+		if err != nil {
+			return nil, groupError(err, req.ID)
+		}
+		var rec group.Record
+		for _, e := range effs {
+			if l, ok := e.(group.Log); ok {
+				rec = l.Record
+			}
+		}
+		res, err := n.host.Propose(ctx, req.Shard, shard.EncodeGroupRecord(rec))
+		if err != nil {
+			return nil, err
+		}
+		if res.Err != nil {
+			return nil, res.Err
+		}
+		for _, e := range res.Group {
+			switch e := e.(type) {
+			case group.Send:
+				ref = e.Msg.Group
+			case group.Reply:
+				if e.Err != nil {
+					return nil, groupError(e.Err, req.ID)
+				}
+			}
+		}
+	}
+	if ref.Inc == 0 {
+		return nil, kv.Errorf(kv.CodeInternal, "group %q was created without an incarnation", req.ID)
+	}
+	r, err := n.waitReply(ctx, group.OpCreate, ref)
+	if err != nil {
+		return nil, kv.Errorf(kv.CodeUnavailable, "group %q: creation did not finish before the request ended (%v); describe it to see where it is", req.ID, err)
+	}
+	out := &groupCreateResponse{}
+	for _, k := range r.Joined {
+		out.Joined = append(out.Joined, groupKeyWire{Collection: k.Collection, Key: []byte(k.Key)})
+	}
+	for _, f := range r.Refused {
+		out.Refused = append(out.Refused, groupRefused{Key: groupKeyWire{Collection: f.Key.Collection, Key: []byte(f.Key.Key)}, Reason: f.Reason})
+	}
+	if r.Err != nil {
+		err := groupError(r.Err, req.ID)
+		if errors.Is(r.Err, group.ErrRefused) {
+			var why []string
+			for _, f := range r.Refused {
+				why = append(why, fmt.Sprintf("%q (%s)", f.Key.Key, f.Reason))
+			}
+			sort.Strings(why)
+			err = kv.Errorf(kv.CodeGroupRefused, "group %q: keys would not join the atomic group: %v; every key it took is released", req.ID, why)
+		}
+		out.Error = toPeerError(err)
+	}
+	return out, nil
+}
+
+// groupError maps the protocol's errors to the API's.
+func groupError(err error, id string) error {
+	switch {
+	case errors.Is(err, group.ErrExists):
+		return kv.Errorf(kv.CodeAlreadyExists, "group %q exists", id)
+	case errors.Is(err, group.ErrNotFound):
+		return kv.Errorf(kv.CodeNotFound, "no group %q", id)
+	case errors.Is(err, group.ErrInvalid):
+		return kv.Errorf(kv.CodeInvalidArgument, "group %q: invalid request (a key that is not a member of the group?)", id)
+	case errors.Is(err, group.ErrRefused):
+		return kv.Errorf(kv.CodeGroupRefused, "group %q: a key would not join the atomic group", id)
+	case errors.Is(err, group.ErrDeletedWhileCreating):
+		return kv.Errorf(kv.CodeGroupRefused, "group %q was deleted while it was being created", id)
+	case errors.Is(err, group.ErrNotActive):
+		return kv.Errorf(kv.CodeUnavailable, "group %q is not active (being created or deleted)", id)
+	case errors.Is(err, group.ErrConflict):
+		return kv.Errorf(kv.CodeTxnAborted, "group %q: a key the transaction read was changed by another transaction of the group; retry it", id)
+	}
+	return err
+}
+
+// groupDeleteRequest asks the leader of a group's leader shard to delete it.
+type groupDeleteRequest struct {
+	Shard uint64 `json:"shard"`
+	ID    string `json:"id"`
+}
+
+type groupDeleteResponse struct {
+	Error *peerError `json:"error,omitempty"`
+}
+
+// DeleteGroup implements kv.GroupBackend.
+func (n *Node) DeleteGroup(ctx context.Context, id string) error {
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := validGroupID(id); err != nil {
+		return err
+	}
+	reg, _, err := n.registration(ctx, id)
+	if err != nil {
+		return err
+	}
+	_, shardID, err := n.groupKey(kv.KeyRef{Collection: reg.Collection, Key: reg.Key})
+	if err != nil {
+		return err
+	}
+	req := &groupDeleteRequest{Shard: shardID, ID: id}
+	_, err = n.atGroupLeader(ctx, shardID, "GroupDelete", req, func(ctx context.Context) (any, error) {
+		return &groupDeleteResponse{}, n.groupDeleteHere(ctx, req)
+	})
+	if err != nil && kv.CodeOf(err) != kv.CodeNotFound {
+		return err
+	}
+	if _, err := n.Delete(ctx, kv.DeleteRequest{Collection: groupsCollection, Key: []byte(id)}); err != nil && kv.CodeOf(err) != kv.CodeNotFound {
+		return err
+	}
+	return nil
+}
+
+func (n *Node) handleGroupDelete(ctx context.Context, req *groupDeleteRequest) (*groupDeleteResponse, error) {
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return &groupDeleteResponse{Error: toPeerError(err)}, nil
+	}
+	defer done()
+	if !n.host.Ready(req.Shard) {
+		return &groupDeleteResponse{Error: toPeerError(kv.Errorf(kv.CodeNotLeader, "node %d does not lead shard %d", n.id, req.Shard))}, nil
+	}
+	return &groupDeleteResponse{Error: toPeerError(n.groupDeleteHere(ctx, req))}, nil
+}
+
+// groupDeleteHere deletes a group on the leader of its leader shard (this
+// node) and waits until every member is released.
+func (n *Node) groupDeleteHere(ctx context.Context, req *groupDeleteRequest) error {
+	sm := n.host.StateMachine(req.Shard)
+	if sm == nil {
+		return kv.Errorf(kv.CodeNotLeader, "node %d holds no replica of shard %d", n.id, req.Shard)
+	}
+	var g group.Group
+	var ok bool
+	var effs []group.Effect
+	var err error
+	sm.WithGroups(func(l *group.Leader, _ *group.Follower) {
+		g, ok = l.Group(req.ID)
+		if ok && !g.DeleteAsked {
+			effs, err = l.Delete(req.ID)
+		}
+	})
+	if !ok {
+		return kv.Errorf(kv.CodeNotFound, "no group %q", req.ID)
+	}
+	if err != nil {
+		return groupError(err, req.ID)
+	}
+	ref := group.Ref{ID: req.ID, Leader: g.Ref.Leader}
+	for _, e := range effs {
+		if l, ok := e.(group.Log); ok {
+			res, err := n.host.Propose(ctx, req.Shard, shard.EncodeGroupRecord(l.Record))
+			if err != nil {
+				return err
+			}
+			if res.Err != nil {
+				return res.Err
+			}
+		}
+	}
+	// Wait until the group is forgotten (its delete reply names the id).
+	for {
+		gone := false
+		sm := n.host.StateMachine(req.Shard)
+		if sm != nil {
+			sm.WithGroups(func(l *group.Leader, _ *group.Follower) {
+				cur, ok := l.Group(req.ID)
+				gone = !ok || cur.Ref.Inc != g.Ref.Inc
+			})
+		}
+		if gone {
+			return nil
+		}
+		wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		_, err := n.waitReply(wctx, group.OpDelete, ref)
+		cancel()
+		if ctx.Err() != nil {
+			return kv.Errorf(kv.CodeUnavailable, "group %q: the deletion did not finish before the request ended; it goes on, delete it again to wait for it", req.ID)
+		}
+		_ = err
+	}
+}
+
+// DescribeGroup implements kv.GroupBackend.
+func (n *Node) DescribeGroup(ctx context.Context, id string) (kv.GroupInfo, error) {
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return kv.GroupInfo{}, err
+	}
+	defer done()
+	if err := validGroupID(id); err != nil {
+		return kv.GroupInfo{}, err
+	}
+	reg, _, err := n.registration(ctx, id)
+	if err != nil {
+		return kv.GroupInfo{}, err
+	}
+	snap, err := n.readGroup(ctx, id, reg, "")
+	if err != nil {
+		return kv.GroupInfo{}, err
+	}
+	return snap.info(n), nil
+}
+
+// ListGroups implements kv.GroupBackend.
+func (n *Node) ListGroups(ctx context.Context) ([]kv.GroupInfo, error) {
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	if _, err := n.collection(groupsCollection); err != nil {
+		return []kv.GroupInfo{}, nil
+	}
+	out := []kv.GroupInfo{}
+	req := kv.ScanRequest{Collection: groupsCollection, Limit: 1000}
+	for {
+		res, err := n.Scan(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range res.Items {
+			var reg groupRegistration
+			if err := json.Unmarshal(r.Value, &reg); err != nil {
+				continue
+			}
+			snap, err := n.readGroup(ctx, string(r.Key), reg, "")
+			if kv.CodeOf(err) == kv.CodeNotFound {
+				continue // being created or just deleted
+			}
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, snap.info(n))
+		}
+		if res.NextPage == "" {
+			return out, nil
+		}
+		req.Page = res.NextPage
+	}
+}
+
+// groupReadRequest reads a group's state on the leader of its leader
+// shard, linearizably. Priority, when set, names a group transaction
+// attempt that takes the group's priority token first.
+type groupReadRequest struct {
+	Shard    uint64 `json:"shard"`
+	ID       string `json:"id"`
+	Priority string `json:"priority,omitempty"`
+}
+
+type groupReadResponse struct {
+	Node    uint64       `json:"node"`
+	Ref     groupRefWire `json:"ref"`
+	Mode    uint8        `json:"mode"`
+	State   uint8        `json:"state"`
+	Leader  groupKeyWire `json:"leader"`
+	Members []memberWire `json:"members"`
+	Lag     int          `json:"lag"`
+	Error   *peerError   `json:"error,omitempty"`
+}
+
+type groupRefWire struct {
+	ID     string `json:"id"`
+	Leader uint64 `json:"leader"`
+	Inc    uint64 `json:"inc"`
+}
+
+type memberWire struct {
+	Key     groupKeyWire `json:"key"`
+	Status  uint8        `json:"status"`
+	Value   []byte       `json:"value,omitempty"`
+	Absent  bool         `json:"absent,omitempty"`
+	Version uint64       `json:"version,omitempty"`
+}
+
+func (r *groupReadResponse) info(n *Node) kv.GroupInfo {
+	info := kv.GroupInfo{ID: r.Ref.ID, Leader: n.keyRef(r.Leader.key()), LeaderNode: r.Node, ShipperLag: r.Lag, Members: []kv.KeyRef{}}
+	switch group.Mode(r.Mode) {
+	case group.BestEffort:
+		info.Mode = kv.GroupBestEffort
+	default:
+		info.Mode = kv.GroupAtomic
+	}
+	switch group.State(r.State) {
+	case group.Creating:
+		info.State = kv.GroupCreating
+	case group.Active:
+		info.State = kv.GroupActive
+	default:
+		info.State = kv.GroupDeleting
+	}
+	for _, m := range r.Members {
+		if s := group.MemberStatus(m.Status); s == group.Refused || s == group.Released {
+			continue
+		}
+		info.Members = append(info.Members, n.keyRef(m.Key.key()))
+	}
+	return info
+}
+
+// readGroup reads group id's state where it is led.
+func (n *Node) readGroup(ctx context.Context, id string, reg groupRegistration, priority string) (*groupReadResponse, error) {
+	_, shardID, err := n.groupKey(kv.KeyRef{Collection: reg.Collection, Key: reg.Key})
+	if err != nil {
+		return nil, err
+	}
+	req := &groupReadRequest{Shard: shardID, ID: id, Priority: priority}
+	out, err := n.atGroupLeader(ctx, shardID, "GroupRead", req, func(ctx context.Context) (any, error) {
+		return n.groupReadHere(ctx, req)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out.(*groupReadResponse), nil
+}
+
+func (n *Node) handleGroupRead(ctx context.Context, req *groupReadRequest) (*groupReadResponse, error) {
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return &groupReadResponse{Error: toPeerError(err)}, nil
+	}
+	defer done()
+	out, err := n.groupReadHere(ctx, req)
+	if err != nil {
+		return &groupReadResponse{Error: toPeerError(err)}, nil
+	}
+	return out, nil
+}
+
+func (n *Node) groupReadHere(ctx context.Context, req *groupReadRequest) (*groupReadResponse, error) {
+	if !n.host.Ready(req.Shard) {
+		return nil, kv.Errorf(kv.CodeNotLeader, "node %d does not lead shard %d", n.id, req.Shard)
+	}
+	if req.Priority != "" {
+		if err := n.acquirePriority(ctx, req.ID, req.Priority); err != nil {
+			return nil, err
+		}
+	}
+	if err := n.host.ReadBarrier(ctx, req.Shard); err != nil {
+		return nil, err
+	}
+	sm := n.host.StateMachine(req.Shard)
+	if sm == nil {
+		return nil, kv.Errorf(kv.CodeNotLeader, "node %d holds no replica of shard %d", n.id, req.Shard)
+	}
+	var g group.Group
+	var ok bool
+	sm.WithGroups(func(l *group.Leader, _ *group.Follower) { g, ok = l.Group(req.ID) })
+	if !ok {
+		return nil, kv.Errorf(kv.CodeNotFound, "no group %q (it is being created or was deleted)", req.ID)
+	}
+	out := &groupReadResponse{Node: n.id, Ref: groupRefWire{ID: g.Ref.ID, Leader: uint64(g.Ref.Leader), Inc: g.Ref.Inc},
+		Mode: uint8(g.Mode), State: uint8(g.State), Leader: groupKeyWire{Collection: g.Leader.Collection, Key: []byte(g.Leader.Key)}}
+	for _, m := range g.Members {
+		out.Members = append(out.Members, memberWire{Key: groupKeyWire{Collection: m.Key.Collection, Key: []byte(m.Key.Key), Shard: uint64(m.Shard)},
+			Status: uint8(m.Status), Value: m.Value, Absent: m.Absent, Version: m.Version})
+	}
+	for _, ob := range g.Outboxes {
+		out.Lag += len(ob.Entries)
+	}
+	return out, nil
+}
+
+// prioToken lets one group transaction attempt at a time, a retry of one
+// that failed validation, run alone: from its first read to its commit no
+// other attempt of the group commits, so its validation passes (unless
+// the group's leadership moves meanwhile). holder "" is free.
+type prioToken struct {
+	holder string
+	lease  time.Time
+	free   chan struct{}
+}
+
+// prioLease bounds how long a priority attempt that went away holds its
+// group; every read and the commit renew it.
+const prioLease = 10 * time.Second
+
+func (n *Node) acquirePriority(ctx context.Context, groupID, attempt string) error {
+	for {
+		n.groups.mu.Lock()
+		t := n.groups.mu.prio[groupID]
+		if t == nil {
+			t = &prioToken{free: make(chan struct{})}
+			n.groups.mu.prio[groupID] = t
+		}
+		if t.holder == "" || t.holder == attempt {
+			t.holder, t.lease = attempt, time.Now().Add(prioLease)
+			n.groups.mu.Unlock()
+			return nil
+		}
+		ch := t.free
+		n.groups.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return kv.Errorf(kv.CodeUnavailable, "waiting for group %q's transaction with priority: %v", groupID, ctx.Err())
+		}
+	}
+}
+
+// priorityHolder returns the attempt holding group id's token, if any.
+func (n *Node) priorityHolder(groupID string) string {
+	n.groups.mu.Lock()
+	defer n.groups.mu.Unlock()
+	if t := n.groups.mu.prio[groupID]; t != nil && time.Now().Before(t.lease) {
+		return t.holder
+	}
+	return ""
+}
+
+func (n *Node) releasePriority(groupID, attempt string) {
+	n.groups.mu.Lock()
+	defer n.groups.mu.Unlock()
+	if t := n.groups.mu.prio[groupID]; t != nil && t.holder == attempt {
+		t.holder = ""
+		close(t.free)
+		t.free = make(chan struct{})
+	}
+}
+
+// groupMethods are the Key Groups peer methods.
+func (n *Node) groupMethods() []grpc.MethodDesc {
+	return []grpc.MethodDesc{
+		{MethodName: "GroupMessages", Handler: unary(n.handleGroupMessages)},
+		{MethodName: "GroupCreate", Handler: unary(n.handleGroupCreate)},
+		{MethodName: "GroupDelete", Handler: unary(n.handleGroupDelete)},
+		{MethodName: "GroupRead", Handler: unary(n.handleGroupRead)},
+		{MethodName: "GroupCommit", Handler: unary(n.handleGroupCommit)},
+		{MethodName: "GroupOwner", Handler: unary(n.handleGroupOwner)},
+	}
+}

@@ -1,0 +1,663 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/groupkv/groupkv/internal/group"
+	"github.com/groupkv/groupkv/internal/kv"
+	"github.com/groupkv/groupkv/internal/shard"
+)
+
+// Group transactions: optimistic, at the group's leader. An attempt lives
+// on the node that began it; its first operation reads the whole group
+// from the leader of the group's leader shard, linearizably (one
+// snapshot); reads are served from it and recorded with the versions
+// read, writes are buffered; the commit sends both to the leader, which
+// logs a group write whose Apply validates the reads (group.Leader). An
+// attempt that wrote nothing commits without validation. A retry (RetryOf)
+// runs with priority: it takes the group's priority token at its first
+// read, and until it commits no other attempt of the group does, so it
+// cannot fail validation again but for a change of the group's leader.
+
+// groupAttemptPrefix starts the ids of group transaction attempts.
+const groupAttemptPrefix = "g-"
+
+func isGroupAttempt(id string) bool { return strings.HasPrefix(id, groupAttemptPrefix) }
+
+// groupTxn is a group transaction attempt.
+type groupTxn struct {
+	mu       sync.Mutex
+	id       string
+	group    string
+	reg      groupRegistration
+	shard    uint64
+	priority bool
+	readOnly bool
+	used     time.Time
+
+	// snap is the group as of the attempt's first operation (nil before).
+	snap    *groupReadResponse
+	members map[group.Key]memberWire
+	reads   map[group.Key]uint64
+	writes  []group.Write
+	done    bool
+	err     error
+}
+
+// BeginGroupTxn implements kv.GroupBackend.
+func (n *Node) BeginGroupTxn(ctx context.Context, id string, opts kv.TxnOptions) (string, error) {
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer done()
+	s, err := n.beginGroupTxn(ctx, id, opts)
+	if err != nil {
+		return "", err
+	}
+	return s.id, nil
+}
+
+func (n *Node) beginGroupTxn(ctx context.Context, id string, opts kv.TxnOptions) (*groupTxn, error) {
+	switch opts.Isolation {
+	case "", kv.IsolationSerializable, kv.IsolationSnapshot:
+		// Group transactions are serializable; snapshot asks for less.
+	default:
+		return nil, kv.Errorf(kv.CodeInvalidArgument, "isolation %q is not serializable or snapshot", opts.Isolation)
+	}
+	if opts.RetryOf != "" && !isGroupAttempt(opts.RetryOf) {
+		return nil, kv.Errorf(kv.CodeInvalidArgument, "retry_of %q is not a group transaction attempt", opts.RetryOf)
+	}
+	if err := validGroupID(id); err != nil {
+		return nil, err
+	}
+	reg, _, err := n.registration(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	_, shardID, err := n.groupKey(kv.KeyRef{Collection: reg.Collection, Key: reg.Key})
+	if err != nil {
+		return nil, err
+	}
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	s := &groupTxn{id: groupAttemptPrefix + hex.EncodeToString(b[:]), group: id, reg: reg, shard: shardID,
+		priority: opts.RetryOf != "", readOnly: opts.ReadOnly, used: time.Now(),
+		reads: make(map[group.Key]uint64)}
+	n.groups.mu.Lock()
+	n.groups.mu.sessions[s.id] = s
+	n.groups.mu.Unlock()
+	return s, nil
+}
+
+// groupSession returns attempt id, locked.
+func (n *Node) groupSession(id string) (*groupTxn, error) {
+	n.groups.mu.Lock()
+	s := n.groups.mu.sessions[id]
+	n.groups.mu.Unlock()
+	if s == nil {
+		return nil, kv.Errorf(kv.CodeTxnAborted, "group transaction %s is not known to node %d (it finished, expired or was begun elsewhere); retry it", id, n.id)
+	}
+	s.mu.Lock()
+	if s.done {
+		err := s.err
+		s.mu.Unlock()
+		if err == nil {
+			err = kv.Errorf(kv.CodeInvalidArgument, "group transaction %s has committed", id)
+		}
+		return nil, err
+	}
+	s.used = time.Now()
+	return s, nil
+}
+
+func (n *Node) endGroupTxn(s *groupTxn, err error) {
+	s.done, s.err = true, err
+	if s.err == nil {
+		s.err = kv.Errorf(kv.CodeInvalidArgument, "group transaction %s has committed", s.id)
+	}
+	n.groups.mu.Lock()
+	delete(n.groups.mu.sessions, s.id)
+	n.groups.mu.Unlock()
+}
+
+// load reads the group's snapshot at the attempt's first operation.
+func (s *groupTxn) load(ctx context.Context, n *Node) error {
+	if s.snap != nil {
+		return nil
+	}
+	prio := ""
+	if s.priority {
+		prio = s.id
+	}
+	snap, err := n.readGroup(ctx, s.group, s.reg, prio)
+	if err != nil {
+		if kv.CodeOf(err) == kv.CodeNotFound {
+			return kv.Errorf(kv.CodeTxnAborted, "group %q is gone", s.group)
+		}
+		return err
+	}
+	if group.State(snap.State) != group.Active {
+		return kv.Errorf(kv.CodeUnavailable, "group %q is not active (it is being created or deleted); retry", s.group)
+	}
+	s.snap = snap
+	s.members = make(map[group.Key]memberWire, len(snap.Members))
+	for _, m := range snap.Members {
+		if group.MemberStatus(m.Status) == group.Joined {
+			s.members[m.Key.key()] = m
+		}
+	}
+	return nil
+}
+
+func (s *groupTxn) member(n *Node, ref kv.KeyRef) (group.Key, memberWire, error) {
+	d, err := n.collection(ref.Collection)
+	if err != nil {
+		return group.Key{}, memberWire{}, err
+	}
+	if err := kv.ValidateKey(ref.Key); err != nil {
+		return group.Key{}, memberWire{}, err
+	}
+	k := group.Key{Collection: d.ID, Key: string(ref.Key)}
+	m, ok := s.members[k]
+	if !ok {
+		return k, m, kv.Errorf(kv.CodeInvalidArgument, "key %q of collection %q is not a member of group %q; a group transaction touches only its members", ref.Key, ref.Collection, s.group)
+	}
+	return k, m, nil
+}
+
+func (s *groupTxn) get(ctx context.Context, n *Node, ref kv.KeyRef) (kv.Record, bool, error) {
+	if err := s.load(ctx, n); err != nil {
+		return kv.Record{}, false, err
+	}
+	k, m, err := s.member(n, ref)
+	if err != nil {
+		return kv.Record{}, false, err
+	}
+	for i := len(s.writes) - 1; i >= 0; i-- {
+		if w := s.writes[i]; w.Key == k {
+			if w.Delete {
+				return kv.Record{}, false, nil
+			}
+			return kv.Record{Key: ref.Key, Value: w.Value}, true, nil
+		}
+	}
+	s.reads[k] = m.Version
+	if m.Absent {
+		return kv.Record{}, false, nil
+	}
+	return kv.Record{Key: ref.Key, Value: m.Value, Version: m.Version}, true, nil
+}
+
+func (s *groupTxn) write(ctx context.Context, n *Node, ref kv.KeyRef, value []byte, del bool) error {
+	if s.readOnly {
+		return kv.Errorf(kv.CodeInvalidArgument, "group transaction %s is read-only", s.id)
+	}
+	if len(value) > n.opts.MaxValueSize {
+		return kv.Errorf(kv.CodeTooLarge, "value is %d bytes, the limit is %d", len(value), n.opts.MaxValueSize)
+	}
+	if err := s.load(ctx, n); err != nil {
+		return err
+	}
+	k, _, err := s.member(n, ref)
+	if err != nil {
+		return err
+	}
+	for i := range s.writes {
+		if s.writes[i].Key == k {
+			s.writes[i] = group.Write{Key: k, Value: bytes.Clone(value), Delete: del}
+			return nil
+		}
+	}
+	if len(s.writes) >= kv.DefaultMaxTxnOps {
+		return kv.Errorf(kv.CodeTooLarge, "a transaction writes at most %d keys", kv.DefaultMaxTxnOps)
+	}
+	s.writes = append(s.writes, group.Write{Key: k, Value: bytes.Clone(value), Delete: del})
+	return nil
+}
+
+// commit sends the attempt to the group's leader.
+func (s *groupTxn) commit(ctx context.Context, n *Node) (uint64, error) {
+	if s.snap == nil && len(s.writes) == 0 {
+		return 0, nil // it did nothing
+	}
+	req := &groupCommitRequest{Shard: s.shard, ID: s.group, Attempt: s.id}
+	for _, w := range s.writes {
+		req.Writes = append(req.Writes, writeWire{Key: groupKeyWire{Collection: w.Key.Collection, Key: []byte(w.Key.Key)}, Value: w.Value, Delete: w.Delete})
+	}
+	for k, v := range s.reads {
+		req.Reads = append(req.Reads, readWire{Key: groupKeyWire{Collection: k.Collection, Key: []byte(k.Key)}, Version: v})
+	}
+	if len(s.writes) == 0 {
+		if s.priority {
+			n.releasePriorityAt(ctx, s)
+		}
+		var v uint64
+		for _, m := range s.members {
+			v = max(v, m.Version)
+		}
+		return v, nil
+	}
+	out, err := n.atGroupLeader(ctx, s.shard, "GroupCommit", req, func(ctx context.Context) (any, error) {
+		return n.groupCommitHere(ctx, req)
+	})
+	if err != nil {
+		return 0, err
+	}
+	return out.(*groupCommitResponse).Version, nil
+}
+
+// releasePriorityAt gives back s's priority token (an empty commit).
+func (n *Node) releasePriorityAt(ctx context.Context, s *groupTxn) {
+	req := &groupCommitRequest{Shard: s.shard, ID: s.group, Attempt: s.id, Release: true}
+	_, _ = n.atGroupLeader(ctx, s.shard, "GroupCommit", req, func(ctx context.Context) (any, error) {
+		return n.groupCommitHere(ctx, req)
+	})
+}
+
+type readWire struct {
+	Key     groupKeyWire `json:"key"`
+	Version uint64       `json:"version"`
+}
+
+// groupCommitRequest commits a group transaction attempt on the leader of
+// the group's leader shard; Release only gives back its priority token.
+type groupCommitRequest struct {
+	Shard   uint64      `json:"shard"`
+	ID      string      `json:"id"`
+	Attempt string      `json:"attempt"`
+	Writes  []writeWire `json:"writes,omitempty"`
+	Reads   []readWire  `json:"reads,omitempty"`
+	Release bool        `json:"release,omitempty"`
+}
+
+type writeWire struct {
+	Key    groupKeyWire `json:"key"`
+	Value  []byte       `json:"value,omitempty"`
+	Delete bool         `json:"delete,omitempty"`
+}
+
+type groupCommitResponse struct {
+	Version uint64     `json:"version,omitempty"`
+	Error   *peerError `json:"error,omitempty"`
+}
+
+func (n *Node) handleGroupCommit(ctx context.Context, req *groupCommitRequest) (*groupCommitResponse, error) {
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return &groupCommitResponse{Error: toPeerError(err)}, nil
+	}
+	defer done()
+	out, err := n.groupCommitHere(ctx, req)
+	if err != nil {
+		return &groupCommitResponse{Error: toPeerError(err)}, nil
+	}
+	return out, nil
+}
+
+func (n *Node) groupCommitHere(ctx context.Context, req *groupCommitRequest) (*groupCommitResponse, error) {
+	if !n.host.Ready(req.Shard) {
+		return nil, kv.Errorf(kv.CodeNotLeader, "node %d does not lead shard %d", n.id, req.Shard)
+	}
+	if req.Release {
+		n.releasePriority(req.ID, req.Attempt)
+		return &groupCommitResponse{}, nil
+	}
+	defer n.releasePriority(req.ID, req.Attempt)
+	if h := n.priorityHolder(req.ID); h != "" && h != req.Attempt {
+		return nil, kv.Errorf(kv.CodeTxnAborted, "group %q runs a retried transaction with priority; retry this one (with retry_of) after it", req.ID)
+	}
+	sm := n.host.StateMachine(req.Shard)
+	if sm == nil {
+		return nil, kv.Errorf(kv.CodeNotLeader, "node %d holds no replica of shard %d", n.id, req.Shard)
+	}
+	reads := make([]group.Read, len(req.Reads))
+	for i, r := range req.Reads {
+		reads[i] = group.Read{Key: r.Key.key(), Version: r.Version}
+	}
+	writes := make([]group.Write, len(req.Writes))
+	for i, w := range req.Writes {
+		writes[i] = group.Write{Key: w.Key.key(), Value: w.Value, Delete: w.Delete}
+	}
+	var effs []group.Effect
+	var err error
+	sm.WithGroups(func(l *group.Leader, _ *group.Follower) { effs, err = l.Write(req.ID, writes, reads) })
+	if err != nil {
+		return nil, groupError(err, req.ID)
+	}
+	var rec group.Record
+	for _, e := range effs {
+		if l, ok := e.(group.Log); ok {
+			rec = l.Record
+		}
+	}
+	res, err := n.host.Propose(ctx, req.Shard, shard.EncodeGroupRecord(rec))
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || kv.CodeOf(err) == kv.CodeCommitUnknown {
+			return nil, kv.Errorf(kv.CodeCommitUnknown, "group %q: the commit was proposed but not applied before the request ended (%v)", req.ID, err)
+		}
+		return nil, err
+	}
+	if res.Err != nil {
+		return nil, res.Err
+	}
+	for _, e := range res.Group {
+		if r, ok := e.(group.Reply); ok && r.Op == group.OpWrite && r.Err != nil {
+			return nil, groupError(r.Err, req.ID)
+		}
+	}
+	return &groupCommitResponse{Version: res.Version}, nil
+}
+
+func (n *Node) groupTxnGet(ctx context.Context, id string, ref kv.KeyRef) (kv.Record, bool, error) {
+	s, err := n.groupSession(id)
+	if err != nil {
+		return kv.Record{}, false, err
+	}
+	defer s.mu.Unlock()
+	rec, found, err := s.get(ctx, n, ref)
+	if kv.CodeOf(err) == kv.CodeTxnAborted {
+		n.endGroupTxn(s, err)
+	}
+	return rec, found, err
+}
+
+func (n *Node) groupTxnWrite(ctx context.Context, id string, ref kv.KeyRef, value []byte, del bool) error {
+	s, err := n.groupSession(id)
+	if err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	err = s.write(ctx, n, ref, value, del)
+	if kv.CodeOf(err) == kv.CodeTxnAborted {
+		n.endGroupTxn(s, err)
+	}
+	return err
+}
+
+func (n *Node) groupTxnCommit(ctx context.Context, id string) (uint64, error) {
+	s, err := n.groupSession(id)
+	if err != nil {
+		return 0, err
+	}
+	defer s.mu.Unlock()
+	v, err := s.commit(ctx, n)
+	if err != nil && kv.CodeOf(err) != kv.CodeTxnAborted && kv.CodeOf(err) != kv.CodeCommitUnknown {
+		// Not committed (the group leader refused before proposing, or
+		// was unreachable): the client may retry the attempt afresh.
+		if c := kv.CodeOf(err); c == kv.CodeUnavailable || c == kv.CodeNotLeader {
+			err = kv.Errorf(kv.CodeTxnAborted, "group transaction %s did not commit: %v; retry it", id, err)
+		}
+	}
+	n.endGroupTxn(s, err)
+	return v, err
+}
+
+func (n *Node) groupTxnAbort(ctx context.Context, id string) error {
+	n.groups.mu.Lock()
+	s := n.groups.mu.sessions[id]
+	n.groups.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.done {
+		if s.priority && s.snap != nil {
+			n.releasePriorityAt(ctx, s)
+		}
+		n.endGroupTxn(s, kv.Errorf(kv.CodeTxnAborted, "group transaction %s was aborted by its client", id))
+	}
+	return nil
+}
+
+// ExecGroupTxn implements kv.GroupBackend.
+func (n *Node) ExecGroupTxn(ctx context.Context, id string, req kv.ExecRequest) (kv.ExecResult, error) {
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return kv.ExecResult{}, err
+	}
+	defer done()
+	if err := validateExec(req); err != nil {
+		return kv.ExecResult{}, err
+	}
+	var retryOf string
+	for attempt := 0; ; attempt++ {
+		s, err := n.beginGroupTxn(ctx, id, kv.TxnOptions{RetryOf: retryOf})
+		if err != nil {
+			return kv.ExecResult{}, err
+		}
+		s.mu.Lock()
+		res, err := s.exec(ctx, n, req)
+		if err != nil && !s.done {
+			if s.priority && s.snap != nil {
+				n.releasePriorityAt(ctx, s)
+			}
+			n.endGroupTxn(s, err)
+		}
+		s.mu.Unlock()
+		if kv.CodeOf(err) != kv.CodeTxnAborted || ctx.Err() != nil {
+			return res, err
+		}
+		retryOf = s.id
+		d := min(time.Duration(1<<min(attempt, 6))*time.Millisecond, 50*time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return kv.ExecResult{}, err
+		case <-time.After(d):
+		}
+	}
+}
+
+func (s *groupTxn) exec(ctx context.Context, n *Node, req kv.ExecRequest) (kv.ExecResult, error) {
+	ok := true
+	for _, c := range req.If {
+		rec, found, err := s.get(ctx, n, kv.KeyRef{Collection: c.Collection, Key: c.Key})
+		if err != nil {
+			return kv.ExecResult{}, err
+		}
+		switch {
+		case c.HasValue:
+			ok = ok && found && bytes.Equal(rec.Value, c.Value)
+		case c.Version == 0:
+			ok = ok && !found
+		default:
+			ok = ok && found && rec.Version == c.Version
+		}
+	}
+	ops := req.Then
+	if !ok {
+		ops = req.Else
+	}
+	results := make([]kv.TxnOpResult, len(ops))
+	var writes []int
+	for i, op := range ops {
+		ref := kv.KeyRef{Collection: op.Collection, Key: op.Key}
+		switch op.Op {
+		case kv.TxnOpGet:
+			rec, found, err := s.get(ctx, n, ref)
+			if err != nil {
+				return kv.ExecResult{}, err
+			}
+			if found {
+				results[i] = kv.TxnOpResult{Found: true, Value: rec.Value, Version: rec.Version}
+			}
+		case kv.TxnOpPut:
+			if len(op.Tags) > 0 {
+				return kv.ExecResult{}, kv.Errorf(kv.CodeInvalidArgument, "operation %d: a group write keeps the key's tags and takes none", i)
+			}
+			if err := s.write(ctx, n, ref, op.Value, false); err != nil {
+				return kv.ExecResult{}, err
+			}
+			writes = append(writes, i)
+		case kv.TxnOpDelete:
+			if err := s.write(ctx, n, ref, nil, true); err != nil {
+				return kv.ExecResult{}, err
+			}
+			writes = append(writes, i)
+		}
+	}
+	v, err := s.commit(ctx, n)
+	n.endGroupTxn(s, err)
+	if err != nil {
+		return kv.ExecResult{}, err
+	}
+	for _, i := range writes {
+		results[i] = kv.TxnOpResult{Version: v}
+	}
+	return kv.ExecResult{Succeeded: ok, Version: v, Results: results}, nil
+}
+
+// groupOwnerRequest asks a key's home shard which group holds it.
+type groupOwnerRequest struct {
+	Shard uint64       `json:"shard"`
+	Key   groupKeyWire `json:"key"`
+}
+
+type groupOwnerResponse struct {
+	Group  string     `json:"group,omitempty"`
+	Leader uint64     `json:"leader,omitempty"`
+	Error  *peerError `json:"error,omitempty"`
+}
+
+// groupOwnerHere answers, on the home shard's leader, the group a key is
+// yielded to ("" for none).
+func (n *Node) groupOwnerHere(ctx context.Context, req *groupOwnerRequest) (*groupOwnerResponse, error) {
+	if !n.host.Ready(req.Shard) {
+		return nil, kv.Errorf(kv.CodeNotLeader, "node %d does not lead shard %d", n.id, req.Shard)
+	}
+	if err := n.host.ReadBarrier(ctx, req.Shard); err != nil {
+		return nil, err
+	}
+	return n.localGroupOwner(req.Shard, req.Key.key()), nil
+}
+
+// localGroupOwner reads the group a key is yielded to in the replica of
+// shardID here, as applied.
+func (n *Node) localGroupOwner(shardID uint64, k group.Key) *groupOwnerResponse {
+	out := &groupOwnerResponse{}
+	if sm := n.host.StateMachine(shardID); sm != nil {
+		sm.WithGroups(func(_ *group.Leader, f *group.Follower) {
+			if y, ok := f.Key(k); ok {
+				out.Group, out.Leader = y.Group.ID, uint64(y.Group.Leader)
+			}
+		})
+	}
+	return out
+}
+
+func (n *Node) handleGroupOwner(ctx context.Context, req *groupOwnerRequest) (*groupOwnerResponse, error) {
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return &groupOwnerResponse{Error: toPeerError(err)}, nil
+	}
+	defer done()
+	out, err := n.groupOwnerHere(ctx, req)
+	if err != nil {
+		return &groupOwnerResponse{Error: toPeerError(err)}, nil
+	}
+	return out, nil
+}
+
+// groupPlainWrite writes one member key, refused by its home shard with
+// key_in_group, through its group: a one-key group transaction, which
+// reads the key first when the write is conditional.
+func (n *Node) groupPlainWrite(ctx context.Context, homeShard uint64, ref kv.KeyRef, value []byte, del bool, ifVersion *uint64, mustExist bool) (uint64, error) {
+	k, _, err := n.groupKey(ref)
+	if err != nil {
+		return 0, err
+	}
+	oreq := &groupOwnerRequest{Shard: homeShard, Key: groupKeyWire{Collection: k.Collection, Key: ref.Key}}
+	out, err := n.atGroupLeader(ctx, homeShard, "GroupOwner", oreq, func(ctx context.Context) (any, error) {
+		return n.groupOwnerHere(ctx, oreq)
+	})
+	if err != nil {
+		return 0, err
+	}
+	owner := out.(*groupOwnerResponse)
+	if owner.Group == "" {
+		return 0, kv.Errorf(kv.CodeUnavailable, "key %q left its group while being written; retry", ref.Key)
+	}
+	var retryOf string
+	for attempt := 0; ; attempt++ {
+		s, err := n.beginGroupTxn(ctx, owner.Group, kv.TxnOptions{RetryOf: retryOf})
+		if err != nil {
+			return 0, err
+		}
+		s.mu.Lock()
+		v, err := func() (uint64, error) {
+			if ifVersion != nil || mustExist {
+				rec, found, err := s.get(ctx, n, ref)
+				if err != nil {
+					return 0, err
+				}
+				cur := uint64(0)
+				if found {
+					cur = rec.Version
+				}
+				if mustExist && !found {
+					return 0, kv.Errorf(kv.CodeNotFound, "key %q not found", ref.Key)
+				}
+				if ifVersion != nil && cur != *ifVersion {
+					return 0, kv.Errorf(kv.CodeConditionFailed, "key %q is at version %d, the condition wants version %d", ref.Key, cur, *ifVersion)
+				}
+			}
+			if err := s.write(ctx, n, ref, value, del); err != nil {
+				return 0, err
+			}
+			return s.commit(ctx, n)
+		}()
+		if !s.done {
+			if err != nil && s.priority && s.snap != nil {
+				n.releasePriorityAt(ctx, s)
+			}
+			n.endGroupTxn(s, err)
+		}
+		s.mu.Unlock()
+		if kv.CodeOf(err) != kv.CodeTxnAborted || ctx.Err() != nil {
+			return v, err
+		}
+		retryOf = s.id
+	}
+}
+
+// groupGet reads a member key (yielded by shardID, read here after a
+// barrier) from its group, when the group holds it; ok false: read the
+// key's own shard.
+func (n *Node) groupGet(ctx context.Context, shardID uint64, ref kv.KeyRef, k group.Key) (kv.Record, bool, error) {
+	owner := n.localGroupOwner(shardID, k)
+	if owner.Group == "" {
+		return kv.Record{}, false, nil
+	}
+	reg, _, err := n.registration(ctx, owner.Group)
+	if err != nil {
+		if kv.CodeOf(err) == kv.CodeNotFound {
+			return kv.Record{}, false, nil
+		}
+		return kv.Record{}, false, err
+	}
+	snap, err := n.readGroup(ctx, owner.Group, reg, "")
+	if err != nil {
+		if kv.CodeOf(err) == kv.CodeNotFound {
+			return kv.Record{}, false, nil
+		}
+		return kv.Record{}, false, err
+	}
+	for _, m := range snap.Members {
+		if m.Key.key() == k && group.MemberStatus(m.Status) == group.Joined {
+			if m.Absent {
+				return kv.Record{}, true, kv.Errorf(kv.CodeNotFound, "key %q not found", ref.Key)
+			}
+			return kv.Record{Key: ref.Key, Value: m.Value, Version: m.Version}, true, nil
+		}
+	}
+	// Joining (its value is the shard's) or released (shipped).
+	return kv.Record{}, false, nil
+}
