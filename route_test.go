@@ -115,13 +115,20 @@ func TestDialRoutesToLeaders(t *testing.T) {
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			_, err = db.Put(cctx, groupkv.PutRequest{Collection: "c", Key: k, Value: k})
 			cancel()
-			if err == nil || groupkv.CodeOf(err) != groupkv.CodeUnavailable {
+			// A leadership change answers unavailable (not written) or
+			// commit_unknown (perhaps written); the put is idempotent, so
+			// both are retried.
+			if c := groupkv.CodeOf(err); err == nil || c != groupkv.CodeUnavailable && c != groupkv.CodeCommitUnknown {
 				break
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 		if err != nil {
 			t.Fatalf("put %s after node 3 stopped: %v", k, err)
+		}
+		r, err := db.Get(ctx, groupkv.GetRequest{Collection: "c", Key: k})
+		if err != nil || string(r.Value) != string(k) {
+			t.Fatalf("get %s after node 3 stopped: %q, %v", k, r.Value, err)
 		}
 	}
 }
