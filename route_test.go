@@ -126,7 +126,16 @@ func TestDialRoutesToLeaders(t *testing.T) {
 		if err != nil {
 			t.Fatalf("put %s after node 3 stopped: %v", k, err)
 		}
-		r, err := db.Get(ctx, groupkv.GetRequest{Collection: "c", Key: k})
+		var r groupkv.Record
+		for try := 0; try < 200; try++ {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			r, err = db.Get(cctx, groupkv.GetRequest{Collection: "c", Key: k})
+			cancel()
+			if err == nil || groupkv.CodeOf(err) != groupkv.CodeUnavailable {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 		if err != nil || string(r.Value) != string(k) {
 			t.Fatalf("get %s after node 3 stopped: %q, %v", k, r.Value, err)
 		}
