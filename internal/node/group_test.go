@@ -216,3 +216,158 @@ func TestGroupOneNode(t *testing.T) {
 		t.Fatalf("batch get order: %q", bg.Items[0].Key)
 	}
 }
+
+// TestGroupClusterLeaderLoss: a bank inside a group on three nodes, whose
+// accounts live in shards led all over; the node leading the group's
+// leader shard is cut off mid-run. Transfers go on at the shard's new
+// leader (the group's state is the shard's, carried by its log), the total
+// holds throughout, and after the delete every account's own shard holds
+// the group's last value.
+func TestGroupClusterLeaderLoss(t *testing.T) {
+	c := startCluster(t, 3, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	n1 := c.node(1).n
+	for _, o := range []kv.CollectionOptions{{Name: "acct", Partitioning: kv.PartitionHash, Shards: 6}, {Name: "lead", Partitioning: kv.PartitionRange}} {
+		if _, err := n1.CreateCollection(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const accounts, initial = 10, 100
+	key := func(i int) []byte { return []byte(fmt.Sprintf("a%02d", i)) }
+	var members []kv.KeyRef
+	for i := range accounts {
+		c.eventually(30*time.Second, "an initial put", func() error {
+			_, err := n1.Put(ctx, kv.PutRequest{Collection: "acct", Key: key(i), Value: []byte(strconv.Itoa(initial))})
+			return err
+		})
+		members = append(members, kv.KeyRef{Collection: "acct", Key: key(i)})
+	}
+	var created kv.GroupCreated
+	c.eventually(30*time.Second, "the group is created", func() error {
+		var err error
+		created, err = c.node(2).n.CreateGroup(ctx, kv.GroupSpec{ID: "bank", Leader: kv.KeyRef{Collection: "lead", Key: []byte("bank")}, Members: members})
+		return err
+	})
+	if len(created.Joined) != accounts+1 {
+		t.Fatalf("created %+v", created)
+	}
+	d, _ := n1.collection("lead")
+	leadShard := d.Shards[0].ID
+	total := func(via *Node) (int, error) {
+		sum := 0
+		_, _, err := groupTransact(ctx, via, "bank", func(id string) error {
+			sum = 0
+			for i := range accounts {
+				r, _, err := via.TxnGet(ctx, id, kv.KeyRef{Collection: "acct", Key: key(i)})
+				if err != nil {
+					return err
+				}
+				x, _ := strconv.Atoi(string(r.Value))
+				sum += x
+			}
+			return nil
+		})
+		return sum, err
+	}
+
+	victim := c.leader(leadShard)
+	var clients []*Node
+	for _, tn := range c.nodes {
+		if tn != victim {
+			clients = append(clients, tn.n)
+		}
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	committed, unknown := 0, 0
+	stop := make(chan struct{})
+	for ci := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			via := clients[ci%len(clients)]
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				a, b := (ci*3+i)%accounts, (ci+5*i+1)%accounts
+				if a == b {
+					continue
+				}
+				tctx, tcancel := context.WithTimeout(ctx, 20*time.Second)
+				_, _, err := groupTransact(tctx, via, "bank", func(id string) error {
+					ra, _, err := via.TxnGet(tctx, id, kv.KeyRef{Collection: "acct", Key: key(a)})
+					if err != nil {
+						return err
+					}
+					rb, _, err := via.TxnGet(tctx, id, kv.KeyRef{Collection: "acct", Key: key(b)})
+					if err != nil {
+						return err
+					}
+					va, _ := strconv.Atoi(string(ra.Value))
+					vb, _ := strconv.Atoi(string(rb.Value))
+					if err := via.TxnPut(tctx, id, kv.PutItem{Collection: "acct", Key: key(a), Value: []byte(strconv.Itoa(va - 3))}); err != nil {
+						return err
+					}
+					return via.TxnPut(tctx, id, kv.PutItem{Collection: "acct", Key: key(b), Value: []byte(strconv.Itoa(vb + 3))})
+				})
+				tcancel()
+				mu.Lock()
+				switch {
+				case err == nil:
+					committed++
+				case kv.CodeOf(err) == kv.CodeCommitUnknown:
+					unknown++ // a transfer is balanced: applied or not, the total holds
+				}
+				mu.Unlock()
+				if err != nil {
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	waitCommitted := func(n int) {
+		c.eventually(60*time.Second, fmt.Sprintf("%d transfers committed", n), func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			if committed < n {
+				return fmt.Errorf("%d committed", committed)
+			}
+			return nil
+		})
+	}
+	waitCommitted(20)
+	c.net.isolate(victim.id)
+	mu.Lock()
+	before := committed
+	mu.Unlock()
+	waitCommitted(before + 20)
+	c.net.heal(victim.id)
+	waitCommitted(before + 40)
+	close(stop)
+	wg.Wait()
+	t.Logf("transfers: %d committed, %d unknown; the group's leader shard moved from node %d", committed, unknown, victim.id)
+	if got, err := total(clients[0]); err != nil || got != accounts*initial {
+		t.Fatalf("total in the group: %d (%v), want %d", got, err, accounts*initial)
+	}
+	c.eventually(60*time.Second, "the group is deleted", func() error {
+		return clients[0].DeleteGroup(ctx, "bank")
+	})
+	sum := 0
+	for i := range accounts {
+		var r kv.Record
+		c.eventually(30*time.Second, "a read after the delete", func() error {
+			var err error
+			r, err = clients[1].Get(ctx, kv.GetRequest{Collection: "acct", Key: key(i)})
+			return err
+		})
+		x, _ := strconv.Atoi(string(r.Value))
+		sum += x
+	}
+	if sum != accounts*initial {
+		t.Fatalf("total in the accounts' own shards after the delete: %d, want %d", sum, accounts*initial)
+	}
+}
