@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/groupkv/groupkv/internal/cluster"
 	"github.com/groupkv/groupkv/internal/group"
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/shard"
@@ -626,6 +627,48 @@ func (n *Node) groupPlainWrite(ctx context.Context, homeShard uint64, ref kv.Key
 		}
 		retryOf = s.id
 	}
+}
+
+// overlayGroups replaces, in a batch get read here, the values of keys a
+// group holds by the group's (its writes may not be shipped to the keys'
+// shards yet); the batch's version rises to theirs.
+func (n *Node) overlayGroups(ctx context.Context, descs []*cluster.CollectionDesc, keyShards [][]uint64, res *kv.BatchGetResult) error {
+	snaps := map[string]*groupReadResponse{}
+	for i := range res.Items {
+		it := &res.Items[i]
+		if descs[i].Partitioning == kv.PartitionTag || len(keyShards[i]) != 1 {
+			continue
+		}
+		k := group.Key{Collection: descs[i].ID, Key: string(it.Key)}
+		owner := n.localGroupOwner(keyShards[i][0], k)
+		if owner.Group == "" {
+			continue
+		}
+		snap, ok := snaps[owner.Group]
+		if !ok {
+			reg, _, err := n.registration(ctx, owner.Group)
+			if err == nil {
+				snap, err = n.readGroup(ctx, owner.Group, reg, "")
+			}
+			if err != nil && kv.CodeOf(err) != kv.CodeNotFound {
+				return err
+			}
+			snaps[owner.Group] = snap
+		}
+		if snap == nil {
+			continue
+		}
+		for _, m := range snap.Members {
+			if m.Key.key() == k && group.MemberStatus(m.Status) == group.Joined {
+				it.Found, it.Value, it.Version = !m.Absent, nil, m.Version
+				if !m.Absent {
+					it.Value = m.Value
+				}
+				res.Version = max(res.Version, m.Version)
+			}
+		}
+	}
+	return nil
 }
 
 // groupGet reads a member key (yielded by shardID, read here after a

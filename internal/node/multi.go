@@ -99,6 +99,9 @@ func (n *Node) BatchGet(ctx context.Context, keys []kv.KeyRef) (kv.BatchGetResul
 		}
 		res.Items[i] = item
 	}
+	if err := n.overlayGroups(ctx, descs, keyShards, &res); err != nil {
+		return kv.BatchGetResult{}, err
+	}
 	return res, nil
 }
 
