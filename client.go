@@ -65,8 +65,7 @@ type DB interface {
 	// included, and, for a GroupBestEffort group, Refused the keys that
 	// would not join and why. An atomic group (the default) that cannot
 	// take every key fails with ErrGroupRefused, its keys released; an id
-	// in use fails with ErrAlreadyExists; a key in another group with
-	// ErrKeyInGroup.
+	// in use fails with ErrAlreadyExists.
 	CreateGroup(ctx context.Context, spec GroupSpec) (GroupCreated, error)
 	// DescribeGroup describes a group; an unknown id is ErrNotFound.
 	DescribeGroup(ctx context.Context, id string) (GroupInfo, error)
