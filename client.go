@@ -38,6 +38,11 @@ type DB interface {
 	//     aborting the attempt, when ctx ends before a commit;
 	//   - a *CommitUnknownError (matching ErrCommitUnknown) when the commit
 	//     may or may not have been applied; it is never retried;
+	//   - an ErrKeyInGroup-coded error, after aborting the attempt, when
+	//     an operation or the commit answered one: a key of the
+	//     transaction belongs to a key group (use the group's Transact).
+	//     It is never retried, and is returned even if fn went on;
+	//     fn's own error, if it returned one, is returned instead;
 	//   - the error of a begin or a commit that was refused otherwise
 	//     (ErrUnavailable: nothing was applied).
 	// A serializable transaction (the default) that is retried commits in
@@ -52,6 +57,28 @@ type DB interface {
 	// transaction that the server retries on conflict. Its error may be
 	// ErrCommitUnknown-coded, as a write's.
 	Exec(ctx context.Context, req ExecRequest) (ExecResult, error)
+
+	// CreateGroup creates a key group: ownership of spec.Members (and of
+	// spec.Leader, listed among them or not) moves to the leader of
+	// spec.Leader's shard. It answers once the creation is over:
+	// GroupCreated.Joined lists every key of the group, the leader
+	// included, and, for a GroupBestEffort group, Refused the keys that
+	// would not join and why. An atomic group (the default) that cannot
+	// take every key fails with ErrGroupRefused, its keys released; an id
+	// in use fails with ErrAlreadyExists.
+	CreateGroup(ctx context.Context, spec GroupSpec) (GroupCreated, error)
+	// DescribeGroup describes a group; an unknown id is ErrNotFound.
+	DescribeGroup(ctx context.Context, id string) (GroupInfo, error)
+	// ListGroups describes every group.
+	ListGroups(ctx context.Context) ([]GroupInfo, error)
+	// DeleteGroup deletes a group and answers once every write of the
+	// group has been applied to its key's own shard and every key is
+	// owned by its shard again; an unknown id is ErrNotFound.
+	DeleteGroup(ctx context.Context, id string) error
+	// Group returns a handle on the group of id, for its transactions
+	// (Group.Transact, Group.Exec). It does not check that the group
+	// exists.
+	Group(id string) *Group
 }
 
 // Shared types; see their documentation in the kv package.
@@ -106,6 +133,9 @@ const (
 	CodeTooLarge           = kv.CodeTooLarge
 	CodeUnavailable        = kv.CodeUnavailable
 	CodeTxnAborted         = kv.CodeTxnAborted
+	CodeAlreadyExists      = kv.CodeAlreadyExists
+	CodeKeyInGroup         = kv.CodeKeyInGroup
+	CodeGroupRefused       = kv.CodeGroupRefused
 	CodeCommitUnknown      = kv.CodeCommitUnknown
 	CodeUnimplemented      = kv.CodeUnimplemented
 )

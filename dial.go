@@ -72,11 +72,12 @@ const readyTimeout = 5 * time.Second
 // code commit_unknown (it may have been applied), and a call whose context ended
 // answers an error matching context.Canceled or context.DeadlineExceeded.
 //
-// Transact and Exec use the server's HTTP API (POST /v1/txn...), which the
-// same port serves, over cleartext HTTP/1.1 with kept-alive connections;
-// every operation of a transaction goes to the dialed node, where its
-// attempt lives. Options for gRPC do not apply to them: a server behind TLS
-// serves no transactions to this client yet.
+// Transact, Exec and the Key Groups methods use the server's HTTP API
+// (/v1/txn..., /v1/groups...), which the same port serves, over cleartext
+// HTTP/1.1 with kept-alive connections; every operation of a transaction
+// goes to the dialed node, where its attempt lives. Options for gRPC do not
+// apply to them: a server behind TLS serves no transactions or groups to
+// this client yet.
 func Dial(addr string, opts ...DialOption) (DB, error) {
 	var o dialOptions
 	for _, opt := range opts {
@@ -324,7 +325,7 @@ func (r *remoteDB) Transact(ctx context.Context, fn func(tx *Tx) error, opts ...
 	if r.closed.Load() {
 		return kv.Errorf(kv.CodeUnavailable, "the DB is closed: Dial again")
 	}
-	return transact(ctx, r.txn, fn, opts)
+	return transact(ctx, r.txn, r.txn.BeginTxn, fn, opts)
 }
 
 func (r *remoteDB) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
@@ -333,6 +334,48 @@ func (r *remoteDB) Exec(ctx context.Context, req ExecRequest) (ExecResult, error
 	}
 	return execTxn(ctx, r.txn, req)
 }
+
+func (r *remoteDB) CreateGroup(ctx context.Context, spec GroupSpec) (GroupCreated, error) {
+	if r.closed.Load() {
+		return GroupCreated{}, errClosed()
+	}
+	return r.txn.CreateGroup(ctx, spec)
+}
+
+func (r *remoteDB) DescribeGroup(ctx context.Context, id string) (GroupInfo, error) {
+	if r.closed.Load() {
+		return GroupInfo{}, errClosed()
+	}
+	return r.txn.DescribeGroup(ctx, id)
+}
+
+func (r *remoteDB) ListGroups(ctx context.Context) ([]GroupInfo, error) {
+	if r.closed.Load() {
+		return nil, errClosed()
+	}
+	return r.txn.ListGroups(ctx)
+}
+
+func (r *remoteDB) DeleteGroup(ctx context.Context, id string) error {
+	if r.closed.Load() {
+		return errClosed()
+	}
+	return r.txn.DeleteGroup(ctx, id)
+}
+
+// Group returns a handle whose transactions run on the dialed node, over
+// HTTP like Transact.
+func (r *remoteDB) Group(id string) *Group {
+	return &Group{id: id, backends: func() (kv.TxnBackend, kv.GroupBackend, error) {
+		if r.closed.Load() {
+			return nil, nil, errClosed()
+		}
+		return r.txn, r.txn, nil
+	}}
+}
+
+// errClosed is the error of a call on a closed DB.
+func errClosed() error { return kv.Errorf(kv.CodeUnavailable, "the DB is closed: Dial again") }
 
 // Close closes the connection. Calls in flight fail, and so does every call
 // after it; a second Close does nothing.

@@ -27,7 +27,9 @@ func Open(dir string) (DB, error) {
 }
 
 // embedded is a DB served by a backend in this process, a node: its
-// transactions call the backend's kv.TxnBackend directly.
+// transactions and groups call the backend's kv.TxnBackend and
+// kv.GroupBackend directly; a backend that is not one answers
+// unimplemented.
 type embedded struct {
 	kv.Backend
 	close func() error
@@ -40,7 +42,7 @@ func (e embedded) Transact(ctx context.Context, fn func(tx *Tx) error, opts ...T
 	if err != nil {
 		return err
 	}
-	return transact(ctx, tb, fn, opts)
+	return transact(ctx, tb, tb.BeginTxn, fn, opts)
 }
 
 func (e embedded) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
@@ -49,4 +51,42 @@ func (e embedded) Exec(ctx context.Context, req ExecRequest) (ExecResult, error)
 		return ExecResult{}, err
 	}
 	return execTxn(ctx, tb, req)
+}
+
+func (e embedded) CreateGroup(ctx context.Context, spec GroupSpec) (GroupCreated, error) {
+	gb, err := groupBackendOf(e.Backend)
+	if err != nil {
+		return GroupCreated{}, err
+	}
+	return gb.CreateGroup(ctx, spec)
+}
+
+func (e embedded) DescribeGroup(ctx context.Context, id string) (GroupInfo, error) {
+	gb, err := groupBackendOf(e.Backend)
+	if err != nil {
+		return GroupInfo{}, err
+	}
+	return gb.DescribeGroup(ctx, id)
+}
+
+func (e embedded) ListGroups(ctx context.Context) ([]GroupInfo, error) {
+	gb, err := groupBackendOf(e.Backend)
+	if err != nil {
+		return nil, err
+	}
+	return gb.ListGroups(ctx)
+}
+
+func (e embedded) DeleteGroup(ctx context.Context, id string) error {
+	gb, err := groupBackendOf(e.Backend)
+	if err != nil {
+		return err
+	}
+	return gb.DeleteGroup(ctx, id)
+}
+
+// Group returns a handle whose transactions call the backend's
+// kv.GroupBackend and kv.TxnBackend directly.
+func (e embedded) Group(id string) *Group {
+	return &Group{id: id, backends: func() (kv.TxnBackend, kv.GroupBackend, error) { return backendsOf(e.Backend) }}
 }

@@ -140,6 +140,10 @@ type Tx struct {
 		sync.Mutex
 		// aborted is the txn_aborted error an operation answered.
 		aborted error
+		// keyInGroup is the first key_in_group error an operation
+		// answered: the transaction touched a key of a key group, and
+		// running it again would meet the group again.
+		keyInGroup error
 		// ended is set when the function returned.
 		ended bool
 		// ctxFailed is set when an operation failed after its context
@@ -171,8 +175,15 @@ func (tx *Tx) done(ctx context.Context, err error) error {
 	}
 	tx.mu.Lock()
 	defer tx.mu.Unlock()
-	if kv.CodeOf(err) == kv.CodeTxnAborted && tx.mu.aborted == nil {
-		tx.mu.aborted = err
+	switch kv.CodeOf(err) {
+	case kv.CodeTxnAborted:
+		if tx.mu.aborted == nil {
+			tx.mu.aborted = err
+		}
+	case kv.CodeKeyInGroup:
+		if tx.mu.keyInGroup == nil {
+			tx.mu.keyInGroup = err
+		}
 	}
 	if ctx.Err() != nil {
 		tx.mu.ctxFailed = true
@@ -253,11 +264,11 @@ func (tx *Tx) GetByTags(ctx context.Context, q TagQuery) (ScanResult, error) {
 
 // end closes the attempt to further operations and answers what its
 // operations saw.
-func (tx *Tx) end() (aborted error, ctxFailed bool) {
+func (tx *Tx) end() (aborted, keyInGroup error, ctxFailed bool) {
 	tx.mu.Lock()
 	defer tx.mu.Unlock()
 	tx.mu.ended = true
-	return tx.mu.aborted, tx.mu.ctxFailed
+	return tx.mu.aborted, tx.mu.keyInGroup, tx.mu.ctxFailed
 }
 
 // abortTimeout bounds the abort Transact sends for an attempt it gives up:
@@ -265,9 +276,13 @@ func (tx *Tx) end() (aborted error, ctxFailed bool) {
 // is not worth holding the caller up for long.
 const abortTimeout = 5 * time.Second
 
-// transact runs fn in attempts of one transaction on b until one commits;
-// see DB.Transact.
-func transact(ctx context.Context, b kv.TxnBackend, fn func(*Tx) error, opts []TxnOption) error {
+// beginFunc begins an attempt: kv.TxnBackend.BeginTxn, or
+// kv.GroupBackend.BeginGroupTxn for a group.
+type beginFunc func(ctx context.Context, opts kv.TxnOptions) (string, error)
+
+// transact runs fn in attempts of one transaction on b, each begun by
+// begin, until one commits; see DB.Transact.
+func transact(ctx context.Context, b kv.TxnBackend, begin beginFunc, fn func(*Tx) error, opts []TxnOption) error {
 	var o kv.TxnOptions
 	for _, opt := range opts {
 		opt(&o)
@@ -293,9 +308,9 @@ func transact(ctx context.Context, b kv.TxnBackend, fn func(*Tx) error, opts []T
 			case <-t.C:
 			}
 		}
-		begin := o
-		begin.RetryOf = retryOf
-		id, err := b.BeginTxn(ctx, begin)
+		bo := o
+		bo.RetryOf = retryOf
+		id, err := begin(ctx, bo)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctxErr()
@@ -305,8 +320,19 @@ func transact(ctx context.Context, b kv.TxnBackend, fn func(*Tx) error, opts []T
 		attempts++
 		tx := &Tx{b: b, id: id}
 		ferr := runAttempt(ctx, tx, fn)
-		aborted, ctxFailed := tx.end()
+		aborted, keyInGroup, ctxFailed := tx.end()
 		switch {
+		case keyInGroup != nil && ctx.Err() == nil:
+			// A key of the transaction belongs to a key group: another
+			// attempt would meet it again. The attempt is given up, even
+			// if it was aborted or fn went on and returned nil.
+			if aborted == nil {
+				abortAttempt(ctx, b, id)
+			}
+			if ferr != nil && kv.CodeOf(ferr) != kv.CodeTxnAborted {
+				return ferr
+			}
+			return keyInGroup
 		case aborted != nil && ctx.Err() == nil:
 			// An operation answered txn_aborted: whatever fn made of it,
 			// the attempt is over; run fn again in a new one.
@@ -339,8 +365,9 @@ func transact(ctx context.Context, b kv.TxnBackend, fn func(*Tx) error, opts []T
 			return &CommitUnknownError{Txn: id, Err: fmt.Errorf("%w: %w",
 				kv.Errorf(kv.CodeCommitUnknown, "the context ended while the commit was under way"), err)}
 		default:
-			// The commit was refused (unavailable: not performed, or
-			// invalid): the attempt is given up.
+			// The commit was refused (unavailable: not performed;
+			// invalid; key_in_group, which a retry would meet again): the
+			// attempt is given up.
 			abortAttempt(ctx, b, id)
 			return err
 		}

@@ -16,9 +16,10 @@ import (
 	"github.com/groupkv/groupkv/internal/kv"
 )
 
-// httpTxn is the kv.TxnBackend of a remote DB: the HTTP transaction forms
-// (internal/api/http_txn.go) of the dialed node, on the port where it
-// serves gRPC too. An attempt lives on the node that began it, so every
+// httpTxn is the kv.TxnBackend and kv.GroupBackend (group_http.go) of a
+// remote DB: the HTTP transaction and Key Groups forms
+// (internal/api/http_txn.go, http_group.go) of the dialed node, on the port
+// where it serves gRPC too. An attempt lives on the node that began it, so every
 // call goes to the dialed node, never to a shard leader. Connections are
 // kept alive and reused across calls and transactions.
 type httpTxn struct {
@@ -49,11 +50,17 @@ func newHTTPTxn(addr string) *httpTxn {
 func (h *httpTxn) close() { h.client.CloseIdleConnections() }
 
 // call POSTs in (nil: no body) as JSON to path and decodes the answer into
-// out. Its errors are the server's, coded; ctx.Err() when ctx ended; for a
-// failure of the transport, unavailable, or commit_unknown when write is
-// set and the request had been sent whole (the server may have applied
-// it).
+// out; see do.
 func (h *httpTxn) call(ctx context.Context, path string, in, out any, write bool) error {
+	return h.do(ctx, http.MethodPost, path, in, out, write)
+}
+
+// do sends in (nil: no body) as JSON to path with method and decodes the
+// answer into out. Its errors are the server's, coded; ctx.Err() when ctx
+// ended; for a failure of the transport, unavailable, or commit_unknown
+// when write is set and the request had been sent whole (the server may
+// have applied it).
+func (h *httpTxn) do(ctx context.Context, method, path string, in, out any, write bool) error {
 	var body io.Reader = http.NoBody
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -66,9 +73,9 @@ func (h *httpTxn) call(ctx context.Context, path string, in, out any, write bool
 	tctx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		WroteRequest: func(i httptrace.WroteRequestInfo) { sent.Store(i.Err == nil) },
 	})
-	req, err := http.NewRequestWithContext(tctx, http.MethodPost, h.base+path, body)
+	req, err := http.NewRequestWithContext(tctx, method, h.base+path, body)
 	if err != nil {
-		return kv.Errorf(kv.CodeInvalidArgument, "POST %s: %v", path, err)
+		return kv.Errorf(kv.CodeInvalidArgument, "%s %s: %v", method, path, err)
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -81,7 +88,7 @@ func (h *httpTxn) call(ctx context.Context, path string, in, out any, write bool
 		if write && sent.Load() {
 			code = kv.CodeCommitUnknown
 		}
-		return kv.Errorf(code, "POST %s: %v", path, err)
+		return kv.Errorf(code, "%s %s: %v", method, path, err)
 	}
 	resp, err := h.client.Do(req)
 	if err != nil {
@@ -97,16 +104,16 @@ func (h *httpTxn) call(ctx context.Context, path string, in, out any, write bool
 		if err != nil {
 			return fail(err)
 		}
-		return errorFromHTTP(path, resp.StatusCode, data)
+		return errorFromHTTP(method, path, resp.StatusCode, data)
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if write {
-			return kv.Errorf(kv.CodeCommitUnknown, "POST %s: the answer could not be read: %v", path, err)
+			return kv.Errorf(kv.CodeCommitUnknown, "%s %s: the answer could not be read: %v", method, path, err)
 		}
-		return kv.Errorf(kv.CodeInternal, "POST %s: the answer could not be read: %v", path, err)
+		return kv.Errorf(kv.CodeInternal, "%s %s: the answer could not be read: %v", method, path, err)
 	}
 	return nil
 }
@@ -114,7 +121,7 @@ func (h *httpTxn) call(ctx context.Context, path string, in, out any, write bool
 // errorFromHTTP returns the error a server answered with status: its
 // {"error": {"code", "message"}} body, or, when the body is not one (a
 // proxy's page), an error coded by the status.
-func errorFromHTTP(path string, status int, data []byte) error {
+func errorFromHTTP(method, path string, status int, data []byte) error {
 	var e struct {
 		Error struct {
 			Code    kv.Code `json:"code"`
@@ -131,7 +138,7 @@ func errorFromHTTP(path string, status int, data []byte) error {
 	case http.StatusNotImplemented:
 		code = kv.CodeUnimplemented
 	}
-	return kv.Errorf(code, "POST %s: HTTP %d: %s", path, status, clipKey(bytes.TrimSpace(data)))
+	return kv.Errorf(code, "%s %s: HTTP %d: %s", method, path, status, clipKey(bytes.TrimSpace(data)))
 }
 
 // txnPath is the path of operation verb of attempt id. Ids are URL-safe
@@ -239,13 +246,7 @@ func (h *httpTxn) AbortTxn(ctx context.Context, txn string) error {
 
 func (h *httpTxn) ExecTxn(ctx context.Context, req kv.ExecRequest) (kv.ExecResult, error) {
 	var resp api.ExecResponseJSON
-	write := false
-	for _, ops := range [][]kv.TxnOp{req.Then, req.Else} {
-		for _, op := range ops {
-			write = write || op.Op != kv.TxnOpGet
-		}
-	}
-	if err := h.call(ctx, "/v1/txn/exec", api.ToExecRequestJSON(req), &resp, write); err != nil {
+	if err := h.call(ctx, "/v1/txn/exec", api.ToExecRequestJSON(req), &resp, execWrites(req)); err != nil {
 		return kv.ExecResult{}, err
 	}
 	res, err := api.ExecResultFromJSON(resp)
@@ -253,6 +254,19 @@ func (h *httpTxn) ExecTxn(ctx context.Context, req kv.ExecRequest) (kv.ExecResul
 		return kv.ExecResult{}, kv.Errorf(kv.CodeInternal, "the answer of a one-shot transaction is malformed: %v", err)
 	}
 	return res, nil
+}
+
+// execWrites reports whether req may write: whether a broken connection
+// leaves its outcome unknown.
+func execWrites(req kv.ExecRequest) bool {
+	for _, ops := range [][]kv.TxnOp{req.Then, req.Else} {
+		for _, op := range ops {
+			if op.Op != kv.TxnOpGet {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (h *httpTxn) String() string { return fmt.Sprintf("groupkv transactions over HTTP at %s", h.base) }

@@ -39,7 +39,8 @@ type txnFake struct {
 	begun    int
 	// fail, when set, is asked before every call: a non-nil error is
 	// answered instead of doing it. n is the number of the attempt the
-	// call belongs to (1 for the first BeginTxn), 0 for ExecTxn.
+	// call belongs to (1 for the first BeginTxn or BeginGroupTxn), 0 for
+	// ExecTxn and the group methods.
 	fail    func(method string, n int) error
 	execRes kv.ExecResult
 }
@@ -74,7 +75,7 @@ func (f *txnFake) enter(method, txn string, arg any) (*fakeAttempt, error) {
 	n := 0
 	if a != nil {
 		n = a.n
-	} else if method == "BeginTxn" {
+	} else if method == "BeginTxn" || method == "BeginGroupTxn" {
 		n = f.begun + 1
 	}
 	if f.fail != nil {
@@ -82,7 +83,7 @@ func (f *txnFake) enter(method, txn string, arg any) (*fakeAttempt, error) {
 			return a, err
 		}
 	}
-	if method != "BeginTxn" && method != "ExecTxn" && method != "AbortTxn" {
+	if strings.HasPrefix(method, "Txn") || method == "CommitTxn" { // an operation of an attempt
 		if a == nil || a.done {
 			return a, kv.Errorf(kv.CodeTxnAborted, "transaction %s is not running", txn)
 		}
@@ -109,10 +110,15 @@ func (f *txnFake) BeginTxn(_ context.Context, opts kv.TxnOptions) (string, error
 	if err != nil {
 		return "", err
 	}
+	return f.begin(opts), nil
+}
+
+// begin starts an attempt and answers its id; f.mu is held.
+func (f *txnFake) begin(opts kv.TxnOptions) string {
 	f.begun++
 	id := fmt.Sprintf("t%d", f.begun)
 	f.attempts[id] = &fakeAttempt{n: f.begun, opts: opts, writes: map[string]*kv.Record{}}
-	return id, nil
+	return id
 }
 
 func (f *txnFake) TxnGet(_ context.Context, txn string, ref kv.KeyRef) (kv.Record, bool, error) {

@@ -14,6 +14,10 @@
 //	groupkv tags COLLECTION (--all a,b | --any a,b)
 //	groupkv watch COLLECTION [--from-version N] [--after-key K]
 //	groupkv txn [--file F] < txn.json
+//	groupkv group create ID --leader C/K [--member C/K ...] [--mode best_effort]
+//	groupkv group describe|delete ID
+//	groupkv group list
+//	groupkv group txn ID [--file F] < txn.json
 //	groupkv bench ...
 package main
 
@@ -35,7 +39,8 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.AddCommand(serverCommand(), putCommand(), getCommand(), delCommand(), collectionsCommand(),
-		scanCommand(), tagsCommand(), watchCommand(), batchCommand(), deleteRangeCommand(), txnCommand())
+		scanCommand(), tagsCommand(), watchCommand(), batchCommand(), deleteRangeCommand(), txnCommand(),
+		groupCommand())
 	root.AddCommand(benchCommand(), nodeCommand())
 	root.AddCommand(clusterCommand())
 	if err := root.Execute(); err != nil {

@@ -1,7 +1,8 @@
 // Package api owns the network faces of a groupkv node over kv.Backend: the
 // HTTP/JSON API (http.go for single keys and collections, http_multi.go for
 // batches, delete range, scans, tag queries and watch streams, http_txn.go
-// for transactions over kv.TxnBackend), the gRPC service groupkv.v1.GroupKV of
+// for transactions over kv.TxnBackend, http_group.go for Key Groups over
+// kv.GroupBackend), the gRPC service groupkv.v1.GroupKV of
 // proto/groupkv.proto (grpc.go), the request metrics both of them record
 // (metrics.go), and the mux that serves both on one TCP port (mux.go).
 //

@@ -134,6 +134,11 @@ const (
 //	POST   /v1/txn                                              JSON, see http_txn.go
 //	POST   /v1/txn/{id}/{get,put,delete,scan,tags,commit,abort}
 //	POST   /v1/txn/exec
+//	POST   /v1/groups                                           JSON, see http_group.go
+//	GET    /v1/groups
+//	GET    /v1/groups/{id}
+//	DELETE /v1/groups/{id}
+//	POST   /v1/groups/{id}/{txn,exec}
 //	GET    /healthz
 //	GET    /metrics                                             cfg.Extra
 //
@@ -229,11 +234,13 @@ func (h *httpHandler) serve(w http.ResponseWriter, r *http.Request) (op string, 
 		return h.serveInCollection(w, r, p, watchPrefix, opWatch, h.watch)
 	case under(p, txnPath):
 		return h.serveTxn(w, r, p)
+	case under(p, groupsPath):
+		return h.serveGroups(w, r, p)
 	}
 	return opUnknown, kv.Errorf(kv.CodeNotFound,
 		"unknown path %q: this server serves /v1/kv/{collection}/{key}, /v1/collections[/{name}], "+
 			"/v1/batch/{get,put,delete}, /v1/delete_range, /v1/scan/{collection}, /v1/tags/{collection}, "+
-			"/v1/watch/{collection}, /v1/txn[/...], /v1/cluster, /healthz and /metrics",
+			"/v1/watch/{collection}, /v1/txn[/...], /v1/groups[/...], /v1/cluster, /healthz and /metrics",
 		clip(p))
 }
 

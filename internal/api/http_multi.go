@@ -159,7 +159,10 @@ type jsonList[T any] struct {
 	name   string // the field, for messages
 	fields string // the fields of an element, for messages
 	max    int
-	elems  []T
+	// limit says, in the error of a list over max, what the limit is;
+	// "" says it is that of one batch.
+	limit string
+	elems []T
 }
 
 func (l *jsonList[T]) UnmarshalJSON(b []byte) error {
@@ -174,6 +177,9 @@ func (l *jsonList[T]) UnmarshalJSON(b []byte) error {
 	}
 	for i := 0; dec.More(); i++ {
 		if i == l.max {
+			if l.limit != "" {
+				return kv.Errorf(kv.CodeTooLarge, "more than %d %s: %s", l.max, l.name, l.limit)
+			}
 			return kv.Errorf(kv.CodeTooLarge, "more than %d %s: the limit of one batch is %d; split it", l.max, l.name, l.max)
 		}
 		var v T

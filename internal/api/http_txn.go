@@ -115,13 +115,7 @@ func txnPathError(r *http.Request) error {
 type emptyResponse struct{}
 
 func (h *httpHandler) txnBegin(w http.ResponseWriter, r *http.Request, tb kv.TxnBackend, _ string) error {
-	var req TxnBeginRequestJSON
-	if r.ContentLength != 0 { // no body: a serializable read-write transaction
-		if err := decodeJSON(w, r, h.cfg.MaxBodySize, &req, txnBeginFields); err != nil {
-			return err
-		}
-	}
-	opts, err := TxnOptionsFromJSON(req)
+	opts, err := h.decodeTxnBegin(w, r)
 	if err != nil {
 		return err
 	}
@@ -131,6 +125,18 @@ func (h *httpHandler) txnBegin(w http.ResponseWriter, r *http.Request, tb kv.Txn
 	}
 	writeJSON(w, http.StatusOK, TxnBeginResponseJSON{Txn: id})
 	return nil
+}
+
+// decodeTxnBegin reads and validates the body of a begin: none, or the
+// options of the attempt.
+func (h *httpHandler) decodeTxnBegin(w http.ResponseWriter, r *http.Request) (kv.TxnOptions, error) {
+	var req TxnBeginRequestJSON
+	if r.ContentLength != 0 { // no body: a serializable read-write transaction
+		if err := decodeJSON(w, r, h.cfg.MaxBodySize, &req, txnBeginFields); err != nil {
+			return kv.TxnOptions{}, err
+		}
+	}
+	return TxnOptionsFromJSON(req)
 }
 
 func (h *httpHandler) txnGet(w http.ResponseWriter, r *http.Request, tb kv.TxnBackend, id string) error {
@@ -297,16 +303,7 @@ type execRequest struct {
 }
 
 func (h *httpHandler) txnExec(w http.ResponseWriter, r *http.Request, tb kv.TxnBackend, _ string) error {
-	max := h.cfg.MaxTxnOps
-	body := execRequest{
-		If:   jsonList[CompareJSON]{name: "if", fields: compareFields, max: max},
-		Then: jsonList[TxnOpJSON]{name: "then", fields: txnOpFields, max: max},
-		Else: jsonList[TxnOpJSON]{name: "else", fields: txnOpFields, max: max},
-	}
-	if err := decodeJSON(w, r, h.cfg.MaxBodySize, &body, execFields); err != nil {
-		return err
-	}
-	req, err := ExecRequestFromJSON(ExecRequestJSON{If: body.If.elems, Then: body.Then.elems, Else: body.Else.elems}, h.cfg.MaxValueSize)
+	req, err := h.decodeExec(w, r)
 	if err != nil {
 		return err
 	}
@@ -316,4 +313,18 @@ func (h *httpHandler) txnExec(w http.ResponseWriter, r *http.Request, tb kv.TxnB
 	}
 	writeJSON(w, http.StatusOK, ToExecResponseJSON(req, res))
 	return nil
+}
+
+// decodeExec reads and validates the body of a one-shot transaction.
+func (h *httpHandler) decodeExec(w http.ResponseWriter, r *http.Request) (kv.ExecRequest, error) {
+	max := h.cfg.MaxTxnOps
+	body := execRequest{
+		If:   jsonList[CompareJSON]{name: "if", fields: compareFields, max: max},
+		Then: jsonList[TxnOpJSON]{name: "then", fields: txnOpFields, max: max},
+		Else: jsonList[TxnOpJSON]{name: "else", fields: txnOpFields, max: max},
+	}
+	if err := decodeJSON(w, r, h.cfg.MaxBodySize, &body, execFields); err != nil {
+		return kv.ExecRequest{}, err
+	}
+	return ExecRequestFromJSON(ExecRequestJSON{If: body.If.elems, Then: body.Then.elems, Else: body.Else.elems}, h.cfg.MaxValueSize)
 }
