@@ -8,6 +8,7 @@ import (
 	"sort"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 
@@ -45,7 +46,7 @@ const groupsCollection = "_groups"
 // Limits of a group.
 const (
 	maxGroupMembers = 10000
-	maxGroupIDLen   = 128
+	maxGroupIDLen   = 256
 )
 
 // groupTick is the period of the protocol's ticks (retries every
@@ -468,9 +469,12 @@ func validGroupID(id string) error {
 	if id == "" || len(id) > maxGroupIDLen {
 		return kv.Errorf(kv.CodeInvalidArgument, "a group id is 1 to %d bytes, got %d", maxGroupIDLen, len(id))
 	}
+	if !utf8.ValidString(id) {
+		return kv.Errorf(kv.CodeInvalidArgument, "group id %q is not UTF-8", id)
+	}
 	for _, c := range id {
-		if c < 0x21 || c == 0x7f {
-			return kv.Errorf(kv.CodeInvalidArgument, "group id %q holds a space or a control character", id)
+		if c < 0x20 || c == 0x7f {
+			return kv.Errorf(kv.CodeInvalidArgument, "group id %q holds a control character", id)
 		}
 	}
 	return nil

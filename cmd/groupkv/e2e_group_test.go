@@ -1,0 +1,319 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// errGroupTxnGone: a group transaction's node answered 503 or went away.
+var errGroupTxnGone = errors.New("unavailable")
+
+// TestEndToEndGroupBankWithKill: a bank inside a key group, over HTTP on
+// three real nodes. Transfers and audits run as group transactions
+// (POST /v1/groups/{id}/txn, then /v1/txn/{id}/get|put|commit, retried
+// with retry_of on 409); the node leading the group is killed with
+// SIGKILL mid-run and restarted. Every audit sees the same total; after
+// DELETE /v1/groups/{id}, plain GETs through every node do too.
+func TestEndToEndGroupBankWithKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three server processes")
+	}
+	c := newTCluster(t, 3)
+	c.startAll()
+	const coll, accounts, initial = "bank", 8, 100
+	c.createCollection(1, coll, 4)
+	c.leaderOf(coll)
+	key := func(i int) string { return fmt.Sprintf("acct%02d", i) }
+	var members []string
+	for i := range accounts {
+		c.put(1, coll, key(i), strconv.Itoa(initial))
+		members = append(members, fmt.Sprintf(`{"collection": %q, "key": %q}`, coll, key(i)))
+	}
+	body := fmt.Sprintf(`{"id": "g1", "leader": {"collection": %q, "key": %q}, "members": [%s], "mode": "atomic"}`,
+		coll, key(0), strings.Join(members, ", "))
+	c.eventually(60*time.Second, "the group is created", func() error {
+		a, err := c.do(context.Background(), "POST", c.url(2)+"/v1/groups", body)
+		if err != nil || a.code != 200 {
+			return fmt.Errorf("%v %s", err, a)
+		}
+		var created struct {
+			ID      string            `json:"id"`
+			Joined  []json.RawMessage `json:"joined"`
+			Refused []json.RawMessage `json:"refused"`
+		}
+		if err := json.Unmarshal([]byte(a.body), &created); err != nil || created.ID != "g1" || len(created.Joined) != accounts || len(created.Refused) != 0 {
+			t.Fatalf("create answered %s", a)
+		}
+		return nil
+	})
+	describe := func(id int) (map[string]any, error) {
+		a, err := c.do(context.Background(), "GET", c.url(id)+"/v1/groups/g1", "")
+		if err != nil || a.code != 200 {
+			return nil, fmt.Errorf("%v %s", err, a)
+		}
+		var d map[string]any
+		return d, json.Unmarshal([]byte(a.body), &d)
+	}
+	d, err := describe(1)
+	if err != nil || d["state"] != "active" || d["id"] != "g1" {
+		t.Fatalf("describe: %v %v", d, err)
+	}
+	leaderNode := int(d["leader_node"].(float64))
+	if leaderNode < 1 || leaderNode > 3 {
+		t.Fatalf("describe names leader node %v", d["leader_node"])
+	}
+	// A plain batch write over a member is refused; a plain PUT of one is
+	// the group's.
+	if a, _ := c.do(context.Background(), "POST", c.url(1)+"/v1/batch/put",
+		fmt.Sprintf(`{"items": [{"collection": %q, "key": %q, "value": "0"}]}`, coll, key(3))); a.code != 409 || a.errCode != "key_in_group" {
+		t.Fatalf("batch put of a member answered %s, want 409 key_in_group", a)
+	}
+
+	// txn runs fn in group transaction attempts through node id until one
+	// commits; it answers false when the outcome is unknown or the node
+	// went away.
+	txn := func(id int, fn func(get func(k string) (int, error), put func(k string, v int) error) error) (bool, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		retryOf := ""
+		for attempt := 0; attempt < 200; attempt++ {
+			begin := "{}"
+			if retryOf != "" {
+				begin = fmt.Sprintf(`{"retry_of": %q}`, retryOf)
+			}
+			a, err := c.do(ctx, "POST", c.url(id)+"/v1/groups/g1/txn", begin)
+			if err != nil || a.code == 503 {
+				return false, nil
+			}
+			if a.code != 200 {
+				return false, fmt.Errorf("begin: %s", a)
+			}
+			var b struct {
+				Txn string `json:"txn"`
+			}
+			if err := json.Unmarshal([]byte(a.body), &b); err != nil || b.Txn == "" {
+				return false, fmt.Errorf("begin answered %s", a)
+			}
+			base := c.url(id) + "/v1/txn/" + b.Txn
+			aborted := false
+			get := func(k string) (int, error) {
+				a, err := c.do(ctx, "POST", base+"/get", fmt.Sprintf(`{"collection": %q, "key": %q}`, coll, k))
+				if err != nil || a.code == 503 {
+					return 0, errGroupTxnGone
+				}
+				if a.code == 409 {
+					aborted = true
+					return 0, fmt.Errorf("aborted")
+				}
+				if a.code != 200 {
+					return 0, fmt.Errorf("get %s: %s", k, a)
+				}
+				var r struct {
+					Found bool   `json:"found"`
+					Value string `json:"value"`
+				}
+				if err := json.Unmarshal([]byte(a.body), &r); err != nil || !r.Found {
+					return 0, fmt.Errorf("get %s answered %s", k, a)
+				}
+				return strconv.Atoi(r.Value)
+			}
+			put := func(k string, v int) error {
+				a, err := c.do(ctx, "POST", base+"/put", fmt.Sprintf(`{"collection": %q, "key": %q, "value": "%d"}`, coll, k, v))
+				if err != nil || a.code == 503 {
+					return errGroupTxnGone
+				}
+				if a.code == 409 {
+					aborted = true
+					return fmt.Errorf("aborted")
+				}
+				if a.code != 200 {
+					return fmt.Errorf("put %s: %s", k, a)
+				}
+				return nil
+			}
+			if err := fn(get, put); err != nil {
+				if aborted {
+					retryOf = b.Txn
+					continue
+				}
+				if errors.Is(err, errGroupTxnGone) || ctx.Err() != nil {
+					return false, nil // the node went away, or no leader yet
+				}
+				return false, err
+			}
+			a, err = c.do(ctx, "POST", base+"/commit", "")
+			switch {
+			case err != nil || a.code == 503:
+				return false, nil // commit_unknown or the node went away
+			case a.code == 409:
+				retryOf = b.Txn
+				continue
+			case a.code != 200:
+				return false, fmt.Errorf("commit: %s", a)
+			}
+			var cm struct {
+				Committed bool   `json:"committed"`
+				Version   uint64 `json:"version"`
+			}
+			if err := json.Unmarshal([]byte(a.body), &cm); err != nil || !cm.Committed {
+				return false, fmt.Errorf("commit answered %s", a)
+			}
+			return true, nil
+		}
+		return false, fmt.Errorf("no attempt of 200 committed")
+	}
+
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d; the group is led by node %d", seed, leaderNode)
+	var down atomic.Int64
+	var stop atomic.Bool
+	var transfers, audits atomic.Int64
+	errs := make(chan error, 16)
+	pick := func(rng *rand.Rand) int {
+		for {
+			if id := rng.IntN(3) + 1; int64(id) != down.Load() {
+				return id
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for w := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(seed), uint64(w)))
+			for !stop.Load() {
+				from, to := rng.IntN(accounts), rng.IntN(accounts)
+				if from == to {
+					continue
+				}
+				ok, err := txn(pick(rng), func(get func(string) (int, error), put func(string, int) error) error {
+					x, err := get(key(from))
+					if err != nil {
+						return err
+					}
+					y, err := get(key(to))
+					if err != nil {
+						return err
+					}
+					if err := put(key(from), x-1); err != nil {
+						return err
+					}
+					return put(key(to), y+1)
+				})
+				if err != nil {
+					errs <- fmt.Errorf("transfer: %w", err)
+					return
+				}
+				if ok {
+					transfers.Add(1)
+				} else {
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rng := rand.New(rand.NewPCG(uint64(seed), 99))
+		for !stop.Load() {
+			sum := 0
+			ok, err := txn(pick(rng), func(get func(string) (int, error), _ func(string, int) error) error {
+				sum = 0
+				for i := range accounts {
+					v, err := get(key(i))
+					if err != nil {
+						return err
+					}
+					sum += v
+				}
+				return nil
+			})
+			if err != nil {
+				errs <- fmt.Errorf("audit: %w", err)
+				return
+			}
+			if !ok {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			if sum != accounts*initial {
+				errs <- fmt.Errorf("an audit saw a total of %d, want %d", sum, accounts*initial)
+				return
+			}
+			audits.Add(1)
+		}
+	}()
+	waitTransfers := func(n int64, what string) {
+		c.eventually(90*time.Second, what, func() error {
+			if got := transfers.Load(); got < n {
+				return fmt.Errorf("%d transfers", got)
+			}
+			return nil
+		})
+	}
+	waitTransfers(20, "transfers before the kill")
+	down.Store(int64(leaderNode))
+	c.kill(leaderNode)
+	waitTransfers(transfers.Load()+20, "transfers with the group's leader node killed")
+	c.start(leaderNode, false)
+	c.waitHealthy(leaderNode)
+	down.Store(0)
+	waitTransfers(transfers.Load()+10, "transfers after the restart")
+	stop.Store(true)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		return
+	}
+	if d, err := describe(1); err != nil || int(d["leader_node"].(float64)) == 0 {
+		t.Fatalf("describe after the kill: %v %v", d, err)
+	}
+	c.eventually(60*time.Second, "the group is deleted", func() error {
+		a, err := c.do(context.Background(), "DELETE", c.url(1)+"/v1/groups/g1", "")
+		if err != nil || a.code != 200 {
+			return fmt.Errorf("%v %s", err, a)
+		}
+		return nil
+	})
+	if a, err := c.do(context.Background(), "GET", c.url(2)+"/v1/groups/g1", ""); err != nil || a.code != 404 {
+		t.Fatalf("describe after the delete: %v %s", err, a)
+	}
+	for id := 1; id <= 3; id++ {
+		c.eventually(60*time.Second, "the final total", func() error {
+			sum := 0
+			for i := range accounts {
+				a, err := c.do(context.Background(), "GET", c.url(id)+"/v1/kv/"+coll+"/"+key(i), "")
+				if err != nil || a.code != 200 {
+					return fmt.Errorf("node %d: account %d: %v %s", id, i, err, a)
+				}
+				v, err := strconv.Atoi(a.body)
+				if err != nil {
+					return fmt.Errorf("node %d: account %d holds %q", id, i, a.body)
+				}
+				sum += v
+			}
+			if sum != accounts*initial {
+				return fmt.Errorf("node %d: total %d, want %d", id, sum, accounts*initial)
+			}
+			return nil
+		})
+	}
+	t.Logf("%d transfers and %d audits committed", transfers.Load(), audits.Load())
+	if audits.Load() == 0 {
+		t.Fatal("no audit committed")
+	}
+}
