@@ -835,6 +835,11 @@ func (n *Node) handOffLeadership() {
 // here) reports a leader for it.
 func (n *Node) waitRemoteShard(ctx context.Context, shardID uint64) error {
 	for {
+		if n.hasReplica(shardID) {
+			// It came here meanwhile (a split applied in a parent replica
+			// here): the caller reads it here.
+			return kv.Errorf(kv.CodeUnavailable, "shard %d now has a replica here", shardID)
+		}
 		for _, id := range n.shardNodes(shardID) {
 			var resp statusResponse
 			if err := n.callNode(ctx, id, "Status", &statusRequest{}, &resp); err == nil && resp.Leaders[shardID] != 0 {

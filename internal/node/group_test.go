@@ -175,6 +175,15 @@ func TestGroupOneNode(t *testing.T) {
 		t.Fatalf("group exec: %+v %v", res, err)
 	}
 
+	// A shard holding group state neither splits nor merges.
+	if _, err := n.SplitShard(ctx, "r", []byte("c"), 0); kv.CodeOf(err) != kv.CodeConditionFailed {
+		t.Fatalf("split of the group's leader shard: %v, want condition_failed", err)
+	}
+	rd, _ := n.collection("r")
+	if _, err := n.MergeShards(ctx, "r", rd.Shards[0].ID); kv.CodeOf(err) != kv.CodeConditionFailed {
+		t.Fatalf("merge of shards holding group state: %v, want condition_failed", err)
+	}
+
 	if err := n.DeleteGroup(ctx, "g1"); err != nil {
 		t.Fatalf("delete: %v", err)
 	}
@@ -353,9 +362,15 @@ func TestGroupClusterLeaderLoss(t *testing.T) {
 	if got, err := total(clients[0]); err != nil || got != accounts*initial {
 		t.Fatalf("total in the group: %d (%v), want %d", got, err, accounts*initial)
 	}
+	if _, err := clients[0].SplitShard(ctx, "lead", []byte("c"), 0); kv.CodeOf(err) != kv.CodeConditionFailed {
+		t.Fatalf("split of the group's leader shard: %v, want condition_failed", err)
+	}
 	c.eventually(60*time.Second, "the group is deleted", func() error {
 		return clients[0].DeleteGroup(ctx, "bank")
 	})
+	if _, err := clients[0].SplitShard(ctx, "lead", []byte("c"), 0); err != nil {
+		t.Fatalf("split after the delete: %v", err)
+	}
 	sum := 0
 	for i := range accounts {
 		var r kv.Record

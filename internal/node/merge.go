@@ -113,6 +113,9 @@ func (n *Node) checkMergeable(ctx context.Context, d *cluster.CollectionDesc, le
 		if !resp.Settled || resp.Frozen != nil || resp.Desc == nil || !sameSpan(*resp.Desc, s) {
 			return kv.Errorf(kv.CodeConditionFailed, "shard %d of %q has a move, split or merge in progress; retry once it finished", s.ID, d.Name)
 		}
+		if resp.Groups {
+			return kv.Errorf(kv.CodeConditionFailed, "shard %d of %q leads a key group or holds keys of one; it merges once they are deleted", s.ID, d.Name)
+		}
 	}
 	return nil
 }

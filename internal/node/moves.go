@@ -53,6 +53,9 @@ type confResponse struct {
 	// Frozen is the replica's frozen state once a freeze for a merge was
 	// applied and made durable here (merge.go).
 	Frozen *shard.FrozenState `json:"frozen,omitempty"`
+	// Groups: the replica leads a key group or holds keys of one; the
+	// shard neither splits nor merges then (shard/group.go).
+	Groups bool `json:"groups,omitempty"`
 }
 
 func (n *Node) registerMoves(s grpc.ServiceRegistrar) {
@@ -74,6 +77,9 @@ func (n *Node) handleConf(ctx context.Context, req *confRequest) (*confResponse,
 		Settled: n.settled(req.Shard, cs), Frozen: n.frozenHere(req.Shard)}
 	if d, ok := n.host.Desc(req.Shard); ok {
 		resp.Desc = &d
+	}
+	if sm := n.host.StateMachine(req.Shard); sm != nil {
+		resp.Groups = sm.HoldsGroups()
 	}
 	return resp, nil
 }

@@ -743,10 +743,14 @@ func (n *Node) CreateCollection(ctx context.Context, opts kv.CollectionOptions) 
 	}
 	for _, s := range res.Desc.Shards {
 		if !n.hasReplica(s.ID) {
-			if err := n.waitRemoteShard(ctx, s.ID); err != nil {
+			err := n.waitRemoteShard(ctx, s.ID)
+			if err == nil {
+				continue
+			}
+			if !n.hasReplica(s.ID) {
 				return kv.CollectionInfo{}, err
 			}
-			continue
+			// Created here meanwhile: wait for it here.
 		}
 		// The first election of a new shard may take a few timeouts (its
 		// peers create their replicas when the catalog reaches them).

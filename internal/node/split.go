@@ -46,6 +46,8 @@ func (n *Node) SplitShard(ctx context.Context, name string, key []byte, shardID 
 		// through (its replicas' span is the catalog's again).
 		if resp, err := n.leaderConf(ctx, shardID); err == nil && (resp.Desc == nil || !sameSpan(*resp.Desc, ref)) {
 			return kv.CollectionInfo{}, kv.Errorf(kv.CodeConditionFailed, "shard %d of %q has a split or merge in progress; retry once it finished", shardID, name)
+		} else if err == nil && resp.Groups {
+			return kv.CollectionInfo{}, kv.Errorf(kv.CodeConditionFailed, "shard %d of %q leads a key group or holds keys of one; it splits once they are deleted", shardID, name)
 		}
 	}
 	res, err := n.propose(ctx, cluster.MetaShardID, shard.EncodeSplitShard(name, shardID, key, 0))

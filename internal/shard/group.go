@@ -100,6 +100,21 @@ func (s *Shard) WithGroups(fn func(l *group.Leader, f *group.Follower)) {
 	fn(s.groups.leader, s.groups.follower)
 }
 
+// holdsGroups reports whether the shard leads a group or has a key yielded
+// to one (Apply only): its span cannot change then (a split or merge
+// would carry keys away from the state that protects them).
+func (s *Shard) holdsGroups() bool {
+	return s.groups.leader != nil && len(s.groups.leader.Groups()) > 0 ||
+		s.groups.follower != nil && len(s.groups.follower.Keys()) > 0
+}
+
+// HoldsGroups is holdsGroups for readers outside the loop.
+func (s *Shard) HoldsGroups() bool {
+	s.groups.mu.Lock()
+	defer s.groups.mu.Unlock()
+	return s.holdsGroups()
+}
+
 // inGroup reports whether key is yielded to a group (Apply only).
 func (s *Shard) inGroup(key []byte) (group.Yielded, bool) {
 	if s.groups.follower == nil {

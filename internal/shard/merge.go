@@ -203,6 +203,9 @@ func (s *Shard) applyFreeze(b *pebble.Batch, index uint64, cmd Command) (Result,
 	if err := s.checkVersion(cmd.Version); err != nil {
 		return Result{Err: err}, nil
 	}
+	if s.holdsGroups() {
+		return Result{Err: kv.Errorf(kv.CodeUnavailable, "shard %d holds key groups or keys of one; it merges once they are deleted", s.desc.ShardID)}, nil
+	}
 	if err := s.setMaxVersion(b, cmd.Version); err != nil {
 		return Result{}, err
 	}

@@ -134,6 +134,9 @@ func (s *Shard) applySplitTrigger(b *pebble.Batch, c SplitCmd) (Result, error) {
 	if d.IsMeta() || c.Child == 0 || c.Child == d.ShardID {
 		return Result{Err: kv.Errorf(kv.CodeInvalidArgument, "shard %d cannot split into shard %d", d.ShardID, c.Child)}, nil
 	}
+	if s.holdsGroups() {
+		return Result{Err: kv.Errorf(kv.CodeUnavailable, "shard %d holds key groups or keys of one; it splits once they are deleted", d.ShardID)}, nil
+	}
 	child := d
 	child.ShardID = c.Child
 	if d.Partitioning == kv.PartitionRange {
