@@ -80,6 +80,26 @@ func TestGroupOneNode(t *testing.T) {
 	if _, err := n.Put(ctx, kv.PutRequest{Collection: "r", Key: []byte("c-leader"), Value: []byte("free")}); err != nil {
 		t.Fatalf("the refused group's leader key is not free: %v", err)
 	}
+	// A key a transaction holds a lock on is refused at once, not waited
+	// for: a best-effort group goes on without it.
+	tx, err := n.BeginTxn(ctx, kv.TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := n.TxnGet(ctx, tx, kv.KeyRef{Collection: "r", Key: []byte("locked")}); err != nil {
+		t.Fatal(err)
+	}
+	g3, err := n.CreateGroup(ctx, kv.GroupSpec{ID: "g3", Leader: kv.KeyRef{Collection: "r", Key: []byte("c-leader")},
+		Members: []kv.KeyRef{{Collection: "r", Key: []byte("locked")}}, Mode: kv.GroupBestEffort})
+	if err != nil || len(g3.Joined) != 1 || len(g3.Refused) != 1 || g3.Refused[0].Reason != "locked" {
+		t.Fatalf("best-effort group over a locked key: %+v %v", g3, err)
+	}
+	if err := n.AbortTxn(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.DeleteGroup(ctx, "g3"); err != nil {
+		t.Fatal(err)
+	}
 	info, err := n.DescribeGroup(ctx, "g1")
 	if err != nil || info.State != kv.GroupActive || len(info.Members) != accounts+2 || info.LeaderNode != n.ID() {
 		t.Fatalf("describe: %+v %v", info, err)
