@@ -188,7 +188,7 @@ func (n *Node) groupTick() {
 			close(t.free)
 			t.free = make(chan struct{})
 		}
-		if t.holder == "" {
+		if t.holder == "" && t.inflight == 0 {
 			delete(n.groups.mu.prio, id)
 		}
 	}
@@ -1077,6 +1077,44 @@ type prioToken struct {
 	holder string
 	lease  time.Time
 	free   chan struct{}
+	// inflight counts the commits of the group past the token's check and
+	// not yet applied; drained is closed when it falls to 0. A priority
+	// attempt reads only once they are through (else one could land after
+	// its read and fail its validation).
+	inflight int
+	drained  chan struct{}
+}
+
+// token returns group id's token, made if absent. Called with
+// n.groups.mu held.
+func (n *Node) token(groupID string) *prioToken {
+	t := n.groups.mu.prio[groupID]
+	if t == nil {
+		t = &prioToken{free: make(chan struct{}), drained: make(chan struct{})}
+		n.groups.mu.prio[groupID] = t
+	}
+	return t
+}
+
+// beginCommit counts a commit of group id in flight, unless another
+// attempt holds the group's priority token.
+func (n *Node) beginCommit(groupID, attempt string) (func(), bool) {
+	n.groups.mu.Lock()
+	defer n.groups.mu.Unlock()
+	t := n.token(groupID)
+	if t.holder != "" && t.holder != attempt && time.Now().Before(t.lease) {
+		return nil, false
+	}
+	t.inflight++
+	return func() {
+		n.groups.mu.Lock()
+		defer n.groups.mu.Unlock()
+		t.inflight--
+		if t.inflight == 0 {
+			close(t.drained)
+			t.drained = make(chan struct{})
+		}
+	}, true
 }
 
 // prioLease bounds how long a priority attempt that went away holds its
@@ -1086,13 +1124,20 @@ const prioLease = 10 * time.Second
 func (n *Node) acquirePriority(ctx context.Context, groupID, attempt string) error {
 	for {
 		n.groups.mu.Lock()
-		t := n.groups.mu.prio[groupID]
-		if t == nil {
-			t = &prioToken{free: make(chan struct{})}
-			n.groups.mu.prio[groupID] = t
-		}
-		if t.holder == "" || t.holder == attempt {
+		t := n.token(groupID)
+		if t.holder == "" || t.holder == attempt || time.Now().After(t.lease) {
 			t.holder, t.lease = attempt, time.Now().Add(prioLease)
+			// Wait out the commits that passed the check before.
+			for t.inflight > 0 {
+				ch := t.drained
+				n.groups.mu.Unlock()
+				select {
+				case <-ch:
+				case <-ctx.Done():
+					return kv.Errorf(kv.CodeUnavailable, "waiting for group %q's commits in flight: %v", groupID, ctx.Err())
+				}
+				n.groups.mu.Lock()
+			}
 			n.groups.mu.Unlock()
 			return nil
 		}
@@ -1100,20 +1145,11 @@ func (n *Node) acquirePriority(ctx context.Context, groupID, attempt string) err
 		n.groups.mu.Unlock()
 		select {
 		case <-ch:
+		case <-time.After(time.Until(t.lease)):
 		case <-ctx.Done():
 			return kv.Errorf(kv.CodeUnavailable, "waiting for group %q's transaction with priority: %v", groupID, ctx.Err())
 		}
 	}
-}
-
-// priorityHolder returns the attempt holding group id's token, if any.
-func (n *Node) priorityHolder(groupID string) string {
-	n.groups.mu.Lock()
-	defer n.groups.mu.Unlock()
-	if t := n.groups.mu.prio[groupID]; t != nil && time.Now().Before(t.lease) {
-		return t.holder
-	}
-	return ""
 }
 
 func (n *Node) releasePriority(groupID, attempt string) {

@@ -406,3 +406,66 @@ func TestGroupClusterLeaderLoss(t *testing.T) {
 		t.Fatalf("total in the accounts' own shards after the delete: %d, want %d", sum, accounts*initial)
 	}
 }
+
+// TestGroupTxnRetryHasPriority: a group transaction that reads a hot key
+// and takes its time fails validation while others keep writing that key;
+// retried with retry_of it runs with priority and commits at once.
+func TestGroupTxnRetryHasPriority(t *testing.T) {
+	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond})
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionHash, Shards: 2}); err != nil {
+		t.Fatal(err)
+	}
+	hot, other := kv.KeyRef{Collection: "c", Key: []byte("hot")}, kv.KeyRef{Collection: "c", Key: []byte("other")}
+	if _, err := n.CreateGroup(ctx, kv.GroupSpec{ID: "g", Leader: hot, Members: []kv.KeyRef{other}}); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, _, err := groupTransact(ctx, n, "g", func(id string) error {
+					r, _, err := n.TxnGet(ctx, id, hot)
+					if err != nil {
+						return err
+					}
+					return n.TxnPut(ctx, id, kv.PutItem{Collection: "c", Key: hot.Key, Value: append(r.Value, byte('a'+w))})
+				})
+				if err != nil && ctx.Err() == nil {
+					t.Errorf("writer: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	attempts := 0
+	_, _, err := groupTransact(ctx, n, "g", func(id string) error {
+		attempts++
+		if _, _, err := n.TxnGet(ctx, id, hot); err != nil {
+			return err
+		}
+		time.Sleep(30 * time.Millisecond) // the writers commit meanwhile
+		return n.TxnPut(ctx, id, kv.PutItem{Collection: "c", Key: other.Key, Value: []byte("slow")})
+	})
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the slow transaction committed at attempt %d", attempts)
+	// The first attempt loses to the writers; the retry, with priority,
+	// holds the group from its first read to its commit.
+	if attempts > 2 {
+		t.Fatalf("the slow transaction needed %d attempts; a retry should run with priority", attempts)
+	}
+}

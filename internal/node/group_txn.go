@@ -312,9 +312,11 @@ func (n *Node) groupCommitHere(ctx context.Context, req *groupCommitRequest) (*g
 		return &groupCommitResponse{}, nil
 	}
 	defer n.releasePriority(req.ID, req.Attempt)
-	if h := n.priorityHolder(req.ID); h != "" && h != req.Attempt {
+	done, ok := n.beginCommit(req.ID, req.Attempt)
+	if !ok {
 		return nil, kv.Errorf(kv.CodeTxnAborted, "group %q runs a retried transaction with priority; retry this one (with retry_of) after it", req.ID)
 	}
+	defer done()
 	sm := n.host.StateMachine(req.Shard)
 	if sm == nil {
 		return nil, kv.Errorf(kv.CodeNotLeader, "node %d holds no replica of shard %d", n.id, req.Shard)
