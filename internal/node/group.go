@@ -1141,11 +1141,11 @@ func (n *Node) acquirePriority(ctx context.Context, groupID, attempt string) err
 			n.groups.mu.Unlock()
 			return nil
 		}
-		ch := t.free
+		ch, lease := t.free, t.lease
 		n.groups.mu.Unlock()
 		select {
 		case <-ch:
-		case <-time.After(time.Until(t.lease)):
+		case <-time.After(time.Until(lease)):
 		case <-ctx.Done():
 			return kv.Errorf(kv.CodeUnavailable, "waiting for group %q's transaction with priority: %v", groupID, ctx.Err())
 		}
