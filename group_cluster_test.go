@@ -1,0 +1,98 @@
+package groupkv_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/groupkv/groupkv"
+)
+
+// TestGroupsOverServers: the Go client, embedded and dialed to one of
+// three real servers, creates a group, runs transfers in it, writes a
+// member with a plain put (through the group), is refused a general
+// transaction over a member (not retried), and deletes the group; the
+// members' shards hold the group's values after.
+func TestGroupsOverServers(t *testing.T) {
+	servers, _ := startServers(t)
+	remote, err := groupkv.Dial(servers[1].Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer remote.Close()
+	embedded, err := groupkv.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer embedded.Close()
+	for name, db := range map[string]groupkv.DB{"remote": remote, "embedded": embedded} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if _, err := db.CreateCollection(ctx, groupkv.CollectionOptions{Name: "p", Shards: 4}); err != nil {
+				t.Fatal(err)
+			}
+			key := func(i int) []byte { return []byte(fmt.Sprintf("p%d", i)) }
+			var members []groupkv.KeyRef
+			for i := range 5 {
+				if _, err := db.Put(ctx, groupkv.PutRequest{Collection: "p", Key: key(i), Value: []byte("10")}); err != nil {
+					t.Fatal(err)
+				}
+				members = append(members, groupkv.KeyRef{Collection: "p", Key: key(i)})
+			}
+			created, err := db.CreateGroup(ctx, groupkv.GroupSpec{ID: "room", Leader: members[0], Members: members[1:]})
+			if err != nil || len(created.Joined) != 5 {
+				t.Fatalf("create: %+v %v", created, err)
+			}
+			for i := range 4 {
+				err := db.Group("room").Transact(ctx, func(tx *groupkv.Tx) error {
+					a, err := tx.Get(ctx, groupkv.GetRequest{Collection: "p", Key: key(i)})
+					if err != nil {
+						return err
+					}
+					b, err := tx.Get(ctx, groupkv.GetRequest{Collection: "p", Key: key(i + 1)})
+					if err != nil {
+						return err
+					}
+					x, _ := strconv.Atoi(string(a.Value))
+					y, _ := strconv.Atoi(string(b.Value))
+					if err := tx.Put(ctx, groupkv.PutRequest{Collection: "p", Key: key(i), Value: []byte(strconv.Itoa(x - 1))}); err != nil {
+						return err
+					}
+					return tx.Put(ctx, groupkv.PutRequest{Collection: "p", Key: key(i + 1), Value: []byte(strconv.Itoa(y + 1))})
+				})
+				if err != nil {
+					t.Fatalf("transfer %d: %v", i, err)
+				}
+			}
+			info, err := db.DescribeGroup(ctx, "room")
+			if err != nil || info.State != groupkv.GroupActive || len(info.Members) != 5 {
+				t.Fatalf("describe: %+v %v", info, err)
+			}
+			if _, err := db.Put(ctx, groupkv.PutRequest{Collection: "p", Key: []byte("p4"), Value: []byte("11")}); err != nil {
+				t.Fatalf("plain put of a member: %v", err)
+			}
+			calls := 0
+			err = db.Transact(ctx, func(tx *groupkv.Tx) error {
+				calls++
+				return tx.Put(ctx, groupkv.PutRequest{Collection: "p", Key: key(2), Value: []byte("0")})
+			})
+			if !errors.Is(err, groupkv.ErrKeyInGroup) || calls != 1 {
+				t.Fatalf("a general transaction over a member: %v after %d calls, want key_in_group at once", err, calls)
+			}
+			if err := db.DeleteGroup(ctx, "room"); err != nil {
+				t.Fatalf("delete: %v", err)
+			}
+			want := []string{"9", "10", "10", "10", "11"}
+			for i, w := range want {
+				r, err := db.Get(ctx, groupkv.GetRequest{Collection: "p", Key: key(i)})
+				if err != nil || string(r.Value) != w {
+					t.Fatalf("%s after the delete: %q %v, want %s", key(i), r.Value, err, w)
+				}
+			}
+		})
+	}
+}
