@@ -979,6 +979,9 @@ type memberWire struct {
 	Value   []byte       `json:"value,omitempty"`
 	Absent  bool         `json:"absent,omitempty"`
 	Version uint64       `json:"version,omitempty"`
+	// Pending is the sequence number of the key's last write in its
+	// shard's outbox, not yet acknowledged (0: none).
+	Pending uint64 `json:"pending,omitempty"`
 }
 
 func (r *groupReadResponse) info(n *Node) kv.GroupInfo {
@@ -1059,9 +1062,15 @@ func (n *Node) groupReadHere(ctx context.Context, req *groupReadRequest) (*group
 	}
 	out := &groupReadResponse{Node: n.id, Ref: groupRefWire{ID: g.Ref.ID, Leader: uint64(g.Ref.Leader), Inc: g.Ref.Inc},
 		Mode: uint8(g.Mode), State: uint8(g.State), Leader: groupKeyWire{Collection: g.Leader.Collection, Key: []byte(g.Leader.Key)}}
+	pending := map[group.Key]uint64{}
+	for _, ob := range g.Outboxes {
+		for _, e := range ob.Entries {
+			pending[e.Key] = e.Seq
+		}
+	}
 	for _, m := range g.Members {
 		out.Members = append(out.Members, memberWire{Key: groupKeyWire{Collection: m.Key.Collection, Key: []byte(m.Key.Key), Shard: uint64(m.Shard)},
-			Status: uint8(m.Status), Value: m.Value, Absent: m.Absent, Version: m.Version})
+			Status: uint8(m.Status), Value: m.Value, Absent: m.Absent, Version: m.Version, Pending: pending[m.Key]})
 	}
 	for _, ob := range g.Outboxes {
 		out.Lag += len(ob.Entries)

@@ -158,6 +158,37 @@ func TestGroupOneNode(t *testing.T) {
 		}
 		return total
 	}
+	// A scan right after a group write sees the group's values.
+	var reads []kv.TxnOp
+	for i := range accounts {
+		reads = append(reads, kv.TxnOp{Op: kv.TxnOpGet, Collection: "acct", Key: key(i)})
+	}
+	inGroup, err := n.ExecGroupTxn(ctx, "g1", kv.ExecRequest{Then: reads})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v5, _ := strconv.Atoi(string(inGroup.Results[5].Value))
+	v6, _ := strconv.Atoi(string(inGroup.Results[6].Value))
+	if _, err := n.ExecGroupTxn(ctx, "g1", kv.ExecRequest{Then: []kv.TxnOp{{Op: kv.TxnOpPut, Collection: "acct", Key: key(5), Value: []byte(strconv.Itoa(v5 + 5))},
+		{Op: kv.TxnOpPut, Collection: "acct", Key: key(6), Value: []byte(strconv.Itoa(v6 - 5))}}}); err != nil {
+		t.Fatal(err)
+	}
+	if inGroup, err = n.ExecGroupTxn(ctx, "g1", kv.ExecRequest{Then: reads}); err != nil {
+		t.Fatal(err)
+	}
+	scanned, err := n.Scan(ctx, kv.ScanRequest{Collection: "acct"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(scanned.Items) != accounts {
+		t.Fatalf("a scan during the group: %d records", len(scanned.Items))
+	}
+	for _, r := range scanned.Items {
+		i, _ := strconv.Atoi(string(r.Key[1:]))
+		if want := inGroup.Results[i].Value; string(r.Value) != string(want) {
+			t.Fatalf("a scan during the group read %s = %q, the group holds %q", r.Key, r.Value, want)
+		}
+	}
 	plainGet := func(k []byte) ([]byte, error) {
 		r, err := n.Get(ctx, kv.GetRequest{Collection: "acct", Key: k})
 		return r.Value, err

@@ -673,6 +673,81 @@ func (n *Node) overlayGroups(ctx context.Context, descs []*cluster.CollectionDes
 	return nil
 }
 
+// awaitShipped waits, before a scan or tag query of shards picks its
+// version, until every group write to a key of [start, end) (nil: all)
+// yielded by a replica of shards here is applied to it: the read then
+// reflects the groups' committed values. Shipping runs every tick, so
+// the wait is short; a shard without yielded keys costs a lookup.
+func (n *Node) awaitShipped(ctx context.Context, coll uint32, shards []uint64, start, end []byte) error {
+	type yielded struct {
+		shard uint64
+		key   group.Key
+	}
+	byGroup := map[string][]yielded{}
+	for _, id := range shards {
+		sm := n.host.StateMachine(id)
+		if sm == nil {
+			continue
+		}
+		sm.WithGroups(func(_ *group.Leader, f *group.Follower) {
+			for _, k := range f.Keys() {
+				if k.Collection != coll || start != nil && k.Key < string(start) || end != nil && k.Key >= string(end) {
+					continue
+				}
+				y, _ := f.Key(k)
+				byGroup[y.Group.ID] = append(byGroup[y.Group.ID], yielded{id, k})
+			}
+		})
+	}
+	for id, keys := range byGroup {
+		reg, _, err := n.registration(ctx, id)
+		if kv.CodeOf(err) == kv.CodeNotFound {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		snap, err := n.readGroup(ctx, id, reg, "")
+		if kv.CodeOf(err) == kv.CodeNotFound {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		pending := map[group.Key]uint64{}
+		for _, m := range snap.Members {
+			if m.Pending > 0 {
+				pending[m.Key.key()] = m.Pending
+			}
+		}
+		for _, y := range keys {
+			seq := pending[y.key]
+			if seq == 0 {
+				continue
+			}
+			for {
+				caught := true
+				if sm := n.host.StateMachine(y.shard); sm != nil {
+					sm.WithGroups(func(_ *group.Leader, f *group.Follower) {
+						if cur, ok := f.Key(y.key); ok && cur.Group.ID == id && cur.Shipped < seq {
+							caught = false
+						}
+					})
+				}
+				if caught {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					return kv.Errorf(kv.CodeUnavailable, "waiting for group %q's writes to reach their keys: %v", id, ctx.Err())
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+		}
+	}
+	return nil
+}
+
 // groupGet reads a member key (yielded by shardID, read here after a
 // barrier) from its group, when the group holds it; ok false: read the
 // key's own shard.

@@ -445,6 +445,11 @@ func (n *Node) Scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResult, err
 	if route == routeForward {
 		return fwd, err
 	}
+	if req.Page == "" && req.Version == 0 && d.Partitioning != kv.PartitionTag {
+		if err := n.awaitShipped(ctx, d.ID, n.expandLocal(shardsIn(d, req.Start, req.End)), req.Start, req.End); err != nil {
+			return kv.ScanResult{}, err
+		}
+	}
 	version, after, err := n.readVersion(ctx, req.Page, req.Version, req.Reverse)
 	if err != nil {
 		return kv.ScanResult{}, err
@@ -541,6 +546,11 @@ func (n *Node) GetByTags(ctx context.Context, q kv.TagQuery) (kv.ScanResult, err
 	route, err := n.routeRead(ctx, shardsOf(d), "get_by_tags", q, &fwd)
 	if route == routeForward {
 		return fwd, err
+	}
+	if q.Page == "" && q.Version == 0 && d.Partitioning != kv.PartitionTag {
+		if err := n.awaitShipped(ctx, d.ID, n.expandLocal(shardsOf(d)), nil, nil); err != nil {
+			return kv.ScanResult{}, err
+		}
 	}
 	version, after, err := n.readVersion(ctx, q.Page, q.Version, false)
 	if err != nil {
