@@ -63,9 +63,14 @@ func TestEndToEndGroupBankWithKill(t *testing.T) {
 		var d map[string]any
 		return d, json.Unmarshal([]byte(a.body), &d)
 	}
-	d, err := describe(1)
-	if err != nil || d["state"] != "active" || d["id"] != "g1" {
-		t.Fatalf("describe: %v %v", d, err)
+	var d map[string]any
+	c.eventually(60*time.Second, "a description", func() error {
+		var err error
+		d, err = describe(1)
+		return err
+	})
+	if d["state"] != "active" || d["id"] != "g1" {
+		t.Fatalf("describe: %v", d)
 	}
 	leaderNode := int(d["leader_node"].(float64))
 	if leaderNode < 1 || leaderNode > 3 {
@@ -73,10 +78,17 @@ func TestEndToEndGroupBankWithKill(t *testing.T) {
 	}
 	// A plain batch write over a member is refused; a plain PUT of one is
 	// the group's.
-	if a, _ := c.do(context.Background(), "POST", c.url(1)+"/v1/batch/put",
-		fmt.Sprintf(`{"items": [{"collection": %q, "key": %q, "value": "0"}]}`, coll, key(3))); a.code != 409 || a.errCode != "key_in_group" {
-		t.Fatalf("batch put of a member answered %s, want 409 key_in_group", a)
-	}
+	c.eventually(30*time.Second, "a batch put of a member is refused", func() error {
+		a, err := c.do(context.Background(), "POST", c.url(1)+"/v1/batch/put",
+			fmt.Sprintf(`{"items": [{"collection": %q, "key": %q, "value": "0"}]}`, coll, key(3)))
+		if err != nil || a.code == 503 {
+			return fmt.Errorf("%v %s", err, a)
+		}
+		if a.code != 409 || a.errCode != "key_in_group" {
+			t.Fatalf("batch put of a member answered %s, want 409 key_in_group", a)
+		}
+		return nil
+	})
 
 	// txn runs fn in group transaction attempts through node id until one
 	// commits; it answers false when the outcome is unknown or the node
@@ -279,9 +291,16 @@ func TestEndToEndGroupBankWithKill(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	if d, err := describe(1); err != nil || int(d["leader_node"].(float64)) == 0 {
-		t.Fatalf("describe after the kill: %v %v", d, err)
-	}
+	c.eventually(60*time.Second, "a description after the kill", func() error {
+		d, err := describe(1)
+		if err != nil {
+			return err
+		}
+		if ln, _ := d["leader_node"].(float64); ln == 0 || d["state"] != "active" {
+			t.Fatalf("describe after the kill: %v", d)
+		}
+		return nil
+	})
 	c.eventually(60*time.Second, "the group is deleted", func() error {
 		a, err := c.do(context.Background(), "DELETE", c.url(1)+"/v1/groups/g1", "")
 		if err != nil || a.code != 200 {

@@ -2,10 +2,13 @@ package node
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -406,6 +409,9 @@ func (n *Node) waitReply(ctx context.Context, op group.Op, ref group.Ref) (group
 type groupRegistration struct {
 	Collection string `json:"collection"`
 	Key        []byte `json:"key"`
+	// Spec is a digest of the creation request (groupCreateRequest.sum):
+	// the same request asked again goes on with the registered group.
+	Spec string `json:"spec,omitempty"`
 }
 
 func (n *Node) ensureGroupsCollection(ctx context.Context) error {
@@ -497,6 +503,19 @@ type groupKeyWire struct {
 
 func (w groupKeyWire) key() group.Key { return group.Key{Collection: w.Collection, Key: string(w.Key)} }
 
+// sum is a digest of the group a creation asks for: its id, mode, leader
+// key and set of members.
+func (r *groupCreateRequest) sum() string {
+	keys := make([]string, 0, len(r.Members))
+	for _, m := range r.Members {
+		keys = append(keys, fmt.Sprintf("%d/%x", m.Collection, m.Key))
+	}
+	sort.Strings(keys)
+	h := sha256.New()
+	fmt.Fprintf(h, "%q %d %d/%x %s", r.ID, r.Mode, r.Leader.Collection, r.Leader.Key, strings.Join(keys, ","))
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
 type groupCreateResponse struct {
 	Joined  []groupKeyWire `json:"joined,omitempty"`
 	Refused []groupRefused `json:"refused,omitempty"`
@@ -554,13 +573,18 @@ func (n *Node) CreateGroup(ctx context.Context, spec kv.GroupSpec) (kv.GroupCrea
 	if err := n.ensureGroupsCollection(ctx); err != nil {
 		return kv.GroupCreated{}, err
 	}
-	regVal, _ := json.Marshal(groupRegistration{Collection: spec.Leader.Collection, Key: spec.Leader.Key})
+	sum := req.sum()
+	regVal, _ := json.Marshal(groupRegistration{Collection: spec.Leader.Collection, Key: spec.Leader.Key, Spec: sum})
 	zero := uint64(0)
 	if _, err := n.Put(ctx, kv.PutRequest{Collection: groupsCollection, Key: []byte(spec.ID), Value: regVal, IfVersion: &zero}); err != nil {
-		if kv.CodeOf(err) == kv.CodeConditionFailed {
+		if kv.CodeOf(err) != kv.CodeConditionFailed {
+			return kv.GroupCreated{}, err
+		}
+		// Registered: by this very request asked again (its first
+		// answer was lost), which goes on; else the id is taken.
+		if reg, _, rerr := n.registration(ctx, spec.ID); rerr != nil || reg.Spec != sum {
 			return kv.GroupCreated{}, kv.Errorf(kv.CodeAlreadyExists, "group %q exists; delete it first or choose another id", spec.ID)
 		}
-		return kv.GroupCreated{}, err
 	}
 	resp, err := n.atGroupLeader(ctx, leaderShard, "GroupCreate", req, func(ctx context.Context) (any, error) {
 		return n.groupCreateHere(ctx, req)
@@ -699,6 +723,20 @@ func (n *Node) groupCreateHere(ctx context.Context, req *groupCreateRequest) (*g
 		}
 	})
 	ref := existing.Ref
+	if exists && existing.State == group.Active {
+		// Created before (this request asked again): its answer.
+		out := &groupCreateResponse{}
+		for _, m := range existing.Members {
+			k := groupKeyWire{Collection: m.Key.Collection, Key: []byte(m.Key.Key)}
+			switch m.Status {
+			case group.Joined:
+				out.Joined = append(out.Joined, k)
+			case group.Refused:
+				out.Refused = append(out.Refused, groupRefused{Key: k, Reason: m.Reason})
+			}
+		}
+		return out, nil
+	}
 	if !exists {
 		if err != nil {
 			return nil, groupError(err, req.ID)
