@@ -460,62 +460,33 @@ func (n *Node) ExecGroupTxn(ctx context.Context, id string, req kv.ExecRequest) 
 }
 
 func (s *groupTxn) exec(ctx context.Context, n *Node, req kv.ExecRequest) (kv.ExecResult, error) {
-	ok := true
-	for _, c := range req.If {
-		rec, found, err := s.get(ctx, n, kv.KeyRef{Collection: c.Collection, Key: c.Key})
-		if err != nil {
-			return kv.ExecResult{}, err
-		}
-		switch {
-		case c.HasValue:
-			ok = ok && found && bytes.Equal(rec.Value, c.Value)
-		case c.Version == 0:
-			ok = ok && !found
-		default:
-			ok = ok && found && rec.Version == c.Version
-		}
+	return runExec(ctx, groupExec{s, n}, req)
+}
+
+type groupExec struct {
+	s *groupTxn
+	n *Node
+}
+
+func (e groupExec) get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error) {
+	return e.s.get(ctx, e.n, ref)
+}
+
+func (e groupExec) put(ctx context.Context, op kv.TxnOp) error {
+	if len(op.Tags) > 0 {
+		return kv.Errorf(kv.CodeInvalidArgument, "a group write keeps the key's tags and takes none")
 	}
-	ops := req.Then
-	if !ok {
-		ops = req.Else
-	}
-	results := make([]kv.TxnOpResult, len(ops))
-	var writes []int
-	for i, op := range ops {
-		ref := kv.KeyRef{Collection: op.Collection, Key: op.Key}
-		switch op.Op {
-		case kv.TxnOpGet:
-			rec, found, err := s.get(ctx, n, ref)
-			if err != nil {
-				return kv.ExecResult{}, err
-			}
-			if found {
-				results[i] = kv.TxnOpResult{Found: true, Value: rec.Value, Version: rec.Version}
-			}
-		case kv.TxnOpPut:
-			if len(op.Tags) > 0 {
-				return kv.ExecResult{}, kv.Errorf(kv.CodeInvalidArgument, "operation %d: a group write keeps the key's tags and takes none", i)
-			}
-			if err := s.write(ctx, n, ref, op.Value, false); err != nil {
-				return kv.ExecResult{}, err
-			}
-			writes = append(writes, i)
-		case kv.TxnOpDelete:
-			if err := s.write(ctx, n, ref, nil, true); err != nil {
-				return kv.ExecResult{}, err
-			}
-			writes = append(writes, i)
-		}
-	}
-	v, err := s.commit(ctx, n)
-	n.endGroupTxn(s, err)
-	if err != nil {
-		return kv.ExecResult{}, err
-	}
-	for _, i := range writes {
-		results[i] = kv.TxnOpResult{Version: v}
-	}
-	return kv.ExecResult{Succeeded: ok, Version: v, Results: results}, nil
+	return e.s.write(ctx, e.n, kv.KeyRef{Collection: op.Collection, Key: op.Key}, op.Value, false)
+}
+
+func (e groupExec) del(ctx context.Context, ref kv.KeyRef) error {
+	return e.s.write(ctx, e.n, ref, nil, true)
+}
+
+func (e groupExec) commit(ctx context.Context) (uint64, error) {
+	v, err := e.s.commit(ctx, e.n)
+	e.n.endGroupTxn(e.s, err)
+	return v, err
 }
 
 // groupOwnerRequest asks a key's home shard which group holds it.

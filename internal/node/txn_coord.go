@@ -986,9 +986,43 @@ func validateExec(req kv.ExecRequest) error {
 }
 
 func (s *txnSession) exec(ctx context.Context, req kv.ExecRequest) (kv.ExecResult, error) {
+	return runExec(ctx, sessionExec{s}, req)
+}
+
+// execAttempt is an attempt a one-shot transaction runs in: a general
+// transaction's or a group transaction's.
+type execAttempt interface {
+	get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error)
+	put(ctx context.Context, op kv.TxnOp) error
+	del(ctx context.Context, ref kv.KeyRef) error
+	commit(ctx context.Context) (uint64, error)
+}
+
+type sessionExec struct{ s *txnSession }
+
+func (e sessionExec) get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error) {
+	return e.s.get(ctx, ref)
+}
+
+func (e sessionExec) put(ctx context.Context, op kv.TxnOp) error {
+	if err := kv.ValidateTags(op.Tags); err != nil {
+		return err
+	}
+	return e.s.write(ctx, op.Collection, op.Key, &bufferedWrite{value: op.Value, tags: op.Tags})
+}
+
+func (e sessionExec) del(ctx context.Context, ref kv.KeyRef) error {
+	return e.s.write(ctx, ref.Collection, ref.Key, &bufferedWrite{delete: true})
+}
+
+func (e sessionExec) commit(ctx context.Context) (uint64, error) { return e.s.commit(ctx) }
+
+// runExec runs a one-shot transaction in attempt a: the compares of If,
+// then the operations of Then or Else, then the commit.
+func runExec(ctx context.Context, a execAttempt, req kv.ExecRequest) (kv.ExecResult, error) {
 	ok := true
 	for _, c := range req.If {
-		rec, found, err := s.get(ctx, kv.KeyRef{Collection: c.Collection, Key: c.Key})
+		rec, found, err := a.get(ctx, kv.KeyRef{Collection: c.Collection, Key: c.Key})
 		if err != nil {
 			return kv.ExecResult{}, err
 		}
@@ -1008,9 +1042,10 @@ func (s *txnSession) exec(ctx context.Context, req kv.ExecRequest) (kv.ExecResul
 	results := make([]kv.TxnOpResult, len(ops))
 	var writes []int
 	for i, op := range ops {
+		ref := kv.KeyRef{Collection: op.Collection, Key: op.Key}
 		switch op.Op {
 		case kv.TxnOpGet:
-			rec, found, err := s.get(ctx, kv.KeyRef{Collection: op.Collection, Key: op.Key})
+			rec, found, err := a.get(ctx, ref)
 			if err != nil {
 				return kv.ExecResult{}, err
 			}
@@ -1018,21 +1053,18 @@ func (s *txnSession) exec(ctx context.Context, req kv.ExecRequest) (kv.ExecResul
 				results[i] = kv.TxnOpResult{Found: true, Value: rec.Value, Tags: rec.Tags, Version: rec.Version}
 			}
 		case kv.TxnOpPut:
-			if err := kv.ValidateTags(op.Tags); err != nil {
-				return kv.ExecResult{}, err
-			}
-			if err := s.write(ctx, op.Collection, op.Key, &bufferedWrite{value: op.Value, tags: op.Tags}); err != nil {
+			if err := a.put(ctx, op); err != nil {
 				return kv.ExecResult{}, err
 			}
 			writes = append(writes, i)
 		case kv.TxnOpDelete:
-			if err := s.write(ctx, op.Collection, op.Key, &bufferedWrite{delete: true}); err != nil {
+			if err := a.del(ctx, ref); err != nil {
 				return kv.ExecResult{}, err
 			}
 			writes = append(writes, i)
 		}
 	}
-	v, err := s.commit(ctx)
+	v, err := a.commit(ctx)
 	if err != nil {
 		return kv.ExecResult{}, err
 	}
