@@ -71,6 +71,8 @@ type groupState struct {
 		prio map[string]*prioToken
 		// sessions are the group transaction attempts begun here.
 		sessions map[string]*groupTxn
+		// regs caches registrations read here (see knownRegistration).
+		regs map[string]cachedReg
 	}
 }
 
@@ -100,6 +102,41 @@ func (n *Node) initGroups() {
 	n.groups.mu.changed = make(chan struct{})
 	n.groups.mu.prio = make(map[string]*prioToken)
 	n.groups.mu.sessions = make(map[string]*groupTxn)
+	n.groups.mu.regs = make(map[string]cachedReg)
+}
+
+type cachedReg struct {
+	reg groupRegistration
+	at  time.Time
+}
+
+// regTTL bounds how long a cached registration is used.
+const regTTL = 5 * time.Second
+
+// knownRegistration is registration, from a cache of a few seconds: a
+// group's registration does not change while it lives, and a read of the
+// group that finds it gone drops the entry (forgetRegistration).
+func (n *Node) knownRegistration(ctx context.Context, id string) (groupRegistration, error) {
+	n.groups.mu.Lock()
+	c, ok := n.groups.mu.regs[id]
+	n.groups.mu.Unlock()
+	if ok && time.Since(c.at) < regTTL {
+		return c.reg, nil
+	}
+	reg, _, err := n.registration(ctx, id)
+	if err != nil {
+		return reg, err
+	}
+	n.groups.mu.Lock()
+	n.groups.mu.regs[id] = cachedReg{reg, time.Now()}
+	n.groups.mu.Unlock()
+	return reg, nil
+}
+
+func (n *Node) forgetRegistration(id string) {
+	n.groups.mu.Lock()
+	delete(n.groups.mu.regs, id)
+	n.groups.mu.Unlock()
 }
 
 // startGroups starts the protocol's ticker and the message sender.
@@ -178,6 +215,11 @@ func (n *Node) groupTick() {
 	for k, r := range n.groups.mu.replies {
 		if now.Sub(r.at) > replyTTL {
 			delete(n.groups.mu.replies, k)
+		}
+	}
+	for id, c := range n.groups.mu.regs {
+		if now.Sub(c.at) > regTTL {
+			delete(n.groups.mu.regs, id)
 		}
 	}
 	for id, s := range n.groups.mu.sessions {
@@ -850,6 +892,7 @@ func (n *Node) DeleteGroup(ctx context.Context, id string) error {
 	if err != nil && kv.CodeOf(err) != kv.CodeNotFound {
 		return err
 	}
+	n.forgetRegistration(id)
 	if _, err := n.Delete(ctx, kv.DeleteRequest{Collection: groupsCollection, Key: []byte(id)}); err != nil && kv.CodeOf(err) != kv.CodeNotFound {
 		return err
 	}
@@ -1058,6 +1101,9 @@ func (n *Node) readGroup(ctx context.Context, id string, reg groupRegistration, 
 		return n.groupReadHere(ctx, req)
 	})
 	if err != nil {
+		if kv.CodeOf(err) == kv.CodeNotFound {
+			n.forgetRegistration(id)
+		}
 		return nil, err
 	}
 	return out.(*groupReadResponse), nil

@@ -79,7 +79,7 @@ func (n *Node) beginGroupTxn(ctx context.Context, id string, opts kv.TxnOptions)
 	if err := validGroupID(id); err != nil {
 		return nil, err
 	}
-	reg, _, err := n.registration(ctx, id)
+	reg, err := n.knownRegistration(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -619,7 +619,7 @@ func (n *Node) overlayGroups(ctx context.Context, descs []*cluster.CollectionDes
 		}
 		snap, ok := snaps[owner.Group]
 		if !ok {
-			reg, _, err := n.registration(ctx, owner.Group)
+			reg, err := n.knownRegistration(ctx, owner.Group)
 			if err == nil {
 				snap, err = n.readGroup(ctx, owner.Group, reg, "")
 			}
@@ -671,7 +671,7 @@ func (n *Node) awaitShipped(ctx context.Context, coll uint32, shards []uint64, s
 		})
 	}
 	for id, keys := range byGroup {
-		reg, _, err := n.registration(ctx, id)
+		reg, err := n.knownRegistration(ctx, id)
 		if kv.CodeOf(err) == kv.CodeNotFound {
 			continue
 		}
@@ -727,7 +727,7 @@ func (n *Node) groupGet(ctx context.Context, shardID uint64, ref kv.KeyRef, k gr
 	if owner.Group == "" {
 		return kv.Record{}, false, nil
 	}
-	reg, _, err := n.registration(ctx, owner.Group)
+	reg, err := n.knownRegistration(ctx, owner.Group)
 	if err != nil {
 		if kv.CodeOf(err) == kv.CodeNotFound {
 			return kv.Record{}, false, nil
@@ -735,6 +735,12 @@ func (n *Node) groupGet(ctx context.Context, shardID uint64, ref kv.KeyRef, k gr
 		return kv.Record{}, false, err
 	}
 	snap, err := n.readGroup(ctx, owner.Group, reg, "")
+	if kv.CodeOf(err) == kv.CodeNotFound {
+		// A stale registration (the id was deleted and taken again)?
+		if reg, err = n.knownRegistration(ctx, owner.Group); err == nil {
+			snap, err = n.readGroup(ctx, owner.Group, reg, "")
+		}
+	}
 	if err != nil {
 		if kv.CodeOf(err) == kv.CodeNotFound {
 			return kv.Record{}, false, nil
