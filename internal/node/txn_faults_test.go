@@ -49,8 +49,9 @@ func TestTxnStarvation(t *testing.T) {
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	var attempts []int // of every committed short transaction
-	leaderAborts := 0  // attempts aborted by a change of leader
+	var attempts []int        // of every committed short transaction
+	leaderAborts := 0         // attempts aborted by a change of leader
+	var worstReasons []string // why the short transaction with the most attempts aborted
 	errs := make(chan error, shorts+1)
 	for cl := range shorts {
 		wg.Add(1)
@@ -65,6 +66,7 @@ func TestTxnStarvation(t *testing.T) {
 				}
 				tctx, tcancel := context.WithTimeout(ctx, 30*time.Second)
 				lost := 0
+				var reasons []string
 				_, a, err := transactObserved(tctx, n, func(id string) error {
 					for _, k := range ks {
 						if err := incr(n, id, k); err != nil {
@@ -73,6 +75,7 @@ func TestTxnStarvation(t *testing.T) {
 					}
 					return nil
 				}, func(err error) {
+					reasons = append(reasons, err.Error())
 					if leaderChanged(err) {
 						lost++
 					}
@@ -88,6 +91,9 @@ func TestTxnStarvation(t *testing.T) {
 				// the others.
 				attempts = append(attempts, a-lost)
 				leaderAborts += lost
+				if a-lost > len(worstReasons) {
+					worstReasons = reasons
+				}
 				mu.Unlock()
 			}
 		}()
@@ -156,8 +162,8 @@ func TestTxnStarvation(t *testing.T) {
 	}
 	const concurrent = shorts + 1
 	if m := all[len(all)-1]; m > concurrent {
-		t.Errorf("seed %d: a transaction needed %d attempts, more than the %d concurrent transactions (the wound-wait bound); long ones needed %v",
-			seed, m, concurrent, longAttempts)
+		t.Errorf("seed %d: a transaction needed %d attempts, more than the %d concurrent transactions (the wound-wait bound); long ones needed %v; the short one with the most aborted for: %q",
+			seed, m, concurrent, longAttempts, worstReasons)
 	}
 }
 
