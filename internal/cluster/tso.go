@@ -44,6 +44,9 @@ type Oracle struct {
 		active bool
 		// last is the last timestamp issued. Invariant: last <= hwm.
 		last uint64
+		// named is the highest timestamp Latest answered: every timestamp
+		// issued later is above it.
+		named uint64
 		// hwm is the highest applied high-water mark.
 		hwm uint64
 		// requested is the highest mark proposed; requested >= hwm.
@@ -110,7 +113,7 @@ func (o *Oracle) TryNext(floor uint64) (uint64, bool) {
 	if !o.mu.active {
 		return 0, false
 	}
-	ts := max(o.physical(), o.mu.last+1, floor+1)
+	ts := max(o.physical(), o.mu.last+1, o.mu.named+1, floor+1)
 	o.renewLocked(ts)
 	if ts > o.mu.hwm {
 		return 0, false
@@ -131,7 +134,7 @@ func (o *Oracle) TryNextN(floor uint64, count int) (uint64, bool) {
 	if !o.mu.active {
 		return 0, false
 	}
-	ts := max(o.physical(), o.mu.last+1, floor+1)
+	ts := max(o.physical(), o.mu.last+1, o.mu.named+1, floor+1)
 	end := ts + uint64(count) - 1
 	o.renewLocked(end)
 	if end > o.mu.hwm {
@@ -149,9 +152,13 @@ func (o *Oracle) Active() bool {
 }
 
 // Latest returns a timestamp at or above every one issued so far: the
-// highest a snapshot read may name without reading the future.
+// highest a snapshot read may name without reading the future. Every
+// timestamp issued afterwards is above it, so that a write that starts
+// after a reader took its version (to watch the changes above it, say)
+// lands above that version even within the same millisecond.
 func (o *Oracle) Latest() uint64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return max(o.mu.last, o.physical())
+	o.mu.named = max(o.mu.named, o.mu.last, o.physical())
+	return o.mu.named
 }

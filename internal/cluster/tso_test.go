@@ -327,6 +327,42 @@ func TestOracleReactivate(t *testing.T) {
 	c.mustNext()
 }
 
+// TestOracleIssuesAboveLatest names a version with Latest and then issues
+// within the same millisecond: what is issued afterwards, one timestamp or
+// a window, is above the named version (a watch from it sees the write),
+// also when the clock has passed the applied mark.
+func TestOracleIssuesAboveLatest(t *testing.T) {
+	c := newOracleChecker(t)
+	phys := TimestampFromTime(fakeEpoch)
+	c.activate(0)
+	c.persisted(c.p.last())
+	if l := c.o.Latest(); l != phys {
+		t.Fatalf("Latest() = %d, want the clock's %d", l, phys)
+	}
+	if ts := c.mustNext(); ts != phys+1 {
+		t.Fatalf("issued %d after Latest named %d", ts, phys)
+	}
+	l := c.o.Latest()
+	if first, ok := c.o.TryNextN(0, 10); !ok || first <= l {
+		t.Fatalf("TryNextN = %d, %v after Latest named %d", first, ok, l)
+	}
+	c.last = c.o.Latest()
+
+	// The clock passes the applied mark (no timestamp was asked for a
+	// while): Latest answers the clock, and the next timestamp, once the
+	// renewed mark applied, is above it.
+	c.clock.Advance(time.Minute)
+	l = c.o.Latest()
+	if want := TimestampFromTime(c.clock.Now()); l != want {
+		t.Fatalf("Latest() = %d, want the clock's %d", l, want)
+	}
+	c.mustRefuse()
+	c.persisted(c.p.last())
+	if ts := c.mustNext(); ts <= l {
+		t.Fatalf("issued %d after Latest named %d", ts, l)
+	}
+}
+
 // TestOracleRandom drives an oracle with random clock moves, persistence
 // delays and leadership changes, checking the invariants at every step.
 func TestOracleRandom(t *testing.T) {

@@ -2663,6 +2663,53 @@ func TestMultiReadAtLatestSeesAcknowledgedWrite(t *testing.T) {
 	}
 }
 
+// TestMultiWatchFromReadVersionSeesLaterWrite: a write made after a read
+// answered gets a version above the read's, so that a watch from the read's
+// version delivers it: the read is a batch get of another collection's key
+// (whose shard alone the read fences), or the node's latest timestamp.
+//
+// It failed when the oracle could issue again the timestamp its Latest()
+// had named: the read named the clock's millisecond, the write's shard had
+// not been fenced at it, and the write in the same millisecond got exactly
+// that version, which the watch (the changes above it) never delivered.
+// With the injected clock frozen between steps this happens every time;
+// with a real clock when the two fall in one millisecond
+// (TestClusterWatchFollowsMoves missed its first put so).
+func TestMultiWatchFromReadVersionSeesLaterWrite(t *testing.T) {
+	ctx := context.Background()
+	clk := newMtClock()
+	n := mtOpen(t, t.TempDir(), Options{Clock: clk.Now, GCInterval: time.Hour})
+	g := mtCreate(t, n, kv.CollectionOptions{Name: "g", Shards: 1})
+	d := mtCreate(t, n, kv.CollectionOptions{Name: "h", Shards: 1})
+	for round := 1; round <= 2; round++ {
+		clk.Advance(time.Millisecond) // a new millisecond, no timestamp issued in it yet
+		var from uint64
+		if round == 1 {
+			bg, err := n.BatchGet(ctx, []kv.KeyRef{{Collection: g.Name, Key: []byte("k")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			from = bg.Version
+		} else {
+			var err error
+			if from, err = n.latest(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		v, err := n.Put(ctx, kv.PutRequest{Collection: d.Name, Key: []byte("k"), Value: []byte(fmt.Sprint("v", round))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v <= from {
+			t.Errorf("round %d: a put made after the read at version %d got version %d", round, from, v)
+		}
+		r, err := mtWatch(n, kv.WatchRequest{Collection: d.Name, FromVersion: from}, 5*time.Second, mtUntilProgress(v))
+		if err != nil || len(r.changes) != 1 || r.changes[0].Version != v {
+			t.Errorf("round %d: a watch from %d delivered %v (%v), want the put at %d", round, from, r.changes, err, v)
+		}
+	}
+}
+
 // TestMultiWatchDeleteAtGCThreshold: a watch resumed from a version GC
 // still accepts (threshold-1) must deliver the changes above it or answer
 // compacted — never skip one silently.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -367,7 +368,10 @@ func TestClusterReadsOverSeveralNodes(t *testing.T) {
 // shards no node holds all of, while a replica node 1 reads for the watch
 // moves to another node (and the rebalancer evens the counts again): the
 // part reading it is planned again elsewhere and resumed after its last
-// change, and the watch delivers every write once, in version order.
+// change, and the watch delivers every write once, in version order (a
+// put tried again after commit_unknown may have written twice: both
+// writes are delivered). On failure it tells which events were missed or
+// repeated and what the parts of the watch did (watchTrace).
 func TestClusterWatchFollowsMoves(t *testing.T) {
 	c := startCluster(t, 4, nil)
 	ctx := context.Background()
@@ -399,6 +403,16 @@ func TestClusterWatchFollowsMoves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// What the parts of the watch did, shown when it misses a write.
+	var traceMu sync.Mutex
+	var trace []string
+	tf := func(s string) {
+		traceMu.Lock()
+		trace = append(trace, time.Now().Format("15:04:05.000")+" "+s)
+		traceMu.Unlock()
+	}
+	watchTrace.Store(&tf)
+	defer watchTrace.Store(nil)
 	// The watch lives as long as the test; the deadline below only
 	// catches a hang in delivering what was written (the move above can
 	// take most of a minute on a busy machine).
@@ -415,8 +429,16 @@ func TestClusterWatchFollowsMoves(t *testing.T) {
 		})
 	}()
 	const total = 150
+	// acked is the version each put answered. A try of a put that
+	// answered commit_unknown may have been applied as well (the try after
+	// it writes again): the watch delivers that write too.
+	acked := map[string]uint64{}
+	unknown := map[string]bool{}
+	var moveAt uint64
 	for i := 0; i < total; i++ {
 		if i == 50 {
+			moveAt, _ = c.node(1).n.latest(ctx)
+			tf(fmt.Sprintf("test: moving shard %d from node 1 to node %d at about version %d", moving, to, moveAt))
 			res, err := c.node(1).n.propose(ctx, 1, encodeMove("w", moving, 1, to))
 			if err == nil && res.Err != nil {
 				err = res.Err
@@ -435,27 +457,107 @@ func TestClusterWatchFollowsMoves(t *testing.T) {
 		}
 		key := fmt.Sprintf("w%03d", i)
 		c.eventually(30*time.Second, "a put", func() error {
-			_, err := c.nodes[i%4].n.Put(ctx, kv.PutRequest{Collection: "w", Key: []byte(key), Value: []byte(key)})
-			return err
+			v, err := c.nodes[i%4].n.Put(ctx, kv.PutRequest{Collection: "w", Key: []byte(key), Value: []byte(key)})
+			if err != nil {
+				tf(fmt.Sprintf("test: put %s through node %d failed: %v", key, c.nodes[i%4].id, err))
+				unknown[key] = unknown[key] || kv.CodeOf(err) == kv.CodeCommitUnknown
+				return err
+			}
+			acked[key] = v
+			return nil
 		})
 	}
-	seen := map[string]bool{}
+	tf("test: the last put is written")
+	// delivered holds the events delivered, by key@version; count the
+	// acknowledged puts among them.
+	delivered := map[string]bool{}
+	at := func(key []byte, v uint64) string { return fmt.Sprintf("%s@%d", key, v) }
+	count := 0
+	var got []kv.Event
 	var last kv.Event
 	deliver := time.After(60 * time.Second)
-	for len(seen) < total {
+	// explain tells which puts the watch missed, the events delivered
+	// around them and what the parts of the watch did.
+	explain := func(focus ...kv.Event) {
+		t.Helper()
+		d, _ := c.node(1).n.collection("w")
+		t.Logf("shard %d moved from node 1 to node %d at about version %d; the watch started at %d; catalog now: %+v", moving, to, moveAt, before, d.Shards)
+		shardOfKey := func(key []byte) uint64 {
+			_, i := d.Route(key, "")
+			return d.Shards[i].ID
+		}
+		around := func(v uint64) {
+			i := sort.Search(len(got), func(i int) bool { return got[i].Version >= v })
+			for j := max(0, i-3); j < min(len(got), i+3); j++ {
+				t.Logf("  delivered around it: event %d %s@%d (shard %d)", j, got[j].Key, got[j].Version, shardOfKey(got[j].Key))
+			}
+		}
+		for _, ev := range focus {
+			t.Logf("event %s@%d (shard %d), put acknowledged at version %d (commit unknown before: %v)", ev.Key, ev.Version, shardOfKey(ev.Key), acked[string(ev.Key)], unknown[string(ev.Key)])
+			around(ev.Version)
+		}
+		for i := 0; i < total && len(focus) == 0; i++ {
+			key := fmt.Sprintf("w%03d", i)
+			if delivered[at([]byte(key), acked[key])] {
+				continue
+			}
+			r, err := c.node(1).n.Get(ctx, kv.GetRequest{Collection: "w", Key: []byte(key)})
+			t.Logf("missing %s: put acknowledged at version %d, read %d (%v), shard %d", key, acked[key], r.Version, err, shardOfKey([]byte(key)))
+			around(acked[key])
+		}
+		// The parts' rounds that read the versions of the missing puts,
+		// and every start and end of a part.
+		traceMu.Lock()
+		for _, s := range trace {
+			var from, to uint64
+			if _, err := fmt.Sscanf(s[13:], "read %d %d", &from, &to); err == nil {
+				covers := false
+				for key, v := range acked {
+					covers = covers || !delivered[at([]byte(key), v)] && from <= v && v <= to
+				}
+				for _, ev := range focus {
+					covers = covers || from <= ev.Version && ev.Version <= to
+				}
+				if !covers {
+					continue
+				}
+			} else if strings.Contains(s, " sent ") {
+				mentioned := false
+				for _, ev := range focus {
+					mentioned = mentioned || strings.HasSuffix(s, fmt.Sprintf(" sent %s@%d", ev.Key, ev.Version))
+				}
+				if !mentioned {
+					continue
+				}
+			}
+			t.Log(s)
+		}
+		traceMu.Unlock()
+		dumpCluster(t, c)
+	}
+	for count < total {
 		select {
 		case ev := <-events:
-			if ev.Type != kv.EventPut || seen[string(ev.Key)] {
-				t.Fatalf("event %s %s@%d (seen: %v)", ev.Type, ev.Key, ev.Version, seen[string(ev.Key)])
+			got = append(got, ev)
+			key := string(ev.Key)
+			if ev.Type != kv.EventPut || delivered[at(ev.Key, ev.Version)] || ev.Version != acked[key] && !unknown[key] {
+				explain(ev)
+				t.Fatalf("event %s %s@%d (delivered before: %v; the put was acknowledged at %d)", ev.Type, ev.Key, ev.Version, delivered[at(ev.Key, ev.Version)], acked[key])
 			}
 			if ev.Version < last.Version || ev.Version == last.Version && bytes.Compare(ev.Key, last.Key) <= 0 {
+				explain(ev, last)
 				t.Fatalf("event %s@%d after %s@%d", ev.Key, ev.Version, last.Key, last.Version)
 			}
-			seen[string(ev.Key)], last = true, ev
+			delivered[at(ev.Key, ev.Version)], last = true, ev
+			if ev.Version == acked[key] {
+				count++
+			}
 		case err := <-werr:
-			t.Fatalf("the watch ended after %d of %d puts: %v", len(seen), total, err)
+			explain()
+			t.Fatalf("the watch ended after %d of %d puts: %v", count, total, err)
 		case <-deliver:
-			t.Fatalf("the watch delivered %d of %d puts within a minute of the last", len(seen), total)
+			explain()
+			t.Fatalf("the watch delivered %d of %d puts within a minute of the last", count, total)
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/groupkv/groupkv/internal/cluster"
@@ -15,6 +17,18 @@ import (
 // resolved timestamp: often enough that a watcher of a quiet range resumes
 // well inside the retention window.
 const progressInterval = time.Second
+
+// watchTrace, when set (by tests), is told what the parts of watches over
+// several nodes do: the rounds they read, the parts started and ended.
+var watchTrace atomic.Pointer[func(string)]
+
+func tracingWatch() bool { return watchTrace.Load() != nil }
+
+func traceWatch(format string, args ...any) {
+	if f := watchTrace.Load(); f != nil {
+		(*f)(fmt.Sprintf(format, args...))
+	}
+}
 
 // Watch implements kv.Backend.
 //
@@ -98,6 +112,7 @@ func (n *Node) watchHere(ctx context.Context, d *cluster.CollectionDesc, shards 
 			return err
 		}
 		shards = n.liveShards(shards) // a merged shard's changes are its left neighbour's now
+		var trace []string
 		for _, id := range shards {
 			r, err := n.resolved(ctx, id, now)
 			if err != nil {
@@ -107,7 +122,14 @@ func (n *Node) watchHere(ctx context.Context, d *cluster.CollectionDesc, shards 
 					resolved = min(resolved, version)
 					continue
 				}
+				if spans != nil && tracingWatch() {
+					traceWatch("node %d part %v: resolved of shard %d: %v", n.id, asked, id, err)
+				}
 				return err
+			}
+			if spans != nil && tracingWatch() {
+				ai, _ := n.host.AppliedIndex(id)
+				trace = append(trace, fmt.Sprintf("%d:%d(ready=%v readable=%v applied=%d)", id, r, n.host.Ready(id), n.readable(id), ai))
 			}
 			resolved = min(resolved, r)
 		}
@@ -153,6 +175,13 @@ func (n *Node) watchHere(ctx context.Context, d *cluster.CollectionDesc, shards 
 			// The changes read are valid only if GC had not passed them.
 			if err := n.reading(func() error { return n.checkWatchRetained(shards, version) }); err != nil {
 				return err
+			}
+			if spans != nil && tracingWatch() {
+				evs := make([]string, len(events))
+				for i, ev := range events {
+					evs[i] = fmt.Sprintf("%s@%d", ev.Key, ev.Version)
+				}
+				traceWatch("read %d %d: node %d part %v after %q, resolved %v: %v", from, resolved, n.id, asked, after, trace, evs)
 			}
 			for _, ev := range events {
 				if err := fn(ev); err != nil {

@@ -214,6 +214,9 @@ func (n *Node) watchSpread(ctx context.Context, d *cluster.CollectionDesc, shard
 			}
 			preq := watchPartRequest{Request: req, CollectionID: d.ID, Spans: spansOf(d, p.shards)}
 			preq.Request.FromVersion, preq.Request.AfterKey = p.from, p.after
+			if tracingWatch() {
+				traceWatch("merge on node %d: part %d starts on node %d, shards %v, from (%d,%q), mark %d", n.id, i, p.node, p.shards, p.from, p.after, p.mark)
+			}
 			var err error
 			if p.node == n.id {
 				err = n.watchPartHere(ctx, &preq, send)
@@ -257,6 +260,9 @@ func (n *Node) watchSpread(ctx context.Context, d *cluster.CollectionDesc, shard
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
+			if tracingWatch() {
+				traceWatch("merge on node %d: part %d on node %d, shards %v, ended at (%d,%q) mark %d: %v", n.id, m.part, p.node, p.shards, p.from, p.after, p.mark, m.err)
+			}
 			if !retryable(m.err) {
 				return m.err
 			}
@@ -291,6 +297,9 @@ func (n *Node) watchSpread(ctx context.Context, d *cluster.CollectionDesc, shard
 			p.mark = max(p.mark, m.ev.Version)
 			p.from, p.after = p.mark, nil
 		default:
+			if tracingWatch() {
+				traceWatch("merge on node %d: part %d on node %d sent %s@%d", n.id, m.part, p.node, m.ev.Key, m.ev.Version)
+			}
 			pending = append(pending, m.ev)
 			if m.ev.Version > 0 {
 				p.mark = max(p.mark, m.ev.Version-1)
