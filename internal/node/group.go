@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"strings"
 	"sync"
@@ -87,9 +88,14 @@ type replyEntry struct {
 }
 
 type outMsg struct {
-	to  uint64 // destination shard
-	msg []byte
+	to   uint64 // destination shard
+	msg  []byte
+	hops int // times forwarded by a replica that did not lead
 }
+
+// maxGroupHops bounds how often a message is forwarded towards the
+// destination shard's leader.
+const maxGroupHops = 2
 
 // replyTTL bounds how long a reply is kept for a waiter to find.
 const replyTTL = 2 * time.Minute
@@ -271,24 +277,31 @@ func (n *Node) groupSender() {
 				break more
 			}
 		}
-		byNode := make(map[uint64]*groupMessages)
+		type dest struct {
+			node uint64
+			hops int
+		}
+		byNode := make(map[dest]*groupMessages)
 		for _, m := range batch {
 			target := n.leaderOfAnywhere(m.to)
 			if target == 0 {
+				// A node holding the shard forwards it to the leader.
 				nodes := n.shardNodes(m.to)
 				if len(nodes) == 0 {
 					continue
 				}
-				target = nodes[int(m.to)%len(nodes)]
+				target = nodes[rand.IntN(len(nodes))]
 			}
-			b := byNode[target]
+			d := dest{target, m.hops}
+			b := byNode[d]
 			if b == nil {
-				b = &groupMessages{}
-				byNode[target] = b
+				b = &groupMessages{Hops: m.hops}
+				byNode[d] = b
 			}
 			b.Messages = append(b.Messages, m.msg)
 		}
-		for target, b := range byNode {
+		for d, b := range byNode {
+			target := d.node
 			if target == n.id {
 				go n.deliverGroupMessages(context.Background(), b)
 				continue
@@ -305,6 +318,8 @@ func (n *Node) groupSender() {
 
 type groupMessages struct {
 	Messages [][]byte `json:"messages"`
+	// Hops counts the forwards of these messages so far.
+	Hops int `json:"hops,omitempty"`
 }
 
 type groupMessagesResponse struct{}
@@ -319,14 +334,25 @@ func (n *Node) handleGroupMessages(ctx context.Context, req *groupMessages) (*gr
 	return &groupMessagesResponse{}, nil
 }
 
-// deliverGroupMessages handles messages to shards led here; others are
-// dropped (their senders retry).
+// deliverGroupMessages handles messages to shards led here; a replica
+// that does not lead forwards them to the leader it knows (a bounded
+// number of hops); others are dropped (their senders retry).
 func (n *Node) deliverGroupMessages(ctx context.Context, req *groupMessages) {
 	var wg sync.WaitGroup
 	for _, raw := range req.Messages {
 		m, err := group.DecodeMessage(raw)
 		if err != nil {
 			n.log.Warn("dropping a corrupt group message", "err", err)
+			continue
+		}
+		if to := uint64(m.To); !n.host.Ready(to) {
+			// Not led here: a replica forwards it to the leader it knows.
+			if l := n.leaderOfAnywhere(to); l != 0 && l != n.id && req.Hops < maxGroupHops {
+				select {
+				case n.groups.out <- outMsg{to: to, msg: raw, hops: req.Hops + 1}:
+				default:
+				}
+			}
 			continue
 		}
 		wg.Add(1)

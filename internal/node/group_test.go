@@ -511,3 +511,76 @@ func TestGroupTxnRetryHasPriority(t *testing.T) {
 		t.Fatalf("the slow transaction needed %d attempts; a retry should run with priority", attempts)
 	}
 }
+
+// TestGroupFourNodesTwoReplicas: on four nodes with two replicas a shard,
+// the group's messages reach shards whose replicas the sending node does
+// not hold, and group transactions run from a node that holds none of the
+// group's leader shard.
+func TestGroupFourNodesTwoReplicas(t *testing.T) {
+	c := startCluster(t, 4, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n1 := c.node(1).n
+	for _, o := range []kv.CollectionOptions{{Name: "a", Partitioning: kv.PartitionHash, Shards: 4, Replicas: 2}, {Name: "l", Partitioning: kv.PartitionRange, Replicas: 2}} {
+		if _, err := n1.CreateCollection(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var members []kv.KeyRef
+	for i := range 8 {
+		k := []byte(fmt.Sprintf("k%d", i))
+		c.eventually(30*time.Second, "a put", func() error {
+			_, err := n1.Put(ctx, kv.PutRequest{Collection: "a", Key: k, Value: []byte("5")})
+			return err
+		})
+		members = append(members, kv.KeyRef{Collection: "a", Key: k})
+	}
+	ld, _ := n1.collection("l")
+	var outsider *Node // a node holding no replica of the leader shard
+	for _, tn := range c.nodes {
+		if !tn.n.hasReplica(ld.Shards[0].ID) {
+			outsider = tn.n
+		}
+	}
+	if outsider == nil {
+		t.Fatal("every node holds the leader shard")
+	}
+	c.eventually(60*time.Second, "the group is created", func() error {
+		_, err := outsider.CreateGroup(ctx, kv.GroupSpec{ID: "g", Leader: kv.KeyRef{Collection: "l", Key: []byte("lead")}, Members: members})
+		return err
+	})
+	for i := range 8 {
+		a, b := members[i], members[(i+3)%8]
+		if _, _, err := groupTransact(ctx, outsider, "g", func(id string) error {
+			ra, _, err := outsider.TxnGet(ctx, id, a)
+			if err != nil {
+				return err
+			}
+			rb, _, err := outsider.TxnGet(ctx, id, b)
+			if err != nil {
+				return err
+			}
+			x, _ := strconv.Atoi(string(ra.Value))
+			y, _ := strconv.Atoi(string(rb.Value))
+			if err := outsider.TxnPut(ctx, id, kv.PutItem{Collection: "a", Key: a.Key, Value: []byte(strconv.Itoa(x - 1))}); err != nil {
+				return err
+			}
+			return outsider.TxnPut(ctx, id, kv.PutItem{Collection: "a", Key: b.Key, Value: []byte(strconv.Itoa(y + 1))})
+		}); err != nil {
+			t.Fatalf("transfer %d: %v", i, err)
+		}
+	}
+	c.eventually(60*time.Second, "the group is deleted", func() error { return outsider.DeleteGroup(ctx, "g") })
+	sum := 0
+	for _, m := range members {
+		r, err := c.node(4).n.Get(ctx, kv.GetRequest{Collection: "a", Key: m.Key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, _ := strconv.Atoi(string(r.Value))
+		sum += x
+	}
+	if sum != 40 {
+		t.Fatalf("total after the delete: %d, want 40", sum)
+	}
+}
