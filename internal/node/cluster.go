@@ -327,7 +327,7 @@ func (n *Node) leaderReadOnce(ctx context.Context, shardID, ts, now uint64) (uin
 		if ts != 0 {
 			return 0, n.host.SnapshotRead(ctx, shardID, ts)
 		}
-		return n.host.Resolved(shardID, now), nil
+		return n.resolvedAsLeader(ctx, shardID, now)
 	}
 	leader := n.leaderOf(shardID)
 	if leader == 0 || leader == n.id {
@@ -349,9 +349,27 @@ func (n *Node) leaderReadOnce(ctx context.Context, shardID, ts, now uint64) (uin
 // applied as far as the leader had.
 func (n *Node) resolved(ctx context.Context, shardID, now uint64) (uint64, error) {
 	if n.host.Ready(shardID) {
-		return n.host.Resolved(shardID, now), nil
+		if r, err := n.resolvedAsLeader(ctx, shardID, now); err == nil {
+			return r, nil
+		}
 	}
 	return n.leaderRead(ctx, shardID, 0, now)
+}
+
+// resolvedAsLeader is the resolved timestamp of shardID, led here, once a
+// read barrier confirmed the leadership: a leader deposed without knowing
+// it yet would answer now while its successor applies writes below it.
+// (A successor's versions are above a timestamp it took once elected,
+// after the confirmation, so above now.) A one-voter shard confirms for
+// free.
+func (n *Node) resolvedAsLeader(ctx context.Context, shardID, now uint64) (uint64, error) {
+	if err := n.host.ReadBarrier(ctx, shardID); err != nil {
+		return 0, err
+	}
+	if !n.host.Ready(shardID) {
+		return 0, kv.Errorf(kv.CodeNotLeader, "node %d no longer leads shard %d", n.id, shardID)
+	}
+	return n.host.Resolved(shardID, now), nil
 }
 
 // latest returns a timestamp at or above every write version acknowledged
