@@ -288,20 +288,7 @@ func (l *Leader) Tick() []Effect {
 	var out []Effect
 	for _, id := range l.ids() {
 		g := l.groups[id]
-		for i := range g.Outboxes {
-			ob := &g.Outboxes[i]
-			if len(ob.Entries) == 0 {
-				continue
-			}
-			sk := sentKey{g.Ref, ob.Shard}
-			last := ob.Entries[len(ob.Entries)-1].Seq
-			if !retry && l.sent[sk] >= last {
-				continue
-			}
-			l.sent[sk] = last
-			out = append(out, Send{Message{Type: MsgShip, From: l.shard, To: ob.Shard, Group: g.Ref,
-				Entries: slices.Clone(ob.Entries)}})
-		}
+		out = append(out, l.ship(g, retry)...)
 		if !retry {
 			continue
 		}
@@ -313,6 +300,39 @@ func (l *Leader) Tick() []Effect {
 				out = append(out, l.send(MsgD, mem.Shard, g.Ref, mem.Key, mem.Yield))
 			}
 		}
+	}
+	return out
+}
+
+// ShipNew ships, at once, the outbox entries of group id not shipped yet
+// (what the next Tick would ship), so that a committed group write reaches
+// its key's shard without waiting for a tick. Only the raft leader replica
+// calls it.
+func (l *Leader) ShipNew(id string) []Effect {
+	g := l.groups[id]
+	if g == nil {
+		return nil
+	}
+	return l.ship(g, false)
+}
+
+// ship sends g's outboxes: every non-empty one with retry, else those
+// with entries not sent yet.
+func (l *Leader) ship(g *Group, retry bool) []Effect {
+	var out []Effect
+	for i := range g.Outboxes {
+		ob := &g.Outboxes[i]
+		if len(ob.Entries) == 0 {
+			continue
+		}
+		sk := sentKey{g.Ref, ob.Shard}
+		last := ob.Entries[len(ob.Entries)-1].Seq
+		if !retry && l.sent[sk] >= last {
+			continue
+		}
+		l.sent[sk] = last
+		out = append(out, Send{Message{Type: MsgShip, From: l.shard, To: ob.Shard, Group: g.Ref,
+			Entries: slices.Clone(ob.Entries)}})
 	}
 	return out
 }

@@ -181,6 +181,17 @@ func (n *Node) onGroupApplied(shardID uint64, effs []group.Effect) {
 	n.groups.mu.Unlock()
 	if leader {
 		n.groupSends(effs)
+		// A committed group write ships at once rather than at the next
+		// tick: deletes and scans wait less for it.
+		for _, e := range effs {
+			if r, ok := e.(group.Reply); ok && r.Op == group.OpWrite && r.Err == nil {
+				if sm := n.host.StateMachine(shardID); sm != nil {
+					var ships []group.Effect
+					sm.WithGroups(func(l *group.Leader, _ *group.Follower) { ships = l.ShipNew(r.Group.ID) })
+					n.groupSends(ships)
+				}
+			}
+		}
 	}
 }
 
