@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -71,6 +72,7 @@ table first: collection "usertable", etcd prefix "usertable/", Redis keys
   groupkv bench --addr 127.0.0.1:7070,127.0.0.1:7080,127.0.0.1:7090 --replicas 3 --system-name groupkv-3 --load
   groupkv bench --workload txn --embedded /tmp/gkv --txn-keys 100000,1000 --txn-mode serializable,none --load
   groupkv bench --workload txn --target postgresql --addr 127.0.0.1:5432 --txn-keys 1000 --load
+  groupkv bench groups --addr 127.0.0.1:7070 --players 100000 --load --clients 1,4,16 --out results.json
   groupkv bench chart --in results.json --out chart.png`,
 		Args: argsBetween(0, 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -221,7 +223,7 @@ table first: collection "usertable", etcd prefix "usertable/", Redis keys
 	f.IntVar(&opts.Users, "users", 1000, "timeline workload: users")
 	f.IntVar(&opts.PerUser, "records-per-user", 20, "timeline workload: records per user")
 	txn.register(f)
-	cmd.AddCommand(benchChartCommand(), benchReportCommand(), benchPgbenchCommand())
+	cmd.AddCommand(benchChartCommand(), benchReportCommand(), benchPgbenchCommand(), benchGroupsCommand())
 	return cmd
 }
 
@@ -296,19 +298,31 @@ func benchReportCommand() *cobra.Command {
 				return err
 			}
 			txnResults, rs := bench.SplitTxnResults(rs)
-			if len(rs) == 0 && len(txnResults) == 0 {
+			groupsResults, rs := bench.SplitGroupsResults(rs)
+			if len(rs) == 0 && len(txnResults) == 0 && len(groupsResults) == 0 {
 				return fmt.Errorf("%s holds no results: run groupkv bench --out %s first", in, in)
 			}
+			stdout := cmd.OutOrStdout()
+			written := false
+			section := func(write func(io.Writer) error) error {
+				if written {
+					fmt.Fprintln(stdout)
+				}
+				written = true
+				return write(stdout)
+			}
 			if len(rs) > 0 {
-				if err := bench.WriteMarkdown(cmd.OutOrStdout(), rs, baseline); err != nil {
+				if err := section(func(w io.Writer) error { return bench.WriteMarkdown(w, rs, baseline) }); err != nil {
 					return err
 				}
 			}
 			if len(txnResults) > 0 {
-				if len(rs) > 0 {
-					fmt.Fprintln(cmd.OutOrStdout())
+				if err := section(func(w io.Writer) error { return bench.WriteTxnMarkdown(w, txnResults) }); err != nil {
+					return err
 				}
-				return bench.WriteTxnMarkdown(cmd.OutOrStdout(), txnResults)
+			}
+			if len(groupsResults) > 0 {
+				return section(func(w io.Writer) error { return bench.WriteGroupsMarkdown(w, groupsResults) })
 			}
 			return nil
 		},

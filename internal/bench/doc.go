@@ -1,7 +1,8 @@
 // Package bench measures groupkv against its peers (etcd, Redis) with the
-// YCSB core workloads, groupkv alone with a correlated-read workload, and
+// YCSB core workloads, groupkv alone with a correlated-read workload,
 // groupkv's transactions against etcd's and PostgreSQL's with the txn
-// workload.
+// workload, and groupkv's Key Groups against the same operations without
+// groups with the groups workload (G-Store's gaming benchmark).
 //
 // It owns the parts of a load generator: key choosers that reproduce YCSB's
 // generators (uniform, scrambled zipfian, skewed latest, the acknowledged
@@ -46,4 +47,24 @@
 //	w := bench.TxnWorkload{Keys: 1000}
 //	if _, err := r.Load(ctx, w); err != nil { ... }
 //	res, err := r.Run(ctx, w) // res.Attempts: p50, p99, max attempts per commit
+//
+// The groups workload (groups.go) plays games through a GroupsDriver
+// (GroupKVGroups: a remote groupkv.DB, or a node in this process): each
+// client creates a key group of players, runs OpsPerGroup group
+// transactions on them with think times between, and deletes the group;
+// its "ungrouped" mode plays the same games with plain gets and puts.
+// GroupsOverheads answers the ratio of the two modes' mean latency per
+// operation, creation and deletion amortized.
+//
+//	d, err := bench.OpenGroupKVGroups(ctx, "127.0.0.1:7070", bench.DriverOptions{Table: "players"})
+//	if err != nil { ... }
+//	defer d.Close()
+//	r, err := bench.NewGroupsRunner(d, bench.Options{Clients: 4, Duration: 15 * time.Second})
+//	if err != nil { ... }
+//	w := bench.GroupsWorkload{Players: 100000, Think: 10 * time.Millisecond}
+//	if _, err := r.Load(ctx, w); err != nil { ... }
+//	grouped, err := r.Run(ctx, w)
+//	w.Mode = bench.GroupsModeUngrouped
+//	ungrouped, err := r.Run(ctx, w)
+//	overhead := bench.GroupsOverheads([]bench.Result{grouped, ungrouped})
 package bench

@@ -45,6 +45,8 @@ type Result struct {
 	// Attempts counts the attempts per committed transaction (txn
 	// workload, serializable mode only).
 	Attempts *AttemptStats `json:"attempts,omitempty"`
+	// Groups are the games, refusals and rates of a groups run.
+	Groups *GroupsStats `json:"groups,omitempty"`
 }
 
 // Params are the parameters of a run.
@@ -71,6 +73,16 @@ type Params struct {
 	TxnMode string `json:"txn_mode,omitempty"`
 	TxnOps  int    `json:"txn_ops,omitempty"`
 	TxnLazy bool   `json:"txn_lazy,omitempty"`
+	// Groups workload only: the mode (GroupsModeGrouped or
+	// GroupsModeUngrouped), the mean and standard deviation of a game's
+	// size, how its players are chosen, its moves and the least think
+	// time before a move. Records is the number of players.
+	GroupMode       string  `json:"group_mode,omitempty"`
+	GroupSize       int     `json:"group_size,omitempty"`
+	GroupSizeStddev float64 `json:"group_size_stddev,omitempty"`
+	GroupMembers    string  `json:"group_members,omitempty"`
+	OpsPerGroup     int     `json:"ops_per_group,omitempty"`
+	ThinkMs         float64 `json:"think_ms,omitempty"`
 }
 
 // Host describes the machine that ran the benchmark client.
