@@ -38,41 +38,61 @@ func TestGroupsOverServers(t *testing.T) {
 			key := func(i int) []byte { return []byte(fmt.Sprintf("p%d", i)) }
 			var members []groupkv.KeyRef
 			for i := range 5 {
-				if _, err := db.Put(ctx, groupkv.PutRequest{Collection: "p", Key: key(i), Value: []byte("10")}); err != nil {
+				if err := whileUnavailable(func() error {
+					_, err := db.Put(ctx, groupkv.PutRequest{Collection: "p", Key: key(i), Value: []byte("10")})
+					return err
+				}); err != nil {
 					t.Fatal(err)
 				}
 				members = append(members, groupkv.KeyRef{Collection: "p", Key: key(i)})
 			}
-			created, err := db.CreateGroup(ctx, groupkv.GroupSpec{ID: "room", Leader: members[0], Members: members[1:]})
+			// The first creation also creates the system collection of
+			// group ids, whose shard may still be electing a leader: an
+			// unavailable answer is retried (the same creation asked again
+			// goes on with the group it registered).
+			var created groupkv.GroupCreated
+			for try := 0; try < 100; try++ {
+				created, err = db.CreateGroup(ctx, groupkv.GroupSpec{ID: "room", Leader: members[0], Members: members[1:]})
+				if groupkv.CodeOf(err) != groupkv.CodeUnavailable {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
 			if err != nil || len(created.Joined) != 5 {
 				t.Fatalf("create: %+v %v", created, err)
 			}
 			for i := range 4 {
-				err := db.Group("room").Transact(ctx, func(tx *groupkv.Tx) error {
-					a, err := tx.Get(ctx, groupkv.GetRequest{Collection: "p", Key: key(i)})
-					if err != nil {
-						return err
-					}
-					b, err := tx.Get(ctx, groupkv.GetRequest{Collection: "p", Key: key(i + 1)})
-					if err != nil {
-						return err
-					}
-					x, _ := strconv.Atoi(string(a.Value))
-					y, _ := strconv.Atoi(string(b.Value))
-					if err := tx.Put(ctx, groupkv.PutRequest{Collection: "p", Key: key(i), Value: []byte(strconv.Itoa(x - 1))}); err != nil {
-						return err
-					}
-					return tx.Put(ctx, groupkv.PutRequest{Collection: "p", Key: key(i + 1), Value: []byte(strconv.Itoa(y + 1))})
+				err := whileUnavailable(func() error {
+					return db.Group("room").Transact(ctx, func(tx *groupkv.Tx) error {
+						a, err := tx.Get(ctx, groupkv.GetRequest{Collection: "p", Key: key(i)})
+						if err != nil {
+							return err
+						}
+						b, err := tx.Get(ctx, groupkv.GetRequest{Collection: "p", Key: key(i + 1)})
+						if err != nil {
+							return err
+						}
+						x, _ := strconv.Atoi(string(a.Value))
+						y, _ := strconv.Atoi(string(b.Value))
+						if err := tx.Put(ctx, groupkv.PutRequest{Collection: "p", Key: key(i), Value: []byte(strconv.Itoa(x - 1))}); err != nil {
+							return err
+						}
+						return tx.Put(ctx, groupkv.PutRequest{Collection: "p", Key: key(i + 1), Value: []byte(strconv.Itoa(y + 1))})
+					})
 				})
 				if err != nil {
 					t.Fatalf("transfer %d: %v", i, err)
 				}
 			}
-			info, err := db.DescribeGroup(ctx, "room")
+			var info groupkv.GroupInfo
+			err = whileUnavailable(func() (err error) { info, err = db.DescribeGroup(ctx, "room"); return err })
 			if err != nil || info.State != groupkv.GroupActive || len(info.Members) != 5 {
 				t.Fatalf("describe: %+v %v", info, err)
 			}
-			if _, err := db.Put(ctx, groupkv.PutRequest{Collection: "p", Key: []byte("p4"), Value: []byte("11")}); err != nil {
+			if err := whileUnavailable(func() error {
+				_, err := db.Put(ctx, groupkv.PutRequest{Collection: "p", Key: []byte("p4"), Value: []byte("11")})
+				return err
+			}); err != nil {
 				t.Fatalf("plain put of a member: %v", err)
 			}
 			calls := 0
@@ -83,16 +103,30 @@ func TestGroupsOverServers(t *testing.T) {
 			if !errors.Is(err, groupkv.ErrKeyInGroup) || calls != 1 {
 				t.Fatalf("a general transaction over a member: %v after %d calls, want key_in_group at once", err, calls)
 			}
-			if err := db.DeleteGroup(ctx, "room"); err != nil {
+			if err := whileUnavailable(func() error { return db.DeleteGroup(ctx, "room") }); err != nil {
 				t.Fatalf("delete: %v", err)
 			}
 			want := []string{"9", "10", "10", "10", "11"}
 			for i, w := range want {
-				r, err := db.Get(ctx, groupkv.GetRequest{Collection: "p", Key: key(i)})
+				var r groupkv.Record
+				err := whileUnavailable(func() (err error) { r, err = db.Get(ctx, groupkv.GetRequest{Collection: "p", Key: key(i)}); return err })
 				if err != nil || string(r.Value) != w {
 					t.Fatalf("%s after the delete: %q %v, want %s", key(i), r.Value, err, w)
 				}
 			}
 		})
 	}
+}
+
+// whileUnavailable runs f until it answers something other than
+// unavailable (not performed: a shard electing a leader), for a while.
+func whileUnavailable(f func() error) error {
+	var err error
+	for try := 0; try < 100; try++ {
+		if err = f(); groupkv.CodeOf(err) != groupkv.CodeUnavailable {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return err
 }
