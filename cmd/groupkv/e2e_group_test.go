@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -334,5 +335,64 @@ func TestEndToEndGroupBankWithKill(t *testing.T) {
 	t.Logf("%d transfers and %d audits committed", transfers.Load(), audits.Load())
 	if audits.Load() == 0 {
 		t.Fatal("no audit committed")
+	}
+}
+
+// TestEndToEndGroupCLI runs `groupkv group create|describe|list|txn|delete`
+// against a real server process.
+func TestEndToEndGroupCLI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a server process")
+	}
+	c := newTCluster(t, 1)
+	c.startAll()
+	ctx := context.Background()
+	if a, err := c.do(ctx, "POST", c.url(1)+"/v1/collections", `{"name": "p", "shards": 2}`); err != nil || a.code != 200 {
+		t.Fatalf("create collection: %v %s", err, a)
+	}
+	c.put(1, "p", "ada", "10")
+	c.put(1, "p", "bob", "10")
+	addr := c.node(1).addr
+	run := func(stdin string, args ...string) (string, error) {
+		cmd := exec.Command(binary, append(args, "--addr", addr)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := run("", "group", "create", "match", "--leader", "p/ada", "--member", "p/bob")
+	if err != nil || !strings.Contains(out, `"joined"`) || !strings.Contains(out, `"bob"`) {
+		t.Fatalf("group create: %v\n%s", err, out)
+	}
+	out, err = run("", "group", "describe", "match")
+	if err != nil || !strings.Contains(out, `"state": "active"`) || !strings.Contains(out, `"leader_node": 1`) {
+		t.Fatalf("group describe: %v\n%s", err, out)
+	}
+	out, err = run("", "group", "list")
+	if err != nil || !strings.Contains(out, `"id": "match"`) {
+		t.Fatalf("group list: %v\n%s", err, out)
+	}
+	txn := `{"if": [{"collection": "p", "key": "ada", "value": "10"}],
+	  "then": [{"op": "put", "collection": "p", "key": "ada", "value": "9"}, {"op": "put", "collection": "p", "key": "bob", "value": "11"}]}`
+	out, err = run(txn, "group", "txn", "match")
+	if err != nil || !strings.Contains(out, `"succeeded": true`) {
+		t.Fatalf("group txn: %v\n%s", err, out)
+	}
+	// A key outside the group is refused, with the server's message.
+	out, err = run(`{"then": [{"op": "get", "collection": "p", "key": "cy"}]}`, "group", "txn", "match")
+	if err == nil || !strings.Contains(out, "not a member") {
+		t.Fatalf("group txn over a non-member: %v\n%s", err, out)
+	}
+	out, err = run("", "group", "delete", "match")
+	if err != nil {
+		t.Fatalf("group delete: %v\n%s", err, out)
+	}
+	if out, err = run("", "group", "describe", "match"); err == nil {
+		t.Fatalf("group describe after the delete succeeded:\n%s", out)
+	}
+	for key, want := range map[string]string{"ada": "9", "bob": "11"} {
+		a, err := c.do(ctx, "GET", c.url(1)+"/v1/kv/p/"+key, "")
+		if err != nil || a.code != 200 || a.body != want {
+			t.Fatalf("%s after the delete: %v %s, want %s", key, err, a, want)
+		}
 	}
 }
