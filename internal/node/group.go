@@ -74,6 +74,8 @@ type groupState struct {
 		sessions map[string]*groupTxn
 		// regs caches registrations read here (see knownRegistration).
 		regs map[string]cachedReg
+		// yielding are the keys whose J is being handled here (groupJoin).
+		yielding map[yieldKey]bool
 	}
 }
 
@@ -109,6 +111,12 @@ func (n *Node) initGroups() {
 	n.groups.mu.prio = make(map[string]*prioToken)
 	n.groups.mu.sessions = make(map[string]*groupTxn)
 	n.groups.mu.regs = make(map[string]cachedReg)
+	n.groups.mu.yielding = make(map[yieldKey]bool)
+}
+
+type yieldKey struct {
+	shard uint64
+	key   group.Key
 }
 
 type cachedReg struct {
@@ -419,6 +427,23 @@ func (n *Node) groupJoin(ctx context.Context, id uint64, sm *shard.Shard, m grou
 	if lt == nil {
 		return
 	}
+	// A J that comes again while the first is being handled (a retry, a
+	// duplicate) is dropped: the first one's JA answers both. Handled
+	// concurrently, it would find the key locked by the first one's yield
+	// and refuse it.
+	yk := yieldKey{id, m.Key}
+	n.groups.mu.Lock()
+	busy := n.groups.mu.yielding[yk]
+	n.groups.mu.yielding[yk] = true
+	n.groups.mu.Unlock()
+	if busy {
+		return
+	}
+	defer func() {
+		n.groups.mu.Lock()
+		delete(n.groups.mu.yielding, yk)
+		n.groups.mu.Unlock()
+	}()
 	key := []byte(m.Key.Key)
 	meta := &txn.Meta{ID: "yield-" + n.plainSeq(), Priority: txn.PlainPriority, Plain: true}
 	var kc group.KeyCheck
