@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -60,6 +61,8 @@ const groupTick = 100 * time.Millisecond
 // groupState is the node's volatile Key Groups state.
 type groupState struct {
 	out chan outMsg
+	// sent, set by tests only, sees every message sent.
+	sent atomic.Pointer[func(group.Message)]
 
 	mu struct {
 		sync.Mutex
@@ -210,6 +213,9 @@ func (n *Node) groupSends(effs []group.Effect) {
 		s, ok := e.(group.Send)
 		if !ok {
 			continue
+		}
+		if h := n.groups.sent.Load(); h != nil {
+			(*h)(s.Msg)
 		}
 		select {
 		case n.groups.out <- outMsg{to: uint64(s.Msg.To), msg: group.EncodeMessage(s.Msg)}:

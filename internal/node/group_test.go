@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/groupkv/groupkv/internal/group"
 	"github.com/groupkv/groupkv/internal/kv"
 )
 
@@ -582,5 +583,40 @@ func TestGroupFourNodesTwoReplicas(t *testing.T) {
 	}
 	if sum != 40 {
 		t.Fatalf("total after the delete: %d, want 40", sum)
+	}
+}
+
+// TestGroupDuplicateJoin: a J delivered twice at once (a retry racing the
+// first) yields the key once and refuses nothing: the second is not
+// answered "locked" because of the first one's yield.
+func TestGroupDuplicateJoin(t *testing.T) {
+	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond})
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionRange}); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var refused []group.Message
+	hook := func(m group.Message) {
+		if m.Type == group.MsgJA && m.Refused != "" {
+			mu.Lock()
+			refused = append(refused, m)
+			mu.Unlock()
+		}
+	}
+	n.groups.sent.Store(&hook)
+	d, _ := n.collection("c")
+	s := group.ShardID(d.Shards[0].ID)
+	for i := range 20 {
+		k := group.Key{Collection: d.ID, Key: fmt.Sprintf("k%d", i)}
+		j := group.EncodeMessage(group.Message{Type: group.MsgJ, From: s, To: s, Group: group.Ref{ID: "ghost", Leader: s, Inc: 1}, Key: k})
+		n.deliverGroupMessages(ctx, &groupMessages{Messages: [][]byte{j, j, j}})
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(refused) > 0 {
+		t.Fatalf("a duplicate J was refused: %v", refused[0])
 	}
 }
