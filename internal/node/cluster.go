@@ -372,6 +372,37 @@ func (n *Node) resolvedAsLeader(ctx context.Context, shardID, now uint64) (uint6
 	return n.host.Resolved(shardID, now), nil
 }
 
+// uniqueTimestamp returns a timestamp the oracle issues to this caller
+// alone, above every timestamp Latest answered before.
+func (n *Node) uniqueTimestamp(ctx context.Context) (uint64, error) {
+	deadline := time.Now().Add(n.retryWindow())
+	for attempt := 0; ; attempt++ {
+		var err error
+		if n.oracle.Active() {
+			ts, ok := n.oracle.TryNext(0)
+			if ok {
+				return ts, nil
+			}
+			err = kv.Errorf(kv.CodeUnavailable, "the timestamp oracle is renewing its window")
+		} else {
+			var resp timestampsResponse
+			err = n.callMetaLeader(ctx, "Timestamps", &timestampsRequest{Count: 1}, &resp)
+			if err == nil {
+				err = resp.Error.err()
+			}
+			if err == nil {
+				return resp.First, nil
+			}
+		}
+		if !retryable(err) || ctx.Err() != nil {
+			return 0, err
+		}
+		if berr := backoff(ctx, attempt, deadline, err); berr != nil {
+			return 0, berr
+		}
+	}
+}
+
 // latest returns a timestamp at or above every write version acknowledged
 // before the call.
 func (n *Node) latest(ctx context.Context) (uint64, error) {

@@ -40,16 +40,19 @@ var testSkipReadLocks atomic.Bool
 type txnSessions struct {
 	mu sync.Mutex
 	m  map[string]*txnSession
-	// wounders maps attempts aborted by a wound to their wounder: a retry
-	// of the attempt waits until the wounder finishes, so that no
-	// transaction wounds another twice and a transaction needs at most as
-	// many attempts as there are transactions older than it.
-	wounders map[string]wounder
+	// ended maps attempts that aborted with a record to that record's
+	// meta and wounder, for their retries: a retry links itself to the
+	// attempt it retries (OpRetry) and first waits until the wounder's
+	// transaction has ended, so that no transaction wounds another twice
+	// and a transaction needs at most as many attempts as there are
+	// transactions older than it. Entries go after TxnIdleTimeout.
+	ended map[string]endedAttempt
 }
 
-type wounder struct {
-	meta txn.Meta
-	at   time.Time
+type endedAttempt struct {
+	meta    txn.Meta
+	wounder *txn.Meta // nil: not a wound
+	at      time.Time
 }
 
 type participant struct {
@@ -84,10 +87,15 @@ type txnSession struct {
 	lastUsed time.Time
 	stopHB   chan struct{}
 	hb       bool // heartbeats started
-	// wounded: the attempt wounded another; it must leave a decided record
-	// (its victims' retries wait for it), even where a commit needs none.
-	wounded bool
+	// wounded: the attempt wounded another; linked: it is linked from the
+	// attempt it retries. Either way it must leave a decided record (its
+	// victims' retries wait for it, following links), even where a commit
+	// needs none.
+	wounded, linked bool
 }
+
+// mustRecord reports whether the attempt must leave a decided record.
+func (s *txnSession) mustRecord() bool { return s.wounded || s.linked }
 
 func wkey(coll uint32, key []byte) string {
 	return string(append([]byte{byte(coll >> 24), byte(coll >> 16), byte(coll >> 8), byte(coll)}, key...))
@@ -115,28 +123,52 @@ func (n *Node) beginSession(ctx context.Context, opts kv.TxnOptions) (*txnSessio
 	if iso != kv.IsolationSerializable && iso != kv.IsolationSnapshot {
 		return nil, kv.Errorf(kv.CodeInvalidArgument, "isolation %q is neither %q nor %q", iso, kv.IsolationSerializable, kv.IsolationSnapshot)
 	}
-	now, err := n.latest(ctx)
-	if err != nil {
-		return nil, err
-	}
-	priority, attempt := now, uint32(1)
+	priority, attempt := uint64(0), uint32(1)
+	var prev *endedAttempt
 	if opts.RetryOf != "" {
 		p, a, err := txn.ParseID(opts.RetryOf)
 		if err != nil {
 			return nil, kv.Errorf(kv.CodeInvalidArgument, "retry_of: %v", err)
 		}
 		priority, attempt = p, a+1
-	}
-	if opts.RetryOf != "" {
-		if err := n.awaitWounder(ctx, opts.RetryOf); err != nil {
-			return nil, err
+		prev = n.takeEnded(opts.RetryOf)
+		if prev != nil && prev.wounder != nil {
+			if err := n.awaitTxnEnd(ctx, prev.wounder); err != nil {
+				return nil, err
+			}
 		}
+	}
+	var now uint64
+	var err error
+	if priority == 0 {
+		// A first attempt's priority is a timestamp the oracle issues to
+		// it alone: two transactions never tie, so the order between them
+		// is one and the same at every attempt of either.
+		now, err = n.uniqueTimestamp(ctx)
+		priority = now
+	} else {
+		now, err = n.latest(ctx)
+	}
+	if err != nil {
+		return nil, err
 	}
 	s := &txnSession{n: n, iso: iso, readOnly: opts.ReadOnly, writes: map[string]*bufferedWrite{},
 		parts: map[uint64]*participant{}, lastUsed: time.Now(), stopHB: make(chan struct{})}
 	s.meta = txn.Meta{ID: txn.NewID(priority, attempt), Priority: priority, Attempt: attempt, Start: now}
 	if opts.ReadOnly || iso == kv.IsolationSnapshot {
 		s.readTS = now
+	}
+	if prev != nil && prev.meta.Anchor.IsSet() {
+		// Link the attempt it retries to this one, which keeps that
+		// attempt's anchor so that the link names where its record is.
+		// Set before the link is asked: a link that applied but did not
+		// answer still obliges this attempt to decide its record.
+		s.meta.Anchor = prev.meta.Anchor
+		s.linked = true
+		next := s.meta
+		if _, err := n.recordCAS(ctx, txn.RecordCmd{Op: txn.OpRetry, Meta: prev.meta, Next: &next}); err != nil {
+			n.log.Debug("linking a retried attempt failed; those waiting for it stop at it", "txn", prev.meta.ID, "next", s.meta.ID, "err", err)
+		}
 	}
 	n.txns.mu.Lock()
 	if n.txns.m == nil {
@@ -147,37 +179,78 @@ func (n *Node) beginSession(ctx context.Context, opts kv.TxnOptions) (*txnSessio
 	return s, nil
 }
 
-// noteWounder remembers who wounded attempt id (nil: nobody).
-func (n *Node) noteWounder(id string, by *txn.Meta) {
-	if by == nil {
-		return
-	}
+// noteEnded remembers an attempt that aborted with record rec, for its
+// retry.
+func (n *Node) noteEnded(m txn.Meta, rec shard.TxnResult) {
 	n.txns.mu.Lock()
 	defer n.txns.mu.Unlock()
-	if n.txns.wounders == nil {
-		n.txns.wounders = map[string]wounder{}
+	if n.txns.ended == nil {
+		n.txns.ended = map[string]endedAttempt{}
 	}
-	n.txns.wounders[id] = wounder{meta: *by, at: time.Now()}
+	n.txns.ended[m.ID] = endedAttempt{meta: m, wounder: rec.WoundedBy, at: time.Now()}
 }
 
-// awaitWounder waits, before a retry of attempt id, until the transaction
-// that wounded it (if this node knows one) is committed or aborted.
-func (n *Node) awaitWounder(ctx context.Context, id string) error {
+// takeEnded returns and forgets what this node remembers of attempt id
+// (nil: nothing).
+func (n *Node) takeEnded(id string) *endedAttempt {
 	n.txns.mu.Lock()
-	w, ok := n.txns.wounders[id]
-	delete(n.txns.wounders, id)
-	n.txns.mu.Unlock()
+	defer n.txns.mu.Unlock()
+	e, ok := n.txns.ended[id]
 	if !ok {
 		return nil
 	}
+	delete(n.txns.ended, id)
+	return &e
+}
+
+// awaitTxnEnd waits until the transaction of attempt m has ended: until
+// an attempt of it committed, or aborted and was not retried within
+// retryGrace. It follows the transaction from attempt to attempt by the
+// links retries leave in the records (OpRetry). An attempt aborted by a
+// wound is retried only once its own wounder's transaction has ended, so
+// the wait follows that wounder first, and gives the retry its grace only
+// then. Every transaction it follows is older than the one before, so
+// the wait ends; what waits holds no lock.
+func (n *Node) awaitTxnEnd(ctx context.Context, m *txn.Meta) error {
+	followed := map[string]bool{}
+	return n.awaitTxnEndFrom(ctx, m, followed, 0)
+}
+
+// maxWounderChain bounds how many wounders awaitTxnEnd follows back from
+// an unretried attempt; past it, the grace alone decides.
+const maxWounderChain = 8
+
+func (n *Node) awaitTxnEndFrom(ctx context.Context, m *txn.Meta, followed map[string]bool, depth int) error {
+	grace := n.opts.TxnTimeout / 4
+	var abortedSince time.Time // when m was first seen aborted and not linked
 	for attempt := 0; ; attempt++ {
-		rec, err := n.settleRecord(ctx, &w.meta)
-		if err == nil && rec.Status != txn.Pending {
+		rec, err := n.settleRecord(ctx, m)
+		switch {
+		case err != nil:
+		case rec.Status == txn.Committed:
 			return nil
+		case rec.Status == txn.Aborted && rec.RetriedAs != nil:
+			next := *rec.RetriedAs
+			m, abortedSince, attempt = &next, time.Time{}, 0
+			continue
+		case rec.Status == txn.Aborted:
+			if w := rec.WoundedBy; w != nil && !followed[w.ID] && depth < maxWounderChain {
+				followed[w.ID] = true
+				if err := n.awaitTxnEndFrom(ctx, w, followed, depth+1); err != nil {
+					return err
+				}
+				abortedSince = time.Time{}
+				continue
+			}
+			if abortedSince.IsZero() {
+				abortedSince = time.Now()
+			} else if time.Since(abortedSince) > grace {
+				return nil // not retried: the transaction gave up
+			}
 		}
 		select {
 		case <-ctx.Done():
-			return kv.Errorf(kv.CodeUnavailable, "waiting for transaction %s, which wounded %s: %v", w.meta.ID, id, ctx.Err())
+			return kv.Errorf(kv.CodeUnavailable, "waiting for transaction %s, which wounded this one, to end: %v", m.ID, ctx.Err())
 		case <-time.After(min(time.Duration(1<<min(attempt, 5))*time.Millisecond, 20*time.Millisecond)):
 		}
 	}
@@ -227,9 +300,9 @@ func (n *Node) expireSessions() {
 			s.mu.Unlock()
 		}
 	}
-	for id, w := range n.txns.wounders {
-		if w.at.Before(cutoff) {
-			delete(n.txns.wounders, id)
+	for id, e := range n.txns.ended {
+		if e.at.Before(cutoff) {
+			delete(n.txns.ended, id)
 		}
 	}
 	n.txns.mu.Unlock()
@@ -254,12 +327,12 @@ func (s *txnSession) abortLocked(ctx context.Context, err error) {
 	n := s.n
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.retryWindow())
 	defer cancel()
-	if s.meta.Anchor.IsSet() && len(s.parts) > 0 {
+	if s.meta.Anchor.IsSet() && (len(s.parts) > 0 || s.linked) {
 		rec, cerr := n.recordCAS(ctx, txn.RecordCmd{Op: txn.OpAbort, Meta: s.meta, Reason: err.Error()})
 		if cerr != nil {
 			n.log.Debug("aborting a transaction record failed; it expires", "txn", s.meta.ID, "err", cerr)
 		}
-		n.noteWounder(s.meta.ID, rec.WoundedBy)
+		n.noteEnded(s.meta, rec)
 	}
 	for id := range s.parts {
 		if _, rerr := n.txnRelease(ctx, &txnReleaseRequest{Shard: id, ID: s.meta.ID}); rerr != nil {
@@ -752,7 +825,7 @@ func (s *txnSession) commit(ctx context.Context) (uint64, error) {
 	}
 	if len(s.parts) == 1 && s.parts[anchor] != nil {
 		p := s.parts[anchor]
-		res, err := n.propose(ctx, anchor, shard.EncodeTxnPrepare(&shard.TxnPrepareCmd{Meta: s.meta, LockTerm: p.term, OnePhase: true, Record: s.wounded, Deadline: deadline, ReadTS: s.readTS, Writes: p.writes, Reads: p.reads}))
+		res, err := n.propose(ctx, anchor, shard.EncodeTxnPrepare(&shard.TxnPrepareCmd{Meta: s.meta, LockTerm: p.term, OnePhase: true, Record: s.mustRecord(), Deadline: deadline, ReadTS: s.readTS, Writes: p.writes, Reads: p.reads}))
 		if err == nil && res.Err != nil {
 			err = res.Err
 		} else if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil) {
@@ -835,23 +908,23 @@ func (s *txnSession) commit(ctx context.Context) (uint64, error) {
 // granted in.
 func (s *txnSession) commitReadOnly(ctx context.Context) (uint64, error) {
 	n := s.n
-	if s.readTS != 0 {
-		return s.readTS, nil
-	}
-	for _, p := range s.parts {
-		held, err := n.txnRelease(ctx, &txnReleaseRequest{Shard: p.shard, ID: s.meta.ID, Term: p.term, Validate: true})
-		if err != nil {
+	v := s.readTS
+	if v == 0 {
+		for _, p := range s.parts {
+			held, err := n.txnRelease(ctx, &txnReleaseRequest{Shard: p.shard, ID: s.meta.ID, Term: p.term, Validate: true})
+			if err != nil {
+				return 0, err
+			}
+			if !held {
+				return 0, locksLostError(p.shard)
+			}
+		}
+		var err error
+		if v, err = n.latest(ctx); err != nil {
 			return 0, err
 		}
-		if !held {
-			return 0, locksLostError(p.shard)
-		}
 	}
-	v, err := n.latest(ctx)
-	if err != nil {
-		return 0, err
-	}
-	if s.wounded {
+	if s.mustRecord() {
 		// Its victims wait for its record to be decided.
 		rec, err := n.recordCAS(ctx, txn.RecordCmd{Op: txn.OpCommit, Meta: s.meta, TS: v})
 		if err != nil {
@@ -861,8 +934,10 @@ func (s *txnSession) commitReadOnly(ctx context.Context) (uint64, error) {
 			return 0, kv.Errorf(kv.CodeTxnAborted, "transaction %s was aborted: %s", s.meta.ID, rec.Reason)
 		}
 	}
-	for _, p := range s.parts {
-		n.txnRelease(ctx, &txnReleaseRequest{Shard: p.shard, ID: s.meta.ID})
+	if s.readTS == 0 {
+		for _, p := range s.parts {
+			n.txnRelease(ctx, &txnReleaseRequest{Shard: p.shard, ID: s.meta.ID})
+		}
 	}
 	return v, nil
 }
@@ -891,7 +966,7 @@ func (s *txnSession) abortPrepared(ctx context.Context, err error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.retryWindow())
 	defer cancel()
 	rec, cerr := n.recordCAS(ctx, txn.RecordCmd{Op: txn.OpAbort, Meta: s.meta, Reason: err.Error()})
-	n.noteWounder(s.meta.ID, rec.WoundedBy)
+	n.noteEnded(s.meta, rec)
 	s.done, s.abortErr = true, err
 	close(s.stopHB)
 	n.forget(s.meta.ID)

@@ -104,6 +104,19 @@ type leaderResolver struct {
 }
 
 func (r leaderResolver) Wound(ctx context.Context, victim *txn.Meta) (bool, error) {
+	if r.by != nil && !r.by.Plain {
+		// An attempt already aborted (wounded itself, or expired, while
+		// it waited for a lock) wounds no one: it can never commit, and a
+		// transaction it wounded again after that one's retry began
+		// would be wounded twice by it.
+		own, err := r.n.readRecord(ctx, r.by)
+		if err != nil {
+			return false, err
+		}
+		if own.Status == txn.Aborted {
+			return false, kv.Errorf(kv.CodeTxnAborted, "transaction %s was aborted while it waited for a lock in shard %d (wounded by an older transaction or expired)", r.by.ID, r.shard)
+		}
+	}
 	rec, err := r.n.recordCAS(ctx, txn.RecordCmd{Op: txn.OpAbort, Meta: *victim, By: r.by, Reason: "wounded by an older transaction"})
 	if err != nil {
 		return false, err
@@ -221,7 +234,7 @@ func (n *Node) readRecord(ctx context.Context, m *txn.Meta) (shard.TxnResult, er
 	if err != nil {
 		return shard.TxnResult{}, kv.Errorf(kv.CodeInternal, "reading the record of %s: %v", m.ID, err)
 	}
-	return shard.TxnResult{Status: rec.Status, CommitTS: rec.CommitTS, Heartbeat: rec.Heartbeat, Reason: rec.Reason, WoundedBy: rec.WoundedBy}, nil
+	return *shard.RecordResult(rec), nil
 }
 
 // recordCAS applies a record command to the record's shard and answers

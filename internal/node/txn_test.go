@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/groupkv/groupkv/internal/kv"
+	"github.com/groupkv/groupkv/internal/txn"
 )
 
 // transact runs fn in a transaction on n until it commits, keeping its
@@ -453,5 +454,67 @@ func TestTxnWatchSeesEveryCommit(t *testing.T) {
 		if !seen[e] {
 			t.Fatalf("the watch missed %s@%d (%d events of %d)", e.key, e.version, len(events), len(want))
 		}
+	}
+}
+
+// TestTxnPrioritiesUnique begins many transactions at once through every
+// node of a cluster: no two first attempts get one priority, so the
+// order between two transactions (wound-wait's) is the same at every
+// attempt of either; a retry keeps its transaction's priority.
+func TestTxnPrioritiesUnique(t *testing.T) {
+	c := startCluster(t, 3, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const perClient, clientsPerNode = 40, 3
+	var mu sync.Mutex
+	seen := map[uint64]string{}
+	var wg sync.WaitGroup
+	for _, tn := range c.nodes {
+		for range clientsPerNode {
+			wg.Add(1)
+			go func(n *Node) {
+				defer wg.Done()
+				for range perClient {
+					id, err := n.BeginTxn(ctx, kv.TxnOptions{})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					n.AbortTxn(ctx, id)
+					p, _, err := txn.ParseID(id)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					if other, ok := seen[p]; ok {
+						t.Errorf("transactions %s and %s have one priority %d", other, id, p)
+					}
+					seen[p] = id
+					mu.Unlock()
+				}
+			}(tn.n)
+		}
+	}
+	wg.Wait()
+	if len(seen) != len(c.nodes)*clientsPerNode*perClient && !t.Failed() {
+		t.Fatalf("%d priorities for %d transactions", len(seen), len(c.nodes)*clientsPerNode*perClient)
+	}
+	// A retry keeps the priority.
+	n := c.nodes[0].n
+	id, err := n.BeginTxn(ctx, kv.TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.AbortTxn(ctx, id)
+	retry, err := n.BeginTxn(ctx, kv.TxnOptions{RetryOf: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.AbortTxn(ctx, retry)
+	p1, a1, _ := txn.ParseID(id)
+	p2, a2, _ := txn.ParseID(retry)
+	if p1 != p2 || a2 != a1+1 {
+		t.Fatalf("retry %s of %s: priority %d attempt %d, want %d and %d", retry, id, p2, a2, p1, a1+1)
 	}
 }

@@ -87,6 +87,13 @@ type TxnResult struct {
 	Reason    string
 	// WoundedBy is the wounder of an ABORTED record's owner.
 	WoundedBy *txn.Meta `json:",omitempty"`
+	// RetriedAs is the next attempt of an ABORTED record's transaction.
+	RetriedAs *txn.Meta `json:",omitempty"`
+}
+
+// RecordResult is what a record command or read answers of rec.
+func RecordResult(rec txn.Record) *TxnResult {
+	return &TxnResult{Status: rec.Status, CommitTS: rec.CommitTS, Heartbeat: rec.Heartbeat, Reason: rec.Reason, WoundedBy: rec.WoundedBy, RetriedAs: rec.RetriedAs}
 }
 
 // preparedEntry is the shard-state record of a prepared transaction.
@@ -290,7 +297,7 @@ func (s *Shard) applyTxnRecord(b *pebble.Batch, c txn.RecordCmd) (Result, error)
 			return Result{}, err
 		}
 	}
-	return Result{Txn: &TxnResult{Status: next.Status, CommitTS: next.CommitTS, Heartbeat: next.Heartbeat, Reason: next.Reason, WoundedBy: next.WoundedBy}}, nil
+	return Result{Txn: RecordResult(next)}, nil
 }
 
 func aborted(format string, args ...any) *kv.Error {

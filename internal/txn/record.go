@@ -44,7 +44,17 @@ type Record struct {
 	// (nil: not a wound). Its retry waits for it to finish, so that one
 	// transaction wounds another at most once.
 	WoundedBy *Meta
+	// RetriedAs is the next attempt of an ABORTED record's transaction,
+	// set once by that attempt before it runs (OpRetry). Whoever waits for
+	// the transaction to end follows it from attempt to attempt.
+	RetriedAs *Meta
 }
+
+// Flags of the byte after the heartbeat in an encoded record.
+const (
+	recordWoundedBy = 1 << 0
+	recordRetriedAs = 1 << 1
+)
 
 // EncodeRecord encodes r (bucket: the anchor's, kept for ownership).
 func EncodeRecord(r Record, bucket uint16) []byte {
@@ -53,11 +63,19 @@ func EncodeRecord(r Record, bucket uint16) []byte {
 	b = binary.BigEndian.AppendUint16(b, bucket)
 	b = binary.BigEndian.AppendUint64(b, r.CommitTS)
 	b = binary.BigEndian.AppendUint64(b, r.Heartbeat)
+	var flags byte
 	if r.WoundedBy != nil {
-		b = append(b, 1)
+		flags |= recordWoundedBy
+	}
+	if r.RetriedAs != nil {
+		flags |= recordRetriedAs
+	}
+	b = append(b, flags)
+	if r.WoundedBy != nil {
 		b = AppendMeta(b, r.WoundedBy)
-	} else {
-		b = append(b, 0)
+	}
+	if r.RetriedAs != nil {
+		b = AppendMeta(b, r.RetriedAs)
 	}
 	return append(b, r.Reason...)
 }
@@ -67,17 +85,24 @@ var ErrCorruptRecord = errors.New("txn: corrupt record")
 
 // DecodeRecord decodes a record and the bucket of its anchor.
 func DecodeRecord(b []byte) (Record, uint16, error) {
-	if len(b) < 20 || b[0] > byte(Aborted) || b[19] > 1 {
+	if len(b) < 20 || b[0] > byte(Aborted) || b[19]&^(recordWoundedBy|recordRetriedAs) != 0 {
 		return Record{}, 0, ErrCorruptRecord
 	}
 	r := Record{Status: Status(b[0]), CommitTS: binary.BigEndian.Uint64(b[3:]), Heartbeat: binary.BigEndian.Uint64(b[11:])}
 	rest := b[20:]
-	if b[19] == 1 {
+	if b[19]&recordWoundedBy != 0 {
 		m, more, err := DecodeMeta(rest)
 		if err != nil {
 			return Record{}, 0, ErrCorruptRecord
 		}
 		r.WoundedBy, rest = &m, more
+	}
+	if b[19]&recordRetriedAs != 0 {
+		m, more, err := DecodeMeta(rest)
+		if err != nil {
+			return Record{}, 0, ErrCorruptRecord
+		}
+		r.RetriedAs, rest = &m, more
 	}
 	r.Reason = string(rest)
 	return r, binary.BigEndian.Uint16(b[1:]), nil
@@ -98,6 +123,12 @@ const (
 	OpCommit RecordOp = 3
 	// OpStatus changes nothing; it reads the record through the log.
 	OpStatus RecordOp = 4
+	// OpRetry links an attempt to its next one (Next), which is about to
+	// run: an ABORTED record not yet linked gets RetriedAs; a PENDING one,
+	// which its own client gave up, is aborted and linked at once. A
+	// COMMITTED or already linked record is left as it is (the answer
+	// tells the caller which).
+	OpRetry RecordOp = 5
 )
 
 // RecordCmd is the body of a record command.
@@ -114,12 +145,19 @@ type RecordCmd struct {
 	Reason   string
 	// By is the wounder of an OpAbort that is a wound.
 	By *Meta
+	// Next is the attempt an OpRetry links.
+	Next *Meta
 }
 
 // Transition applies cmd to the record cur (exists false: no record yet)
 // and returns the record after it and whether it must be written. A record
-// never leaves COMMITTED or ABORTED.
+// never leaves COMMITTED or ABORTED; an ABORTED one may be linked once
+// to its next attempt (OpRetry).
 func Transition(cur Record, exists bool, cmd RecordCmd) (next Record, write bool) {
+	if cmd.Op == OpRetry && cmd.Next != nil && cur.Status == Aborted && cur.RetriedAs == nil {
+		cur.RetriedAs = cmd.Next
+		return cur, true
+	}
 	if cur.Status != Pending {
 		return cur, false
 	}
@@ -140,6 +178,11 @@ func Transition(cur Record, exists bool, cmd RecordCmd) (next Record, write bool
 			return Record{Status: Aborted, Heartbeat: cur.Heartbeat, Reason: "the transaction ran past its deadline"}, true
 		}
 		return Record{Status: Committed, CommitTS: cmd.TS, Heartbeat: cur.Heartbeat}, true
+	case OpRetry:
+		if cmd.Next == nil {
+			return cur, false
+		}
+		return Record{Status: Aborted, Heartbeat: cur.Heartbeat, Reason: "its client retried it", RetriedAs: cmd.Next}, true
 	}
 	return cur, false
 }

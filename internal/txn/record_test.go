@@ -21,7 +21,7 @@ import (
 //	    Sets the current record (exists=false: no record yet; the default
 //	    is true) and the attempt's start timestamp (Meta.Start, default 0).
 //	    Prints the record and its LastAlive.
-//	apply op=heartbeat|abort|commit|status|N [ts=N] [if-idle-before=N] [deadline=N] [reason=R]
+//	apply op=heartbeat|abort|commit|status|retry|N [ts=N] [if-idle-before=N] [deadline=N] [reason=R] [by=ID] [next=ID]
 //	    Applies one command to the current record and prints whether it is
 //	    written and the next record. A written record becomes the current
 //	    one (and exists); an unwritten one leaves it as it was.
@@ -51,6 +51,12 @@ func formatRecord(r Record) string {
 	if r.Reason != "" {
 		fmt.Fprintf(&b, " reason=%q", r.Reason)
 	}
+	if r.WoundedBy != nil {
+		fmt.Fprintf(&b, " wounded-by=%s", r.WoundedBy.ID)
+	}
+	if r.RetriedAs != nil {
+		fmt.Fprintf(&b, " retried-as=%s", r.RetriedAs.ID)
+	}
 	return b.String()
 }
 
@@ -77,6 +83,14 @@ func (e *recordEnv) run(t *testing.T, td *datadriven.TestData) string {
 		td.MaybeScanArgs(t, "if-idle-before", &cmd.IfIdleBefore)
 		td.MaybeScanArgs(t, "deadline", &cmd.Deadline)
 		td.MaybeScanArgs(t, "reason", &cmd.Reason)
+		if td.HasArg("by") {
+			cmd.By = &Meta{}
+			td.ScanArgs(t, "by", &cmd.By.ID)
+		}
+		if td.HasArg("next") {
+			cmd.Next = &Meta{}
+			td.ScanArgs(t, "next", &cmd.Next.ID)
+		}
 		next, write := Transition(e.cur, e.exists, cmd)
 		if write {
 			e.cur, e.exists = next, true
@@ -94,6 +108,7 @@ func (e *recordEnv) run(t *testing.T, td *datadriven.TestData) string {
 			{"commit ts=1000", RecordCmd{Op: OpCommit, TS: 1000}},
 			{"commit ts=1000 deadline=10", RecordCmd{Op: OpCommit, TS: 1000, Deadline: 10}},
 			{"status", RecordCmd{Op: OpStatus}},
+			{"retry next=t2", RecordCmd{Op: OpRetry, Next: &Meta{ID: "t2"}}},
 			{"op=9", RecordCmd{Op: 9, TS: 1000}},
 		} {
 			c.cmd.Meta = e.meta
@@ -137,6 +152,8 @@ func parseOp(t *testing.T, td *datadriven.TestData, s string) RecordOp {
 		return OpCommit
 	case "status":
 		return OpStatus
+	case "retry":
+		return OpRetry
 	}
 	var n uint8
 	if _, err := fmt.Sscanf(s, "%d", &n); err != nil {
@@ -156,6 +173,8 @@ func TestRecordRoundTrip(t *testing.T) {
 		{Record{Status: Aborted, Heartbeat: 9, Reason: "wounded by a transaction of priority 5"}, 300},
 		{Record{Status: Aborted, Reason: "\x00\xff not utf-8 \xfe"}, 1},
 		{Record{Status: Aborted, Reason: "wounded", WoundedBy: &Meta{ID: "w", Priority: 4, Attempt: 2, Start: 9, Anchor: Anchor{Collection: 3, Bucket: 8, Key: []byte("k")}}}, 5},
+		{Record{Status: Aborted, RetriedAs: &Meta{ID: "n", Priority: 4, Attempt: 3, Start: 11, Anchor: Anchor{Collection: 3, Bucket: 8, Key: []byte("k")}}}, 5},
+		{Record{Status: Aborted, Reason: "wounded", WoundedBy: &Meta{ID: "w", Priority: 2, Anchor: Anchor{Key: []byte("a")}}, RetriedAs: &Meta{ID: "n", Priority: 4, Attempt: 3, Anchor: Anchor{Key: []byte("b")}}}, 6},
 	} {
 		b := EncodeRecord(c.r, c.bucket)
 		r, bucket, err := DecodeRecord(b)
@@ -178,12 +197,14 @@ func TestDecodeRecordCorrupt(t *testing.T) {
 	badStatus := bytes.Clone(good)
 	badStatus[0] = 3
 	for name, b := range map[string][]byte{
-		"nil":        nil,
-		"empty":      {},
-		"one byte":   {0},
-		"truncated":  good[:19],
-		"bad status": badStatus,
-		"status 255": append([]byte{255}, good[1:]...),
+		"nil":           nil,
+		"empty":         {},
+		"one byte":      {0},
+		"truncated":     good[:19],
+		"bad status":    badStatus,
+		"status 255":    append([]byte{255}, good[1:]...),
+		"bad flags":     append(bytes.Clone(good[:19]), 4),
+		"flag, no meta": append(bytes.Clone(good[:19]), recordRetriedAs),
 	} {
 		if r, bucket, err := DecodeRecord(b); !errors.Is(err, ErrCorruptRecord) {
 			t.Errorf("%s: DecodeRecord(%x) = %+v, %d, %v: want ErrCorruptRecord", name, b, r, bucket, err)
@@ -203,6 +224,7 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add(EncodeRecord(Record{Status: Aborted, Heartbeat: 5, Reason: "wounded"}, 65535))
 	f.Add([]byte{3})
 	f.Add(EncodeRecord(Record{Status: Aborted, Reason: "wounded", WoundedBy: &Meta{ID: "x", Priority: 3, Anchor: Anchor{Collection: 1, Key: []byte("k")}}}, 2))
+	f.Add(EncodeRecord(Record{Status: Aborted, WoundedBy: &Meta{ID: "x", Priority: 3}, RetriedAs: &Meta{ID: "y", Priority: 5, Attempt: 2}}, 2))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, bucket, err := DecodeRecord(b)
 		if err != nil {
