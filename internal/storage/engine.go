@@ -38,8 +38,10 @@ type Options struct {
 	// FS is the filesystem; nil means the operating system's (vfs.Default).
 	// Tests pass vfs.NewCrashableMem() or an errorfs wrapper.
 	FS vfs.FS
-	// CacheSize is Pebble's block cache size in bytes; 0 means 64 MiB, enough
-	// for a node's hot set in tests and small deployments.
+	// CacheSize is the bytes of Pebble's block cache left for blocks; 0
+	// means 256 MiB, enough for a node's hot set in tests and small
+	// deployments. Pebble charges its memtables to the block cache, so the
+	// cache is made larger by what they may hold (memTableReservation).
 	CacheSize int64
 	// Logger receives Pebble's log lines; nil means slog.Default().
 	Logger *slog.Logger
@@ -52,6 +54,22 @@ type Engine struct {
 	Dir  string
 	lock io.Closer
 }
+
+const (
+	// memTableSize: raft entries are written in one synced batch per
+	// cycle; a larger memtable absorbs the churn of log entries that are
+	// soon truncated.
+	memTableSize = 64 << 20
+	// memTablesQueued is how many full memtables may wait for their flush
+	// before writes stop (Pebble's default).
+	memTablesQueued = 2
+	// memTableReservation is what the memtables may take of the block
+	// cache: Pebble reserves every memtable's size in it (the one being
+	// written and those waiting to be flushed). A cache no larger than
+	// that caches nothing once the first memtable has grown to full size:
+	// every read then goes to the files.
+	memTableReservation = (memTablesQueued + 1) * memTableSize
+)
 
 // Open opens (creating if needed) the data directory dir. It takes the
 // directory's lock first, then checks the format version.
@@ -70,9 +88,9 @@ func Open(dir string, opts Options) (*Engine, error) {
 	}
 	cacheSize := opts.CacheSize
 	if cacheSize == 0 {
-		cacheSize = 64 << 20
+		cacheSize = 256 << 20
 	}
-	cache := pebble.NewCache(cacheSize)
+	cache := pebble.NewCache(cacheSize + memTableReservation)
 	defer cache.Unref()
 	logger := opts.Logger
 	if logger == nil {
@@ -83,9 +101,10 @@ func Open(dir string, opts Options) (*Engine, error) {
 		Cache:              cache,
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             pebbleLogger{logger},
-		// Raft entries are written in one synced batch per cycle; a larger
-		// memtable absorbs the churn of log entries that are soon truncated.
-		MemTableSize: 64 << 20,
+		MemTableSize:       memTableSize,
+		// Writes stop while this many memtables wait to be flushed; the
+		// cache is sized for it (memTableReservation).
+		MemTableStopWritesThreshold: memTablesQueued,
 	}
 	for i := range popts.Levels {
 		// Point reads of latest-version pointers and raft state: a bloom

@@ -1,8 +1,10 @@
 package storage
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -43,5 +45,67 @@ func TestUnknownFormatRefused(t *testing.T) {
 	// The refused open must have released the lock.
 	if _, err := Open(dir, Options{}); errors.Is(err, ErrLocked) {
 		t.Fatalf("lock leaked by refused open")
+	}
+}
+
+// TestBlockCacheCachesWithFullMemtables fills the memtable to its full
+// size (Pebble charges memtables to the block cache) and then reads one
+// flushed key again and again: the reads after the first are served from
+// the block cache, not the files.
+func TestBlockCacheCachesWithFullMemtables(t *testing.T) {
+	e, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	value := bytes.Repeat([]byte("v"), 1<<10)
+	b := e.DB.NewBatch()
+	for i := range (memTableSize + memTableSize/4) / len(value) {
+		if err := b.Set(fmt.Appendf(nil, "key%08d", i), value, nil); err != nil {
+			t.Fatal(err)
+		}
+		if b.Len() > 4<<20 {
+			if err := b.Commit(pebble.NoSync); err != nil {
+				t.Fatal(err)
+			}
+			b = e.DB.NewBatch()
+		}
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.DB.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// Writes after the flush grow the new memtable to its full size.
+	b = e.DB.NewBatch()
+	for i := range memTableSize / len(value) {
+		if err := b.Set(fmt.Appendf(nil, "new%08d", i), value, nil); err != nil {
+			t.Fatal(err)
+		}
+		if b.Len() > 4<<20 {
+			if err := b.Commit(pebble.NoSync); err != nil {
+				t.Fatal(err)
+			}
+			b = e.DB.NewBatch()
+		}
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		t.Fatal(err)
+	}
+	before := e.DB.Metrics().BlockCache
+	const reads = 100
+	for range reads {
+		_, closer, err := e.DB.Get([]byte("key00000007"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		closer.Close()
+	}
+	after := e.DB.Metrics().BlockCache
+	hits, misses := after.Hits-before.Hits, after.Misses-before.Misses
+	t.Logf("memtables %d bytes; %d reads of one key: %d block cache hits, %d misses", e.DB.Metrics().MemTable.Size, reads, hits, misses)
+	if misses > hits/(reads/2) {
+		t.Fatalf("%d reads of one key missed the block cache %d times (%d hits): the cache holds nothing", reads, misses, hits)
 	}
 }
