@@ -75,8 +75,8 @@ const readyTimeout = 5 * time.Second
 // Transact, Exec and the Key Groups methods use the transaction and Key
 // Groups RPCs of the same service, on the connection to the dialed node:
 // every operation of a transaction goes there, where its attempt lives,
-// never to a shard leader. A server older than those RPCs answers them
-// ErrUnimplemented-coded errors.
+// never to a shard leader. Against a server older than those RPCs they fail
+// with code CodeUnimplemented.
 func Dial(addr string, opts ...DialOption) (DB, error) {
 	var o dialOptions
 	for _, opt := range opts {
