@@ -50,7 +50,7 @@ type DB interface {
 	// other writers of its keys, so bound it with ctx.
 	//
 	// A remote DB runs the transaction on the node it dialed, over the
-	// HTTP transaction forms on the same port.
+	// transaction RPCs of its gRPC connection.
 	Transact(ctx context.Context, fn func(tx *Tx) error, opts ...TxnOption) error
 	// Exec runs a one-shot transaction: if every condition of req.If
 	// holds, the operations of req.Then, else those of req.Else, in one

@@ -72,12 +72,11 @@ const readyTimeout = 5 * time.Second
 // code commit_unknown (it may have been applied), and a call whose context ended
 // answers an error matching context.Canceled or context.DeadlineExceeded.
 //
-// Transact, Exec and the Key Groups methods use the server's HTTP API
-// (/v1/txn..., /v1/groups...), which the same port serves, over cleartext
-// HTTP/1.1 with kept-alive connections; every operation of a transaction
-// goes to the dialed node, where its attempt lives. Options for gRPC do not
-// apply to them: a server behind TLS serves no transactions or groups to
-// this client yet.
+// Transact, Exec and the Key Groups methods use the transaction and Key
+// Groups RPCs of the same service, on the connection to the dialed node:
+// every operation of a transaction goes there, where its attempt lives,
+// never to a shard leader. Against a server older than those RPCs they fail
+// with code CodeUnimplemented.
 func Dial(addr string, opts ...DialOption) (DB, error) {
 	var o dialOptions
 	for _, opt := range opts {
@@ -109,7 +108,8 @@ func Dial(addr string, opts ...DialOption) (DB, error) {
 			return nil, kv.Errorf(kv.CodeUnavailable, "dial %s: no connection within %v: check that the server runs and the address is right", addr, o.timeout)
 		}
 	}
-	db := &remoteDB{conn: conn, c: pb.NewGroupKVClient(conn), txn: newHTTPTxn(addr)}
+	db := &remoteDB{conn: conn, c: pb.NewGroupKVClient(conn)}
+	db.txn = api.NewTxnClient(db.c, db.fail)
 	if o.noRouting {
 		return db, nil
 	}
@@ -137,8 +137,9 @@ func waitConnected(conn *grpc.ClientConn, timeout time.Duration) error {
 type remoteDB struct {
 	conn *grpc.ClientConn
 	c    pb.GroupKVClient
-	// txn serves Transact and Exec over HTTP on the same address.
-	txn    *httpTxn
+	// txn is the kv.TxnBackend and kv.GroupBackend of Transact, Exec and
+	// the Key Groups methods, over c.
+	txn    *api.TxnClient
 	closed atomic.Bool
 }
 
@@ -363,8 +364,8 @@ func (r *remoteDB) DeleteGroup(ctx context.Context, id string) error {
 	return r.txn.DeleteGroup(ctx, id)
 }
 
-// Group returns a handle whose transactions run on the dialed node, over
-// HTTP like Transact.
+// Group returns a handle whose transactions run on the dialed node, like
+// Transact.
 func (r *remoteDB) Group(id string) *Group {
 	return &Group{id: id, backends: func() (kv.TxnBackend, kv.GroupBackend, error) {
 		if r.closed.Load() {
@@ -383,6 +384,5 @@ func (r *remoteDB) Close() error {
 	if r.closed.Swap(true) {
 		return nil
 	}
-	r.txn.close()
 	return r.conn.Close()
 }

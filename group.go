@@ -97,7 +97,7 @@ func (g *Group) ID() string { return g.id }
 // with code invalid_argument.
 //
 // A remote DB runs the transaction on the node it dialed, where its
-// attempts live, over the HTTP forms on the same port.
+// attempts live, over the transaction RPCs of its gRPC connection.
 func (g *Group) Transact(ctx context.Context, fn func(tx *Tx) error, opts ...TxnOption) error {
 	var o kv.TxnOptions
 	for _, opt := range opts {

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/groupkv/groupkv/internal/api"
 	"github.com/groupkv/groupkv/internal/kv"
 )
 
@@ -424,7 +423,8 @@ func TestGroupUnimplemented(t *testing.T) {
 
 func TestGroupRemoteClosed(t *testing.T) {
 	f := newGroupFake()
-	db, err := Dial(serveHTTP(t, api.NewHTTPHandler(f, api.HTTPConfig{}), nil), WithoutShardRouting())
+	addr, _ := serveGRPC(t, f, nil)
+	db, err := Dial(addr, WithoutShardRouting())
 	if err != nil {
 		t.Fatal(err)
 	}

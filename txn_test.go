@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"reflect"
 	"sort"
 	"strings"
@@ -15,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/groupkv/groupkv/internal/api"
 	"github.com/groupkv/groupkv/internal/kv"
 )
@@ -22,7 +23,8 @@ import (
 // These tests run Transact and Exec against txnFake, an in-memory
 // kv.TxnBackend that records its calls and fails where a test tells it
 // to, through both DBs: embedded (the fake called directly) and remote (a
-// Dial'ed DB talking to the api HTTP handler over the fake on 127.0.0.1).
+// Dial'ed DB talking to the api gRPC server over the fake on 127.0.0.1,
+// which serves no HTTP: every call of the remote DB goes over gRPC).
 
 // txnFake is a kv.Backend (whose plain methods panic: the embedded
 // interface is nil) and a kv.TxnBackend with a committed map of records.
@@ -260,30 +262,45 @@ var dbKinds = []struct {
 		return embedded{Backend: b, close: func() error { return nil }}
 	}},
 	{"remote", func(t *testing.T, b kv.Backend) DB {
-		addr := serveHTTP(t, api.NewHTTPHandler(b, api.HTTPConfig{}), nil)
+		addr, _ := serveGRPC(t, b, nil)
 		return dialTest(t, addr)
 	}},
 }
 
-// serveHTTP serves h on a port of 127.0.0.1 until the test ends and
-// answers its address; conns, when not nil, counts the connections.
-func serveHTTP(t *testing.T, h http.Handler, conns *atomic.Int64) string {
+// serveGRPC serves the gRPC service of b (api.NewGRPCServer, with opts) on
+// a port of 127.0.0.1 until the test ends and answers its address and
+// server; conns, when not nil, counts the connections accepted.
+func serveGRPC(t *testing.T, b kv.Backend, conns *atomic.Int64, opts ...grpc.ServerOption) (string, *grpc.Server) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: h}
-	if conns != nil {
-		srv.ConnState = func(_ net.Conn, s http.ConnState) {
-			if s == http.StateNew {
-				conns.Add(1)
-			}
-		}
+	srv := api.NewGRPCServer(b, opts...)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(countingListener{Listener: l, n: conns})
+	}()
+	t.Cleanup(func() {
+		srv.Stop()
+		<-done
+	})
+	return l.Addr().String(), srv
+}
+
+// countingListener counts the connections it accepts in n, when not nil.
+type countingListener struct {
+	net.Listener
+	n *atomic.Int64
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil && l.n != nil {
+		l.n.Add(1)
 	}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
-	return l.Addr().String()
+	return c, err
 }
 
 func dialTest(t *testing.T, addr string) DB {
@@ -628,25 +645,31 @@ func TestTransactCommitUnknown(t *testing.T) {
 }
 
 // TestTransactCommitConnectionLost checks that a remote commit whose
-// connection breaks after it was sent is a *CommitUnknownError.
+// connection breaks after it was sent is a *CommitUnknownError: the server
+// commits, then stops (closing every connection) before it answers.
 func TestTransactCommitConnectionLost(t *testing.T) {
 	f := newTxnFake()
-	h := api.NewHTTPHandler(f, api.HTTPConfig{})
-	addr := serveHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "/commit") {
-			h.ServeHTTP(httptestDiscard{}, r) // the commit happens, its answer is lost
-			conn, _, err := http.NewResponseController(w).Hijack()
-			if err == nil {
-				conn.Close()
-			}
-			return
+	var srv *grpc.Server
+	stopped := make(chan struct{})
+	dropCommitAnswer := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if !strings.HasSuffix(info.FullMethod, "/CommitTxn") {
+			return handler(ctx, req)
 		}
-		h.ServeHTTP(w, r)
-	}), nil)
+		resp, err := handler(ctx, req) // the commit happens, its answer is lost
+		go func() {
+			srv.Stop()
+			close(stopped)
+		}()
+		<-ctx.Done() // Stop ends the call before it answers
+		return resp, err
+	}
+	addr, s := serveGRPC(t, f, nil, grpc.ChainUnaryInterceptor(dropCommitAnswer))
+	srv = s
 	db := dialTest(t, addr)
 	err := db.Transact(context.Background(), func(tx *Tx) error {
 		return tx.Put(context.Background(), PutRequest{Collection: "c", Key: []byte("k"), Value: []byte("v")})
 	})
+	<-stopped
 	var cu *CommitUnknownError
 	if !errors.As(err, &cu) || !errors.Is(err, ErrCommitUnknown) {
 		t.Fatalf("Transact = %v, want a *CommitUnknownError", err)
@@ -654,14 +677,10 @@ func TestTransactCommitConnectionLost(t *testing.T) {
 	if n := len(f.callsOf("BeginTxn")); n != 1 {
 		t.Fatalf("%d attempts, want 1", n)
 	}
+	if _, ok := f.record("c", "k"); !ok {
+		t.Fatal("the commit did not happen on the server")
+	}
 }
-
-// httptestDiscard is a ResponseWriter that drops the answer.
-type httptestDiscard struct{}
-
-func (httptestDiscard) Header() http.Header         { return http.Header{} }
-func (httptestDiscard) Write(b []byte) (int, error) { return len(b), nil }
-func (httptestDiscard) WriteHeader(int)             {}
 
 func TestTxOperationChecks(t *testing.T) {
 	forEachDB(t, func(t *testing.T, f *txnFake, db DB) {
@@ -751,11 +770,12 @@ func TestTransactUnimplemented(t *testing.T) {
 }
 
 // TestTransactRemoteReusesConnections checks that the transactions of a
-// remote DB share kept-alive connections.
+// remote DB share its one gRPC connection.
 func TestTransactRemoteReusesConnections(t *testing.T) {
 	f := newTxnFake()
 	var conns atomic.Int64
-	db := dialTest(t, serveHTTP(t, api.NewHTTPHandler(f, api.HTTPConfig{}), &conns))
+	addr, _ := serveGRPC(t, f, &conns)
+	db := dialTest(t, addr)
 	ctx := context.Background()
 	for i := 0; i < 20; i++ {
 		err := db.Transact(ctx, func(tx *Tx) error {

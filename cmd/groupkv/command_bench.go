@@ -50,7 +50,7 @@ Workloads (as in YCSB; keys chosen zipfian unless said otherwise):
   txn       multi-key transactions: each reads --txn-ops distinct keys drawn
             uniformly from --txn-keys keys and writes each back incremented,
             retried until it commits; counts attempts per commit. Targets:
-            groupkv (HTTP transactions, or a node in this process with
+            groupkv (gRPC transactions, or a node in this process with
             --embedded DIR), etcd (serializable STM), postgresql
             (SERIALIZABLE, --addr host:port or a connection URL).
             --txn-mode none runs the same reads and writes without

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net/http/httptest"
 	"reflect"
 	"strings"
 	"sync"
@@ -13,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 
 	groupkv "github.com/groupkv/groupkv"
-	"github.com/groupkv/groupkv/internal/api"
 	"github.com/groupkv/groupkv/internal/kv"
 )
 
@@ -71,18 +69,18 @@ func (f *groupCLIFake) ExecGroupTxn(_ context.Context, id string, req kv.ExecReq
 	return f.execRes, f.record("ExecGroupTxn", id, req)
 }
 
-// runGroupCLI runs "groupkv group op args" with stdin against the HTTP API
-// served over f by a test server, dialing it for real with --addr.
+// runGroupCLI runs "groupkv group op args" with stdin against the API
+// served over f by a test server (serveAPI), dialing it for real with
+// --addr.
 func runGroupCLI(t *testing.T, f *groupCLIFake, stdin, op string, args ...string) (stdout string, err error) {
 	t.Helper()
-	srv := httptest.NewServer(api.NewHTTPHandler(f, api.HTTPConfig{}))
-	defer srv.Close()
+	addr := serveAPI(t, f)
 	root := &cobra.Command{Use: "groupkv", SilenceUsage: true, SilenceErrors: true}
 	root.AddCommand(groupCommand())
 	var out, errOut bytes.Buffer
 	argv := []string{"group"}
 	if op != "" {
-		argv = append(argv, op, "--addr", srv.Listener.Addr().String())
+		argv = append(argv, op, "--addr", addr)
 	}
 	root.SetArgs(append(argv, args...))
 	root.SetIn(strings.NewReader(stdin))

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -15,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 
 	groupkv "github.com/groupkv/groupkv"
-	"github.com/groupkv/groupkv/internal/api"
 	"github.com/groupkv/groupkv/internal/kv"
 )
 
@@ -58,16 +56,15 @@ func (f *execFake) TxnGetByTags(context.Context, string, kv.TagQuery) (kv.ScanRe
 func (f *execFake) CommitTxn(context.Context, string) (uint64, error) { return 0, errSession() }
 func (f *execFake) AbortTxn(context.Context, string) error            { return nil }
 
-// runTxnCLI runs "groupkv txn args" with stdin against the HTTP API served
-// over f by a test server, dialing it for real with --addr.
+// runTxnCLI runs "groupkv txn args" with stdin against the API served over
+// f by a test server (serveAPI), dialing it for real with --addr.
 func runTxnCLI(t *testing.T, f *execFake, stdin string, args ...string) (stdout string, err error) {
 	t.Helper()
-	srv := httptest.NewServer(api.NewHTTPHandler(f, api.HTTPConfig{}))
-	defer srv.Close()
+	addr := serveAPI(t, f)
 	root := &cobra.Command{Use: "groupkv", SilenceUsage: true, SilenceErrors: true}
 	root.AddCommand(txnCommand())
 	var out, errOut bytes.Buffer
-	root.SetArgs(append([]string{"txn", "--addr", srv.Listener.Addr().String()}, args...))
+	root.SetArgs(append([]string{"txn", "--addr", addr}, args...))
 	root.SetIn(strings.NewReader(stdin))
 	root.SetOut(&out)
 	root.SetErr(&errOut)

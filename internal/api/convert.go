@@ -429,7 +429,7 @@ func GRPCCode(c kv.Code) codes.Code {
 		return codes.NotFound
 	case kv.CodeAlreadyExists:
 		return codes.AlreadyExists
-	case kv.CodeTxnAborted, kv.CodeKeyInGroup, kv.CodePlacementTagChanged:
+	case kv.CodeTxnAborted, kv.CodeKeyInGroup, kv.CodeGroupRefused, kv.CodePlacementTagChanged:
 		return codes.Aborted
 	case kv.CodeCompacted:
 		return codes.OutOfRange
@@ -441,6 +441,8 @@ func GRPCCode(c kv.Code) codes.Code {
 		return codes.Unavailable
 	case kv.CodeCommitUnknown:
 		return codes.Unknown
+	case kv.CodeUnimplemented:
+		return codes.Unimplemented
 	default:
 		return codes.Internal
 	}
@@ -575,6 +577,9 @@ func errorFromCode(st *status.Status, mayHaveRun bool) error {
 	case codes.ResourceExhausted:
 		// gRPC's own message size limit, on either side.
 		code = kv.CodeTooLarge
+	case codes.Unimplemented:
+		// A server that does not know the RPC (older than this client).
+		code = kv.CodeUnimplemented
 	case codes.Unknown:
 		code = kv.CodeInternal
 		if mayHaveRun {

@@ -3,8 +3,12 @@
 // batches, delete range, scans, tag queries and watch streams, http_txn.go
 // for transactions over kv.TxnBackend, http_group.go for Key Groups over
 // kv.GroupBackend), the gRPC service groupkv.v1.GroupKV of
-// proto/groupkv.proto (grpc.go), the request metrics both of them record
-// (metrics.go), and the mux that serves both on one TCP port (mux.go).
+// proto/groupkv.proto (grpc.go, grpc_txn.go for its transaction and Key
+// Groups RPCs), the conversions between kv types and its messages, shared
+// with its Go clients (convert.go, convert_txn.go; TxnClient is the
+// kv.TxnBackend and kv.GroupBackend of a remote server), the request
+// metrics both protocols record (metrics.go), and the mux that serves both
+// on one TCP port (mux.go).
 //
 // The layers translate and nothing else: they parse and check requests,
 // call the Backend, and render its answers and errors. They hold no state of

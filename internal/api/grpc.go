@@ -79,9 +79,13 @@ func GRPCStreamMetricsInterceptor(obs func(op string, code kv.Code, seconds floa
 }
 
 // grpcOp turns a full method name, "/groupkv.v1.GroupKV/CreateCollection",
-// into the operation label "create_collection".
+// into the operation label "create_collection"; the transaction and Key
+// Groups RPCs get the labels of their HTTP forms (grpcTxnOps).
 func grpcOp(fullMethod string) string {
 	name := fullMethod[strings.LastIndexByte(fullMethod, '/')+1:]
+	if op, ok := grpcTxnOps[name]; ok {
+		return op
+	}
 	var b strings.Builder
 	for i, r := range name {
 		if unicode.IsUpper(r) {

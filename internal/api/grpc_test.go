@@ -853,12 +853,15 @@ var grpcCodes = []struct {
 	{kv.CodeAlreadyExists, codes.AlreadyExists},
 	{kv.CodeTxnAborted, codes.Aborted},
 	{kv.CodeKeyInGroup, codes.Aborted},
+	{kv.CodeGroupRefused, codes.Aborted},
 	{kv.CodePlacementTagChanged, codes.Aborted},
 	{kv.CodeCompacted, codes.OutOfRange},
 	{kv.CodeConditionFailed, codes.FailedPrecondition},
 	{kv.CodeTooLarge, codes.ResourceExhausted},
 	{kv.CodeUnavailable, codes.Unavailable},
+	{kv.CodeNotLeader, codes.Unavailable},
 	{kv.CodeCommitUnknown, codes.Unknown},
+	{kv.CodeUnimplemented, codes.Unimplemented},
 	{kv.CodeInternal, codes.Internal},
 }
 

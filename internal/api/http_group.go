@@ -188,10 +188,8 @@ func (h *httpHandler) groupTxnBegin(w http.ResponseWriter, r *http.Request, gb k
 	if err != nil {
 		return err
 	}
-	if opts.Isolation != kv.IsolationSerializable {
-		return kv.Errorf(kv.CodeInvalidArgument,
-			"isolation %q: a group transaction is serializable (optimistic, validated at commit by the group's leader): omit isolation or give %q",
-			opts.Isolation, kv.IsolationSerializable)
+	if err := checkGroupIsolation(opts.Isolation); err != nil {
+		return err
 	}
 	txn, err := gb.BeginGroupTxn(r.Context(), id, opts)
 	if err != nil {

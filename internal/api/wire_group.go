@@ -106,32 +106,50 @@ func GroupSpecFromJSON(req GroupCreateRequestJSON) (kv.GroupSpec, error) {
 	if err != nil {
 		return kv.GroupSpec{}, at("leader", err)
 	}
-	spec := kv.GroupSpec{ID: req.ID, Leader: leader, Members: make([]kv.KeyRef, len(req.Members)), Mode: req.Mode}
-	switch spec.Mode {
-	case "":
-		spec.Mode = kv.GroupAtomic
-	case kv.GroupAtomic, kv.GroupBestEffort:
-	default:
-		return kv.GroupSpec{}, kv.Errorf(kv.CodeInvalidArgument, "mode %q is not known: use %q (the default: every key joins or none) or %q (the keys that can join do)",
-			clip(string(req.Mode)), kv.GroupAtomic, kv.GroupBestEffort)
+	mode, err := groupMode(req.Mode)
+	if err != nil {
+		return kv.GroupSpec{}, err
 	}
-	seen := make(map[string]int, len(req.Members)) // by collection and key → index in members
+	spec := kv.GroupSpec{ID: req.ID, Leader: leader, Members: make([]kv.KeyRef, len(req.Members)), Mode: mode}
+	seen := make(map[string]int, len(req.Members))
 	n := len(leader.Key)
 	for i, m := range req.Members {
 		ref, err := m.toKeyRef()
 		if err != nil {
 			return kv.GroupSpec{}, at(fmt.Sprintf("members[%d]", i), err)
 		}
-		k := ref.Collection + "\x00" + string(ref.Key)
-		if j, ok := seen[k]; ok {
-			return kv.GroupSpec{}, kv.Errorf(kv.CodeInvalidArgument, "members[%d] is members[%d] again (collection %q, key %s): list each key once",
-				i, j, ref.Collection, quoteKey(ref.Key))
+		if err := checkMemberOnce(seen, i, ref); err != nil {
+			return kv.GroupSpec{}, err
 		}
-		seen[k] = i
 		spec.Members[i] = ref
 		n += len(ref.Key)
 	}
 	return spec, checkRequestBytes(n)
+}
+
+// groupMode checks the mode of a group's creation; empty is atomic.
+func groupMode(mode kv.GroupMode) (kv.GroupMode, error) {
+	switch mode {
+	case "":
+		return kv.GroupAtomic, nil
+	case kv.GroupAtomic, kv.GroupBestEffort:
+		return mode, nil
+	}
+	return "", kv.Errorf(kv.CodeInvalidArgument, "mode %q is not known: use %q (the default: every key joins or none) or %q (the keys that can join do)",
+		clip(string(mode)), kv.GroupAtomic, kv.GroupBestEffort)
+}
+
+// checkMemberOnce refuses members[i], ref, when an earlier member is the
+// same key; seen maps collection and key to the index of the member that
+// named them first, and gets ref.
+func checkMemberOnce(seen map[string]int, i int, ref kv.KeyRef) error {
+	k := ref.Collection + "\x00" + string(ref.Key)
+	if j, ok := seen[k]; ok {
+		return kv.Errorf(kv.CodeInvalidArgument, "members[%d] is members[%d] again (collection %q, key %s): list each key once",
+			i, j, ref.Collection, quoteKey(ref.Key))
+	}
+	seen[k] = i
+	return nil
 }
 
 // ToGroupCreateRequestJSON returns spec on the wire, for a client.

@@ -32,16 +32,32 @@ type TxnBeginResponseJSON struct {
 
 // TxnOptionsFromJSON validates req.
 func TxnOptionsFromJSON(req TxnBeginRequestJSON) (kv.TxnOptions, error) {
-	opts := kv.TxnOptions{Isolation: req.Isolation, RetryOf: req.RetryOf, ReadOnly: req.ReadOnly}
+	return validTxnOptions(kv.TxnOptions{Isolation: req.Isolation, RetryOf: req.RetryOf, ReadOnly: req.ReadOnly})
+}
+
+// validTxnOptions checks the isolation of opts, an empty one made
+// serializable; the HTTP and gRPC begins share it.
+func validTxnOptions(opts kv.TxnOptions) (kv.TxnOptions, error) {
 	switch opts.Isolation {
 	case "":
 		opts.Isolation = kv.IsolationSerializable
 	case kv.IsolationSerializable, kv.IsolationSnapshot:
 	default:
 		return kv.TxnOptions{}, kv.Errorf(kv.CodeInvalidArgument, "isolation %q is not known: use %q (the default) or %q",
-			clip(string(req.Isolation)), kv.IsolationSerializable, kv.IsolationSnapshot)
+			clip(string(opts.Isolation)), kv.IsolationSerializable, kv.IsolationSnapshot)
 	}
 	return opts, nil
+}
+
+// checkGroupIsolation refuses an isolation other than serializable for a
+// group transaction.
+func checkGroupIsolation(iso kv.Isolation) error {
+	if iso != kv.IsolationSerializable {
+		return kv.Errorf(kv.CodeInvalidArgument,
+			"isolation %q: a group transaction is serializable (optimistic, validated at commit by the group's leader): omit isolation or give %q",
+			iso, kv.IsolationSerializable)
+	}
+	return nil
 }
 
 // TxnPutRequestJSON is the body of POST /v1/txn/{id}/put: key or

@@ -32,7 +32,7 @@
 //
 // The txn workload (txn.go) measures multi-key transactions through a
 // TxnDriver: groupkv's interactive transactions (GroupKVTxn, over any
-// kv.TxnBackend: the HTTP client HTTPTxnClient, or a node in this process),
+// kv.TxnBackend: the gRPC client api.TxnClient, or a node in this process),
 // etcd's serializable STM (EtcdTxn) and PostgreSQL's SERIALIZABLE
 // transactions (Postgres, pgx). Each driver retries an attempt aborted by a
 // conflict until it commits and answers the attempts it took; a TxnRunner

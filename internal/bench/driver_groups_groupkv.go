@@ -22,8 +22,8 @@ type GroupKVGroups struct {
 var _ GroupsDriver = (*GroupKVGroups)(nil)
 
 // OpenGroupKVGroups dials the groupkv servers at addr (host:port, or
-// several comma-separated): gets and puts go over gRPC, the groups and
-// their transactions over the HTTP forms on the same port.
+// several comma-separated): everything goes over gRPC, the groups and their
+// transactions through the Key Groups and transaction RPCs.
 func OpenGroupKVGroups(ctx context.Context, addr string, opts DriverOptions) (*GroupKVGroups, error) {
 	opts.EnsureDefaults()
 	addrs := SplitAddrs(addr)

@@ -8,9 +8,14 @@ import (
 	"os"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	groupkv "github.com/groupkv/groupkv"
+	"github.com/groupkv/groupkv/internal/api"
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/node"
+	pb "github.com/groupkv/groupkv/proto/groupkvpb"
 )
 
 // PlainKV is the part of a groupkv node that the txn workload's "none" mode
@@ -21,8 +26,8 @@ type PlainKV interface {
 }
 
 // GroupKVTxn drives groupkv's interactive transactions through a
-// kv.TxnBackend: an HTTPTxnClient of a server (OpenGroupKVTxn), or a node in
-// this process (OpenGroupKVEmbedded). Transactions are serializable; an
+// kv.TxnBackend: the gRPC client api.TxnClient of a server
+// (OpenGroupKVTxn), or a node in this process (OpenGroupKVEmbedded). Transactions are serializable; an
 // attempt aborted by a conflict (txn_aborted) is retried with RetryOf, so
 // that it keeps its priority and, by wound-wait, commits in the end.
 type GroupKVTxn struct {
@@ -45,18 +50,27 @@ func NewGroupKVTxn(txn kv.TxnBackend, plain PlainKV, admin adminDB, opts DriverO
 	return &GroupKVTxn{txn: txn, plain: plain, admin: admin, coll: opts.Table, shards: opts.Shards, replicas: opts.Replicas}
 }
 
-// OpenGroupKVTxn connects to the groupkv server at addr (host:port): the
-// transactions and the plain reads and writes go over HTTP/JSON
-// (HTTPTxnClient), the collection's creation and loading over gRPC.
+// OpenGroupKVTxn connects to the groupkv server at addr (host:port), over
+// gRPC only: the transactions go through the GroupKV service's transaction
+// RPCs (api.TxnClient) on a connection to addr, where their attempts live;
+// the plain reads and writes of the "none" mode, the collection's creation
+// and its loading through the Go client (groupkv.Dial). Each connection
+// multiplexes the calls of every client of the run.
 func OpenGroupKVTxn(ctx context.Context, addr string, opts DriverOptions) (*GroupKVTxn, error) {
 	opts.EnsureDefaults()
-	admin, err := groupkv.Dial(addr, groupkv.WithDialTimeout(opts.DialTimeout))
+	db, err := groupkv.Dial(addr, groupkv.WithDialTimeout(opts.DialTimeout))
 	if err != nil {
 		return nil, err
 	}
-	h := NewHTTPTxnClient("http://"+addr, opts.Conns)
-	g := NewGroupKVTxn(h, h, admin, opts)
-	g.closers = []func() error{h.Close, admin.Close}
+	conn, err := grpc.NewClient("dns:///"+addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(api.MaxMessageSize), grpc.MaxCallSendMsgSize(api.MaxMessageSize)))
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("connecting to %s: %w", addr, err)
+	}
+	g := NewGroupKVTxn(api.NewTxnClient(pb.NewGroupKVClient(conn), nil), db, db, opts)
+	g.closers = []func() error{conn.Close, db.Close}
 	return g, nil
 }
 

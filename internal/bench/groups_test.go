@@ -5,12 +5,15 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	groupkv "github.com/groupkv/groupkv"
+	"github.com/groupkv/groupkv/internal/api"
+	"github.com/groupkv/groupkv/internal/node"
 )
 
 func TestPlayerValue(t *testing.T) {
@@ -130,12 +133,68 @@ func TestGroupsEmbedded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("opens a node")
 	}
-	ctx := context.Background()
-	d, err := OpenGroupKVGroupsEmbedded(ctx, filepath.Join(t.TempDir(), "node"), DriverOptions{Table: "players", Shards: 4})
+	d, err := OpenGroupKVGroupsEmbedded(context.Background(), filepath.Join(t.TempDir(), "node"), DriverOptions{Table: "players", Shards: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
+	groupsCheck(t, d)
+}
+
+// TestGroupsGRPC plays the groups workload as TestGroupsEmbedded does,
+// through the driver OpenGroupKVGroups connects to a node in this process
+// behind the real gRPC server: the groups, their transactions and the
+// plain gets and puts all go over gRPC.
+func TestGroupsGRPC(t *testing.T) {
+	if testing.Short() {
+		t.Skip("opens a node")
+	}
+	d, err := OpenGroupKVGroups(context.Background(), serveNodeGRPC(t), DriverOptions{Table: "players", Shards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	groupsCheck(t, d)
+}
+
+// serveNodeGRPC opens a groupkv node in this process, serves its gRPC
+// service on a port of 127.0.0.1 until the test ends, and answers the
+// address.
+func serveNodeGRPC(t *testing.T) string {
+	t.Helper()
+	n, err := node.Open(node.Options{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := n.WaitReady(ctx); err != nil {
+		n.Close()
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		n.Close()
+		t.Fatal(err)
+	}
+	srv := api.NewGRPCServer(n)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		srv.Stop()
+		<-done
+		n.Close()
+	})
+	return lis.Addr().String()
+}
+
+// groupsCheck plays the groups workload on d; see TestGroupsEmbedded.
+func groupsCheck(t *testing.T, d *GroupKVGroups) {
+	t.Helper()
+	ctx := context.Background()
 	r, err := NewGroupsRunner(d, Options{Clients: 6, Duration: time.Second, Warmup: 200 * time.Millisecond, Seed: 5, Shards: 4})
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -363,32 +362,30 @@ func TestGroupKVTxnEmbedded(t *testing.T) {
 	runnerCheck(t, d)
 }
 
-// TestGroupKVTxnHTTP runs transfers and the txn workload through the
-// HTTP client, against a node in this process behind the real HTTP
-// handler.
-func TestGroupKVTxnHTTP(t *testing.T) {
+// TestGroupKVTxnGRPC runs transfers and the txn workload through the
+// driver OpenGroupKVTxn connects, against a node in this process behind the
+// real gRPC server.
+func TestGroupKVTxnGRPC(t *testing.T) {
 	if testing.Short() {
 		t.Skip("opens a node")
 	}
 	ctx := context.Background()
-	emb, err := OpenGroupKVEmbedded(ctx, t.TempDir(), DriverOptions{Table: "bank", Shards: 4})
+	d, err := OpenGroupKVTxn(ctx, serveNodeGRPC(t), DriverOptions{Table: "bank", Shards: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer emb.Close()
-	srv := httptest.NewServer(api.NewHTTPHandler(emb.admin.(kv.Backend), api.HTTPConfig{}))
-	defer srv.Close()
-	h := NewHTTPTxnClient(srv.URL, 8)
-	defer h.Close()
-	d := NewGroupKVTxn(h, h, emb.admin, DriverOptions{Table: "bank", Shards: 4})
+	defer d.Close()
+	if _, ok := d.txn.(*api.TxnClient); !ok {
+		t.Fatalf("the driver's transactions go through %T, not the gRPC client", d.txn)
+	}
 	bankCheck(t, d, 12, 8, 25)
 	runnerCheck(t, d)
 
 	// Errors keep their codes.
-	if _, _, err := h.TxnGet(ctx, "no-such-txn", kv.KeyRef{Collection: "bank", Key: []byte("k1")}); kv.CodeOf(err) == kv.CodeInternal || err == nil {
+	if _, _, err := d.txn.TxnGet(ctx, "no-such-txn", kv.KeyRef{Collection: "bank", Key: []byte("k1")}); kv.CodeOf(err) == kv.CodeInternal || err == nil {
 		t.Errorf("get in an unknown transaction: %v", err)
 	}
-	if _, err := h.Get(ctx, kv.GetRequest{Collection: "bank", Key: []byte("absent")}); kv.CodeOf(err) != kv.CodeNotFound {
+	if _, err := d.plain.Get(ctx, kv.GetRequest{Collection: "bank", Key: []byte("absent")}); kv.CodeOf(err) != kv.CodeNotFound {
 		t.Errorf("plain get of an absent key: %v", err)
 	}
 }

@@ -1,6 +1,6 @@
-// The gRPC API of groupkv. It mirrors kv.Backend
-// (github.com/groupkv/groupkv/internal/kv) one RPC per method; see that
-// package for the meaning of every field.
+// The gRPC API of groupkv. It mirrors kv.Backend, kv.TxnBackend and
+// kv.GroupBackend (github.com/groupkv/groupkv/internal/kv) one RPC per
+// method; see that package for the meaning of every field.
 //
 // Errors: a failed RPC carries a gRPC status whose message is the
 // groupkv error's message and whose details hold one ErrorDetail naming the
@@ -12,16 +12,21 @@
 //   not_found, collection_not_found          NOT_FOUND
 //   already_exists                           ALREADY_EXISTS
 //   txn_aborted, key_in_group,
-//   placement_tag_changed                    ABORTED
+//   group_refused, placement_tag_changed     ABORTED
 //   compacted                                OUT_OF_RANGE
 //   condition_failed                         FAILED_PRECONDITION
 //   too_large                                RESOURCE_EXHAUSTED
-//   unavailable                              UNAVAILABLE
+//   unavailable, not_leader                  UNAVAILABLE
 //   commit_unknown                           UNKNOWN
+//   unimplemented                            UNIMPLEMENTED
 //   internal                                 INTERNAL
 //
+// Several groupkv codes share a gRPC code (ABORTED is txn_aborted,
+// key_in_group, group_refused or placement_tag_changed): a client tells them
+// apart by the ErrorDetail (or the trailer), never by the status code alone.
 // A request whose context ended on the server answers CANCELLED or
-// DEADLINE_EXCEEDED without an ErrorDetail.
+// DEADLINE_EXCEEDED without an ErrorDetail. A server older than an RPC
+// answers it UNIMPLEMENTED without an ErrorDetail.
 //
 // A batch write that failed after some shards applied their part
 // (kv.BatchError) adds a second detail, BatchErrorDetail, listing the records
@@ -2107,6 +2112,1821 @@ func (x *Event) GetVersion() uint64 {
 	return 0
 }
 
+// BeginTxnRequest starts a transaction attempt (kv.TxnOptions).
+type BeginTxnRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// isolation is "serializable" (also when empty) or "snapshot".
+	Isolation string `protobuf:"bytes,1,opt,name=isolation,proto3" json:"isolation,omitempty"`
+	// retry_of names an aborted attempt whose priority the new one keeps.
+	RetryOf string `protobuf:"bytes,2,opt,name=retry_of,json=retryOf,proto3" json:"retry_of,omitempty"`
+	// read_only attempts read at a snapshot and take no locks; a write in one
+	// fails with invalid_argument.
+	ReadOnly      bool `protobuf:"varint,3,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BeginTxnRequest) Reset() {
+	*x = BeginTxnRequest{}
+	mi := &file_groupkv_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BeginTxnRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BeginTxnRequest) ProtoMessage() {}
+
+func (x *BeginTxnRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BeginTxnRequest.ProtoReflect.Descriptor instead.
+func (*BeginTxnRequest) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *BeginTxnRequest) GetIsolation() string {
+	if x != nil {
+		return x.Isolation
+	}
+	return ""
+}
+
+func (x *BeginTxnRequest) GetRetryOf() string {
+	if x != nil {
+		return x.RetryOf
+	}
+	return ""
+}
+
+func (x *BeginTxnRequest) GetReadOnly() bool {
+	if x != nil {
+		return x.ReadOnly
+	}
+	return false
+}
+
+// BeginTxnResponse answers BeginTxn and BeginGroupTxn.
+type BeginTxnResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// txn is the id of the attempt, named by its operations.
+	Txn           string `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BeginTxnResponse) Reset() {
+	*x = BeginTxnResponse{}
+	mi := &file_groupkv_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BeginTxnResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BeginTxnResponse) ProtoMessage() {}
+
+func (x *BeginTxnResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BeginTxnResponse.ProtoReflect.Descriptor instead.
+func (*BeginTxnResponse) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *BeginTxnResponse) GetTxn() string {
+	if x != nil {
+		return x.Txn
+	}
+	return ""
+}
+
+type TxnGetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Txn           string                 `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
+	Collection    string                 `protobuf:"bytes,2,opt,name=collection,proto3" json:"collection,omitempty"`
+	Key           []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnGetRequest) Reset() {
+	*x = TxnGetRequest{}
+	mi := &file_groupkv_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnGetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnGetRequest) ProtoMessage() {}
+
+func (x *TxnGetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnGetRequest.ProtoReflect.Descriptor instead.
+func (*TxnGetRequest) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *TxnGetRequest) GetTxn() string {
+	if x != nil {
+		return x.Txn
+	}
+	return ""
+}
+
+func (x *TxnGetRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *TxnGetRequest) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+// TxnGetResponse is the key as the attempt sees it, its own writes
+// included; value, tags and version are unset when found is false.
+type TxnGetResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Found         bool                   `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
+	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Tags          []string               `protobuf:"bytes,3,rep,name=tags,proto3" json:"tags,omitempty"`
+	Version       uint64                 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnGetResponse) Reset() {
+	*x = TxnGetResponse{}
+	mi := &file_groupkv_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnGetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnGetResponse) ProtoMessage() {}
+
+func (x *TxnGetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnGetResponse.ProtoReflect.Descriptor instead.
+func (*TxnGetResponse) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *TxnGetResponse) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *TxnGetResponse) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *TxnGetResponse) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *TxnGetResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+// TxnPutRequest writes a record in the attempt; it is applied at commit.
+type TxnPutRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Txn           string                 `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
+	Collection    string                 `protobuf:"bytes,2,opt,name=collection,proto3" json:"collection,omitempty"`
+	Key           []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	Value         []byte                 `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	Tags          []string               `protobuf:"bytes,5,rep,name=tags,proto3" json:"tags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnPutRequest) Reset() {
+	*x = TxnPutRequest{}
+	mi := &file_groupkv_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnPutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnPutRequest) ProtoMessage() {}
+
+func (x *TxnPutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnPutRequest.ProtoReflect.Descriptor instead.
+func (*TxnPutRequest) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *TxnPutRequest) GetTxn() string {
+	if x != nil {
+		return x.Txn
+	}
+	return ""
+}
+
+func (x *TxnPutRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *TxnPutRequest) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *TxnPutRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *TxnPutRequest) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+type TxnPutResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnPutResponse) Reset() {
+	*x = TxnPutResponse{}
+	mi := &file_groupkv_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnPutResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnPutResponse) ProtoMessage() {}
+
+func (x *TxnPutResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnPutResponse.ProtoReflect.Descriptor instead.
+func (*TxnPutResponse) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{40}
+}
+
+// TxnDeleteRequest deletes a key in the attempt; deleting an absent key is
+// no error.
+type TxnDeleteRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Txn           string                 `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
+	Collection    string                 `protobuf:"bytes,2,opt,name=collection,proto3" json:"collection,omitempty"`
+	Key           []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnDeleteRequest) Reset() {
+	*x = TxnDeleteRequest{}
+	mi := &file_groupkv_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnDeleteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnDeleteRequest) ProtoMessage() {}
+
+func (x *TxnDeleteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnDeleteRequest.ProtoReflect.Descriptor instead.
+func (*TxnDeleteRequest) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *TxnDeleteRequest) GetTxn() string {
+	if x != nil {
+		return x.Txn
+	}
+	return ""
+}
+
+func (x *TxnDeleteRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *TxnDeleteRequest) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+type TxnDeleteResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnDeleteResponse) Reset() {
+	*x = TxnDeleteResponse{}
+	mi := &file_groupkv_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnDeleteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnDeleteResponse) ProtoMessage() {}
+
+func (x *TxnDeleteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnDeleteResponse.ProtoReflect.Descriptor instead.
+func (*TxnDeleteResponse) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{42}
+}
+
+// TxnScanRequest reads a page of a range as the attempt sees it: the fields
+// of ScanRequest but version, which is the attempt's to choose.
+type TxnScanRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Txn           string                 `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
+	Collection    string                 `protobuf:"bytes,2,opt,name=collection,proto3" json:"collection,omitempty"`
+	Start         []byte                 `protobuf:"bytes,3,opt,name=start,proto3" json:"start,omitempty"`
+	End           []byte                 `protobuf:"bytes,4,opt,name=end,proto3" json:"end,omitempty"`
+	Limit         int64                  `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	Reverse       bool                   `protobuf:"varint,6,opt,name=reverse,proto3" json:"reverse,omitempty"`
+	Page          string                 `protobuf:"bytes,7,opt,name=page,proto3" json:"page,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnScanRequest) Reset() {
+	*x = TxnScanRequest{}
+	mi := &file_groupkv_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnScanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnScanRequest) ProtoMessage() {}
+
+func (x *TxnScanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnScanRequest.ProtoReflect.Descriptor instead.
+func (*TxnScanRequest) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *TxnScanRequest) GetTxn() string {
+	if x != nil {
+		return x.Txn
+	}
+	return ""
+}
+
+func (x *TxnScanRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *TxnScanRequest) GetStart() []byte {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *TxnScanRequest) GetEnd() []byte {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *TxnScanRequest) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *TxnScanRequest) GetReverse() bool {
+	if x != nil {
+		return x.Reverse
+	}
+	return false
+}
+
+func (x *TxnScanRequest) GetPage() string {
+	if x != nil {
+		return x.Page
+	}
+	return ""
+}
+
+// TxnTagQuery is a TagQuery in an attempt, without version.
+type TxnTagQuery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Txn           string                 `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
+	Collection    string                 `protobuf:"bytes,2,opt,name=collection,proto3" json:"collection,omitempty"`
+	All           []string               `protobuf:"bytes,3,rep,name=all,proto3" json:"all,omitempty"`
+	Any           []string               `protobuf:"bytes,4,rep,name=any,proto3" json:"any,omitempty"`
+	Limit         int64                  `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	Page          string                 `protobuf:"bytes,6,opt,name=page,proto3" json:"page,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnTagQuery) Reset() {
+	*x = TxnTagQuery{}
+	mi := &file_groupkv_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnTagQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnTagQuery) ProtoMessage() {}
+
+func (x *TxnTagQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnTagQuery.ProtoReflect.Descriptor instead.
+func (*TxnTagQuery) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *TxnTagQuery) GetTxn() string {
+	if x != nil {
+		return x.Txn
+	}
+	return ""
+}
+
+func (x *TxnTagQuery) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *TxnTagQuery) GetAll() []string {
+	if x != nil {
+		return x.All
+	}
+	return nil
+}
+
+func (x *TxnTagQuery) GetAny() []string {
+	if x != nil {
+		return x.Any
+	}
+	return nil
+}
+
+func (x *TxnTagQuery) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *TxnTagQuery) GetPage() string {
+	if x != nil {
+		return x.Page
+	}
+	return ""
+}
+
+type CommitTxnRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Txn           string                 `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitTxnRequest) Reset() {
+	*x = CommitTxnRequest{}
+	mi := &file_groupkv_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitTxnRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitTxnRequest) ProtoMessage() {}
+
+func (x *CommitTxnRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitTxnRequest.ProtoReflect.Descriptor instead.
+func (*CommitTxnRequest) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *CommitTxnRequest) GetTxn() string {
+	if x != nil {
+		return x.Txn
+	}
+	return ""
+}
+
+type CommitTxnResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// version is the commit version.
+	Version       uint64 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitTxnResponse) Reset() {
+	*x = CommitTxnResponse{}
+	mi := &file_groupkv_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitTxnResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitTxnResponse) ProtoMessage() {}
+
+func (x *CommitTxnResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitTxnResponse.ProtoReflect.Descriptor instead.
+func (*CommitTxnResponse) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *CommitTxnResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type AbortTxnRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Txn           string                 `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbortTxnRequest) Reset() {
+	*x = AbortTxnRequest{}
+	mi := &file_groupkv_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbortTxnRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbortTxnRequest) ProtoMessage() {}
+
+func (x *AbortTxnRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbortTxnRequest.ProtoReflect.Descriptor instead.
+func (*AbortTxnRequest) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *AbortTxnRequest) GetTxn() string {
+	if x != nil {
+		return x.Txn
+	}
+	return ""
+}
+
+type AbortTxnResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbortTxnResponse) Reset() {
+	*x = AbortTxnResponse{}
+	mi := &file_groupkv_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbortTxnResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbortTxnResponse) ProtoMessage() {}
+
+func (x *AbortTxnResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbortTxnResponse.ProtoReflect.Descriptor instead.
+func (*AbortTxnResponse) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{48}
+}
+
+// Compare is a condition of a one-shot transaction: the key's current
+// version is version (0: the key is absent), or its value is value. Exactly
+// one of the two is set.
+type Compare struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Collection string                 `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	Key        []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// Types that are valid to be assigned to Condition:
+	//
+	//	*Compare_Version
+	//	*Compare_Value
+	Condition     isCompare_Condition `protobuf_oneof:"condition"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Compare) Reset() {
+	*x = Compare{}
+	mi := &file_groupkv_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Compare) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Compare) ProtoMessage() {}
+
+func (x *Compare) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Compare.ProtoReflect.Descriptor instead.
+func (*Compare) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *Compare) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *Compare) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *Compare) GetCondition() isCompare_Condition {
+	if x != nil {
+		return x.Condition
+	}
+	return nil
+}
+
+func (x *Compare) GetVersion() uint64 {
+	if x != nil {
+		if x, ok := x.Condition.(*Compare_Version); ok {
+			return x.Version
+		}
+	}
+	return 0
+}
+
+func (x *Compare) GetValue() []byte {
+	if x != nil {
+		if x, ok := x.Condition.(*Compare_Value); ok {
+			return x.Value
+		}
+	}
+	return nil
+}
+
+type isCompare_Condition interface {
+	isCompare_Condition()
+}
+
+type Compare_Version struct {
+	Version uint64 `protobuf:"varint,3,opt,name=version,proto3,oneof"`
+}
+
+type Compare_Value struct {
+	Value []byte `protobuf:"bytes,4,opt,name=value,proto3,oneof"`
+}
+
+func (*Compare_Version) isCompare_Condition() {}
+
+func (*Compare_Value) isCompare_Condition() {}
+
+// TxnOp is an operation of a one-shot transaction: op is "get", "put" or
+// "delete"; only a put has a value and tags.
+type TxnOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Op            string                 `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`
+	Collection    string                 `protobuf:"bytes,2,opt,name=collection,proto3" json:"collection,omitempty"`
+	Key           []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	Value         []byte                 `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	Tags          []string               `protobuf:"bytes,5,rep,name=tags,proto3" json:"tags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnOp) Reset() {
+	*x = TxnOp{}
+	mi := &file_groupkv_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnOp) ProtoMessage() {}
+
+func (x *TxnOp) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnOp.ProtoReflect.Descriptor instead.
+func (*TxnOp) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *TxnOp) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *TxnOp) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *TxnOp) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *TxnOp) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *TxnOp) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+// ExecTxnRequest is a one-shot transaction (kv.ExecRequest): compares,
+// then_ops and else_ops are the "if", "then" and "else" of the HTTP form.
+type ExecTxnRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Compares      []*Compare             `protobuf:"bytes,1,rep,name=compares,proto3" json:"compares,omitempty"`
+	ThenOps       []*TxnOp               `protobuf:"bytes,2,rep,name=then_ops,json=thenOps,proto3" json:"then_ops,omitempty"`
+	ElseOps       []*TxnOp               `protobuf:"bytes,3,rep,name=else_ops,json=elseOps,proto3" json:"else_ops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecTxnRequest) Reset() {
+	*x = ExecTxnRequest{}
+	mi := &file_groupkv_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecTxnRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecTxnRequest) ProtoMessage() {}
+
+func (x *ExecTxnRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecTxnRequest.ProtoReflect.Descriptor instead.
+func (*ExecTxnRequest) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *ExecTxnRequest) GetCompares() []*Compare {
+	if x != nil {
+		return x.Compares
+	}
+	return nil
+}
+
+func (x *ExecTxnRequest) GetThenOps() []*TxnOp {
+	if x != nil {
+		return x.ThenOps
+	}
+	return nil
+}
+
+func (x *ExecTxnRequest) GetElseOps() []*TxnOp {
+	if x != nil {
+		return x.ElseOps
+	}
+	return nil
+}
+
+// TxnOpResult is the outcome of one TxnOp: the commit version of a put or
+// a delete; found, value, tags and version of a get.
+type TxnOpResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Found         bool                   `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
+	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Tags          []string               `protobuf:"bytes,3,rep,name=tags,proto3" json:"tags,omitempty"`
+	Version       uint64                 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnOpResult) Reset() {
+	*x = TxnOpResult{}
+	mi := &file_groupkv_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnOpResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnOpResult) ProtoMessage() {}
+
+func (x *TxnOpResult) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnOpResult.ProtoReflect.Descriptor instead.
+func (*TxnOpResult) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *TxnOpResult) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *TxnOpResult) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *TxnOpResult) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *TxnOpResult) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+// ExecTxnResponse says whether the compares held (succeeded), the commit
+// version (the read version when nothing was written), and the results of
+// the branch that ran, in its order.
+type ExecTxnResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Succeeded     bool                   `protobuf:"varint,1,opt,name=succeeded,proto3" json:"succeeded,omitempty"`
+	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Results       []*TxnOpResult         `protobuf:"bytes,3,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecTxnResponse) Reset() {
+	*x = ExecTxnResponse{}
+	mi := &file_groupkv_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecTxnResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecTxnResponse) ProtoMessage() {}
+
+func (x *ExecTxnResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecTxnResponse.ProtoReflect.Descriptor instead.
+func (*ExecTxnResponse) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *ExecTxnResponse) GetSucceeded() bool {
+	if x != nil {
+		return x.Succeeded
+	}
+	return false
+}
+
+func (x *ExecTxnResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *ExecTxnResponse) GetResults() []*TxnOpResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// CreateGroupRequest asks for a key group (kv.GroupSpec): ownership of
+// members (leader among them, listed or not) moves to the leader of
+// leader's shard.
+type CreateGroupRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is 1 to 256 bytes of UTF-8 without control characters.
+	Id      string    `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Leader  *KeyRef   `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
+	Members []*KeyRef `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"`
+	// mode is "atomic" (also when empty) or "best_effort".
+	Mode          string `protobuf:"bytes,4,opt,name=mode,proto3" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateGroupRequest) Reset() {
+	*x = CreateGroupRequest{}
+	mi := &file_groupkv_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateGroupRequest) ProtoMessage() {}
+
+func (x *CreateGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateGroupRequest.ProtoReflect.Descriptor instead.
+func (*CreateGroupRequest) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *CreateGroupRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *CreateGroupRequest) GetLeader() *KeyRef {
+	if x != nil {
+		return x.Leader
+	}
+	return nil
+}
+
+func (x *CreateGroupRequest) GetMembers() []*KeyRef {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *CreateGroupRequest) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+// GroupRefusal is a key that would not join a group, and why ("intent",
+// "locked", "in_group").
+type GroupRefusal struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Collection    string                 `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupRefusal) Reset() {
+	*x = GroupRefusal{}
+	mi := &file_groupkv_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupRefusal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupRefusal) ProtoMessage() {}
+
+func (x *GroupRefusal) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupRefusal.ProtoReflect.Descriptor instead.
+func (*GroupRefusal) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *GroupRefusal) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *GroupRefusal) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *GroupRefusal) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// CreateGroupResponse lists every key the group holds, the leader
+// included, and (best_effort) the keys that did not join.
+type CreateGroupResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Joined        []*KeyRef              `protobuf:"bytes,2,rep,name=joined,proto3" json:"joined,omitempty"`
+	Refused       []*GroupRefusal        `protobuf:"bytes,3,rep,name=refused,proto3" json:"refused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateGroupResponse) Reset() {
+	*x = CreateGroupResponse{}
+	mi := &file_groupkv_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateGroupResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateGroupResponse) ProtoMessage() {}
+
+func (x *CreateGroupResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateGroupResponse.ProtoReflect.Descriptor instead.
+func (*CreateGroupResponse) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *CreateGroupResponse) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *CreateGroupResponse) GetJoined() []*KeyRef {
+	if x != nil {
+		return x.Joined
+	}
+	return nil
+}
+
+func (x *CreateGroupResponse) GetRefused() []*GroupRefusal {
+	if x != nil {
+		return x.Refused
+	}
+	return nil
+}
+
+type DescribeGroupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeGroupRequest) Reset() {
+	*x = DescribeGroupRequest{}
+	mi := &file_groupkv_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeGroupRequest) ProtoMessage() {}
+
+func (x *DescribeGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeGroupRequest.ProtoReflect.Descriptor instead.
+func (*DescribeGroupRequest) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *DescribeGroupRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// GroupInfo describes a group (kv.GroupInfo).
+type GroupInfo struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Leader *KeyRef                `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
+	// members are the keys the group holds (or is taking, or giving back),
+	// the leader included.
+	Members []*KeyRef `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"`
+	Mode    string    `protobuf:"bytes,4,opt,name=mode,proto3" json:"mode,omitempty"`
+	// leader_node is the node leading the group's leader shard.
+	LeaderNode uint64 `protobuf:"varint,5,opt,name=leader_node,json=leaderNode,proto3" json:"leader_node,omitempty"`
+	// state is "creating", "active" or "deleting".
+	State string `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
+	// shipper_lag is the number of committed group writes not yet applied to
+	// their keys' own shards.
+	ShipperLag    int64 `protobuf:"varint,7,opt,name=shipper_lag,json=shipperLag,proto3" json:"shipper_lag,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupInfo) Reset() {
+	*x = GroupInfo{}
+	mi := &file_groupkv_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupInfo) ProtoMessage() {}
+
+func (x *GroupInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupInfo.ProtoReflect.Descriptor instead.
+func (*GroupInfo) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *GroupInfo) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *GroupInfo) GetLeader() *KeyRef {
+	if x != nil {
+		return x.Leader
+	}
+	return nil
+}
+
+func (x *GroupInfo) GetMembers() []*KeyRef {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *GroupInfo) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *GroupInfo) GetLeaderNode() uint64 {
+	if x != nil {
+		return x.LeaderNode
+	}
+	return 0
+}
+
+func (x *GroupInfo) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *GroupInfo) GetShipperLag() int64 {
+	if x != nil {
+		return x.ShipperLag
+	}
+	return 0
+}
+
+type ListGroupsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGroupsRequest) Reset() {
+	*x = ListGroupsRequest{}
+	mi := &file_groupkv_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGroupsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGroupsRequest) ProtoMessage() {}
+
+func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGroupsRequest.ProtoReflect.Descriptor instead.
+func (*ListGroupsRequest) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{59}
+}
+
+type ListGroupsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Groups        []*GroupInfo           `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGroupsResponse) Reset() {
+	*x = ListGroupsResponse{}
+	mi := &file_groupkv_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGroupsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGroupsResponse) ProtoMessage() {}
+
+func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGroupsResponse.ProtoReflect.Descriptor instead.
+func (*ListGroupsResponse) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *ListGroupsResponse) GetGroups() []*GroupInfo {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+type DeleteGroupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteGroupRequest) Reset() {
+	*x = DeleteGroupRequest{}
+	mi := &file_groupkv_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteGroupRequest) ProtoMessage() {}
+
+func (x *DeleteGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteGroupRequest.ProtoReflect.Descriptor instead.
+func (*DeleteGroupRequest) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *DeleteGroupRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type DeleteGroupResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteGroupResponse) Reset() {
+	*x = DeleteGroupResponse{}
+	mi := &file_groupkv_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteGroupResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteGroupResponse) ProtoMessage() {}
+
+func (x *DeleteGroupResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteGroupResponse.ProtoReflect.Descriptor instead.
+func (*DeleteGroupResponse) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{62}
+}
+
+// BeginGroupTxnRequest begins a group transaction attempt: the fields of
+// BeginTxnRequest, with the group. A group transaction is serializable
+// (optimistic, validated at commit by the group's leader): isolation must
+// be empty or "serializable".
+type BeginGroupTxnRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Isolation     string                 `protobuf:"bytes,2,opt,name=isolation,proto3" json:"isolation,omitempty"`
+	RetryOf       string                 `protobuf:"bytes,3,opt,name=retry_of,json=retryOf,proto3" json:"retry_of,omitempty"`
+	ReadOnly      bool                   `protobuf:"varint,4,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BeginGroupTxnRequest) Reset() {
+	*x = BeginGroupTxnRequest{}
+	mi := &file_groupkv_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BeginGroupTxnRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BeginGroupTxnRequest) ProtoMessage() {}
+
+func (x *BeginGroupTxnRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BeginGroupTxnRequest.ProtoReflect.Descriptor instead.
+func (*BeginGroupTxnRequest) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *BeginGroupTxnRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *BeginGroupTxnRequest) GetIsolation() string {
+	if x != nil {
+		return x.Isolation
+	}
+	return ""
+}
+
+func (x *BeginGroupTxnRequest) GetRetryOf() string {
+	if x != nil {
+		return x.RetryOf
+	}
+	return ""
+}
+
+func (x *BeginGroupTxnRequest) GetReadOnly() bool {
+	if x != nil {
+		return x.ReadOnly
+	}
+	return false
+}
+
+// ExecGroupTxnRequest is a one-shot transaction on members of a group.
+type ExecGroupTxnRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Compares      []*Compare             `protobuf:"bytes,2,rep,name=compares,proto3" json:"compares,omitempty"`
+	ThenOps       []*TxnOp               `protobuf:"bytes,3,rep,name=then_ops,json=thenOps,proto3" json:"then_ops,omitempty"`
+	ElseOps       []*TxnOp               `protobuf:"bytes,4,rep,name=else_ops,json=elseOps,proto3" json:"else_ops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecGroupTxnRequest) Reset() {
+	*x = ExecGroupTxnRequest{}
+	mi := &file_groupkv_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecGroupTxnRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecGroupTxnRequest) ProtoMessage() {}
+
+func (x *ExecGroupTxnRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecGroupTxnRequest.ProtoReflect.Descriptor instead.
+func (*ExecGroupTxnRequest) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *ExecGroupTxnRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *ExecGroupTxnRequest) GetCompares() []*Compare {
+	if x != nil {
+		return x.Compares
+	}
+	return nil
+}
+
+func (x *ExecGroupTxnRequest) GetThenOps() []*TxnOp {
+	if x != nil {
+		return x.ThenOps
+	}
+	return nil
+}
+
+func (x *ExecGroupTxnRequest) GetElseOps() []*TxnOp {
+	if x != nil {
+		return x.ElseOps
+	}
+	return nil
+}
+
 var File_groupkv_proto protoreflect.FileDescriptor
 
 const file_groupkv_proto_rawDesc = "" +
@@ -2271,7 +4091,138 @@ const file_groupkv_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\fR\x05value\x12\x12\n" +
 	"\x04tags\x18\x04 \x03(\tR\x04tags\x12\x18\n" +
-	"\aversion\x18\x05 \x01(\x04R\aversion2\xba\b\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion\"g\n" +
+	"\x0fBeginTxnRequest\x12\x1c\n" +
+	"\tisolation\x18\x01 \x01(\tR\tisolation\x12\x19\n" +
+	"\bretry_of\x18\x02 \x01(\tR\aretryOf\x12\x1b\n" +
+	"\tread_only\x18\x03 \x01(\bR\breadOnly\"$\n" +
+	"\x10BeginTxnResponse\x12\x10\n" +
+	"\x03txn\x18\x01 \x01(\tR\x03txn\"S\n" +
+	"\rTxnGetRequest\x12\x10\n" +
+	"\x03txn\x18\x01 \x01(\tR\x03txn\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x02 \x01(\tR\n" +
+	"collection\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\fR\x03key\"j\n" +
+	"\x0eTxnGetResponse\x12\x14\n" +
+	"\x05found\x18\x01 \x01(\bR\x05found\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\x12\x12\n" +
+	"\x04tags\x18\x03 \x03(\tR\x04tags\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\"}\n" +
+	"\rTxnPutRequest\x12\x10\n" +
+	"\x03txn\x18\x01 \x01(\tR\x03txn\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x02 \x01(\tR\n" +
+	"collection\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\fR\x03key\x12\x14\n" +
+	"\x05value\x18\x04 \x01(\fR\x05value\x12\x12\n" +
+	"\x04tags\x18\x05 \x03(\tR\x04tags\"\x10\n" +
+	"\x0eTxnPutResponse\"V\n" +
+	"\x10TxnDeleteRequest\x12\x10\n" +
+	"\x03txn\x18\x01 \x01(\tR\x03txn\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x02 \x01(\tR\n" +
+	"collection\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\fR\x03key\"\x13\n" +
+	"\x11TxnDeleteResponse\"\xae\x01\n" +
+	"\x0eTxnScanRequest\x12\x10\n" +
+	"\x03txn\x18\x01 \x01(\tR\x03txn\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x02 \x01(\tR\n" +
+	"collection\x12\x14\n" +
+	"\x05start\x18\x03 \x01(\fR\x05start\x12\x10\n" +
+	"\x03end\x18\x04 \x01(\fR\x03end\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\x03R\x05limit\x12\x18\n" +
+	"\areverse\x18\x06 \x01(\bR\areverse\x12\x12\n" +
+	"\x04page\x18\a \x01(\tR\x04page\"\x8d\x01\n" +
+	"\vTxnTagQuery\x12\x10\n" +
+	"\x03txn\x18\x01 \x01(\tR\x03txn\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x02 \x01(\tR\n" +
+	"collection\x12\x10\n" +
+	"\x03all\x18\x03 \x03(\tR\x03all\x12\x10\n" +
+	"\x03any\x18\x04 \x03(\tR\x03any\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\x03R\x05limit\x12\x12\n" +
+	"\x04page\x18\x06 \x01(\tR\x04page\"$\n" +
+	"\x10CommitTxnRequest\x12\x10\n" +
+	"\x03txn\x18\x01 \x01(\tR\x03txn\"-\n" +
+	"\x11CommitTxnResponse\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\"#\n" +
+	"\x0fAbortTxnRequest\x12\x10\n" +
+	"\x03txn\x18\x01 \x01(\tR\x03txn\"\x12\n" +
+	"\x10AbortTxnResponse\"|\n" +
+	"\aCompare\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\x12\x1a\n" +
+	"\aversion\x18\x03 \x01(\x04H\x00R\aversion\x12\x16\n" +
+	"\x05value\x18\x04 \x01(\fH\x00R\x05valueB\v\n" +
+	"\tcondition\"s\n" +
+	"\x05TxnOp\x12\x0e\n" +
+	"\x02op\x18\x01 \x01(\tR\x02op\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x02 \x01(\tR\n" +
+	"collection\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\fR\x03key\x12\x14\n" +
+	"\x05value\x18\x04 \x01(\fR\x05value\x12\x12\n" +
+	"\x04tags\x18\x05 \x03(\tR\x04tags\"\x9d\x01\n" +
+	"\x0eExecTxnRequest\x12/\n" +
+	"\bcompares\x18\x01 \x03(\v2\x13.groupkv.v1.CompareR\bcompares\x12,\n" +
+	"\bthen_ops\x18\x02 \x03(\v2\x11.groupkv.v1.TxnOpR\athenOps\x12,\n" +
+	"\belse_ops\x18\x03 \x03(\v2\x11.groupkv.v1.TxnOpR\aelseOps\"g\n" +
+	"\vTxnOpResult\x12\x14\n" +
+	"\x05found\x18\x01 \x01(\bR\x05found\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\x12\x12\n" +
+	"\x04tags\x18\x03 \x03(\tR\x04tags\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\"|\n" +
+	"\x0fExecTxnResponse\x12\x1c\n" +
+	"\tsucceeded\x18\x01 \x01(\bR\tsucceeded\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x121\n" +
+	"\aresults\x18\x03 \x03(\v2\x17.groupkv.v1.TxnOpResultR\aresults\"\x92\x01\n" +
+	"\x12CreateGroupRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12*\n" +
+	"\x06leader\x18\x02 \x01(\v2\x12.groupkv.v1.KeyRefR\x06leader\x12,\n" +
+	"\amembers\x18\x03 \x03(\v2\x12.groupkv.v1.KeyRefR\amembers\x12\x12\n" +
+	"\x04mode\x18\x04 \x01(\tR\x04mode\"X\n" +
+	"\fGroupRefusal\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x85\x01\n" +
+	"\x13CreateGroupResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12*\n" +
+	"\x06joined\x18\x02 \x03(\v2\x12.groupkv.v1.KeyRefR\x06joined\x122\n" +
+	"\arefused\x18\x03 \x03(\v2\x18.groupkv.v1.GroupRefusalR\arefused\"&\n" +
+	"\x14DescribeGroupRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xe1\x01\n" +
+	"\tGroupInfo\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12*\n" +
+	"\x06leader\x18\x02 \x01(\v2\x12.groupkv.v1.KeyRefR\x06leader\x12,\n" +
+	"\amembers\x18\x03 \x03(\v2\x12.groupkv.v1.KeyRefR\amembers\x12\x12\n" +
+	"\x04mode\x18\x04 \x01(\tR\x04mode\x12\x1f\n" +
+	"\vleader_node\x18\x05 \x01(\x04R\n" +
+	"leaderNode\x12\x14\n" +
+	"\x05state\x18\x06 \x01(\tR\x05state\x12\x1f\n" +
+	"\vshipper_lag\x18\a \x01(\x03R\n" +
+	"shipperLag\"\x13\n" +
+	"\x11ListGroupsRequest\"C\n" +
+	"\x12ListGroupsResponse\x12-\n" +
+	"\x06groups\x18\x01 \x03(\v2\x15.groupkv.v1.GroupInfoR\x06groups\"$\n" +
+	"\x12DeleteGroupRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x15\n" +
+	"\x13DeleteGroupResponse\"\x82\x01\n" +
+	"\x14BeginGroupTxnRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x1c\n" +
+	"\tisolation\x18\x02 \x01(\tR\tisolation\x12\x19\n" +
+	"\bretry_of\x18\x03 \x01(\tR\aretryOf\x12\x1b\n" +
+	"\tread_only\x18\x04 \x01(\bR\breadOnly\"\xb8\x01\n" +
+	"\x13ExecGroupTxnRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12/\n" +
+	"\bcompares\x18\x02 \x03(\v2\x13.groupkv.v1.CompareR\bcompares\x12,\n" +
+	"\bthen_ops\x18\x03 \x03(\v2\x11.groupkv.v1.TxnOpR\athenOps\x12,\n" +
+	"\belse_ops\x18\x04 \x03(\v2\x11.groupkv.v1.TxnOpR\aelseOps2\xfc\x10\n" +
 	"\aGroupKV\x12S\n" +
 	"\x10CreateCollection\x12#.groupkv.v1.CreateCollectionRequest\x1a\x1a.groupkv.v1.CollectionInfo\x12Z\n" +
 	"\x0fListCollections\x12\".groupkv.v1.ListCollectionsRequest\x1a#.groupkv.v1.ListCollectionsResponse\x12W\n" +
@@ -2287,7 +4238,23 @@ const file_groupkv_proto_rawDesc = "" +
 	"\x04Scan\x12\x17.groupkv.v1.ScanRequest\x1a\x18.groupkv.v1.ScanResponse\x12;\n" +
 	"\tGetByTags\x12\x14.groupkv.v1.TagQuery\x1a\x18.groupkv.v1.ScanResponse\x126\n" +
 	"\x05Watch\x12\x18.groupkv.v1.WatchRequest\x1a\x11.groupkv.v1.Event0\x01\x12<\n" +
-	"\x05Ready\x12\x18.groupkv.v1.ReadyRequest\x1a\x19.groupkv.v1.ReadyResponseB6Z4github.com/groupkv/groupkv/proto/groupkvpb;groupkvpbb\x06proto3"
+	"\x05Ready\x12\x18.groupkv.v1.ReadyRequest\x1a\x19.groupkv.v1.ReadyResponse\x12E\n" +
+	"\bBeginTxn\x12\x1b.groupkv.v1.BeginTxnRequest\x1a\x1c.groupkv.v1.BeginTxnResponse\x12?\n" +
+	"\x06TxnGet\x12\x19.groupkv.v1.TxnGetRequest\x1a\x1a.groupkv.v1.TxnGetResponse\x12?\n" +
+	"\x06TxnPut\x12\x19.groupkv.v1.TxnPutRequest\x1a\x1a.groupkv.v1.TxnPutResponse\x12H\n" +
+	"\tTxnDelete\x12\x1c.groupkv.v1.TxnDeleteRequest\x1a\x1d.groupkv.v1.TxnDeleteResponse\x12?\n" +
+	"\aTxnScan\x12\x1a.groupkv.v1.TxnScanRequest\x1a\x18.groupkv.v1.ScanResponse\x12A\n" +
+	"\fTxnGetByTags\x12\x17.groupkv.v1.TxnTagQuery\x1a\x18.groupkv.v1.ScanResponse\x12H\n" +
+	"\tCommitTxn\x12\x1c.groupkv.v1.CommitTxnRequest\x1a\x1d.groupkv.v1.CommitTxnResponse\x12E\n" +
+	"\bAbortTxn\x12\x1b.groupkv.v1.AbortTxnRequest\x1a\x1c.groupkv.v1.AbortTxnResponse\x12B\n" +
+	"\aExecTxn\x12\x1a.groupkv.v1.ExecTxnRequest\x1a\x1b.groupkv.v1.ExecTxnResponse\x12N\n" +
+	"\vCreateGroup\x12\x1e.groupkv.v1.CreateGroupRequest\x1a\x1f.groupkv.v1.CreateGroupResponse\x12H\n" +
+	"\rDescribeGroup\x12 .groupkv.v1.DescribeGroupRequest\x1a\x15.groupkv.v1.GroupInfo\x12K\n" +
+	"\n" +
+	"ListGroups\x12\x1d.groupkv.v1.ListGroupsRequest\x1a\x1e.groupkv.v1.ListGroupsResponse\x12N\n" +
+	"\vDeleteGroup\x12\x1e.groupkv.v1.DeleteGroupRequest\x1a\x1f.groupkv.v1.DeleteGroupResponse\x12O\n" +
+	"\rBeginGroupTxn\x12 .groupkv.v1.BeginGroupTxnRequest\x1a\x1c.groupkv.v1.BeginTxnResponse\x12L\n" +
+	"\fExecGroupTxn\x12\x1f.groupkv.v1.ExecGroupTxnRequest\x1a\x1b.groupkv.v1.ExecTxnResponseB6Z4github.com/groupkv/groupkv/proto/groupkvpb;groupkvpbb\x06proto3"
 
 var (
 	file_groupkv_proto_rawDescOnce sync.Once
@@ -2301,7 +4268,7 @@ func file_groupkv_proto_rawDescGZIP() []byte {
 	return file_groupkv_proto_rawDescData
 }
 
-var file_groupkv_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_groupkv_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
 var file_groupkv_proto_goTypes = []any{
 	(*ErrorDetail)(nil),               // 0: groupkv.v1.ErrorDetail
 	(*CreateCollectionRequest)(nil),   // 1: groupkv.v1.CreateCollectionRequest
@@ -2338,6 +4305,36 @@ var file_groupkv_proto_goTypes = []any{
 	(*TagQuery)(nil),                  // 32: groupkv.v1.TagQuery
 	(*WatchRequest)(nil),              // 33: groupkv.v1.WatchRequest
 	(*Event)(nil),                     // 34: groupkv.v1.Event
+	(*BeginTxnRequest)(nil),           // 35: groupkv.v1.BeginTxnRequest
+	(*BeginTxnResponse)(nil),          // 36: groupkv.v1.BeginTxnResponse
+	(*TxnGetRequest)(nil),             // 37: groupkv.v1.TxnGetRequest
+	(*TxnGetResponse)(nil),            // 38: groupkv.v1.TxnGetResponse
+	(*TxnPutRequest)(nil),             // 39: groupkv.v1.TxnPutRequest
+	(*TxnPutResponse)(nil),            // 40: groupkv.v1.TxnPutResponse
+	(*TxnDeleteRequest)(nil),          // 41: groupkv.v1.TxnDeleteRequest
+	(*TxnDeleteResponse)(nil),         // 42: groupkv.v1.TxnDeleteResponse
+	(*TxnScanRequest)(nil),            // 43: groupkv.v1.TxnScanRequest
+	(*TxnTagQuery)(nil),               // 44: groupkv.v1.TxnTagQuery
+	(*CommitTxnRequest)(nil),          // 45: groupkv.v1.CommitTxnRequest
+	(*CommitTxnResponse)(nil),         // 46: groupkv.v1.CommitTxnResponse
+	(*AbortTxnRequest)(nil),           // 47: groupkv.v1.AbortTxnRequest
+	(*AbortTxnResponse)(nil),          // 48: groupkv.v1.AbortTxnResponse
+	(*Compare)(nil),                   // 49: groupkv.v1.Compare
+	(*TxnOp)(nil),                     // 50: groupkv.v1.TxnOp
+	(*ExecTxnRequest)(nil),            // 51: groupkv.v1.ExecTxnRequest
+	(*TxnOpResult)(nil),               // 52: groupkv.v1.TxnOpResult
+	(*ExecTxnResponse)(nil),           // 53: groupkv.v1.ExecTxnResponse
+	(*CreateGroupRequest)(nil),        // 54: groupkv.v1.CreateGroupRequest
+	(*GroupRefusal)(nil),              // 55: groupkv.v1.GroupRefusal
+	(*CreateGroupResponse)(nil),       // 56: groupkv.v1.CreateGroupResponse
+	(*DescribeGroupRequest)(nil),      // 57: groupkv.v1.DescribeGroupRequest
+	(*GroupInfo)(nil),                 // 58: groupkv.v1.GroupInfo
+	(*ListGroupsRequest)(nil),         // 59: groupkv.v1.ListGroupsRequest
+	(*ListGroupsResponse)(nil),        // 60: groupkv.v1.ListGroupsResponse
+	(*DeleteGroupRequest)(nil),        // 61: groupkv.v1.DeleteGroupRequest
+	(*DeleteGroupResponse)(nil),       // 62: groupkv.v1.DeleteGroupResponse
+	(*BeginGroupTxnRequest)(nil),      // 63: groupkv.v1.BeginGroupTxnRequest
+	(*ExecGroupTxnRequest)(nil),       // 64: groupkv.v1.ExecGroupTxnRequest
 }
 var file_groupkv_proto_depIdxs = []int32{
 	2,  // 0: groupkv.v1.CollectionInfo.shards:type_name -> groupkv.v1.ShardInfo
@@ -2349,41 +4346,85 @@ var file_groupkv_proto_depIdxs = []int32{
 	24, // 6: groupkv.v1.BatchWriteResponse.results:type_name -> groupkv.v1.WriteResult
 	24, // 7: groupkv.v1.BatchErrorDetail.applied:type_name -> groupkv.v1.WriteResult
 	29, // 8: groupkv.v1.ScanResponse.items:type_name -> groupkv.v1.Record
-	1,  // 9: groupkv.v1.GroupKV.CreateCollection:input_type -> groupkv.v1.CreateCollectionRequest
-	4,  // 10: groupkv.v1.GroupKV.ListCollections:input_type -> groupkv.v1.ListCollectionsRequest
-	6,  // 11: groupkv.v1.GroupKV.DescribeCollection:input_type -> groupkv.v1.DescribeCollectionRequest
-	7,  // 12: groupkv.v1.GroupKV.DropCollection:input_type -> groupkv.v1.DropCollectionRequest
-	9,  // 13: groupkv.v1.GroupKV.Put:input_type -> groupkv.v1.PutRequest
-	11, // 14: groupkv.v1.GroupKV.Get:input_type -> groupkv.v1.GetRequest
-	13, // 15: groupkv.v1.GroupKV.Delete:input_type -> groupkv.v1.DeleteRequest
-	18, // 16: groupkv.v1.GroupKV.BatchGet:input_type -> groupkv.v1.BatchGetRequest
-	22, // 17: groupkv.v1.GroupKV.BatchPut:input_type -> groupkv.v1.BatchPutRequest
-	23, // 18: groupkv.v1.GroupKV.BatchDelete:input_type -> groupkv.v1.BatchDeleteRequest
-	27, // 19: groupkv.v1.GroupKV.DeleteRange:input_type -> groupkv.v1.DeleteRangeRequest
-	30, // 20: groupkv.v1.GroupKV.Scan:input_type -> groupkv.v1.ScanRequest
-	32, // 21: groupkv.v1.GroupKV.GetByTags:input_type -> groupkv.v1.TagQuery
-	33, // 22: groupkv.v1.GroupKV.Watch:input_type -> groupkv.v1.WatchRequest
-	15, // 23: groupkv.v1.GroupKV.Ready:input_type -> groupkv.v1.ReadyRequest
-	3,  // 24: groupkv.v1.GroupKV.CreateCollection:output_type -> groupkv.v1.CollectionInfo
-	5,  // 25: groupkv.v1.GroupKV.ListCollections:output_type -> groupkv.v1.ListCollectionsResponse
-	3,  // 26: groupkv.v1.GroupKV.DescribeCollection:output_type -> groupkv.v1.CollectionInfo
-	8,  // 27: groupkv.v1.GroupKV.DropCollection:output_type -> groupkv.v1.DropCollectionResponse
-	10, // 28: groupkv.v1.GroupKV.Put:output_type -> groupkv.v1.PutResponse
-	12, // 29: groupkv.v1.GroupKV.Get:output_type -> groupkv.v1.GetResponse
-	14, // 30: groupkv.v1.GroupKV.Delete:output_type -> groupkv.v1.DeleteResponse
-	20, // 31: groupkv.v1.GroupKV.BatchGet:output_type -> groupkv.v1.BatchGetResponse
-	25, // 32: groupkv.v1.GroupKV.BatchPut:output_type -> groupkv.v1.BatchWriteResponse
-	25, // 33: groupkv.v1.GroupKV.BatchDelete:output_type -> groupkv.v1.BatchWriteResponse
-	28, // 34: groupkv.v1.GroupKV.DeleteRange:output_type -> groupkv.v1.DeleteRangeResponse
-	31, // 35: groupkv.v1.GroupKV.Scan:output_type -> groupkv.v1.ScanResponse
-	31, // 36: groupkv.v1.GroupKV.GetByTags:output_type -> groupkv.v1.ScanResponse
-	34, // 37: groupkv.v1.GroupKV.Watch:output_type -> groupkv.v1.Event
-	16, // 38: groupkv.v1.GroupKV.Ready:output_type -> groupkv.v1.ReadyResponse
-	24, // [24:39] is the sub-list for method output_type
-	9,  // [9:24] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	49, // 9: groupkv.v1.ExecTxnRequest.compares:type_name -> groupkv.v1.Compare
+	50, // 10: groupkv.v1.ExecTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
+	50, // 11: groupkv.v1.ExecTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
+	52, // 12: groupkv.v1.ExecTxnResponse.results:type_name -> groupkv.v1.TxnOpResult
+	17, // 13: groupkv.v1.CreateGroupRequest.leader:type_name -> groupkv.v1.KeyRef
+	17, // 14: groupkv.v1.CreateGroupRequest.members:type_name -> groupkv.v1.KeyRef
+	17, // 15: groupkv.v1.CreateGroupResponse.joined:type_name -> groupkv.v1.KeyRef
+	55, // 16: groupkv.v1.CreateGroupResponse.refused:type_name -> groupkv.v1.GroupRefusal
+	17, // 17: groupkv.v1.GroupInfo.leader:type_name -> groupkv.v1.KeyRef
+	17, // 18: groupkv.v1.GroupInfo.members:type_name -> groupkv.v1.KeyRef
+	58, // 19: groupkv.v1.ListGroupsResponse.groups:type_name -> groupkv.v1.GroupInfo
+	49, // 20: groupkv.v1.ExecGroupTxnRequest.compares:type_name -> groupkv.v1.Compare
+	50, // 21: groupkv.v1.ExecGroupTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
+	50, // 22: groupkv.v1.ExecGroupTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
+	1,  // 23: groupkv.v1.GroupKV.CreateCollection:input_type -> groupkv.v1.CreateCollectionRequest
+	4,  // 24: groupkv.v1.GroupKV.ListCollections:input_type -> groupkv.v1.ListCollectionsRequest
+	6,  // 25: groupkv.v1.GroupKV.DescribeCollection:input_type -> groupkv.v1.DescribeCollectionRequest
+	7,  // 26: groupkv.v1.GroupKV.DropCollection:input_type -> groupkv.v1.DropCollectionRequest
+	9,  // 27: groupkv.v1.GroupKV.Put:input_type -> groupkv.v1.PutRequest
+	11, // 28: groupkv.v1.GroupKV.Get:input_type -> groupkv.v1.GetRequest
+	13, // 29: groupkv.v1.GroupKV.Delete:input_type -> groupkv.v1.DeleteRequest
+	18, // 30: groupkv.v1.GroupKV.BatchGet:input_type -> groupkv.v1.BatchGetRequest
+	22, // 31: groupkv.v1.GroupKV.BatchPut:input_type -> groupkv.v1.BatchPutRequest
+	23, // 32: groupkv.v1.GroupKV.BatchDelete:input_type -> groupkv.v1.BatchDeleteRequest
+	27, // 33: groupkv.v1.GroupKV.DeleteRange:input_type -> groupkv.v1.DeleteRangeRequest
+	30, // 34: groupkv.v1.GroupKV.Scan:input_type -> groupkv.v1.ScanRequest
+	32, // 35: groupkv.v1.GroupKV.GetByTags:input_type -> groupkv.v1.TagQuery
+	33, // 36: groupkv.v1.GroupKV.Watch:input_type -> groupkv.v1.WatchRequest
+	15, // 37: groupkv.v1.GroupKV.Ready:input_type -> groupkv.v1.ReadyRequest
+	35, // 38: groupkv.v1.GroupKV.BeginTxn:input_type -> groupkv.v1.BeginTxnRequest
+	37, // 39: groupkv.v1.GroupKV.TxnGet:input_type -> groupkv.v1.TxnGetRequest
+	39, // 40: groupkv.v1.GroupKV.TxnPut:input_type -> groupkv.v1.TxnPutRequest
+	41, // 41: groupkv.v1.GroupKV.TxnDelete:input_type -> groupkv.v1.TxnDeleteRequest
+	43, // 42: groupkv.v1.GroupKV.TxnScan:input_type -> groupkv.v1.TxnScanRequest
+	44, // 43: groupkv.v1.GroupKV.TxnGetByTags:input_type -> groupkv.v1.TxnTagQuery
+	45, // 44: groupkv.v1.GroupKV.CommitTxn:input_type -> groupkv.v1.CommitTxnRequest
+	47, // 45: groupkv.v1.GroupKV.AbortTxn:input_type -> groupkv.v1.AbortTxnRequest
+	51, // 46: groupkv.v1.GroupKV.ExecTxn:input_type -> groupkv.v1.ExecTxnRequest
+	54, // 47: groupkv.v1.GroupKV.CreateGroup:input_type -> groupkv.v1.CreateGroupRequest
+	57, // 48: groupkv.v1.GroupKV.DescribeGroup:input_type -> groupkv.v1.DescribeGroupRequest
+	59, // 49: groupkv.v1.GroupKV.ListGroups:input_type -> groupkv.v1.ListGroupsRequest
+	61, // 50: groupkv.v1.GroupKV.DeleteGroup:input_type -> groupkv.v1.DeleteGroupRequest
+	63, // 51: groupkv.v1.GroupKV.BeginGroupTxn:input_type -> groupkv.v1.BeginGroupTxnRequest
+	64, // 52: groupkv.v1.GroupKV.ExecGroupTxn:input_type -> groupkv.v1.ExecGroupTxnRequest
+	3,  // 53: groupkv.v1.GroupKV.CreateCollection:output_type -> groupkv.v1.CollectionInfo
+	5,  // 54: groupkv.v1.GroupKV.ListCollections:output_type -> groupkv.v1.ListCollectionsResponse
+	3,  // 55: groupkv.v1.GroupKV.DescribeCollection:output_type -> groupkv.v1.CollectionInfo
+	8,  // 56: groupkv.v1.GroupKV.DropCollection:output_type -> groupkv.v1.DropCollectionResponse
+	10, // 57: groupkv.v1.GroupKV.Put:output_type -> groupkv.v1.PutResponse
+	12, // 58: groupkv.v1.GroupKV.Get:output_type -> groupkv.v1.GetResponse
+	14, // 59: groupkv.v1.GroupKV.Delete:output_type -> groupkv.v1.DeleteResponse
+	20, // 60: groupkv.v1.GroupKV.BatchGet:output_type -> groupkv.v1.BatchGetResponse
+	25, // 61: groupkv.v1.GroupKV.BatchPut:output_type -> groupkv.v1.BatchWriteResponse
+	25, // 62: groupkv.v1.GroupKV.BatchDelete:output_type -> groupkv.v1.BatchWriteResponse
+	28, // 63: groupkv.v1.GroupKV.DeleteRange:output_type -> groupkv.v1.DeleteRangeResponse
+	31, // 64: groupkv.v1.GroupKV.Scan:output_type -> groupkv.v1.ScanResponse
+	31, // 65: groupkv.v1.GroupKV.GetByTags:output_type -> groupkv.v1.ScanResponse
+	34, // 66: groupkv.v1.GroupKV.Watch:output_type -> groupkv.v1.Event
+	16, // 67: groupkv.v1.GroupKV.Ready:output_type -> groupkv.v1.ReadyResponse
+	36, // 68: groupkv.v1.GroupKV.BeginTxn:output_type -> groupkv.v1.BeginTxnResponse
+	38, // 69: groupkv.v1.GroupKV.TxnGet:output_type -> groupkv.v1.TxnGetResponse
+	40, // 70: groupkv.v1.GroupKV.TxnPut:output_type -> groupkv.v1.TxnPutResponse
+	42, // 71: groupkv.v1.GroupKV.TxnDelete:output_type -> groupkv.v1.TxnDeleteResponse
+	31, // 72: groupkv.v1.GroupKV.TxnScan:output_type -> groupkv.v1.ScanResponse
+	31, // 73: groupkv.v1.GroupKV.TxnGetByTags:output_type -> groupkv.v1.ScanResponse
+	46, // 74: groupkv.v1.GroupKV.CommitTxn:output_type -> groupkv.v1.CommitTxnResponse
+	48, // 75: groupkv.v1.GroupKV.AbortTxn:output_type -> groupkv.v1.AbortTxnResponse
+	53, // 76: groupkv.v1.GroupKV.ExecTxn:output_type -> groupkv.v1.ExecTxnResponse
+	56, // 77: groupkv.v1.GroupKV.CreateGroup:output_type -> groupkv.v1.CreateGroupResponse
+	58, // 78: groupkv.v1.GroupKV.DescribeGroup:output_type -> groupkv.v1.GroupInfo
+	60, // 79: groupkv.v1.GroupKV.ListGroups:output_type -> groupkv.v1.ListGroupsResponse
+	62, // 80: groupkv.v1.GroupKV.DeleteGroup:output_type -> groupkv.v1.DeleteGroupResponse
+	36, // 81: groupkv.v1.GroupKV.BeginGroupTxn:output_type -> groupkv.v1.BeginTxnResponse
+	53, // 82: groupkv.v1.GroupKV.ExecGroupTxn:output_type -> groupkv.v1.ExecTxnResponse
+	53, // [53:83] is the sub-list for method output_type
+	23, // [23:53] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_groupkv_proto_init() }
@@ -2394,13 +4435,17 @@ func file_groupkv_proto_init() {
 	file_groupkv_proto_msgTypes[9].OneofWrappers = []any{}
 	file_groupkv_proto_msgTypes[13].OneofWrappers = []any{}
 	file_groupkv_proto_msgTypes[21].OneofWrappers = []any{}
+	file_groupkv_proto_msgTypes[49].OneofWrappers = []any{
+		(*Compare_Version)(nil),
+		(*Compare_Value)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_groupkv_proto_rawDesc), len(file_groupkv_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   35,
+			NumMessages:   65,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,6 +1,6 @@
-// The gRPC API of groupkv. It mirrors kv.Backend
-// (github.com/groupkv/groupkv/internal/kv) one RPC per method; see that
-// package for the meaning of every field.
+// The gRPC API of groupkv. It mirrors kv.Backend, kv.TxnBackend and
+// kv.GroupBackend (github.com/groupkv/groupkv/internal/kv) one RPC per
+// method; see that package for the meaning of every field.
 //
 // Errors: a failed RPC carries a gRPC status whose message is the
 // groupkv error's message and whose details hold one ErrorDetail naming the
@@ -12,16 +12,21 @@
 //   not_found, collection_not_found          NOT_FOUND
 //   already_exists                           ALREADY_EXISTS
 //   txn_aborted, key_in_group,
-//   placement_tag_changed                    ABORTED
+//   group_refused, placement_tag_changed     ABORTED
 //   compacted                                OUT_OF_RANGE
 //   condition_failed                         FAILED_PRECONDITION
 //   too_large                                RESOURCE_EXHAUSTED
-//   unavailable                              UNAVAILABLE
+//   unavailable, not_leader                  UNAVAILABLE
 //   commit_unknown                           UNKNOWN
+//   unimplemented                            UNIMPLEMENTED
 //   internal                                 INTERNAL
 //
+// Several groupkv codes share a gRPC code (ABORTED is txn_aborted,
+// key_in_group, group_refused or placement_tag_changed): a client tells them
+// apart by the ErrorDetail (or the trailer), never by the status code alone.
 // A request whose context ended on the server answers CANCELLED or
-// DEADLINE_EXCEEDED without an ErrorDetail.
+// DEADLINE_EXCEEDED without an ErrorDetail. A server older than an RPC
+// answers it UNIMPLEMENTED without an ErrorDetail.
 //
 // A batch write that failed after some shards applied their part
 // (kv.BatchError) adds a second detail, BatchErrorDetail, listing the records
@@ -69,6 +74,21 @@ const (
 	GroupKV_GetByTags_FullMethodName          = "/groupkv.v1.GroupKV/GetByTags"
 	GroupKV_Watch_FullMethodName              = "/groupkv.v1.GroupKV/Watch"
 	GroupKV_Ready_FullMethodName              = "/groupkv.v1.GroupKV/Ready"
+	GroupKV_BeginTxn_FullMethodName           = "/groupkv.v1.GroupKV/BeginTxn"
+	GroupKV_TxnGet_FullMethodName             = "/groupkv.v1.GroupKV/TxnGet"
+	GroupKV_TxnPut_FullMethodName             = "/groupkv.v1.GroupKV/TxnPut"
+	GroupKV_TxnDelete_FullMethodName          = "/groupkv.v1.GroupKV/TxnDelete"
+	GroupKV_TxnScan_FullMethodName            = "/groupkv.v1.GroupKV/TxnScan"
+	GroupKV_TxnGetByTags_FullMethodName       = "/groupkv.v1.GroupKV/TxnGetByTags"
+	GroupKV_CommitTxn_FullMethodName          = "/groupkv.v1.GroupKV/CommitTxn"
+	GroupKV_AbortTxn_FullMethodName           = "/groupkv.v1.GroupKV/AbortTxn"
+	GroupKV_ExecTxn_FullMethodName            = "/groupkv.v1.GroupKV/ExecTxn"
+	GroupKV_CreateGroup_FullMethodName        = "/groupkv.v1.GroupKV/CreateGroup"
+	GroupKV_DescribeGroup_FullMethodName      = "/groupkv.v1.GroupKV/DescribeGroup"
+	GroupKV_ListGroups_FullMethodName         = "/groupkv.v1.GroupKV/ListGroups"
+	GroupKV_DeleteGroup_FullMethodName        = "/groupkv.v1.GroupKV/DeleteGroup"
+	GroupKV_BeginGroupTxn_FullMethodName      = "/groupkv.v1.GroupKV/BeginGroupTxn"
+	GroupKV_ExecGroupTxn_FullMethodName       = "/groupkv.v1.GroupKV/ExecGroupTxn"
 )
 
 // GroupKVClient is the client API for GroupKV service.
@@ -92,6 +112,42 @@ type GroupKVClient interface {
 	// Ready answers OK when the node serves requests (kv.Backend.Ready), and
 	// the error that says why not otherwise.
 	Ready(ctx context.Context, in *ReadyRequest, opts ...grpc.CallOption) (*ReadyResponse, error)
+	// Transactions (kv.TxnBackend). BeginTxn answers the id of a new attempt;
+	// the attempt lives on the node that began it, so its operations, commit
+	// and abort must be sent to that node (the client sends them on the
+	// connection that began it). An operation of an attempt that was aborted
+	// fails with txn_aborted: begin a new attempt with retry_of set to the
+	// aborted one's id, which keeps its priority. A commit whose outcome the
+	// node cannot tell fails with commit_unknown. A server whose backend
+	// serves no transactions answers UNIMPLEMENTED (code unimplemented).
+	BeginTxn(ctx context.Context, in *BeginTxnRequest, opts ...grpc.CallOption) (*BeginTxnResponse, error)
+	TxnGet(ctx context.Context, in *TxnGetRequest, opts ...grpc.CallOption) (*TxnGetResponse, error)
+	TxnPut(ctx context.Context, in *TxnPutRequest, opts ...grpc.CallOption) (*TxnPutResponse, error)
+	TxnDelete(ctx context.Context, in *TxnDeleteRequest, opts ...grpc.CallOption) (*TxnDeleteResponse, error)
+	TxnScan(ctx context.Context, in *TxnScanRequest, opts ...grpc.CallOption) (*ScanResponse, error)
+	TxnGetByTags(ctx context.Context, in *TxnTagQuery, opts ...grpc.CallOption) (*ScanResponse, error)
+	CommitTxn(ctx context.Context, in *CommitTxnRequest, opts ...grpc.CallOption) (*CommitTxnResponse, error)
+	// AbortTxn is idempotent: aborting an unknown or finished attempt
+	// succeeds.
+	AbortTxn(ctx context.Context, in *AbortTxnRequest, opts ...grpc.CallOption) (*AbortTxnResponse, error)
+	// ExecTxn runs a one-shot transaction: if every compare holds, then_ops,
+	// else else_ops, in one transaction the server retries on conflict.
+	ExecTxn(ctx context.Context, in *ExecTxnRequest, opts ...grpc.CallOption) (*ExecTxnResponse, error)
+	// Key Groups (kv.GroupBackend). An attempt begun by BeginGroupTxn is
+	// operated on with TxnGet, TxnPut, TxnDelete, CommitTxn and AbortTxn like
+	// any other, on the node that began it. A server whose backend serves no
+	// key groups answers UNIMPLEMENTED (code unimplemented).
+	//
+	// CreateGroup answers once the creation is over: an atomic group that
+	// could not take every key fails with group_refused, an id in use with
+	// already_exists. DeleteGroup answers once every key is owned by its
+	// shard again. An unknown id is not_found.
+	CreateGroup(ctx context.Context, in *CreateGroupRequest, opts ...grpc.CallOption) (*CreateGroupResponse, error)
+	DescribeGroup(ctx context.Context, in *DescribeGroupRequest, opts ...grpc.CallOption) (*GroupInfo, error)
+	ListGroups(ctx context.Context, in *ListGroupsRequest, opts ...grpc.CallOption) (*ListGroupsResponse, error)
+	DeleteGroup(ctx context.Context, in *DeleteGroupRequest, opts ...grpc.CallOption) (*DeleteGroupResponse, error)
+	BeginGroupTxn(ctx context.Context, in *BeginGroupTxnRequest, opts ...grpc.CallOption) (*BeginTxnResponse, error)
+	ExecGroupTxn(ctx context.Context, in *ExecGroupTxnRequest, opts ...grpc.CallOption) (*ExecTxnResponse, error)
 }
 
 type groupKVClient struct {
@@ -261,6 +317,156 @@ func (c *groupKVClient) Ready(ctx context.Context, in *ReadyRequest, opts ...grp
 	return out, nil
 }
 
+func (c *groupKVClient) BeginTxn(ctx context.Context, in *BeginTxnRequest, opts ...grpc.CallOption) (*BeginTxnResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BeginTxnResponse)
+	err := c.cc.Invoke(ctx, GroupKV_BeginTxn_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *groupKVClient) TxnGet(ctx context.Context, in *TxnGetRequest, opts ...grpc.CallOption) (*TxnGetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TxnGetResponse)
+	err := c.cc.Invoke(ctx, GroupKV_TxnGet_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *groupKVClient) TxnPut(ctx context.Context, in *TxnPutRequest, opts ...grpc.CallOption) (*TxnPutResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TxnPutResponse)
+	err := c.cc.Invoke(ctx, GroupKV_TxnPut_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *groupKVClient) TxnDelete(ctx context.Context, in *TxnDeleteRequest, opts ...grpc.CallOption) (*TxnDeleteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TxnDeleteResponse)
+	err := c.cc.Invoke(ctx, GroupKV_TxnDelete_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *groupKVClient) TxnScan(ctx context.Context, in *TxnScanRequest, opts ...grpc.CallOption) (*ScanResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ScanResponse)
+	err := c.cc.Invoke(ctx, GroupKV_TxnScan_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *groupKVClient) TxnGetByTags(ctx context.Context, in *TxnTagQuery, opts ...grpc.CallOption) (*ScanResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ScanResponse)
+	err := c.cc.Invoke(ctx, GroupKV_TxnGetByTags_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *groupKVClient) CommitTxn(ctx context.Context, in *CommitTxnRequest, opts ...grpc.CallOption) (*CommitTxnResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CommitTxnResponse)
+	err := c.cc.Invoke(ctx, GroupKV_CommitTxn_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *groupKVClient) AbortTxn(ctx context.Context, in *AbortTxnRequest, opts ...grpc.CallOption) (*AbortTxnResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AbortTxnResponse)
+	err := c.cc.Invoke(ctx, GroupKV_AbortTxn_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *groupKVClient) ExecTxn(ctx context.Context, in *ExecTxnRequest, opts ...grpc.CallOption) (*ExecTxnResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExecTxnResponse)
+	err := c.cc.Invoke(ctx, GroupKV_ExecTxn_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *groupKVClient) CreateGroup(ctx context.Context, in *CreateGroupRequest, opts ...grpc.CallOption) (*CreateGroupResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateGroupResponse)
+	err := c.cc.Invoke(ctx, GroupKV_CreateGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *groupKVClient) DescribeGroup(ctx context.Context, in *DescribeGroupRequest, opts ...grpc.CallOption) (*GroupInfo, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GroupInfo)
+	err := c.cc.Invoke(ctx, GroupKV_DescribeGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *groupKVClient) ListGroups(ctx context.Context, in *ListGroupsRequest, opts ...grpc.CallOption) (*ListGroupsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListGroupsResponse)
+	err := c.cc.Invoke(ctx, GroupKV_ListGroups_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *groupKVClient) DeleteGroup(ctx context.Context, in *DeleteGroupRequest, opts ...grpc.CallOption) (*DeleteGroupResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteGroupResponse)
+	err := c.cc.Invoke(ctx, GroupKV_DeleteGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *groupKVClient) BeginGroupTxn(ctx context.Context, in *BeginGroupTxnRequest, opts ...grpc.CallOption) (*BeginTxnResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BeginTxnResponse)
+	err := c.cc.Invoke(ctx, GroupKV_BeginGroupTxn_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *groupKVClient) ExecGroupTxn(ctx context.Context, in *ExecGroupTxnRequest, opts ...grpc.CallOption) (*ExecTxnResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExecTxnResponse)
+	err := c.cc.Invoke(ctx, GroupKV_ExecGroupTxn_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GroupKVServer is the server API for GroupKV service.
 // All implementations must embed UnimplementedGroupKVServer
 // for forward compatibility.
@@ -282,6 +488,42 @@ type GroupKVServer interface {
 	// Ready answers OK when the node serves requests (kv.Backend.Ready), and
 	// the error that says why not otherwise.
 	Ready(context.Context, *ReadyRequest) (*ReadyResponse, error)
+	// Transactions (kv.TxnBackend). BeginTxn answers the id of a new attempt;
+	// the attempt lives on the node that began it, so its operations, commit
+	// and abort must be sent to that node (the client sends them on the
+	// connection that began it). An operation of an attempt that was aborted
+	// fails with txn_aborted: begin a new attempt with retry_of set to the
+	// aborted one's id, which keeps its priority. A commit whose outcome the
+	// node cannot tell fails with commit_unknown. A server whose backend
+	// serves no transactions answers UNIMPLEMENTED (code unimplemented).
+	BeginTxn(context.Context, *BeginTxnRequest) (*BeginTxnResponse, error)
+	TxnGet(context.Context, *TxnGetRequest) (*TxnGetResponse, error)
+	TxnPut(context.Context, *TxnPutRequest) (*TxnPutResponse, error)
+	TxnDelete(context.Context, *TxnDeleteRequest) (*TxnDeleteResponse, error)
+	TxnScan(context.Context, *TxnScanRequest) (*ScanResponse, error)
+	TxnGetByTags(context.Context, *TxnTagQuery) (*ScanResponse, error)
+	CommitTxn(context.Context, *CommitTxnRequest) (*CommitTxnResponse, error)
+	// AbortTxn is idempotent: aborting an unknown or finished attempt
+	// succeeds.
+	AbortTxn(context.Context, *AbortTxnRequest) (*AbortTxnResponse, error)
+	// ExecTxn runs a one-shot transaction: if every compare holds, then_ops,
+	// else else_ops, in one transaction the server retries on conflict.
+	ExecTxn(context.Context, *ExecTxnRequest) (*ExecTxnResponse, error)
+	// Key Groups (kv.GroupBackend). An attempt begun by BeginGroupTxn is
+	// operated on with TxnGet, TxnPut, TxnDelete, CommitTxn and AbortTxn like
+	// any other, on the node that began it. A server whose backend serves no
+	// key groups answers UNIMPLEMENTED (code unimplemented).
+	//
+	// CreateGroup answers once the creation is over: an atomic group that
+	// could not take every key fails with group_refused, an id in use with
+	// already_exists. DeleteGroup answers once every key is owned by its
+	// shard again. An unknown id is not_found.
+	CreateGroup(context.Context, *CreateGroupRequest) (*CreateGroupResponse, error)
+	DescribeGroup(context.Context, *DescribeGroupRequest) (*GroupInfo, error)
+	ListGroups(context.Context, *ListGroupsRequest) (*ListGroupsResponse, error)
+	DeleteGroup(context.Context, *DeleteGroupRequest) (*DeleteGroupResponse, error)
+	BeginGroupTxn(context.Context, *BeginGroupTxnRequest) (*BeginTxnResponse, error)
+	ExecGroupTxn(context.Context, *ExecGroupTxnRequest) (*ExecTxnResponse, error)
 	mustEmbedUnimplementedGroupKVServer()
 }
 
@@ -336,6 +578,51 @@ func (UnimplementedGroupKVServer) Watch(*WatchRequest, grpc.ServerStreamingServe
 }
 func (UnimplementedGroupKVServer) Ready(context.Context, *ReadyRequest) (*ReadyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Ready not implemented")
+}
+func (UnimplementedGroupKVServer) BeginTxn(context.Context, *BeginTxnRequest) (*BeginTxnResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BeginTxn not implemented")
+}
+func (UnimplementedGroupKVServer) TxnGet(context.Context, *TxnGetRequest) (*TxnGetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TxnGet not implemented")
+}
+func (UnimplementedGroupKVServer) TxnPut(context.Context, *TxnPutRequest) (*TxnPutResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TxnPut not implemented")
+}
+func (UnimplementedGroupKVServer) TxnDelete(context.Context, *TxnDeleteRequest) (*TxnDeleteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TxnDelete not implemented")
+}
+func (UnimplementedGroupKVServer) TxnScan(context.Context, *TxnScanRequest) (*ScanResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TxnScan not implemented")
+}
+func (UnimplementedGroupKVServer) TxnGetByTags(context.Context, *TxnTagQuery) (*ScanResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TxnGetByTags not implemented")
+}
+func (UnimplementedGroupKVServer) CommitTxn(context.Context, *CommitTxnRequest) (*CommitTxnResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CommitTxn not implemented")
+}
+func (UnimplementedGroupKVServer) AbortTxn(context.Context, *AbortTxnRequest) (*AbortTxnResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AbortTxn not implemented")
+}
+func (UnimplementedGroupKVServer) ExecTxn(context.Context, *ExecTxnRequest) (*ExecTxnResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExecTxn not implemented")
+}
+func (UnimplementedGroupKVServer) CreateGroup(context.Context, *CreateGroupRequest) (*CreateGroupResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateGroup not implemented")
+}
+func (UnimplementedGroupKVServer) DescribeGroup(context.Context, *DescribeGroupRequest) (*GroupInfo, error) {
+	return nil, status.Error(codes.Unimplemented, "method DescribeGroup not implemented")
+}
+func (UnimplementedGroupKVServer) ListGroups(context.Context, *ListGroupsRequest) (*ListGroupsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListGroups not implemented")
+}
+func (UnimplementedGroupKVServer) DeleteGroup(context.Context, *DeleteGroupRequest) (*DeleteGroupResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteGroup not implemented")
+}
+func (UnimplementedGroupKVServer) BeginGroupTxn(context.Context, *BeginGroupTxnRequest) (*BeginTxnResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BeginGroupTxn not implemented")
+}
+func (UnimplementedGroupKVServer) ExecGroupTxn(context.Context, *ExecGroupTxnRequest) (*ExecTxnResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExecGroupTxn not implemented")
 }
 func (UnimplementedGroupKVServer) mustEmbedUnimplementedGroupKVServer() {}
 func (UnimplementedGroupKVServer) testEmbeddedByValue()                 {}
@@ -621,6 +908,276 @@ func _GroupKV_Ready_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _GroupKV_BeginTxn_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BeginTxnRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GroupKVServer).BeginTxn(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GroupKV_BeginTxn_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GroupKVServer).BeginTxn(ctx, req.(*BeginTxnRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GroupKV_TxnGet_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TxnGetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GroupKVServer).TxnGet(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GroupKV_TxnGet_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GroupKVServer).TxnGet(ctx, req.(*TxnGetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GroupKV_TxnPut_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TxnPutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GroupKVServer).TxnPut(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GroupKV_TxnPut_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GroupKVServer).TxnPut(ctx, req.(*TxnPutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GroupKV_TxnDelete_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TxnDeleteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GroupKVServer).TxnDelete(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GroupKV_TxnDelete_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GroupKVServer).TxnDelete(ctx, req.(*TxnDeleteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GroupKV_TxnScan_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TxnScanRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GroupKVServer).TxnScan(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GroupKV_TxnScan_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GroupKVServer).TxnScan(ctx, req.(*TxnScanRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GroupKV_TxnGetByTags_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TxnTagQuery)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GroupKVServer).TxnGetByTags(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GroupKV_TxnGetByTags_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GroupKVServer).TxnGetByTags(ctx, req.(*TxnTagQuery))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GroupKV_CommitTxn_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CommitTxnRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GroupKVServer).CommitTxn(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GroupKV_CommitTxn_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GroupKVServer).CommitTxn(ctx, req.(*CommitTxnRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GroupKV_AbortTxn_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AbortTxnRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GroupKVServer).AbortTxn(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GroupKV_AbortTxn_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GroupKVServer).AbortTxn(ctx, req.(*AbortTxnRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GroupKV_ExecTxn_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExecTxnRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GroupKVServer).ExecTxn(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GroupKV_ExecTxn_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GroupKVServer).ExecTxn(ctx, req.(*ExecTxnRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GroupKV_CreateGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GroupKVServer).CreateGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GroupKV_CreateGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GroupKVServer).CreateGroup(ctx, req.(*CreateGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GroupKV_DescribeGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DescribeGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GroupKVServer).DescribeGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GroupKV_DescribeGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GroupKVServer).DescribeGroup(ctx, req.(*DescribeGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GroupKV_ListGroups_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListGroupsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GroupKVServer).ListGroups(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GroupKV_ListGroups_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GroupKVServer).ListGroups(ctx, req.(*ListGroupsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GroupKV_DeleteGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GroupKVServer).DeleteGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GroupKV_DeleteGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GroupKVServer).DeleteGroup(ctx, req.(*DeleteGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GroupKV_BeginGroupTxn_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BeginGroupTxnRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GroupKVServer).BeginGroupTxn(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GroupKV_BeginGroupTxn_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GroupKVServer).BeginGroupTxn(ctx, req.(*BeginGroupTxnRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GroupKV_ExecGroupTxn_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExecGroupTxnRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GroupKVServer).ExecGroupTxn(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GroupKV_ExecGroupTxn_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GroupKVServer).ExecGroupTxn(ctx, req.(*ExecGroupTxnRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // GroupKV_ServiceDesc is the grpc.ServiceDesc for GroupKV service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -683,6 +1240,66 @@ var GroupKV_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Ready",
 			Handler:    _GroupKV_Ready_Handler,
+		},
+		{
+			MethodName: "BeginTxn",
+			Handler:    _GroupKV_BeginTxn_Handler,
+		},
+		{
+			MethodName: "TxnGet",
+			Handler:    _GroupKV_TxnGet_Handler,
+		},
+		{
+			MethodName: "TxnPut",
+			Handler:    _GroupKV_TxnPut_Handler,
+		},
+		{
+			MethodName: "TxnDelete",
+			Handler:    _GroupKV_TxnDelete_Handler,
+		},
+		{
+			MethodName: "TxnScan",
+			Handler:    _GroupKV_TxnScan_Handler,
+		},
+		{
+			MethodName: "TxnGetByTags",
+			Handler:    _GroupKV_TxnGetByTags_Handler,
+		},
+		{
+			MethodName: "CommitTxn",
+			Handler:    _GroupKV_CommitTxn_Handler,
+		},
+		{
+			MethodName: "AbortTxn",
+			Handler:    _GroupKV_AbortTxn_Handler,
+		},
+		{
+			MethodName: "ExecTxn",
+			Handler:    _GroupKV_ExecTxn_Handler,
+		},
+		{
+			MethodName: "CreateGroup",
+			Handler:    _GroupKV_CreateGroup_Handler,
+		},
+		{
+			MethodName: "DescribeGroup",
+			Handler:    _GroupKV_DescribeGroup_Handler,
+		},
+		{
+			MethodName: "ListGroups",
+			Handler:    _GroupKV_ListGroups_Handler,
+		},
+		{
+			MethodName: "DeleteGroup",
+			Handler:    _GroupKV_DeleteGroup_Handler,
+		},
+		{
+			MethodName: "BeginGroupTxn",
+			Handler:    _GroupKV_BeginGroupTxn_Handler,
+		},
+		{
+			MethodName: "ExecGroupTxn",
+			Handler:    _GroupKV_ExecGroupTxn_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
