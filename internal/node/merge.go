@@ -569,11 +569,11 @@ func (n *Node) frozenInto(shardID uint64) uint64 {
 	if !n.hasReplica(shardID) {
 		return 0
 	}
-	f, err := shard.ReadFrozen(n.eng.DB, shardID)
-	if err != nil || f == nil {
+	sm := n.host.StateMachine(shardID)
+	if sm == nil {
 		return 0
 	}
-	return f.Into
+	return sm.FrozenInto()
 }
 
 // spanCovers reports whether the span shardID's replica here applied

@@ -144,6 +144,10 @@ func decodeMerge(d *decoder, kind CommandKind) MergeCmd {
 // Frozen returns the shard's frozen state, nil unless a freeze was applied.
 func (s *Shard) Frozen() *FrozenState { return s.frozen }
 
+// FrozenInto returns the shard a freeze for a merge names (0: not frozen).
+// Unlike Frozen it may be called from any goroutine.
+func (s *Shard) FrozenInto() uint64 { return s.frozenInto.Load() }
+
 // ReadFrozen reads shardID's frozen state from r (nil: not frozen).
 func ReadFrozen(r pebble.Reader, shardID uint64) (*FrozenState, error) {
 	v, ok, err := storage.GetValue(r, storage.ShardStateKey(shardID, stateFrozen))
@@ -218,6 +222,7 @@ func (s *Shard) applyFreeze(b *pebble.Batch, index uint64, cmd Command) (Result,
 		return Result{}, err
 	}
 	s.frozen = f
+	s.frozenInto.Store(f.Into)
 	return Result{Version: cmd.Version, Freeze: f}, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -127,6 +128,10 @@ type Shard struct {
 	// frozen is set once a freeze for a merge was applied: the shard
 	// changes nothing more (merge.go).
 	frozen *FrozenState
+	// frozenInto is frozen.Into (0: not frozen), for readers outside the
+	// apply loop. It is set when the freeze is applied, a little before
+	// the batch that writes it is visible in the engine.
+	frozenInto atomic.Uint64
 
 	txns txnState
 
@@ -190,6 +195,9 @@ func Load(r pebble.Reader, desc Desc) (*Shard, error) {
 	}
 	if s.frozen, err = ReadFrozen(r, desc.ShardID); err != nil {
 		return nil, fmt.Errorf("shard %d: corrupt frozen state: %w", desc.ShardID, err)
+	}
+	if s.frozen != nil {
+		s.frozenInto.Store(s.frozen.Into)
 	}
 	return s, nil
 }
