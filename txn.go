@@ -312,7 +312,7 @@ func transact(ctx context.Context, b kv.TxnBackend, begin beginFunc, fn func(*Tx
 		bo.RetryOf = retryOf
 		id, err := begin(ctx, bo)
 		if err != nil {
-			if ctx.Err() != nil {
+			if contextEnded(ctx, err) {
 				return ctxErr()
 			}
 			return err
@@ -392,6 +392,29 @@ func runAttempt(ctx context.Context, tx *Tx, fn func(*Tx) error) (err error) {
 // isContextError reports whether err is a context's error.
 func isContextError(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// contextEnded reports whether ctx has ended, or is about to: a remote
+// call may fail with a context error a moment before ctx itself ends, when
+// the server's copy of ctx's deadline ran out first. Then it waits for ctx
+// (at most until a second past its deadline, which must be within a
+// second).
+func contextEnded(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok || !isContextError(err) || time.Until(deadline) > time.Second {
+		return false
+	}
+	t := time.NewTimer(time.Until(deadline) + time.Second)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // abortAttempt aborts attempt id, best effort, even after ctx ended.

@@ -254,7 +254,7 @@ func (n *Node) groupTick() {
 		}
 	}
 	for id, s := range n.groups.mu.sessions {
-		if now.Sub(s.used) > n.opts.TxnIdleTimeout {
+		if now.Sub(time.Unix(0, s.used.Load())) > n.opts.TxnIdleTimeout {
 			delete(n.groups.mu.sessions, id)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/groupkv/groupkv/internal/cluster"
@@ -41,7 +42,9 @@ type groupTxn struct {
 	shard    uint64
 	priority bool
 	readOnly bool
-	used     time.Time
+	// used is when the attempt was last used (Unix nanoseconds); the
+	// group tick reads it without the attempt's lock.
+	used atomic.Int64
 
 	// snap is the group as of the attempt's first operation (nil before).
 	snap    *groupReadResponse
@@ -90,8 +93,9 @@ func (n *Node) beginGroupTxn(ctx context.Context, id string, opts kv.TxnOptions)
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	s := &groupTxn{id: groupAttemptPrefix + hex.EncodeToString(b[:]), group: id, reg: reg, shard: shardID,
-		priority: opts.RetryOf != "", readOnly: opts.ReadOnly, used: time.Now(),
+		priority: opts.RetryOf != "", readOnly: opts.ReadOnly,
 		reads: make(map[group.Key]uint64)}
+	s.used.Store(time.Now().UnixNano())
 	n.groups.mu.Lock()
 	n.groups.mu.sessions[s.id] = s
 	n.groups.mu.Unlock()
@@ -115,7 +119,7 @@ func (n *Node) groupSession(id string) (*groupTxn, error) {
 		}
 		return nil, err
 	}
-	s.used = time.Now()
+	s.used.Store(time.Now().UnixNano())
 	return s, nil
 }
 
