@@ -674,3 +674,31 @@ func TestClusterLeadershipReturns(t *testing.T) {
 		return nil
 	})
 }
+
+// putRiding puts req through n, riding out elections: a put that answers
+// unavailable (not performed) or commit_unknown (perhaps performed) is
+// sent again, which only an idempotent put (a fixed value) may be. It
+// gives up after a generous deadline that only catches hangs.
+func putRiding(ctx context.Context, n *Node, req kv.PutRequest) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := n.Put(ctx, req)
+		if c := kv.CodeOf(err); err == nil || c != kv.CodeUnavailable && c != kv.CodeCommitUnknown || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// getRiding reads req through n, riding out elections (unavailable),
+// until a generous deadline that only catches hangs.
+func getRiding(ctx context.Context, n *Node, req kv.GetRequest) (kv.Record, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r, err := n.Get(ctx, req)
+		if err == nil || kv.CodeOf(err) != kv.CodeUnavailable || time.Now().After(deadline) {
+			return r, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

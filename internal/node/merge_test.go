@@ -331,7 +331,7 @@ func TestClusterMergesBySize(t *testing.T) {
 	for i := 0; i < 26; i++ {
 		k := []byte{byte('a' + i)}
 		for _, coll := range []string{"r", "q"} {
-			if _, err := c.node(1+uint64(i%3)).n.Put(ctx, kv.PutRequest{Collection: coll, Key: k, Value: k}); err != nil {
+			if err := putRiding(ctx, c.node(1+uint64(i%3)).n, kv.PutRequest{Collection: coll, Key: k, Value: k}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -343,7 +343,7 @@ func TestClusterMergesBySize(t *testing.T) {
 	}
 	for i := 0; i < 26; i++ {
 		k := []byte{byte('a' + i)}
-		if _, err := c.node(1).n.Put(ctx, kv.PutRequest{Collection: "h", Key: k, Value: k}); err != nil {
+		if err := putRiding(ctx, c.node(1).n, kv.PutRequest{Collection: "h", Key: k, Value: k}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -283,7 +283,7 @@ func TestClusterRebalanceOntoNewNode(t *testing.T) {
 	for _, tn := range c.nodes {
 		for _, name := range names {
 			for i := 0; i < 50; i++ {
-				r, err := tn.n.Get(ctx, kv.GetRequest{Collection: name, Key: []byte(fmt.Sprintf("k%02d", i))})
+				r, err := getRiding(ctx, tn.n, kv.GetRequest{Collection: name, Key: []byte(fmt.Sprintf("k%02d", i))})
 				if err != nil || string(r.Value) != name {
 					t.Fatalf("node %d reads %s/k%02d = %q, %v", tn.id, name, i, r.Value, err)
 				}
