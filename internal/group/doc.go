@@ -31,7 +31,8 @@
 //	  all answered → active, reply               log confirm (else stale, ignored)
 //	Write → log write; on Apply: value, outbox
 //	Tick: Ship(outbox) ───────────────────────→  log apply-ship; on Apply: Store each
-//	              OnShipAck: log shipped ←─────  entry not applied yet, ShipAck
+//	              OnShipAck: log shipped ←─────  entry not applied yet to a key whose
+//	                                              join is confirmed, ShipAck
 //	Delete → log delete; on Apply: deleting;
 //	  outboxes empty → D(y) ──────────────────→  OnD: key yielded to the group with
 //	                                              y → log free; on Apply: owned, DA;
@@ -53,9 +54,13 @@
 // key's current group and yield is answered DA without a change; a JA for
 // a group, or an incarnation of it, the leader does not know, or that does
 // not want the key (deleting, refused, released), gets D; entries already
-// applied are skipped by their sequence numbers. Group ids may be reused
-// once deleted: a Ref carries the leader shard's incarnation, and no
-// message of one incarnation acts on another.
+// applied are skipped by their sequence numbers, and entries for a key
+// whose join is not confirmed wait, unacknowledged, for its JAA: a key
+// yielded again to a group that released it (a late J) is never confirmed,
+// so a late Ship of that group does not overwrite the writes the key's
+// shard took since. Group ids may be reused once deleted: a Ref carries
+// the leader shard's incarnation, and no message of one incarnation acts
+// on another.
 //
 // Retries (Tick, on the raft leader replica only): every RetryTicks, the
 // leader re-sends J to pending members, D to releasing ones and every
@@ -81,7 +86,9 @@
 //     and D in answer to a JA it will never join.)
 //   - A key owned by its home shard holds the last acknowledged write: a
 //     group sends D only when its outboxes are empty, so every committed
-//     group write has been applied at the follower.
+//     group write has been applied at the follower; and a group's entry
+//     applies only to the yield the group joined (confirmed), so once the
+//     key is freed no late Ship of the group writes it.
 //   - A group's value of a joined key is the follower's value at the yield,
 //     then the group's last committed write.
 //   - Safety does not depend on timing: a message may be lost, duplicated,

@@ -163,17 +163,46 @@ func (f *Follower) da(r Ref, k Key, y uint64) Send {
 }
 
 // shippable reports whether entry e of group r's outbox applies to its key
-// now: the key is yielded to r and has not had e yet.
+// now: the key is yielded to r, its join is confirmed, and it has not had
+// e yet. Only the yield the leader joined is confirmed (a JAA echoes the
+// joined yield), and a group joins a key once, so every entry of r's
+// outbox for the key is for that yield. A key yielded to r again after r
+// released it (a late J of r, a ghost) is never confirmed: an old Ship of
+// r, duplicated or delayed, must not overwrite the writes the shard took
+// since it owned the key again.
 func (f *Follower) shippable(r Ref, e Entry) bool {
 	y := f.keys[e.Key]
-	return y != nil && y.Group == r && e.Seq > y.Shipped
+	return y != nil && y.Group == r && y.Confirmed && e.Seq > y.Shipped
 }
 
-// OnShip handles a Ship: it asks to log the entries that apply, or, if
-// none does (a duplicate), acknowledges at once.
+// held reports whether entry e of group r's outbox waits: its key is
+// yielded to r but its join is not confirmed yet. Either the leader has
+// joined it and the JAA is on its way (the follower's JA retries bring it
+// again) or the yield is a ghost's; in neither case may e apply, nor be
+// acknowledged.
+func (f *Follower) held(r Ref, e Entry) bool {
+	y := f.keys[e.Key]
+	return y != nil && y.Group == r && !y.Confirmed
+}
+
+// shipPrefix returns how many of entries, from the first, the follower can
+// deal with now: those before the first held one.
+func (f *Follower) shipPrefix(r Ref, entries []Entry) int {
+	for i, e := range entries {
+		if f.held(r, e) {
+			return i
+		}
+	}
+	return len(entries)
+}
+
+// OnShip handles a Ship: it asks to log the entries if one applies or is
+// held (the confirm of a JAA may be logged and not applied yet: the record
+// comes after it in the log, and Apply decides), or, if none does (a
+// duplicate), acknowledges them at once.
 func (f *Follower) OnShip(m Message) []Effect {
 	for _, e := range m.Entries {
-		if f.shippable(m.Group, e) {
+		if f.shippable(m.Group, e) || f.held(m.Group, e) {
 			return []Effect{Log{Record{Kind: RecApplyShip, Group: m.Group, Entries: cloneEntries(m.Entries)}}}
 		}
 	}
@@ -237,14 +266,17 @@ func (f *Follower) Apply(r Record) []Effect {
 		}
 		return []Effect{f.da(r.Group, r.Key, r.Yield)}
 	case RecApplyShip:
+		// Entries apply in order, up to the first held one; the ShipAck
+		// covers those, and the leader re-sends the rest.
 		var out []Effect
-		for _, e := range r.Entries {
+		entries := r.Entries[:f.shipPrefix(r.Group, r.Entries)]
+		for _, e := range entries {
 			if f.shippable(r.Group, e) {
 				f.keys[e.Key].Shipped = e.Seq
 				out = append(out, Store{Write{Key: e.Key, Value: bytes.Clone(e.Value), Delete: e.Delete}})
 			}
 		}
-		return append(out, f.shipAck(r.Group, r.Entries)...)
+		return append(out, f.shipAck(r.Group, entries)...)
 	}
 	return nil
 }

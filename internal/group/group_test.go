@@ -40,8 +40,10 @@ import (
 //	jaa group=G key=K yield=Y [inc=N]
 //	d group=G key=K [yield=Y] [inc=N]
 //	da group=G key=K [yield=Y] [inc=N]
-//	ship group=G shard=S [inc=N]
-//	    A Ship of the leader's current outbox for shard S.
+//	ship group=G shard=S [inc=N] [entries=(SEQ:K=V,...)]
+//	    A Ship of the leader's current outbox for shard S; with entries=,
+//	    a Ship of those entries (a late copy of one whose entries the
+//	    outbox has dropped since).
 //	shipack group=G shard=S seq=N [inc=N]
 //	apply shard=S [n=N]
 //	    Applies the first N (default: all) logged records of shard S.
@@ -260,7 +262,19 @@ func (e *ddEnv) run(t *testing.T, td *datadriven.TestData) string {
 		var sh uint64
 		td.ScanArgs(t, "shard", &sh)
 		m := Message{Type: MsgShip, From: r.Leader, To: ShardID(sh), Group: r}
-		if g, ok := e.shard(r.Leader).leader.Group(r.ID); ok {
+		if td.HasArg("entries") {
+			var es []string
+			td.ScanArgs(t, "entries", &es)
+			for _, x := range es {
+				seq, kv, ok := strings.Cut(x, ":")
+				k, v, ok2 := strings.Cut(kv, "=")
+				n, err := strconv.ParseUint(seq, 10, 64)
+				if !ok || !ok2 || err != nil {
+					td.Fatalf(t, "entry %q: want SEQ:K=V", x)
+				}
+				m.Entries = append(m.Entries, Entry{Seq: n, Write: Write{Key: Key{Key: k}, Value: []byte(v)}})
+			}
+		} else if g, ok := e.shard(r.Leader).leader.Group(r.ID); ok {
 			if ob := g.outbox(ShardID(sh)); ob != nil {
 				m.Entries = ob.Entries
 			}

@@ -197,7 +197,11 @@ func (s *sim) run() {
 	}
 	s.faults = false
 	s.logf("faults stop")
-	s.quiesce()
+	// quiesce stops at the first safety violation, with the protocol
+	// unfinished: checkQuiet would only report its work in flight.
+	if !s.quiesce() {
+		return
+	}
 	s.checkQuiet(true)
 	if len(s.errs) > 0 {
 		return
@@ -208,7 +212,9 @@ func (s *sim) run() {
 		}
 	}
 	s.logf("delete every group")
-	s.quiesce()
+	if !s.quiesce() {
+		return
+	}
 	s.checkQuiet(false)
 	for _, sh := range s.shards {
 		if gs := sh.leader.Groups(); len(gs) > 0 {
@@ -589,9 +595,12 @@ func (s *sim) checkInvariants() {
 	}
 }
 
-// quiesce runs without faults until nothing is in flight.
-func (s *sim) quiesce() {
-	for round := range simQuiet {
+// quiesce runs without faults until nothing is in flight, or until a
+// safety check fails (it reports false then). Each round counts as a step,
+// so that events and errors of quiescence are told apart by their step.
+func (s *sim) quiesce() bool {
+	for range simQuiet {
+		s.step++
 		for _, sh := range s.shards {
 			for len(sh.log) > 0 {
 				s.applyOne(sh)
@@ -605,15 +614,15 @@ func (s *sim) quiesce() {
 		}
 		s.checkInvariants()
 		if len(s.errs) > 0 {
-			return
+			return false
 		}
-		_ = round
 	}
 	for _, sh := range s.shards {
 		for len(sh.log) > 0 {
 			s.applyOne(sh)
 		}
 	}
+	return true
 }
 
 // checkQuiet checks a quiet system: every request answered, every group

@@ -136,7 +136,12 @@ func TestGroupRecords(t *testing.T) {
 		}
 	})
 
-	// The shipped write lands in the key's data at the ship's version.
+	// The shipped write lands in the key's data at the ship's version, once
+	// the follower has logged the JAA of its join (a follower applies a
+	// group's writes only to a key whose join is confirmed).
+	if res := apply(EncodeGroupRecord(group.Record{Kind: group.RecConfirm, Group: ref, Key: k, Yield: ja.Yield})); res.Err != nil {
+		t.Fatal(res.Err)
+	}
 	var entries []group.Entry
 	s.WithGroups(func(l *group.Leader, _ *group.Follower) {
 		g, _ := l.Group("g")
