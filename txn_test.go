@@ -858,3 +858,97 @@ func TestTransactPanic(t *testing.T) {
 		})
 	})
 }
+
+// TestTransactRemoteRoundTrips counts the RPCs of remote transactions: the
+// first request begins the attempt and the writes go with the commit.
+func TestTransactRemoteRoundTrips(t *testing.T) {
+	f := newTxnFake()
+	var mu sync.Mutex
+	var rpcs []string
+	count := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		mu.Lock()
+		rpcs = append(rpcs, info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:])
+		mu.Unlock()
+		return h(ctx, req)
+	}
+	addr, _ := serveGRPC(t, f, nil, grpc.ChainUnaryInterceptor(count))
+	db := dialTest(t, addr)
+	ctx := context.Background()
+	take := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		r := rpcs
+		rpcs = nil
+		return r
+	}
+	keys := []string{"a", "b", "c"}
+	rmw := func(tx *Tx) error {
+		for _, k := range keys {
+			if _, err := tx.Get(ctx, GetRequest{Collection: "c", Key: []byte(k)}); err != nil && !errors.Is(err, ErrNotFound) {
+				return err
+			}
+		}
+		for _, k := range keys {
+			if err := tx.Put(ctx, PutRequest{Collection: "c", Key: []byte(k), Value: []byte("v")}); err != nil {
+				return err
+			}
+			if _, err := tx.Get(ctx, GetRequest{Collection: "c", Key: []byte(k)}); err != nil { // its own write
+				return err
+			}
+		}
+		return nil
+	}
+	for _, c := range []struct {
+		name string
+		fn   func(tx *Tx) error
+		want []string
+	}{
+		{"read-modify-write of 3 keys", rmw, []string{"TxnGet", "TxnGet", "TxnGet", "CommitTxn"}},
+		{"writes only", func(tx *Tx) error {
+			return tx.Delete(ctx, DeleteRequest{Collection: "c", Key: []byte("a")})
+		}, []string{"CommitTxn"}},
+		{"nothing", func(tx *Tx) error { return nil }, []string{"CommitTxn"}},
+		{"put then scan", func(tx *Tx) error {
+			if err := tx.Put(ctx, PutRequest{Collection: "c", Key: []byte("s"), Value: []byte("v")}); err != nil {
+				return err
+			}
+			_, err := tx.Scan(ctx, ScanRequest{Collection: "c"})
+			return err
+		}, []string{"TxnWrite", "TxnScan", "CommitTxn"}},
+	} {
+		if err := db.Transact(ctx, c.fn); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := take(); !reflect.DeepEqual(got, c.want) {
+			t.Fatalf("%s: RPCs %q, want %q", c.name, got, c.want)
+		}
+	}
+	// The backend saw the calls of the long form.
+	if got := len(f.callsOf("BeginTxn")); got != 4 {
+		t.Fatalf("%d begins, want 4", got)
+	}
+	if rec, ok := f.record("c", "s"); !ok || string(rec.Value) != "v" {
+		t.Fatalf("s = %+v, %v", rec, ok)
+	}
+}
+
+// TestTransactCommitRefused checks that a remote commit that could not be
+// sent (no server) is unavailable, not in doubt.
+func TestTransactCommitRefused(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	db := dialTest(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = db.Transact(ctx, func(tx *Tx) error {
+		return tx.Put(ctx, PutRequest{Collection: "c", Key: []byte("k"), Value: []byte("v")})
+	})
+	var cu *CommitUnknownError
+	if !errors.Is(err, ErrUnavailable) || errors.As(err, &cu) {
+		t.Fatalf("Transact = %v, want ErrUnavailable", err)
+	}
+}
