@@ -102,9 +102,9 @@ func (g *Group) ID() string { return g.id }
 //
 // A remote DB runs the transaction on the node it dialed, where its
 // attempts live, over the transaction RPCs of its gRPC connection, with
-// the round trips of DB.Transact: a move that reads two members and
-// writes one costs three (two reads, the second of which may be served
-// from the attempt's own writes, and the commit carrying the write).
+// the round trips of DB.Transact: a transaction that reads two members
+// and writes one costs three (the two reads, and the commit that carries
+// the write), where each step was one before.
 func (g *Group) Transact(ctx context.Context, fn func(tx *Tx) error, opts ...TxnOption) error {
 	var o kv.TxnOptions
 	for _, opt := range opts {
