@@ -326,7 +326,7 @@ func (r *remoteDB) Transact(ctx context.Context, fn func(tx *Tx) error, opts ...
 	if r.closed.Load() {
 		return kv.Errorf(kv.CodeUnavailable, "the DB is closed: Dial again")
 	}
-	return transact(ctx, r.txn, r.txn.BeginTxn, fn, opts)
+	return transact(ctx, r.start(""), fn, opts)
 }
 
 func (r *remoteDB) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
@@ -364,6 +364,14 @@ func (r *remoteDB) DeleteGroup(ctx context.Context, id string) error {
 	return r.txn.DeleteGroup(ctx, id)
 }
 
+// start starts the attempts of the transactions of group (a general
+// transaction when ""): api.TxnAttempt, which its first request begins.
+func (r *remoteDB) start(group string) startFunc {
+	return func(_ context.Context, opts kv.TxnOptions) (txnAttempt, error) {
+		return r.txn.NewAttempt(group, opts), nil
+	}
+}
+
 // Group returns a handle whose transactions run on the dialed node, like
 // Transact.
 func (r *remoteDB) Group(id string) *Group {
@@ -372,7 +380,7 @@ func (r *remoteDB) Group(id string) *Group {
 			return nil, nil, errClosed()
 		}
 		return r.txn, r.txn, nil
-	}}
+	}, start: r.start}
 }
 
 // errClosed is the error of a call on a closed DB.

@@ -42,7 +42,7 @@ func (e embedded) Transact(ctx context.Context, fn func(tx *Tx) error, opts ...T
 	if err != nil {
 		return err
 	}
-	return transact(ctx, tb, tb.BeginTxn, fn, opts)
+	return transact(ctx, backendStart(tb, tb.BeginTxn), fn, opts)
 }
 
 func (e embedded) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) {

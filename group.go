@@ -79,6 +79,10 @@ type Group struct {
 	// operates on attempts, gb begins them; err (unimplemented, or a
 	// closed DB) when there are none.
 	backends func() (tb kv.TxnBackend, gb kv.GroupBackend, err error)
+	// start, when not nil, starts the attempts of the group's
+	// transactions in place of gb.BeginGroupTxn (a remote DB's, which
+	// their first request begins).
+	start func(id string) startFunc
 }
 
 // ID returns the id of the group.
@@ -97,7 +101,10 @@ func (g *Group) ID() string { return g.id }
 // with code invalid_argument.
 //
 // A remote DB runs the transaction on the node it dialed, where its
-// attempts live, over the transaction RPCs of its gRPC connection.
+// attempts live, over the transaction RPCs of its gRPC connection, with
+// the round trips of DB.Transact: a transaction that reads two members
+// and writes one costs three (the two reads, and the commit that carries
+// the write), where each step was one before.
 func (g *Group) Transact(ctx context.Context, fn func(tx *Tx) error, opts ...TxnOption) error {
 	var o kv.TxnOptions
 	for _, opt := range opts {
@@ -111,10 +118,13 @@ func (g *Group) Transact(ctx context.Context, fn func(tx *Tx) error, opts ...Txn
 	if err != nil {
 		return err
 	}
+	if g.start != nil {
+		return transact(ctx, g.start(g.id), fn, opts)
+	}
 	begin := func(ctx context.Context, opts kv.TxnOptions) (string, error) {
 		return gb.BeginGroupTxn(ctx, g.id, opts)
 	}
-	return transact(ctx, tb, begin, fn, opts)
+	return transact(ctx, backendStart(tb, begin), fn, opts)
 }
 
 // Exec runs a one-shot transaction on members of the group, as DB.Exec

@@ -243,7 +243,10 @@ func TestGroupTransact(t *testing.T) {
 
 		// fn's own error, untouched, after an abort.
 		f.fail = nil
-		if err := g.Transact(ctx, func(tx *Tx) error { return errMine }); err != errMine {
+		if err := g.Transact(ctx, func(tx *Tx) error {
+			_, _ = tx.Get(ctx, GetRequest{Collection: "c", Key: []byte("k2")}) // begins a remote attempt
+			return errMine
+		}); err != errMine {
 			t.Fatalf("Transact = %v, want fn's error itself", err)
 		}
 		if got := f.callsOf("AbortTxn"); len(got) != 1 || got[0].txn != "t4" {
@@ -274,9 +277,13 @@ func TestGroupTransact(t *testing.T) {
 
 		// An unknown group: its begin's error.
 		begins := len(f.callsOf("BeginGroupTxn"))
-		err = db.Group("nope").Transact(ctx, func(tx *Tx) error { t.Fatal("fn ran"); return nil })
+		ran := false
+		err = db.Group("nope").Transact(ctx, func(tx *Tx) error { ran = true; return nil })
 		if !errors.Is(err, ErrNotFound) || len(f.callsOf("BeginGroupTxn")) != begins+1 {
 			t.Fatalf("Transact on an unknown group = %v", err)
+		}
+		if ran != isRemote(db) { // a remote attempt is begun by its commit here
+			t.Fatalf("fn ran: %v", ran)
 		}
 
 		// Snapshot isolation is refused before anything is sent.
@@ -410,7 +417,7 @@ func TestGroupUnimplemented(t *testing.T) {
 			_, err2 := db.DescribeGroup(ctx, "g1")
 			_, err3 := db.ListGroups(ctx)
 			err4 := db.DeleteGroup(ctx, "g1")
-			err5 := db.Group("g1").Transact(ctx, func(tx *Tx) error { t.Fatal("fn ran"); return nil })
+			err5 := db.Group("g1").Transact(ctx, func(tx *Tx) error { return nil }) // fn runs remotely: its commit begins
 			_, err6 := db.Group("g1").Exec(ctx, ExecRequest{Then: []TxnOp{{Op: TxnOpGet, Collection: "c", Key: []byte("k")}}})
 			for i, err := range []error{err1, err2, err3, err4, err5, err6} {
 				if CodeOf(err) != kv.CodeUnimplemented {

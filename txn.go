@@ -89,7 +89,9 @@ var (
 // the transaction committed: nothing of it was applied. errors.Is(err,
 // context.Canceled) or context.DeadlineExceeded holds, as the context says.
 type TxnContextError struct {
-	// Txn is the id of the last attempt, aborted; "" if none began.
+	// Txn is the id of the last attempt that reached the server, aborted;
+	// "" if none did. (A remote DB begins an attempt with its first
+	// request, so an attempt whose function sent nothing has no id.)
 	Txn string
 	// Attempts is the number of attempts begun.
 	Attempts int
@@ -111,7 +113,8 @@ func (e *TxnContextError) Unwrap() error { return e.Err }
 // ErrCommitUnknown) holds, and errors.Is(err, context.Canceled) and
 // context.DeadlineExceeded do when the context ended.
 type CommitUnknownError struct {
-	// Txn is the id of the attempt whose commit is in doubt.
+	// Txn is the id of the attempt whose commit is in doubt; "" when the
+	// commit was the attempt's first request and its answer was lost.
 	Txn string
 	// Err is the commit's error; its code is commit_unknown.
 	Err error
@@ -132,9 +135,18 @@ func (e *CommitUnknownError) Unwrap() error { return e.Err }
 // the function: return that error (Transact decides whether to retry)
 // rather than go on. Once an operation answered ErrTxnAborted, every later
 // one answers it too without asking the server.
+//
+// On a remote DB (Dial), a Tx saves round trips: its first request to the
+// server begins the attempt; Put and Delete are checked at once (a bad
+// key, collection name or tags, a write in a read-only transaction, fail
+// there as they would on the server) and kept in the client, which
+// answers a Get of a key written from them; they are sent with the commit,
+// or before a Scan or GetByTags. So an error the server finds in a write
+// (an unknown collection, too many operations, a key of a key group, a
+// conflict) is answered by the commit, or by the Scan or GetByTags that
+// sent it, rather than by the Put.
 type Tx struct {
-	b  kv.TxnBackend
-	id string
+	a txnAttempt
 
 	mu struct {
 		sync.Mutex
@@ -152,8 +164,68 @@ type Tx struct {
 	}
 }
 
-// ID returns the id of the attempt.
-func (tx *Tx) ID() string { return tx.id }
+// ID returns the id of the attempt. On a remote DB, an attempt that has
+// sent nothing yet is begun by ID (one round trip, bounded by
+// idBeginTimeout); ID answers "" if that fails.
+func (tx *Tx) ID() string {
+	if id := tx.a.ID(); id != "" {
+		return id
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), idBeginTimeout)
+	defer cancel()
+	id, _ := tx.a.Begin(ctx)
+	return id
+}
+
+// idBeginTimeout bounds the begin that Tx.ID sends.
+const idBeginTimeout = 10 * time.Second
+
+// txnAttempt is the attempt a Tx runs in: backendAttempt calls a
+// kv.TxnBackend, begun before the function runs (an embedded DB);
+// *api.TxnAttempt sends the RPCs of a remote DB, begun by its first
+// request. Get answers a found record with its key.
+type txnAttempt interface {
+	// ID answers the attempt's id, "" while it is not begun.
+	ID() string
+	// Begin begins the attempt if it is not, and answers its id.
+	Begin(ctx context.Context) (string, error)
+	Get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error)
+	Put(ctx context.Context, item kv.PutItem) error
+	Delete(ctx context.Context, ref kv.KeyRef) error
+	Scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResult, error)
+	GetByTags(ctx context.Context, q kv.TagQuery) (kv.ScanResult, error)
+	Commit(ctx context.Context) (uint64, error)
+	// Abort aborts the attempt, if it is begun.
+	Abort(ctx context.Context) error
+}
+
+// backendAttempt is an attempt of a kv.TxnBackend, begun.
+type backendAttempt struct {
+	b  kv.TxnBackend
+	id string
+}
+
+func (a *backendAttempt) ID() string                            { return a.id }
+func (a *backendAttempt) Begin(context.Context) (string, error) { return a.id, nil }
+func (a *backendAttempt) Get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error) {
+	return a.b.TxnGet(ctx, a.id, ref)
+}
+func (a *backendAttempt) Put(ctx context.Context, item kv.PutItem) error {
+	return a.b.TxnPut(ctx, a.id, item)
+}
+func (a *backendAttempt) Delete(ctx context.Context, ref kv.KeyRef) error {
+	return a.b.TxnDelete(ctx, a.id, ref)
+}
+func (a *backendAttempt) Scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResult, error) {
+	return a.b.TxnScan(ctx, a.id, req)
+}
+func (a *backendAttempt) GetByTags(ctx context.Context, q kv.TagQuery) (kv.ScanResult, error) {
+	return a.b.TxnGetByTags(ctx, a.id, q)
+}
+func (a *backendAttempt) Commit(ctx context.Context) (uint64, error) {
+	return a.b.CommitTxn(ctx, a.id)
+}
+func (a *backendAttempt) Abort(ctx context.Context) error { return a.b.AbortTxn(ctx, a.id) }
 
 // begin checks that an operation may be sent.
 func (tx *Tx) begin() error {
@@ -185,7 +257,7 @@ func (tx *Tx) done(ctx context.Context, err error) error {
 			tx.mu.keyInGroup = err
 		}
 	}
-	if ctx.Err() != nil {
+	if ctxEnded(ctx) {
 		tx.mu.ctxFailed = true
 	}
 	return err
@@ -201,7 +273,7 @@ func (tx *Tx) Get(ctx context.Context, req GetRequest) (Record, error) {
 	if req.Version != 0 {
 		return Record{}, kv.Errorf(kv.CodeInvalidArgument, "a transaction reads at its own time: leave GetRequest.Version 0")
 	}
-	rec, found, err := tx.b.TxnGet(ctx, tx.id, kv.KeyRef{Collection: req.Collection, Key: req.Key})
+	rec, found, err := tx.a.Get(ctx, kv.KeyRef{Collection: req.Collection, Key: req.Key})
 	if err = tx.done(ctx, err); err != nil {
 		return Record{}, err
 	}
@@ -221,7 +293,7 @@ func (tx *Tx) Put(ctx context.Context, req PutRequest) error {
 		return kv.Errorf(kv.CodeInvalidArgument, "a transaction's put takes no IfVersion: read the key in the transaction and compare its version")
 	}
 	item := kv.PutItem{Collection: req.Collection, Key: req.Key, Value: req.Value, Tags: req.Tags}
-	return tx.done(ctx, tx.b.TxnPut(ctx, tx.id, item))
+	return tx.done(ctx, tx.a.Put(ctx, item))
 }
 
 // Delete deletes a key in the transaction; deleting an absent key is no
@@ -233,7 +305,7 @@ func (tx *Tx) Delete(ctx context.Context, req DeleteRequest) error {
 	if req.IfVersion != nil {
 		return kv.Errorf(kv.CodeInvalidArgument, "a transaction's delete takes no IfVersion: read the key in the transaction and compare its version")
 	}
-	return tx.done(ctx, tx.b.TxnDelete(ctx, tx.id, kv.KeyRef{Collection: req.Collection, Key: req.Key}))
+	return tx.done(ctx, tx.a.Delete(ctx, kv.KeyRef{Collection: req.Collection, Key: req.Key}))
 }
 
 // Scan reads one page of a range as the transaction sees it. req.Version
@@ -245,7 +317,7 @@ func (tx *Tx) Scan(ctx context.Context, req ScanRequest) (ScanResult, error) {
 	if req.Version != 0 {
 		return ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "a transaction reads at its own time: leave ScanRequest.Version 0")
 	}
-	res, err := tx.b.TxnScan(ctx, tx.id, req)
+	res, err := tx.a.Scan(ctx, req)
 	return res, tx.done(ctx, err)
 }
 
@@ -258,7 +330,7 @@ func (tx *Tx) GetByTags(ctx context.Context, q TagQuery) (ScanResult, error) {
 	if q.Version != 0 {
 		return ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "a transaction reads at its own time: leave TagQuery.Version 0")
 	}
-	res, err := tx.b.TxnGetByTags(ctx, tx.id, q)
+	res, err := tx.a.GetByTags(ctx, q)
 	return res, tx.done(ctx, err)
 }
 
@@ -280,9 +352,26 @@ const abortTimeout = 5 * time.Second
 // kv.GroupBackend.BeginGroupTxn for a group.
 type beginFunc func(ctx context.Context, opts kv.TxnOptions) (string, error)
 
-// transact runs fn in attempts of one transaction on b, each begun by
-// begin, until one commits; see DB.Transact.
-func transact(ctx context.Context, b kv.TxnBackend, begin beginFunc, fn func(*Tx) error, opts []TxnOption) error {
+// startFunc starts an attempt of a transaction with opts: begins it on a
+// backend (backendStart), or makes a remote one that its first request
+// begins.
+type startFunc func(ctx context.Context, opts kv.TxnOptions) (txnAttempt, error)
+
+// backendStart starts the attempts of b, each begun by begin before the
+// function runs.
+func backendStart(b kv.TxnBackend, begin beginFunc) startFunc {
+	return func(ctx context.Context, opts kv.TxnOptions) (txnAttempt, error) {
+		id, err := begin(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		return &backendAttempt{b: b, id: id}, nil
+	}
+}
+
+// transact runs fn in attempts of one transaction, each started by start,
+// until one commits; see DB.Transact.
+func transact(ctx context.Context, start startFunc, fn func(*Tx) error, opts []TxnOption) error {
 	var o kv.TxnOptions
 	for _, opt := range opts {
 		opt(&o)
@@ -293,10 +382,10 @@ func transact(ctx context.Context, b kv.TxnBackend, begin beginFunc, fn func(*Tx
 	attempts := 0
 	retryOf := ""
 	ctxErr := func() error {
-		return &TxnContextError{Txn: retryOf, Attempts: attempts, Err: ctx.Err()}
+		return &TxnContextError{Txn: retryOf, Attempts: attempts, Err: ctxError(ctx)}
 	}
 	for {
-		if ctx.Err() != nil {
+		if ctxEnded(ctx) {
 			return ctxErr()
 		}
 		if attempts > 0 {
@@ -310,65 +399,74 @@ func transact(ctx context.Context, b kv.TxnBackend, begin beginFunc, fn func(*Tx
 		}
 		bo := o
 		bo.RetryOf = retryOf
-		id, err := begin(ctx, bo)
+		a, err := start(ctx, bo)
 		if err != nil {
-			if contextEnded(ctx, err) {
+			if ctxEnded(ctx) {
 				return ctxErr()
 			}
 			return err
 		}
 		attempts++
-		tx := &Tx{b: b, id: id}
+		tx := &Tx{a: a}
 		ferr := runAttempt(ctx, tx, fn)
 		aborted, keyInGroup, ctxFailed := tx.end()
+		// noteID keeps the attempt's id for the next attempt's retry_of
+		// (and the errors), if it reached the server; a remote attempt
+		// that did not has none, and the next one retries the same.
+		noteID := func() {
+			if id := a.ID(); id != "" {
+				retryOf = id
+			}
+		}
 		switch {
-		case keyInGroup != nil && ctx.Err() == nil:
+		case keyInGroup != nil && !ctxEnded(ctx):
 			// A key of the transaction belongs to a key group: another
 			// attempt would meet it again. The attempt is given up, even
 			// if it was aborted or fn went on and returned nil.
 			if aborted == nil {
-				abortAttempt(ctx, b, id)
+				abortAttempt(ctx, a)
 			}
 			if ferr != nil && kv.CodeOf(ferr) != kv.CodeTxnAborted {
 				return ferr
 			}
 			return keyInGroup
-		case aborted != nil && ctx.Err() == nil:
+		case aborted != nil && !ctxEnded(ctx):
 			// An operation answered txn_aborted: whatever fn made of it,
 			// the attempt is over; run fn again in a new one.
-			retryOf = id
+			noteID()
 			continue
-		case ctx.Err() != nil && (ferr == nil || aborted != nil || ctxFailed || isContextError(ferr)):
-			retryOf = id
+		case ctxEnded(ctx) && (ferr == nil || aborted != nil || ctxFailed || isContextError(ferr)):
+			noteID()
 			if aborted == nil {
-				abortAttempt(ctx, b, id)
+				abortAttempt(ctx, a)
 			}
 			return ctxErr()
 		case ferr != nil:
-			abortAttempt(ctx, b, id)
+			abortAttempt(ctx, a)
 			return ferr
 		}
-		_, err = b.CommitTxn(ctx, id)
+		_, err = a.Commit(ctx)
+		id := a.ID() // a remote commit may have begun the attempt
 		switch {
 		case err == nil:
 			return nil
 		case kv.CodeOf(err) == kv.CodeTxnAborted:
-			retryOf = id
-			if ctx.Err() != nil {
+			noteID()
+			if ctxEnded(ctx) {
 				return ctxErr()
 			}
 			continue
 		case kv.CodeOf(err) == kv.CodeCommitUnknown:
 			return &CommitUnknownError{Txn: id, Err: err}
-		case ctx.Err() != nil || isContextError(err):
+		case ctxEnded(ctx) || isContextError(err):
 			// The commit may have been applied before the context ended.
 			return &CommitUnknownError{Txn: id, Err: fmt.Errorf("%w: %w",
 				kv.Errorf(kv.CodeCommitUnknown, "the context ended while the commit was under way"), err)}
 		default:
 			// The commit was refused (unavailable: not performed;
-			// invalid; key_in_group, which a retry would meet again): the
-			// attempt is given up.
-			abortAttempt(ctx, b, id)
+			// invalid; too_large; key_in_group, which a retry would meet
+			// again): the attempt is given up.
+			abortAttempt(ctx, a)
 			return err
 		}
 	}
@@ -381,7 +479,7 @@ func runAttempt(ctx context.Context, tx *Tx, fn func(*Tx) error) (err error) {
 	defer func() {
 		if !completed {
 			tx.end()
-			abortAttempt(ctx, tx.b, tx.id)
+			abortAttempt(ctx, tx.a)
 		}
 	}()
 	err = fn(tx)
@@ -389,39 +487,36 @@ func runAttempt(ctx context.Context, tx *Tx, fn func(*Tx) error) (err error) {
 	return err
 }
 
+// ctxEnded reports whether ctx ended, or its deadline passed: a server
+// may answer DEADLINE_EXCEEDED for the deadline before the context's own
+// timer has run.
+func ctxEnded(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
+}
+
+// ctxError is ctx.Err(), or context.DeadlineExceeded when the deadline
+// passed before the context's timer ran (ctxEnded).
+func ctxError(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return context.DeadlineExceeded
+}
+
 // isContextError reports whether err is a context's error.
 func isContextError(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
-// contextEnded reports whether ctx has ended, or is about to: a remote
-// call may fail with a context error a moment before ctx itself ends, when
-// the server's copy of ctx's deadline ran out first. Then it waits for ctx
-// (at most until a second past its deadline, which must be within a
-// second).
-func contextEnded(ctx context.Context, err error) bool {
-	if ctx.Err() != nil {
-		return true
-	}
-	deadline, ok := ctx.Deadline()
-	if !ok || !isContextError(err) || time.Until(deadline) > time.Second {
-		return false
-	}
-	t := time.NewTimer(time.Until(deadline) + time.Second)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return true
-	case <-t.C:
-		return false
-	}
-}
-
-// abortAttempt aborts attempt id, best effort, even after ctx ended.
-func abortAttempt(ctx context.Context, b kv.TxnBackend, id string) {
+// abortAttempt aborts attempt a, best effort, even after ctx ended.
+func abortAttempt(ctx context.Context, a txnAttempt) {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
 	defer cancel()
-	_ = b.AbortTxn(actx, id) // a failed abort leaves locks to expire
+	_ = a.Abort(actx) // a failed abort leaves locks to expire
 }
 
 // Backoff between the attempts of a transaction: the first retry waits

@@ -313,6 +313,14 @@ func dialTest(t *testing.T, addr string) DB {
 	return db
 }
 
+// isRemote reports whether db is a Dial'ed DB, whose attempts are begun
+// by their first request to the server (see api.TxnAttempt): an attempt
+// whose function sent nothing is not begun, and is not aborted.
+func isRemote(db DB) bool {
+	_, ok := db.(*remoteDB)
+	return ok
+}
+
 func forEachDB(t *testing.T, test func(t *testing.T, f *txnFake, db DB)) {
 	for _, k := range dbKinds {
 		t.Run(k.name, func(t *testing.T) {
@@ -500,6 +508,9 @@ func TestTransactFnError(t *testing.T) {
 		var kept *Tx
 		err := db.Transact(ctx, func(tx *Tx) error {
 			kept = tx
+			if _, err := tx.Get(ctx, GetRequest{Collection: "c", Key: []byte("k")}); !errors.Is(err, ErrNotFound) {
+				return err
+			}
 			if err := tx.Put(ctx, PutRequest{Collection: "c", Key: []byte("k"), Value: []byte("v")}); err != nil {
 				return err
 			}
@@ -516,6 +527,23 @@ func TestTransactFnError(t *testing.T) {
 		}
 		if _, ok := f.record("c", "k"); ok {
 			t.Fatal("the write of a failed transaction was applied")
+		}
+		if isRemote(db) {
+			// Its write was kept in the client, never sent.
+			if n := len(f.callsOf("TxnPut")); n != 0 {
+				t.Fatalf("the write of a failed remote transaction was sent: %d puts", n)
+			}
+			// An attempt that sent nothing is not begun, and not aborted.
+			calls := len(f.calls)
+			err := db.Transact(ctx, func(tx *Tx) error {
+				if err := tx.Delete(ctx, DeleteRequest{Collection: "c", Key: []byte("k")}); err != nil {
+					return err
+				}
+				return errMine
+			})
+			if err != errMine || len(f.calls) != calls {
+				t.Fatalf("Transact = %v after %d calls, want fn's error and none", err, len(f.calls)-calls)
+			}
 		}
 		// The Tx of a finished call refuses to work.
 		if _, err := kept.Get(ctx, GetRequest{Collection: "c", Key: []byte("k")}); err != ErrTxnEnded {
@@ -551,11 +579,17 @@ func TestTransactContext(t *testing.T) {
 			return err
 		})
 		var ce *TxnContextError
-		if !errors.As(err, &ce) || !errors.Is(err, context.Canceled) || ce.Txn != "t1" || ce.Attempts != 1 {
+		if !errors.As(err, &ce) || !errors.Is(err, context.Canceled) || ce.Attempts != 1 {
 			t.Fatalf("Transact = %#v, want a *TxnContextError matching context.Canceled", err)
 		}
-		if got := f.callsOf("AbortTxn"); len(got) != 1 || got[0].txn != "t1" {
-			t.Fatalf("aborts %+v", got)
+		if isRemote(db) {
+			// The put was kept, the get (which would have begun the
+			// attempt) failed at once in the client: nothing began.
+			if ce.Txn != "" || len(f.callsOf("TxnPut")) != 0 {
+				t.Fatalf("Transact = %#v after %d puts, want no attempt", err, len(f.callsOf("TxnPut")))
+			}
+		} else if got := f.callsOf("AbortTxn"); ce.Txn != "t1" || len(got) != 1 || got[0].txn != "t1" {
+			t.Fatalf("Transact = %#v, aborts %+v", err, got)
 		}
 		if len(f.callsOf("CommitTxn")) != 0 {
 			t.Fatal("a canceled transaction was committed")
@@ -571,7 +605,9 @@ func TestTransactContext(t *testing.T) {
 		// Aborted until the deadline: retried meanwhile, then a
 		// *TxnContextError matching context.DeadlineExceeded. The deadline
 		// passes while the next attempt begins, so that it cannot fall in
-		// the middle of a commit (whose outcome would be unknown).
+		// the middle of a commit (whose outcome would be unknown): fn
+		// reads, so that a remote attempt is begun by its get, not by its
+		// commit.
 		ctx, cancel = context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
 		begins := len(f.callsOf("BeginTxn"))
@@ -585,9 +621,14 @@ func TestTransactContext(t *testing.T) {
 			}
 			return nil
 		}
-		err = db.Transact(ctx, func(tx *Tx) error { return nil })
+		err = db.Transact(ctx, func(tx *Tx) error {
+			if _, err := tx.Get(ctx, GetRequest{Collection: "c", Key: []byte("x")}); err != nil && !errors.Is(err, ErrNotFound) {
+				return err
+			}
+			return nil
+		})
 		if !errors.As(err, &ce) || !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("Transact = %v, want a *TxnContextError matching context.DeadlineExceeded", err)
+			t.Fatalf("Transact = %#v (ctx %v), want a *TxnContextError matching context.DeadlineExceeded", err, ctx.Err())
 		}
 		if n := len(f.callsOf("BeginTxn")) - begins; n != 5 || ce.Attempts < 4 || ce.Txn != fmt.Sprintf("t%d", begins+4) && ce.Txn != fmt.Sprintf("t%d", begins+5) {
 			t.Fatalf("%d attempts begun, the error says %d and %q", n, ce.Attempts, ce.Txn)
@@ -758,9 +799,14 @@ func TestTransactUnimplemented(t *testing.T) {
 	for _, k := range dbKinds {
 		t.Run(k.name, func(t *testing.T) {
 			db := k.open(t, noTxnBackend{})
-			err := db.Transact(context.Background(), func(tx *Tx) error { t.Fatal("fn ran"); return nil })
+			ran := false
+			err := db.Transact(context.Background(), func(tx *Tx) error { ran = true; return nil })
 			if CodeOf(err) != kv.CodeUnimplemented {
 				t.Fatalf("Transact = %v, want unimplemented", err)
+			}
+			// A remote attempt is begun by its first request, after fn.
+			if ran != isRemote(db) {
+				t.Fatalf("fn ran: %v", ran)
 			}
 			if _, err := db.Exec(context.Background(), ExecRequest{Then: []TxnOp{{Op: TxnOpGet, Collection: "c", Key: []byte("k")}}}); CodeOf(err) != kv.CodeUnimplemented {
 				t.Fatalf("Exec = %v, want unimplemented", err)
@@ -806,6 +852,103 @@ func TestTransactPanic(t *testing.T) {
 				t.Fatalf("aborts %+v", got)
 			}
 		}()
-		_ = db.Transact(context.Background(), func(tx *Tx) error { panic("boom") })
+		_ = db.Transact(context.Background(), func(tx *Tx) error {
+			_, _ = tx.Get(context.Background(), GetRequest{Collection: "c", Key: []byte("k")}) // begins a remote attempt
+			panic("boom")
+		})
 	})
+}
+
+// TestTransactRemoteRoundTrips counts the RPCs of remote transactions: the
+// first request begins the attempt and the writes go with the commit.
+func TestTransactRemoteRoundTrips(t *testing.T) {
+	f := newTxnFake()
+	var mu sync.Mutex
+	var rpcs []string
+	count := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		mu.Lock()
+		rpcs = append(rpcs, info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:])
+		mu.Unlock()
+		return h(ctx, req)
+	}
+	addr, _ := serveGRPC(t, f, nil, grpc.ChainUnaryInterceptor(count))
+	db := dialTest(t, addr)
+	ctx := context.Background()
+	take := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		r := rpcs
+		rpcs = nil
+		return r
+	}
+	keys := []string{"a", "b", "c"}
+	rmw := func(tx *Tx) error {
+		for _, k := range keys {
+			if _, err := tx.Get(ctx, GetRequest{Collection: "c", Key: []byte(k)}); err != nil && !errors.Is(err, ErrNotFound) {
+				return err
+			}
+		}
+		for _, k := range keys {
+			if err := tx.Put(ctx, PutRequest{Collection: "c", Key: []byte(k), Value: []byte("v")}); err != nil {
+				return err
+			}
+			if _, err := tx.Get(ctx, GetRequest{Collection: "c", Key: []byte(k)}); err != nil { // its own write
+				return err
+			}
+		}
+		return nil
+	}
+	for _, c := range []struct {
+		name string
+		fn   func(tx *Tx) error
+		want []string
+	}{
+		{"read-modify-write of 3 keys", rmw, []string{"TxnGet", "TxnGet", "TxnGet", "CommitTxn"}},
+		{"writes only", func(tx *Tx) error {
+			return tx.Delete(ctx, DeleteRequest{Collection: "c", Key: []byte("a")})
+		}, []string{"CommitTxn"}},
+		{"nothing", func(tx *Tx) error { return nil }, []string{"CommitTxn"}},
+		{"put then scan", func(tx *Tx) error {
+			if err := tx.Put(ctx, PutRequest{Collection: "c", Key: []byte("s"), Value: []byte("v")}); err != nil {
+				return err
+			}
+			_, err := tx.Scan(ctx, ScanRequest{Collection: "c"})
+			return err
+		}, []string{"TxnWrite", "TxnScan", "CommitTxn"}},
+	} {
+		if err := db.Transact(ctx, c.fn); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := take(); !reflect.DeepEqual(got, c.want) {
+			t.Fatalf("%s: RPCs %q, want %q", c.name, got, c.want)
+		}
+	}
+	// The backend saw the calls of the long form.
+	if got := len(f.callsOf("BeginTxn")); got != 4 {
+		t.Fatalf("%d begins, want 4", got)
+	}
+	if rec, ok := f.record("c", "s"); !ok || string(rec.Value) != "v" {
+		t.Fatalf("s = %+v, %v", rec, ok)
+	}
+}
+
+// TestTransactCommitRefused checks that a remote commit that could not be
+// sent (no server) is unavailable, not in doubt.
+func TestTransactCommitRefused(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	db := dialTest(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = db.Transact(ctx, func(tx *Tx) error {
+		return tx.Put(ctx, PutRequest{Collection: "c", Key: []byte("k"), Value: []byte("v")})
+	})
+	var cu *CommitUnknownError
+	if !errors.Is(err, ErrUnavailable) || errors.As(err, &cu) {
+		t.Fatalf("Transact = %v, want ErrUnavailable", err)
+	}
 }

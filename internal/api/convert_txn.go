@@ -59,6 +59,60 @@ func checkTxnID(id string) error {
 	return nil
 }
 
+// checkTxnTarget checks that an operation names its attempt by exactly one
+// of txn (an attempt begun before) and begin (one to begin with it).
+func checkTxnTarget(id string, begin *pb.TxnBegin) error {
+	switch {
+	case id == "" && begin == nil:
+		return kv.Errorf(kv.CodeInvalidArgument, "no transaction: give txn, the id BeginTxn or BeginGroupTxn answered, or begin, to begin one with this request")
+	case id != "" && begin != nil:
+		return kv.Errorf(kv.CodeInvalidArgument, "both txn and begin given: give txn to run in attempt %q, or begin to begin a new one, not both", clip(id))
+	}
+	return nil
+}
+
+// TxnBeginToPB converts the begin an operation carries: of a group
+// transaction of group id, or of a general one when id is empty.
+func TxnBeginToPB(id string, o kv.TxnOptions) *pb.TxnBegin {
+	return &pb.TxnBegin{Group: id, Isolation: string(o.Isolation), RetryOf: o.RetryOf, ReadOnly: o.ReadOnly}
+}
+
+// TxnBeginFromPB validates the begin an operation carries as BeginTxn (no
+// group) or BeginGroupTxn (a group) validate theirs; it answers the group
+// ("" for a general transaction) and the options.
+func TxnBeginFromPB(m *pb.TxnBegin) (string, kv.TxnOptions, error) {
+	if m.GetGroup() != "" {
+		return GroupTxnOptionsFromPB(&pb.BeginGroupTxnRequest{Group: m.GetGroup(), Isolation: m.GetIsolation(), RetryOf: m.GetRetryOf(), ReadOnly: m.GetReadOnly()})
+	}
+	opts, err := TxnOptionsFromPB(&pb.BeginTxnRequest{Isolation: m.GetIsolation(), RetryOf: m.GetRetryOf(), ReadOnly: m.GetReadOnly()})
+	return "", opts, err
+}
+
+// TxnWritesToPB converts the writes of an attempt that a TxnWrite or a
+// CommitTxn carries: puts and deletes.
+func TxnWritesToPB(ops []kv.TxnOp) []*pb.TxnOp {
+	if len(ops) == 0 {
+		return nil
+	}
+	return txnOpsToPB(ops)
+}
+
+// TxnWritesFromPB validates the writes a TxnWrite or a CommitTxn carries:
+// each a put or a delete of a valid key, validated as TxnPut and TxnDelete
+// validate theirs (a put's tags; only a put has a value or tags).
+func TxnWritesFromPB(ops []*pb.TxnOp) ([]kv.TxnOp, error) {
+	out, _, err := txnOpsFromPB("writes", ops)
+	if err != nil {
+		return nil, err
+	}
+	for i, op := range out {
+		if op.Op == kv.TxnOpGet {
+			return nil, kv.Errorf(kv.CodeInvalidArgument, `writes[%d]: a get is not a write: give "put" or "delete" (read with TxnGet)`, i)
+		}
+	}
+	return out, nil
+}
+
 // keyRefFromPB validates a collection and key of a request.
 func keyRefFromPB(coll string, key []byte) (kv.KeyRef, error) {
 	if err := kv.ValidateCollectionName(coll); err != nil {
@@ -72,7 +126,7 @@ func keyRefFromPB(coll string, key []byte) (kv.KeyRef, error) {
 
 // TxnGetRequestFromPB validates a get in an attempt.
 func TxnGetRequestFromPB(m *pb.TxnGetRequest) (string, kv.KeyRef, error) {
-	if err := checkTxnID(m.GetTxn()); err != nil {
+	if err := checkTxnTarget(m.GetTxn(), m.GetBegin()); err != nil {
 		return "", kv.KeyRef{}, err
 	}
 	ref, err := keyRefFromPB(m.GetCollection(), m.GetKey())
@@ -130,7 +184,7 @@ func TxnScanRequestToPB(txn string, req kv.ScanRequest) *pb.TxnScanRequest {
 // TxnScanRequestFromPB validates a scan in an attempt, as the HTTP form
 // does: the collection, the range and the page size.
 func TxnScanRequestFromPB(m *pb.TxnScanRequest) (string, kv.ScanRequest, error) {
-	if err := checkTxnID(m.GetTxn()); err != nil {
+	if err := checkTxnTarget(m.GetTxn(), m.GetBegin()); err != nil {
 		return "", kv.ScanRequest{}, err
 	}
 	if err := kv.ValidateCollectionName(m.GetCollection()); err != nil {
@@ -157,7 +211,7 @@ func TxnTagQueryToPB(txn string, q kv.TagQuery) *pb.TxnTagQuery {
 // does: the collection, exactly one of all and any, the tags and the page
 // size.
 func TxnTagQueryFromPB(m *pb.TxnTagQuery) (string, kv.TagQuery, error) {
-	if err := checkTxnID(m.GetTxn()); err != nil {
+	if err := checkTxnTarget(m.GetTxn(), m.GetBegin()); err != nil {
 		return "", kv.TagQuery{}, err
 	}
 	if err := kv.ValidateCollectionName(m.GetCollection()); err != nil {

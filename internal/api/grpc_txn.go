@@ -2,6 +2,10 @@ package api
 
 import (
 	"context"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/groupkv/groupkv/internal/kv"
 	pb "github.com/groupkv/groupkv/proto/groupkvpb"
@@ -18,6 +22,13 @@ import (
 //
 // An attempt lives on the node that began it: a client must send the
 // operations of an attempt to the server that answered its BeginTxn.
+//
+// TxnGet, TxnScan, TxnGetByTags, TxnWrite and CommitTxn may begin their
+// attempt (TxnBegin in place of txn), and TxnWrite and CommitTxn carry
+// writes: a handler runs them on the same backend methods a client would
+// call one RPC at a time (BeginTxn or BeginGroupTxn, then TxnPut and
+// TxnDelete in order, then the operation), so the backend sees exactly
+// the calls of the longer form, and the client saves the round trips.
 
 // grpcTxnOps are the Metrics op labels of the transaction and Key Groups
 // RPCs: those of the HTTP forms, so that an operation is counted under one
@@ -28,6 +39,7 @@ var grpcTxnOps = map[string]string{
 	"TxnGet":        opTxnGet,
 	"TxnPut":        opTxnPut,
 	"TxnDelete":     opTxnDelete,
+	"TxnWrite":      opTxnWrite,
 	"TxnScan":       opTxnScan,
 	"TxnGetByTags":  opTxnTags,
 	"CommitTxn":     opTxnCommit,
@@ -63,6 +75,95 @@ func (s *grpcService) groups() (kv.GroupBackend, error) {
 	return gb, nil
 }
 
+// opTxnWrite is the Metrics op label of TxnWrite, which has no HTTP form.
+const opTxnWrite = "txn_write"
+
+// TxnTrailer is the trailer in which an operation that began its attempt
+// (TxnBegin) and then failed names the attempt it began, so that its
+// client can go on in it, abort it or retry it with retry_of.
+const TxnTrailer = "groupkv-txn"
+
+// abortBegunTimeout bounds the abort of an attempt a request began when
+// its client is gone.
+const abortBegunTimeout = 5 * time.Second
+
+// attempt is the attempt an operation runs in: the one it names, or the
+// one it began.
+type attempt struct {
+	id    string
+	began bool
+}
+
+// resp returns the id to answer in the response's txn field: the
+// attempt's if the request began it, else "".
+func (a attempt) resp() string {
+	if a.began {
+		return a.id
+	}
+	return ""
+}
+
+// attemptOf answers the attempt of an operation whose request was
+// validated (checkTxnTarget): txn, or a new attempt begun from begin,
+// on the TxnBackend or, for a group, the GroupBackend.
+func (s *grpcService) attemptOf(ctx context.Context, tb kv.TxnBackend, txn string, begin *pb.TxnBegin) (attempt, error) {
+	if begin == nil {
+		return attempt{id: txn}, nil
+	}
+	group, opts, err := TxnBeginFromPB(begin)
+	if err != nil {
+		return attempt{}, err
+	}
+	var id string
+	if group != "" {
+		gb, gerr := s.groups()
+		if gerr != nil {
+			return attempt{}, gerr
+		}
+		id, err = gb.BeginGroupTxn(ctx, group, opts)
+	} else {
+		id, err = tb.BeginTxn(ctx, opts)
+	}
+	if err != nil {
+		return attempt{}, err
+	}
+	return attempt{id: id, began: true}, nil
+}
+
+// failIn is fail for an operation in attempt a. If the request began a,
+// the error names it in the TxnTrailer trailer; and if the request's
+// context ended (its client is gone and will never learn the id), a is
+// aborted, so that it does not hold its locks until it expires, unless
+// abort is false (a commit was under way: its outcome is the backend's).
+func (s *grpcService) failIn(ctx context.Context, tb kv.TxnBackend, a attempt, err error, abort bool) error {
+	if a.began {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(TxnTrailer, a.id))
+		if abort && ctx.Err() != nil {
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortBegunTimeout)
+			_ = tb.AbortTxn(actx, a.id)
+			cancel()
+		}
+	}
+	return s.fail(ctx, err)
+}
+
+// applyWrites applies writes in attempt id, in order, as TxnPut and
+// TxnDelete; it stops at the first error and answers it.
+func applyWrites(ctx context.Context, tb kv.TxnBackend, id string, writes []kv.TxnOp) error {
+	for _, w := range writes {
+		var err error
+		if w.Op == kv.TxnOpDelete {
+			err = tb.TxnDelete(ctx, id, kv.KeyRef{Collection: w.Collection, Key: w.Key})
+		} else {
+			err = tb.TxnPut(ctx, id, kv.PutItem{Collection: w.Collection, Key: w.Key, Value: w.Value, Tags: w.Tags})
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (s *grpcService) BeginTxn(ctx context.Context, req *pb.BeginTxnRequest) (*pb.BeginTxnResponse, error) {
 	tb, err := s.txn()
 	if err != nil {
@@ -88,11 +189,17 @@ func (s *grpcService) TxnGet(ctx context.Context, req *pb.TxnGetRequest) (*pb.Tx
 	if err != nil {
 		return nil, s.fail(ctx, err)
 	}
-	rec, found, err := tb.TxnGet(ctx, id, ref)
+	a, err := s.attemptOf(ctx, tb, id, req.GetBegin())
 	if err != nil {
 		return nil, s.fail(ctx, err)
 	}
-	return TxnGetResponseToPB(rec, found), nil
+	rec, found, err := tb.TxnGet(ctx, a.id, ref)
+	if err != nil {
+		return nil, s.failIn(ctx, tb, a, err, true)
+	}
+	m := TxnGetResponseToPB(rec, found)
+	m.Txn = a.resp()
+	return m, nil
 }
 
 func (s *grpcService) TxnPut(ctx context.Context, req *pb.TxnPutRequest) (*pb.TxnPutResponse, error) {
@@ -125,6 +232,29 @@ func (s *grpcService) TxnDelete(ctx context.Context, req *pb.TxnDeleteRequest) (
 	return &pb.TxnDeleteResponse{}, nil
 }
 
+// TxnWrite applies its writes in order, as TxnPut and TxnDelete would.
+func (s *grpcService) TxnWrite(ctx context.Context, req *pb.TxnWriteRequest) (*pb.TxnWriteResponse, error) {
+	tb, err := s.txn()
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	if err := checkTxnTarget(req.GetTxn(), req.GetBegin()); err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	writes, err := TxnWritesFromPB(req.GetWrites())
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	a, err := s.attemptOf(ctx, tb, req.GetTxn(), req.GetBegin())
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	if err := applyWrites(ctx, tb, a.id, writes); err != nil {
+		return nil, s.failIn(ctx, tb, a, err, true)
+	}
+	return &pb.TxnWriteResponse{Txn: a.resp()}, nil
+}
+
 func (s *grpcService) TxnScan(ctx context.Context, req *pb.TxnScanRequest) (*pb.ScanResponse, error) {
 	tb, err := s.txn()
 	if err != nil {
@@ -134,11 +264,17 @@ func (s *grpcService) TxnScan(ctx context.Context, req *pb.TxnScanRequest) (*pb.
 	if err != nil {
 		return nil, s.fail(ctx, err)
 	}
-	res, err := tb.TxnScan(ctx, id, sr)
+	a, err := s.attemptOf(ctx, tb, id, req.GetBegin())
 	if err != nil {
 		return nil, s.fail(ctx, err)
 	}
-	return ScanResultToPB(res), nil
+	res, err := tb.TxnScan(ctx, a.id, sr)
+	if err != nil {
+		return nil, s.failIn(ctx, tb, a, err, true)
+	}
+	m := ScanResultToPB(res)
+	m.Txn = a.resp()
+	return m, nil
 }
 
 func (s *grpcService) TxnGetByTags(ctx context.Context, req *pb.TxnTagQuery) (*pb.ScanResponse, error) {
@@ -150,26 +286,52 @@ func (s *grpcService) TxnGetByTags(ctx context.Context, req *pb.TxnTagQuery) (*p
 	if err != nil {
 		return nil, s.fail(ctx, err)
 	}
-	res, err := tb.TxnGetByTags(ctx, id, q)
+	a, err := s.attemptOf(ctx, tb, id, req.GetBegin())
 	if err != nil {
 		return nil, s.fail(ctx, err)
 	}
-	return ScanResultToPB(res), nil
+	res, err := tb.TxnGetByTags(ctx, a.id, q)
+	if err != nil {
+		return nil, s.failIn(ctx, tb, a, err, true)
+	}
+	m := ScanResultToPB(res)
+	m.Txn = a.resp()
+	return m, nil
 }
 
+// CommitTxn applies the request's writes, then commits. A write that
+// fails aborts the attempt (it is not left half-written for a commit
+// that will not come; one that failed with txn_aborted is over already)
+// and is the commit's error.
 func (s *grpcService) CommitTxn(ctx context.Context, req *pb.CommitTxnRequest) (*pb.CommitTxnResponse, error) {
 	tb, err := s.txn()
 	if err != nil {
 		return nil, s.fail(ctx, err)
 	}
-	if err := checkTxnID(req.GetTxn()); err != nil {
+	if err := checkTxnTarget(req.GetTxn(), req.GetBegin()); err != nil {
 		return nil, s.fail(ctx, err)
 	}
-	v, err := tb.CommitTxn(ctx, req.GetTxn())
+	writes, err := TxnWritesFromPB(req.GetWrites())
 	if err != nil {
 		return nil, s.fail(ctx, err)
 	}
-	return &pb.CommitTxnResponse{Version: v}, nil
+	a, err := s.attemptOf(ctx, tb, req.GetTxn(), req.GetBegin())
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	if err := applyWrites(ctx, tb, a.id, writes); err != nil {
+		if kv.CodeOf(err) != kv.CodeTxnAborted { // else the backend ended it
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortBegunTimeout)
+			_ = tb.AbortTxn(actx, a.id) // a failed abort leaves the locks to expire
+			cancel()
+		}
+		return nil, s.failIn(ctx, tb, a, err, false)
+	}
+	v, err := tb.CommitTxn(ctx, a.id)
+	if err != nil {
+		return nil, s.failIn(ctx, tb, a, err, false)
+	}
+	return &pb.CommitTxnResponse{Version: v, Txn: a.resp()}, nil
 }
 
 // AbortTxn answers OK for an attempt that is unknown or already finished

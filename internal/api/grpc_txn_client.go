@@ -24,6 +24,10 @@ import (
 // connection broke after it was sent is commit_unknown: it may have been
 // applied. TxnPut and TxnDelete apply nothing before the commit, so theirs
 // is unavailable.
+//
+// Its kv.TxnBackend methods send one RPC per step, as the HTTP forms do;
+// NewAttempt runs an attempt in fewer round trips (TxnAttempt), as the Go
+// client and the benchmark drivers do.
 type TxnClient struct {
 	c pb.GroupKVClient
 	// fail turns the error of an RPC into the caller's; sent says whether

@@ -119,45 +119,90 @@ func (g *GroupKVTxn) Load(ctx context.Context, keys, values [][]byte) error {
 	return err
 }
 
+// Transact runs fn in attempts until one commits. Over gRPC
+// (api.TxnClient) an attempt is an api.TxnAttempt, as the Go client's: its
+// first request begins it and its puts go with the commit, so a
+// transaction of n reads and n writes costs n + 1 round trips; on a
+// node in this process, each step is a call of the node.
 func (g *GroupKVTxn) Transact(ctx context.Context, fn func(ctx context.Context, tx Tx) error) (int, error) {
 	opts := kv.TxnOptions{Isolation: kv.IsolationSerializable}
 	for attempt := 1; ; attempt++ {
 		if err := retryBackoff(ctx, attempt); err != nil {
 			return attempt - 1, err
 		}
-		id, err := g.txn.BeginTxn(ctx, opts)
+		a, err := g.start(ctx, opts)
 		if err != nil {
 			return attempt, err
 		}
-		err = fn(ctx, groupkvTx{g, id})
+		err = fn(ctx, groupkvTx{g, a})
 		if err == nil {
-			if _, err = g.txn.CommitTxn(ctx, id); err == nil {
+			if _, err = a.Commit(ctx); err == nil {
 				return attempt, nil
 			}
 		}
 		// Aborting a finished or aborted attempt succeeds; this frees the
 		// locks of one that failed otherwise.
-		_ = g.txn.AbortTxn(context.WithoutCancel(ctx), id)
+		_ = a.Abort(context.WithoutCancel(ctx))
 		if kv.CodeOf(err) != kv.CodeTxnAborted {
 			return attempt, err
 		}
-		opts.RetryOf = id
+		if id := a.ID(); id != "" {
+			opts.RetryOf = id
+		}
 	}
 }
 
-// groupkvTx is one attempt of a transaction.
-type groupkvTx struct {
-	g  *GroupKVTxn
+// txnAttempt is one attempt of a transaction: an api.TxnAttempt, or
+// backendAttempt.
+type txnAttempt interface {
+	ID() string
+	Get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error)
+	Put(ctx context.Context, item kv.PutItem) error
+	Commit(ctx context.Context) (uint64, error)
+	Abort(ctx context.Context) error
+}
+
+// start starts an attempt with opts.
+func (g *GroupKVTxn) start(ctx context.Context, opts kv.TxnOptions) (txnAttempt, error) {
+	if tc, ok := g.txn.(*api.TxnClient); ok {
+		return tc.NewAttempt("", opts), nil
+	}
+	id, err := g.txn.BeginTxn(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return backendAttempt{g.txn, id}, nil
+}
+
+// backendAttempt is an attempt of a kv.TxnBackend, begun.
+type backendAttempt struct {
+	b  kv.TxnBackend
 	id string
 }
 
+func (a backendAttempt) ID() string { return a.id }
+func (a backendAttempt) Get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error) {
+	return a.b.TxnGet(ctx, a.id, ref)
+}
+func (a backendAttempt) Put(ctx context.Context, item kv.PutItem) error {
+	return a.b.TxnPut(ctx, a.id, item)
+}
+func (a backendAttempt) Commit(ctx context.Context) (uint64, error) { return a.b.CommitTxn(ctx, a.id) }
+func (a backendAttempt) Abort(ctx context.Context) error            { return a.b.AbortTxn(ctx, a.id) }
+
+// groupkvTx is one attempt of a transaction.
+type groupkvTx struct {
+	g *GroupKVTxn
+	a txnAttempt
+}
+
 func (t groupkvTx) Get(ctx context.Context, key []byte) ([]byte, bool, error) {
-	rec, found, err := t.g.txn.TxnGet(ctx, t.id, kv.KeyRef{Collection: t.g.coll, Key: key})
+	rec, found, err := t.a.Get(ctx, kv.KeyRef{Collection: t.g.coll, Key: key})
 	return rec.Value, found, err
 }
 
 func (t groupkvTx) Put(ctx context.Context, key, value []byte) error {
-	return t.g.txn.TxnPut(ctx, t.id, kv.PutItem{Collection: t.g.coll, Key: key, Value: value})
+	return t.a.Put(ctx, kv.PutItem{Collection: t.g.coll, Key: key, Value: value})
 }
 
 func (g *GroupKVTxn) Plain() Tx { return groupkvPlain{g} }

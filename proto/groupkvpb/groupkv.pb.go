@@ -1812,7 +1812,10 @@ type ScanResponse struct {
 	// next_page is empty at the end; else it continues the scan.
 	NextPage string `protobuf:"bytes,2,opt,name=next_page,json=nextPage,proto3" json:"next_page,omitempty"`
 	// version is the version every page of the scan reads at.
-	Version       uint64 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	Version uint64 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	// txn, in the answer of a TxnScan or TxnGetByTags that began an attempt
+	// (begin), is its id; else empty.
+	Txn           string `protobuf:"bytes,4,opt,name=txn,proto3" json:"txn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1866,6 +1869,13 @@ func (x *ScanResponse) GetVersion() uint64 {
 		return x.Version
 	}
 	return 0
+}
+
+func (x *ScanResponse) GetTxn() string {
+	if x != nil {
+		return x.Txn
+	}
+	return ""
 }
 
 // TagQuery reads the records carrying all of all, or any of any (exactly
@@ -2177,6 +2187,79 @@ func (x *BeginTxnRequest) GetReadOnly() bool {
 	return false
 }
 
+// TxnBegin begins an attempt in the operation that carries it, in place
+// of its txn: the fields of BeginTxnRequest, and for a group transaction
+// the group (then the fields of BeginGroupTxnRequest). Exactly one of txn
+// and begin is set.
+type TxnBegin struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Isolation string                 `protobuf:"bytes,1,opt,name=isolation,proto3" json:"isolation,omitempty"`
+	RetryOf   string                 `protobuf:"bytes,2,opt,name=retry_of,json=retryOf,proto3" json:"retry_of,omitempty"`
+	ReadOnly  bool                   `protobuf:"varint,3,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	// group, when not empty, begins a transaction of that key group.
+	Group         string `protobuf:"bytes,4,opt,name=group,proto3" json:"group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnBegin) Reset() {
+	*x = TxnBegin{}
+	mi := &file_groupkv_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnBegin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnBegin) ProtoMessage() {}
+
+func (x *TxnBegin) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnBegin.ProtoReflect.Descriptor instead.
+func (*TxnBegin) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *TxnBegin) GetIsolation() string {
+	if x != nil {
+		return x.Isolation
+	}
+	return ""
+}
+
+func (x *TxnBegin) GetRetryOf() string {
+	if x != nil {
+		return x.RetryOf
+	}
+	return ""
+}
+
+func (x *TxnBegin) GetReadOnly() bool {
+	if x != nil {
+		return x.ReadOnly
+	}
+	return false
+}
+
+func (x *TxnBegin) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
 // BeginTxnResponse answers BeginTxn and BeginGroupTxn.
 type BeginTxnResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2188,7 +2271,7 @@ type BeginTxnResponse struct {
 
 func (x *BeginTxnResponse) Reset() {
 	*x = BeginTxnResponse{}
-	mi := &file_groupkv_proto_msgTypes[36]
+	mi := &file_groupkv_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2200,7 +2283,7 @@ func (x *BeginTxnResponse) String() string {
 func (*BeginTxnResponse) ProtoMessage() {}
 
 func (x *BeginTxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[36]
+	mi := &file_groupkv_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2213,7 +2296,7 @@ func (x *BeginTxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginTxnResponse.ProtoReflect.Descriptor instead.
 func (*BeginTxnResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{36}
+	return file_groupkv_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *BeginTxnResponse) GetTxn() string {
@@ -2224,17 +2307,19 @@ func (x *BeginTxnResponse) GetTxn() string {
 }
 
 type TxnGetRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Txn           string                 `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
-	Collection    string                 `protobuf:"bytes,2,opt,name=collection,proto3" json:"collection,omitempty"`
-	Key           []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Txn        string                 `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
+	Collection string                 `protobuf:"bytes,2,opt,name=collection,proto3" json:"collection,omitempty"`
+	Key        []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	// begin, in place of txn, begins the attempt the get reads in.
+	Begin         *TxnBegin `protobuf:"bytes,4,opt,name=begin,proto3" json:"begin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TxnGetRequest) Reset() {
 	*x = TxnGetRequest{}
-	mi := &file_groupkv_proto_msgTypes[37]
+	mi := &file_groupkv_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2246,7 +2331,7 @@ func (x *TxnGetRequest) String() string {
 func (*TxnGetRequest) ProtoMessage() {}
 
 func (x *TxnGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[37]
+	mi := &file_groupkv_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2259,7 +2344,7 @@ func (x *TxnGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnGetRequest.ProtoReflect.Descriptor instead.
 func (*TxnGetRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{37}
+	return file_groupkv_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TxnGetRequest) GetTxn() string {
@@ -2283,21 +2368,30 @@ func (x *TxnGetRequest) GetKey() []byte {
 	return nil
 }
 
+func (x *TxnGetRequest) GetBegin() *TxnBegin {
+	if x != nil {
+		return x.Begin
+	}
+	return nil
+}
+
 // TxnGetResponse is the key as the attempt sees it, its own writes
 // included; value, tags and version are unset when found is false.
 type TxnGetResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Found         bool                   `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
-	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
-	Tags          []string               `protobuf:"bytes,3,rep,name=tags,proto3" json:"tags,omitempty"`
-	Version       uint64                 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Found   bool                   `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
+	Value   []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Tags    []string               `protobuf:"bytes,3,rep,name=tags,proto3" json:"tags,omitempty"`
+	Version uint64                 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	// txn is the id of the attempt the request began (begin), else empty.
+	Txn           string `protobuf:"bytes,5,opt,name=txn,proto3" json:"txn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TxnGetResponse) Reset() {
 	*x = TxnGetResponse{}
-	mi := &file_groupkv_proto_msgTypes[38]
+	mi := &file_groupkv_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2309,7 +2403,7 @@ func (x *TxnGetResponse) String() string {
 func (*TxnGetResponse) ProtoMessage() {}
 
 func (x *TxnGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[38]
+	mi := &file_groupkv_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2322,7 +2416,7 @@ func (x *TxnGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnGetResponse.ProtoReflect.Descriptor instead.
 func (*TxnGetResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{38}
+	return file_groupkv_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TxnGetResponse) GetFound() bool {
@@ -2353,6 +2447,13 @@ func (x *TxnGetResponse) GetVersion() uint64 {
 	return 0
 }
 
+func (x *TxnGetResponse) GetTxn() string {
+	if x != nil {
+		return x.Txn
+	}
+	return ""
+}
+
 // TxnPutRequest writes a record in the attempt; it is applied at commit.
 type TxnPutRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2367,7 +2468,7 @@ type TxnPutRequest struct {
 
 func (x *TxnPutRequest) Reset() {
 	*x = TxnPutRequest{}
-	mi := &file_groupkv_proto_msgTypes[39]
+	mi := &file_groupkv_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2379,7 +2480,7 @@ func (x *TxnPutRequest) String() string {
 func (*TxnPutRequest) ProtoMessage() {}
 
 func (x *TxnPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[39]
+	mi := &file_groupkv_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2392,7 +2493,7 @@ func (x *TxnPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnPutRequest.ProtoReflect.Descriptor instead.
 func (*TxnPutRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{39}
+	return file_groupkv_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *TxnPutRequest) GetTxn() string {
@@ -2438,7 +2539,7 @@ type TxnPutResponse struct {
 
 func (x *TxnPutResponse) Reset() {
 	*x = TxnPutResponse{}
-	mi := &file_groupkv_proto_msgTypes[40]
+	mi := &file_groupkv_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2450,7 +2551,7 @@ func (x *TxnPutResponse) String() string {
 func (*TxnPutResponse) ProtoMessage() {}
 
 func (x *TxnPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[40]
+	mi := &file_groupkv_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2463,7 +2564,7 @@ func (x *TxnPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnPutResponse.ProtoReflect.Descriptor instead.
 func (*TxnPutResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{40}
+	return file_groupkv_proto_rawDescGZIP(), []int{41}
 }
 
 // TxnDeleteRequest deletes a key in the attempt; deleting an absent key is
@@ -2479,7 +2580,7 @@ type TxnDeleteRequest struct {
 
 func (x *TxnDeleteRequest) Reset() {
 	*x = TxnDeleteRequest{}
-	mi := &file_groupkv_proto_msgTypes[41]
+	mi := &file_groupkv_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2491,7 +2592,7 @@ func (x *TxnDeleteRequest) String() string {
 func (*TxnDeleteRequest) ProtoMessage() {}
 
 func (x *TxnDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[41]
+	mi := &file_groupkv_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2504,7 +2605,7 @@ func (x *TxnDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnDeleteRequest.ProtoReflect.Descriptor instead.
 func (*TxnDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{41}
+	return file_groupkv_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TxnDeleteRequest) GetTxn() string {
@@ -2536,7 +2637,7 @@ type TxnDeleteResponse struct {
 
 func (x *TxnDeleteResponse) Reset() {
 	*x = TxnDeleteResponse{}
-	mi := &file_groupkv_proto_msgTypes[42]
+	mi := &file_groupkv_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2548,7 +2649,7 @@ func (x *TxnDeleteResponse) String() string {
 func (*TxnDeleteResponse) ProtoMessage() {}
 
 func (x *TxnDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[42]
+	mi := &file_groupkv_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2561,27 +2662,137 @@ func (x *TxnDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnDeleteResponse.ProtoReflect.Descriptor instead.
 func (*TxnDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{42}
+	return file_groupkv_proto_rawDescGZIP(), []int{43}
+}
+
+// TxnWriteRequest applies writes in an attempt: each a TxnOp whose op is
+// "put" or "delete".
+type TxnWriteRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Txn   string                 `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
+	// begin, in place of txn, begins the attempt the writes go to.
+	Begin         *TxnBegin `protobuf:"bytes,2,opt,name=begin,proto3" json:"begin,omitempty"`
+	Writes        []*TxnOp  `protobuf:"bytes,3,rep,name=writes,proto3" json:"writes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnWriteRequest) Reset() {
+	*x = TxnWriteRequest{}
+	mi := &file_groupkv_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnWriteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnWriteRequest) ProtoMessage() {}
+
+func (x *TxnWriteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnWriteRequest.ProtoReflect.Descriptor instead.
+func (*TxnWriteRequest) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *TxnWriteRequest) GetTxn() string {
+	if x != nil {
+		return x.Txn
+	}
+	return ""
+}
+
+func (x *TxnWriteRequest) GetBegin() *TxnBegin {
+	if x != nil {
+		return x.Begin
+	}
+	return nil
+}
+
+func (x *TxnWriteRequest) GetWrites() []*TxnOp {
+	if x != nil {
+		return x.Writes
+	}
+	return nil
+}
+
+type TxnWriteResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// txn is the id of the attempt the request began (begin), else empty.
+	Txn           string `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnWriteResponse) Reset() {
+	*x = TxnWriteResponse{}
+	mi := &file_groupkv_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnWriteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnWriteResponse) ProtoMessage() {}
+
+func (x *TxnWriteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnWriteResponse.ProtoReflect.Descriptor instead.
+func (*TxnWriteResponse) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *TxnWriteResponse) GetTxn() string {
+	if x != nil {
+		return x.Txn
+	}
+	return ""
 }
 
 // TxnScanRequest reads a page of a range as the attempt sees it: the fields
 // of ScanRequest but version, which is the attempt's to choose.
 type TxnScanRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Txn           string                 `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
-	Collection    string                 `protobuf:"bytes,2,opt,name=collection,proto3" json:"collection,omitempty"`
-	Start         []byte                 `protobuf:"bytes,3,opt,name=start,proto3" json:"start,omitempty"`
-	End           []byte                 `protobuf:"bytes,4,opt,name=end,proto3" json:"end,omitempty"`
-	Limit         int64                  `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
-	Reverse       bool                   `protobuf:"varint,6,opt,name=reverse,proto3" json:"reverse,omitempty"`
-	Page          string                 `protobuf:"bytes,7,opt,name=page,proto3" json:"page,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Txn        string                 `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
+	Collection string                 `protobuf:"bytes,2,opt,name=collection,proto3" json:"collection,omitempty"`
+	Start      []byte                 `protobuf:"bytes,3,opt,name=start,proto3" json:"start,omitempty"`
+	End        []byte                 `protobuf:"bytes,4,opt,name=end,proto3" json:"end,omitempty"`
+	Limit      int64                  `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	Reverse    bool                   `protobuf:"varint,6,opt,name=reverse,proto3" json:"reverse,omitempty"`
+	Page       string                 `protobuf:"bytes,7,opt,name=page,proto3" json:"page,omitempty"`
+	// begin, in place of txn, begins the attempt the scan reads in.
+	Begin         *TxnBegin `protobuf:"bytes,8,opt,name=begin,proto3" json:"begin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TxnScanRequest) Reset() {
 	*x = TxnScanRequest{}
-	mi := &file_groupkv_proto_msgTypes[43]
+	mi := &file_groupkv_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2593,7 +2804,7 @@ func (x *TxnScanRequest) String() string {
 func (*TxnScanRequest) ProtoMessage() {}
 
 func (x *TxnScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[43]
+	mi := &file_groupkv_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2606,7 +2817,7 @@ func (x *TxnScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnScanRequest.ProtoReflect.Descriptor instead.
 func (*TxnScanRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{43}
+	return file_groupkv_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TxnScanRequest) GetTxn() string {
@@ -2658,22 +2869,31 @@ func (x *TxnScanRequest) GetPage() string {
 	return ""
 }
 
+func (x *TxnScanRequest) GetBegin() *TxnBegin {
+	if x != nil {
+		return x.Begin
+	}
+	return nil
+}
+
 // TxnTagQuery is a TagQuery in an attempt, without version.
 type TxnTagQuery struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Txn           string                 `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
-	Collection    string                 `protobuf:"bytes,2,opt,name=collection,proto3" json:"collection,omitempty"`
-	All           []string               `protobuf:"bytes,3,rep,name=all,proto3" json:"all,omitempty"`
-	Any           []string               `protobuf:"bytes,4,rep,name=any,proto3" json:"any,omitempty"`
-	Limit         int64                  `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
-	Page          string                 `protobuf:"bytes,6,opt,name=page,proto3" json:"page,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Txn        string                 `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
+	Collection string                 `protobuf:"bytes,2,opt,name=collection,proto3" json:"collection,omitempty"`
+	All        []string               `protobuf:"bytes,3,rep,name=all,proto3" json:"all,omitempty"`
+	Any        []string               `protobuf:"bytes,4,rep,name=any,proto3" json:"any,omitempty"`
+	Limit      int64                  `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	Page       string                 `protobuf:"bytes,6,opt,name=page,proto3" json:"page,omitempty"`
+	// begin, in place of txn, begins the attempt the query reads in.
+	Begin         *TxnBegin `protobuf:"bytes,7,opt,name=begin,proto3" json:"begin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TxnTagQuery) Reset() {
 	*x = TxnTagQuery{}
-	mi := &file_groupkv_proto_msgTypes[44]
+	mi := &file_groupkv_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2685,7 +2905,7 @@ func (x *TxnTagQuery) String() string {
 func (*TxnTagQuery) ProtoMessage() {}
 
 func (x *TxnTagQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[44]
+	mi := &file_groupkv_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2698,7 +2918,7 @@ func (x *TxnTagQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnTagQuery.ProtoReflect.Descriptor instead.
 func (*TxnTagQuery) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{44}
+	return file_groupkv_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TxnTagQuery) GetTxn() string {
@@ -2743,16 +2963,30 @@ func (x *TxnTagQuery) GetPage() string {
 	return ""
 }
 
+func (x *TxnTagQuery) GetBegin() *TxnBegin {
+	if x != nil {
+		return x.Begin
+	}
+	return nil
+}
+
+// CommitTxnRequest commits an attempt, after applying writes to it.
 type CommitTxnRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Txn           string                 `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Txn   string                 `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
+	// begin, in place of txn, begins the attempt that writes and commits.
+	Begin *TxnBegin `protobuf:"bytes,2,opt,name=begin,proto3" json:"begin,omitempty"`
+	// writes are applied in order before the commit, as TxnWrite does:
+	// each a TxnOp whose op is "put" or "delete". When one fails, the
+	// attempt is aborted and the commit fails with that write's error.
+	Writes        []*TxnOp `protobuf:"bytes,3,rep,name=writes,proto3" json:"writes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CommitTxnRequest) Reset() {
 	*x = CommitTxnRequest{}
-	mi := &file_groupkv_proto_msgTypes[45]
+	mi := &file_groupkv_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2764,7 +2998,7 @@ func (x *CommitTxnRequest) String() string {
 func (*CommitTxnRequest) ProtoMessage() {}
 
 func (x *CommitTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[45]
+	mi := &file_groupkv_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2777,7 +3011,7 @@ func (x *CommitTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitTxnRequest.ProtoReflect.Descriptor instead.
 func (*CommitTxnRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{45}
+	return file_groupkv_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CommitTxnRequest) GetTxn() string {
@@ -2787,17 +3021,33 @@ func (x *CommitTxnRequest) GetTxn() string {
 	return ""
 }
 
+func (x *CommitTxnRequest) GetBegin() *TxnBegin {
+	if x != nil {
+		return x.Begin
+	}
+	return nil
+}
+
+func (x *CommitTxnRequest) GetWrites() []*TxnOp {
+	if x != nil {
+		return x.Writes
+	}
+	return nil
+}
+
 type CommitTxnResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// version is the commit version.
-	Version       uint64 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Version uint64 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// txn is the id of the attempt the request began (begin), else empty.
+	Txn           string `protobuf:"bytes,2,opt,name=txn,proto3" json:"txn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CommitTxnResponse) Reset() {
 	*x = CommitTxnResponse{}
-	mi := &file_groupkv_proto_msgTypes[46]
+	mi := &file_groupkv_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2809,7 +3059,7 @@ func (x *CommitTxnResponse) String() string {
 func (*CommitTxnResponse) ProtoMessage() {}
 
 func (x *CommitTxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[46]
+	mi := &file_groupkv_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2822,7 +3072,7 @@ func (x *CommitTxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitTxnResponse.ProtoReflect.Descriptor instead.
 func (*CommitTxnResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{46}
+	return file_groupkv_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CommitTxnResponse) GetVersion() uint64 {
@@ -2830,6 +3080,13 @@ func (x *CommitTxnResponse) GetVersion() uint64 {
 		return x.Version
 	}
 	return 0
+}
+
+func (x *CommitTxnResponse) GetTxn() string {
+	if x != nil {
+		return x.Txn
+	}
+	return ""
 }
 
 type AbortTxnRequest struct {
@@ -2841,7 +3098,7 @@ type AbortTxnRequest struct {
 
 func (x *AbortTxnRequest) Reset() {
 	*x = AbortTxnRequest{}
-	mi := &file_groupkv_proto_msgTypes[47]
+	mi := &file_groupkv_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2853,7 +3110,7 @@ func (x *AbortTxnRequest) String() string {
 func (*AbortTxnRequest) ProtoMessage() {}
 
 func (x *AbortTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[47]
+	mi := &file_groupkv_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2866,7 +3123,7 @@ func (x *AbortTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortTxnRequest.ProtoReflect.Descriptor instead.
 func (*AbortTxnRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{47}
+	return file_groupkv_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *AbortTxnRequest) GetTxn() string {
@@ -2884,7 +3141,7 @@ type AbortTxnResponse struct {
 
 func (x *AbortTxnResponse) Reset() {
 	*x = AbortTxnResponse{}
-	mi := &file_groupkv_proto_msgTypes[48]
+	mi := &file_groupkv_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2896,7 +3153,7 @@ func (x *AbortTxnResponse) String() string {
 func (*AbortTxnResponse) ProtoMessage() {}
 
 func (x *AbortTxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[48]
+	mi := &file_groupkv_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2909,7 +3166,7 @@ func (x *AbortTxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortTxnResponse.ProtoReflect.Descriptor instead.
 func (*AbortTxnResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{48}
+	return file_groupkv_proto_rawDescGZIP(), []int{51}
 }
 
 // Compare is a condition of a one-shot transaction: the key's current
@@ -2930,7 +3187,7 @@ type Compare struct {
 
 func (x *Compare) Reset() {
 	*x = Compare{}
-	mi := &file_groupkv_proto_msgTypes[49]
+	mi := &file_groupkv_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2942,7 +3199,7 @@ func (x *Compare) String() string {
 func (*Compare) ProtoMessage() {}
 
 func (x *Compare) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[49]
+	mi := &file_groupkv_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2955,7 +3212,7 @@ func (x *Compare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Compare.ProtoReflect.Descriptor instead.
 func (*Compare) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{49}
+	return file_groupkv_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Compare) GetCollection() string {
@@ -3028,7 +3285,7 @@ type TxnOp struct {
 
 func (x *TxnOp) Reset() {
 	*x = TxnOp{}
-	mi := &file_groupkv_proto_msgTypes[50]
+	mi := &file_groupkv_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3040,7 +3297,7 @@ func (x *TxnOp) String() string {
 func (*TxnOp) ProtoMessage() {}
 
 func (x *TxnOp) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[50]
+	mi := &file_groupkv_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3053,7 +3310,7 @@ func (x *TxnOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnOp.ProtoReflect.Descriptor instead.
 func (*TxnOp) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{50}
+	return file_groupkv_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *TxnOp) GetOp() string {
@@ -3104,7 +3361,7 @@ type ExecTxnRequest struct {
 
 func (x *ExecTxnRequest) Reset() {
 	*x = ExecTxnRequest{}
-	mi := &file_groupkv_proto_msgTypes[51]
+	mi := &file_groupkv_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3116,7 +3373,7 @@ func (x *ExecTxnRequest) String() string {
 func (*ExecTxnRequest) ProtoMessage() {}
 
 func (x *ExecTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[51]
+	mi := &file_groupkv_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3129,7 +3386,7 @@ func (x *ExecTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecTxnRequest.ProtoReflect.Descriptor instead.
 func (*ExecTxnRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{51}
+	return file_groupkv_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ExecTxnRequest) GetCompares() []*Compare {
@@ -3167,7 +3424,7 @@ type TxnOpResult struct {
 
 func (x *TxnOpResult) Reset() {
 	*x = TxnOpResult{}
-	mi := &file_groupkv_proto_msgTypes[52]
+	mi := &file_groupkv_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3179,7 +3436,7 @@ func (x *TxnOpResult) String() string {
 func (*TxnOpResult) ProtoMessage() {}
 
 func (x *TxnOpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[52]
+	mi := &file_groupkv_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3192,7 +3449,7 @@ func (x *TxnOpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnOpResult.ProtoReflect.Descriptor instead.
 func (*TxnOpResult) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{52}
+	return file_groupkv_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *TxnOpResult) GetFound() bool {
@@ -3237,7 +3494,7 @@ type ExecTxnResponse struct {
 
 func (x *ExecTxnResponse) Reset() {
 	*x = ExecTxnResponse{}
-	mi := &file_groupkv_proto_msgTypes[53]
+	mi := &file_groupkv_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3249,7 +3506,7 @@ func (x *ExecTxnResponse) String() string {
 func (*ExecTxnResponse) ProtoMessage() {}
 
 func (x *ExecTxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[53]
+	mi := &file_groupkv_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3262,7 +3519,7 @@ func (x *ExecTxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecTxnResponse.ProtoReflect.Descriptor instead.
 func (*ExecTxnResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{53}
+	return file_groupkv_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ExecTxnResponse) GetSucceeded() bool {
@@ -3303,7 +3560,7 @@ type CreateGroupRequest struct {
 
 func (x *CreateGroupRequest) Reset() {
 	*x = CreateGroupRequest{}
-	mi := &file_groupkv_proto_msgTypes[54]
+	mi := &file_groupkv_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3315,7 +3572,7 @@ func (x *CreateGroupRequest) String() string {
 func (*CreateGroupRequest) ProtoMessage() {}
 
 func (x *CreateGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[54]
+	mi := &file_groupkv_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3328,7 +3585,7 @@ func (x *CreateGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGroupRequest.ProtoReflect.Descriptor instead.
 func (*CreateGroupRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{54}
+	return file_groupkv_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *CreateGroupRequest) GetId() string {
@@ -3372,7 +3629,7 @@ type GroupRefusal struct {
 
 func (x *GroupRefusal) Reset() {
 	*x = GroupRefusal{}
-	mi := &file_groupkv_proto_msgTypes[55]
+	mi := &file_groupkv_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3384,7 +3641,7 @@ func (x *GroupRefusal) String() string {
 func (*GroupRefusal) ProtoMessage() {}
 
 func (x *GroupRefusal) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[55]
+	mi := &file_groupkv_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3397,7 +3654,7 @@ func (x *GroupRefusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupRefusal.ProtoReflect.Descriptor instead.
 func (*GroupRefusal) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{55}
+	return file_groupkv_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GroupRefusal) GetCollection() string {
@@ -3434,7 +3691,7 @@ type CreateGroupResponse struct {
 
 func (x *CreateGroupResponse) Reset() {
 	*x = CreateGroupResponse{}
-	mi := &file_groupkv_proto_msgTypes[56]
+	mi := &file_groupkv_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3446,7 +3703,7 @@ func (x *CreateGroupResponse) String() string {
 func (*CreateGroupResponse) ProtoMessage() {}
 
 func (x *CreateGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[56]
+	mi := &file_groupkv_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3459,7 +3716,7 @@ func (x *CreateGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGroupResponse.ProtoReflect.Descriptor instead.
 func (*CreateGroupResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{56}
+	return file_groupkv_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *CreateGroupResponse) GetId() string {
@@ -3492,7 +3749,7 @@ type DescribeGroupRequest struct {
 
 func (x *DescribeGroupRequest) Reset() {
 	*x = DescribeGroupRequest{}
-	mi := &file_groupkv_proto_msgTypes[57]
+	mi := &file_groupkv_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3504,7 +3761,7 @@ func (x *DescribeGroupRequest) String() string {
 func (*DescribeGroupRequest) ProtoMessage() {}
 
 func (x *DescribeGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[57]
+	mi := &file_groupkv_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3517,7 +3774,7 @@ func (x *DescribeGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeGroupRequest.ProtoReflect.Descriptor instead.
 func (*DescribeGroupRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{57}
+	return file_groupkv_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *DescribeGroupRequest) GetId() string {
@@ -3549,7 +3806,7 @@ type GroupInfo struct {
 
 func (x *GroupInfo) Reset() {
 	*x = GroupInfo{}
-	mi := &file_groupkv_proto_msgTypes[58]
+	mi := &file_groupkv_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3561,7 +3818,7 @@ func (x *GroupInfo) String() string {
 func (*GroupInfo) ProtoMessage() {}
 
 func (x *GroupInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[58]
+	mi := &file_groupkv_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3574,7 +3831,7 @@ func (x *GroupInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupInfo.ProtoReflect.Descriptor instead.
 func (*GroupInfo) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{58}
+	return file_groupkv_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *GroupInfo) GetId() string {
@@ -3634,7 +3891,7 @@ type ListGroupsRequest struct {
 
 func (x *ListGroupsRequest) Reset() {
 	*x = ListGroupsRequest{}
-	mi := &file_groupkv_proto_msgTypes[59]
+	mi := &file_groupkv_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3646,7 +3903,7 @@ func (x *ListGroupsRequest) String() string {
 func (*ListGroupsRequest) ProtoMessage() {}
 
 func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[59]
+	mi := &file_groupkv_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3659,7 +3916,7 @@ func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ListGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{59}
+	return file_groupkv_proto_rawDescGZIP(), []int{62}
 }
 
 type ListGroupsResponse struct {
@@ -3671,7 +3928,7 @@ type ListGroupsResponse struct {
 
 func (x *ListGroupsResponse) Reset() {
 	*x = ListGroupsResponse{}
-	mi := &file_groupkv_proto_msgTypes[60]
+	mi := &file_groupkv_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3683,7 +3940,7 @@ func (x *ListGroupsResponse) String() string {
 func (*ListGroupsResponse) ProtoMessage() {}
 
 func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[60]
+	mi := &file_groupkv_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3696,7 +3953,7 @@ func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupsResponse.ProtoReflect.Descriptor instead.
 func (*ListGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{60}
+	return file_groupkv_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListGroupsResponse) GetGroups() []*GroupInfo {
@@ -3715,7 +3972,7 @@ type DeleteGroupRequest struct {
 
 func (x *DeleteGroupRequest) Reset() {
 	*x = DeleteGroupRequest{}
-	mi := &file_groupkv_proto_msgTypes[61]
+	mi := &file_groupkv_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3727,7 +3984,7 @@ func (x *DeleteGroupRequest) String() string {
 func (*DeleteGroupRequest) ProtoMessage() {}
 
 func (x *DeleteGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[61]
+	mi := &file_groupkv_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3740,7 +3997,7 @@ func (x *DeleteGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroupRequest.ProtoReflect.Descriptor instead.
 func (*DeleteGroupRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{61}
+	return file_groupkv_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *DeleteGroupRequest) GetId() string {
@@ -3758,7 +4015,7 @@ type DeleteGroupResponse struct {
 
 func (x *DeleteGroupResponse) Reset() {
 	*x = DeleteGroupResponse{}
-	mi := &file_groupkv_proto_msgTypes[62]
+	mi := &file_groupkv_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3770,7 +4027,7 @@ func (x *DeleteGroupResponse) String() string {
 func (*DeleteGroupResponse) ProtoMessage() {}
 
 func (x *DeleteGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[62]
+	mi := &file_groupkv_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3783,7 +4040,7 @@ func (x *DeleteGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroupResponse.ProtoReflect.Descriptor instead.
 func (*DeleteGroupResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{62}
+	return file_groupkv_proto_rawDescGZIP(), []int{65}
 }
 
 // BeginGroupTxnRequest begins a group transaction attempt: the fields of
@@ -3802,7 +4059,7 @@ type BeginGroupTxnRequest struct {
 
 func (x *BeginGroupTxnRequest) Reset() {
 	*x = BeginGroupTxnRequest{}
-	mi := &file_groupkv_proto_msgTypes[63]
+	mi := &file_groupkv_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3814,7 +4071,7 @@ func (x *BeginGroupTxnRequest) String() string {
 func (*BeginGroupTxnRequest) ProtoMessage() {}
 
 func (x *BeginGroupTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[63]
+	mi := &file_groupkv_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3827,7 +4084,7 @@ func (x *BeginGroupTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginGroupTxnRequest.ProtoReflect.Descriptor instead.
 func (*BeginGroupTxnRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{63}
+	return file_groupkv_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *BeginGroupTxnRequest) GetGroup() string {
@@ -3871,7 +4128,7 @@ type ExecGroupTxnRequest struct {
 
 func (x *ExecGroupTxnRequest) Reset() {
 	*x = ExecGroupTxnRequest{}
-	mi := &file_groupkv_proto_msgTypes[64]
+	mi := &file_groupkv_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3883,7 +4140,7 @@ func (x *ExecGroupTxnRequest) String() string {
 func (*ExecGroupTxnRequest) ProtoMessage() {}
 
 func (x *ExecGroupTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[64]
+	mi := &file_groupkv_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3896,7 +4153,7 @@ func (x *ExecGroupTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecGroupTxnRequest.ProtoReflect.Descriptor instead.
 func (*ExecGroupTxnRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{64}
+	return file_groupkv_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ExecGroupTxnRequest) GetGroup() string {
@@ -4064,11 +4321,12 @@ const file_groupkv_proto_rawDesc = "" +
 	"\x05limit\x18\x04 \x01(\x03R\x05limit\x12\x18\n" +
 	"\areverse\x18\x05 \x01(\bR\areverse\x12\x12\n" +
 	"\x04page\x18\x06 \x01(\tR\x04page\x12\x18\n" +
-	"\aversion\x18\a \x01(\x04R\aversion\"o\n" +
+	"\aversion\x18\a \x01(\x04R\aversion\"\x81\x01\n" +
 	"\fScanResponse\x12(\n" +
 	"\x05items\x18\x01 \x03(\v2\x12.groupkv.v1.RecordR\x05items\x12\x1b\n" +
 	"\tnext_page\x18\x02 \x01(\tR\bnextPage\x12\x18\n" +
-	"\aversion\x18\x03 \x01(\x04R\aversion\"\x92\x01\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\x12\x10\n" +
+	"\x03txn\x18\x04 \x01(\tR\x03txn\"\x92\x01\n" +
 	"\bTagQuery\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x01 \x01(\tR\n" +
@@ -4095,20 +4353,27 @@ const file_groupkv_proto_rawDesc = "" +
 	"\x0fBeginTxnRequest\x12\x1c\n" +
 	"\tisolation\x18\x01 \x01(\tR\tisolation\x12\x19\n" +
 	"\bretry_of\x18\x02 \x01(\tR\aretryOf\x12\x1b\n" +
-	"\tread_only\x18\x03 \x01(\bR\breadOnly\"$\n" +
+	"\tread_only\x18\x03 \x01(\bR\breadOnly\"v\n" +
+	"\bTxnBegin\x12\x1c\n" +
+	"\tisolation\x18\x01 \x01(\tR\tisolation\x12\x19\n" +
+	"\bretry_of\x18\x02 \x01(\tR\aretryOf\x12\x1b\n" +
+	"\tread_only\x18\x03 \x01(\bR\breadOnly\x12\x14\n" +
+	"\x05group\x18\x04 \x01(\tR\x05group\"$\n" +
 	"\x10BeginTxnResponse\x12\x10\n" +
-	"\x03txn\x18\x01 \x01(\tR\x03txn\"S\n" +
+	"\x03txn\x18\x01 \x01(\tR\x03txn\"\x7f\n" +
 	"\rTxnGetRequest\x12\x10\n" +
 	"\x03txn\x18\x01 \x01(\tR\x03txn\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x02 \x01(\tR\n" +
 	"collection\x12\x10\n" +
-	"\x03key\x18\x03 \x01(\fR\x03key\"j\n" +
+	"\x03key\x18\x03 \x01(\fR\x03key\x12*\n" +
+	"\x05begin\x18\x04 \x01(\v2\x14.groupkv.v1.TxnBeginR\x05begin\"|\n" +
 	"\x0eTxnGetResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x12\n" +
 	"\x04tags\x18\x03 \x03(\tR\x04tags\x12\x18\n" +
-	"\aversion\x18\x04 \x01(\x04R\aversion\"}\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\x12\x10\n" +
+	"\x03txn\x18\x05 \x01(\tR\x03txn\"}\n" +
 	"\rTxnPutRequest\x12\x10\n" +
 	"\x03txn\x18\x01 \x01(\tR\x03txn\x12\x1e\n" +
 	"\n" +
@@ -4124,7 +4389,13 @@ const file_groupkv_proto_rawDesc = "" +
 	"collection\x18\x02 \x01(\tR\n" +
 	"collection\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\fR\x03key\"\x13\n" +
-	"\x11TxnDeleteResponse\"\xae\x01\n" +
+	"\x11TxnDeleteResponse\"z\n" +
+	"\x0fTxnWriteRequest\x12\x10\n" +
+	"\x03txn\x18\x01 \x01(\tR\x03txn\x12*\n" +
+	"\x05begin\x18\x02 \x01(\v2\x14.groupkv.v1.TxnBeginR\x05begin\x12)\n" +
+	"\x06writes\x18\x03 \x03(\v2\x11.groupkv.v1.TxnOpR\x06writes\"$\n" +
+	"\x10TxnWriteResponse\x12\x10\n" +
+	"\x03txn\x18\x01 \x01(\tR\x03txn\"\xda\x01\n" +
 	"\x0eTxnScanRequest\x12\x10\n" +
 	"\x03txn\x18\x01 \x01(\tR\x03txn\x12\x1e\n" +
 	"\n" +
@@ -4134,7 +4405,8 @@ const file_groupkv_proto_rawDesc = "" +
 	"\x03end\x18\x04 \x01(\fR\x03end\x12\x14\n" +
 	"\x05limit\x18\x05 \x01(\x03R\x05limit\x12\x18\n" +
 	"\areverse\x18\x06 \x01(\bR\areverse\x12\x12\n" +
-	"\x04page\x18\a \x01(\tR\x04page\"\x8d\x01\n" +
+	"\x04page\x18\a \x01(\tR\x04page\x12*\n" +
+	"\x05begin\x18\b \x01(\v2\x14.groupkv.v1.TxnBeginR\x05begin\"\xb9\x01\n" +
 	"\vTxnTagQuery\x12\x10\n" +
 	"\x03txn\x18\x01 \x01(\tR\x03txn\x12\x1e\n" +
 	"\n" +
@@ -4143,11 +4415,15 @@ const file_groupkv_proto_rawDesc = "" +
 	"\x03all\x18\x03 \x03(\tR\x03all\x12\x10\n" +
 	"\x03any\x18\x04 \x03(\tR\x03any\x12\x14\n" +
 	"\x05limit\x18\x05 \x01(\x03R\x05limit\x12\x12\n" +
-	"\x04page\x18\x06 \x01(\tR\x04page\"$\n" +
+	"\x04page\x18\x06 \x01(\tR\x04page\x12*\n" +
+	"\x05begin\x18\a \x01(\v2\x14.groupkv.v1.TxnBeginR\x05begin\"{\n" +
 	"\x10CommitTxnRequest\x12\x10\n" +
-	"\x03txn\x18\x01 \x01(\tR\x03txn\"-\n" +
+	"\x03txn\x18\x01 \x01(\tR\x03txn\x12*\n" +
+	"\x05begin\x18\x02 \x01(\v2\x14.groupkv.v1.TxnBeginR\x05begin\x12)\n" +
+	"\x06writes\x18\x03 \x03(\v2\x11.groupkv.v1.TxnOpR\x06writes\"?\n" +
 	"\x11CommitTxnResponse\x12\x18\n" +
-	"\aversion\x18\x01 \x01(\x04R\aversion\"#\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x10\n" +
+	"\x03txn\x18\x02 \x01(\tR\x03txn\"#\n" +
 	"\x0fAbortTxnRequest\x12\x10\n" +
 	"\x03txn\x18\x01 \x01(\tR\x03txn\"\x12\n" +
 	"\x10AbortTxnResponse\"|\n" +
@@ -4222,7 +4498,7 @@ const file_groupkv_proto_rawDesc = "" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12/\n" +
 	"\bcompares\x18\x02 \x03(\v2\x13.groupkv.v1.CompareR\bcompares\x12,\n" +
 	"\bthen_ops\x18\x03 \x03(\v2\x11.groupkv.v1.TxnOpR\athenOps\x12,\n" +
-	"\belse_ops\x18\x04 \x03(\v2\x11.groupkv.v1.TxnOpR\aelseOps2\xfc\x10\n" +
+	"\belse_ops\x18\x04 \x03(\v2\x11.groupkv.v1.TxnOpR\aelseOps2\xc3\x11\n" +
 	"\aGroupKV\x12S\n" +
 	"\x10CreateCollection\x12#.groupkv.v1.CreateCollectionRequest\x1a\x1a.groupkv.v1.CollectionInfo\x12Z\n" +
 	"\x0fListCollections\x12\".groupkv.v1.ListCollectionsRequest\x1a#.groupkv.v1.ListCollectionsResponse\x12W\n" +
@@ -4242,7 +4518,8 @@ const file_groupkv_proto_rawDesc = "" +
 	"\bBeginTxn\x12\x1b.groupkv.v1.BeginTxnRequest\x1a\x1c.groupkv.v1.BeginTxnResponse\x12?\n" +
 	"\x06TxnGet\x12\x19.groupkv.v1.TxnGetRequest\x1a\x1a.groupkv.v1.TxnGetResponse\x12?\n" +
 	"\x06TxnPut\x12\x19.groupkv.v1.TxnPutRequest\x1a\x1a.groupkv.v1.TxnPutResponse\x12H\n" +
-	"\tTxnDelete\x12\x1c.groupkv.v1.TxnDeleteRequest\x1a\x1d.groupkv.v1.TxnDeleteResponse\x12?\n" +
+	"\tTxnDelete\x12\x1c.groupkv.v1.TxnDeleteRequest\x1a\x1d.groupkv.v1.TxnDeleteResponse\x12E\n" +
+	"\bTxnWrite\x12\x1b.groupkv.v1.TxnWriteRequest\x1a\x1c.groupkv.v1.TxnWriteResponse\x12?\n" +
 	"\aTxnScan\x12\x1a.groupkv.v1.TxnScanRequest\x1a\x18.groupkv.v1.ScanResponse\x12A\n" +
 	"\fTxnGetByTags\x12\x17.groupkv.v1.TxnTagQuery\x1a\x18.groupkv.v1.ScanResponse\x12H\n" +
 	"\tCommitTxn\x12\x1c.groupkv.v1.CommitTxnRequest\x1a\x1d.groupkv.v1.CommitTxnResponse\x12E\n" +
@@ -4268,7 +4545,7 @@ func file_groupkv_proto_rawDescGZIP() []byte {
 	return file_groupkv_proto_rawDescData
 }
 
-var file_groupkv_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
+var file_groupkv_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
 var file_groupkv_proto_goTypes = []any{
 	(*ErrorDetail)(nil),               // 0: groupkv.v1.ErrorDetail
 	(*CreateCollectionRequest)(nil),   // 1: groupkv.v1.CreateCollectionRequest
@@ -4306,35 +4583,38 @@ var file_groupkv_proto_goTypes = []any{
 	(*WatchRequest)(nil),              // 33: groupkv.v1.WatchRequest
 	(*Event)(nil),                     // 34: groupkv.v1.Event
 	(*BeginTxnRequest)(nil),           // 35: groupkv.v1.BeginTxnRequest
-	(*BeginTxnResponse)(nil),          // 36: groupkv.v1.BeginTxnResponse
-	(*TxnGetRequest)(nil),             // 37: groupkv.v1.TxnGetRequest
-	(*TxnGetResponse)(nil),            // 38: groupkv.v1.TxnGetResponse
-	(*TxnPutRequest)(nil),             // 39: groupkv.v1.TxnPutRequest
-	(*TxnPutResponse)(nil),            // 40: groupkv.v1.TxnPutResponse
-	(*TxnDeleteRequest)(nil),          // 41: groupkv.v1.TxnDeleteRequest
-	(*TxnDeleteResponse)(nil),         // 42: groupkv.v1.TxnDeleteResponse
-	(*TxnScanRequest)(nil),            // 43: groupkv.v1.TxnScanRequest
-	(*TxnTagQuery)(nil),               // 44: groupkv.v1.TxnTagQuery
-	(*CommitTxnRequest)(nil),          // 45: groupkv.v1.CommitTxnRequest
-	(*CommitTxnResponse)(nil),         // 46: groupkv.v1.CommitTxnResponse
-	(*AbortTxnRequest)(nil),           // 47: groupkv.v1.AbortTxnRequest
-	(*AbortTxnResponse)(nil),          // 48: groupkv.v1.AbortTxnResponse
-	(*Compare)(nil),                   // 49: groupkv.v1.Compare
-	(*TxnOp)(nil),                     // 50: groupkv.v1.TxnOp
-	(*ExecTxnRequest)(nil),            // 51: groupkv.v1.ExecTxnRequest
-	(*TxnOpResult)(nil),               // 52: groupkv.v1.TxnOpResult
-	(*ExecTxnResponse)(nil),           // 53: groupkv.v1.ExecTxnResponse
-	(*CreateGroupRequest)(nil),        // 54: groupkv.v1.CreateGroupRequest
-	(*GroupRefusal)(nil),              // 55: groupkv.v1.GroupRefusal
-	(*CreateGroupResponse)(nil),       // 56: groupkv.v1.CreateGroupResponse
-	(*DescribeGroupRequest)(nil),      // 57: groupkv.v1.DescribeGroupRequest
-	(*GroupInfo)(nil),                 // 58: groupkv.v1.GroupInfo
-	(*ListGroupsRequest)(nil),         // 59: groupkv.v1.ListGroupsRequest
-	(*ListGroupsResponse)(nil),        // 60: groupkv.v1.ListGroupsResponse
-	(*DeleteGroupRequest)(nil),        // 61: groupkv.v1.DeleteGroupRequest
-	(*DeleteGroupResponse)(nil),       // 62: groupkv.v1.DeleteGroupResponse
-	(*BeginGroupTxnRequest)(nil),      // 63: groupkv.v1.BeginGroupTxnRequest
-	(*ExecGroupTxnRequest)(nil),       // 64: groupkv.v1.ExecGroupTxnRequest
+	(*TxnBegin)(nil),                  // 36: groupkv.v1.TxnBegin
+	(*BeginTxnResponse)(nil),          // 37: groupkv.v1.BeginTxnResponse
+	(*TxnGetRequest)(nil),             // 38: groupkv.v1.TxnGetRequest
+	(*TxnGetResponse)(nil),            // 39: groupkv.v1.TxnGetResponse
+	(*TxnPutRequest)(nil),             // 40: groupkv.v1.TxnPutRequest
+	(*TxnPutResponse)(nil),            // 41: groupkv.v1.TxnPutResponse
+	(*TxnDeleteRequest)(nil),          // 42: groupkv.v1.TxnDeleteRequest
+	(*TxnDeleteResponse)(nil),         // 43: groupkv.v1.TxnDeleteResponse
+	(*TxnWriteRequest)(nil),           // 44: groupkv.v1.TxnWriteRequest
+	(*TxnWriteResponse)(nil),          // 45: groupkv.v1.TxnWriteResponse
+	(*TxnScanRequest)(nil),            // 46: groupkv.v1.TxnScanRequest
+	(*TxnTagQuery)(nil),               // 47: groupkv.v1.TxnTagQuery
+	(*CommitTxnRequest)(nil),          // 48: groupkv.v1.CommitTxnRequest
+	(*CommitTxnResponse)(nil),         // 49: groupkv.v1.CommitTxnResponse
+	(*AbortTxnRequest)(nil),           // 50: groupkv.v1.AbortTxnRequest
+	(*AbortTxnResponse)(nil),          // 51: groupkv.v1.AbortTxnResponse
+	(*Compare)(nil),                   // 52: groupkv.v1.Compare
+	(*TxnOp)(nil),                     // 53: groupkv.v1.TxnOp
+	(*ExecTxnRequest)(nil),            // 54: groupkv.v1.ExecTxnRequest
+	(*TxnOpResult)(nil),               // 55: groupkv.v1.TxnOpResult
+	(*ExecTxnResponse)(nil),           // 56: groupkv.v1.ExecTxnResponse
+	(*CreateGroupRequest)(nil),        // 57: groupkv.v1.CreateGroupRequest
+	(*GroupRefusal)(nil),              // 58: groupkv.v1.GroupRefusal
+	(*CreateGroupResponse)(nil),       // 59: groupkv.v1.CreateGroupResponse
+	(*DescribeGroupRequest)(nil),      // 60: groupkv.v1.DescribeGroupRequest
+	(*GroupInfo)(nil),                 // 61: groupkv.v1.GroupInfo
+	(*ListGroupsRequest)(nil),         // 62: groupkv.v1.ListGroupsRequest
+	(*ListGroupsResponse)(nil),        // 63: groupkv.v1.ListGroupsResponse
+	(*DeleteGroupRequest)(nil),        // 64: groupkv.v1.DeleteGroupRequest
+	(*DeleteGroupResponse)(nil),       // 65: groupkv.v1.DeleteGroupResponse
+	(*BeginGroupTxnRequest)(nil),      // 66: groupkv.v1.BeginGroupTxnRequest
+	(*ExecGroupTxnRequest)(nil),       // 67: groupkv.v1.ExecGroupTxnRequest
 }
 var file_groupkv_proto_depIdxs = []int32{
 	2,  // 0: groupkv.v1.CollectionInfo.shards:type_name -> groupkv.v1.ShardInfo
@@ -4346,85 +4626,94 @@ var file_groupkv_proto_depIdxs = []int32{
 	24, // 6: groupkv.v1.BatchWriteResponse.results:type_name -> groupkv.v1.WriteResult
 	24, // 7: groupkv.v1.BatchErrorDetail.applied:type_name -> groupkv.v1.WriteResult
 	29, // 8: groupkv.v1.ScanResponse.items:type_name -> groupkv.v1.Record
-	49, // 9: groupkv.v1.ExecTxnRequest.compares:type_name -> groupkv.v1.Compare
-	50, // 10: groupkv.v1.ExecTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
-	50, // 11: groupkv.v1.ExecTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
-	52, // 12: groupkv.v1.ExecTxnResponse.results:type_name -> groupkv.v1.TxnOpResult
-	17, // 13: groupkv.v1.CreateGroupRequest.leader:type_name -> groupkv.v1.KeyRef
-	17, // 14: groupkv.v1.CreateGroupRequest.members:type_name -> groupkv.v1.KeyRef
-	17, // 15: groupkv.v1.CreateGroupResponse.joined:type_name -> groupkv.v1.KeyRef
-	55, // 16: groupkv.v1.CreateGroupResponse.refused:type_name -> groupkv.v1.GroupRefusal
-	17, // 17: groupkv.v1.GroupInfo.leader:type_name -> groupkv.v1.KeyRef
-	17, // 18: groupkv.v1.GroupInfo.members:type_name -> groupkv.v1.KeyRef
-	58, // 19: groupkv.v1.ListGroupsResponse.groups:type_name -> groupkv.v1.GroupInfo
-	49, // 20: groupkv.v1.ExecGroupTxnRequest.compares:type_name -> groupkv.v1.Compare
-	50, // 21: groupkv.v1.ExecGroupTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
-	50, // 22: groupkv.v1.ExecGroupTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
-	1,  // 23: groupkv.v1.GroupKV.CreateCollection:input_type -> groupkv.v1.CreateCollectionRequest
-	4,  // 24: groupkv.v1.GroupKV.ListCollections:input_type -> groupkv.v1.ListCollectionsRequest
-	6,  // 25: groupkv.v1.GroupKV.DescribeCollection:input_type -> groupkv.v1.DescribeCollectionRequest
-	7,  // 26: groupkv.v1.GroupKV.DropCollection:input_type -> groupkv.v1.DropCollectionRequest
-	9,  // 27: groupkv.v1.GroupKV.Put:input_type -> groupkv.v1.PutRequest
-	11, // 28: groupkv.v1.GroupKV.Get:input_type -> groupkv.v1.GetRequest
-	13, // 29: groupkv.v1.GroupKV.Delete:input_type -> groupkv.v1.DeleteRequest
-	18, // 30: groupkv.v1.GroupKV.BatchGet:input_type -> groupkv.v1.BatchGetRequest
-	22, // 31: groupkv.v1.GroupKV.BatchPut:input_type -> groupkv.v1.BatchPutRequest
-	23, // 32: groupkv.v1.GroupKV.BatchDelete:input_type -> groupkv.v1.BatchDeleteRequest
-	27, // 33: groupkv.v1.GroupKV.DeleteRange:input_type -> groupkv.v1.DeleteRangeRequest
-	30, // 34: groupkv.v1.GroupKV.Scan:input_type -> groupkv.v1.ScanRequest
-	32, // 35: groupkv.v1.GroupKV.GetByTags:input_type -> groupkv.v1.TagQuery
-	33, // 36: groupkv.v1.GroupKV.Watch:input_type -> groupkv.v1.WatchRequest
-	15, // 37: groupkv.v1.GroupKV.Ready:input_type -> groupkv.v1.ReadyRequest
-	35, // 38: groupkv.v1.GroupKV.BeginTxn:input_type -> groupkv.v1.BeginTxnRequest
-	37, // 39: groupkv.v1.GroupKV.TxnGet:input_type -> groupkv.v1.TxnGetRequest
-	39, // 40: groupkv.v1.GroupKV.TxnPut:input_type -> groupkv.v1.TxnPutRequest
-	41, // 41: groupkv.v1.GroupKV.TxnDelete:input_type -> groupkv.v1.TxnDeleteRequest
-	43, // 42: groupkv.v1.GroupKV.TxnScan:input_type -> groupkv.v1.TxnScanRequest
-	44, // 43: groupkv.v1.GroupKV.TxnGetByTags:input_type -> groupkv.v1.TxnTagQuery
-	45, // 44: groupkv.v1.GroupKV.CommitTxn:input_type -> groupkv.v1.CommitTxnRequest
-	47, // 45: groupkv.v1.GroupKV.AbortTxn:input_type -> groupkv.v1.AbortTxnRequest
-	51, // 46: groupkv.v1.GroupKV.ExecTxn:input_type -> groupkv.v1.ExecTxnRequest
-	54, // 47: groupkv.v1.GroupKV.CreateGroup:input_type -> groupkv.v1.CreateGroupRequest
-	57, // 48: groupkv.v1.GroupKV.DescribeGroup:input_type -> groupkv.v1.DescribeGroupRequest
-	59, // 49: groupkv.v1.GroupKV.ListGroups:input_type -> groupkv.v1.ListGroupsRequest
-	61, // 50: groupkv.v1.GroupKV.DeleteGroup:input_type -> groupkv.v1.DeleteGroupRequest
-	63, // 51: groupkv.v1.GroupKV.BeginGroupTxn:input_type -> groupkv.v1.BeginGroupTxnRequest
-	64, // 52: groupkv.v1.GroupKV.ExecGroupTxn:input_type -> groupkv.v1.ExecGroupTxnRequest
-	3,  // 53: groupkv.v1.GroupKV.CreateCollection:output_type -> groupkv.v1.CollectionInfo
-	5,  // 54: groupkv.v1.GroupKV.ListCollections:output_type -> groupkv.v1.ListCollectionsResponse
-	3,  // 55: groupkv.v1.GroupKV.DescribeCollection:output_type -> groupkv.v1.CollectionInfo
-	8,  // 56: groupkv.v1.GroupKV.DropCollection:output_type -> groupkv.v1.DropCollectionResponse
-	10, // 57: groupkv.v1.GroupKV.Put:output_type -> groupkv.v1.PutResponse
-	12, // 58: groupkv.v1.GroupKV.Get:output_type -> groupkv.v1.GetResponse
-	14, // 59: groupkv.v1.GroupKV.Delete:output_type -> groupkv.v1.DeleteResponse
-	20, // 60: groupkv.v1.GroupKV.BatchGet:output_type -> groupkv.v1.BatchGetResponse
-	25, // 61: groupkv.v1.GroupKV.BatchPut:output_type -> groupkv.v1.BatchWriteResponse
-	25, // 62: groupkv.v1.GroupKV.BatchDelete:output_type -> groupkv.v1.BatchWriteResponse
-	28, // 63: groupkv.v1.GroupKV.DeleteRange:output_type -> groupkv.v1.DeleteRangeResponse
-	31, // 64: groupkv.v1.GroupKV.Scan:output_type -> groupkv.v1.ScanResponse
-	31, // 65: groupkv.v1.GroupKV.GetByTags:output_type -> groupkv.v1.ScanResponse
-	34, // 66: groupkv.v1.GroupKV.Watch:output_type -> groupkv.v1.Event
-	16, // 67: groupkv.v1.GroupKV.Ready:output_type -> groupkv.v1.ReadyResponse
-	36, // 68: groupkv.v1.GroupKV.BeginTxn:output_type -> groupkv.v1.BeginTxnResponse
-	38, // 69: groupkv.v1.GroupKV.TxnGet:output_type -> groupkv.v1.TxnGetResponse
-	40, // 70: groupkv.v1.GroupKV.TxnPut:output_type -> groupkv.v1.TxnPutResponse
-	42, // 71: groupkv.v1.GroupKV.TxnDelete:output_type -> groupkv.v1.TxnDeleteResponse
-	31, // 72: groupkv.v1.GroupKV.TxnScan:output_type -> groupkv.v1.ScanResponse
-	31, // 73: groupkv.v1.GroupKV.TxnGetByTags:output_type -> groupkv.v1.ScanResponse
-	46, // 74: groupkv.v1.GroupKV.CommitTxn:output_type -> groupkv.v1.CommitTxnResponse
-	48, // 75: groupkv.v1.GroupKV.AbortTxn:output_type -> groupkv.v1.AbortTxnResponse
-	53, // 76: groupkv.v1.GroupKV.ExecTxn:output_type -> groupkv.v1.ExecTxnResponse
-	56, // 77: groupkv.v1.GroupKV.CreateGroup:output_type -> groupkv.v1.CreateGroupResponse
-	58, // 78: groupkv.v1.GroupKV.DescribeGroup:output_type -> groupkv.v1.GroupInfo
-	60, // 79: groupkv.v1.GroupKV.ListGroups:output_type -> groupkv.v1.ListGroupsResponse
-	62, // 80: groupkv.v1.GroupKV.DeleteGroup:output_type -> groupkv.v1.DeleteGroupResponse
-	36, // 81: groupkv.v1.GroupKV.BeginGroupTxn:output_type -> groupkv.v1.BeginTxnResponse
-	53, // 82: groupkv.v1.GroupKV.ExecGroupTxn:output_type -> groupkv.v1.ExecTxnResponse
-	53, // [53:83] is the sub-list for method output_type
-	23, // [23:53] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	36, // 9: groupkv.v1.TxnGetRequest.begin:type_name -> groupkv.v1.TxnBegin
+	36, // 10: groupkv.v1.TxnWriteRequest.begin:type_name -> groupkv.v1.TxnBegin
+	53, // 11: groupkv.v1.TxnWriteRequest.writes:type_name -> groupkv.v1.TxnOp
+	36, // 12: groupkv.v1.TxnScanRequest.begin:type_name -> groupkv.v1.TxnBegin
+	36, // 13: groupkv.v1.TxnTagQuery.begin:type_name -> groupkv.v1.TxnBegin
+	36, // 14: groupkv.v1.CommitTxnRequest.begin:type_name -> groupkv.v1.TxnBegin
+	53, // 15: groupkv.v1.CommitTxnRequest.writes:type_name -> groupkv.v1.TxnOp
+	52, // 16: groupkv.v1.ExecTxnRequest.compares:type_name -> groupkv.v1.Compare
+	53, // 17: groupkv.v1.ExecTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
+	53, // 18: groupkv.v1.ExecTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
+	55, // 19: groupkv.v1.ExecTxnResponse.results:type_name -> groupkv.v1.TxnOpResult
+	17, // 20: groupkv.v1.CreateGroupRequest.leader:type_name -> groupkv.v1.KeyRef
+	17, // 21: groupkv.v1.CreateGroupRequest.members:type_name -> groupkv.v1.KeyRef
+	17, // 22: groupkv.v1.CreateGroupResponse.joined:type_name -> groupkv.v1.KeyRef
+	58, // 23: groupkv.v1.CreateGroupResponse.refused:type_name -> groupkv.v1.GroupRefusal
+	17, // 24: groupkv.v1.GroupInfo.leader:type_name -> groupkv.v1.KeyRef
+	17, // 25: groupkv.v1.GroupInfo.members:type_name -> groupkv.v1.KeyRef
+	61, // 26: groupkv.v1.ListGroupsResponse.groups:type_name -> groupkv.v1.GroupInfo
+	52, // 27: groupkv.v1.ExecGroupTxnRequest.compares:type_name -> groupkv.v1.Compare
+	53, // 28: groupkv.v1.ExecGroupTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
+	53, // 29: groupkv.v1.ExecGroupTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
+	1,  // 30: groupkv.v1.GroupKV.CreateCollection:input_type -> groupkv.v1.CreateCollectionRequest
+	4,  // 31: groupkv.v1.GroupKV.ListCollections:input_type -> groupkv.v1.ListCollectionsRequest
+	6,  // 32: groupkv.v1.GroupKV.DescribeCollection:input_type -> groupkv.v1.DescribeCollectionRequest
+	7,  // 33: groupkv.v1.GroupKV.DropCollection:input_type -> groupkv.v1.DropCollectionRequest
+	9,  // 34: groupkv.v1.GroupKV.Put:input_type -> groupkv.v1.PutRequest
+	11, // 35: groupkv.v1.GroupKV.Get:input_type -> groupkv.v1.GetRequest
+	13, // 36: groupkv.v1.GroupKV.Delete:input_type -> groupkv.v1.DeleteRequest
+	18, // 37: groupkv.v1.GroupKV.BatchGet:input_type -> groupkv.v1.BatchGetRequest
+	22, // 38: groupkv.v1.GroupKV.BatchPut:input_type -> groupkv.v1.BatchPutRequest
+	23, // 39: groupkv.v1.GroupKV.BatchDelete:input_type -> groupkv.v1.BatchDeleteRequest
+	27, // 40: groupkv.v1.GroupKV.DeleteRange:input_type -> groupkv.v1.DeleteRangeRequest
+	30, // 41: groupkv.v1.GroupKV.Scan:input_type -> groupkv.v1.ScanRequest
+	32, // 42: groupkv.v1.GroupKV.GetByTags:input_type -> groupkv.v1.TagQuery
+	33, // 43: groupkv.v1.GroupKV.Watch:input_type -> groupkv.v1.WatchRequest
+	15, // 44: groupkv.v1.GroupKV.Ready:input_type -> groupkv.v1.ReadyRequest
+	35, // 45: groupkv.v1.GroupKV.BeginTxn:input_type -> groupkv.v1.BeginTxnRequest
+	38, // 46: groupkv.v1.GroupKV.TxnGet:input_type -> groupkv.v1.TxnGetRequest
+	40, // 47: groupkv.v1.GroupKV.TxnPut:input_type -> groupkv.v1.TxnPutRequest
+	42, // 48: groupkv.v1.GroupKV.TxnDelete:input_type -> groupkv.v1.TxnDeleteRequest
+	44, // 49: groupkv.v1.GroupKV.TxnWrite:input_type -> groupkv.v1.TxnWriteRequest
+	46, // 50: groupkv.v1.GroupKV.TxnScan:input_type -> groupkv.v1.TxnScanRequest
+	47, // 51: groupkv.v1.GroupKV.TxnGetByTags:input_type -> groupkv.v1.TxnTagQuery
+	48, // 52: groupkv.v1.GroupKV.CommitTxn:input_type -> groupkv.v1.CommitTxnRequest
+	50, // 53: groupkv.v1.GroupKV.AbortTxn:input_type -> groupkv.v1.AbortTxnRequest
+	54, // 54: groupkv.v1.GroupKV.ExecTxn:input_type -> groupkv.v1.ExecTxnRequest
+	57, // 55: groupkv.v1.GroupKV.CreateGroup:input_type -> groupkv.v1.CreateGroupRequest
+	60, // 56: groupkv.v1.GroupKV.DescribeGroup:input_type -> groupkv.v1.DescribeGroupRequest
+	62, // 57: groupkv.v1.GroupKV.ListGroups:input_type -> groupkv.v1.ListGroupsRequest
+	64, // 58: groupkv.v1.GroupKV.DeleteGroup:input_type -> groupkv.v1.DeleteGroupRequest
+	66, // 59: groupkv.v1.GroupKV.BeginGroupTxn:input_type -> groupkv.v1.BeginGroupTxnRequest
+	67, // 60: groupkv.v1.GroupKV.ExecGroupTxn:input_type -> groupkv.v1.ExecGroupTxnRequest
+	3,  // 61: groupkv.v1.GroupKV.CreateCollection:output_type -> groupkv.v1.CollectionInfo
+	5,  // 62: groupkv.v1.GroupKV.ListCollections:output_type -> groupkv.v1.ListCollectionsResponse
+	3,  // 63: groupkv.v1.GroupKV.DescribeCollection:output_type -> groupkv.v1.CollectionInfo
+	8,  // 64: groupkv.v1.GroupKV.DropCollection:output_type -> groupkv.v1.DropCollectionResponse
+	10, // 65: groupkv.v1.GroupKV.Put:output_type -> groupkv.v1.PutResponse
+	12, // 66: groupkv.v1.GroupKV.Get:output_type -> groupkv.v1.GetResponse
+	14, // 67: groupkv.v1.GroupKV.Delete:output_type -> groupkv.v1.DeleteResponse
+	20, // 68: groupkv.v1.GroupKV.BatchGet:output_type -> groupkv.v1.BatchGetResponse
+	25, // 69: groupkv.v1.GroupKV.BatchPut:output_type -> groupkv.v1.BatchWriteResponse
+	25, // 70: groupkv.v1.GroupKV.BatchDelete:output_type -> groupkv.v1.BatchWriteResponse
+	28, // 71: groupkv.v1.GroupKV.DeleteRange:output_type -> groupkv.v1.DeleteRangeResponse
+	31, // 72: groupkv.v1.GroupKV.Scan:output_type -> groupkv.v1.ScanResponse
+	31, // 73: groupkv.v1.GroupKV.GetByTags:output_type -> groupkv.v1.ScanResponse
+	34, // 74: groupkv.v1.GroupKV.Watch:output_type -> groupkv.v1.Event
+	16, // 75: groupkv.v1.GroupKV.Ready:output_type -> groupkv.v1.ReadyResponse
+	37, // 76: groupkv.v1.GroupKV.BeginTxn:output_type -> groupkv.v1.BeginTxnResponse
+	39, // 77: groupkv.v1.GroupKV.TxnGet:output_type -> groupkv.v1.TxnGetResponse
+	41, // 78: groupkv.v1.GroupKV.TxnPut:output_type -> groupkv.v1.TxnPutResponse
+	43, // 79: groupkv.v1.GroupKV.TxnDelete:output_type -> groupkv.v1.TxnDeleteResponse
+	45, // 80: groupkv.v1.GroupKV.TxnWrite:output_type -> groupkv.v1.TxnWriteResponse
+	31, // 81: groupkv.v1.GroupKV.TxnScan:output_type -> groupkv.v1.ScanResponse
+	31, // 82: groupkv.v1.GroupKV.TxnGetByTags:output_type -> groupkv.v1.ScanResponse
+	49, // 83: groupkv.v1.GroupKV.CommitTxn:output_type -> groupkv.v1.CommitTxnResponse
+	51, // 84: groupkv.v1.GroupKV.AbortTxn:output_type -> groupkv.v1.AbortTxnResponse
+	56, // 85: groupkv.v1.GroupKV.ExecTxn:output_type -> groupkv.v1.ExecTxnResponse
+	59, // 86: groupkv.v1.GroupKV.CreateGroup:output_type -> groupkv.v1.CreateGroupResponse
+	61, // 87: groupkv.v1.GroupKV.DescribeGroup:output_type -> groupkv.v1.GroupInfo
+	63, // 88: groupkv.v1.GroupKV.ListGroups:output_type -> groupkv.v1.ListGroupsResponse
+	65, // 89: groupkv.v1.GroupKV.DeleteGroup:output_type -> groupkv.v1.DeleteGroupResponse
+	37, // 90: groupkv.v1.GroupKV.BeginGroupTxn:output_type -> groupkv.v1.BeginTxnResponse
+	56, // 91: groupkv.v1.GroupKV.ExecGroupTxn:output_type -> groupkv.v1.ExecTxnResponse
+	61, // [61:92] is the sub-list for method output_type
+	30, // [30:61] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_groupkv_proto_init() }
@@ -4435,7 +4724,7 @@ func file_groupkv_proto_init() {
 	file_groupkv_proto_msgTypes[9].OneofWrappers = []any{}
 	file_groupkv_proto_msgTypes[13].OneofWrappers = []any{}
 	file_groupkv_proto_msgTypes[21].OneofWrappers = []any{}
-	file_groupkv_proto_msgTypes[49].OneofWrappers = []any{
+	file_groupkv_proto_msgTypes[52].OneofWrappers = []any{
 		(*Compare_Version)(nil),
 		(*Compare_Value)(nil),
 	}
@@ -4445,7 +4734,7 @@ func file_groupkv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_groupkv_proto_rawDesc), len(file_groupkv_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   65,
+			NumMessages:   68,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -78,6 +78,7 @@ const (
 	GroupKV_TxnGet_FullMethodName             = "/groupkv.v1.GroupKV/TxnGet"
 	GroupKV_TxnPut_FullMethodName             = "/groupkv.v1.GroupKV/TxnPut"
 	GroupKV_TxnDelete_FullMethodName          = "/groupkv.v1.GroupKV/TxnDelete"
+	GroupKV_TxnWrite_FullMethodName           = "/groupkv.v1.GroupKV/TxnWrite"
 	GroupKV_TxnScan_FullMethodName            = "/groupkv.v1.GroupKV/TxnScan"
 	GroupKV_TxnGetByTags_FullMethodName       = "/groupkv.v1.GroupKV/TxnGetByTags"
 	GroupKV_CommitTxn_FullMethodName          = "/groupkv.v1.GroupKV/CommitTxn"
@@ -120,10 +121,28 @@ type GroupKVClient interface {
 	// aborted one's id, which keeps its priority. A commit whose outcome the
 	// node cannot tell fails with commit_unknown. A server whose backend
 	// serves no transactions answers UNIMPLEMENTED (code unimplemented).
+	//
+	// Fewer round trips: TxnGet, TxnScan, TxnGetByTags, TxnWrite and
+	// CommitTxn may carry begin (a TxnBegin) instead of txn: the server
+	// begins the attempt, as BeginTxn or BeginGroupTxn would, then runs the
+	// operation in it, and answers the new attempt's id in the response's
+	// txn field. When the operation fails after the attempt was begun, the
+	// error carries the id in the trailer "groupkv-txn" (the attempt is left
+	// as the failed operation left it, for the client to go on with, retry
+	// with retry_of, or abort); a begin that failed sets no such trailer. A
+	// client may also keep a transaction's writes and send them with the
+	// commit (CommitTxnRequest.writes), or in one TxnWrite: they are applied
+	// in order, each exactly as a TxnPut or TxnDelete, and count against the
+	// transaction's limits the same. So a transaction that reads n keys and
+	// writes some costs n + 1 round trips, and one that only writes, one.
 	BeginTxn(ctx context.Context, in *BeginTxnRequest, opts ...grpc.CallOption) (*BeginTxnResponse, error)
 	TxnGet(ctx context.Context, in *TxnGetRequest, opts ...grpc.CallOption) (*TxnGetResponse, error)
 	TxnPut(ctx context.Context, in *TxnPutRequest, opts ...grpc.CallOption) (*TxnPutResponse, error)
 	TxnDelete(ctx context.Context, in *TxnDeleteRequest, opts ...grpc.CallOption) (*TxnDeleteResponse, error)
+	// TxnWrite applies writes in an attempt, in order, as TxnPut and
+	// TxnDelete would one by one; it stops at the first that fails and
+	// answers its error (the writes before it stay in the attempt).
+	TxnWrite(ctx context.Context, in *TxnWriteRequest, opts ...grpc.CallOption) (*TxnWriteResponse, error)
 	TxnScan(ctx context.Context, in *TxnScanRequest, opts ...grpc.CallOption) (*ScanResponse, error)
 	TxnGetByTags(ctx context.Context, in *TxnTagQuery, opts ...grpc.CallOption) (*ScanResponse, error)
 	CommitTxn(ctx context.Context, in *CommitTxnRequest, opts ...grpc.CallOption) (*CommitTxnResponse, error)
@@ -133,9 +152,10 @@ type GroupKVClient interface {
 	// ExecTxn runs a one-shot transaction: if every compare holds, then_ops,
 	// else else_ops, in one transaction the server retries on conflict.
 	ExecTxn(ctx context.Context, in *ExecTxnRequest, opts ...grpc.CallOption) (*ExecTxnResponse, error)
-	// Key Groups (kv.GroupBackend). An attempt begun by BeginGroupTxn is
-	// operated on with TxnGet, TxnPut, TxnDelete, CommitTxn and AbortTxn like
-	// any other, on the node that began it. A server whose backend serves no
+	// Key Groups (kv.GroupBackend). An attempt begun by BeginGroupTxn (or by
+	// an operation whose TxnBegin names the group) is operated on with
+	// TxnGet, TxnPut, TxnDelete, TxnWrite, CommitTxn and AbortTxn like any
+	// other, on the node that began it. A server whose backend serves no
 	// key groups answers UNIMPLEMENTED (code unimplemented).
 	//
 	// CreateGroup answers once the creation is over: an atomic group that
@@ -357,6 +377,16 @@ func (c *groupKVClient) TxnDelete(ctx context.Context, in *TxnDeleteRequest, opt
 	return out, nil
 }
 
+func (c *groupKVClient) TxnWrite(ctx context.Context, in *TxnWriteRequest, opts ...grpc.CallOption) (*TxnWriteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TxnWriteResponse)
+	err := c.cc.Invoke(ctx, GroupKV_TxnWrite_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *groupKVClient) TxnScan(ctx context.Context, in *TxnScanRequest, opts ...grpc.CallOption) (*ScanResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ScanResponse)
@@ -496,10 +526,28 @@ type GroupKVServer interface {
 	// aborted one's id, which keeps its priority. A commit whose outcome the
 	// node cannot tell fails with commit_unknown. A server whose backend
 	// serves no transactions answers UNIMPLEMENTED (code unimplemented).
+	//
+	// Fewer round trips: TxnGet, TxnScan, TxnGetByTags, TxnWrite and
+	// CommitTxn may carry begin (a TxnBegin) instead of txn: the server
+	// begins the attempt, as BeginTxn or BeginGroupTxn would, then runs the
+	// operation in it, and answers the new attempt's id in the response's
+	// txn field. When the operation fails after the attempt was begun, the
+	// error carries the id in the trailer "groupkv-txn" (the attempt is left
+	// as the failed operation left it, for the client to go on with, retry
+	// with retry_of, or abort); a begin that failed sets no such trailer. A
+	// client may also keep a transaction's writes and send them with the
+	// commit (CommitTxnRequest.writes), or in one TxnWrite: they are applied
+	// in order, each exactly as a TxnPut or TxnDelete, and count against the
+	// transaction's limits the same. So a transaction that reads n keys and
+	// writes some costs n + 1 round trips, and one that only writes, one.
 	BeginTxn(context.Context, *BeginTxnRequest) (*BeginTxnResponse, error)
 	TxnGet(context.Context, *TxnGetRequest) (*TxnGetResponse, error)
 	TxnPut(context.Context, *TxnPutRequest) (*TxnPutResponse, error)
 	TxnDelete(context.Context, *TxnDeleteRequest) (*TxnDeleteResponse, error)
+	// TxnWrite applies writes in an attempt, in order, as TxnPut and
+	// TxnDelete would one by one; it stops at the first that fails and
+	// answers its error (the writes before it stay in the attempt).
+	TxnWrite(context.Context, *TxnWriteRequest) (*TxnWriteResponse, error)
 	TxnScan(context.Context, *TxnScanRequest) (*ScanResponse, error)
 	TxnGetByTags(context.Context, *TxnTagQuery) (*ScanResponse, error)
 	CommitTxn(context.Context, *CommitTxnRequest) (*CommitTxnResponse, error)
@@ -509,9 +557,10 @@ type GroupKVServer interface {
 	// ExecTxn runs a one-shot transaction: if every compare holds, then_ops,
 	// else else_ops, in one transaction the server retries on conflict.
 	ExecTxn(context.Context, *ExecTxnRequest) (*ExecTxnResponse, error)
-	// Key Groups (kv.GroupBackend). An attempt begun by BeginGroupTxn is
-	// operated on with TxnGet, TxnPut, TxnDelete, CommitTxn and AbortTxn like
-	// any other, on the node that began it. A server whose backend serves no
+	// Key Groups (kv.GroupBackend). An attempt begun by BeginGroupTxn (or by
+	// an operation whose TxnBegin names the group) is operated on with
+	// TxnGet, TxnPut, TxnDelete, TxnWrite, CommitTxn and AbortTxn like any
+	// other, on the node that began it. A server whose backend serves no
 	// key groups answers UNIMPLEMENTED (code unimplemented).
 	//
 	// CreateGroup answers once the creation is over: an atomic group that
@@ -590,6 +639,9 @@ func (UnimplementedGroupKVServer) TxnPut(context.Context, *TxnPutRequest) (*TxnP
 }
 func (UnimplementedGroupKVServer) TxnDelete(context.Context, *TxnDeleteRequest) (*TxnDeleteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TxnDelete not implemented")
+}
+func (UnimplementedGroupKVServer) TxnWrite(context.Context, *TxnWriteRequest) (*TxnWriteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TxnWrite not implemented")
 }
 func (UnimplementedGroupKVServer) TxnScan(context.Context, *TxnScanRequest) (*ScanResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TxnScan not implemented")
@@ -980,6 +1032,24 @@ func _GroupKV_TxnDelete_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _GroupKV_TxnWrite_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TxnWriteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GroupKVServer).TxnWrite(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GroupKV_TxnWrite_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GroupKVServer).TxnWrite(ctx, req.(*TxnWriteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _GroupKV_TxnScan_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(TxnScanRequest)
 	if err := dec(in); err != nil {
@@ -1256,6 +1326,10 @@ var GroupKV_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TxnDelete",
 			Handler:    _GroupKV_TxnDelete_Handler,
+		},
+		{
+			MethodName: "TxnWrite",
+			Handler:    _GroupKV_TxnWrite_Handler,
 		},
 		{
 			MethodName: "TxnScan",

@@ -1,0 +1,445 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+
+	"github.com/groupkv/groupkv/internal/kv"
+	pb "github.com/groupkv/groupkv/proto/groupkvpb"
+)
+
+// TxnAttempt is one attempt of a transaction (or of a group transaction)
+// run over a TxnClient with as few round trips as the RPCs allow:
+//
+//   - It is begun by its first request to reach the server, which carries
+//     a TxnBegin in place of an id (the server answers the id); nothing is
+//     sent before. An attempt whose function only writes costs one RPC.
+//   - Puts and deletes are validated at once, as the server validates them
+//     (collection name, key, tags, read-only, no tags in a group
+//     transaction: invalid_argument or too_large), and kept in the client.
+//     A get of a key kept answers what the server would: the value and
+//     tags written, version 0, or not found after a delete. The writes
+//     kept go to the server with the commit (CommitTxnRequest.writes), in
+//     order, or before a scan or a tag query (TxnWrite), which the server
+//     answers with them applied, or once they pass maxKeptBytes (a value
+//     over 1 MiB is sent at once). The server applies them as it would
+//     TxnPut and TxnDelete one by one, and so counts them against its
+//     limits the same; an error of a write kept (the collection does not
+//     exist, too_large) is the error of the request that sent it.
+//
+// Gets of keys not kept, scans and tag queries are sent as they come, so
+// a transaction that reads n keys and writes some costs n + 1 round trips
+// (BeginTxn, n TxnGet, a TxnPut or TxnDelete per write and CommitTxn
+// before). Its methods may be called from several goroutines.
+//
+// A request that carried the begin and failed names the attempt it began
+// in its trailer (TxnTrailer), and the attempt goes on in it. If that
+// request's connection broke, the attempt may or may not exist on the
+// server: it is given up, and every later operation answers the error
+// (unavailable) without sending anything; the server aborts such an
+// attempt when it sees its client gone, or it expires.
+//
+// A server older than these forms refuses the first request (a begin in
+// place of an id): the attempt answers unimplemented. It never sends
+// writes with a commit to such a server, which would drop them.
+type TxnAttempt struct {
+	t     *TxnClient
+	group string
+	opts  kv.TxnOptions
+
+	// sendMu orders the sending of kept writes: it is held from taking
+	// them to the answer of the request that carries them, and a get
+	// takes it to look at the writes kept, so that no get overtakes a
+	// write it should see.
+	sendMu sync.Mutex
+
+	mu sync.Mutex
+	// id is the attempt's id, "" until a request began it.
+	id string
+	// beginning is closed when the request carrying the begin ends; nil
+	// when none is under way.
+	beginning chan struct{}
+	// broken is the error of every operation once a begin's outcome is
+	// unknown.
+	broken error
+	// writes are the writes kept, in order; latest indexes the last one
+	// of each key (keptKey) in writes; bytes counts their keys, values
+	// and tags.
+	writes []kv.TxnOp
+	latest map[string]int
+	bytes  int
+}
+
+// maxKeptBytes bounds the keys, values and tags of the writes an attempt
+// keeps: a write that passes it sends them all (TxnWrite). It keeps the
+// requests far below MaxMessageSize, and makes a put of a value larger
+// than the default value limit reach the server at once.
+const maxKeptBytes = kv.DefaultMaxValueSize
+
+// NewAttempt returns an attempt of a transaction with opts, of the key
+// group group, or a general one when group is "". It sends nothing.
+func (t *TxnClient) NewAttempt(group string, opts kv.TxnOptions) *TxnAttempt {
+	return &TxnAttempt{t: t, group: group, opts: opts}
+}
+
+// ID returns the attempt's id, "" while no request has begun it.
+func (a *TxnAttempt) ID() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.id
+}
+
+// Begin begins the attempt if no request did yet (a TxnWrite with the
+// begin and no writes) and answers its id.
+func (a *TxnAttempt) Begin(ctx context.Context) (string, error) {
+	err := a.run(ctx, false, func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
+		if begin == nil {
+			return "", nil // begun already
+		}
+		m, err := a.t.c.TxnWrite(ctx, &pb.TxnWriteRequest{Begin: begin}, opts...)
+		return m.GetTxn(), err
+	})
+	return a.ID(), err
+}
+
+func keptKey(coll string, key []byte) string { return coll + "\x00" + string(key) }
+
+// Get reads a key in the attempt: from the writes kept when it is one of
+// theirs, else from the server. A record found has its key set to
+// ref.Key.
+func (a *TxnAttempt) Get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error) {
+	a.sendMu.Lock()
+	a.mu.Lock()
+	i, kept := a.latest[keptKey(ref.Collection, ref.Key)]
+	var w kv.TxnOp
+	if kept {
+		w = a.writes[i]
+	}
+	a.mu.Unlock()
+	a.sendMu.Unlock()
+	if kept {
+		if w.Op == kv.TxnOpDelete {
+			return kv.Record{}, false, nil
+		}
+		// What the server answers for a write of the attempt: the value
+		// and tags (nil when empty, as they cross the wire), version 0.
+		return kv.Record{Key: ref.Key, Value: bytes.Clone(w.Value), Tags: slices.Clone(w.Tags)}, true, nil
+	}
+	var m *pb.TxnGetResponse
+	err := a.run(ctx, false, func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
+		var err error
+		m, err = a.t.c.TxnGet(ctx, &pb.TxnGetRequest{Txn: txn, Begin: begin, Collection: ref.Collection, Key: ref.Key}, opts...)
+		return m.GetTxn(), err
+	})
+	if err != nil {
+		return kv.Record{}, false, err
+	}
+	rec, found := TxnGetResponseFromPB(m)
+	if found {
+		rec.Key = ref.Key
+	}
+	return rec, found, nil
+}
+
+// checkWrite validates a write of the attempt as the server would,
+// before it is kept.
+func (a *TxnAttempt) checkWrite(coll string, key []byte) error {
+	if err := kv.ValidateCollectionName(coll); err != nil {
+		return err
+	}
+	if err := kv.ValidateKey(key); err != nil {
+		return err
+	}
+	return nil
+}
+
+// checkReadOnly refuses a write in a read-only attempt, as the server
+// does.
+func (a *TxnAttempt) checkReadOnly() error {
+	if a.opts.ReadOnly {
+		if a.group != "" {
+			return kv.Errorf(kv.CodeInvalidArgument, "group transaction %s is read-only", a.name())
+		}
+		return kv.Errorf(kv.CodeInvalidArgument, "transaction %s is read-only", a.name())
+	}
+	return nil
+}
+
+// name names the attempt in a message.
+func (a *TxnAttempt) name() string {
+	if id := a.ID(); id != "" {
+		return id
+	}
+	return "(not begun)"
+}
+
+// Put validates a put and keeps it; it refuses an item with an IfVersion
+// (a transaction compares by reading).
+func (a *TxnAttempt) Put(ctx context.Context, item kv.PutItem) error {
+	if item.IfVersion != nil {
+		return kv.Errorf(kv.CodeInvalidArgument, "a transaction's put takes no IfVersion: read the key in the transaction and compare its version")
+	}
+	if err := a.checkWrite(item.Collection, item.Key); err != nil {
+		return err
+	}
+	if err := kv.ValidateTags(item.Tags); err != nil {
+		return err
+	}
+	if a.group != "" && len(item.Tags) > 0 {
+		return kv.Errorf(kv.CodeInvalidArgument, "a group write keeps the key's tags and takes none")
+	}
+	if err := a.checkReadOnly(); err != nil {
+		return err
+	}
+	op := kv.TxnOp{Op: kv.TxnOpPut, Collection: item.Collection, Key: bytes.Clone(item.Key)}
+	if len(item.Value) > 0 {
+		op.Value = bytes.Clone(item.Value)
+	}
+	if len(item.Tags) > 0 {
+		op.Tags = slices.Clone(item.Tags)
+	}
+	return a.keep(ctx, op)
+}
+
+// Delete validates a delete and keeps it.
+func (a *TxnAttempt) Delete(ctx context.Context, ref kv.KeyRef) error {
+	if err := a.checkWrite(ref.Collection, ref.Key); err != nil {
+		return err
+	}
+	if err := a.checkReadOnly(); err != nil {
+		return err
+	}
+	return a.keep(ctx, kv.TxnOp{Op: kv.TxnOpDelete, Collection: ref.Collection, Key: bytes.Clone(ref.Key)})
+}
+
+// keep adds a write to those kept, and sends them all if they grew past
+// maxKeptBytes.
+func (a *TxnAttempt) keep(ctx context.Context, op kv.TxnOp) error {
+	a.mu.Lock()
+	if a.broken != nil {
+		err := a.broken
+		a.mu.Unlock()
+		return err
+	}
+	if a.latest == nil {
+		a.latest = map[string]int{}
+	}
+	a.writes = append(a.writes, op)
+	a.latest[keptKey(op.Collection, op.Key)] = len(a.writes) - 1
+	a.bytes += len(op.Key) + len(op.Value)
+	for _, t := range op.Tags {
+		a.bytes += len(t)
+	}
+	full := a.bytes > maxKeptBytes
+	a.mu.Unlock()
+	if full {
+		return a.Flush(ctx)
+	}
+	return nil
+}
+
+// take returns the writes kept and forgets them. a.sendMu is held.
+func (a *TxnAttempt) take() []kv.TxnOp {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	w := a.writes
+	a.writes, a.bytes = nil, 0
+	clear(a.latest)
+	return w
+}
+
+// Flush sends the writes kept (TxnWrite), if any.
+func (a *TxnAttempt) Flush(ctx context.Context) error {
+	a.sendMu.Lock()
+	defer a.sendMu.Unlock()
+	writes := a.take()
+	if len(writes) == 0 {
+		return nil
+	}
+	return a.run(ctx, false, func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
+		m, err := a.t.c.TxnWrite(ctx, &pb.TxnWriteRequest{Txn: txn, Begin: begin, Writes: TxnWritesToPB(writes)}, opts...)
+		return m.GetTxn(), err
+	})
+}
+
+// Scan sends the writes kept, then reads a page of a range in the attempt.
+// It refuses a request with a Version: an attempt reads at its own time.
+func (a *TxnAttempt) Scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResult, error) {
+	if req.Version != 0 {
+		return kv.ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "a transaction reads at its own time: leave ScanRequest.Version 0")
+	}
+	if err := a.Flush(ctx); err != nil {
+		return kv.ScanResult{}, err
+	}
+	var m *pb.ScanResponse
+	err := a.run(ctx, false, func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
+		r := TxnScanRequestToPB(txn, req)
+		r.Begin = begin
+		var err error
+		m, err = a.t.c.TxnScan(ctx, r, opts...)
+		return m.GetTxn(), err
+	})
+	if err != nil {
+		return kv.ScanResult{}, err
+	}
+	return ScanResultFromPB(m), nil
+}
+
+// GetByTags sends the writes kept, then reads a page of a tag query in
+// the attempt. It refuses a query with a Version, as Scan does.
+func (a *TxnAttempt) GetByTags(ctx context.Context, q kv.TagQuery) (kv.ScanResult, error) {
+	if q.Version != 0 {
+		return kv.ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "a transaction reads at its own time: leave TagQuery.Version 0")
+	}
+	if err := a.Flush(ctx); err != nil {
+		return kv.ScanResult{}, err
+	}
+	var m *pb.ScanResponse
+	err := a.run(ctx, false, func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
+		r := TxnTagQueryToPB(txn, q)
+		r.Begin = begin
+		var err error
+		m, err = a.t.c.TxnGetByTags(ctx, r, opts...)
+		return m.GetTxn(), err
+	})
+	if err != nil {
+		return kv.ScanResult{}, err
+	}
+	return ScanResultFromPB(m), nil
+}
+
+// Commit sends the writes kept with the commit, in one request (which
+// begins the attempt if none did), and answers the commit version. A
+// commit whose connection broke after it was sent is commit_unknown; one
+// that could not be sent is unavailable. When a write fails there, the
+// server aborts the attempt and the commit answers the write's error.
+func (a *TxnAttempt) Commit(ctx context.Context) (uint64, error) {
+	a.sendMu.Lock()
+	defer a.sendMu.Unlock()
+	writes := a.take()
+	var v uint64
+	err := a.run(ctx, true, func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
+		m, err := a.t.c.CommitTxn(ctx, &pb.CommitTxnRequest{Txn: txn, Begin: begin, Writes: TxnWritesToPB(writes)}, opts...)
+		v = m.GetVersion()
+		return m.GetTxn(), err
+	})
+	return v, err
+}
+
+// Abort aborts the attempt on the server, if a request began it, and
+// forgets the writes kept.
+func (a *TxnAttempt) Abort(ctx context.Context) error {
+	a.mu.Lock()
+	id := a.id
+	a.writes, a.bytes = nil, 0
+	clear(a.latest)
+	a.mu.Unlock()
+	if id == "" {
+		return nil
+	}
+	return a.t.AbortTxn(ctx, id)
+}
+
+// target answers what a request names its attempt by: the id, or (when no
+// request began it) the begin to carry, with the function that the
+// request's end must call with the id it learned (or "") and the error
+// that breaks the attempt (or nil). While a request carries the begin,
+// the others wait for its end.
+func (a *TxnAttempt) target(ctx context.Context) (string, *pb.TxnBegin, func(id string, broken error), error) {
+	for {
+		a.mu.Lock()
+		switch {
+		case a.broken != nil:
+			err := a.broken
+			a.mu.Unlock()
+			return "", nil, nil, err
+		case a.id != "":
+			id := a.id
+			a.mu.Unlock()
+			return id, nil, nil, nil
+		case a.beginning == nil:
+			ch := make(chan struct{})
+			a.beginning = ch
+			a.mu.Unlock()
+			return "", TxnBeginToPB(a.group, a.opts), func(id string, broken error) {
+				a.mu.Lock()
+				defer a.mu.Unlock()
+				if id != "" {
+					a.id = id
+				} else if broken != nil {
+					a.broken = broken
+				}
+				a.beginning = nil
+				close(ch)
+			}, nil
+		}
+		ch := a.beginning
+		a.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return "", nil, nil, ctx.Err()
+		}
+	}
+}
+
+// oldServerMessage starts the message of a server older than TxnBegin to
+// a request that carries one: it saw no txn.
+const oldServerMessage = "no transaction: give txn, the id BeginTxn or BeginGroupTxn answered"
+
+// run sends one request of the attempt: send makes it with the attempt's
+// id or the begin (target) and the call options, and answers the id in
+// its response and its error. mayApply says whether the request may
+// change the store (a commit): a broken connection after it was sent then
+// leaves its outcome unknown. run answers the error as the caller sees it.
+func (a *TxnAttempt) run(ctx context.Context, mayApply bool, send func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error)) error {
+	id, begin, done, err := a.target(ctx)
+	if err != nil {
+		return err
+	}
+	var trailer metadata.MD
+	var p peer.Peer
+	began, rerr := send(id, begin, []grpc.CallOption{grpc.Trailer(&trailer), grpc.Peer(&p)})
+	if begin == nil {
+		if rerr != nil {
+			return a.t.fail(rerr, mayApply && p.Addr != nil)
+		}
+		return nil
+	}
+	if rerr != nil {
+		if ids := trailer.Get(TxnTrailer); len(ids) > 0 && ids[0] != "" {
+			began = ids[0]
+		} else {
+			began = ""
+		}
+	}
+	var broken error
+	switch {
+	case rerr == nil && began == "":
+		broken = kv.Errorf(kv.CodeInternal, "the server answered a request that began a transaction without naming the attempt it began")
+		rerr = broken
+	case rerr != nil && began == "" && len(trailer.Get(CodeTrailer)) == 0:
+		// The server's handler did not answer (the connection broke, the
+		// context ended): the attempt may have begun there.
+		broken = kv.Errorf(kv.CodeUnavailable, "the request that began this transaction attempt got no answer (%v): the attempt is given up; run the transaction again", a.t.fail(rerr, false))
+	}
+	done(began, broken)
+	if rerr == nil {
+		return nil
+	}
+	if rerr == broken {
+		return rerr
+	}
+	err = a.t.fail(rerr, mayApply && p.Addr != nil)
+	if began == "" && kv.CodeOf(err) == kv.CodeInvalidArgument && strings.HasPrefix(kv.AsError(err).Message, oldServerMessage) {
+		return kv.Errorf(kv.CodeUnimplemented, "the server is older than this client: it cannot begin a transaction in its first operation (%v); upgrade the server", err)
+	}
+	return err
+}

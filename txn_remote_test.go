@@ -1,0 +1,279 @@
+package groupkv_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/groupkv/groupkv"
+	"github.com/groupkv/groupkv/internal/node"
+	"github.com/groupkv/groupkv/internal/server"
+)
+
+// These tests run transactions of a remote DB, whose attempts keep their
+// writes in the client until the commit (api.TxnAttempt), against a real
+// node, next to the same transactions run embedded, where every write
+// reaches the node at once: what fn sees and what the store holds after
+// must be the same.
+
+// startTxnNode starts one node with MaxTxnOps maxOps (0: the default)
+// and answers a DB dialed to it and one that calls it in this process.
+func startTxnNode(t *testing.T, maxOps int) (remote, embedded groupkv.DB) {
+	t.Helper()
+	s, err := server.Start(server.Config{
+		Node:   node.Options{DataDir: t.TempDir(), TickInterval: 20 * time.Millisecond, MaxTxnOps: maxOps},
+		Listen: "127.0.0.1:0", PeerListen: "127.0.0.1:0",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Node.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	remote, err = groupkv.Dial(s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { remote.Close() })
+	return remote, groupkv.EmbeddedForTest(s.Node)
+}
+
+// seen is what a transaction's function saw, versions of committed
+// records replaced by 1 (two collections' versions differ).
+type seen []any
+
+func (s *seen) rec(rec groupkv.Record, err error) {
+	if rec.Version != 0 {
+		rec.Version = 1
+	}
+	*s = append(*s, rec, groupkv.CodeOf(err))
+}
+
+func (s *seen) page(res groupkv.ScanResult, err error) {
+	for i := range res.Items {
+		if res.Items[i].Version != 0 {
+			res.Items[i].Version = 1
+		}
+	}
+	*s = append(*s, res.Items, groupkv.CodeOf(err))
+}
+
+func TestTransactRemoteKeepsWrites(t *testing.T) {
+	remote, embedded := startTxnNode(t, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var saw [2]seen
+	var after [2]seen
+	for i, db := range []groupkv.DB{remote, embedded} {
+		coll := []string{"r", "e"}[i]
+		if _, err := db.CreateCollection(ctx, groupkv.CollectionOptions{Name: coll, Shards: 2}); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"a", "b", "c"} {
+			if err := whileUnavailable(func() error {
+				_, err := db.Put(ctx, groupkv.PutRequest{Collection: coll, Key: []byte(k), Value: []byte("old-" + k), Tags: []string{"old"}})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		get := func(tx *groupkv.Tx, k string) {
+			saw[i].rec(tx.Get(ctx, groupkv.GetRequest{Collection: coll, Key: []byte(k)}))
+		}
+		err := db.Transact(ctx, func(tx *groupkv.Tx) error {
+			saw[i] = nil
+			get(tx, "a")
+			if err := tx.Put(ctx, groupkv.PutRequest{Collection: coll, Key: []byte("a"), Value: []byte("new-a"), Tags: []string{"t1", "t2"}}); err != nil {
+				return err
+			}
+			if err := tx.Delete(ctx, groupkv.DeleteRequest{Collection: coll, Key: []byte("b")}); err != nil {
+				return err
+			}
+			if err := tx.Put(ctx, groupkv.PutRequest{Collection: coll, Key: []byte("d"), Value: nil}); err != nil {
+				return err
+			}
+			get(tx, "a") // put then get
+			get(tx, "b") // delete then get
+			get(tx, "d") // an empty value
+			get(tx, "c") // not written
+			if err := tx.Put(ctx, groupkv.PutRequest{Collection: coll, Key: []byte("b"), Value: []byte("again")}); err != nil {
+				return err
+			}
+			get(tx, "b") // delete then put then get
+			if err := tx.Put(ctx, groupkv.PutRequest{Collection: coll, Key: []byte("e"), Value: []byte("new-e")}); err != nil {
+				return err
+			}
+			if err := tx.Delete(ctx, groupkv.DeleteRequest{Collection: coll, Key: []byte("c")}); err != nil {
+				return err
+			}
+			// Put then scan: the scan sees the writes.
+			saw[i].page(tx.Scan(ctx, groupkv.ScanRequest{Collection: coll}))
+			saw[i].page(tx.Scan(ctx, groupkv.ScanRequest{Collection: coll, Start: []byte("b"), End: []byte("e")}))
+			get(tx, "e") // written before the scan, read after it
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", coll, err)
+		}
+		res, err := db.Scan(ctx, groupkv.ScanRequest{Collection: coll})
+		after[i].page(res, err)
+	}
+	if !reflect.DeepEqual(saw[0], saw[1]) {
+		t.Fatalf("the remote transaction saw\n%#v\nthe embedded one\n%#v", saw[0], saw[1])
+	}
+	if !reflect.DeepEqual(after[0], after[1]) {
+		t.Fatalf("after the remote transaction\n%#v\nafter the embedded one\n%#v", after[0], after[1])
+	}
+	if n := len(after[0][0].([]groupkv.Record)); n != 4 { // a, b, d, e
+		t.Fatalf("committed %#v", after[0])
+	}
+}
+
+// TestTransactRemoteTooLarge checks that writes kept in the client count
+// against the node's MaxTxnOps as if sent one by one: the commit fails
+// with too_large, nothing is applied, and the attempt is aborted (its
+// locks free: a transaction on the same keys commits at once).
+func TestTransactRemoteTooLarge(t *testing.T) {
+	const maxOps = 8
+	remote, embedded := startTxnNode(t, maxOps)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := remote.CreateCollection(ctx, groupkv.CollectionOptions{Name: "c", Shards: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for name, db := range map[string]groupkv.DB{"remote": remote, "embedded": embedded} {
+		key := func(i int) []byte { return []byte(fmt.Sprintf("%s%d", name, i)) }
+		if err := whileUnavailable(func() error {
+			_, err := db.Put(ctx, groupkv.PutRequest{Collection: "c", Key: key(0), Value: []byte("old")})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		runs := 0
+		err := db.Transact(ctx, func(tx *groupkv.Tx) error {
+			runs++
+			if _, err := tx.Get(ctx, groupkv.GetRequest{Collection: "c", Key: key(0)}); err != nil {
+				return err
+			}
+			for i := range maxOps { // one operation too many
+				if err := tx.Put(ctx, groupkv.PutRequest{Collection: "c", Key: key(i), Value: []byte("new")}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if groupkv.CodeOf(err) != groupkv.CodeTooLarge || runs != 1 {
+			t.Fatalf("%s: Transact = %v after %d runs, want too_large after one", name, err, runs)
+		}
+		if rec, err := db.Get(ctx, groupkv.GetRequest{Collection: "c", Key: key(0)}); err != nil || string(rec.Value) != "old" {
+			t.Fatalf("%s: key 0 = %q, %v after a failed transaction", name, rec.Value, err)
+		}
+		if _, err := db.Get(ctx, groupkv.GetRequest{Collection: "c", Key: key(1)}); !errors.Is(err, groupkv.ErrNotFound) {
+			t.Fatalf("%s: key 1: %v, want not found", name, err)
+		}
+		// The failed attempt holds no lock: this one commits well within
+		// the transaction timeout.
+		qctx, qcancel := context.WithTimeout(ctx, 3*time.Second)
+		err = db.Transact(qctx, func(tx *groupkv.Tx) error {
+			if err := tx.Put(qctx, groupkv.PutRequest{Collection: "c", Key: key(0), Value: []byte(name)}); err != nil {
+				return err
+			}
+			return tx.Put(qctx, groupkv.PutRequest{Collection: "c", Key: key(1), Value: []byte(name)})
+		})
+		qcancel()
+		if err != nil {
+			t.Fatalf("%s: a transaction after the failed one: %v", name, err)
+		}
+	}
+}
+
+// TestGroupTransactRemoteKeepsWrites runs group transactions whose writes
+// are kept in the client: they commit, read their own writes, and a write
+// of a key that is not a member fails the commit with invalid_argument
+// and applies nothing.
+func TestGroupTransactRemoteKeepsWrites(t *testing.T) {
+	remote, embedded := startTxnNode(t, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := remote.CreateCollection(ctx, groupkv.CollectionOptions{Name: "g", Shards: 2}); err != nil {
+		t.Fatal(err)
+	}
+	var members []groupkv.KeyRef
+	for i := range 3 {
+		k := []byte(fmt.Sprintf("m%d", i))
+		if err := whileUnavailable(func() error {
+			_, err := remote.Put(ctx, groupkv.PutRequest{Collection: "g", Key: k, Value: []byte("0")})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		members = append(members, groupkv.KeyRef{Collection: "g", Key: k})
+	}
+	if err := whileUnavailable(func() error {
+		_, err := remote.CreateGroup(ctx, groupkv.GroupSpec{ID: "room", Leader: members[0], Members: members[1:]})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var saw [2]seen
+	for i, db := range []groupkv.DB{remote, embedded} {
+		v := []byte(fmt.Sprint(i + 1))
+		err := db.Group("room").Transact(ctx, func(tx *groupkv.Tx) error {
+			saw[i] = nil
+			if err := tx.Put(ctx, groupkv.PutRequest{Collection: "g", Key: []byte("m1"), Value: v}); err != nil {
+				return err
+			}
+			rec, err := tx.Get(ctx, groupkv.GetRequest{Collection: "g", Key: []byte("m1")})
+			rec.Value = nil // differs between the two runs
+			saw[i].rec(rec, err)
+			if err := tx.Delete(ctx, groupkv.DeleteRequest{Collection: "g", Key: []byte("m2")}); err != nil {
+				return err
+			}
+			saw[i].rec(tx.Get(ctx, groupkv.GetRequest{Collection: "g", Key: []byte("m2")}))
+			if err := tx.Put(ctx, groupkv.PutRequest{Collection: "g", Key: []byte("m2"), Value: []byte("back")}); err != nil {
+				return err
+			}
+			// A group write takes no tags: refused at once, remote too.
+			err = tx.Put(ctx, groupkv.PutRequest{Collection: "g", Key: []byte("m0"), Value: v, Tags: []string{"t"}})
+			saw[i] = append(saw[i], groupkv.CodeOf(err))
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec, err := db.Get(ctx, groupkv.GetRequest{Collection: "g", Key: []byte("m1")}); err != nil || string(rec.Value) != string(v) {
+			t.Fatalf("m1 = %q, %v after the group transaction", rec.Value, err)
+		}
+	}
+	if !reflect.DeepEqual(saw[0], saw[1]) {
+		t.Fatalf("the remote group transaction saw\n%#v\nthe embedded one\n%#v", saw[0], saw[1])
+	}
+
+	// A key that is not a member: the commit fails with invalid_argument
+	// (embedded: the put), is not retried, and applies nothing.
+	for name, db := range map[string]groupkv.DB{"remote": remote, "embedded": embedded} {
+		runs := 0
+		err := db.Group("room").Transact(ctx, func(tx *groupkv.Tx) error {
+			runs++
+			if err := tx.Put(ctx, groupkv.PutRequest{Collection: "g", Key: []byte("m1"), Value: []byte("lost")}); err != nil {
+				return err
+			}
+			return tx.Put(ctx, groupkv.PutRequest{Collection: "g", Key: []byte("stranger"), Value: []byte("x")})
+		})
+		if groupkv.CodeOf(err) != groupkv.CodeInvalidArgument || runs != 1 {
+			t.Fatalf("%s: Transact = %v after %d runs, want invalid_argument", name, err, runs)
+		}
+		if rec, err := db.Get(ctx, groupkv.GetRequest{Collection: "g", Key: []byte("m1")}); err != nil || string(rec.Value) == "lost" {
+			t.Fatalf("%s: m1 = %q, %v: a failed group transaction was applied", name, rec.Value, err)
+		}
+	}
+}
