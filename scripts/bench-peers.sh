@@ -354,8 +354,8 @@ $TIMELINE_REPORT
   \`/debug/pprof/profile\` and \`/debug/pprof/heap\` during a run.
 EOF
 } >"$OUT_MD.new"
-# The cluster and transaction benchmarks' sections (scripts/bench-cluster.sh,
-# scripts/bench-txn.sh) survive a
+# The cluster, transaction and Key Groups benchmarks' sections
+# (scripts/bench-cluster.sh, bench-txn.sh, bench-groups.sh) survive a
 # rerun, and so does the hand-written history (before/after figures, goals)
 # below the marker line.
 if [ -f "$OUT_MD" ] && grep -q '^<!-- cluster-bench:start -->$' "$OUT_MD"; then
@@ -365,6 +365,10 @@ fi
 if [ -f "$OUT_MD" ] && grep -q '^<!-- txn-bench:start -->$' "$OUT_MD"; then
   printf '\n' >>"$OUT_MD.new"
   sed -n '/^<!-- txn-bench:start -->$/,/^<!-- txn-bench:end -->$/p' "$OUT_MD" >>"$OUT_MD.new"
+fi
+if [ -f "$OUT_MD" ] && grep -q '^<!-- groups-bench:start -->$' "$OUT_MD"; then
+  printf '\n' >>"$OUT_MD.new"
+  sed -n '/^<!-- groups-bench:start -->$/,/^<!-- groups-bench:end -->$/p' "$OUT_MD" >>"$OUT_MD.new"
 fi
 if [ -f "$OUT_MD" ] && grep -q '^<!-- kept across runs -->$' "$OUT_MD"; then
   printf '\n' >>"$OUT_MD.new"
