@@ -59,40 +59,31 @@ func TestBlockCacheCachesWithFullMemtables(t *testing.T) {
 	}
 	defer e.Close()
 	value := bytes.Repeat([]byte("v"), 1<<10)
-	b := e.DB.NewBatch()
-	for i := range (memTableSize + memTableSize/4) / len(value) {
-		if err := b.Set(fmt.Appendf(nil, "key%08d", i), value, nil); err != nil {
-			t.Fatal(err)
-		}
-		if b.Len() > 4<<20 {
-			if err := b.Commit(pebble.NoSync); err != nil {
+	// fill writes size bytes of values under keys prefix%08d, without
+	// syncing, in batches of about 4 MiB.
+	fill := func(prefix string, size int) {
+		b := e.DB.NewBatch()
+		for i := range size / len(value) {
+			if err := b.Set(fmt.Appendf(nil, "%s%08d", prefix, i), value, nil); err != nil {
 				t.Fatal(err)
 			}
-			b = e.DB.NewBatch()
+			if b.Len() > 4<<20 {
+				if err := b.Commit(pebble.NoSync); err != nil {
+					t.Fatal(err)
+				}
+				b = e.DB.NewBatch()
+			}
+		}
+		if err := b.Commit(pebble.NoSync); err != nil {
+			t.Fatal(err)
 		}
 	}
-	if err := b.Commit(pebble.NoSync); err != nil {
-		t.Fatal(err)
-	}
+	fill("key", memTableSize+memTableSize/4)
 	if err := e.DB.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	// Writes after the flush grow the new memtable to its full size.
-	b = e.DB.NewBatch()
-	for i := range memTableSize / len(value) {
-		if err := b.Set(fmt.Appendf(nil, "new%08d", i), value, nil); err != nil {
-			t.Fatal(err)
-		}
-		if b.Len() > 4<<20 {
-			if err := b.Commit(pebble.NoSync); err != nil {
-				t.Fatal(err)
-			}
-			b = e.DB.NewBatch()
-		}
-	}
-	if err := b.Commit(pebble.NoSync); err != nil {
-		t.Fatal(err)
-	}
+	fill("new", memTableSize)
 	before := e.DB.Metrics().BlockCache
 	const reads = 100
 	for range reads {
