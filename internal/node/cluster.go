@@ -372,6 +372,17 @@ func (n *Node) resolvedAsLeader(ctx context.Context, shardID, now uint64) (uint6
 	return n.host.Resolved(shardID, now), nil
 }
 
+// confirmOracle confirms, after this node's oracle answered a timestamp,
+// that the node still leads the meta shard: a leader cut off from the
+// others goes on believing it leads until its term ends, and its oracle
+// would answer timestamps below those a new leader's oracle has issued
+// since (a snapshot read at one would miss writes that committed before it
+// began). Confirmed at a moment after the timestamp was drawn, no newer
+// oracle can have issued anything yet. One voter confirms at once.
+func (n *Node) confirmOracle(ctx context.Context) error {
+	return n.host.ReadBarrier(ctx, cluster.MetaShardID)
+}
+
 // uniqueTimestamp returns a timestamp the oracle issues to this caller
 // alone, above every timestamp Latest answered before.
 func (n *Node) uniqueTimestamp(ctx context.Context) (uint64, error) {
@@ -380,10 +391,11 @@ func (n *Node) uniqueTimestamp(ctx context.Context) (uint64, error) {
 		var err error
 		if n.oracle.Active() {
 			ts, ok := n.oracle.TryNext(0)
-			if ok {
+			if !ok {
+				err = kv.Errorf(kv.CodeUnavailable, "the timestamp oracle is renewing its window")
+			} else if err = n.confirmOracle(ctx); err == nil {
 				return ts, nil
 			}
-			err = kv.Errorf(kv.CodeUnavailable, "the timestamp oracle is renewing its window")
 		} else {
 			var resp timestampsResponse
 			err = n.callMetaLeader(ctx, "Timestamps", &timestampsRequest{Count: 1}, &resp)
@@ -407,7 +419,9 @@ func (n *Node) uniqueTimestamp(ctx context.Context) (uint64, error) {
 // before the call.
 func (n *Node) latest(ctx context.Context) (uint64, error) {
 	if n.oracle.Active() {
-		return n.oracle.Latest(), nil
+		if ts := n.oracle.Latest(); n.confirmOracle(ctx) == nil {
+			return ts, nil
+		}
 	}
 	deadline := time.Now().Add(n.retryWindow())
 	for attempt := 0; ; attempt++ {
@@ -420,7 +434,9 @@ func (n *Node) latest(ctx context.Context) (uint64, error) {
 			return max(resp.Latest, n.versions.seen()), nil
 		}
 		if n.oracle.Active() {
-			return n.oracle.Latest(), nil
+			if ts := n.oracle.Latest(); n.confirmOracle(ctx) == nil {
+				return ts, nil
+			}
 		}
 		if !retryable(err) || ctx.Err() != nil {
 			return 0, err

@@ -270,6 +270,9 @@ func (n *Node) handleTimestamps(ctx context.Context, req *timestampsRequest) (*t
 		}
 		out.First = first
 	}
+	if err := n.confirmOracle(ctx); err != nil {
+		return &timestampsResponse{Error: toPeerError(kv.Errorf(kv.CodeNotLeader, "node %d could not confirm that it runs the timestamp oracle: %v", n.id, err))}, nil
+	}
 	return out, nil
 }
 
