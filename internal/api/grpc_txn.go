@@ -256,41 +256,31 @@ func (s *grpcService) TxnWrite(ctx context.Context, req *pb.TxnWriteRequest) (*p
 }
 
 func (s *grpcService) TxnScan(ctx context.Context, req *pb.TxnScanRequest) (*pb.ScanResponse, error) {
-	tb, err := s.txn()
-	if err != nil {
-		return nil, s.fail(ctx, err)
-	}
-	id, sr, err := TxnScanRequestFromPB(req)
-	if err != nil {
-		return nil, s.fail(ctx, err)
-	}
-	a, err := s.attemptOf(ctx, tb, id, req.GetBegin())
-	if err != nil {
-		return nil, s.fail(ctx, err)
-	}
-	res, err := tb.TxnScan(ctx, a.id, sr)
-	if err != nil {
-		return nil, s.failIn(ctx, tb, a, err, true)
-	}
-	m := ScanResultToPB(res)
-	m.Txn = a.resp()
-	return m, nil
+	return txnRangeRead(ctx, s, req.GetBegin(), func() (string, kv.ScanRequest, error) { return TxnScanRequestFromPB(req) }, kv.TxnBackend.TxnScan)
 }
 
 func (s *grpcService) TxnGetByTags(ctx context.Context, req *pb.TxnTagQuery) (*pb.ScanResponse, error) {
+	return txnRangeRead(ctx, s, req.GetBegin(), func() (string, kv.TagQuery, error) { return TxnTagQueryFromPB(req) }, kv.TxnBackend.TxnGetByTags)
+}
+
+// txnRangeRead runs a scan or tag query of a transaction: decode the
+// request, begin its attempt if it asks to, read, and answer the page with
+// the attempt's id if the request began it.
+func txnRangeRead[Q any](ctx context.Context, s *grpcService, begin *pb.TxnBegin, decode func() (string, Q, error),
+	read func(kv.TxnBackend, context.Context, string, Q) (kv.ScanResult, error)) (*pb.ScanResponse, error) {
 	tb, err := s.txn()
 	if err != nil {
 		return nil, s.fail(ctx, err)
 	}
-	id, q, err := TxnTagQueryFromPB(req)
+	id, q, err := decode()
 	if err != nil {
 		return nil, s.fail(ctx, err)
 	}
-	a, err := s.attemptOf(ctx, tb, id, req.GetBegin())
+	a, err := s.attemptOf(ctx, tb, id, begin)
 	if err != nil {
 		return nil, s.fail(ctx, err)
 	}
-	res, err := tb.TxnGetByTags(ctx, a.id, q)
+	res, err := read(tb, ctx, a.id, q)
 	if err != nil {
 		return nil, s.failIn(ctx, tb, a, err, true)
 	}
