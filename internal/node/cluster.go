@@ -372,15 +372,36 @@ func (n *Node) resolvedAsLeader(ctx context.Context, shardID, now uint64) (uint6
 	return n.host.Resolved(shardID, now), nil
 }
 
+// oracleTerm returns the term of this node's ready leadership of the meta
+// shard, whose oracle answers; ok is false when it does not lead it.
+// Taken before a timestamp is drawn, it is what confirmOracle confirms.
+func (n *Node) oracleTerm() (term uint64, ok bool) {
+	term, ok = n.host.LeaderTerm(cluster.MetaShardID)
+	return term, ok && n.oracle.Active()
+}
+
 // confirmOracle confirms, after this node's oracle answered a timestamp,
-// that the node still leads the meta shard: a leader cut off from the
-// others goes on believing it leads until its term ends, and its oracle
-// would answer timestamps below those a new leader's oracle has issued
-// since (a snapshot read at one would miss writes that committed before it
-// began). Confirmed at a moment after the timestamp was drawn, no newer
-// oracle can have issued anything yet. One voter confirms at once.
-func (n *Node) confirmOracle(ctx context.Context) error {
-	return n.host.ReadBarrier(ctx, cluster.MetaShardID)
+// that the node still leads the meta shard in term, the leadership it had
+// before the timestamp was drawn: a leader cut off from the others goes on
+// believing it leads until its term ends, and its oracle would answer
+// timestamps below those a new leader's oracle has issued since (a
+// snapshot read at one would miss writes that committed before it began).
+//
+// A read barrier alone does not confirm it: a replica that has just become
+// a follower asks the new leader for the read index, and that answer says
+// nothing of this node's leadership. The barrier is answered only after a
+// step down has been noted (ready cleared, the oracle deactivated), so a
+// leadership still ready in the same term after the barrier is one that a
+// quorum confirmed after the draw, when no newer oracle can have issued
+// anything yet. One voter confirms at once.
+func (n *Node) confirmOracle(ctx context.Context, term uint64) error {
+	if err := n.host.ReadBarrier(ctx, cluster.MetaShardID); err != nil {
+		return err
+	}
+	if now, ok := n.oracleTerm(); !ok || now != term {
+		return kv.Errorf(kv.CodeNotLeader, "node %d no longer leads the meta shard (led in term %d): its oracle's timestamp may be stale", n.id, term)
+	}
+	return nil
 }
 
 // uniqueTimestamp returns a timestamp the oracle issues to this caller
@@ -389,11 +410,11 @@ func (n *Node) uniqueTimestamp(ctx context.Context) (uint64, error) {
 	deadline := time.Now().Add(n.retryWindow())
 	for attempt := 0; ; attempt++ {
 		var err error
-		if n.oracle.Active() {
+		if term, active := n.oracleTerm(); active {
 			ts, ok := n.oracle.TryNext(0)
 			if !ok {
 				err = kv.Errorf(kv.CodeUnavailable, "the timestamp oracle is renewing its window")
-			} else if err = n.confirmOracle(ctx); err == nil {
+			} else if err = n.confirmOracle(ctx, term); err == nil {
 				return ts, nil
 			}
 		} else {
@@ -418,8 +439,8 @@ func (n *Node) uniqueTimestamp(ctx context.Context) (uint64, error) {
 // latest returns a timestamp at or above every write version acknowledged
 // before the call.
 func (n *Node) latest(ctx context.Context) (uint64, error) {
-	if n.oracle.Active() {
-		if ts := n.oracle.Latest(); n.confirmOracle(ctx) == nil {
+	if term, ok := n.oracleTerm(); ok {
+		if ts := n.oracle.Latest(); n.confirmOracle(ctx, term) == nil {
 			return ts, nil
 		}
 	}
@@ -433,8 +454,8 @@ func (n *Node) latest(ctx context.Context) (uint64, error) {
 		if err == nil {
 			return max(resp.Latest, n.versions.seen()), nil
 		}
-		if n.oracle.Active() {
-			if ts := n.oracle.Latest(); n.confirmOracle(ctx) == nil {
+		if term, ok := n.oracleTerm(); ok {
+			if ts := n.oracle.Latest(); n.confirmOracle(ctx, term) == nil {
 				return ts, nil
 			}
 		}

@@ -702,3 +702,63 @@ func getRiding(ctx context.Context, n *Node, req kv.GetRequest) (kv.Record, erro
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestOracleConfirmationNeedsTheSameLeadership checks that a node whose
+// oracle drew a timestamp confirms it only while it still leads the meta
+// shard in the term it led when it drew: once the leadership has moved, a
+// read barrier still succeeds on the node (its replica asks the new leader
+// for the read index), but the timestamp may be below what the new
+// leader's oracle has issued, and must not be answered.
+func TestOracleConfirmationNeedsTheSameLeadership(t *testing.T) {
+	c := startCluster(t, 3, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	old := c.leader(cluster.MetaShardID)
+	var term uint64
+	c.eventually(30*time.Second, "the oracle is active on the meta leader", func() error {
+		var ok bool
+		if term, ok = old.n.oracleTerm(); !ok {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if err := old.n.confirmOracle(ctx, term); err != nil {
+		t.Fatalf("the meta leader could not confirm its oracle: %v", err)
+	}
+	cs, ok := old.n.host.ConfState(cluster.MetaShardID)
+	if !ok {
+		t.Fatal("the meta leader has no meta replica")
+	}
+	self := old.n.host.Leader(cluster.MetaShardID)
+	c.eventually(30*time.Second, "another node leads the meta shard", func() error {
+		if _, ok := old.n.oracleTerm(); ok {
+			for _, v := range cs.Voters {
+				if v != self {
+					old.n.host.TransferLeadership(cluster.MetaShardID, v)
+					break
+				}
+			}
+			return errors.New("node still leads it")
+		}
+		for _, tn := range c.nodes {
+			if _, ok := tn.n.oracleTerm(); ok {
+				return nil
+			}
+		}
+		return errors.New("no oracle is active")
+	})
+	if err := old.n.readBarrier(ctx, cluster.MetaShardID); err != nil {
+		t.Fatalf("a read barrier on the former leader: %v", err)
+	}
+	if err := old.n.confirmOracle(ctx, term); err == nil {
+		t.Fatalf("node %d confirmed its oracle of term %d after the meta shard's leadership had moved", old.id, term)
+	}
+	// Timestamps asked of the former leader are the new oracle's.
+	issued, err := c.leader(cluster.MetaShardID).n.uniqueTimestamp(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if latest, err := old.n.latest(ctx); err != nil || latest < issued {
+		t.Fatalf("latest on the former leader answered %d (%v), below the timestamp %d issued before", latest, err, issued)
+	}
+}

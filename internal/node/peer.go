@@ -259,7 +259,8 @@ func (n *Node) handlePropose(ctx context.Context, req *proposeRequest) (*propose
 }
 
 func (n *Node) handleTimestamps(ctx context.Context, req *timestampsRequest) (*timestampsResponse, error) {
-	if !n.oracle.Active() {
+	term, ok := n.oracleTerm()
+	if !ok {
 		return &timestampsResponse{Error: toPeerError(kv.Errorf(kv.CodeNotLeader, "node %d does not run the timestamp oracle", n.id))}, nil
 	}
 	out := &timestampsResponse{Latest: n.oracle.Latest()}
@@ -270,7 +271,7 @@ func (n *Node) handleTimestamps(ctx context.Context, req *timestampsRequest) (*t
 		}
 		out.First = first
 	}
-	if err := n.confirmOracle(ctx); err != nil {
+	if err := n.confirmOracle(ctx, term); err != nil {
 		return &timestampsResponse{Error: toPeerError(kv.Errorf(kv.CodeNotLeader, "node %d could not confirm that it runs the timestamp oracle: %v", n.id, err))}, nil
 	}
 	return out, nil
