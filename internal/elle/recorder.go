@@ -81,6 +81,9 @@ func (r *Recorder) Invoke(process int, ops []Op) *Pending {
 	return &Pending{r: r, i: i}
 }
 
+// ID returns the transaction's ID in the history.
+func (p *Pending) ID() int { return p.i }
+
 // Complete records that the transaction completed now with outcome out.
 // ops are the micro-operations as run, each read with the list it
 // observed; nil keeps those given to Invoke (enough for Fail and Info, whose

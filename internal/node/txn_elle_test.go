@@ -108,6 +108,9 @@ type appendWorkload struct {
 	// firstErr keeps the first error that is not a transaction's outcome
 	// (a garbled list).
 	firstErr atomic.Pointer[error]
+	// notes says, for each recorded attempt by its history ID, where it
+	// ran and how it ended, for the report of an anomaly.
+	notes sync.Map
 }
 
 // plannedOp is one micro-operation of a transaction: an append (TxnGet
@@ -139,13 +142,16 @@ func (w *appendWorkload) run(ctx context.Context, cl int, rng *rand.Rand, stop *
 // txn runs one transaction of plan on n with the retry helper, recording
 // each attempt: committed → OK; aborted (txn_aborted), or any error before
 // the commit was sent → Fail; any other error after it was sent → Info.
+// An attempt is invoked before it begins: its snapshot and priority are
+// drawn in BeginTxn, and a transaction that completes while BeginTxn runs
+// is concurrent with it, not before it.
 func (w *appendWorkload) txn(ctx context.Context, cl int, n *Node, plan []plannedOp, readOnly bool) {
 	ctx, cancel := context.WithTimeout(ctx, w.txnTimeout)
 	defer cancel()
 	var p *elle.Pending
-	var observed []elle.Op
+	var ops, observed []elle.Op
 	commitSent := false
-	_, attempts, err := transact(ctx, n, kv.TxnOptions{ReadOnly: readOnly}, func(id string) error {
+	begin := func() {
 		if p != nil {
 			// The previous attempt was aborted: transact retries only
 			// txn_aborted.
@@ -153,7 +159,7 @@ func (w *appendWorkload) txn(ctx context.Context, cl int, n *Node, plan []planne
 			w.failed.Add(1)
 		}
 		commitSent = false
-		ops := make([]elle.Op, len(plan))
+		ops = make([]elle.Op, len(plan))
 		for i, op := range plan {
 			if op.append {
 				ops[i] = elle.Append(op.key.name(), int(w.next.Add(1)))
@@ -162,6 +168,9 @@ func (w *appendWorkload) txn(ctx context.Context, cl int, n *Node, plan []planne
 			}
 		}
 		p = w.rec.Invoke(cl, ops)
+	}
+	version, attempts, err := transactFrom(ctx, n, kv.TxnOptions{ReadOnly: readOnly}, begin, func(id string) error {
+		w.notes.Store(p.ID(), fmt.Sprintf("attempt %s on node %d (read-only %v)", id, n.id, readOnly))
 		observed = observed[:0]
 		for i, op := range plan {
 			rec, found, err := n.TxnGet(ctx, id, op.key.ref())
@@ -191,8 +200,8 @@ func (w *appendWorkload) txn(ctx context.Context, cl int, n *Node, plan []planne
 	})
 	for m := w.maxAttempts.Load(); int64(attempts) > m && !w.maxAttempts.CompareAndSwap(m, int64(attempts)); m = w.maxAttempts.Load() {
 	}
-	if p == nil {
-		return // BeginTxn failed: nothing ran
+	if note, ok := w.notes.Load(p.ID()); ok {
+		w.notes.Store(p.ID(), fmt.Sprintf("%s: version %d, err %v", note, version, err))
 	}
 	switch {
 	case err == nil:
@@ -441,7 +450,31 @@ func TestTxnListAppendStrictSerializable(t *testing.T) {
 		t.Errorf("seed %d: too few transactions committed to check anything: %s", seed, w.summary())
 	}
 	w.finalRead(t, c, c.node(1).n, seed)
-	w.rec.Check(t, int64(seed), elle.Options{Model: elle.StrictSerializable})
+	w.check(t, seed)
+}
+
+// check checks the recorded history, and on an anomaly logs every
+// transaction it involves: its operations, real-time bounds and where it
+// ran.
+func (w *appendWorkload) check(t *testing.T, seed uint64) {
+	t.Helper()
+	h := w.rec.History()
+	res, err := elle.Check(h, elle.Options{Model: elle.StrictSerializable})
+	if err != nil {
+		t.Fatalf("elle check failed (seed %d): %v", seed, err)
+	}
+	if res.Valid {
+		t.Logf("elle (seed %d): %v", seed, res)
+		return
+	}
+	for _, a := range res.Anomalies {
+		for _, id := range a.Txns {
+			tx := h[id]
+			note, _ := w.notes.Load(id)
+			t.Logf("%v: client %d, invoked %d, completed %d; %v", tx, tx.Process, tx.Invoke, tx.Complete, note)
+		}
+	}
+	t.Fatalf("elle (seed %d): %v", seed, res)
 }
 
 // TestTxnCheckerCatchesMissingReadLocks runs the list-append workload on

@@ -19,7 +19,17 @@ import (
 // priority across attempts, and returns the commit version and the
 // number of attempts.
 func transact(ctx context.Context, n *Node, opts kv.TxnOptions, fn func(id string) error) (uint64, int, error) {
+	return transactFrom(ctx, n, opts, nil, fn)
+}
+
+// transactFrom is transact calling begin, when not nil, before each
+// attempt begins: a history that records attempts must take their start
+// before BeginTxn, which draws the attempt's timestamps.
+func transactFrom(ctx context.Context, n *Node, opts kv.TxnOptions, begin func(), fn func(id string) error) (uint64, int, error) {
 	for attempt := 1; ; attempt++ {
+		if begin != nil {
+			begin()
+		}
 		id, err := n.BeginTxn(ctx, opts)
 		if err != nil {
 			return 0, attempt, err
