@@ -1211,7 +1211,10 @@ func TestMultiScanPagingUnderWrites(t *testing.T) {
 		}
 		deadline := time.Now().Add(2 * time.Second)
 		scans, multiPage := 0, 0
-		for ; scans < 8 || scans < 30 && time.Now().Before(deadline) && running.Load() > 0; scans++ {
+		// At least 8 scans, 4 of them paged (how many are depends on the
+		// draws and on how fast the writers ran), and more while the
+		// writers run; at most 60.
+		for ; scans < 60 && (scans < 8 || multiPage < 4 || scans < 30 && time.Now().Before(deadline) && running.Load() > 0); scans++ {
 			req := kv.ScanRequest{Collection: d.Name, Reverse: rng.IntN(2) == 0, Limit: 1 + rng.IntN(40)}
 			if rng.IntN(4) > 0 {
 				req.Limit += 4 // mostly several records a page, sometimes 1
