@@ -191,19 +191,29 @@ func (n *Node) onGroupApplied(shardID uint64, effs []group.Effect) {
 	}
 	n.groups.mu.Unlock()
 	if leader {
+		// Committed group writes wait in their outboxes for the next
+		// tick, which ships every write of the tick's interval in one
+		// message per follower shard (one proposal there, one
+		// acknowledgment here) rather than one of each per write. Those
+		// that wait for shipping — a deletion, a scan of member keys —
+		// ship at once (shipGroupNow).
 		n.groupSends(effs)
-		// A committed group write ships at once rather than at the next
-		// tick: deletes and scans wait less for it.
-		for _, e := range effs {
-			if r, ok := e.(group.Reply); ok && r.Op == group.OpWrite && r.Err == nil {
-				if sm := n.host.StateMachine(shardID); sm != nil {
-					var ships []group.Effect
-					sm.WithGroups(func(l *group.Leader, _ *group.Follower) { ships = l.ShipNew(r.Group.ID) })
-					n.groupSends(ships)
-				}
-			}
-		}
 	}
+}
+
+// shipGroupNow ships, on the leader of shardID, the outbox entries of
+// group id not shipped yet, without waiting for the next tick.
+func (n *Node) shipGroupNow(shardID uint64, id string) {
+	if !n.host.Ready(shardID) {
+		return
+	}
+	sm := n.host.StateMachine(shardID)
+	if sm == nil {
+		return
+	}
+	var ships []group.Effect
+	sm.WithGroups(func(l *group.Leader, _ *group.Follower) { ships = l.ShipNew(id) })
+	n.groupSends(ships)
 }
 
 // groupSends queues the Send effects of effs (never blocks: a full queue
@@ -1014,6 +1024,8 @@ func (n *Node) groupDeleteHere(ctx context.Context, req *groupDeleteRequest) err
 			}
 		}
 	}
+	// The members are released once the followers have every write.
+	n.shipGroupNow(req.Shard, req.ID)
 	// Wait until the group is forgotten (its delete reply names the id).
 	for {
 		gone := false
@@ -1103,6 +1115,9 @@ type groupReadRequest struct {
 	Shard    uint64 `json:"shard"`
 	ID       string `json:"id"`
 	Priority string `json:"priority,omitempty"`
+	// Ship asks the leader to ship the group's writes not shipped yet at
+	// once: the reader waits for them to reach their keys.
+	Ship bool `json:"ship,omitempty"`
 }
 
 type groupReadResponse struct {
@@ -1160,11 +1175,17 @@ func (r *groupReadResponse) info(n *Node) kv.GroupInfo {
 
 // readGroup reads group id's state where it is led.
 func (n *Node) readGroup(ctx context.Context, id string, reg groupRegistration, priority string) (*groupReadResponse, error) {
+	return n.readGroupShipping(ctx, id, reg, priority, false)
+}
+
+// readGroupShipping is readGroup asking, with ship, that the group's
+// writes not shipped yet be shipped at once.
+func (n *Node) readGroupShipping(ctx context.Context, id string, reg groupRegistration, priority string, ship bool) (*groupReadResponse, error) {
 	_, shardID, err := n.groupKey(kv.KeyRef{Collection: reg.Collection, Key: reg.Key})
 	if err != nil {
 		return nil, err
 	}
-	req := &groupReadRequest{Shard: shardID, ID: id, Priority: priority}
+	req := &groupReadRequest{Shard: shardID, ID: id, Priority: priority, Ship: ship}
 	out, err := n.atGroupLeader(ctx, shardID, "GroupRead", req, func(ctx context.Context) (any, error) {
 		return n.groupReadHere(ctx, req)
 	})
@@ -1226,6 +1247,9 @@ func (n *Node) groupReadHere(ctx context.Context, req *groupReadRequest) (*group
 	}
 	for _, ob := range g.Outboxes {
 		out.Lag += len(ob.Entries)
+	}
+	if req.Ship && out.Lag > 0 {
+		n.shipGroupNow(req.Shard, req.ID)
 	}
 	return out, nil
 }

@@ -651,8 +651,9 @@ func (n *Node) overlayGroups(ctx context.Context, descs []*cluster.CollectionDes
 // awaitShipped waits, before a scan or tag query of shards picks its
 // version, until every group write to a key of [start, end) (nil: all)
 // yielded by a replica of shards here is applied to it: the read then
-// reflects the groups' committed values. Shipping runs every tick, so
-// the wait is short; a shard without yielded keys costs a lookup.
+// reflects the groups' committed values. The group's read asks its
+// leader to ship at once, so the wait is short; a shard without yielded
+// keys costs a lookup.
 func (n *Node) awaitShipped(ctx context.Context, coll uint32, shards []uint64, start, end []byte) error {
 	type yielded struct {
 		shard uint64
@@ -682,7 +683,7 @@ func (n *Node) awaitShipped(ctx context.Context, coll uint32, shards []uint64, s
 		if err != nil {
 			return err
 		}
-		snap, err := n.readGroup(ctx, id, reg, "")
+		snap, err := n.readGroupShipping(ctx, id, reg, "", true)
 		if kv.CodeOf(err) == kv.CodeNotFound {
 			continue
 		}
