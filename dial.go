@@ -73,9 +73,13 @@ const readyTimeout = 5 * time.Second
 // answers an error matching context.Canceled or context.DeadlineExceeded.
 //
 // Transact, Exec and the Key Groups methods use the transaction and Key
-// Groups RPCs of the same service, on the connection to the dialed node:
-// every operation of a transaction goes there, where its attempt lives,
-// never to a shard leader. Against a server older than those RPCs they fail
+// Groups RPCs of the same service. Every operation of a general
+// transaction goes to the dialed node, where its attempt lives. A group's
+// transactions (Group(id).Transact and Exec) go to the node that leads the
+// group when the client knows it — it learns the group's leader key from a
+// CreateGroup it sent, else from one DescribeGroup — where the group's
+// state is, so that their reads and commits skip a hop; each attempt lives
+// on the node it began on. Against a server older than those RPCs they fail
 // with code CodeUnimplemented.
 func Dial(addr string, opts ...DialOption) (DB, error) {
 	var o dialOptions

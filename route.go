@@ -44,6 +44,8 @@ type router struct {
 		fetched    time.Time
 		refreshing bool
 		closed     bool
+		// groups are the groups' leader keys, by id.
+		groups map[string]groupLeader
 	}
 }
 
@@ -233,4 +235,100 @@ func (d *routedDB) Close() error {
 
 func (d *routedDB) String() string {
 	return fmt.Sprintf("groupkv remote DB at %s (routed)", d.r.seedAddr)
+}
+
+// Group transactions run where the group's state is: on the node that
+// leads the shard of the group's leader key. The client learns a group's
+// leader key from a CreateGroup through it, else from one DescribeGroup,
+// and keeps it for groupLeaderMaxAge (at most maxGroupLeaders groups); a
+// stale or unknown one costs a hop (the node forwards), never an error.
+
+const (
+	groupLeaderMaxAge = time.Minute
+	maxGroupLeaders   = 4096
+)
+
+type groupLeader struct {
+	key     KeyRef
+	learned time.Time
+}
+
+func (r *router) groupLeader(id string) (KeyRef, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l, ok := r.mu.groups[id]
+	if !ok || time.Since(l.learned) > groupLeaderMaxAge {
+		return KeyRef{}, false
+	}
+	return l.key, true
+}
+
+func (r *router) setGroupLeader(id string, key KeyRef) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mu.groups == nil {
+		r.mu.groups = make(map[string]groupLeader)
+	}
+	if len(r.mu.groups) >= maxGroupLeaders {
+		for k := range r.mu.groups {
+			delete(r.mu.groups, k) // any one: a miss costs one DescribeGroup
+			break
+		}
+	}
+	r.mu.groups[id] = groupLeader{key: key, learned: time.Now()}
+}
+
+func (r *router) forgetGroup(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.mu.groups, id)
+}
+
+// groupTarget returns the DB that serves group id's transactions best.
+func (d *routedDB) groupTarget(ctx context.Context, id string) *remoteDB {
+	key, ok := d.r.groupLeader(id)
+	if !ok {
+		info, err := d.remoteDB.DescribeGroup(ctx, id)
+		if err != nil {
+			return d.r.seed
+		}
+		key = info.Leader
+		d.r.setGroupLeader(id, key)
+	}
+	return d.r.target(key.Collection, key.Key)
+}
+
+// Group returns a handle whose transactions run on the node leading the
+// group, each attempt begun there, so that its reads and its commit skip
+// the hop from the dialed node. Exec of the group goes the same way.
+func (d *routedDB) Group(id string) *Group {
+	g := d.remoteDB.Group(id)
+	g.start = func(id string) startFunc {
+		return func(ctx context.Context, opts kv.TxnOptions) (txnAttempt, error) {
+			return d.groupTarget(ctx, id).start(id)(ctx, opts)
+		}
+	}
+	g.exec = func(ctx context.Context, req ExecRequest) (ExecResult, error) {
+		t := d.groupTarget(ctx, id)
+		res, err := t.txn.ExecGroupTxn(ctx, id, req)
+		if err != nil && t != d.r.seed && (kv.CodeOf(err) == kv.CodeUnavailable || kv.CodeOf(err) == kv.CodeNotLeader) {
+			d.r.stale()
+			return d.remoteDB.txn.ExecGroupTxn(ctx, id, req)
+		}
+		return res, err
+	}
+	return g
+}
+
+func (d *routedDB) CreateGroup(ctx context.Context, spec GroupSpec) (GroupCreated, error) {
+	created, err := d.remoteDB.CreateGroup(ctx, spec)
+	if err == nil {
+		d.r.setGroupLeader(spec.ID, spec.Leader)
+	}
+	return created, err
+}
+
+func (d *routedDB) DeleteGroup(ctx context.Context, id string) error {
+	d.r.forgetGroup(id)
+	return d.remoteDB.DeleteGroup(ctx, id)
 }

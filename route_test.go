@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,5 +141,135 @@ func TestDialRoutesToLeaders(t *testing.T) {
 		if err != nil || string(r.Value) != string(k) {
 			t.Fatalf("get %s after node 3 stopped: %q, %v", k, r.Value, err)
 		}
+	}
+}
+
+// txnOps counts the transaction requests a node served (every op label
+// that begins with "txn_").
+func txnOps(reg *prometheus.Registry) float64 {
+	mfs, _ := reg.Gather()
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != "groupkv_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "op" && strings.HasPrefix(l.GetValue(), "txn_") {
+					total += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return total
+}
+
+// TestDialRoutesGroupTransactions checks that a client dialed to one node
+// runs the transactions of a group led by another node on that node (the
+// dialed node serves none of their requests), and that they still add up.
+func TestDialRoutesGroupTransactions(t *testing.T) {
+	servers, regs := startServers(t)
+	db, err := groupkv.Dial(servers[0].Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := db.CreateCollection(ctx, groupkv.CollectionOptions{Name: "p", Shards: 6}); err != nil {
+		t.Fatal(err)
+	}
+	key := func(i int) []byte { return []byte(fmt.Sprint("p", i)) }
+	for i := range 40 {
+		if err := whileUnavailable(func() error {
+			_, err := db.Put(ctx, groupkv.PutRequest{Collection: "p", Key: key(i), Value: []byte("10")})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A group led by a key whose shard another node leads.
+	var id string
+	var a, b []byte
+	for i := 0; id == "" && i < 40; i += 2 {
+		gid := fmt.Sprint("g", i)
+		lead, member := groupkv.KeyRef{Collection: "p", Key: key(i)}, groupkv.KeyRef{Collection: "p", Key: key(i + 1)}
+		if err := whileUnavailable(func() error {
+			_, err := db.CreateGroup(ctx, groupkv.GroupSpec{ID: gid, Leader: lead, Members: []groupkv.KeyRef{member}})
+			if groupkv.CodeOf(err) == groupkv.CodeAlreadyExists {
+				return nil // an unavailable answer whose creation went on
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		info, err := db.DescribeGroup(ctx, gid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.LeaderNode != 1 {
+			id, a, b = gid, lead.Key, member.Key
+		}
+	}
+	if id == "" {
+		t.Fatal("node 1 leads the shards of all 20 groups' leader keys")
+	}
+	transfer := func() error {
+		return db.Group(id).Transact(ctx, func(tx *groupkv.Tx) error {
+			x, err := tx.Get(ctx, groupkv.GetRequest{Collection: "p", Key: a})
+			if err != nil {
+				return err
+			}
+			n, _ := strconv.Atoi(string(x.Value))
+			if err := tx.Put(ctx, groupkv.PutRequest{Collection: "p", Key: a, Value: []byte(strconv.Itoa(n - 1))}); err != nil {
+				return err
+			}
+			y, err := tx.Get(ctx, groupkv.GetRequest{Collection: "p", Key: b})
+			if err != nil {
+				return err
+			}
+			m, _ := strconv.Atoi(string(y.Value))
+			return tx.Put(ctx, groupkv.PutRequest{Collection: "p", Key: b, Value: []byte(strconv.Itoa(m + 1))})
+		})
+	}
+	done := 0
+	// The client's shard map loads in the background; a leadership may
+	// move meanwhile: measure again (a bounded number of times) until ten
+	// transactions ran while one node led the group throughout.
+	for try := 0; ; try++ {
+		before, err := db.DescribeGroup(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dialed := txnOps(regs[0])
+		for range 10 {
+			if err := whileUnavailable(transfer); err != nil {
+				t.Fatal(err)
+			}
+			done++
+		}
+		after, err := db.DescribeGroup(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		served := txnOps(regs[0]) - dialed
+		if served == 0 && before.LeaderNode == after.LeaderNode && after.LeaderNode != 1 {
+			break
+		}
+		if try == 20 {
+			t.Fatalf("the dialed node served %v requests of ten transactions of a group led by node %d (node %d before)", served, after.LeaderNode, before.LeaderNode)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	x, err := db.Get(ctx, groupkv.GetRequest{Collection: "p", Key: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := db.Get(ctx, groupkv.GetRequest{Collection: "p", Key: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(x.Value) != strconv.Itoa(10-done) || string(y.Value) != strconv.Itoa(10+done) {
+		t.Fatalf("after %d transfers: %s=%s %s=%s", done, a, x.Value, b, y.Value)
 	}
 }
