@@ -16,9 +16,13 @@
 // the group, the yield id, whether the JAA came, and the last outbox entry
 // applied to it; and the shard's last yield id, so that yield ids never
 // repeat (they are assigned 1, 2, 3... in Apply, hence increase per key).
-// Both encode deterministically (Encode, DecodeLeader, DecodeFollower), to
-// live in the shard's storage and ride raft snapshots; records and
-// messages too (EncodeRecord, EncodeMessage).
+// Both encode deterministically, to live in the shard's storage and ride
+// raft snapshots: in parts (parts.go), a header and one part per group (per
+// yielded key), so that storing the change of a record rewrites only the
+// parts it touched (PartsAfter; Parts, DecodeLeaderParts,
+// DecodeFollowerParts); or whole (Encode, DecodeLeader, DecodeFollower),
+// the format of the shards that stored one value. Records and messages
+// encode too (EncodeRecord, EncodeMessage).
 //
 // # The protocol
 //
@@ -99,8 +103,10 @@
 // # What the node must do
 //
 //  1. Keep a Leader and a Follower per shard in the shard's replicated
-//     state: Encode them with the applied index, restore them from
-//     snapshots with DecodeLeader and DecodeFollower.
+//     state, in parts: after every Apply(r), store the parts PartsAfter(r)
+//     returns (deleting those with a nil Value) with the applied index;
+//     restore the states from the stored parts (or from a snapshot of
+//     them) with DecodeLeaderParts and DecodeFollowerParts.
 //  2. On the shard's raft leader, call Create, Delete, Write and the On*
 //     handlers, and route each message by Type: J, JAA, D and Ship to the
 //     destination shard's Follower, JA, DA and ShipAck to its Leader.
@@ -126,11 +132,13 @@
 //	propose(effs)                     // ...committed...
 //	for _, rec := range committed {
 //		var effs []group.Effect
+//		var parts []group.Part
 //		if rec.Kind.ForLeader() {
-//			effs = leader.Apply(rec)
+//			effs, parts = leader.Apply(rec), leader.PartsAfter(rec)
 //		} else {
-//			effs = follower.Apply(rec)
+//			effs, parts = follower.Apply(rec), follower.PartsAfter(rec)
 //		}
+//		storeParts(parts) // every replica, with the applied index
 //		for _, e := range effs {
 //			switch e := e.(type) {
 //			case group.Store:

@@ -261,25 +261,40 @@ func (l *Leader) Encode() []byte {
 	ids := l.ids()
 	e.uint(uint64(len(ids)))
 	for _, id := range ids {
-		g := l.groups[id]
-		e.ref(g.Ref)
-		e.byte(uint8(g.Mode))
-		e.byte(uint8(g.State))
-		e.key(g.Leader)
-		e.bool(g.Failed)
-		e.bool(g.DeleteAsked)
-		e.uint(uint64(len(g.Members)))
-		for _, m := range g.Members {
-			e.member(m)
-		}
-		e.uint(uint64(len(g.Outboxes)))
-		for _, ob := range g.Outboxes {
-			e.uint(uint64(ob.Shard))
-			e.uint(ob.Next)
-			e.entries(ob.Entries)
-		}
+		e.group(l.groups[id])
 	}
 	return e.b
+}
+
+func (e *encoder) group(g *Group) {
+	e.ref(g.Ref)
+	e.byte(uint8(g.Mode))
+	e.byte(uint8(g.State))
+	e.key(g.Leader)
+	e.bool(g.Failed)
+	e.bool(g.DeleteAsked)
+	e.uint(uint64(len(g.Members)))
+	for _, m := range g.Members {
+		e.member(m)
+	}
+	e.uint(uint64(len(g.Outboxes)))
+	for _, ob := range g.Outboxes {
+		e.uint(uint64(ob.Shard))
+		e.uint(ob.Next)
+		e.entries(ob.Entries)
+	}
+}
+
+func (d *decoder) group() *Group {
+	g := &Group{Ref: d.ref(), Mode: Mode(d.byte()), State: State(d.byte()), Leader: d.key(),
+		Failed: d.bool(), DeleteAsked: d.bool()}
+	for range d.count(8) {
+		g.Members = append(g.Members, d.member())
+	}
+	for range d.count(3) {
+		g.Outboxes = append(g.Outboxes, Outbox{Shard: ShardID(d.uint()), Next: d.uint(), Entries: d.entries()})
+	}
+	return g
 }
 
 // DecodeLeader decodes a leader state that Encode wrote.
@@ -292,14 +307,7 @@ func DecodeLeader(b []byte, opts Options) (*Leader, error) {
 	l.nextInc = d.uint()
 	prev := ""
 	for i := range d.count(8) {
-		g := &Group{Ref: d.ref(), Mode: Mode(d.byte()), State: State(d.byte()), Leader: d.key(),
-			Failed: d.bool(), DeleteAsked: d.bool()}
-		for range d.count(8) {
-			g.Members = append(g.Members, d.member())
-		}
-		for range d.count(3) {
-			g.Outboxes = append(g.Outboxes, Outbox{Shard: ShardID(d.uint()), Next: d.uint(), Entries: d.entries()})
-		}
+		g := d.group()
 		if d.err != nil {
 			break
 		}
@@ -350,17 +358,24 @@ func (f *Follower) Encode() []byte {
 	keys := f.Keys()
 	e.uint(uint64(len(keys)))
 	for _, k := range keys {
-		y := f.keys[k]
 		e.key(k)
-		e.ref(y.Group)
-		e.uint(y.Yield)
-		e.bool(y.Confirmed)
-		e.bytes(y.Value)
-		e.bool(y.Absent)
-		e.uint(y.Version)
-		e.uint(y.Shipped)
+		e.yielded(f.keys[k])
 	}
 	return e.b
+}
+
+func (e *encoder) yielded(y *Yielded) {
+	e.ref(y.Group)
+	e.uint(y.Yield)
+	e.bool(y.Confirmed)
+	e.bytes(y.Value)
+	e.bool(y.Absent)
+	e.uint(y.Version)
+	e.uint(y.Shipped)
+}
+
+func (d *decoder) yielded() *Yielded {
+	return &Yielded{Group: d.ref(), Yield: d.uint(), Confirmed: d.bool(), Value: d.bytes(), Absent: d.bool(), Version: d.uint(), Shipped: d.uint()}
 }
 
 // DecodeFollower decodes a follower state that Encode wrote.
@@ -374,7 +389,7 @@ func DecodeFollower(b []byte, opts Options) (*Follower, error) {
 	var prev Key
 	for i := range d.count(10) {
 		k := d.key()
-		y := &Yielded{Group: d.ref(), Yield: d.uint(), Confirmed: d.bool(), Value: d.bytes(), Absent: d.bool(), Version: d.uint(), Shipped: d.uint()}
+		y := d.yielded()
 		if d.err != nil {
 			break
 		}

@@ -51,7 +51,7 @@ import (
 //	    Ticks shard S's leader and follower N times (default 1).
 //	crash shard=S
 //	    Drops the records logged but not applied and restarts the shard's
-//	    leader and follower from their encodings.
+//	    leader and follower from their parts (Parts).
 //	dump [shard=S]
 //
 // Effects print as "sN log: RECORD" (queued until applied), "send: MSG"
@@ -321,13 +321,13 @@ func (e *ddEnv) run(t *testing.T, td *datadriven.TestData) string {
 		s := e.shardArg(t, td)
 		fmt.Fprintf(&e.out, "s%d: %d logged records lost\n", s.id, len(s.pending))
 		s.pending = nil
-		l, err := DecodeLeader(s.leader.Encode(), ddOpts)
+		l, err := DecodeLeaderParts(s.leader.Parts(), ddOpts)
 		if err != nil {
-			td.Fatalf(t, "DecodeLeader: %v", err)
+			td.Fatalf(t, "DecodeLeaderParts: %v", err)
 		}
-		f, err := DecodeFollower(s.follower.Encode(), ddOpts)
+		f, err := DecodeFollowerParts(s.follower.Parts(), ddOpts)
 		if err != nil {
-			td.Fatalf(t, "DecodeFollower: %v", err)
+			td.Fatalf(t, "DecodeFollowerParts: %v", err)
 		}
 		s.leader, s.follower = l, f
 	case "dump":

@@ -18,9 +18,12 @@ import (
 // deletes, group writes and plain writes over several shards, through a
 // simulated transport that loses 30% of the messages, duplicates and
 // reorders them, and crashes shards: a crashed shard restarts from the
-// encoding of its applied state and loses the records it logged but had
-// not applied (as raft loses uncommitted entries). Raft is one replica per
-// shard whose log commits when the simulation applies its next record.
+// parts of its applied state and loses the records it logged but had not
+// applied (as raft loses uncommitted entries). Raft is one replica per
+// shard whose log commits when the simulation applies its next record. A
+// shard stores its state as the node does: in parts, each Apply storing
+// only the parts that PartsAfter returns; the state rebuilt from them must
+// encode as the live one, after every Apply and at every crash.
 //
 // After every step it checks that
 //   - no key has two owners (see doc.go): its home shard owns it (the
@@ -106,6 +109,10 @@ type simShard struct {
 	leader   *Leader
 	follower *Follower
 	data     map[Key]simVal
+	// leaderParts and followerParts are the stored parts of leader and
+	// follower, by name: those of the initial state, then, after every
+	// Apply, those PartsAfter returns.
+	leaderParts, followerParts map[string][]byte
 	// log holds the records logged and not applied yet; a crash loses them.
 	log []simEntry
 	// Volatile lock discipline of the shard's raft leader: locked keys
@@ -148,8 +155,12 @@ func newSim(seed uint64) *sim {
 		expected: map[Key]simVal{}, awaiting: map[Ref][]Op{}, faults: true, n: map[string]int{}}
 	for i := range simShards {
 		id := ShardID(i + 1)
-		s.shards = append(s.shards, &simShard{id: id, leader: NewLeader(id, simOpts), follower: NewFollower(id, simOpts),
-			data: map[Key]simVal{}, locked: map[Key]bool{}, yieldPending: map[Key]int{}})
+		sh := &simShard{id: id, leader: NewLeader(id, simOpts), follower: NewFollower(id, simOpts),
+			data: map[Key]simVal{}, locked: map[Key]bool{}, yieldPending: map[Key]int{},
+			leaderParts: map[string][]byte{}, followerParts: map[string][]byte{}}
+		storeParts(sh.leaderParts, sh.leader.Parts())
+		storeParts(sh.followerParts, sh.follower.Parts())
+		s.shards = append(s.shards, sh)
 	}
 	for i := range simKeys {
 		k := Key{Collection: 1, Key: fmt.Sprintf("k%d", i)}
@@ -328,21 +339,50 @@ func (s *sim) plainWrite() {
 func (s *sim) crash(sh *simShard) {
 	s.n["crash"]++
 	s.logf("s%d crash: %d logged entries lost", sh.id, len(sh.log))
-	l, err := DecodeLeader(sh.leader.Encode(), simOpts)
-	if err != nil {
-		s.errorf("s%d DecodeLeader: %v", sh.id, err)
+	l, f, ok := s.stored(sh)
+	if !ok {
 		return
 	}
-	f, err := DecodeFollower(sh.follower.Encode(), simOpts)
-	if err != nil {
-		s.errorf("s%d DecodeFollower: %v", sh.id, err)
-		return
+	// The whole encodings round-trip too.
+	l2, err := DecodeLeader(l.Encode(), simOpts)
+	if err != nil || !bytes.Equal(l2.Encode(), l.Encode()) {
+		s.errorf("s%d: the leader's encoding does not round-trip: %v", sh.id, err)
 	}
-	if !bytes.Equal(l.Encode(), sh.leader.Encode()) || !bytes.Equal(f.Encode(), sh.follower.Encode()) {
-		s.errorf("s%d: encodings do not round-trip", sh.id)
+	f2, err := DecodeFollower(f.Encode(), simOpts)
+	if err != nil || !bytes.Equal(f2.Encode(), f.Encode()) {
+		s.errorf("s%d: the follower's encoding does not round-trip: %v", sh.id, err)
 	}
 	sh.leader, sh.follower = l, f
 	sh.log, sh.locked, sh.yieldPending = nil, map[Key]bool{}, map[Key]int{}
+}
+
+// stored decodes sh's stored parts and checks that they are the live
+// state's: they encode the same, and are the parts the live state has.
+func (s *sim) stored(sh *simShard) (*Leader, *Follower, bool) {
+	l, err := DecodeLeaderParts(partsOf(sh.leaderParts), simOpts)
+	if err != nil {
+		s.errorf("s%d DecodeLeaderParts: %v", sh.id, err)
+		return nil, nil, false
+	}
+	f, err := DecodeFollowerParts(partsOf(sh.followerParts), simOpts)
+	if err != nil {
+		s.errorf("s%d DecodeFollowerParts: %v", sh.id, err)
+		return nil, nil, false
+	}
+	if !bytes.Equal(l.Encode(), sh.leader.Encode()) {
+		s.errorf("s%d: the stored leader parts are not the live state:\nstored %x\nlive   %x", sh.id, l.Encode(), sh.leader.Encode())
+		return nil, nil, false
+	}
+	if !bytes.Equal(f.Encode(), sh.follower.Encode()) {
+		s.errorf("s%d: the stored follower parts are not the live state:\nstored %x\nlive   %x", sh.id, f.Encode(), sh.follower.Encode())
+		return nil, nil, false
+	}
+	if len(sh.leaderParts) != len(sh.leader.Parts()) || len(sh.followerParts) != len(sh.follower.Parts()) {
+		s.errorf("s%d: %d leader and %d follower parts stored, the live state has %d and %d", sh.id,
+			len(sh.leaderParts), len(sh.followerParts), len(sh.leader.Parts()), len(sh.follower.Parts()))
+		return nil, nil, false
+	}
+	return l, f, true
 }
 
 func (s *sim) send(m Message) {
@@ -435,6 +475,8 @@ func (s *sim) applyOne(sh *simShard) {
 			}
 		}
 		effs := sh.leader.Apply(r)
+		storeParts(sh.leaderParts, sh.leader.PartsAfter(r))
+		s.stored(sh)
 		switch r.Kind {
 		case RecCreate:
 			if g, ok := sh.leader.Group(r.Group.ID); ok && before[r.Group.ID] != g.Ref {
@@ -451,7 +493,10 @@ func (s *sim) applyOne(sh *simShard) {
 	if r.Kind == RecYield {
 		sh.yieldPending[r.Key]--
 	}
-	s.effects(sh, sh.follower.Apply(r), &r)
+	effs := sh.follower.Apply(r)
+	storeParts(sh.followerParts, sh.follower.PartsAfter(r))
+	s.stored(sh)
+	s.effects(sh, effs, &r)
 }
 
 func (s *sim) effects(sh *simShard, effs []Effect, applying *Record) {

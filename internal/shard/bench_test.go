@@ -6,6 +6,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/groupkv/groupkv/internal/group"
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/storage"
 )
@@ -57,4 +58,45 @@ func BenchmarkApplyPut(b *testing.B) {
 		}
 		batch.Close()
 	}
+}
+
+// BenchmarkApplyGroupWrite measures the application of a group write in a
+// shard that leads 16 active groups of 10 members with 765-byte values:
+// one op is a batch of a group write of one member (to each group in turn)
+// and of the record of its acknowledgment by the follower, the two records
+// a group write costs its leader. batch-B/op is the size of the batch.
+func BenchmarkApplyGroupWrite(b *testing.B) {
+	const groups, members = 16, 10
+	g := newGroupShard(b)
+	g.value = make([]byte, 765)
+	for i := range groups {
+		keys := make([]string, members)
+		for j := range keys {
+			keys[j] = fmt.Sprintf("g%02d-m%d", i, j)
+		}
+		g.run(g.create(fmt.Sprintf("g%02d", i), group.Atomic, keys...), func() {})
+	}
+	refs := make([]group.Ref, groups)
+	g.s.WithGroups(func(l *group.Leader, _ *group.Follower) {
+		for i, gr := range l.Groups() {
+			if gr.State != group.Active {
+				b.Fatalf("group %s is %s", gr.Ref, gr.State)
+			}
+			refs[i] = gr.Ref
+		}
+	})
+	value := make([]byte, 765)
+	seq := make([]uint64, groups)
+	total := 0
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		n := i % groups
+		seq[n]++
+		key := group.Key{Collection: 7, Key: fmt.Sprintf("g%02d-m%d", n, i/groups%members)}
+		g.apply(group.Record{Kind: group.RecWrite, Group: refs[n], Writes: []group.Write{{Key: key, Value: value}}},
+			group.Record{Kind: group.RecShipped, Group: refs[n], Shard: 5, Seq: seq[n]})
+		total += g.batchBytes
+	}
+	b.ReportMetric(float64(total)/float64(b.N), "batch-B/op")
 }

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"sync"
@@ -25,10 +26,19 @@ import (
 //     against the versions it read), and the application of shipped group
 //     writes at a follower, which stores them as versions of the keys.
 //
-// Both states are encoded into the shard's state span after every record,
-// so they ride snapshots and survive log truncation. A key the follower
-// holds yielded is owned by its group: plain writes, intents and
-// delete-ranges of it are refused with key_in_group.
+// Both states are kept in the shard's state span, in parts (group.Part): a
+// header and one item per group (per yielded key) under stateGroupLeaderParts
+// (stateGroupFollowerParts). After a record, the shard writes the parts its
+// Apply may have changed (PartsAfter), so a record costs what it touched,
+// not the whole state; the parts ride snapshots (the whole state span) and
+// survive log truncation. A key the follower holds yielded is owned by its
+// group: plain writes, intents and delete-ranges of it are refused with
+// key_in_group.
+//
+// Shards that stored each state as one value (group.Leader.Encode, under
+// stateGroupLeader and stateGroupFollower) load from that value; the first
+// record applied to the state then replaces it by every part, on every
+// replica alike (whether the value is there is replicated state).
 
 // Command kinds of Key Groups.
 const (
@@ -36,7 +46,16 @@ const (
 	KindGroupWrite CommandKind = 24
 )
 
+// Names of the group state items (storage.ShardStateKey). The part
+// prefixes are not prefixes of the names of the whole states, nor these of
+// them, so no iteration of a prefix mixes the two formats.
 const (
+	// The states in parts: prefix + group.Part.Name.
+	stateGroupLeaderParts   = "group/l/"
+	stateGroupFollowerParts = "group/f/"
+	// The states as one value each (group.Leader.Encode,
+	// group.Follower.Encode), as shards stored them before parts: read,
+	// then deleted by the first record applied.
 	stateGroupLeader   = "group/leader"
 	stateGroupFollower = "group/follower"
 )
@@ -48,6 +67,11 @@ type groupState struct {
 	mu       sync.Mutex
 	leader   *group.Leader
 	follower *group.Follower
+	// wholeLeader (wholeFollower): the state was loaded from its value
+	// under stateGroupLeader (stateGroupFollower), which is still stored;
+	// the next record applied to it stores every part and deletes the
+	// value. Apply only.
+	wholeLeader, wholeFollower bool
 }
 
 // EncodeGroupRecord encodes rec as a command: KindGroupWrite, with room for
@@ -70,23 +94,88 @@ type GroupEffects []group.Effect
 func (s *Shard) loadGroups(r pebble.Reader) error {
 	id := group.ShardID(s.desc.ShardID)
 	s.groups.leader, s.groups.follower = group.NewLeader(id, group.Options{}), group.NewFollower(id, group.Options{})
-	if v, ok, err := storage.GetValue(r, storage.ShardStateKey(s.desc.ShardID, stateGroupLeader)); err != nil {
+	whole, parts, err := readGroupState(r, s.desc.ShardID, stateGroupLeader, stateGroupLeaderParts)
+	if err != nil {
 		return err
-	} else if ok {
-		l, err := group.DecodeLeader(v, group.Options{})
-		if err != nil {
-			return fmt.Errorf("shard %d: group leader state: %w", s.desc.ShardID, err)
-		}
-		s.groups.leader = l
 	}
-	if v, ok, err := storage.GetValue(r, storage.ShardStateKey(s.desc.ShardID, stateGroupFollower)); err != nil {
+	s.groups.wholeLeader = whole != nil
+	if whole != nil {
+		s.groups.leader, err = group.DecodeLeader(whole, group.Options{})
+	} else if len(parts) > 0 {
+		s.groups.leader, err = group.DecodeLeaderParts(parts, group.Options{})
+	}
+	if err != nil {
+		return fmt.Errorf("shard %d: group leader state: %w", s.desc.ShardID, err)
+	}
+	whole, parts, err = readGroupState(r, s.desc.ShardID, stateGroupFollower, stateGroupFollowerParts)
+	if err != nil {
 		return err
-	} else if ok {
-		f, err := group.DecodeFollower(v, group.Options{})
+	}
+	s.groups.wholeFollower = whole != nil
+	if whole != nil {
+		s.groups.follower, err = group.DecodeFollower(whole, group.Options{})
+	} else if len(parts) > 0 {
+		s.groups.follower, err = group.DecodeFollowerParts(parts, group.Options{})
+	}
+	if err != nil {
+		return fmt.Errorf("shard %d: group follower state: %w", s.desc.ShardID, err)
+	}
+	return nil
+}
+
+// readGroupState reads a group state of shard: its value under the name
+// whole if there is one (parts under prefix are then stale: the value was
+// written since, by a build that did not know parts, and the next record
+// deletes them), else its parts under prefix (none: the state is empty).
+func readGroupState(r pebble.Reader, shard uint64, whole, prefix string) ([]byte, []group.Part, error) {
+	if v, ok, err := storage.GetValue(r, storage.ShardStateKey(shard, whole)); err != nil || ok {
+		return v, nil, err
+	}
+	lo := storage.ShardStateKey(shard, prefix)
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: storage.PrefixEnd(lo)})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer it.Close()
+	var parts []group.Part
+	for ok := it.First(); ok; ok = it.Next() {
+		v, err := it.ValueAndErr()
 		if err != nil {
-			return fmt.Errorf("shard %d: group follower state: %w", s.desc.ShardID, err)
+			return nil, nil, err
 		}
-		s.groups.follower = f
+		parts = append(parts, group.Part{Name: string(it.Key()[len(lo):]), Value: bytes.Clone(v)})
+	}
+	return nil, parts, it.Error()
+}
+
+// writeGroupParts writes into b the parts of a group state (a nil Value
+// deletes the part), under prefix. If the state is still stored whole
+// (*whole), parts must be every part of the state: they replace the value
+// under wholeName and whatever parts are stored.
+func (s *Shard) writeGroupParts(b *pebble.Batch, prefix, wholeName string, whole *bool, parts []group.Part) error {
+	if *whole {
+		lo := storage.ShardStateKey(s.desc.ShardID, prefix)
+		if err := b.DeleteRange(lo, storage.PrefixEnd(lo), nil); err != nil {
+			return err
+		}
+		if err := b.Delete(storage.ShardStateKey(s.desc.ShardID, wholeName), nil); err != nil {
+			return err
+		}
+		*whole = false
+	}
+	key := storage.ShardStateKey(s.desc.ShardID, prefix)
+	n := len(key)
+	for _, p := range parts {
+		key = append(key[:n], p.Name...) // b copies it
+		var err error
+		if p.Value == nil {
+			err = b.Delete(key, nil)
+		} else {
+			err = b.Set(key, p.Value, nil)
+		}
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -170,14 +259,28 @@ func (s *Shard) applyGroup(b *pebble.Batch, kind CommandKind, body []byte) (Resu
 	s.groups.mu.Lock()
 	defer s.groups.mu.Unlock()
 	var effs []group.Effect
-	var stateKey string
-	var state []byte
+	var parts []group.Part
 	if rec.Kind.ForLeader() {
-		effs = s.groups.leader.Apply(rec)
-		stateKey, state = stateGroupLeader, s.groups.leader.Encode()
+		l := s.groups.leader
+		effs = l.Apply(rec)
+		if s.groups.wholeLeader {
+			parts = l.Parts()
+		} else {
+			parts = l.PartsAfter(rec)
+		}
+		err = s.writeGroupParts(b, stateGroupLeaderParts, stateGroupLeader, &s.groups.wholeLeader, parts)
 	} else {
-		effs = s.groups.follower.Apply(rec)
-		stateKey, state = stateGroupFollower, s.groups.follower.Encode()
+		f := s.groups.follower
+		effs = f.Apply(rec)
+		if s.groups.wholeFollower {
+			parts = f.Parts()
+		} else {
+			parts = f.PartsAfter(rec)
+		}
+		err = s.writeGroupParts(b, stateGroupFollowerParts, stateGroupFollower, &s.groups.wholeFollower, parts)
+	}
+	if err != nil {
+		return Result{}, err
 	}
 	for _, e := range effs {
 		st, ok := e.(group.Store)
@@ -187,9 +290,6 @@ func (s *Shard) applyGroup(b *pebble.Batch, kind CommandKind, body []byte) (Resu
 		if err := s.storeGroupWrite(b, st.Write, version); err != nil {
 			return Result{}, err
 		}
-	}
-	if err := b.Set(storage.ShardStateKey(s.desc.ShardID, stateKey), state, nil); err != nil {
-		return Result{}, err
 	}
 	if kind == KindGroupWrite {
 		if err := s.setMaxVersion(b, version); err != nil {

@@ -1,6 +1,9 @@
 package shard
 
 import (
+	"bytes"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -155,4 +158,295 @@ func TestGroupRecords(t *testing.T) {
 	if err != nil || !found || string(val.Value) != "v1" || v != version {
 		t.Fatalf("shipped write: %q@%d found %v err %v", val.Value, v, found, err)
 	}
+}
+
+// groupShard applies group records to a shard of collection 7 on an
+// in-memory engine, and delivers the messages of its group state machines
+// to itself (every member of its groups is in it).
+type groupShard struct {
+	tb      testing.TB
+	db      *pebble.DB
+	desc    Desc
+	s       *Shard
+	version uint64
+	// value is the value of every key at its yield.
+	value []byte
+	// batchBytes is the size of the last batch committed.
+	batchBytes int
+}
+
+func newGroupShard(tb testing.TB) *groupShard {
+	eng, err := storage.Open("/d", storage.Options{FS: vfs.NewMem()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { eng.Close() })
+	g := &groupShard{tb: tb, db: eng.DB, desc: Desc{ShardID: 5, Collection: 7, Partitioning: kv.PartitionRange}, version: 100, value: []byte("v0")}
+	g.reload()
+	return g
+}
+
+func (g *groupShard) reload() {
+	g.tb.Helper()
+	s, err := Load(g.db, g.desc)
+	if err != nil {
+		g.tb.Fatal(err)
+	}
+	g.s = s
+}
+
+// apply applies recs in one batch and returns the effects of the last.
+func (g *groupShard) apply(recs ...group.Record) []group.Effect {
+	g.tb.Helper()
+	b := g.db.NewIndexedBatch()
+	defer b.Close()
+	var effs []group.Effect
+	for _, rec := range recs {
+		cmd := EncodeGroupRecord(rec)
+		if rec.Kind == group.RecWrite || rec.Kind == group.RecApplyShip {
+			g.version++
+			SetVersion(cmd, g.version)
+		}
+		index, _ := g.s.Applied()
+		res, err := g.s.Apply(b, index+1, 1, cmd)
+		if err != nil {
+			g.tb.Fatal(err)
+		}
+		if res.Err != nil {
+			g.tb.Fatalf("%s: %v", rec, res.Err)
+		}
+		effs = res.Group
+	}
+	if err := g.s.FinishBatch(b); err != nil {
+		g.tb.Fatal(err)
+	}
+	g.batchBytes = b.Len()
+	if err := b.Commit(pebble.NoSync); err != nil {
+		g.tb.Fatal(err)
+	}
+	g.s.Committed()
+	return effs
+}
+
+// run applies the records effs log and delivers the messages they send,
+// and those of theirs, until none is left; after every record it calls
+// check.
+func (g *groupShard) run(effs []group.Effect, check func()) {
+	g.tb.Helper()
+	for len(effs) > 0 {
+		var next []group.Effect
+		for _, e := range effs {
+			switch e := e.(type) {
+			case group.Log:
+				next = append(next, g.apply(e.Record)...)
+				check()
+			case group.Send:
+				g.s.WithGroups(func(l *group.Leader, f *group.Follower) {
+					switch m := e.Msg; m.Type {
+					case group.MsgJ:
+						next = append(next, f.OnJ(m, group.KeyCheck{Value: g.value, Version: 1})...)
+					case group.MsgJA:
+						next = append(next, l.OnJA(m)...)
+					case group.MsgJAA:
+						next = append(next, f.OnJAA(m)...)
+					case group.MsgD:
+						next = append(next, f.OnD(m)...)
+					case group.MsgDA:
+						next = append(next, l.OnDA(m)...)
+					case group.MsgShip:
+						next = append(next, f.OnShip(m)...)
+					case group.MsgShipAck:
+						next = append(next, l.OnShipAck(m)...)
+					}
+				})
+			}
+		}
+		effs = next
+	}
+}
+
+// tick ticks the group state machines until their retries have run.
+func (g *groupShard) tick(check func()) {
+	for range 6 {
+		var effs []group.Effect
+		g.s.WithGroups(func(l *group.Leader, f *group.Follower) { effs = append(l.Tick(), f.Tick()...) })
+		g.run(effs, check)
+	}
+}
+
+// states returns the encodings of the shard's group states.
+func (g *groupShard) states() (leader, follower []byte) {
+	g.s.WithGroups(func(l *group.Leader, f *group.Follower) { leader, follower = l.Encode(), f.Encode() })
+	return leader, follower
+}
+
+// stateItems returns the names of the shard's state items that begin with
+// "group".
+func (g *groupShard) stateItems() []string {
+	g.tb.Helper()
+	lo := storage.ShardStateKey(g.desc.ShardID, "group")
+	it, err := g.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: storage.PrefixEnd(lo)})
+	if err != nil {
+		g.tb.Fatal(err)
+	}
+	defer it.Close()
+	var names []string
+	prefix := len(storage.ShardStateKey(g.desc.ShardID, ""))
+	for ok := it.First(); ok; ok = it.Next() {
+		names = append(names, string(it.Key()[prefix:]))
+	}
+	return names
+}
+
+func (g *groupShard) create(id string, mode group.Mode, keys ...string) []group.Effect {
+	g.tb.Helper()
+	req := group.CreateRequest{ID: id, Mode: mode, Leader: group.Key{Collection: 7, Key: keys[0]}}
+	for _, k := range keys[1:] {
+		req.Members = append(req.Members, group.Member{Key: group.Key{Collection: 7, Key: k}, Shard: 5})
+	}
+	var effs []group.Effect
+	var err error
+	g.s.WithGroups(func(l *group.Leader, _ *group.Follower) { effs, err = l.Create(req) })
+	if err != nil {
+		g.tb.Fatal(err)
+	}
+	return effs
+}
+
+// TestGroupStateReload runs the life of groups through a shard and, after
+// every record, reloads the shard from its storage and checks that it has
+// the same group states; the states are stored in parts, one per group
+// and per yielded key, and a group deleted, or a key freed, leaves none.
+func TestGroupStateReload(t *testing.T) {
+	g := newGroupShard(t)
+	records := 0
+	check := func() {
+		t.Helper()
+		records++
+		l, f := g.states()
+		g.reload()
+		if l2, f2 := g.states(); !bytes.Equal(l2, l) || !bytes.Equal(f2, f) {
+			t.Fatalf("after record %d, the reloaded group states differ:\nleader   %x\nreloaded %x\nfollower %x\nreloaded %x", records, l, l2, f, f2)
+		}
+	}
+	g.run(g.create("a", group.Atomic, "a1", "a2", "a3"), check)
+	g.run(g.create("b", group.BestEffort, "b1", "b\x002"), check)
+	g.run(g.create("c", group.Atomic, "c1"), check)
+	var write []group.Effect
+	var err error
+	g.s.WithGroups(func(l *group.Leader, _ *group.Follower) {
+		write, err = l.Write("a", []group.Write{{Key: group.Key{Collection: 7, Key: "a2"}, Value: []byte("v1")},
+			{Key: group.Key{Collection: 7, Key: "a3"}, Delete: true}}, nil)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.run(write, check)
+	g.tick(check) // ships the write
+	want := []string{"group/f/h", "group/f/k/\x00\x00\x00\x07a1", "group/f/k/\x00\x00\x00\x07a2", "group/f/k/\x00\x00\x00\x07a3",
+		"group/f/k/\x00\x00\x00\x07b\x002", "group/f/k/\x00\x00\x00\x07b1", "group/f/k/\x00\x00\x00\x07c1",
+		"group/l/g/a", "group/l/g/b", "group/l/g/c", "group/l/h"}
+	if got := g.stateItems(); !slices.Equal(got, want) {
+		t.Fatalf("group state items:\n%q\nwant\n%q", got, want)
+	}
+	val, _, found, err := ReadRecord(g.db, 7, []byte("a2"), Latest)
+	if err != nil || !found || string(val.Value) != "v1" {
+		t.Fatalf("shipped write: %q found %v err %v", val.Value, found, err)
+	}
+
+	var del []group.Effect
+	g.s.WithGroups(func(l *group.Leader, _ *group.Follower) { del, err = l.Delete("a") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.run(del, check)
+	want = slices.DeleteFunc(want, func(n string) bool { return strings.Contains(n, "\x07a") || n == "group/l/g/a" })
+	if got := g.stateItems(); !slices.Equal(got, want) {
+		t.Fatalf("group state items after deleting a:\n%q\nwant\n%q", got, want)
+	}
+	if records < 25 {
+		t.Fatalf("only %d records applied", records)
+	}
+}
+
+// TestGroupStateWholeValue loads group states stored as one value each
+// (group.Leader.Encode, as shards stored them before parts), with a stale
+// part beside: the shard has the states of the values; the first record
+// applied to each state replaces its value, and the stale parts, by its
+// parts, which a reload finds.
+func TestGroupStateWholeValue(t *testing.T) {
+	g := newGroupShard(t)
+	g.run(g.create("a", group.Atomic, "a1", "a2"), func() {})
+	g.run(g.create("b", group.BestEffort, "b1", "b2"), func() {})
+	g.run(g.create("c", group.BestEffort, "c1"), func() {})
+	l, f := g.states()
+
+	// Store the states whole, as a shard did before parts, and a part of a
+	// group the whole value does not have.
+	b := g.db.NewBatch()
+	for _, pfx := range []string{stateGroupLeaderParts, stateGroupFollowerParts} {
+		lo := storage.ShardStateKey(g.desc.ShardID, pfx)
+		if err := b.DeleteRange(lo, storage.PrefixEnd(lo), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, v := range map[string][]byte{stateGroupLeader: l, stateGroupFollower: f,
+		stateGroupLeaderParts + "g/stale": []byte("stale")} {
+		if err := b.Set(storage.ShardStateKey(g.desc.ShardID, name), v, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	g.reload()
+	if l2, f2 := g.states(); !bytes.Equal(l2, l) || !bytes.Equal(f2, f) {
+		t.Fatal("the states loaded from whole values differ")
+	}
+	items := []string{"group/follower", "group/l/g/stale", "group/leader"}
+	if got := g.stateItems(); !slices.Equal(got, items) {
+		t.Fatalf("group state items: %q, want %q", got, items)
+	}
+
+	// A record of the leader (a write to one group) stores every group.
+	var effs []group.Effect
+	var err error
+	g.s.WithGroups(func(l *group.Leader, _ *group.Follower) {
+		effs, err = l.Write("b", []group.Write{{Key: group.Key{Collection: 7, Key: "b1"}, Value: []byte("v1")}}, nil)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.run(effs, func() {})
+	l, f = g.states()
+	items = []string{"group/follower", "group/l/g/a", "group/l/g/b", "group/l/g/c", "group/l/h"}
+	if got := g.stateItems(); !slices.Equal(got, items) {
+		t.Fatalf("group state items after a leader record: %q, want %q", got, items)
+	}
+	g.reload()
+	if l2, f2 := g.states(); !bytes.Equal(l2, l) || !bytes.Equal(f2, f) {
+		t.Fatal("the states reloaded after a leader record differ")
+	}
+
+	// A record of the follower (the application of the write) stores every
+	// yielded key.
+	g.tick(func() {})
+	l, f = g.states()
+	items = []string{"group/f/h", "group/f/k/\x00\x00\x00\x07a1", "group/f/k/\x00\x00\x00\x07a2", "group/f/k/\x00\x00\x00\x07b1",
+		"group/f/k/\x00\x00\x00\x07b2", "group/f/k/\x00\x00\x00\x07c1", "group/l/g/a", "group/l/g/b", "group/l/g/c", "group/l/h"}
+	if got := g.stateItems(); !slices.Equal(got, items) {
+		t.Fatalf("group state items after a follower record: %q, want %q", got, items)
+	}
+	g.reload()
+	if l2, f2 := g.states(); !bytes.Equal(l2, l) || !bytes.Equal(f2, f) {
+		t.Fatal("the states reloaded after a follower record differ")
+	}
+	g.s.WithGroups(func(l *group.Leader, f *group.Follower) {
+		if len(l.Groups()) != 3 || len(f.Keys()) != 5 {
+			t.Fatalf("reloaded: %d groups, %d keys", len(l.Groups()), len(f.Keys()))
+		}
+		if y, _ := f.Key(group.Key{Collection: 7, Key: "b1"}); y.Shipped != 1 {
+			t.Fatalf("b1 not shipped: %+v", y)
+		}
+	})
 }
