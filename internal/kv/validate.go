@@ -30,6 +30,11 @@ func ValidateCollectionName(name string) error {
 	return nil
 }
 
+// SystemCollection reports whether name is reserved for groupkv's own
+// collections (it begins with '_'): they can be read by anyone, and
+// written, created or dropped only by groupkv itself.
+func SystemCollection(name string) bool { return len(name) > 0 && name[0] == '_' }
+
 // ValidateKey reports whether key is a valid record key.
 func ValidateKey(key []byte) error {
 	if len(key) == 0 {

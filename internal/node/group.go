@@ -538,7 +538,7 @@ func (n *Node) ensureGroupsCollection(ctx context.Context) error {
 	if _, err := n.collection(groupsCollection); err == nil {
 		return nil
 	}
-	_, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: groupsCollection, Partitioning: kv.PartitionRange})
+	_, err := n.CreateCollection(systemContext(ctx), kv.CollectionOptions{Name: groupsCollection, Partitioning: kv.PartitionRange})
 	if kv.CodeOf(err) == kv.CodeAlreadyExists {
 		return nil
 	}
@@ -672,6 +672,11 @@ func (n *Node) CreateGroup(ctx context.Context, spec kv.GroupSpec) (kv.GroupCrea
 	if len(spec.Members) > maxGroupMembers {
 		return kv.GroupCreated{}, kv.Errorf(kv.CodeInvalidArgument, "a group holds at most %d keys, %d asked", maxGroupMembers, len(spec.Members))
 	}
+	for _, m := range append([]kv.KeyRef{spec.Leader}, spec.Members...) {
+		if err := checkWritable(ctx, m.Collection); err != nil {
+			return kv.GroupCreated{}, err
+		}
+	}
 	lk, leaderShard, err := n.groupKey(spec.Leader)
 	if err != nil {
 		return kv.GroupCreated{}, err
@@ -696,7 +701,7 @@ func (n *Node) CreateGroup(ctx context.Context, spec kv.GroupSpec) (kv.GroupCrea
 	sum := req.sum()
 	regVal, _ := json.Marshal(groupRegistration{Collection: spec.Leader.Collection, Key: spec.Leader.Key, Spec: sum})
 	zero := uint64(0)
-	if _, err := n.Put(ctx, kv.PutRequest{Collection: groupsCollection, Key: []byte(spec.ID), Value: regVal, IfVersion: &zero}); err != nil {
+	if _, err := n.Put(systemContext(ctx), kv.PutRequest{Collection: groupsCollection, Key: []byte(spec.ID), Value: regVal, IfVersion: &zero}); err != nil {
 		if kv.CodeOf(err) != kv.CodeConditionFailed {
 			return kv.GroupCreated{}, err
 		}
@@ -717,7 +722,7 @@ func (n *Node) CreateGroup(ctx context.Context, spec kv.GroupSpec) (kv.GroupCrea
 	if err != nil {
 		if c := kv.CodeOf(err); c == kv.CodeGroupRefused || c == kv.CodeInvalidArgument || c == kv.CodeAlreadyExists {
 			// Nothing is held for it any more: the id is free again.
-			_, _ = n.Delete(context.WithoutCancel(ctx), kv.DeleteRequest{Collection: groupsCollection, Key: []byte(spec.ID)})
+			_, _ = n.Delete(systemContext(context.WithoutCancel(ctx)), kv.DeleteRequest{Collection: groupsCollection, Key: []byte(spec.ID)})
 		}
 		return kv.GroupCreated{}, err
 	}
@@ -971,7 +976,7 @@ func (n *Node) DeleteGroup(ctx context.Context, id string) error {
 		return err
 	}
 	n.forgetRegistration(id)
-	if _, err := n.Delete(ctx, kv.DeleteRequest{Collection: groupsCollection, Key: []byte(id)}); err != nil && kv.CodeOf(err) != kv.CodeNotFound {
+	if _, err := n.Delete(systemContext(ctx), kv.DeleteRequest{Collection: groupsCollection, Key: []byte(id)}); err != nil && kv.CodeOf(err) != kv.CodeNotFound {
 		return err
 	}
 	return nil

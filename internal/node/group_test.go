@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -618,5 +619,88 @@ func TestGroupDuplicateJoin(t *testing.T) {
 	defer mu.Unlock()
 	if len(refused) > 0 {
 		t.Fatalf("a duplicate J was refused: %v", refused[0])
+	}
+}
+
+// TestSystemCollectionsAreReadOnly: the registry of groups (_groups) can
+// be read, but a user can neither write into it — by any write path —
+// nor drop it, nor create a collection named like a system one; the
+// groups go on working.
+func TestSystemCollectionsAreReadOnly(t *testing.T) {
+	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond})
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "p", Partitioning: kv.PartitionHash, Shards: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.CreateGroup(ctx, kv.GroupSpec{ID: "g", Leader: kv.KeyRef{Collection: "p", Key: []byte("a")}, Members: []kv.KeyRef{{Collection: "p", Key: []byte("b")}}}); err != nil {
+		t.Fatal(err)
+	}
+	reg, err := n.Get(ctx, kv.GetRequest{Collection: groupsCollection, Key: []byte("g")})
+	if err != nil {
+		t.Fatalf("reading the registration of g: %v", err)
+	}
+	sys := kv.KeyRef{Collection: groupsCollection, Key: []byte("g")}
+	txnID, err := n.BeginTxn(ctx, kv.TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.AbortTxn(ctx, txnID)
+	writes := map[string]func() error{
+		"put": func() error {
+			_, err := n.Put(ctx, kv.PutRequest{Collection: sys.Collection, Key: sys.Key, Value: []byte("forged")})
+			return err
+		},
+		"delete": func() error {
+			_, err := n.Delete(ctx, kv.DeleteRequest{Collection: sys.Collection, Key: sys.Key})
+			return err
+		},
+		"batch put": func() error {
+			_, err := n.BatchPut(ctx, []kv.PutItem{{Collection: "p", Key: []byte("c"), Value: []byte("1")}, {Collection: sys.Collection, Key: []byte("h"), Value: []byte("forged")}})
+			return err
+		},
+		"batch delete": func() error {
+			_, err := n.BatchDelete(ctx, []kv.KeyRef{sys})
+			return err
+		},
+		"delete range": func() error {
+			_, err := n.DeleteRange(ctx, kv.DeleteRangeRequest{Collection: sys.Collection})
+			return err
+		},
+		"drop": func() error { return n.DropCollection(ctx, groupsCollection) },
+		"create": func() error {
+			_, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "_mine", Partitioning: kv.PartitionHash, Shards: 1})
+			return err
+		},
+		"one-shot transaction": func() error {
+			_, err := n.ExecTxn(ctx, kv.ExecRequest{Then: []kv.TxnOp{{Op: kv.TxnOpPut, Collection: sys.Collection, Key: sys.Key, Value: []byte("forged")}}})
+			return err
+		},
+		"transaction put": func() error {
+			return n.TxnPut(ctx, txnID, kv.PutItem{Collection: sys.Collection, Key: sys.Key, Value: []byte("forged")})
+		},
+		"group member": func() error {
+			_, err := n.CreateGroup(ctx, kv.GroupSpec{ID: "h", Leader: kv.KeyRef{Collection: "p", Key: []byte("d")}, Members: []kv.KeyRef{sys}})
+			return err
+		},
+	}
+	for name, write := range writes {
+		if err := write(); kv.CodeOf(err) != kv.CodeInvalidArgument || !strings.Contains(err.Error(), "reserved") {
+			t.Errorf("%s into %s: %v, want invalid_argument naming the reservation", name, groupsCollection, err)
+		}
+	}
+	if _, err := n.Get(ctx, kv.GetRequest{Collection: "p", Key: []byte("c")}); kv.CodeOf(err) != kv.CodeNotFound {
+		t.Errorf("the refused batch wrote its other item: %v", err)
+	}
+	if _, err := n.DescribeCollection(ctx, "_mine"); kv.CodeOf(err) != kv.CodeCollectionNotFound {
+		t.Errorf("_mine: %v, want collection_not_found", err)
+	}
+	again, err := n.Get(ctx, kv.GetRequest{Collection: groupsCollection, Key: []byte("g")})
+	if err != nil || string(again.Value) != string(reg.Value) || again.Version != reg.Version {
+		t.Fatalf("the registration of g changed: %q at %d, was %q at %d (%v)", again.Value, again.Version, reg.Value, reg.Version, err)
+	}
+	if err := n.DeleteGroup(ctx, "g"); err != nil {
+		t.Fatalf("deleting g: %v", err)
 	}
 }

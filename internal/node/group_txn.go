@@ -432,7 +432,7 @@ func (n *Node) ExecGroupTxn(ctx context.Context, id string, req kv.ExecRequest) 
 		return kv.ExecResult{}, err
 	}
 	defer done()
-	if err := validateExec(req); err != nil {
+	if err := validateExec(ctx, req); err != nil {
 		return kv.ExecResult{}, err
 	}
 	var retryOf string

@@ -129,6 +129,9 @@ func (n *Node) BatchPut(ctx context.Context, items []kv.PutItem) ([]kv.WriteResu
 	refs := make([]kv.KeyRef, len(items))
 	for i, it := range items {
 		refs[i] = kv.KeyRef{Collection: it.Collection, Key: it.Key}
+		if err := checkWritable(ctx, it.Collection); err != nil {
+			return nil, kv.Errorf(kv.CodeOf(err), "items[%d]: %s", i, kv.AsError(err).Message)
+		}
 		if len(it.Value) > n.opts.MaxValueSize {
 			return nil, kv.Errorf(kv.CodeTooLarge, "items[%d]: value is %d bytes, the limit is %d", i, len(it.Value), n.opts.MaxValueSize)
 		}
@@ -151,8 +154,11 @@ func (n *Node) BatchDelete(ctx context.Context, keys []kv.KeyRef) ([]kv.WriteRes
 	}
 	defer done()
 	size := 0
-	for _, k := range keys {
+	for i, k := range keys {
 		size += len(k.Key)
+		if err := checkWritable(ctx, k.Collection); err != nil {
+			return nil, kv.Errorf(kv.CodeOf(err), "keys[%d]: %s", i, kv.AsError(err).Message)
+		}
 	}
 	if err := n.checkBatchSize(len(keys), size); err != nil {
 		return nil, err
@@ -319,6 +325,9 @@ func (n *Node) DeleteRange(ctx context.Context, req kv.DeleteRangeRequest) (kv.D
 		return kv.DeleteRangeResult{}, err
 	}
 	defer done()
+	if err := checkWritable(ctx, req.Collection); err != nil {
+		return kv.DeleteRangeResult{}, err
+	}
 	d, err := n.collection(req.Collection)
 	if err != nil {
 		return kv.DeleteRangeResult{}, err

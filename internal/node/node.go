@@ -724,6 +724,9 @@ func (n *Node) CreateCollection(ctx context.Context, opts kv.CollectionOptions) 
 	if err := kv.ValidateCollectionOptions(&opts); err != nil {
 		return kv.CollectionInfo{}, err
 	}
+	if err := checkWritable(ctx, opts.Name); err != nil {
+		return kv.CollectionInfo{}, err
+	}
 	nodes := n.placementNodes()
 	if opts.Replicas == 0 {
 		opts.Replicas = cluster.DefaultReplicas(len(nodes))
@@ -801,6 +804,9 @@ func (n *Node) DropCollection(ctx context.Context, name string) error {
 	}
 	defer done()
 	if err := kv.ValidateCollectionName(name); err != nil {
+		return err
+	}
+	if err := checkWritable(ctx, name); err != nil {
 		return err
 	}
 	res, err := n.propose(ctx, cluster.MetaShardID, shard.EncodeDropCollection(name))
@@ -930,6 +936,9 @@ func (n *Node) Put(ctx context.Context, req kv.PutRequest) (uint64, error) {
 		return 0, err
 	}
 	defer done()
+	if err := checkWritable(ctx, req.Collection); err != nil {
+		return 0, err
+	}
 	d, err := n.collection(req.Collection)
 	if err != nil {
 		return 0, err
@@ -976,6 +985,9 @@ func (n *Node) Delete(ctx context.Context, req kv.DeleteRequest) (uint64, error)
 		return 0, err
 	}
 	defer done()
+	if err := checkWritable(ctx, req.Collection); err != nil {
+		return 0, err
+	}
 	d, err := n.collection(req.Collection)
 	if err != nil {
 		return 0, err

@@ -561,6 +561,9 @@ func (n *Node) txnWrite(ctx context.Context, id, coll string, key []byte, w *buf
 		return err
 	}
 	defer done()
+	if err := checkWritable(ctx, coll); err != nil {
+		return err
+	}
 	if isGroupAttempt(id) {
 		if len(w.tags) > 0 {
 			return kv.Errorf(kv.CodeInvalidArgument, "a group write keeps the key's tags and takes none")
@@ -1014,7 +1017,7 @@ func (n *Node) ExecTxn(ctx context.Context, req kv.ExecRequest) (kv.ExecResult, 
 		return kv.ExecResult{}, err
 	}
 	defer done()
-	if err := validateExec(req); err != nil {
+	if err := validateExec(ctx, req); err != nil {
 		return kv.ExecResult{}, err
 	}
 	var retryOf string
@@ -1042,7 +1045,7 @@ func (n *Node) ExecTxn(ctx context.Context, req kv.ExecRequest) (kv.ExecResult, 
 	}
 }
 
-func validateExec(req kv.ExecRequest) error {
+func validateExec(ctx context.Context, req kv.ExecRequest) error {
 	for i, c := range req.If {
 		if c.Collection == "" || len(c.Key) == 0 {
 			return kv.Errorf(kv.CodeInvalidArgument, "if[%d]: a compare needs a collection and a key", i)
@@ -1051,7 +1054,11 @@ func validateExec(req kv.ExecRequest) error {
 	for _, ops := range [][]kv.TxnOp{req.Then, req.Else} {
 		for i, op := range ops {
 			switch op.Op {
-			case kv.TxnOpGet, kv.TxnOpPut, kv.TxnOpDelete:
+			case kv.TxnOpGet:
+			case kv.TxnOpPut, kv.TxnOpDelete:
+				if err := checkWritable(ctx, op.Collection); err != nil {
+					return kv.Errorf(kv.CodeOf(err), "operation %d: %s", i, kv.AsError(err).Message)
+				}
 			default:
 				return kv.Errorf(kv.CodeInvalidArgument, "operation %d: op %q is not get, put or delete", i, op.Op)
 			}
