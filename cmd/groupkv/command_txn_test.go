@@ -41,6 +41,10 @@ func (f *execFake) ExecTxn(_ context.Context, req kv.ExecRequest) (kv.ExecResult
 
 func errSession() error { return kv.Errorf(kv.CodeUnimplemented, "not in this fake") }
 
+// ListCollections answers as a server without collections: a dialed
+// client's shard map, which its group transactions consult, stays empty.
+func (f *execFake) ListCollections(context.Context) ([]kv.CollectionInfo, error) { return nil, nil }
+
 func (f *execFake) BeginTxn(context.Context, kv.TxnOptions) (string, error) { return "", errSession() }
 func (f *execFake) TxnGet(context.Context, string, kv.KeyRef) (kv.Record, bool, error) {
 	return kv.Record{}, false, errSession()
