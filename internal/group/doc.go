@@ -17,11 +17,12 @@
 // applied to it; and the shard's last yield id, so that yield ids never
 // repeat (they are assigned 1, 2, 3... in Apply, hence increase per key).
 // Both encode deterministically, to live in the shard's storage and ride
-// raft snapshots: in parts (parts.go), a header and one part per group (per
-// yielded key), so that storing the change of a record rewrites only the
-// parts it touched (PartsAfter; Parts, DecodeLeaderParts,
-// DecodeFollowerParts); or whole (Encode, DecodeLeader, DecodeFollower),
-// the format of the shards that stored one value. Records and messages
+// raft snapshots: in parts (parts.go), a header and, per group, a part for
+// the group, one per member and one per outbox (per yielded key, one
+// part), so that storing the change of a record rewrites only the parts it
+// touched (PartsAfter; Parts, DecodeLeaderParts, DecodeFollowerParts); or
+// whole (Encode, DecodeLeader, DecodeFollower), the format of the shards
+// that stored one value. Records and messages
 // encode too (EncodeRecord, EncodeMessage).
 //
 // # The protocol
@@ -106,7 +107,9 @@
 //     state, in parts: after every Apply(r), store the parts PartsAfter(r)
 //     returns (deleting those with a nil Value) with the applied index;
 //     restore the states from the stored parts (or from a snapshot of
-//     them) with DecodeLeaderParts and DecodeFollowerParts.
+//     them) with DecodeLeaderParts and DecodeFollowerParts. Leader parts
+//     of an older format (OldLeaderParts) are replaced, all, by Parts at
+//     the next record.
 //  2. On the shard's raft leader, call Create, Delete, Write and the On*
 //     handlers, and route each message by Type: J, JAA, D and Ship to the
 //     destination shard's Follower, JA, DA and ShipAck to its Leader.

@@ -145,6 +145,11 @@ func (d *decoder) done() error {
 
 func (e *encoder) member(m Member) {
 	e.key(m.Key)
+	e.memberFields(m)
+}
+
+// memberFields writes m but its key.
+func (e *encoder) memberFields(m Member) {
 	e.uint(uint64(m.Shard))
 	e.byte(uint8(m.Status))
 	e.uint(m.Yield)
@@ -155,7 +160,12 @@ func (e *encoder) member(m Member) {
 }
 
 func (d *decoder) member() Member {
-	return Member{Key: d.key(), Shard: ShardID(d.uint()), Status: MemberStatus(d.byte()), Yield: d.uint(),
+	return d.memberFields(d.key())
+}
+
+// memberFields reads what encoder.memberFields wrote, of the member of key k.
+func (d *decoder) memberFields(k Key) Member {
+	return Member{Key: k, Shard: ShardID(d.uint()), Status: MemberStatus(d.byte()), Yield: d.uint(),
 		Value: d.bytes(), Absent: d.bool(), Version: d.uint(), Reason: d.str()}
 }
 
@@ -267,12 +277,7 @@ func (l *Leader) Encode() []byte {
 }
 
 func (e *encoder) group(g *Group) {
-	e.ref(g.Ref)
-	e.byte(uint8(g.Mode))
-	e.byte(uint8(g.State))
-	e.key(g.Leader)
-	e.bool(g.Failed)
-	e.bool(g.DeleteAsked)
+	e.groupFields(g)
 	e.uint(uint64(len(g.Members)))
 	for _, m := range g.Members {
 		e.member(m)
@@ -280,21 +285,47 @@ func (e *encoder) group(g *Group) {
 	e.uint(uint64(len(g.Outboxes)))
 	for _, ob := range g.Outboxes {
 		e.uint(uint64(ob.Shard))
-		e.uint(ob.Next)
-		e.entries(ob.Entries)
+		e.outboxFields(ob)
 	}
 }
 
+// groupFields writes g but its members and outboxes.
+func (e *encoder) groupFields(g *Group) {
+	e.ref(g.Ref)
+	e.byte(uint8(g.Mode))
+	e.byte(uint8(g.State))
+	e.key(g.Leader)
+	e.bool(g.Failed)
+	e.bool(g.DeleteAsked)
+}
+
+// outboxFields writes ob but its shard.
+func (e *encoder) outboxFields(ob Outbox) {
+	e.uint(ob.Next)
+	e.entries(ob.Entries)
+}
+
 func (d *decoder) group() *Group {
-	g := &Group{Ref: d.ref(), Mode: Mode(d.byte()), State: State(d.byte()), Leader: d.key(),
-		Failed: d.bool(), DeleteAsked: d.bool()}
+	g := d.groupFields()
 	for range d.count(8) {
 		g.Members = append(g.Members, d.member())
 	}
 	for range d.count(3) {
-		g.Outboxes = append(g.Outboxes, Outbox{Shard: ShardID(d.uint()), Next: d.uint(), Entries: d.entries()})
+		g.Outboxes = append(g.Outboxes, d.outboxFields(ShardID(d.uint())))
 	}
 	return g
+}
+
+// groupFields reads what encoder.groupFields wrote.
+func (d *decoder) groupFields() *Group {
+	return &Group{Ref: d.ref(), Mode: Mode(d.byte()), State: State(d.byte()), Leader: d.key(),
+		Failed: d.bool(), DeleteAsked: d.bool()}
+}
+
+// outboxFields reads what encoder.outboxFields wrote, of the outbox to
+// shard s.
+func (d *decoder) outboxFields(s ShardID) Outbox {
+	return Outbox{Shard: s, Next: d.uint(), Entries: d.entries()}
 }
 
 // DecodeLeader decodes a leader state that Encode wrote.

@@ -69,6 +69,17 @@ func (g *Group) outbox(s ShardID) *Outbox {
 	return nil
 }
 
+// shipped reports whether every outbox is empty: every follower
+// acknowledged every committed write.
+func (g *Group) shipped() bool {
+	for _, ob := range g.Outboxes {
+		if len(ob.Entries) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
 func (g *Group) clone() Group {
 	c := *g
 	c.Members = slices.Clone(g.Members)
@@ -99,6 +110,10 @@ type Leader struct {
 	// count and, per outbox, the last sequence number shipped.
 	ticks uint64
 	sent  map[sentKey]uint64
+
+	// forgotten is the group the last Apply forgot, if it forgot one: no
+	// longer in groups, it still names the parts PartsAfter deletes.
+	forgotten *Group
 }
 
 type sentKey struct {
@@ -342,6 +357,7 @@ func (l *Leader) ship(g *Group, retry bool) []Effect {
 // in the same order to the same state and gets the same state and effects.
 // Records of a follower are ignored.
 func (l *Leader) Apply(r Record) []Effect {
+	l.forgotten = nil
 	switch r.Kind {
 	case RecCreate:
 		return l.applyCreate(r)
@@ -516,10 +532,8 @@ func (l *Leader) startDeleting(g *Group) []Effect {
 // maybeRelease sends D to the joined members of a deleting group once
 // every outbox is empty (the followers have every committed write).
 func (l *Leader) maybeRelease(g *Group) []Effect {
-	for _, ob := range g.Outboxes {
-		if len(ob.Entries) > 0 {
-			return nil
-		}
+	if !g.shipped() {
+		return nil
 	}
 	var out []Effect
 	for i := range g.Members {
@@ -541,6 +555,7 @@ func (l *Leader) maybeForget(g *Group) []Effect {
 		}
 	}
 	delete(l.groups, g.Ref.ID)
+	l.forgotten = g
 	for k := range l.sent {
 		if k.group == g.Ref {
 			delete(l.sent, k)

@@ -3,6 +3,7 @@ package group
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"sort"
@@ -164,7 +165,7 @@ func TestPartsRoundTrip(t *testing.T) {
 	if y, _ := h.f.Key(c); y.Shipped == 0 {
 		t.Fatalf("write not shipped: %+v", y)
 	}
-	if _, ok := h.leaderParts[groupPartName("g")]; !ok {
+	if _, ok := h.leaderParts[groupName("g")]; !ok {
 		t.Fatal("no part for group g")
 	}
 
@@ -173,8 +174,10 @@ func TestPartsRoundTrip(t *testing.T) {
 	if _, ok := h.l.Group("g"); ok {
 		t.Fatal("group g not forgotten")
 	}
-	if _, ok := h.leaderParts[groupPartName("g")]; ok {
-		t.Fatal("the part of a forgotten group is still stored")
+	for name := range h.leaderParts {
+		if strings.HasPrefix(name, groupName("g")) {
+			t.Fatalf("part %q of a forgotten group is still stored", name)
+		}
 	}
 	for _, k := range []Key{a, c} {
 		if _, ok := h.followerParts[keyPartName(k)]; ok {
@@ -206,29 +209,210 @@ func TestPartsRoundTrip(t *testing.T) {
 	}
 }
 
-// TestPartsCorrupt checks that parts that Parts could not have written are
-// refused with ErrCorrupt.
+// TestPartsAfterWrite checks on a group of 40 members on 4 shards, with
+// 765-byte values, that a write of two members rewrites their parts and
+// those of their outboxes only, and its acknowledgment the part of its
+// outbox only, whatever the group's size; that a deletion leaves no part
+// of the group; and that the parts stored through PartsAfter decode to
+// the live state after every record.
+func TestPartsAfterWrite(t *testing.T) {
+	l := NewLeader(1, Options{})
+	stored := map[string][]byte{}
+	storeParts(stored, l.Parts())
+	// apply applies r and stores the parts PartsAfter returns; it returns
+	// their names, sorted, and the size of their values.
+	apply := func(r Record) ([]string, int) {
+		t.Helper()
+		l.Apply(r)
+		parts := l.PartsAfter(r)
+		storeParts(stored, parts)
+		got, err := DecodeLeaderParts(partsOf(stored), Options{})
+		if err != nil || !bytes.Equal(got.Encode(), l.Encode()) {
+			t.Fatalf("after %s, the stored parts do not decode to the live state: %v", r, err)
+		}
+		var names []string
+		size := 0
+		for _, p := range parts {
+			names = append(names, p.Name)
+			size += len(p.Value)
+		}
+		sort.Strings(names)
+		return names, size
+	}
+	value := bytes.Repeat([]byte("v"), 765)
+	var members []Member
+	for i := range 40 {
+		members = append(members, Member{Key: Key{Collection: 7, Key: fmt.Sprintf("m%02d", i)}, Shard: ShardID(1 + i%4)})
+	}
+	effs, err := l.Create(CreateRequest{ID: "g/40", Mode: Atomic, Leader: members[0].Key, Members: members[1:]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply(effs[0].(Log).Record)
+	g, _ := l.Group("g/40")
+	for i, m := range g.Members {
+		apply(Record{Kind: RecJoin, Group: g.Ref, Key: m.Key, Yield: uint64(i + 1), Value: value, Version: 1, Shard: m.Shard})
+	}
+	if g, _ = l.Group("g/40"); g.State != Active {
+		t.Fatalf("group %s", g.State)
+	}
+	if n := len(l.Parts()); n != 1+1+40+4 || len(stored) != n {
+		t.Fatalf("%d parts, %d stored; want the header, the group's, 40 members' and 4 outboxes'", n, len(stored))
+	}
+
+	gn := groupName("g/40")
+	a, b := members[5], members[10]
+	effs, err = l.Write("g/40", []Write{{Key: a.Key, Value: value}, {Key: b.Key, Delete: true}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := effs[0].(Log).Record
+	rec.Version = 2
+	want := []string{memberPartName(gn, a.Key), memberPartName(gn, b.Key), outboxPartName(gn, a.Shard), outboxPartName(gn, b.Shard)}
+	sort.Strings(want)
+	names, size := apply(rec)
+	if !slices.Equal(names, want) {
+		t.Fatalf("parts after a write of two members:\n%q\nwant\n%q", names, want)
+	}
+	// The member's value, and the outbox entry that carries it.
+	if size > 2*len(value)+100 {
+		t.Fatalf("a write of two members stores %d bytes", size)
+	}
+	if names, _ := apply(Record{Kind: RecShipped, Group: g.Ref, Shard: a.Shard, Seq: 1}); !slices.Equal(names, []string{outboxPartName(gn, a.Shard)}) {
+		t.Fatalf("parts after an acknowledgment: %q", names)
+	}
+
+	// Deleting releases every member once the last outbox is empty; the
+	// last release forgets the group.
+	apply(Record{Kind: RecDelete, Group: Ref{ID: "g/40", Leader: 1}})
+	apply(Record{Kind: RecShipped, Group: g.Ref, Shard: b.Shard, Seq: 1})
+	for i, m := range g.Members {
+		apply(Record{Kind: RecRelease, Group: g.Ref, Key: m.Key, Yield: uint64(i + 1)})
+	}
+	if _, ok := l.Group("g/40"); ok || len(stored) != 1 {
+		t.Fatalf("after deleting the group, %d parts stored (live: %v)", len(stored), ok)
+	}
+}
+
+// TestGroupNames checks that the names of groups decode to their ids and
+// sort as them, each group's parts between its name and the next group's,
+// and that no group's name begins another's.
+func TestGroupNames(t *testing.T) {
+	ids := []string{"", "\x00", "\x00\x00", "\x00\x01", "\x00\xff", "\x01", "a", "a\x00", "a\x00\x01", "a\x00b",
+		"a\x01", "a/", "a/b", "a\xff", "ab", "\xff", "\xff\x00"}
+	sort.Strings(ids)
+	last := func(n string) string { return outboxPartName(n, 1<<64-1) }
+	for i, id := range ids {
+		n := groupName(id)
+		for _, suffix := range []string{"", memberPartName("", Key{Collection: 1, Key: "\x00\x01"}), outboxPartName("", 2)} {
+			if got, rest, ok := groupOfPart(n + suffix); !ok || got != id || rest != suffix {
+				t.Errorf("groupOfPart(%q) = %q, %q, %v; want %q, %q", n+suffix, got, rest, ok, id, suffix)
+			}
+		}
+		for j, o := range ids {
+			on := groupName(o)
+			if j != i && strings.HasPrefix(on, n) {
+				t.Errorf("the name of %q begins with that of %q", o, id)
+			}
+			if i < j && !(last(n) < on) {
+				t.Errorf("a part of %q sorts after the name of %q", id, o)
+			}
+		}
+	}
+	for _, name := range []string{"", "g", "g/", "g/a", "g/a\x00", "g/a\x00\x02", "g/a\x00\x00\x01", "h/a\x00\x01", "k/a\x00\x01"} {
+		if id, rest, ok := groupOfPart(name); ok {
+			t.Errorf("groupOfPart(%q) = %q, %q", name, id, rest)
+		}
+	}
+}
+
+// formatTwoParts returns l's parts in format 2, as shards stored them
+// before the members of a group had parts of their own: the header, and
+// per group the part "g/" + id, the group whole as in Encode.
+func formatTwoParts(l *Leader) []Part {
+	h := l.header()
+	h.Value[0] = leaderPartsFormatGroups
+	parts := []Part{h}
+	for _, id := range l.ids() {
+		var e encoder
+		e.group(l.groups[id])
+		parts = append(parts, Part{Name: partGroup + id, Value: e.b})
+	}
+	return parts
+}
+
+// TestPartsFormatTwo checks that leader parts of format 2 decode to the
+// state that wrote them, and that OldLeaderParts tells them from the
+// current format.
+func TestPartsFormatTwo(t *testing.T) {
+	h := newPartsHarness(t)
+	a, b, c := Key{Collection: 1, Key: "a"}, Key{Collection: 1, Key: "b"}, Key{Collection: 1, Key: "c"}
+	h.do(h.l.Create(CreateRequest{ID: "g", Mode: Atomic, Leader: a, Members: []Member{{Key: b, Shard: 1}}}))
+	h.do(h.l.Create(CreateRequest{ID: "g/x", Mode: BestEffort, Leader: c}))
+	effs, err := h.l.Write("g", []Write{{Key: b, Value: []byte("v1")}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.run(effs[:1]) // applied, not shipped: an outbox entry
+	if g, _ := h.l.Group("g"); len(g.Outboxes[0].Entries) != 1 {
+		t.Fatalf("outboxes: %+v", g.Outboxes)
+	}
+	old := formatTwoParts(h.l)
+	l, err := DecodeLeaderParts(old, Options{})
+	if err != nil || !bytes.Equal(l.Encode(), h.l.Encode()) {
+		t.Fatalf("parts of format 2 do not decode to the state: %v", err)
+	}
+	if !OldLeaderParts(old) || OldLeaderParts(h.l.Parts()) || OldLeaderParts(nil) {
+		t.Fatal("OldLeaderParts does not tell the formats apart")
+	}
+	slices.Reverse(old)
+	if _, err := DecodeLeaderParts(old, Options{}); err != nil {
+		t.Fatalf("parts of format 2 in reverse order: %v", err)
+	}
+}
+
+// TestPartsCorrupt checks that parts that Parts could not have written
+// (nor a shard that stored format 2) are refused with ErrCorrupt.
 func TestPartsCorrupt(t *testing.T) {
 	h := newPartsHarness(t)
 	k, m := Key{Collection: 1, Key: "a"}, Key{Collection: 1, Key: "b"}
 	h.do(h.l.Create(CreateRequest{ID: "g", Mode: Atomic, Leader: k, Members: []Member{{Key: m, Shard: 1}}}))
 	lp, fp := h.l.Parts(), h.f.Parts()
-	if len(lp) != 2 || len(fp) != 3 {
+	if len(lp) != 5 || len(fp) != 3 {
 		t.Fatalf("parts: %q %q", lp, fp)
 	}
 	if y, _ := h.f.Key(m); y.Yield != 2 || fp[2].Name != keyPartName(m) {
 		t.Fatalf("yield of %s: %+v", m, y)
 	}
-	lh, lg := lp[0], lp[1]
+	gn := groupName("g")
+	lh, lg, lk, lm, lo := lp[0], lp[1], lp[2], lp[3], lp[4]
+	if lg.Name != gn || lk.Name != memberPartName(gn, k) || lm.Name != memberPartName(gn, m) || lo.Name != outboxPartName(gn, 1) {
+		t.Fatalf("leader parts: %q", lp)
+	}
 	fh, fk := fp[0], fp[1]
 	other := NewLeader(2, Options{})
 	other.nextInc = 1
 	otherHeader := other.header()
+	unknownFormat := Part{Name: partHeader, Value: slices.Clone(lh.Value)}
+	unknownFormat.Value[0] = leaderPartsFormat + 1
+	named := func(p Part, name string) Part { return Part{Name: name, Value: p.Value} }
+	// renamed returns parts, those of group g named after group h.
+	renamed := func(parts ...Part) []Part {
+		var out []Part
+		for _, p := range parts {
+			out = append(out, named(p, groupName("h")+strings.TrimPrefix(p.Name, gn)))
+		}
+		return out
+	}
+
+	old := formatTwoParts(h.l)
+	oh, og := old[0], old[1]
 	var e encoder
 	g := h.l.groups["g"].clone()
 	g.Members[0], g.Members[1] = g.Members[1], g.Members[0]
 	e.group(&g)
 	unsorted := e.b
+
 	f2 := NewFollower(1, Options{})
 	f2.lastYield = 1
 	lowHeader := f2.header()
@@ -239,19 +423,38 @@ func TestPartsCorrupt(t *testing.T) {
 	zeroYield := e.b
 
 	leaderCases := map[string][]Part{
-		"no parts":           nil,
-		"no header":          {lg},
-		"two headers":        {lh, lh, lg},
-		"empty header":       {{Name: partHeader}},
-		"header trailing":    {{Name: partHeader, Value: append(slices.Clone(lh.Value), 0)}},
-		"whole encoding":     {{Name: partHeader, Value: h.l.Encode()}},
-		"unknown name":       {lh, {Name: "x", Value: lg.Value}},
-		"misnamed group":     {lh, {Name: groupPartName("h"), Value: lg.Value}},
-		"group twice":        {lh, lg, lg},
-		"group truncated":    {lh, {Name: lg.Name, Value: lg.Value[:len(lg.Value)-1]}},
-		"group of a shard 2": {otherHeader, lg},
-		"members unsorted":   {lh, {Name: lg.Name, Value: unsorted}},
-		"follower parts":     fp,
+		"no parts":                   nil,
+		"no header":                  {lg, lk, lm, lo},
+		"two headers":                {lh, lh, lg, lk, lm, lo},
+		"empty header":               {{Name: partHeader}},
+		"header trailing":            {{Name: partHeader, Value: append(slices.Clone(lh.Value), 0)}},
+		"unknown format":             {unknownFormat},
+		"whole encoding":             {{Name: partHeader, Value: h.l.Encode()}},
+		"unknown name":               {lh, named(lg, "x")},
+		"name of no group":           {lh, named(lg, "g/g")},
+		"bad escape":                 {lh, named(lg, "g/g\x00\x02")},
+		"misnamed group":             append([]Part{lh}, renamed(lg, lk, lm, lo)...),
+		"group twice":                {lh, lg, lg, lk, lm, lo},
+		"group truncated":            {lh, {Name: lg.Name, Value: lg.Value[:len(lg.Value)-1]}, lk, lm, lo},
+		"group of shard 2":           {otherHeader, lg, lk, lm, lo},
+		"orphan member":              {lh, lk},
+		"orphan outbox":              {lh, lo},
+		"member missing":             {lh, lg, lk, lo},
+		"member of another group":    {lh, lg, lk, lm, lo, renamed(lm)[0]},
+		"member not counted":         {lh, lg, lk, lm, lo, named(lm, memberPartName(gn, Key{Collection: 1, Key: "c"}))},
+		"member twice":               {lh, lg, lk, lk, lo},
+		"member name short":          {lh, lg, lk, named(lm, gn+"m\x00\x00\x01"), lo},
+		"member truncated":           {lh, lg, lk, {Name: lm.Name, Value: lm.Value[:len(lm.Value)-1]}, lo},
+		"member trailing":            {lh, lg, lk, {Name: lm.Name, Value: append(slices.Clone(lm.Value), 0)}, lo},
+		"outbox missing":             {lh, lg, lk, lm},
+		"outbox twice":               {lh, lg, lk, lm, lo, lo},
+		"outbox name long":           {lh, lg, lk, lm, named(lo, lo.Name+"\x00")},
+		"unknown group part":         {lh, lg, lk, lm, named(lo, gn+"x")},
+		"format 2, format 3 parts":   {oh, lg, lk, lm, lo},
+		"format 3, format 2 parts":   {lh, og},
+		"format 2, misnamed group":   {oh, named(og, partGroup+"h")},
+		"format 2, members unsorted": {oh, {Name: og.Name, Value: unsorted}},
+		"follower parts":             fp,
 	}
 	for name, parts := range leaderCases {
 		if _, err := DecodeLeaderParts(parts, Options{}); !errors.Is(err, ErrCorrupt) {
@@ -277,7 +480,7 @@ func TestPartsCorrupt(t *testing.T) {
 		}
 	}
 	// The good parts decode, in any order.
-	if _, err := DecodeLeaderParts([]Part{lg, lh}, Options{}); err != nil {
+	if _, err := DecodeLeaderParts([]Part{lo, lm, lg, lk, lh}, Options{}); err != nil {
 		t.Errorf("leader parts in reverse order: %v", err)
 	}
 	if _, err := DecodeFollowerParts([]Part{fp[2], fh, fk}, Options{}); err != nil {
@@ -326,24 +529,44 @@ func partsFuzzCheck[T any](t *testing.T, parts []Part, dec func([]Part) (T, erro
 	}
 }
 
-// FuzzDecodeParts: the same as FuzzDecodeState for states in parts.
+// FuzzDecodeParts: the same as FuzzDecodeState for states in parts; leader
+// parts of format 2 decode to a state whose parts of format 2 are the same,
+// and whose parts decode to it.
 func FuzzDecodeParts(f *testing.F) {
 	l := NewLeader(1, Options{})
 	f.Add(encodeParts(l.Parts()))
 	effs, _ := l.Create(CreateRequest{ID: "g", Mode: BestEffort, Leader: Key{Key: "a"}, Members: []Member{{Key: Key{Collection: 2, Key: "b"}, Shard: 3}}})
 	l.Apply(effs[0].(Log).Record)
 	f.Add(encodeParts(l.Parts()))
+	g, _ := l.Group("g")
+	l.Apply(Record{Kind: RecJoin, Group: g.Ref, Key: Key{Key: "a"}, Yield: 1, Value: []byte("v"), Version: 1, Shard: 1})
+	l.Apply(Record{Kind: RecJoin, Group: g.Ref, Key: Key{Collection: 2, Key: "b"}, Yield: 4, Absent: true, Version: 2, Shard: 3})
+	l.Apply(Record{Kind: RecWrite, Group: g.Ref, Writes: []Write{{Key: Key{Collection: 2, Key: "b"}, Value: []byte("w")}}, Version: 3})
+	effs, _ = l.Create(CreateRequest{ID: "g\x00/h", Mode: Atomic, Leader: Key{Key: "c"}})
+	l.Apply(effs[0].(Log).Record)
+	f.Add(encodeParts(l.Parts()))
+	f.Add(encodeParts(formatTwoParts(l)))
 	fl := NewFollower(1, Options{})
 	f.Add(encodeParts(fl.Parts()))
 	fl.Apply(Record{Kind: RecYield, Group: Ref{ID: "g", Leader: 1, Inc: 1}, Key: Key{Key: "a"}, Value: []byte("v")})
 	fl.Apply(Record{Kind: RecYield, Group: Ref{ID: "g", Leader: 1, Inc: 1}, Key: Key{Collection: 9, Key: strings.Repeat("b", 3)}})
 	f.Add(encodeParts(fl.Parts()))
+	decodeLeader := func(p []Part) (*Leader, error) { return DecodeLeaderParts(p, Options{}) }
 	f.Fuzz(func(t *testing.T, b []byte) {
 		parts, ok := decodeParts(b)
 		if !ok {
 			return
 		}
-		partsFuzzCheck(t, parts, func(p []Part) (*Leader, error) { return DecodeLeaderParts(p, Options{}) }, (*Leader).Parts)
+		if OldLeaderParts(parts) {
+			partsFuzzCheck(t, parts, decodeLeader, formatTwoParts)
+			if l, err := decodeLeader(parts); err == nil {
+				if l2, err := decodeLeader(l.Parts()); err != nil || !bytes.Equal(l2.Encode(), l.Encode()) {
+					t.Fatalf("the parts of the state of format 2 parts %q do not decode to it: %v", parts, err)
+				}
+			}
+		} else {
+			partsFuzzCheck(t, parts, decodeLeader, (*Leader).Parts)
+		}
 		partsFuzzCheck(t, parts, func(p []Part) (*Follower, error) { return DecodeFollowerParts(p, Options{}) }, (*Follower).Parts)
 	})
 }

@@ -61,12 +61,18 @@ func BenchmarkApplyPut(b *testing.B) {
 }
 
 // BenchmarkApplyGroupWrite measures the application of a group write in a
-// shard that leads 16 active groups of 10 members with 765-byte values:
-// one op is a batch of a group write of one member (to each group in turn)
-// and of the record of its acknowledgment by the follower, the two records
-// a group write costs its leader. batch-B/op is the size of the batch.
+// shard that leads 16 active groups of 10 (100) members with 765-byte
+// values: one op is a batch of a group write of one member (to each group
+// in turn) and of the record of its acknowledgment by the follower, the
+// two records a group write costs its leader. batch-B/op is the size of
+// the batch.
 func BenchmarkApplyGroupWrite(b *testing.B) {
-	const groups, members = 16, 10
+	for _, members := range []int{10, 100} {
+		b.Run(fmt.Sprintf("members=%d", members), func(b *testing.B) { benchmarkApplyGroupWrite(b, 16, members) })
+	}
+}
+
+func benchmarkApplyGroupWrite(b *testing.B, groups, members int) {
 	g := newGroupShard(b)
 	g.value = make([]byte, 765)
 	for i := range groups {

@@ -26,19 +26,23 @@ import (
 //     against the versions it read), and the application of shipped group
 //     writes at a follower, which stores them as versions of the keys.
 //
-// Both states are kept in the shard's state span, in parts (group.Part): a
-// header and one item per group (per yielded key) under stateGroupLeaderParts
-// (stateGroupFollowerParts). After a record, the shard writes the parts its
-// Apply may have changed (PartsAfter), so a record costs what it touched,
-// not the whole state; the parts ride snapshots (the whole state span) and
-// survive log truncation. A key the follower holds yielded is owned by its
-// group: plain writes, intents and delete-ranges of it are refused with
-// key_in_group.
+// Both states are kept in the shard's state span, in parts (group.Part):
+// under stateGroupLeaderParts, a header and, per group, an item for the
+// group, one per member and one per outbox; under stateGroupFollowerParts,
+// a header and one item per yielded key. After a record, the shard writes
+// the parts its Apply may have changed (PartsAfter), so a record costs
+// what it touched, not the whole state (a group write, the members it
+// wrote and their outboxes, not the value of every member); the parts ride
+// snapshots (the whole state span) and survive log truncation. A key the
+// follower holds yielded is owned by its group: plain writes, intents and
+// delete-ranges of it are refused with key_in_group.
 //
-// Shards that stored each state as one value (group.Leader.Encode, under
-// stateGroupLeader and stateGroupFollower) load from that value; the first
-// record applied to the state then replaces it by every part, on every
-// replica alike (whether the value is there is replicated state).
+// Older formats load, and the first record applied to the state then
+// replaces them by every part, on every replica alike (the format stored
+// is replicated state): shards that stored each state as one value
+// (group.Leader.Encode, under stateGroupLeader and stateGroupFollower),
+// and shards that stored the leader's parts a whole group per part
+// (group.OldLeaderParts).
 
 // Command kinds of Key Groups.
 const (
@@ -67,11 +71,11 @@ type groupState struct {
 	mu       sync.Mutex
 	leader   *group.Leader
 	follower *group.Follower
-	// wholeLeader (wholeFollower): the state was loaded from its value
-	// under stateGroupLeader (stateGroupFollower), which is still stored;
-	// the next record applied to it stores every part and deletes the
-	// value. Apply only.
-	wholeLeader, wholeFollower bool
+	// oldLeader (oldFollower): the state was loaded from an older format,
+	// still stored: its value under stateGroupLeader (stateGroupFollower),
+	// or leader parts of an older format; the next record applied to it
+	// deletes them and stores every part. Apply only.
+	oldLeader, oldFollower bool
 }
 
 // EncodeGroupRecord encodes rec as a command: KindGroupWrite, with room for
@@ -98,7 +102,7 @@ func (s *Shard) loadGroups(r pebble.Reader) error {
 	if err != nil {
 		return err
 	}
-	s.groups.wholeLeader = whole != nil
+	s.groups.oldLeader = whole != nil || group.OldLeaderParts(parts)
 	if whole != nil {
 		s.groups.leader, err = group.DecodeLeader(whole, group.Options{})
 	} else if len(parts) > 0 {
@@ -111,7 +115,7 @@ func (s *Shard) loadGroups(r pebble.Reader) error {
 	if err != nil {
 		return err
 	}
-	s.groups.wholeFollower = whole != nil
+	s.groups.oldFollower = whole != nil
 	if whole != nil {
 		s.groups.follower, err = group.DecodeFollower(whole, group.Options{})
 	} else if len(parts) > 0 {
@@ -149,11 +153,11 @@ func readGroupState(r pebble.Reader, shard uint64, whole, prefix string) ([]byte
 }
 
 // writeGroupParts writes into b the parts of a group state (a nil Value
-// deletes the part), under prefix. If the state is still stored whole
-// (*whole), parts must be every part of the state: they replace the value
-// under wholeName and whatever parts are stored.
-func (s *Shard) writeGroupParts(b *pebble.Batch, prefix, wholeName string, whole *bool, parts []group.Part) error {
-	if *whole {
+// deletes the part), under prefix. If the state is stored in an older
+// format (*old), parts must be every part of the state: they replace the
+// value under wholeName and whatever parts are stored.
+func (s *Shard) writeGroupParts(b *pebble.Batch, prefix, wholeName string, old *bool, parts []group.Part) error {
+	if *old {
 		lo := storage.ShardStateKey(s.desc.ShardID, prefix)
 		if err := b.DeleteRange(lo, storage.PrefixEnd(lo), nil); err != nil {
 			return err
@@ -161,7 +165,7 @@ func (s *Shard) writeGroupParts(b *pebble.Batch, prefix, wholeName string, whole
 		if err := b.Delete(storage.ShardStateKey(s.desc.ShardID, wholeName), nil); err != nil {
 			return err
 		}
-		*whole = false
+		*old = false
 	}
 	key := storage.ShardStateKey(s.desc.ShardID, prefix)
 	n := len(key)
@@ -263,21 +267,21 @@ func (s *Shard) applyGroup(b *pebble.Batch, kind CommandKind, body []byte) (Resu
 	if rec.Kind.ForLeader() {
 		l := s.groups.leader
 		effs = l.Apply(rec)
-		if s.groups.wholeLeader {
+		if s.groups.oldLeader {
 			parts = l.Parts()
 		} else {
 			parts = l.PartsAfter(rec)
 		}
-		err = s.writeGroupParts(b, stateGroupLeaderParts, stateGroupLeader, &s.groups.wholeLeader, parts)
+		err = s.writeGroupParts(b, stateGroupLeaderParts, stateGroupLeader, &s.groups.oldLeader, parts)
 	} else {
 		f := s.groups.follower
 		effs = f.Apply(rec)
-		if s.groups.wholeFollower {
+		if s.groups.oldFollower {
 			parts = f.Parts()
 		} else {
 			parts = f.PartsAfter(rec)
 		}
-		err = s.writeGroupParts(b, stateGroupFollowerParts, stateGroupFollower, &s.groups.wholeFollower, parts)
+		err = s.writeGroupParts(b, stateGroupFollowerParts, stateGroupFollower, &s.groups.oldFollower, parts)
 	}
 	if err != nil {
 		return Result{}, err

@@ -313,10 +313,23 @@ func (g *groupShard) create(id string, mode group.Mode, keys ...string) []group.
 	return effs
 }
 
+// groupItems returns the names of the state items of the parts of group id
+// of shard 5 whose members, keys of collection 7, are in shard 5: the
+// group's, its members' (keys, sorted) and its outbox's.
+func groupItems(id string, keys ...string) []string {
+	g := "group/l/g/" + id + "\x00\x01"
+	items := []string{g}
+	for _, k := range keys {
+		items = append(items, g+"m\x00\x00\x00\x07"+k)
+	}
+	return append(items, g+"o\x00\x00\x00\x00\x00\x00\x00\x05")
+}
+
 // TestGroupStateReload runs the life of groups through a shard and, after
 // every record, reloads the shard from its storage and checks that it has
-// the same group states; the states are stored in parts, one per group
-// and per yielded key, and a group deleted, or a key freed, leaves none.
+// the same group states; the states are stored in parts, per group one for
+// the group, for each member and for its outbox, one per yielded key, and a
+// group deleted, or a key freed, leaves none.
 func TestGroupStateReload(t *testing.T) {
 	g := newGroupShard(t)
 	records := 0
@@ -343,9 +356,9 @@ func TestGroupStateReload(t *testing.T) {
 	}
 	g.run(write, check)
 	g.tick(check) // ships the write
-	want := []string{"group/f/h", "group/f/k/\x00\x00\x00\x07a1", "group/f/k/\x00\x00\x00\x07a2", "group/f/k/\x00\x00\x00\x07a3",
-		"group/f/k/\x00\x00\x00\x07b\x002", "group/f/k/\x00\x00\x00\x07b1", "group/f/k/\x00\x00\x00\x07c1",
-		"group/l/g/a", "group/l/g/b", "group/l/g/c", "group/l/h"}
+	want := slices.Concat([]string{"group/f/h", "group/f/k/\x00\x00\x00\x07a1", "group/f/k/\x00\x00\x00\x07a2", "group/f/k/\x00\x00\x00\x07a3",
+		"group/f/k/\x00\x00\x00\x07b\x002", "group/f/k/\x00\x00\x00\x07b1", "group/f/k/\x00\x00\x00\x07c1"},
+		groupItems("a", "a1", "a2", "a3"), groupItems("b", "b\x002", "b1"), groupItems("c", "c1"), []string{"group/l/h"})
 	if got := g.stateItems(); !slices.Equal(got, want) {
 		t.Fatalf("group state items:\n%q\nwant\n%q", got, want)
 	}
@@ -360,7 +373,9 @@ func TestGroupStateReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.run(del, check)
-	want = slices.DeleteFunc(want, func(n string) bool { return strings.Contains(n, "\x07a") || n == "group/l/g/a" })
+	want = slices.DeleteFunc(want, func(n string) bool {
+		return strings.HasPrefix(n, "group/f/k/\x00\x00\x00\x07a") || strings.HasPrefix(n, "group/l/g/a\x00")
+	})
 	if got := g.stateItems(); !slices.Equal(got, want) {
 		t.Fatalf("group state items after deleting a:\n%q\nwant\n%q", got, want)
 	}
@@ -419,7 +434,8 @@ func TestGroupStateWholeValue(t *testing.T) {
 	}
 	g.run(effs, func() {})
 	l, f = g.states()
-	items = []string{"group/follower", "group/l/g/a", "group/l/g/b", "group/l/g/c", "group/l/h"}
+	leaderItems := slices.Concat(groupItems("a", "a1", "a2"), groupItems("b", "b1", "b2"), groupItems("c", "c1"), []string{"group/l/h"})
+	items = append([]string{"group/follower"}, leaderItems...)
 	if got := g.stateItems(); !slices.Equal(got, items) {
 		t.Fatalf("group state items after a leader record: %q, want %q", got, items)
 	}
@@ -432,8 +448,8 @@ func TestGroupStateWholeValue(t *testing.T) {
 	// yielded key.
 	g.tick(func() {})
 	l, f = g.states()
-	items = []string{"group/f/h", "group/f/k/\x00\x00\x00\x07a1", "group/f/k/\x00\x00\x00\x07a2", "group/f/k/\x00\x00\x00\x07b1",
-		"group/f/k/\x00\x00\x00\x07b2", "group/f/k/\x00\x00\x00\x07c1", "group/l/g/a", "group/l/g/b", "group/l/g/c", "group/l/h"}
+	items = append([]string{"group/f/h", "group/f/k/\x00\x00\x00\x07a1", "group/f/k/\x00\x00\x00\x07a2", "group/f/k/\x00\x00\x00\x07b1",
+		"group/f/k/\x00\x00\x00\x07b2", "group/f/k/\x00\x00\x00\x07c1"}, leaderItems...)
 	if got := g.stateItems(); !slices.Equal(got, items) {
 		t.Fatalf("group state items after a follower record: %q, want %q", got, items)
 	}
@@ -447,6 +463,121 @@ func TestGroupStateWholeValue(t *testing.T) {
 		}
 		if y, _ := f.Key(group.Key{Collection: 7, Key: "b1"}); y.Shipped != 1 {
 			t.Fatalf("b1 not shipped: %+v", y)
+		}
+	})
+}
+
+// formatTwoParts returns the parts of l in format 2, as shards stored them
+// before the members of a group had parts of their own: the header, and per
+// group the part "g/" + id, the group whole. The whole encoding (Encode)
+// of a leader of one group is its header's fields, the number of groups
+// (1), then the group whole; the parts of that group and l's header make
+// that leader.
+func formatTwoParts(tb testing.TB, l *group.Leader) []group.Part {
+	tb.Helper()
+	parts := l.Parts()
+	h := parts[0]
+	out := []group.Part{{Name: h.Name, Value: append([]byte{2}, h.Value[1:]...)}}
+	for _, gr := range l.Groups() {
+		name := "g/" + gr.Ref.ID + "\x00\x01"
+		one := []group.Part{h}
+		for _, p := range parts[1:] {
+			if strings.HasPrefix(p.Name, name) {
+				one = append(one, p)
+			}
+		}
+		l1, err := group.DecodeLeaderParts(one, group.Options{})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out = append(out, group.Part{Name: "g/" + gr.Ref.ID, Value: l1.Encode()[len(h.Value)+1:]})
+	}
+	return out
+}
+
+// TestGroupStateFormatTwo loads a leader state stored in parts of format 2
+// (a whole group per part): the shard has the state they hold; a record of
+// the follower leaves them; the first record applied to the leader
+// replaces them by the parts of the current format, which a reload finds.
+func TestGroupStateFormatTwo(t *testing.T) {
+	g := newGroupShard(t)
+	g.run(g.create("a", group.Atomic, "a1", "a2"), func() {})
+	g.run(g.create("b", group.BestEffort, "b1", "b2"), func() {})
+	g.run(g.create("c", group.BestEffort, "c1"), func() {})
+	write := func(id, key string) {
+		t.Helper()
+		var effs []group.Effect
+		var err error
+		g.s.WithGroups(func(l *group.Leader, _ *group.Follower) {
+			effs, err = l.Write(id, []group.Write{{Key: group.Key{Collection: 7, Key: key}, Value: []byte("v1")}}, nil)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.run(effs, func() {})
+	}
+	write("b", "b1") // not shipped: an outbox entry
+	l, f := g.states()
+
+	var old []group.Part
+	g.s.WithGroups(func(l *group.Leader, _ *group.Follower) { old = formatTwoParts(t, l) })
+	b := g.db.NewBatch()
+	lo := storage.ShardStateKey(g.desc.ShardID, stateGroupLeaderParts)
+	if err := b.DeleteRange(lo, storage.PrefixEnd(lo), nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range old {
+		if err := b.Set(storage.ShardStateKey(g.desc.ShardID, stateGroupLeaderParts+p.Name), p.Value, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	g.reload()
+	if l2, f2 := g.states(); !bytes.Equal(l2, l) || !bytes.Equal(f2, f) {
+		t.Fatal("the states loaded from parts of format 2 differ")
+	}
+	followerItems := []string{"group/f/h", "group/f/k/\x00\x00\x00\x07a1", "group/f/k/\x00\x00\x00\x07a2",
+		"group/f/k/\x00\x00\x00\x07b1", "group/f/k/\x00\x00\x00\x07b2", "group/f/k/\x00\x00\x00\x07c1"}
+	oldItems := append(slices.Clone(followerItems), "group/l/g/a", "group/l/g/b", "group/l/g/c", "group/l/h")
+	if got := g.stateItems(); !slices.Equal(got, oldItems) {
+		t.Fatalf("group state items: %q, want %q", got, oldItems)
+	}
+
+	// A record of the follower (the free of a key it does not hold).
+	g.apply(group.Record{Kind: group.RecFree, Group: group.Ref{ID: "x", Leader: 5, Inc: 9}, Key: group.Key{Collection: 7, Key: "x"}, Yield: 1})
+	if got := g.stateItems(); !slices.Equal(got, oldItems) {
+		t.Fatalf("group state items after a follower record: %q, want %q", got, oldItems)
+	}
+
+	// A record of the leader (a write to one group) stores every part.
+	write("c", "c1")
+	l, f = g.states()
+	items := slices.Concat(followerItems, groupItems("a", "a1", "a2"), groupItems("b", "b1", "b2"), groupItems("c", "c1"), []string{"group/l/h"})
+	if got := g.stateItems(); !slices.Equal(got, items) {
+		t.Fatalf("group state items after a leader record:\n%q\nwant\n%q", got, items)
+	}
+	g.reload()
+	if l2, f2 := g.states(); !bytes.Equal(l2, l) || !bytes.Equal(f2, f) {
+		t.Fatal("the states reloaded after a leader record differ")
+	}
+
+	// The writes ship and are acknowledged, the parts stored after each.
+	g.tick(func() {})
+	l, f = g.states()
+	g.reload()
+	if l2, f2 := g.states(); !bytes.Equal(l2, l) || !bytes.Equal(f2, f) {
+		t.Fatal("the states reloaded after the ships differ")
+	}
+	g.s.WithGroups(func(l *group.Leader, f *group.Follower) {
+		for _, gr := range l.Groups() {
+			if len(gr.Outboxes[0].Entries) != 0 {
+				t.Fatalf("group %s: outbox %+v", gr.Ref, gr.Outboxes[0])
+			}
+		}
+		if y, _ := f.Key(group.Key{Collection: 7, Key: "c1"}); y.Shipped != 1 {
+			t.Fatalf("c1 not shipped: %+v", y)
 		}
 	})
 }
