@@ -69,12 +69,12 @@
 //
 // Retries (Tick, on the raft leader replica only): every RetryTicks, the
 // leader re-sends J to pending members, D to releasing ones and every
-// non-empty outbox (new outbox entries ship at the next tick); the
-// follower re-sends JA for every yielded key whose JAA has not come, and
-// every ProbeTicks a probe (JA with Probe) for the others, which the
-// leader answers only with D, when it does not hold the key. So a key
-// yielded to a ghost group (a late J of a group since deleted) is freed
-// within a retry period once messages get through.
+// non-empty outbox (new outbox entries ship every ShipTicks, or at once
+// with ShipNew); the follower re-sends JA for every yielded key whose JAA
+// has not come, and every ProbeTicks a probe (JA with Probe) for the
+// others, which the leader answers only with D, when it does not hold the
+// key. So a key yielded to a ghost group (a late J of a group since
+// deleted) is freed within a retry period once messages get through.
 //
 // # Ownership and invariants
 //

@@ -20,6 +20,10 @@ type Options struct {
 	// group its leader does not know is freed. Default 20: the leader sends
 	// D itself when it deletes a group; probes only back that up.
 	ProbeTicks uint64
+	// ShipTicks: every ShipTicks ticks, a leader ships the writes committed
+	// since it last shipped, in one message per follower shard; a caller
+	// that waits for them ships at once (ShipNew). Default 1.
+	ShipTicks uint64
 }
 
 // EnsureDefaults fills the zero fields of o with the defaults.
@@ -29,6 +33,9 @@ func (o Options) EnsureDefaults() Options {
 	}
 	if o.ProbeTicks == 0 {
 		o.ProbeTicks = 20
+	}
+	if o.ShipTicks == 0 {
+		o.ShipTicks = 1
 	}
 	return o
 }
@@ -300,10 +307,13 @@ func (l *Leader) OnShipAck(m Message) []Effect {
 func (l *Leader) Tick() []Effect {
 	l.ticks++
 	retry := l.ticks%l.opts.RetryTicks == 0
+	ship := retry || l.ticks%l.opts.ShipTicks == 0
 	var out []Effect
 	for _, id := range l.ids() {
 		g := l.groups[id]
-		out = append(out, l.ship(g, retry)...)
+		if ship {
+			out = append(out, l.ship(g, retry)...)
+		}
 		if !retry {
 			continue
 		}

@@ -45,6 +45,13 @@ import (
 // (group.OldLeaderParts).
 
 // Command kinds of Key Groups.
+// groupOptions are the protocol's options in a shard. The node ticks the
+// protocol every 100 ms; committed group writes ship every third tick
+// (300 ms), so that a shipment carries a group's writes of that time to a
+// follower shard in one proposal there and one acknowledgment at the
+// leader. A deletion, or a scan that must reflect them, ships at once.
+var groupOptions = group.Options{ShipTicks: 3}
+
 const (
 	KindGroup      CommandKind = 23
 	KindGroupWrite CommandKind = 24
@@ -97,16 +104,16 @@ type GroupEffects []group.Effect
 
 func (s *Shard) loadGroups(r pebble.Reader) error {
 	id := group.ShardID(s.desc.ShardID)
-	s.groups.leader, s.groups.follower = group.NewLeader(id, group.Options{}), group.NewFollower(id, group.Options{})
+	s.groups.leader, s.groups.follower = group.NewLeader(id, groupOptions), group.NewFollower(id, groupOptions)
 	whole, parts, err := readGroupState(r, s.desc.ShardID, stateGroupLeader, stateGroupLeaderParts)
 	if err != nil {
 		return err
 	}
 	s.groups.oldLeader = whole != nil || group.OldLeaderParts(parts)
 	if whole != nil {
-		s.groups.leader, err = group.DecodeLeader(whole, group.Options{})
+		s.groups.leader, err = group.DecodeLeader(whole, groupOptions)
 	} else if len(parts) > 0 {
-		s.groups.leader, err = group.DecodeLeaderParts(parts, group.Options{})
+		s.groups.leader, err = group.DecodeLeaderParts(parts, groupOptions)
 	}
 	if err != nil {
 		return fmt.Errorf("shard %d: group leader state: %w", s.desc.ShardID, err)
@@ -117,9 +124,9 @@ func (s *Shard) loadGroups(r pebble.Reader) error {
 	}
 	s.groups.oldFollower = whole != nil
 	if whole != nil {
-		s.groups.follower, err = group.DecodeFollower(whole, group.Options{})
+		s.groups.follower, err = group.DecodeFollower(whole, groupOptions)
 	} else if len(parts) > 0 {
-		s.groups.follower, err = group.DecodeFollowerParts(parts, group.Options{})
+		s.groups.follower, err = group.DecodeFollowerParts(parts, groupOptions)
 	}
 	if err != nil {
 		return fmt.Errorf("shard %d: group follower state: %w", s.desc.ShardID, err)
