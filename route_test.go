@@ -52,7 +52,8 @@ func startServers(t *testing.T) ([]*server.Server, []*prometheus.Registry) {
 	return servers, regs
 }
 
-func puts(reg *prometheus.Registry) float64 {
+// requests counts the requests a node served whose op label op accepts.
+func requests(reg *prometheus.Registry, op func(string) bool) float64 {
 	mfs, _ := reg.Gather()
 	total := 0.0
 	for _, mf := range mfs {
@@ -61,13 +62,18 @@ func puts(reg *prometheus.Registry) float64 {
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "op" && l.GetValue() == "put" {
+				if l.GetName() == "op" && op(l.GetValue()) {
 					total += m.GetCounter().GetValue()
 				}
 			}
 		}
 	}
 	return total
+}
+
+// puts counts the puts a node served.
+func puts(reg *prometheus.Registry) float64 {
+	return requests(reg, func(op string) bool { return op == "put" })
 }
 
 // TestDialRoutesToLeaders checks that a client dialed to one node sends
@@ -147,21 +153,7 @@ func TestDialRoutesToLeaders(t *testing.T) {
 // txnOps counts the transaction requests a node served (every op label
 // that begins with "txn_").
 func txnOps(reg *prometheus.Registry) float64 {
-	mfs, _ := reg.Gather()
-	total := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != "groupkv_requests_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "op" && strings.HasPrefix(l.GetValue(), "txn_") {
-					total += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return total
+	return requests(reg, func(op string) bool { return strings.HasPrefix(op, "txn_") })
 }
 
 // TestDialRoutesGroupTransactions checks that a client dialed to one node

@@ -51,33 +51,38 @@ func TestMessageRoundTrip(t *testing.T) {
 // TestStateRoundTrip drives a leader and a follower through a create, a
 // write and a half-done delete and checks that their encodings decode to
 // states that encode the same and behave the same.
-func TestStateRoundTrip(t *testing.T) {
-	l, f := NewLeader(1, Options{}), NewFollower(1, Options{})
-	run := func(effs []Effect) {
-		for len(effs) > 0 {
-			var next []Effect
-			for _, e := range effs {
-				switch e := e.(type) {
-				case Log:
-					if e.Record.Kind.ForLeader() {
-						next = append(next, l.Apply(e.Record)...)
-					} else {
-						next = append(next, f.Apply(e.Record)...)
-					}
-				case Send:
-					switch e.Msg.Type {
-					case MsgJ:
-						next = append(next, f.OnJ(e.Msg, KeyCheck{Value: []byte("v0")})...)
-					case MsgJA:
-						next = append(next, l.OnJA(e.Msg)...)
-					case MsgJAA:
-						next = append(next, f.OnJAA(e.Msg)...)
-					}
+// runJoin carries effs between l and f until none is left: records are
+// applied, and the messages of a creation (J, JA, JAA) delivered, a J
+// finding the key's value "v0". Other effects are dropped.
+func runJoin(l *Leader, f *Follower, effs []Effect) {
+	for len(effs) > 0 {
+		var next []Effect
+		for _, e := range effs {
+			switch e := e.(type) {
+			case Log:
+				if e.Record.Kind.ForLeader() {
+					next = append(next, l.Apply(e.Record)...)
+				} else {
+					next = append(next, f.Apply(e.Record)...)
+				}
+			case Send:
+				switch e.Msg.Type {
+				case MsgJ:
+					next = append(next, f.OnJ(e.Msg, KeyCheck{Value: []byte("v0")})...)
+				case MsgJA:
+					next = append(next, l.OnJA(e.Msg)...)
+				case MsgJAA:
+					next = append(next, f.OnJAA(e.Msg)...)
 				}
 			}
-			effs = next
 		}
+		effs = next
 	}
+}
+
+func TestStateRoundTrip(t *testing.T) {
+	l, f := NewLeader(1, Options{}), NewFollower(1, Options{})
+	run := func(effs []Effect) { runJoin(l, f, effs) }
 	effs, err := l.Create(CreateRequest{ID: "g", Mode: Atomic, Leader: Key{Key: "a"}, Members: []Member{{Key: Key{Key: "b"}, Shard: 1}}})
 	if err != nil {
 		t.Fatal(err)

@@ -7,36 +7,11 @@ import "testing"
 func TestShipTicks(t *testing.T) {
 	opts := Options{RetryTicks: 100, ShipTicks: 3}
 	l, f := NewLeader(1, opts), NewFollower(2, opts)
-	run := func(effs []Effect) {
-		for len(effs) > 0 {
-			var next []Effect
-			for _, e := range effs {
-				switch e := e.(type) {
-				case Log:
-					if e.Record.Kind.ForLeader() {
-						next = append(next, l.Apply(e.Record)...)
-					} else {
-						next = append(next, f.Apply(e.Record)...)
-					}
-				case Send:
-					switch e.Msg.Type {
-					case MsgJ:
-						next = append(next, f.OnJ(e.Msg, KeyCheck{Value: []byte("v0")})...)
-					case MsgJA:
-						next = append(next, l.OnJA(e.Msg)...)
-					case MsgJAA:
-						next = append(next, f.OnJAA(e.Msg)...)
-					}
-				}
-			}
-			effs = next
-		}
-	}
 	effs, err := l.Create(CreateRequest{ID: "g", Mode: Atomic, Leader: Key{Key: "a"}, Members: []Member{{Key: Key{Key: "b"}, Shard: 2}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(effs)
+	runJoin(l, f, effs)
 	ships := func(effs []Effect) int {
 		n := 0
 		for _, e := range effs {
