@@ -444,6 +444,7 @@ func (s *txnSession) ensureHeartbeat() {
 		defer n.bg.Done()
 		t := time.NewTicker(n.opts.TxnTimeout / 4)
 		defer t.Stop()
+		var busy time.Time
 		for {
 			select {
 			case <-stop:
@@ -451,6 +452,24 @@ func (s *txnSession) ensureHeartbeat() {
 			case <-n.stop:
 				return
 			case <-t.C:
+			}
+			// The node heartbeats for the client while the client is
+			// heard from: during a request (which holds the session) and
+			// for TxnTimeout after one. A client that went silent — killed,
+			// cut off — stops the heartbeats, and its record expires as a
+			// coordinator's would: whoever waits for its locks aborts it
+			// after the expiry timeout rather than after TxnIdleTimeout.
+			if s.mu.TryLock() {
+				heard := s.lastUsed
+				s.mu.Unlock()
+				if busy.After(heard) {
+					heard = busy
+				}
+				if time.Since(heard) > n.opts.TxnTimeout {
+					continue
+				}
+			} else {
+				busy = time.Now()
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), n.opts.TxnTimeout)
 			now, err := n.latest(ctx)

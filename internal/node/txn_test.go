@@ -528,3 +528,40 @@ func TestTxnPrioritiesUnique(t *testing.T) {
 		t.Fatalf("retry %s of %s: priority %d attempt %d, want %d and %d", retry, id, p2, a2, p1, a1+1)
 	}
 }
+
+// TestTxnSilentClientLocksExpire: a transaction whose client went silent
+// after taking a lock (killed between two requests) loses it once its
+// record's heartbeat expired — a plain write waiting for the key gets it —
+// although its session lives on until TxnIdleTimeout, set here far beyond
+// the test; the attempt then answers txn_aborted.
+func TestTxnSilentClientLocksExpire(t *testing.T) {
+	const txnTimeout = 500 * time.Millisecond
+	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond,
+		TxnTimeout: txnTimeout, TxnIdleTimeout: time.Hour})
+	defer n.Close()
+	ctx := context.Background()
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionHash, Shards: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte("k"), Value: []byte("0")}); err != nil {
+		t.Fatal(err)
+	}
+	id, err := n.BeginTxn(ctx, kv.TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := n.TxnGet(ctx, id, kv.KeyRef{Collection: "c", Key: []byte("k")}); err != nil {
+		t.Fatal(err)
+	}
+	// The client says nothing more. A plain write of the key waits for
+	// the transaction's read lock, until the record expires; the deadline
+	// only catches a hang (the expiry is a few TxnTimeouts).
+	wctx, cancel := context.WithTimeout(ctx, 60*txnTimeout)
+	defer cancel()
+	if _, err := n.Put(wctx, kv.PutRequest{Collection: "c", Key: []byte("k"), Value: []byte("1")}); err != nil {
+		t.Fatalf("a write of a key read by a silent client's transaction: %v", err)
+	}
+	if _, err := n.CommitTxn(ctx, id); kv.CodeOf(err) != kv.CodeTxnAborted {
+		t.Fatalf("the silent client's commit: %v, want txn_aborted", err)
+	}
+}
