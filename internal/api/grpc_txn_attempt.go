@@ -43,8 +43,9 @@ import (
 // in its trailer (TxnTrailer), and the attempt goes on in it. If that
 // request's connection broke, the attempt may or may not exist on the
 // server: it is given up, and every later operation answers the error
-// (unavailable) without sending anything; the server aborts such an
-// attempt when it sees its client gone, or it expires.
+// (unavailable) without sending anything; the server stops heartbeating
+// such an attempt once its client falls silent, so that whoever waits for
+// its locks aborts it, and aborts it itself after its idle timeout.
 //
 // A server older than these forms refuses the first request (a begin in
 // place of an id): the attempt answers unimplemented. It never sends
@@ -275,21 +276,11 @@ func (a *TxnAttempt) Scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResul
 	if req.Version != 0 {
 		return kv.ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "a transaction reads at its own time: leave ScanRequest.Version 0")
 	}
-	if err := a.Flush(ctx); err != nil {
-		return kv.ScanResult{}, err
-	}
-	var m *pb.ScanResponse
-	err := a.run(ctx, false, func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
+	return a.readPage(ctx, func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (*pb.ScanResponse, error) {
 		r := TxnScanRequestToPB(txn, req)
 		r.Begin = begin
-		var err error
-		m, err = a.t.c.TxnScan(ctx, r, opts...)
-		return m.GetTxn(), err
+		return a.t.c.TxnScan(ctx, r, opts...)
 	})
-	if err != nil {
-		return kv.ScanResult{}, err
-	}
-	return ScanResultFromPB(m), nil
 }
 
 // GetByTags sends the writes kept, then reads a page of a tag query in
@@ -298,15 +289,23 @@ func (a *TxnAttempt) GetByTags(ctx context.Context, q kv.TagQuery) (kv.ScanResul
 	if q.Version != 0 {
 		return kv.ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "a transaction reads at its own time: leave TagQuery.Version 0")
 	}
+	return a.readPage(ctx, func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (*pb.ScanResponse, error) {
+		r := TxnTagQueryToPB(txn, q)
+		r.Begin = begin
+		return a.t.c.TxnGetByTags(ctx, r, opts...)
+	})
+}
+
+// readPage sends the writes kept, then reads a page with call in the
+// attempt.
+func (a *TxnAttempt) readPage(ctx context.Context, call func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (*pb.ScanResponse, error)) (kv.ScanResult, error) {
 	if err := a.Flush(ctx); err != nil {
 		return kv.ScanResult{}, err
 	}
 	var m *pb.ScanResponse
 	err := a.run(ctx, false, func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
-		r := TxnTagQueryToPB(txn, q)
-		r.Begin = begin
 		var err error
-		m, err = a.t.c.TxnGetByTags(ctx, r, opts...)
+		m, err = call(txn, begin, opts)
 		return m.GetTxn(), err
 	})
 	if err != nil {
