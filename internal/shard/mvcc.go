@@ -2,7 +2,6 @@ package shard
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -33,8 +32,9 @@ func ReadRecord(r pebble.Reader, collection uint32, key []byte, asOf uint64) (va
 }
 
 // readLatest reads the newest version of key through its latest-version
-// pointer: two point lookups. A pointer to a version that GC removed (a
-// tombstone) reads as absent.
+// pointer: one point lookup, or two for a pointer of format 2, which holds
+// no value. A pointer to a version that GC removed (a tombstone) reads as
+// absent.
 func readLatest(r pebble.Reader, collection uint32, key []byte) (val storage.MVCCValue, version uint64, found bool, err error) {
 	var buf [64]byte
 	ptr, closer, err := r.Get(storage.LatestKey(buf[:0], collection, key))
@@ -44,18 +44,20 @@ func readLatest(r pebble.Reader, collection uint32, key []byte) (val storage.MVC
 	if err != nil {
 		return val, 0, false, err
 	}
-	if len(ptr) != 10 {
-		closer.Close()
-		return val, 0, false, fmt.Errorf("shard: corrupt latest pointer of %q", key)
-	}
-	version = binary.BigEndian.Uint64(ptr)
-	closer.Close()
-	raw, closer, err := r.Get(storage.DataKey(buf[:0], collection, key, version))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return val, 0, false, nil
-	}
+	version, _, raw, err := storage.DecodeLatest(ptr)
 	if err != nil {
-		return val, 0, false, err
+		closer.Close()
+		return val, 0, false, fmt.Errorf("shard: corrupt latest pointer of %q: %w", key, err)
+	}
+	if raw == nil {
+		closer.Close()
+		raw, closer, err = r.Get(storage.DataKey(buf[:0], collection, key, version))
+		if errors.Is(err, pebble.ErrNotFound) {
+			return val, 0, false, nil
+		}
+		if err != nil {
+			return val, 0, false, err
+		}
 	}
 	defer closer.Close()
 	v, err := storage.DecodeValue(raw)

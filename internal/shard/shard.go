@@ -144,6 +144,8 @@ type Shard struct {
 	childHere func(shard uint64) bool
 
 	scratch []byte
+	// valueBuf holds the latest pointer writeVersion writes.
+	valueBuf []byte
 	// dirty: applied or maxVersion changed since the last FinishBatch.
 	dirty bool
 }
@@ -424,14 +426,16 @@ func (s *Shard) writeVersion(b *pebble.Batch, key []byte, bucket uint16, version
 	if tombstone {
 		mv.Tags, mv.Value = nil, nil
 	}
-	if err := b.Set(s.scratch, storage.EncodeValue(make([]byte, 0, len(mv.Value)+16), mv), nil); err != nil {
+	// The pointer carries the encoded value after its version and bucket;
+	// the value is encoded once, into the pointer's buffer. (Set copies.)
+	s.valueBuf = storage.EncodeLatest(s.valueBuf[:0], version, bucket, nil)
+	s.valueBuf = storage.EncodeValue(s.valueBuf, mv)
+	ptr := s.valueBuf
+	if err := b.Set(s.scratch, ptr[10:], nil); err != nil {
 		return err
 	}
 	s.scratch = storage.LatestKey(s.scratch[:0], coll, key)
-	var ptr [10]byte
-	binary.BigEndian.PutUint64(ptr[:], version)
-	binary.BigEndian.PutUint16(ptr[8:], bucket)
-	if err := b.Set(s.scratch, ptr[:], nil); err != nil {
+	if err := b.Set(s.scratch, ptr, nil); err != nil {
 		return err
 	}
 	// Tag index: an entry for every tag added, a removal for every tag gone.

@@ -210,10 +210,11 @@ func (d Desc) ownsLatestPair(k, v []byte) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if len(v) != 10 {
-		return false, storage.ErrCorruptValue
+	_, bucket, _, err := storage.DecodeLatest(v)
+	if err != nil {
+		return false, err
 	}
-	return d.ownsStored(binary.BigEndian.Uint16(v[8:]), key), nil
+	return d.ownsStored(bucket, key), nil
 }
 
 // decodeCollectionKey decodes a key made of a prefix byte, a collection and

@@ -13,11 +13,19 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// FormatVersion is the on-disk format this binary reads and writes. A data
-// directory written with another format is refused.
+// FormatVersion is the on-disk format this binary writes. It also opens a
+// directory of format 2, which it marks as format 3 (format 3 only adds to
+// what format 2 may hold); a directory of any other format is refused, and
+// so a binary that reads only format 2 refuses a directory this one wrote.
 //
-// Version 2 added the latest-version pointers (prefix 0x09).
-const FormatVersion uint32 = 2
+// Version 2 added the latest-version pointers (prefix 0x09). Version 3 lets
+// a pointer carry the encoded newest version itself (EncodeLatest), so that
+// reading the newest version is one point lookup; pointers of format 2
+// (version and bucket only) are still read.
+const FormatVersion uint32 = 3
+
+// oldestFormatVersion is the oldest format Open accepts (and upgrades).
+const oldestFormatVersion uint32 = 2
 
 const (
 	formatVersionKey = "format_version"
@@ -148,8 +156,12 @@ func (e *Engine) checkFormat() error {
 	if len(v) != 4 {
 		return fmt.Errorf("%w: format version record is %d bytes", ErrUnknownFormat, len(v))
 	}
-	if got := binary.BigEndian.Uint32(v); got != FormatVersion {
-		return fmt.Errorf("%w: %s has format version %d, this binary reads version %d", ErrUnknownFormat, e.Dir, got, FormatVersion)
+	got := binary.BigEndian.Uint32(v)
+	if got < oldestFormatVersion || got > FormatVersion {
+		return fmt.Errorf("%w: %s has format version %d, this binary reads versions %d to %d", ErrUnknownFormat, e.Dir, got, oldestFormatVersion, FormatVersion)
+	}
+	if got < FormatVersion {
+		return e.DB.Set(NodeKey(formatVersionKey), binary.BigEndian.AppendUint32(nil, FormatVersion), pebble.Sync)
 	}
 	return nil
 }

@@ -100,3 +100,54 @@ func TestBlockCacheCachesWithFullMemtables(t *testing.T) {
 		t.Fatalf("%d reads of one key missed the block cache %d times (%d hits): the cache holds nothing", reads, misses, hits)
 	}
 }
+
+// TestFormatTwoUpgraded: a directory of format 2 opens and is marked with
+// the current format; formats below 2 are refused like those above.
+func TestFormatTwoUpgraded(t *testing.T) {
+	for _, tc := range []struct {
+		stored uint32
+		opens  bool
+	}{{2, true}, {1, false}, {0, false}} {
+		dir := t.TempDir()
+		e, err := Open(dir, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.DB.Set(NodeKey(formatVersionKey), binary.BigEndian.AppendUint32(nil, tc.stored), pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+		e.Close()
+		e, err = Open(dir, Options{})
+		if !tc.opens {
+			if !errors.Is(err, ErrUnknownFormat) {
+				t.Errorf("format %d: got %v, want ErrUnknownFormat", tc.stored, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("format %d: %v", tc.stored, err)
+		}
+		v, _, err := GetValue(e.DB, NodeKey(formatVersionKey))
+		e.Close()
+		if err != nil || binary.BigEndian.Uint32(v) != FormatVersion {
+			t.Errorf("format %d: stored %x after open, want %d (%v)", tc.stored, v, FormatVersion, err)
+		}
+	}
+}
+
+func TestDecodeLatest(t *testing.T) {
+	enc := EncodeValue(nil, MVCCValue{Bucket: 7, Tags: []string{"t"}, Value: []byte("v")})
+	p := EncodeLatest(nil, 42, 7, enc)
+	v, b, got, err := DecodeLatest(p)
+	if err != nil || v != 42 || b != 7 || !bytes.Equal(got, enc) {
+		t.Fatalf("got %d %d %x %v", v, b, got, err)
+	}
+	if v, b, got, err := DecodeLatest(p[:10]); err != nil || v != 42 || b != 7 || got != nil {
+		t.Fatalf("format 2 pointer: got %d %d %x %v", v, b, got, err)
+	}
+	for _, n := range []int{0, 9, 11, 13} {
+		if _, _, _, err := DecodeLatest(p[:n]); !errors.Is(err, ErrCorruptValue) {
+			t.Errorf("%d bytes: got %v, want ErrCorruptValue", n, err)
+		}
+	}
+}

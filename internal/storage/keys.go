@@ -22,8 +22,10 @@ const (
 	// collections only), kept by the key's home shard.
 	prefixPlacement byte = 0x08
 	// prefixLatest: collection, escaped key -> version(8) bucket(2) of the
-	// key's newest version, so a read of the latest version is two point
-	// lookups instead of an iterator.
+	// key's newest version, followed by that version's encoded value
+	// (EncodeLatest), so a read of the latest version is one point lookup
+	// instead of an iterator. (A pointer written by format 2 holds the
+	// version and bucket only; its value is read from the data key.)
 	prefixLatest byte = 0x09
 	// prefixIntent: collection, escaped key -> the write intent of a
 	// prepared transaction (internal/shard/txn.go).

@@ -88,3 +88,31 @@ func ValueBucket(b []byte) (uint16, error) {
 	}
 	return binary.BigEndian.Uint16(b[1:3]), nil
 }
+
+// latestHeader is the length of a latest pointer's version and bucket.
+const latestHeader = 10
+
+// EncodeLatest appends a latest-version pointer to dst: the newest
+// version's number and bucket, then its value as EncodeValue encoded it.
+//
+//	version(8) | bucket(2) | encoded value
+func EncodeLatest(dst []byte, version uint64, bucket uint16, encoded []byte) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, version)
+	dst = binary.BigEndian.AppendUint16(dst, bucket)
+	return append(dst, encoded...)
+}
+
+// DecodeLatest decodes a latest-version pointer. encoded, which aliases b,
+// is the newest version's encoded value, or nil for a pointer of format 2,
+// which holds no value.
+func DecodeLatest(b []byte) (version uint64, bucket uint16, encoded []byte, err error) {
+	if len(b) < latestHeader || len(b) > latestHeader && len(b) < latestHeader+4 {
+		return 0, 0, nil, ErrCorruptValue
+	}
+	version = binary.BigEndian.Uint64(b)
+	bucket = binary.BigEndian.Uint16(b[8:])
+	if len(b) > latestHeader {
+		encoded = b[latestHeader:]
+	}
+	return version, bucket, encoded, nil
+}
