@@ -65,6 +65,10 @@ const maxMessage = 64 << 20
 
 // Start opens the node and starts serving. It returns once the listeners
 // are bound; the node may not be ready yet (see /healthz).
+// streamWorkers is the least number of gRPC stream workers: requests in
+// flight beyond it each start a goroutine.
+const streamWorkers = 256
+
 func Start(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -99,8 +103,11 @@ func Start(cfg Config) (*Server, error) {
 	s.grpcSrv = api.NewGRPCServer(n,
 		grpc.MaxRecvMsgSize(maxMessage), grpc.MaxSendMsgSize(maxMessage),
 		// Reused workers keep their grown stacks; a goroutine per request
-		// would grow its stack anew on every deep read.
-		grpc.NumStreamWorkers(uint32(16*runtime.GOMAXPROCS(0))),
+		// would grow its stack anew on every deep read. A request that
+		// finds every worker busy gets such a goroutine, so there are
+		// workers for more requests in flight than there are cores: an
+		// idle worker costs its stack, a few KiB.
+		grpc.NumStreamWorkers(uint32(max(streamWorkers, 16*runtime.GOMAXPROCS(0)))),
 		grpc.ChainUnaryInterceptor(api.GRPCMetricsInterceptor(metrics.Observe)),
 		grpc.ChainStreamInterceptor(api.GRPCStreamMetricsInterceptor(metrics.Observe)))
 	var handler http.Handler = api.NewHTTPHandler(n, api.HTTPConfig{
