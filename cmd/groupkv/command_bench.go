@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -29,6 +30,7 @@ func benchCommand() *cobra.Command {
 		version      string
 		out          string
 		progress     bool
+		cpuProfile   string
 		systemName   string
 		txn          txnBenchFlags
 	)
@@ -77,6 +79,13 @@ table first: collection "usertable", etcd prefix "usertable/", Redis keys
 		Args: argsBetween(0, 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			target = strings.ToLower(target)
+			if cpuProfile != "" {
+				stop, err := startCPUProfile(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			if strings.EqualFold(strings.TrimSpace(workloads), bench.TxnWorkloadName) {
 				addr, _ := cmd.Flags().GetString("addr")
 				if !cmd.Flags().Changed("addr") {
@@ -213,6 +222,7 @@ table first: collection "usertable", etcd prefix "usertable/", Redis keys
 	f.BoolVar(&load, "load", false, "empty the benchmark's table and load --records records first")
 	f.StringVar(&out, "out", "", "append a JSON record of each run to this file")
 	f.StringVar(&version, "system-version", "", "version to record for the target (default: what its server reports; for groupkv the build's VCS revision)")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the benchmark process (its clients) to this file")
 	f.BoolVar(&progress, "progress", false, "draw the progress bar on stderr even when it is not a terminal")
 	f.Uint64Var(&opts.Seed, "seed", 0, "seed of the random key choices (default: from the clock; results record it)")
 	f.IntVar(&opts.Shards, "shards", 0, "shards of the groupkv collections --load creates (default: groupkv's)")
@@ -225,6 +235,23 @@ table first: collection "usertable", etcd prefix "usertable/", Redis keys
 	txn.register(f)
 	cmd.AddCommand(benchChartCommand(), benchReportCommand(), benchPgbenchCommand(), benchGroupsCommand())
 	return cmd
+}
+
+// startCPUProfile starts Go's CPU profiler writing to path; stop ends it
+// and closes the file.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // validateBenchOptions reports the problems of opts as a usage error
