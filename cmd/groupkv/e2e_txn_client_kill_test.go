@@ -486,16 +486,17 @@ func batchGet(ctx context.Context, url string, keys []string) (map[string]string
 // readTxn reads keys in a serializable session transaction through url,
 // retrying an attempt that is aborted (with retry_of) or fails otherwise,
 // until ctx ends; an absent key reads "". It answers how many attempts it
-// took.
-func readTxn(ctx context.Context, url string, keys []string) (map[string]string, int, error) {
+// took, and the gets that waited (for a lock) longer than half a second.
+func readTxn(ctx context.Context, url string, keys []string) (map[string]string, int, []string, error) {
 	var retryOf, last string
+	var waits []string
 	for attempt := 1; ; attempt++ {
 		if ctx.Err() != nil {
-			return nil, attempt - 1, fmt.Errorf("no read transaction through %s committed before the deadline; the last failure: %s", url, last)
+			return nil, attempt - 1, waits, fmt.Errorf("no read transaction through %s committed before the deadline; the last failure: %s", url, last)
 		}
-		vals, id, err := readTxnAttempt(ctx, url, keys, retryOf)
+		vals, id, err := readTxnAttempt(ctx, url, keys, retryOf, &waits)
 		if err == nil {
-			return vals, attempt, nil
+			return vals, attempt, waits, nil
 		}
 		last = err.Error()
 		if id != "" {
@@ -508,7 +509,7 @@ func readTxn(ctx context.Context, url string, keys []string) (map[string]string,
 	}
 }
 
-func readTxnAttempt(ctx context.Context, url string, keys []string, retryOf string) (map[string]string, string, error) {
+func readTxnAttempt(ctx context.Context, url string, keys []string, retryOf string, waits *[]string) (map[string]string, string, error) {
 	body := `{}`
 	if retryOf != "" {
 		body = fmt.Sprintf(`{"retry_of": %q}`, retryOf)
@@ -522,7 +523,11 @@ func readTxnAttempt(ctx context.Context, url string, keys []string, retryOf stri
 	}
 	out := map[string]string{}
 	for _, k := range keys {
+		start := time.Now()
 		a, err := doHTTP(ctx, killClientHTTP, "POST", url+"/v1/txn/"+begin.Txn+"/get", jsonKey(killClientColl, k))
+		if took := time.Since(start); took > 500*time.Millisecond {
+			*waits = append(*waits, fmt.Sprintf("%s %v", k, took.Round(time.Millisecond)))
+		}
 		var got struct {
 			Found bool   `json:"found"`
 			Value string `json:"value"`
@@ -612,19 +617,21 @@ func checkAfterKill(t *testing.T, c *tcluster, gateway int, killed time.Time, cl
 	// have prepared to be decided). A client whose commit was cut off may
 	// still commit after it (its commit point was in flight), never the
 	// other way round.
+	start := time.Now()
 	vals, err := batchGet(ctx, c.url(others[0]), keys)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("a batch get through node %d answered in %v", others[0], time.Since(start).Round(time.Millisecond))
 	first := outcomes(fmt.Sprintf("a batch get through node %d %v after the kill", others[0], time.Since(killed).Round(time.Millisecond)), vals)
 
 	// A transaction reading every key, under locks: it waits for the dead
 	// clients' locks to expire.
-	vals, attempts, err := readTxn(ctx, c.url(others[1]), keys)
+	vals, attempts, waits, err := readTxn(ctx, c.url(others[1]), keys)
 	if err != nil {
-		t.Fatalf("%v (%v after the kill)", err, time.Since(killed).Round(time.Millisecond))
+		t.Fatalf("%v (%v after the kill; gets that waited: %v)", err, time.Since(killed).Round(time.Millisecond), waits)
 	}
-	t.Logf("a transaction through node %d read every key %v after the kill, in %d attempt(s)", others[1], time.Since(killed).Round(time.Millisecond), attempts)
+	t.Logf("a transaction through node %d read every key %v after the kill, in %d attempt(s); gets that waited: %v", others[1], time.Since(killed).Round(time.Millisecond), attempts, waits)
 	final := outcomes(fmt.Sprintf("a transaction through node %d", others[1]), vals)
 	for tag, o := range first {
 		if o == "all" && final[tag] != "all" {
@@ -649,7 +656,7 @@ func checkAfterKill(t *testing.T, c *tcluster, gateway int, killed time.Time, cl
 		t.Fatal(err)
 	}
 	defer db.Close()
-	start := time.Now()
+	start = time.Now()
 	err = db.Transact(ctx, func(tx *groupkv.Tx) error {
 		seen := map[string]string{}
 		for _, k := range keys {
@@ -689,6 +696,50 @@ func checkAfterKill(t *testing.T, c *tcluster, gateway int, killed time.Time, cl
 	return final
 }
 
+// commitDeadAttempts sends, once checkAfterKill overwrote every key, the
+// commit of each dead client's attempt through its gateway, as if the
+// client had come back: none may commit (answer 200), and every key must
+// still read what the overwrite wrote. It answers each commit's answer.
+func commitDeadAttempts(t *testing.T, c *tcluster, gateway int, clients []*txnClient) []kvAnswer {
+	t.Helper()
+	var out []kvAnswer
+	var keys []string
+	for _, cl := range clients {
+		keys = append(keys, cl.keys...)
+		id := ""
+		for _, l := range cl.protocol() {
+			if rest, ok := strings.CutPrefix(l, "TXN "); ok {
+				id = rest
+			}
+		}
+		if id == "" {
+			t.Fatalf("transaction client %s named no attempt: %q", cl.tag, cl.protocol())
+		}
+		a, err := c.do(context.Background(), "POST", c.url(gateway)+"/v1/txn/"+id+"/commit", "")
+		if err != nil {
+			t.Fatalf("a commit of client %s's attempt %s, sent again through node %d: %v", cl.tag, id, gateway, err)
+		}
+		if a.code == 200 {
+			t.Errorf("a commit of client %s's attempt %s, sent again through node %d after others overwrote its keys, answered %s", cl.tag, id, gateway, a)
+		}
+		out = append(out, a)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, id := range c.ids() {
+		vals, err := batchGet(ctx, c.url(id), keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			if vals[k] != "after-"+k {
+				t.Errorf("node %d reads %s as %q after the dead clients' commits were sent again, want %q", id, k, vals[k], "after-"+k)
+			}
+		}
+	}
+	return out
+}
+
 // putInitial writes every key of the clients' its initial value.
 func putInitial(c *tcluster, tags ...string) {
 	for _, tag := range tags {
@@ -712,7 +763,6 @@ func TestEndToEndTxnClientKillHolding(t *testing.T) {
 	const gateway = 2
 	putInitial(c, "h")
 	cl := startTxnClient(t, c.url(gateway), killClientColl, "h", clientKeys("h"))
-	txnID := strings.TrimPrefix(cl.waitFor(t, "TXN", 30*time.Second), "TXN ")
 	cl.waitFor(t, "LOCKED", 30*time.Second)
 	probeLocks(t, c, c.url(3), []*txnClient{cl})
 	cl.kill()
@@ -722,20 +772,8 @@ func TestEndToEndTxnClientKillHolding(t *testing.T) {
 
 	// The dead client's attempt, still known to its gateway or not, cannot
 	// commit now: its locks went to others.
-	a, err := c.do(context.Background(), "POST", c.url(gateway)+"/v1/txn/"+txnID+"/commit", "")
-	if err != nil || a.code != 409 || a.errCode != "txn_aborted" {
-		t.Errorf("a commit of the dead client's attempt through its gateway answered %v %s, want 409 txn_aborted", err, a)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	vals, err := batchGet(ctx, c.url(1), clientKeys("h"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range clientKeys("h") {
-		if vals[k] != "after-"+k {
-			t.Errorf("%s reads %q after the dead attempt's commit was tried, want %q", k, vals[k], "after-"+k)
-		}
+	if a := commitDeadAttempts(t, c, gateway, []*txnClient{cl})[0]; a.code != 409 || a.errCode != "txn_aborted" {
+		t.Errorf("a commit of the dead client's attempt through its gateway answered %s, want 409 txn_aborted", a)
 	}
 	t.Logf("done %v after the kill", time.Since(killed).Round(time.Millisecond))
 }
@@ -808,13 +846,14 @@ func TestEndToEndTxnClientKillCommitting(t *testing.T) {
 		}
 	}
 	got := checkAfterKill(t, c, gateway, killed, clients, want)
+	again := commitDeadAttempts(t, c, gateway, clients)
 	count := map[string]int{}
 	for i, cl := range clients {
 		when := fmt.Sprintf("killed %v after COMMITTING", delays[i].Round(10*time.Microsecond))
 		if i == 0 {
 			when = "killed after its commit answered"
 		}
-		t.Logf("client %s, %s: commit answer %q; its writes: %s", cl.tag, when, answers[cl.tag], got[cl.tag])
+		t.Logf("client %s, %s: commit answer %q; its writes: %s; its commit sent again: %s", cl.tag, when, answers[cl.tag], got[cl.tag], again[i])
 		count[got[cl.tag]]++
 	}
 	t.Logf("%d clients' writes are visible whole, %d not at all; done %v after the last kill", count["all"], count["none"], time.Since(killed).Round(time.Millisecond))
