@@ -56,12 +56,29 @@ var ErrLocksLost = errors.New("the shard's leader changed; its locks were lost")
 type keyLock struct {
 	excl   string          // exclusive holder id
 	shared map[string]bool // shared holder ids
+	// plain are the plain writes holding the key: exclusive against
+	// transactions, compatible with each other (see AcquireAll).
+	plain map[string]bool
+}
+
+func (kl *keyLock) empty() bool {
+	return kl.excl == "" && len(kl.shared) == 0 && len(kl.plain) == 0
 }
 
 type spanLock struct {
 	t    Target
 	id   string
 	mode Mode
+	// plain: the span of a plain delete of a range, compatible with plain
+	// writes.
+	plain bool
+}
+
+// waiter is a transaction waiting for a lock on t: plain writes that
+// would take a lock it waits for wait behind it (see AcquireAll).
+type waiter struct {
+	t  Target
+	id string
 }
 
 // overlaps reports whether two spans of one collection share a key.
@@ -96,6 +113,7 @@ type LockTable struct {
 	keys    map[string]*keyLock
 	spans   []spanLock
 	held    map[string]*holding
+	waiters []waiter
 	changed chan struct{}
 	closed  bool
 }
@@ -123,8 +141,9 @@ func (lt *LockTable) broadcastLocked() {
 }
 
 // conflictsLocked returns the holders (other than m) whose locks conflict
-// with m taking t in mode, and whether each is prepared.
-func (lt *LockTable) conflictsLocked(m *Meta, t Target, mode Mode) []*holding {
+// with m taking t in mode. With share (a plain write's request), the locks
+// of other plain writes do not conflict.
+func (lt *LockTable) conflictsLocked(m *Meta, t Target, mode Mode, share bool) []*holding {
 	var out []*holding
 	add := func(id string) {
 		if id == "" || id == m.ID {
@@ -138,17 +157,29 @@ func (lt *LockTable) conflictsLocked(m *Meta, t Target, mode Mode) []*holding {
 		}
 		out = append(out, h)
 	}
-	if !t.IsSpan {
-		k := lockKey(t.Collection, t.Key)
-		if kl := lt.keys[k]; kl != nil {
-			add(kl.excl)
-			if mode == Exclusive {
-				for id := range kl.shared {
-					add(id)
-				}
+	keyConflicts := func(kl *keyLock) {
+		add(kl.excl)
+		if mode == Exclusive {
+			for id := range kl.shared {
+				add(id)
 			}
 		}
+		if !share {
+			// A plain write's lock is a write's: it conflicts with every
+			// lock but another plain write's.
+			for id := range kl.plain {
+				add(id)
+			}
+		}
+	}
+	if !t.IsSpan {
+		if kl := lt.keys[lockKey(t.Collection, t.Key)]; kl != nil {
+			keyConflicts(kl)
+		}
 		for _, s := range lt.spans {
+			if share && s.plain {
+				continue
+			}
 			if (mode == Exclusive || s.mode == Exclusive) && s.t.covers(t.Collection, t.Key) {
 				add(s.id)
 			}
@@ -159,17 +190,14 @@ func (lt *LockTable) conflictsLocked(m *Meta, t Target, mode Mode) []*holding {
 	// exclusive span with every lock inside it.
 	for k, kl := range lt.keys {
 		coll, key := splitLockKey(k)
-		if !t.covers(coll, key) {
-			continue
-		}
-		add(kl.excl)
-		if mode == Exclusive {
-			for id := range kl.shared {
-				add(id)
-			}
+		if t.covers(coll, key) {
+			keyConflicts(kl)
 		}
 	}
 	for _, s := range lt.spans {
+		if share && s.plain {
+			continue
+		}
 		if (mode == Exclusive || s.mode == Exclusive) && s.t.overlaps(t) {
 			add(s.id)
 		}
@@ -177,14 +205,68 @@ func (lt *LockTable) conflictsLocked(m *Meta, t Target, mode Mode) []*holding {
 	return out
 }
 
-func (lt *LockTable) grantLocked(m *Meta, t Target, mode Mode) {
+// waitedForLocked reports whether a transaction other than m waits for a
+// lock that t would take a part of.
+func (lt *LockTable) waitedForLocked(m *Meta, t Target) bool {
+	for _, w := range lt.waiters {
+		if w.id == m.ID {
+			continue
+		}
+		switch {
+		case !t.IsSpan && !w.t.IsSpan:
+			if w.t.Collection == t.Collection && bytes.Equal(w.t.Key, t.Key) {
+				return true
+			}
+		case !t.IsSpan:
+			if w.t.covers(t.Collection, t.Key) {
+				return true
+			}
+		case !w.t.IsSpan:
+			if t.covers(w.t.Collection, w.t.Key) {
+				return true
+			}
+		default:
+			if t.overlaps(w.t) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// addWaiterLocked records that m waits for a lock on t; the returned
+// function removes it and wakes the waiters (plain writes waiting behind
+// it).
+func (lt *LockTable) addWaiterLocked(m *Meta, t Target) func() {
+	w := waiter{t: t, id: m.ID}
+	lt.waiters = append(lt.waiters, w)
+	return func() {
+		lt.mu.Lock()
+		defer lt.mu.Unlock()
+		for i := range lt.waiters {
+			if lt.waiters[i].id == w.id && targetEqual(lt.waiters[i].t, w.t) {
+				lt.waiters = append(lt.waiters[:i], lt.waiters[i+1:]...)
+				break
+			}
+		}
+		lt.broadcastLocked()
+	}
+}
+
+func targetEqual(a, b Target) bool {
+	return a.Collection == b.Collection && a.IsSpan == b.IsSpan && bytes.Equal(a.Key, b.Key) && bytes.Equal(a.End, b.End)
+}
+
+// grantLocked grants m a lock on t in mode; with share (a plain write's
+// exclusive lock), one that other plain writes may hold too.
+func (lt *LockTable) grantLocked(m *Meta, t Target, mode Mode, share bool) {
 	h := lt.held[m.ID]
 	if h == nil {
 		h = &holding{meta: m, keys: map[string]Mode{}}
 		lt.held[m.ID] = h
 	}
 	if t.IsSpan {
-		lt.spans = append(lt.spans, spanLock{t: t, id: m.ID, mode: mode})
+		lt.spans = append(lt.spans, spanLock{t: t, id: m.ID, mode: mode, plain: share && mode == Exclusive})
 		h.spans = append(h.spans, t)
 		return
 	}
@@ -194,13 +276,21 @@ func (lt *LockTable) grantLocked(m *Meta, t Target, mode Mode) {
 		kl = &keyLock{}
 		lt.keys[k] = kl
 	}
+	if mode == Exclusive && share {
+		if kl.plain == nil {
+			kl.plain = map[string]bool{}
+		}
+		kl.plain[m.ID] = true
+		h.keys[k] = Exclusive
+		return
+	}
 	if mode == Exclusive {
 		kl.excl = m.ID
 		delete(kl.shared, m.ID)
 		h.keys[k] = Exclusive
 		return
 	}
-	if kl.excl == m.ID {
+	if kl.excl == m.ID || kl.plain[m.ID] {
 		return // an exclusive lock covers reads
 	}
 	if kl.shared == nil {
@@ -216,17 +306,29 @@ func (lt *LockTable) grantLocked(m *Meta, t Target, mode Mode) {
 // resolver's errors, or with ctx's.
 func (lt *LockTable) Acquire(ctx context.Context, m *Meta, t Target, mode Mode, r Resolver) error {
 	var committed map[string]bool // victims found committed: waited for
+	var unwait func()
+	defer func() {
+		if unwait != nil {
+			unwait()
+		}
+	}()
 	for {
 		lt.mu.Lock()
 		if lt.closed {
 			lt.mu.Unlock()
 			return ErrLocksLost
 		}
-		conflicts := lt.conflictsLocked(m, t, mode)
-		if len(conflicts) == 0 {
-			lt.grantLocked(m, t, mode)
+		conflicts := lt.conflictsLocked(m, t, mode, m.Plain)
+		if len(conflicts) == 0 && !(m.Plain && lt.waitedForLocked(m, t)) {
+			lt.grantLocked(m, t, mode, m.Plain)
 			lt.mu.Unlock()
 			return nil
+		}
+		if !m.Plain && unwait == nil {
+			// Plain writes that come now wait behind this transaction,
+			// though they share the lock with the plain writes it waits
+			// for: a stream of them would keep it waiting forever.
+			unwait = lt.addWaiterLocked(m, t)
 		}
 		ch := lt.changed
 		type victim struct {
@@ -303,12 +405,12 @@ func (lt *LockTable) TryAcquireAll(m *Meta, targets []Target) (bool, error) {
 		return false, ErrLocksLost
 	}
 	for _, t := range targets {
-		if len(lt.conflictsLocked(m, t, Exclusive)) > 0 {
+		if len(lt.conflictsLocked(m, t, Exclusive, false)) > 0 {
 			return false, nil
 		}
 	}
 	for _, t := range targets {
-		lt.grantLocked(m, t, Exclusive)
+		lt.grantLocked(m, t, Exclusive, false)
 	}
 	return true, nil
 }
@@ -318,6 +420,14 @@ func (lt *LockTable) TryAcquireAll(m *Meta, targets []Target) (bool, error) {
 // writes lock this way, so that they never hold a lock while they wait
 // (no deadlock with a transaction waiting for them); holders that stay
 // are checked every CheckInterval like Acquire's.
+//
+// The locks of plain writes (m.Plain) exclude transactions, not each
+// other: plain writes of one key are ordered by the shard's log, which
+// assigns their versions in that order, and a conditional one is checked
+// in Apply; serializing them through the lock made a hot key's writes
+// wait a raft round each. A plain write also waits while a transaction
+// waits for a lock it would share a key with, so that plain writes cannot
+// keep a transaction out of a hot key forever.
 func (lt *LockTable) AcquireAll(ctx context.Context, m *Meta, targets []Target, r Resolver) error {
 	for {
 		lt.mu.Lock()
@@ -326,12 +436,14 @@ func (lt *LockTable) AcquireAll(ctx context.Context, m *Meta, targets []Target, 
 			return ErrLocksLost
 		}
 		var conflicts []*holding
+		waited := false
 		for _, t := range targets {
-			conflicts = append(conflicts, lt.conflictsLocked(m, t, Exclusive)...)
+			conflicts = append(conflicts, lt.conflictsLocked(m, t, Exclusive, m.Plain)...)
+			waited = waited || m.Plain && lt.waitedForLocked(m, t)
 		}
-		if len(conflicts) == 0 {
+		if len(conflicts) == 0 && !waited {
 			for _, t := range targets {
-				lt.grantLocked(m, t, Exclusive)
+				lt.grantLocked(m, t, Exclusive, m.Plain)
 			}
 			lt.mu.Unlock()
 			return nil
@@ -404,7 +516,8 @@ func (lt *LockTable) releaseLocked(id string) {
 			kl.excl = ""
 		}
 		delete(kl.shared, id)
-		if kl.excl == "" && len(kl.shared) == 0 {
+		delete(kl.plain, id)
+		if kl.empty() {
 			delete(lt.keys, k)
 		}
 	}
@@ -477,10 +590,10 @@ func (lt *LockTable) Restore(m *Meta, writes []Target, reads []Target) {
 		return
 	}
 	for _, t := range writes {
-		lt.grantLocked(m, t, Exclusive)
+		lt.grantLocked(m, t, Exclusive, false)
 	}
 	for _, t := range reads {
-		lt.grantLocked(m, t, Shared)
+		lt.grantLocked(m, t, Shared, false)
 	}
 	if h := lt.held[m.ID]; h != nil {
 		h.prepared = true
@@ -530,9 +643,16 @@ func (lt *LockTable) Dump() []string {
 		for id := range kl.shared {
 			out = append(out, string(key)+" S "+id+prepMark(lt.held[id]))
 		}
+		for id := range kl.plain {
+			out = append(out, string(key)+" X "+id+" plain")
+		}
 	}
 	for _, s := range lt.spans {
-		out = append(out, "["+string(s.t.Key)+","+string(s.t.End)+") "+map[Mode]string{Shared: "S", Exclusive: "X"}[s.mode]+" "+s.id+prepMark(lt.held[s.id]))
+		l := "[" + string(s.t.Key) + "," + string(s.t.End) + ") " + map[Mode]string{Shared: "S", Exclusive: "X"}[s.mode] + " " + s.id + prepMark(lt.held[s.id])
+		if s.plain {
+			l += " plain"
+		}
+		out = append(out, l)
 	}
 	sort.Strings(out)
 	return out

@@ -72,6 +72,8 @@ const (
 type randOp struct {
 	t    Target
 	mode Mode
+	// plain: a plain write's lock (compatible with other plain writes').
+	plain bool
 }
 
 func (o randOp) String() string {
@@ -157,7 +159,7 @@ func (s *randSim) Check(ctx context.Context, holder *Meta, prepared bool) (bool,
 }
 
 func opsConflict(a, b randOp) bool {
-	if a.mode == Shared && b.mode == Shared {
+	if a.mode == Shared && b.mode == Shared || a.plain && b.plain {
 		return false
 	}
 	switch {
@@ -178,6 +180,7 @@ func (s *randSim) granted(m *Meta, op randOp) {
 	if s.mu.status[m.ID] != Pending {
 		return
 	}
+	op.plain = m.Plain
 	for id, ops := range s.mu.granted {
 		if id == m.ID || s.mu.status[id] != Pending {
 			continue
@@ -214,6 +217,7 @@ func checkDump(lines []string) []string {
 		} else {
 			op.t.Key = []byte(f[0])
 		}
+		op.plain = f[len(f)-1] == "plain"
 		locks = append(locks, lock{f[2], op, l})
 	}
 	var errs []string

@@ -26,6 +26,27 @@ func TestTryAcquireAll(t *testing.T) {
 	if ok, err := lt.TryAcquireAll(y, []Target{b, a}); !ok || err != nil {
 		t.Fatalf("TryAcquireAll over free keys: %v %v", ok, err)
 	}
+	lt.Release("y")
+
+	// A key being yielded excludes plain writes, which share their locks
+	// only with each other: a plain write's lock refuses the yield, and
+	// the yield's lock holds plain writes back.
+	p := &Meta{ID: "p", Priority: PlainPriority, Plain: true}
+	if err := lt.AcquireAll(context.Background(), p, []Target{a}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := lt.TryAcquireAll(y, []Target{a}); ok || err != nil {
+		t.Fatalf("TryAcquireAll over a plain write's key: %v %v", ok, err)
+	}
+	lt.Release("p")
+	if ok, err := lt.TryAcquireAll(y, []Target{a}); !ok || err != nil {
+		t.Fatalf("TryAcquireAll over a free key: %v %v", ok, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := lt.AcquireAll(ctx, p, []Target{a}, nil); err != context.DeadlineExceeded {
+		t.Fatalf("a plain write over a yielding key: %v, want it to wait", err)
+	}
 	lt.Close()
 	if _, err := lt.TryAcquireAll(&Meta{ID: "z"}, []Target{{Collection: 1, Key: []byte("c")}}); err != ErrLocksLost {
 		t.Fatalf("closed table: %v", err)
