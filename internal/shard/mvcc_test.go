@@ -102,4 +102,3 @@ func get(t *testing.T, db *pebble.DB, k []byte) []byte {
 	}
 	return v
 }
-
