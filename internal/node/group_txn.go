@@ -256,8 +256,12 @@ func (s *groupTxn) write(ctx context.Context, n *Node, ref kv.KeyRef, value []by
 	return nil
 }
 
-// commit sends the attempt to the group's leader.
+// commit sends the attempt to the group's leader. Once begun, it runs to
+// its end whatever becomes of the request, as a general transaction's
+// commit does (txnSession.commit), bounded by a timeout of its own.
 func (s *groupTxn) commit(ctx context.Context, n *Node) (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.opts.RequestTimeout)
+	defer cancel()
 	if s.snap == nil && len(s.writes) == 0 {
 		return 0, nil // it did nothing
 	}

@@ -10,8 +10,9 @@ import (
 	"github.com/groupkv/groupkv/internal/txn"
 )
 
-// Tests of a commit sent again (its client lost the first answer), and of
-// a commit of an attempt the node does not know.
+// Tests of a commit sent again (its client lost the first answer), of a
+// commit of an attempt the node does not know, and of a commit whose
+// request's context ends while it runs.
 
 // keysK returns n keys k0, k1…
 func keysK(n int) []string {
@@ -263,8 +264,74 @@ func TestTxnCommitAgainForgotten(t *testing.T) {
 	}
 }
 
+// TestTxnCommitContextCancelled: a commit whose request's context ends
+// (its client went away) before or while it runs still runs to its end:
+// with nothing in its way it commits, a commit sent again answers its
+// version, and no lock stays held (a plain write goes through at once,
+// though locks of a silent coordinator would only expire after
+// TxnTimeout).
+func TestTxnCommitContextCancelled(t *testing.T) {
+	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond, TxnTimeout: time.Minute})
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionHash, Shards: 3}); err != nil {
+		t.Fatal(err)
+	}
+	delays := []time.Duration{-1, 0, 20 * time.Microsecond, 100 * time.Microsecond, 500 * time.Microsecond, time.Millisecond, 3 * time.Millisecond, 10 * time.Millisecond}
+	for _, keys := range []int{1, 6} {
+		for _, d := range delays {
+			name := fmt.Sprintf("%d keys, cancelled %v after the commit began", keys, d)
+			if d < 0 {
+				name = fmt.Sprintf("%d keys, cancelled before the commit", keys)
+			}
+			t.Run(name, func(t *testing.T) {
+				id, err := n.BeginTxn(ctx, kv.TxnOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, k := range keysK(keys) {
+					if _, _, err := n.TxnGet(ctx, id, kv.KeyRef{Collection: "c", Key: []byte(k)}); err != nil {
+						t.Fatal(err)
+					}
+					if err := n.TxnPut(ctx, id, kv.PutItem{Collection: "c", Key: []byte(k), Value: []byte(name)}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				cctx, ccancel := context.WithCancel(ctx)
+				if d < 0 {
+					ccancel()
+				} else {
+					time.AfterFunc(d, ccancel)
+				}
+				v, err := n.CommitTxn(cctx, id)
+				ccancel()
+				if err != nil {
+					t.Fatalf("the commit answered %v; with nothing in its way it must commit", err)
+				}
+				if again, err := n.CommitTxn(ctx, id); err != nil || again != v {
+					t.Fatalf("the commit sent again answered %d, %v; want %d", again, err, v)
+				}
+				for _, k := range keysK(keys) {
+					r, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte(k)})
+					if err != nil || string(r.Value) != name || r.Version != v {
+						t.Fatalf("%s = %q@%d (%v), want %q@%d", k, r.Value, r.Version, err, name, v)
+					}
+					wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+					_, err = n.Put(wctx, kv.PutRequest{Collection: "c", Key: []byte(k), Value: []byte("plain")})
+					wcancel()
+					if err != nil {
+						t.Fatalf("a plain put of %s after the commit: %v (a lock stayed held?)", k, err)
+					}
+				}
+			})
+		}
+	}
+}
+
 // TestGroupTxnCommitAgain: a group transaction's commit sent again
-// answers the same version; one of an aborted attempt, txn_aborted.
+// answers the same version, as does one whose request's context ended
+// (it runs to its end); one of an aborted attempt, txn_aborted.
 func TestGroupTxnCommitAgain(t *testing.T) {
 	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond})
 	defer n.Close()
@@ -298,6 +365,24 @@ func TestGroupTxnCommitAgain(t *testing.T) {
 	}
 	if err := n.TxnPut(ctx, id, kv.PutItem{Collection: "c", Key: b.Key, Value: []byte("2")}); kv.CodeOf(err) != kv.CodeInvalidArgument {
 		t.Fatalf("a put after the commit: %v, want invalid_argument", err)
+	}
+
+	// A commit whose request's context ended still runs to its end.
+	cut, err := n.BeginGroupTxn(ctx, "g", kv.TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.TxnPut(ctx, cut, kv.PutItem{Collection: "c", Key: b.Key, Value: []byte("1")}); err != nil {
+		t.Fatal(err)
+	}
+	ended, end := context.WithCancel(ctx)
+	end()
+	v, err = n.CommitTxn(ended, cut)
+	if err != nil {
+		t.Fatalf("a group commit whose context ended: %v; with nothing in its way it must commit", err)
+	}
+	if got, err := n.CommitTxn(ctx, cut); err != nil || got != v {
+		t.Fatalf("that commit sent again answered %d, %v; want %d", got, err, v)
 	}
 
 	aborted, err := n.BeginGroupTxn(ctx, "g", kv.TxnOptions{})

@@ -875,8 +875,15 @@ func (n *Node) CommitTxn(ctx context.Context, id string) (uint64, error) {
 	return s.commit(ctx)
 }
 
+// commit commits the attempt. Once begun, a commit runs to its end
+// whatever becomes of the request (its client may be gone): cut short, a
+// prepare would abort the attempt and a commit point left in flight
+// would leave its outcome unknown, its locks held, until it expired. Its
+// own timeout bounds it.
 func (s *txnSession) commit(ctx context.Context) (uint64, error) {
 	n := s.n
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.opts.RequestTimeout)
+	defer cancel()
 	var writers []*participant
 	for _, p := range s.parts {
 		if len(p.writes) > 0 {
