@@ -741,8 +741,9 @@ func commitDeadAttempts(t *testing.T, c *tcluster, gateway int, clients []*txnCl
 		if err != nil {
 			t.Fatalf("a commit of client %s's attempt %s, sent again through node %d: %v", cl.tag, id, gateway, err)
 		}
-		// Known for sure when the answer came (it was sent earlier), with
-		// a margin for the clocks of the test and the server.
+		// known: the gateway surely still knew the attempt when it
+		// answered (now at the latest), with a margin for the clocks of
+		// the test and the server.
 		known := time.Now().Before(remembered[cl.tag].Add(-2 * time.Second))
 		forgotten := !known && a.code == 503 && a.errCode == "commit_unknown"
 		what := fmt.Sprintf("a commit of client %s's attempt %s (its writes visible: %s), sent again through node %d after others overwrote its keys", cl.tag, id, outcomes[cl.tag], gateway)
@@ -849,8 +850,10 @@ func TestEndToEndTxnClientKillCommitting(t *testing.T) {
 	probeLocks(t, c, c.url(1), clients)
 
 	// remembered: until when the gateway surely knows how each attempt
-	// ended (commitDeadAttempts). It ends after the client said
-	// COMMITTING, which it said after its last keep-alive.
+	// ended (commitDeadAttempts). An attempt whose commit reached the
+	// gateway ended after the test told its client to commit; one whose
+	// commit did not is kept killClientIdle after its last keep-alive,
+	// less than a second before that.
 	remembered := map[string]time.Time{}
 	commit := func(cl *txnClient) time.Time {
 		t.Helper()
