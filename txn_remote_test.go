@@ -25,6 +25,19 @@ import (
 // and answers a DB dialed to it and one that calls it in this process.
 func startTxnNode(t *testing.T, maxOps int) (remote, embedded groupkv.DB) {
 	t.Helper()
+	s := startTxnServer(t, maxOps)
+	remote, err := groupkv.Dial(s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { remote.Close() })
+	return remote, groupkv.EmbeddedForTest(s.Node)
+}
+
+// startTxnServer starts one node with MaxTxnOps maxOps (0: the default),
+// serving HTTP and gRPC at its Addr, and waits until it is ready.
+func startTxnServer(t *testing.T, maxOps int) *server.Server {
+	t.Helper()
 	s, err := server.Start(server.Config{
 		Node:   node.Options{DataDir: t.TempDir(), TickInterval: 20 * time.Millisecond, MaxTxnOps: maxOps},
 		Listen: "127.0.0.1:0", PeerListen: "127.0.0.1:0",
@@ -39,12 +52,7 @@ func startTxnNode(t *testing.T, maxOps int) (remote, embedded groupkv.DB) {
 	if err := s.Node.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
-	remote, err = groupkv.Dial(s.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { remote.Close() })
-	return remote, groupkv.EmbeddedForTest(s.Node)
+	return s
 }
 
 // seen is what a transaction's function saw, versions of committed

@@ -696,20 +696,42 @@ func checkAfterKill(t *testing.T, c *tcluster, gateway int, killed time.Time, cl
 	return final
 }
 
+// killClientIdle is the servers' TxnIdleTimeout (they have no flag for
+// it: the default): how long a gateway keeps a silent attempt, and
+// remembers how an attempt ended.
+const killClientIdle = 30 * time.Second
+
 // commitDeadAttempts sends, once checkAfterKill overwrote every key, the
 // commit of each dead client's attempt through its gateway, as if the
-// client had come back: none may commit (answer 200), and every key must
-// still read what the overwrite wrote. It answers each commit's answer.
-func commitDeadAttempts(t *testing.T, c *tcluster, gateway int, clients []*txnClient) []kvAnswer {
+// client had come back and sent its commit again. Each answers how the
+// attempt ended, as checkAfterKill found it (outcomes): 200 with the
+// version its commit answered (when the client saw it) if its writes are
+// visible whole, 409 txn_aborted if they are not — or 503 commit_unknown
+// once the gateway may have forgotten the attempt: after remembered, by
+// which it surely still knew it (an attempt's outcome is remembered for
+// killClientIdle after it ended, a silent attempt is kept killClientIdle
+// after its last request). Never 409 for an attempt that committed, nor
+// 200 for one that did not; and every key must still read what the
+// overwrite wrote. It answers each commit's answer.
+func commitDeadAttempts(t *testing.T, c *tcluster, gateway int, clients []*txnClient, outcomes map[string]string, remembered map[string]time.Time) []kvAnswer {
 	t.Helper()
 	var out []kvAnswer
 	var keys []string
 	for _, cl := range clients {
 		keys = append(keys, cl.keys...)
-		id := ""
+		id, version := "", uint64(0)
 		for _, l := range cl.protocol() {
 			if rest, ok := strings.CutPrefix(l, "TXN "); ok {
 				id = rest
+			}
+			if rest, ok := strings.CutPrefix(l, "COMMIT 200 "); ok {
+				var commit struct {
+					Version uint64 `json:"version"`
+				}
+				if err := json.Unmarshal([]byte(rest), &commit); err != nil || commit.Version == 0 {
+					t.Fatalf("client %s's commit answered %q", cl.tag, l)
+				}
+				version = commit.Version
 			}
 		}
 		if id == "" {
@@ -719,8 +741,31 @@ func commitDeadAttempts(t *testing.T, c *tcluster, gateway int, clients []*txnCl
 		if err != nil {
 			t.Fatalf("a commit of client %s's attempt %s, sent again through node %d: %v", cl.tag, id, gateway, err)
 		}
-		if a.code == 200 {
-			t.Errorf("a commit of client %s's attempt %s, sent again through node %d after others overwrote its keys, answered %s", cl.tag, id, gateway, a)
+		// known: the gateway surely still knew the attempt when it
+		// answered (now at the latest), with a margin for the clocks of
+		// the test and the server.
+		known := time.Now().Before(remembered[cl.tag].Add(-2 * time.Second))
+		forgotten := !known && a.code == 503 && a.errCode == "commit_unknown"
+		what := fmt.Sprintf("a commit of client %s's attempt %s (its writes visible: %s), sent again through node %d after others overwrote its keys", cl.tag, id, outcomes[cl.tag], gateway)
+		switch outcomes[cl.tag] {
+		case "all":
+			var commit struct {
+				Committed bool   `json:"committed"`
+				Version   uint64 `json:"version"`
+			}
+			ok := a.code == 200 && json.Unmarshal([]byte(a.body), &commit) == nil && commit.Committed && (version == 0 || commit.Version == version)
+			if !ok && !forgotten {
+				t.Errorf("%s, answered %s; want 200 with version %d (its first commit's, 0: not seen)", what, a, version)
+			}
+		case "none":
+			if !(a.code == 409 && a.errCode == "txn_aborted") && !forgotten {
+				t.Errorf("%s, answered %s; want 409 txn_aborted", what, a)
+			}
+		default:
+			t.Fatalf("client %s has no outcome: %v", cl.tag, outcomes)
+		}
+		if forgotten {
+			t.Logf("%s answered %s: the gateway no longer remembers it", what, a)
 		}
 		out = append(out, a)
 	}
@@ -768,13 +813,13 @@ func TestEndToEndTxnClientKillHolding(t *testing.T) {
 	cl.kill()
 	killed := time.Now()
 	t.Logf("client killed (%v); it said %q", cl.err, cl.protocol())
-	checkAfterKill(t, c, gateway, killed, []*txnClient{cl}, map[string]string{"h": "none"})
+	final := checkAfterKill(t, c, gateway, killed, []*txnClient{cl}, map[string]string{"h": "none"})
 
-	// The dead client's attempt, still known to its gateway or not, cannot
-	// commit now: its locks went to others.
-	if a := commitDeadAttempts(t, c, gateway, []*txnClient{cl})[0]; a.code != 409 || a.errCode != "txn_aborted" {
-		t.Errorf("a commit of the dead client's attempt through its gateway answered %s, want 409 txn_aborted", a)
-	}
+	// The dead client's attempt cannot commit now: its locks went to
+	// others. Its gateway keeps it for killClientIdle after its last
+	// request (a keep-alive, less than a second before the kill), then
+	// remembers it aborted for as long.
+	commitDeadAttempts(t, c, gateway, []*txnClient{cl}, final, map[string]time.Time{"h": killed.Add(-time.Second + 2*killClientIdle)})
 	t.Logf("done %v after the kill", time.Since(killed).Round(time.Millisecond))
 }
 
@@ -804,12 +849,20 @@ func TestEndToEndTxnClientKillCommitting(t *testing.T) {
 	}
 	probeLocks(t, c, c.url(1), clients)
 
+	// remembered: until when the gateway surely knows how each attempt
+	// ended (commitDeadAttempts). An attempt whose commit reached the
+	// gateway ended after the test told its client to commit; one whose
+	// commit did not is kept killClientIdle after its last keep-alive,
+	// less than a second before that.
+	remembered := map[string]time.Time{}
 	commit := func(cl *txnClient) time.Time {
 		t.Helper()
+		before := time.Now()
 		if _, err := io.WriteString(cl.in, "commit\n"); err != nil {
 			t.Fatalf("telling client %s to commit: %v", cl.tag, err)
 		}
 		cl.waitFor(t, "COMMITTING", 30*time.Second)
+		remembered[cl.tag] = before.Add(-time.Second + killClientIdle)
 		return time.Now()
 	}
 	start := commit(clients[0])
@@ -846,7 +899,7 @@ func TestEndToEndTxnClientKillCommitting(t *testing.T) {
 		}
 	}
 	got := checkAfterKill(t, c, gateway, killed, clients, want)
-	again := commitDeadAttempts(t, c, gateway, clients)
+	again := commitDeadAttempts(t, c, gateway, clients, got, remembered)
 	count := map[string]int{}
 	for i, cl := range clients {
 		when := fmt.Sprintf("killed %v after COMMITTING", delays[i].Round(10*time.Microsecond))

@@ -74,6 +74,32 @@ func TestEndToEndTxnForms(t *testing.T) {
 			t.Fatalf("node %d reads a as %s (%v), want version %d", id, a, err, commit.Version)
 		}
 	}
+	// The commit sent again (its answer lost) answers the same, and
+	// applies nothing again; an abort does not undo it. Another node,
+	// which does not know the attempt, cannot tell: 503 commit_unknown,
+	// as for an id nobody began.
+	first := a
+	for range 2 {
+		if a := must(c.do(ctx, "POST", base+"/commit", ``)); a.code != 200 || a.body != first.body {
+			t.Fatalf("commit sent again: %s, want %s", a, first)
+		}
+	}
+	if a := must(c.do(ctx, "POST", base+"/abort", ``)); a.code != 200 {
+		t.Fatalf("abort of a committed transaction: %s", a)
+	}
+	if a := must(c.do(ctx, "POST", base+"/commit", ``)); a.code != 200 || a.body != first.body {
+		t.Fatalf("commit sent again after an abort: %s, want %s", a, first)
+	}
+	if a := must(c.do(ctx, "GET", c.url(2)+"/v1/kv/c/a", "")); a.code != 200 {
+		t.Fatalf("a after the commits sent again: %s", a)
+	} else if v, err := getVersion(a); err != nil || v != commit.Version {
+		t.Fatalf("a after the commits sent again: %s (%v), want version %d", a, err, commit.Version)
+	}
+	for _, url := range []string{c.url(1) + "/v1/txn/" + begin.Txn, c.url(2) + "/v1/txn/00000000000000010000000100000000000000aa"} {
+		if a := must(c.do(ctx, "POST", url+"/commit", ``)); a.code != 503 || a.errCode != "commit_unknown" {
+			t.Fatalf("commit of an attempt the node does not know (%s): %s, want 503 commit_unknown", url, a)
+		}
+	}
 	// Abort is idempotent; an aborted session answers 409 txn_aborted.
 	a = must(c.do(ctx, "POST", c.url(3)+"/v1/txn", `{}`))
 	json.Unmarshal([]byte(a.body), &begin)
@@ -85,6 +111,11 @@ func TestEndToEndTxnForms(t *testing.T) {
 	}
 	if a := must(c.do(ctx, "POST", base+"/put", `{"collection": "c", "key": "a", "value": "x"}`)); a.code != 409 || a.errCode != "txn_aborted" {
 		t.Fatalf("put in an aborted transaction: %s", a)
+	}
+	for range 2 {
+		if a := must(c.do(ctx, "POST", base+"/commit", ``)); a.code != 409 || a.errCode != "txn_aborted" {
+			t.Fatalf("commit of an aborted transaction: %s", a)
+		}
 	}
 	// retry_of keeps the priority: a new attempt begins.
 	if a := must(c.do(ctx, "POST", c.url(3)+"/v1/txn", fmt.Sprintf(`{"retry_of": %q}`, begin.Txn))); a.code != 200 {

@@ -292,7 +292,10 @@ func txnRangeRead[Q any](ctx context.Context, s *grpcService, begin *pb.TxnBegin
 // CommitTxn applies the request's writes, then commits. A write that
 // fails aborts the attempt (it is not left half-written for a commit
 // that will not come; one that failed with txn_aborted is over already)
-// and is the commit's error.
+// and is the commit's error — but for a write refused because the backend
+// does not know the attempt (kv.TxnUnknownError): the attempt may have
+// committed (this may be its commit sent again), so the commit answers
+// commit_unknown, never txn_aborted.
 func (s *grpcService) CommitTxn(ctx context.Context, req *pb.CommitTxnRequest) (*pb.CommitTxnResponse, error) {
 	tb, err := s.txn()
 	if err != nil {
@@ -310,6 +313,10 @@ func (s *grpcService) CommitTxn(ctx context.Context, req *pb.CommitTxnRequest) (
 		return nil, s.fail(ctx, err)
 	}
 	if err := applyWrites(ctx, tb, a.id, writes); err != nil {
+		if kv.IsTxnUnknown(err) {
+			return nil, s.failIn(ctx, tb, a, kv.Errorf(kv.CodeCommitUnknown,
+				"the commit's writes could not be applied, and whether the attempt committed cannot be told: %s", kv.AsError(err).Message), false)
+		}
 		if kv.CodeOf(err) != kv.CodeTxnAborted { // else the backend ended it
 			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortBegunTimeout)
 			_ = tb.AbortTxn(actx, a.id) // a failed abort leaves the locks to expire

@@ -9,7 +9,9 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/groupkv/groupkv/internal/kv"
 	pb "github.com/groupkv/groupkv/proto/groupkvpb"
@@ -250,6 +252,17 @@ func TestGRPCCommitWritesFail(t *testing.T) {
 	wantCalls(t, tf, txnCall{"TxnPut", "t7", kv.PutItem{Collection: "c", Key: []byte("a")}},
 		txnCall{"TxnDelete", "t7", kv.KeyRef{Collection: "c", Key: []byte("b")}})
 	delete(tf.errs, "TxnDelete")
+
+	// A write refused because the backend does not know the attempt: it
+	// may have committed (this may be its commit sent again), so the
+	// commit's answer is commit_unknown, not txn_aborted.
+	tf.errs["TxnPut"] = kv.TxnUnknown(kv.Errorf(kv.CodeTxnAborted, "transaction t8 is not known to node 1"))
+	_, err = c.CommitTxn(ctx, &pb.CommitTxnRequest{Txn: "t8", Writes: writes})
+	if st, _ := status.FromError(err); st.Code() != codes.Unknown || kv.CodeOf(ErrorFromStatus(err, true)) != kv.CodeCommitUnknown || !strings.Contains(st.Message(), "not known") {
+		t.Fatalf("CommitTxn of an unknown attempt with writes = %v, want commit_unknown", err)
+	}
+	wantCalls(t, tf, txnCall{"TxnPut", "t8", kv.PutItem{Collection: "c", Key: []byte("a")}})
+	delete(tf.errs, "TxnPut")
 }
 
 // TestTxnAttempt checks the client attempt: its round trips, its

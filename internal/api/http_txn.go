@@ -25,7 +25,10 @@ import (
 // URL-safe); the attempt lives on the node that began it, so its operations
 // must be sent to that node. Errors are the backend's: txn_aborted (409)
 // when the attempt was aborted, and the client may begin a new one with
-// retry_of; commit_unknown (503) when a commit's outcome cannot be told. A
+// retry_of; commit_unknown (503) when a commit's outcome cannot be told
+// (kv.TxnBackend.CommitTxn: a commit sent again answers what the first
+// one did while the node remembers the attempt, and one of an attempt the
+// node does not know answers commit_unknown). A
 // backend that is not a kv.TxnBackend makes every form answer 501
 // unimplemented.
 

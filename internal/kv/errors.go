@@ -108,3 +108,29 @@ func AsError(err error) *Error {
 	}
 	return &Error{Code: CodeOf(err), Message: err.Error()}
 }
+
+// TxnUnknownError is the error of an operation of a transaction attempt
+// its backend does not know: one begun elsewhere, or one that ended and
+// whose outcome the backend no longer remembers. Err (txn_aborted) is what
+// the operation answers — the attempt cannot go on — but the backend
+// cannot tell whether the attempt committed, so a request that commits
+// after the operation (a gRPC CommitTxn carrying writes) answers
+// commit_unknown, never txn_aborted. errors.As finds Err in it.
+type TxnUnknownError struct {
+	Err *Error
+}
+
+func (e *TxnUnknownError) Error() string { return e.Err.Error() }
+
+func (e *TxnUnknownError) Unwrap() error { return e.Err }
+
+// TxnUnknown marks err as the error of an operation of an attempt its
+// backend does not know (TxnUnknownError).
+func TxnUnknown(err *Error) error { return &TxnUnknownError{Err: err} }
+
+// IsTxnUnknown reports whether err says that its backend does not know the
+// transaction attempt (TxnUnknownError).
+func IsTxnUnknown(err error) bool {
+	var e *TxnUnknownError
+	return errors.As(err, &e)
+}

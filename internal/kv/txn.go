@@ -98,7 +98,12 @@ type TxnBackend interface {
 	TxnDelete(ctx context.Context, txn string, ref KeyRef) error
 	TxnScan(ctx context.Context, txn string, req ScanRequest) (ScanResult, error)
 	TxnGetByTags(ctx context.Context, txn string, q TagQuery) (ScanResult, error)
-	// CommitTxn answers the commit version.
+	// CommitTxn answers the commit version. A commit of an attempt that
+	// ended answers what its first commit did (the same version, or
+	// CodeTxnAborted), while the backend remembers the attempt; one of
+	// an attempt it does not know (begun elsewhere, or forgotten)
+	// answers CodeCommitUnknown. It never answers CodeTxnAborted unless
+	// the attempt is known not to have committed.
 	CommitTxn(ctx context.Context, txn string) (uint64, error)
 	// AbortTxn is idempotent: aborting an unknown or finished attempt
 	// succeeds.

@@ -264,8 +264,18 @@ func (n *Node) groupTick() {
 		}
 	}
 	for id, s := range n.groups.mu.sessions {
-		if now.Sub(time.Unix(0, s.used.Load())) > n.opts.TxnIdleTimeout {
+		// An attempt in use (locked) is not idle; one idle ends aborted,
+		// and its outcome is remembered (endGroupTxn, which takes
+		// groups.mu: not called here).
+		if now.Sub(time.Unix(0, s.used.Load())) > n.opts.TxnIdleTimeout && s.mu.TryLock() {
+			if !s.done {
+				s.done, s.err = true, kv.Errorf(kv.CodeTxnAborted, "group transaction %s expired: no request for %v", id, n.opts.TxnIdleTimeout)
+				if s.client {
+					n.rememberOutcome(id, txnOutcome{err: s.err})
+				}
+			}
 			delete(n.groups.mu.sessions, id)
+			s.mu.Unlock()
 		}
 	}
 	for id, t := range n.groups.mu.prio {

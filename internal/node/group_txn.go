@@ -51,8 +51,14 @@ type groupTxn struct {
 	members map[group.Key]memberWire
 	reads   map[group.Key]uint64
 	writes  []group.Write
+	// done: committed (err nil, at version) or not (err says why).
 	done    bool
 	err     error
+	version uint64
+	// client: the attempt's id was answered to a client
+	// (BeginGroupTxn), which may send its commit again: its outcome is
+	// remembered when it ends.
+	client bool
 }
 
 // BeginGroupTxn implements kv.GroupBackend.
@@ -62,14 +68,16 @@ func (n *Node) BeginGroupTxn(ctx context.Context, id string, opts kv.TxnOptions)
 		return "", err
 	}
 	defer done()
-	s, err := n.beginGroupTxn(ctx, id, opts)
+	s, err := n.beginGroupTxn(ctx, id, opts, true)
 	if err != nil {
 		return "", err
 	}
 	return s.id, nil
 }
 
-func (n *Node) beginGroupTxn(ctx context.Context, id string, opts kv.TxnOptions) (*groupTxn, error) {
+// beginGroupTxn begins an attempt of group id; client says whether its id
+// goes to a client, as for beginSession.
+func (n *Node) beginGroupTxn(ctx context.Context, id string, opts kv.TxnOptions, client bool) (*groupTxn, error) {
 	switch opts.Isolation {
 	case "", kv.IsolationSerializable, kv.IsolationSnapshot:
 		// Group transactions are serializable; snapshot asks for less.
@@ -94,7 +102,7 @@ func (n *Node) beginGroupTxn(ctx context.Context, id string, opts kv.TxnOptions)
 	_, _ = rand.Read(b[:])
 	s := &groupTxn{id: groupAttemptPrefix + hex.EncodeToString(b[:]), group: id, reg: reg, shard: shardID,
 		priority: opts.RetryOf != "", readOnly: opts.ReadOnly,
-		reads: make(map[group.Key]uint64)}
+		reads: make(map[group.Key]uint64), client: client}
 	s.used.Store(time.Now().UnixNano())
 	n.groups.mu.Lock()
 	n.groups.mu.sessions[s.id] = s
@@ -102,31 +110,51 @@ func (n *Node) beginGroupTxn(ctx context.Context, id string, opts kv.TxnOptions)
 	return s, nil
 }
 
-// groupSession returns attempt id, locked.
-func (n *Node) groupSession(id string) (*groupTxn, error) {
+// findGroupSession looks attempt id up, as findSession does: the
+// attempt, locked, while it runs; its outcome once it ended and while
+// this node remembers it; neither when the node does not know it.
+func (n *Node) findGroupSession(id string) (*groupTxn, *txnOutcome) {
 	n.groups.mu.Lock()
 	s := n.groups.mu.sessions[id]
 	n.groups.mu.Unlock()
-	if s == nil {
-		return nil, kv.Errorf(kv.CodeTxnAborted, "group transaction %s is not known to node %d (it finished, expired or was begun elsewhere); retry it", id, n.id)
-	}
-	s.mu.Lock()
-	if s.done {
-		err := s.err
-		s.mu.Unlock()
-		if err == nil {
-			err = kv.Errorf(kv.CodeInvalidArgument, "group transaction %s has committed", id)
+	if s != nil {
+		s.mu.Lock()
+		if s.done {
+			o := txnOutcome{version: s.version, err: s.err}
+			s.mu.Unlock()
+			return nil, &o
 		}
-		return nil, err
+		s.used.Store(time.Now().UnixNano())
+		return s, nil
 	}
-	s.used.Store(time.Now().UnixNano())
+	if o, ok := n.rememberedOutcome(id); ok {
+		return nil, &o
+	}
+	return nil, nil
+}
+
+// groupSession returns attempt id, locked, or the error an operation
+// (other than a commit) of it answers.
+func (n *Node) groupSession(id string) (*groupTxn, error) {
+	s, o := n.findGroupSession(id)
+	switch {
+	case o != nil && o.err == nil:
+		return nil, kv.Errorf(kv.CodeInvalidArgument, "group transaction %s has committed (at version %d); it takes no more operations", id, o.version)
+	case o != nil:
+		return nil, o.err
+	case s == nil:
+		return nil, kv.TxnUnknown(kv.Errorf(kv.CodeTxnAborted, "group transaction %s is not known to node %d (it finished, expired or was begun elsewhere); retry it", id, n.id))
+	}
 	return s, nil
 }
 
-func (n *Node) endGroupTxn(s *groupTxn, err error) {
-	s.done, s.err = true, err
-	if s.err == nil {
-		s.err = kv.Errorf(kv.CodeInvalidArgument, "group transaction %s has committed", s.id)
+// endGroupTxn ends attempt s: committed at version v when err is nil,
+// else not. Its outcome is remembered, if its client may ask for it,
+// before it leaves the sessions. s.mu is held.
+func (n *Node) endGroupTxn(s *groupTxn, v uint64, err error) {
+	s.done, s.err, s.version = true, err, v
+	if s.client {
+		n.rememberOutcome(s.id, txnOutcome{version: v, err: err})
 	}
 	n.groups.mu.Lock()
 	delete(n.groups.mu.sessions, s.id)
@@ -228,8 +256,12 @@ func (s *groupTxn) write(ctx context.Context, n *Node, ref kv.KeyRef, value []by
 	return nil
 }
 
-// commit sends the attempt to the group's leader.
+// commit sends the attempt to the group's leader. Once begun, it runs to
+// its end whatever becomes of the request, as a general transaction's
+// commit does (txnSession.commit), bounded by a timeout of its own.
 func (s *groupTxn) commit(ctx context.Context, n *Node) (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.opts.RequestTimeout)
+	defer cancel()
 	if s.snap == nil && len(s.writes) == 0 {
 		return 0, nil // it did nothing
 	}
@@ -371,7 +403,7 @@ func (n *Node) groupTxnGet(ctx context.Context, id string, ref kv.KeyRef) (kv.Re
 	defer s.mu.Unlock()
 	rec, found, err := s.get(ctx, n, ref)
 	if kv.CodeOf(err) == kv.CodeTxnAborted {
-		n.endGroupTxn(s, err)
+		n.endGroupTxn(s, 0, err)
 	}
 	return rec, found, err
 }
@@ -384,15 +416,19 @@ func (n *Node) groupTxnWrite(ctx context.Context, id string, ref kv.KeyRef, valu
 	defer s.mu.Unlock()
 	err = s.write(ctx, n, ref, value, del)
 	if kv.CodeOf(err) == kv.CodeTxnAborted {
-		n.endGroupTxn(s, err)
+		n.endGroupTxn(s, 0, err)
 	}
 	return err
 }
 
 func (n *Node) groupTxnCommit(ctx context.Context, id string) (uint64, error) {
-	s, err := n.groupSession(id)
-	if err != nil {
-		return 0, err
+	s, o := n.findGroupSession(id)
+	switch {
+	case o != nil:
+		// It ended: a commit sent again answers what the first one did.
+		return o.answer()
+	case s == nil:
+		return 0, kv.Errorf(kv.CodeCommitUnknown, "group transaction %s is not known to node %d: it was begun elsewhere, or it ended more than %v ago and the node no longer remembers whether it committed; read what it wrote before running it again", id, n.id, n.opts.TxnIdleTimeout)
 	}
 	defer s.mu.Unlock()
 	v, err := s.commit(ctx, n)
@@ -403,7 +439,7 @@ func (n *Node) groupTxnCommit(ctx context.Context, id string) (uint64, error) {
 			err = kv.Errorf(kv.CodeTxnAborted, "group transaction %s did not commit: %v; retry it", id, err)
 		}
 	}
-	n.endGroupTxn(s, err)
+	n.endGroupTxn(s, v, err)
 	return v, err
 }
 
@@ -420,7 +456,7 @@ func (n *Node) groupTxnAbort(ctx context.Context, id string) error {
 		if s.priority && s.snap != nil {
 			n.releasePriorityAt(ctx, s)
 		}
-		n.endGroupTxn(s, kv.Errorf(kv.CodeTxnAborted, "group transaction %s was aborted by its client", id))
+		n.endGroupTxn(s, 0, kv.Errorf(kv.CodeTxnAborted, "group transaction %s was aborted by its client", id))
 	}
 	return nil
 }
@@ -437,7 +473,7 @@ func (n *Node) ExecGroupTxn(ctx context.Context, id string, req kv.ExecRequest) 
 	}
 	var retryOf string
 	for attempt := 0; ; attempt++ {
-		s, err := n.beginGroupTxn(ctx, id, kv.TxnOptions{RetryOf: retryOf})
+		s, err := n.beginGroupTxn(ctx, id, kv.TxnOptions{RetryOf: retryOf}, false)
 		if err != nil {
 			return kv.ExecResult{}, err
 		}
@@ -447,7 +483,7 @@ func (n *Node) ExecGroupTxn(ctx context.Context, id string, req kv.ExecRequest) 
 			if s.priority && s.snap != nil {
 				n.releasePriorityAt(ctx, s)
 			}
-			n.endGroupTxn(s, err)
+			n.endGroupTxn(s, 0, err)
 		}
 		s.mu.Unlock()
 		if kv.CodeOf(err) != kv.CodeTxnAborted || ctx.Err() != nil {
@@ -489,7 +525,7 @@ func (e groupExec) del(ctx context.Context, ref kv.KeyRef) error {
 
 func (e groupExec) commit(ctx context.Context) (uint64, error) {
 	v, err := e.s.commit(ctx, e.n)
-	e.n.endGroupTxn(e.s, err)
+	e.n.endGroupTxn(e.s, v, err)
 	return v, err
 }
 
@@ -565,7 +601,7 @@ func (n *Node) groupPlainWrite(ctx context.Context, homeShard uint64, ref kv.Key
 	}
 	var retryOf string
 	for attempt := 0; ; attempt++ {
-		s, err := n.beginGroupTxn(ctx, owner.Group, kv.TxnOptions{RetryOf: retryOf})
+		s, err := n.beginGroupTxn(ctx, owner.Group, kv.TxnOptions{RetryOf: retryOf}, false)
 		if err != nil {
 			return 0, err
 		}
@@ -596,7 +632,7 @@ func (n *Node) groupPlainWrite(ctx context.Context, homeShard uint64, ref kv.Key
 			if err != nil && s.priority && s.snap != nil {
 				n.releasePriorityAt(ctx, s)
 			}
-			n.endGroupTxn(s, err)
+			n.endGroupTxn(s, v, err)
 		}
 		s.mu.Unlock()
 		if kv.CodeOf(err) != kv.CodeTxnAborted || ctx.Err() != nil {

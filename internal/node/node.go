@@ -81,9 +81,12 @@ type Node struct {
 	}
 
 	// ltabs are the lock tables of the shards this node leads; txns the
-	// transaction attempts it coordinates (txn_leader.go, txn_coord.go).
+	// transaction attempts it coordinates (txn_leader.go, txn_coord.go);
+	// outcomes how the session attempts it coordinated ended
+	// (txn_outcomes.go).
 	ltabs        lockTables
 	txns         txnSessions
+	outcomes     txnOutcomes
 	groups       groupState
 	plainCounter atomic.Uint64
 

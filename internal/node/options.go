@@ -68,8 +68,14 @@ type Options struct {
 	// waits for; 0 means TxnTimeout/5.
 	TxnCheckInterval time.Duration
 	// TxnIdleTimeout aborts a session transaction (HTTP) that saw no
-	// request for this long; 0 means 30 seconds.
+	// request for this long; 0 means 30 seconds. It is also how long the
+	// node remembers how a session transaction ended, for a commit sent
+	// again (txn_outcomes.go).
 	TxnIdleTimeout time.Duration
+	// MaxTxnOutcomes bounds how many ended session transactions the node
+	// remembers the outcome of; past it the oldest are forgotten first. 0
+	// means 65536.
+	MaxTxnOutcomes int
 	// MaxTxnDuration bounds a transaction attempt from its start to its
 	// commit; 0 means 1 minute.
 	MaxTxnDuration time.Duration
@@ -136,6 +142,9 @@ func (o *Options) EnsureDefaults() {
 	if o.TxnIdleTimeout == 0 {
 		o.TxnIdleTimeout = 30 * time.Second
 	}
+	if o.MaxTxnOutcomes == 0 {
+		o.MaxTxnOutcomes = 1 << 16
+	}
 	if o.MaxTxnDuration == 0 {
 		o.MaxTxnDuration = time.Minute
 	}
@@ -164,6 +173,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Retention < 0 {
 		errs = append(errs, fmt.Sprintf("Retention %v is negative", o.Retention))
+	}
+	if o.MaxTxnOutcomes < 0 {
+		errs = append(errs, fmt.Sprintf("MaxTxnOutcomes %d is negative", o.MaxTxnOutcomes))
 	}
 	if o.MaxValueSize < 0 || o.MaxValueSize > 64<<20 {
 		errs = append(errs, fmt.Sprintf("MaxValueSize %d is outside [1, 64 MiB]", o.MaxValueSize))

@@ -81,9 +81,14 @@ type txnSession struct {
 	parts  map[uint64]*participant
 	ops    int
 	bytes  int
-	// done: committed, aborted or abandoned; err says how (nil: committed).
+	// done: committed, aborted or abandoned; abortErr says how (nil:
+	// committed, at version).
 	done     bool
 	abortErr error
+	version  uint64
+	// client: the attempt's id was answered to a client (BeginTxn), which
+	// may send its commit again: its outcome is remembered when it ends.
+	client   bool
 	lastUsed time.Time
 	stopHB   chan struct{}
 	hb       bool // heartbeats started
@@ -108,14 +113,17 @@ func (n *Node) BeginTxn(ctx context.Context, opts kv.TxnOptions) (string, error)
 		return "", err
 	}
 	defer done()
-	s, err := n.beginSession(ctx, opts)
+	s, err := n.beginSession(ctx, opts, true)
 	if err != nil {
 		return "", err
 	}
 	return s.meta.ID, nil
 }
 
-func (n *Node) beginSession(ctx context.Context, opts kv.TxnOptions) (*txnSession, error) {
+// beginSession begins an attempt; client says whether its id goes to a
+// client (which may send its commit again), rather than staying inside
+// the node (a one-shot transaction, a batch).
+func (n *Node) beginSession(ctx context.Context, opts kv.TxnOptions, client bool) (*txnSession, error) {
 	iso := opts.Isolation
 	if iso == "" {
 		iso = kv.IsolationSerializable
@@ -153,7 +161,7 @@ func (n *Node) beginSession(ctx context.Context, opts kv.TxnOptions) (*txnSessio
 		return nil, err
 	}
 	s := &txnSession{n: n, iso: iso, readOnly: opts.ReadOnly, writes: map[string]*bufferedWrite{},
-		parts: map[uint64]*participant{}, lastUsed: time.Now(), stopHB: make(chan struct{})}
+		parts: map[uint64]*participant{}, lastUsed: time.Now(), stopHB: make(chan struct{}), client: client}
 	s.meta = txn.Meta{ID: txn.NewID(priority, attempt), Priority: priority, Attempt: attempt, Start: now}
 	if opts.ReadOnly || iso == kv.IsolationSnapshot {
 		s.readTS = now
@@ -256,34 +264,69 @@ func (n *Node) awaitTxnEndFrom(ctx context.Context, m *txn.Meta, followed map[st
 	}
 }
 
-// session returns the attempt id, locked, or the error to answer.
-func (n *Node) session(id string) (*txnSession, error) {
+// findSession looks attempt id up: it answers the attempt, locked, while
+// it runs; its outcome once it ended and while this node remembers it;
+// neither when the node does not know it (begun elsewhere, or forgotten).
+func (n *Node) findSession(id string) (*txnSession, *txnOutcome, error) {
 	n.txns.mu.Lock()
 	s := n.txns.m[id]
 	n.txns.mu.Unlock()
-	if s == nil {
-		if _, _, err := txn.ParseID(id); err != nil {
-			return nil, kv.Errorf(kv.CodeNotFound, "no transaction %q: %v", id, err)
+	if s != nil {
+		s.mu.Lock()
+		if s.done {
+			// It ended while this request waited for it (a commit
+			// under way, say).
+			o := s.outcome()
+			s.mu.Unlock()
+			return nil, &o, nil
 		}
-		return nil, kv.Errorf(kv.CodeTxnAborted, "transaction %s is not known to node %d (it finished, expired or was begun elsewhere); retry it", id, n.id)
+		s.lastUsed = time.Now()
+		return s, nil, nil
 	}
-	s.mu.Lock()
-	if s.done {
-		err := s.abortErr
-		s.mu.Unlock()
-		if err == nil {
-			err = kv.Errorf(kv.CodeInvalidArgument, "transaction %s already committed", id)
-		}
+	// An attempt's outcome is remembered before it leaves the sessions
+	// (forget), so that one not found there is found here if it ended.
+	if o, ok := n.rememberedOutcome(id); ok {
+		return nil, &o, nil
+	}
+	if _, _, err := txn.ParseID(id); err != nil {
+		return nil, nil, kv.Errorf(kv.CodeNotFound, "no transaction %q: %v", id, err)
+	}
+	return nil, nil, nil
+}
+
+// session returns the attempt id, locked, or the error an operation
+// (other than a commit) of it answers.
+func (n *Node) session(id string) (*txnSession, error) {
+	s, o, err := n.findSession(id)
+	switch {
+	case err != nil:
 		return nil, err
+	case o != nil && o.err == nil:
+		return nil, kv.Errorf(kv.CodeInvalidArgument, "transaction %s has committed (at version %d); it takes no more operations", id, o.version)
+	case o != nil:
+		return nil, o.err
+	case s == nil:
+		// The attempt cannot go on, whatever became of it.
+		return nil, kv.TxnUnknown(kv.Errorf(kv.CodeTxnAborted, "transaction %s is not known to node %d (it finished, expired or was begun elsewhere); retry it", id, n.id))
 	}
-	s.lastUsed = time.Now()
 	return s, nil
 }
 
-func (n *Node) forget(id string) {
-	n.txns.mu.Lock()
-	delete(n.txns.m, id)
-	n.txns.mu.Unlock()
+// outcome is how the attempt ended. s.mu is held, and s.done set.
+func (s *txnSession) outcome() txnOutcome {
+	return txnOutcome{version: s.version, err: s.abortErr}
+}
+
+// forget removes the attempt, which ended, from the sessions, having
+// remembered its outcome first if its client may ask for it. s.mu is
+// held.
+func (s *txnSession) forget() {
+	if s.client {
+		s.n.rememberOutcome(s.meta.ID, s.outcome())
+	}
+	s.n.txns.mu.Lock()
+	delete(s.n.txns.m, s.meta.ID)
+	s.n.txns.mu.Unlock()
 }
 
 // expireSessions aborts session transactions idle for longer than
@@ -306,6 +349,7 @@ func (n *Node) expireSessions() {
 		}
 	}
 	n.txns.mu.Unlock()
+	n.outcomes.prune(time.Now(), n.opts.TxnIdleTimeout, n.opts.MaxTxnOutcomes)
 	for _, s := range idle {
 		s.mu.Lock()
 		if !s.done && s.lastUsed.Before(cutoff) {
@@ -339,7 +383,7 @@ func (s *txnSession) abortLocked(ctx context.Context, err error) {
 			n.log.Debug("releasing a transaction's locks failed; waiters find its record aborted", "txn", s.meta.ID, "shard", id, "err", rerr)
 		}
 	}
-	n.forget(s.meta.ID)
+	s.forget()
 }
 
 // fail turns an operation's error into the attempt's outcome: an abort
@@ -816,16 +860,30 @@ func (n *Node) CommitTxn(ctx context.Context, id string) (uint64, error) {
 	if isGroupAttempt(id) {
 		return n.groupTxnCommit(ctx, id)
 	}
-	s, err := n.session(id)
-	if err != nil {
+	s, o, err := n.findSession(id)
+	switch {
+	case err != nil:
 		return 0, err
+	case o != nil:
+		// It ended: a commit sent again (its client lost the answer)
+		// answers what the first one did.
+		return o.answer()
+	case s == nil:
+		return 0, kv.Errorf(kv.CodeCommitUnknown, "transaction %s is not known to node %d: it was begun elsewhere, or it ended more than %v ago and the node no longer remembers whether it committed; read what it wrote before running it again", id, n.id, n.opts.TxnIdleTimeout)
 	}
 	defer s.mu.Unlock()
 	return s.commit(ctx)
 }
 
+// commit commits the attempt. Once begun, a commit runs to its end
+// whatever becomes of the request (its client may be gone): cut short, a
+// prepare would abort the attempt and a commit point left in flight
+// would leave its outcome unknown, its locks held, until it expired. Its
+// own timeout bounds it.
 func (s *txnSession) commit(ctx context.Context) (uint64, error) {
 	n := s.n
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.opts.RequestTimeout)
+	defer cancel()
 	var writers []*participant
 	for _, p := range s.parts {
 		if len(p.writes) > 0 {
@@ -837,7 +895,7 @@ func (s *txnSession) commit(ctx context.Context) (uint64, error) {
 		if err != nil {
 			return 0, s.fail(ctx, err)
 		}
-		s.finish()
+		s.finish(v)
 		return v, nil
 	}
 	deadline := s.meta.Start + uint64(n.opts.MaxTxnDuration.Milliseconds())<<cluster.LogicalBits
@@ -866,7 +924,7 @@ func (s *txnSession) commit(ctx context.Context) (uint64, error) {
 			}
 			return 0, s.unknown(err)
 		}
-		s.finish()
+		s.finish(res.Version)
 		return res.Version, nil
 	}
 	// Two phases: prepare every participant.
@@ -920,7 +978,7 @@ func (s *txnSession) commit(ctx context.Context) (uint64, error) {
 		s.abortPrepared(ctx, err)
 		return 0, err
 	}
-	s.finish()
+	s.finish(rec.CommitTS)
 	n.resolveAsync(s.meta.ID, s.parts, rec)
 	return rec.CommitTS, nil
 }
@@ -964,11 +1022,11 @@ func (s *txnSession) commitReadOnly(ctx context.Context) (uint64, error) {
 	return v, nil
 }
 
-// finish ends a committed attempt.
-func (s *txnSession) finish() {
-	s.done = true
+// finish ends an attempt committed at version v.
+func (s *txnSession) finish(v uint64) {
+	s.done, s.version = true, v
 	close(s.stopHB)
-	s.n.forget(s.meta.ID)
+	s.forget()
 }
 
 // unknown ends an attempt whose commit outcome is unknown.
@@ -976,7 +1034,7 @@ func (s *txnSession) unknown(err error) error {
 	e := kv.Errorf(kv.CodeCommitUnknown, "the outcome of transaction %s is unknown: %v", s.meta.ID, err)
 	s.done, s.abortErr = true, e
 	close(s.stopHB)
-	s.n.forget(s.meta.ID)
+	s.forget()
 	return e
 }
 
@@ -991,7 +1049,7 @@ func (s *txnSession) abortPrepared(ctx context.Context, err error) {
 	n.noteEnded(s.meta, rec)
 	s.done, s.abortErr = true, err
 	close(s.stopHB)
-	n.forget(s.meta.ID)
+	s.forget()
 	if cerr != nil {
 		return // the record expires; whoever meets an intent resolves it
 	}
@@ -1041,7 +1099,7 @@ func (n *Node) ExecTxn(ctx context.Context, req kv.ExecRequest) (kv.ExecResult, 
 	}
 	var retryOf string
 	for attempt := 0; ; attempt++ {
-		s, err := n.beginSession(ctx, kv.TxnOptions{RetryOf: retryOf})
+		s, err := n.beginSession(ctx, kv.TxnOptions{RetryOf: retryOf}, false)
 		if err != nil {
 			return kv.ExecResult{}, err
 		}
@@ -1181,7 +1239,7 @@ func runExec(ctx context.Context, a execAttempt, req kv.ExecRequest) (kv.ExecRes
 func (n *Node) batchTxn(ctx context.Context, keys []kv.KeyRef, byShard map[uint64][]batchOp) ([]kv.WriteResult, error) {
 	var retryOf string
 	for attempt := 0; ; attempt++ {
-		s, err := n.beginSession(ctx, kv.TxnOptions{RetryOf: retryOf})
+		s, err := n.beginSession(ctx, kv.TxnOptions{RetryOf: retryOf}, false)
 		if err != nil {
 			return nil, err
 		}

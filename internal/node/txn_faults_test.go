@@ -515,10 +515,11 @@ func TestTxnLocksLostOnLeaderChange(t *testing.T) {
 }
 
 // TestTxnOnePhaseCommitEndedContext commits a one-shard transaction with
-// a context that ended: the commit proposal may be queued before the wait
-// for it notices the context, and then it applies. A commit that answers
-// txn_aborted must never become visible — the client would retry it and
-// apply its writes twice; one that cannot tell answers commit_unknown.
+// a context that ended. A commit that answers txn_aborted must never
+// become visible — the client would retry it and apply its writes twice;
+// one that cannot tell answers commit_unknown. (A commit now runs to its
+// end whatever becomes of its request, so these commit;
+// TestTxnCommitContextCancelled requires it.)
 func TestTxnOnePhaseCommitEndedContext(t *testing.T) {
 	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond})
 	defer n.Close()

@@ -105,9 +105,13 @@ func TestTxnReadYourWritesCommitAbort(t *testing.T) {
 	if err != nil || len(res.Items) != 4 {
 		t.Fatalf("scan: %v %d items", err, len(res.Items))
 	}
-	// The commit is final: the id answers no more.
-	if _, err := n.CommitTxn(ctx, id); err == nil {
-		t.Fatal("a second commit succeeded")
+	// The commit is final: a commit sent again answers the same version
+	// and applies nothing; other operations are refused.
+	if v2, err := n.CommitTxn(ctx, id); err != nil || v2 != v {
+		t.Fatalf("a second commit answered %d, %v; want %d, nil", v2, err, v)
+	}
+	if err := n.TxnPut(ctx, id, kv.PutItem{Collection: "c", Key: []byte("a"), Value: []byte("late")}); kv.CodeOf(err) != kv.CodeInvalidArgument {
+		t.Fatalf("a put after the commit: %v, want invalid_argument", err)
 	}
 
 	// Abort discards, and frees the locks at once.

@@ -2978,7 +2978,11 @@ type CommitTxnRequest struct {
 	Begin *TxnBegin `protobuf:"bytes,2,opt,name=begin,proto3" json:"begin,omitempty"`
 	// writes are applied in order before the commit, as TxnWrite does:
 	// each a TxnOp whose op is "put" or "delete". When one fails, the
-	// attempt is aborted and the commit fails with that write's error.
+	// attempt is aborted and the commit fails with that write's error;
+	// but for an attempt the node does not know with commit_unknown (it
+	// may have committed), and for one that committed with
+	// invalid_argument (a commit sent again without writes answers its
+	// version).
 	Writes        []*TxnOp `protobuf:"bytes,3,rep,name=writes,proto3" json:"writes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
