@@ -97,6 +97,22 @@ type holding struct {
 	keys     map[string]Mode
 	spans    []Target
 	prepared bool
+	// since is when the holder got its first lock here.
+	since time.Time
+}
+
+// firstCheck returns when a waiter that begins to wait now for holders
+// first looks at them: one CheckInterval from now, or at once if one of
+// them (not a plain write, which is never checked) has held its locks for
+// that long already; a dead coordinator's locks met on one shard after
+// another are then freed without an interval's wait on each.
+func (lt *LockTable) firstCheck(now time.Time, holders []*holding) time.Time {
+	for _, h := range holders {
+		if !h.meta.Plain && now.Sub(h.since) >= lt.CheckInterval {
+			return now
+		}
+	}
+	return now.Add(lt.CheckInterval)
 }
 
 // LockTable is the lock table of one shard at one leadership term. It is
@@ -262,7 +278,7 @@ func targetEqual(a, b Target) bool {
 func (lt *LockTable) grantLocked(m *Meta, t Target, mode Mode, share bool) {
 	h := lt.held[m.ID]
 	if h == nil {
-		h = &holding{meta: m, keys: map[string]Mode{}}
+		h = &holding{meta: m, keys: map[string]Mode{}, since: time.Now()}
 		lt.held[m.ID] = h
 	}
 	if t.IsSpan {
@@ -306,6 +322,10 @@ func (lt *LockTable) grantLocked(m *Meta, t Target, mode Mode, share bool) {
 // resolver's errors, or with ctx's.
 func (lt *LockTable) Acquire(ctx context.Context, m *Meta, t Target, mode Mode, r Resolver) error {
 	var committed map[string]bool // victims found committed: waited for
+	// nextCheck is when this waiter next looks at the holders it waits
+	// for; a change in the table wakes it without putting that off, so
+	// that holders are checked even while other keys keep changing.
+	var nextCheck time.Time
 	var unwait func()
 	defer func() {
 		if unwait != nil {
@@ -331,6 +351,9 @@ func (lt *LockTable) Acquire(ctx context.Context, m *Meta, t Target, mode Mode, 
 			unwait = lt.addWaiterLocked(m, t)
 		}
 		ch := lt.changed
+		if nextCheck.IsZero() {
+			nextCheck = lt.firstCheck(time.Now(), conflicts)
+		}
 		type victim struct {
 			meta     *Meta
 			prepared bool
@@ -365,7 +388,7 @@ func (lt *LockTable) Acquire(ctx context.Context, m *Meta, t Target, mode Mode, 
 		if !waitOnly {
 			continue
 		}
-		timer := time.NewTimer(lt.CheckInterval)
+		timer := time.NewTimer(time.Until(nextCheck))
 		select {
 		case <-ch:
 			timer.Stop()
@@ -375,6 +398,7 @@ func (lt *LockTable) Acquire(ctx context.Context, m *Meta, t Target, mode Mode, 
 			return ctx.Err()
 		case <-timer.C:
 		}
+		nextCheck = time.Now().Add(lt.CheckInterval)
 		// Waited a while: see whether the holders are still alive.
 		for _, v := range vs {
 			if v.meta.Plain {
@@ -429,6 +453,7 @@ func (lt *LockTable) TryAcquireAll(m *Meta, targets []Target) (bool, error) {
 // waits for a lock it would share a key with, so that plain writes cannot
 // keep a transaction out of a hot key forever.
 func (lt *LockTable) AcquireAll(ctx context.Context, m *Meta, targets []Target, r Resolver) error {
+	var nextCheck time.Time // as in Acquire
 	for {
 		lt.mu.Lock()
 		if lt.closed {
@@ -449,6 +474,9 @@ func (lt *LockTable) AcquireAll(ctx context.Context, m *Meta, targets []Target, 
 			return nil
 		}
 		ch := lt.changed
+		if nextCheck.IsZero() {
+			nextCheck = lt.firstCheck(time.Now(), conflicts)
+		}
 		metas := make([]*Meta, 0, len(conflicts))
 		prepared := make([]bool, 0, len(conflicts))
 		for _, h := range conflicts {
@@ -456,7 +484,7 @@ func (lt *LockTable) AcquireAll(ctx context.Context, m *Meta, targets []Target, 
 			prepared = append(prepared, h.prepared)
 		}
 		lt.mu.Unlock()
-		timer := time.NewTimer(lt.CheckInterval)
+		timer := time.NewTimer(time.Until(nextCheck))
 		select {
 		case <-ch:
 			timer.Stop()
@@ -466,6 +494,7 @@ func (lt *LockTable) AcquireAll(ctx context.Context, m *Meta, targets []Target, 
 			return ctx.Err()
 		case <-timer.C:
 		}
+		nextCheck = time.Now().Add(lt.CheckInterval)
 		for i, h := range metas {
 			if h.Plain {
 				continue
@@ -598,7 +627,7 @@ func (lt *LockTable) Restore(m *Meta, writes []Target, reads []Target) {
 	if h := lt.held[m.ID]; h != nil {
 		h.prepared = true
 	} else {
-		lt.held[m.ID] = &holding{meta: m, keys: map[string]Mode{}, prepared: true}
+		lt.held[m.ID] = &holding{meta: m, keys: map[string]Mode{}, prepared: true, since: time.Now()}
 	}
 }
 

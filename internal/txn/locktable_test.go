@@ -51,8 +51,8 @@ import (
 //	resolver [wound (T=aborted|committed|error)...] [check (T=alive|done|error)...]
 //	    How the resolver answers about victim/holder T from now on (wound:
 //	    aborted by default; check: alive by default).
-//	tick [n=N]
-//	    Moves the clock N check intervals (default 1).
+//	tick [n=N | for=DURATION]
+//	    Moves the clock N check intervals (default 1), or DURATION.
 //	dump
 //	    The table's Dump and, for every known transaction, Holds.
 //
@@ -323,7 +323,16 @@ func (e *ltEnv) run(t *testing.T, td *datadriven.TestData) string {
 	case "tick":
 		n := 1
 		td.MaybeScanArgs(t, "n", &n)
-		time.Sleep(time.Duration(n) * e.interval)
+		d := time.Duration(n) * e.interval
+		if td.HasArg("for") {
+			var s string
+			td.ScanArgs(t, "for", &s)
+			var err error
+			if d, err = time.ParseDuration(s); err != nil {
+				td.Fatalf(t, "%v", err)
+			}
+		}
+		time.Sleep(d)
 	case "dump":
 		out = append(out, e.lt.Dump()...)
 		if len(out) == 0 {
