@@ -33,6 +33,14 @@ serves HTTP/JSON and gRPC on 127.0.0.1:7070 and listens for peers on
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 				return usagef("--log-level %q: use debug, info, warn or error", logLevel)
 			}
+			for _, d := range []struct {
+				flag string
+				v    time.Duration
+			}{{"txn-timeout", cfg.Node.TxnTimeout}, {"txn-idle-timeout", cfg.Node.TxnIdleTimeout}, {"max-txn-duration", cfg.Node.MaxTxnDuration}} {
+				if d.v <= 0 {
+					return usagef("--%s %v: give a positive duration", d.flag, d.v)
+				}
+			}
 			cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 			switch {
 			case !cmd.Flags().Changed("merge-size"):
@@ -77,6 +85,9 @@ serves HTTP/JSON and gRPC on 127.0.0.1:7070 and listens for peers on
 	f.DurationVar(&cfg.Node.Retention, "retention", time.Hour, "how long old versions stay readable")
 	f.IntVar(&cfg.Node.MaxValueSize, "max-value-size", 1<<20, "largest value accepted, in bytes")
 	f.Uint64Var(&cfg.Node.TruncateAfter, "raft-log-entries", 10000, "applied entries a shard's raft log keeps before it is truncated")
+	f.DurationVar(&cfg.Node.TxnTimeout, "txn-timeout", 5*time.Second, "how long a transaction's coordinator may go without a heartbeat before others may abort it (times its attempt number, up to 8); give every node of a cluster the same")
+	f.DurationVar(&cfg.Node.TxnIdleTimeout, "txn-idle-timeout", 30*time.Second, "how long a session transaction may go without a request before its node aborts it")
+	f.DurationVar(&cfg.Node.MaxTxnDuration, "max-txn-duration", time.Minute, "longest a transaction attempt may run from its start to its commit")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.BoolVar(&cfg.Pprof, "pprof", false, "serve Go's CPU, heap and allocation profiles under /debug/pprof/ on the client address")
 	return cmd
