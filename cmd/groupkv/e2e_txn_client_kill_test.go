@@ -682,6 +682,17 @@ func checkAfterKill(t *testing.T, c *tcluster, gateway int, killed time.Time, cl
 		t.Fatalf("a transaction overwriting every key through node %d: %v (%v after the kill)", others[0], err, time.Since(killed).Round(time.Millisecond))
 	}
 	t.Logf("the Go client's transaction through node %d overwrote every key in %v", others[0], time.Since(start).Round(time.Millisecond))
+	if bad := overwritten(ctx, t, c, keys); len(bad) > 0 {
+		t.Fatalf("after the overwrite: %s", strings.Join(bad, "; "))
+	}
+	return final
+}
+
+// overwritten reads keys through every node with a batch get and
+// describes each key not read as the overwrite "after-"+key left it.
+func overwritten(ctx context.Context, t *testing.T, c *tcluster, keys []string) []string {
+	t.Helper()
+	var bad []string
 	for _, id := range c.ids() {
 		vals, err := batchGet(ctx, c.url(id), keys)
 		if err != nil {
@@ -689,11 +700,11 @@ func checkAfterKill(t *testing.T, c *tcluster, gateway int, killed time.Time, cl
 		}
 		for _, k := range keys {
 			if vals[k] != "after-"+k {
-				t.Fatalf("node %d reads %s as %q after the overwrite, want %q", id, k, vals[k], "after-"+k)
+				bad = append(bad, fmt.Sprintf("node %d reads %s as %q, want %q", id, k, vals[k], "after-"+k))
 			}
 		}
 	}
-	return final
+	return bad
 }
 
 // killClientIdle is the servers' TxnIdleTimeout (they have no flag for
@@ -771,16 +782,8 @@ func commitDeadAttempts(t *testing.T, c *tcluster, gateway int, clients []*txnCl
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, id := range c.ids() {
-		vals, err := batchGet(ctx, c.url(id), keys)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, k := range keys {
-			if vals[k] != "after-"+k {
-				t.Errorf("node %d reads %s as %q after the dead clients' commits were sent again, want %q", id, k, vals[k], "after-"+k)
-			}
-		}
+	for _, b := range overwritten(ctx, t, c, keys) {
+		t.Errorf("after the dead clients' commits were sent again, %s", b)
 	}
 	return out
 }
