@@ -39,8 +39,9 @@
 //	              OnShipAck: log shipped ←─────  entry not applied yet to a key whose
 //	                                              join is confirmed, ShipAck
 //	Delete → log delete; on Apply: deleting;
-//	  outboxes empty → D(y) ──────────────────→  OnD: key yielded to the group with
-//	                                              y → log free; on Apply: owned, DA;
+//	  D(y, the key's outbox entries) ─────────→  OnD: key yielded to the group with
+//	                                              y → log free; on Apply: Store each
+//	                                              entry not applied yet, owned, DA;
 //	              OnDA: log release ←──────────  else DA at once, no change
 //	  all released → forget, reply
 //
@@ -69,8 +70,9 @@
 //
 // Retries (Tick, on the raft leader replica only): every RetryTicks, the
 // leader re-sends J to pending members, D to releasing ones and every
-// non-empty outbox (new outbox entries ship every ShipTicks, or at once
-// with ShipNew); the follower re-sends JA for every yielded key whose JAA
+// non-empty outbox of a group not deleting (new outbox entries ship every
+// ShipTicks, or at once with ShipNew; a deleting group's go with its Ds);
+// the follower re-sends JA for every yielded key whose JAA
 // has not come, and every ProbeTicks a probe (JA with Probe) for the
 // others, which the leader answers only with D, when it does not hold the
 // key. So a key yielded to a ghost group (a late J of a group since
@@ -90,10 +92,14 @@
 //     k: D(y) to a releasing member, D(0) to a member that never joined,
 //     and D in answer to a JA it will never join.)
 //   - A key owned by its home shard holds the last acknowledged write: a
-//     group sends D only when its outboxes are empty, so every committed
-//     group write has been applied at the follower; and a group's entry
-//     applies only to the yield the group joined (confirmed), so once the
-//     key is freed no late Ship of the group writes it.
+//     group's D(y) to a joined member carries every entry of the key's
+//     outbox not acknowledged (the group is deleting: no write comes
+//     after), and the follower stores those it has not applied in the
+//     same Apply that frees the key, so every committed group write of
+//     the key is applied when the shard owns it again; and a group's entry
+//     applies only to the yield the group joined (confirmed by a JAA, or
+//     named by the D of the join), so once the key is freed no late Ship
+//     or D of the group writes it.
 //   - A group's value of a joined key is the follower's value at the yield,
 //     then the group's last committed write.
 //   - Safety does not depend on timing: a message may be lost, duplicated,

@@ -153,7 +153,7 @@ func frees(y *Yielded, r Ref, yield uint64) bool {
 // once, changing nothing: the key is not held for that group any more.
 func (f *Follower) OnD(m Message) []Effect {
 	if frees(f.keys[m.Key], m.Group, m.Yield) {
-		return []Effect{Log{Record{Kind: RecFree, Group: m.Group, Key: m.Key, Yield: m.Yield}}}
+		return []Effect{Log{Record{Kind: RecFree, Group: m.Group, Key: m.Key, Yield: m.Yield, Entries: cloneEntries(m.Entries)}}}
 	}
 	return []Effect{f.da(m.Group, m.Key, m.Yield)}
 }
@@ -261,10 +261,21 @@ func (f *Follower) Apply(r Record) []Effect {
 			y.Confirmed, y.Value, y.Absent, y.Version = true, nil, false, 0
 		}
 	case RecFree:
-		if frees(f.keys[r.Key], r.Group, r.Yield) {
+		var out []Effect
+		if y := f.keys[r.Key]; frees(y, r.Group, r.Yield) {
+			// The D of a joined member names the yield the leader joined
+			// (not 0) and carries the group's writes of the key: those not
+			// applied yet are stored before the shard owns the key again.
+			// The join makes them the key's, confirmed or not.
+			for _, e := range r.Entries {
+				if r.Yield != 0 && e.Key == r.Key && e.Seq > y.Shipped {
+					y.Shipped = e.Seq
+					out = append(out, Store{Write{Key: e.Key, Value: bytes.Clone(e.Value), Delete: e.Delete}})
+				}
+			}
 			delete(f.keys, r.Key)
 		}
-		return []Effect{f.da(r.Group, r.Key, r.Yield)}
+		return append(out, f.da(r.Group, r.Key, r.Yield))
 	case RecApplyShip:
 		// Entries apply in order, up to the first held one; the ShipAck
 		// covers those, and the leader re-sends the rest.

@@ -248,7 +248,15 @@ func (e *ddEnv) run(t *testing.T, td *datadriven.TestData) string {
 			m.Type = MsgJAA
 			e.effects(s, s.follower.OnJAA(m))
 		} else {
+			// The D the leader sends (sendD): with its key's writes, if
+			// the member is releasing with this yield.
 			m.Type = MsgD
+			if g, ok := e.shard(r.Leader).leader.Group(r.ID); ok && g.Ref == r {
+				if mem := g.member(k); mem != nil && mem.Status == Releasing && mem.Yield == m.Yield {
+					m.Entries = e.shard(r.Leader).leader.sendD(&g, mem).Msg.Entries
+				}
+			}
+			fmt.Fprintf(&e.out, "deliver: %s\n", m)
 			e.effects(s, s.follower.OnD(m))
 		}
 	case "da":

@@ -76,17 +76,6 @@ func (g *Group) outbox(s ShardID) *Outbox {
 	return nil
 }
 
-// shipped reports whether every outbox is empty: every follower
-// acknowledged every committed write.
-func (g *Group) shipped() bool {
-	for _, ob := range g.Outboxes {
-		if len(ob.Entries) > 0 {
-			return false
-		}
-	}
-	return true
-}
-
 func (g *Group) clone() Group {
 	c := *g
 	c.Members = slices.Clone(g.Members)
@@ -269,7 +258,34 @@ func (l *Leader) answerJA(ref Ref, mem *Member, key Key, y uint64, from ShardID,
 		}
 		return []Effect{l.send(MsgJAA, from, ref, key, y)}
 	}
+	if mem != nil && mem.Status == Releasing && mem.Yield == y && y != 0 {
+		// The member's own release: its D carries the key's writes.
+		if g := l.lookup(ref); g != nil {
+			return []Effect{l.sendD(g, mem)}
+		}
+	}
 	return []Effect{l.send(MsgD, from, ref, key, y)}
+}
+
+// sendD is the D that releases member m of g: with the yield the leader
+// joined, and, for a joined member (a yield other than 0), the entries of
+// its shard's outbox that write its key, which the follower stores before
+// it owns the key again. A deletion so waits for no shipment: the D is
+// the key's last shipment.
+func (l *Leader) sendD(g *Group, m *Member) Send {
+	s := l.send(MsgD, m.Shard, g.Ref, m.Key, m.Yield)
+	if m.Yield == 0 {
+		return s
+	}
+	if ob := g.outbox(m.Shard); ob != nil {
+		for _, e := range ob.Entries {
+			if e.Key == m.Key {
+				e.Value = bytes.Clone(e.Value)
+				s.Msg.Entries = append(s.Msg.Entries, e)
+			}
+		}
+	}
+	return s
 }
 
 func (l *Leader) send(t MsgType, to ShardID, r Ref, k Key, y uint64) Send {
@@ -311,18 +327,20 @@ func (l *Leader) Tick() []Effect {
 	var out []Effect
 	for _, id := range l.ids() {
 		g := l.groups[id]
-		if ship {
+		if ship && g.State != Deleting {
+			// A deleting group's writes go with its Ds.
 			out = append(out, l.ship(g, retry)...)
 		}
 		if !retry {
 			continue
 		}
-		for _, mem := range g.Members {
+		for i := range g.Members {
+			mem := &g.Members[i]
 			switch {
 			case g.State == Creating && mem.Status == Pending:
 				out = append(out, l.send(MsgJ, mem.Shard, g.Ref, mem.Key, 0))
 			case mem.Status == Releasing:
-				out = append(out, l.send(MsgD, mem.Shard, g.Ref, mem.Key, mem.Yield))
+				out = append(out, l.sendD(g, mem))
 			}
 		}
 	}
@@ -440,9 +458,6 @@ func (l *Leader) Apply(r Record) []Effect {
 			n++
 		}
 		ob.Entries = slices.Delete(ob.Entries, 0, n)
-		if g.State == Deleting {
-			return l.maybeRelease(g)
-		}
 	}
 	return nil
 }
@@ -523,34 +538,23 @@ func (l *Leader) maybeActive(g *Group) []Effect {
 	return []Effect{rep}
 }
 
-// startDeleting moves g to Deleting: members still pending are released at
-// once (D with yield 0: whatever they yielded to g), joined members once
-// the outboxes are empty.
+// startDeleting moves g to Deleting and releases every member that is
+// pending or joined: D with yield 0 to a pending one (whatever it yielded
+// to g), D with its yield and its key's writes not acknowledged yet to a
+// joined one (sendD).
 func (l *Leader) startDeleting(g *Group) []Effect {
 	g.State = Deleting
 	var out []Effect
 	for i := range g.Members {
 		m := &g.Members[i]
-		if m.Status == Pending {
+		switch m.Status {
+		case Pending:
 			m.Status, m.Yield = Releasing, 0
 			out = append(out, l.send(MsgD, m.Shard, g.Ref, m.Key, 0))
-		}
-	}
-	return append(out, l.maybeRelease(g)...)
-}
-
-// maybeRelease sends D to the joined members of a deleting group once
-// every outbox is empty (the followers have every committed write).
-func (l *Leader) maybeRelease(g *Group) []Effect {
-	if !g.shipped() {
-		return nil
-	}
-	var out []Effect
-	for i := range g.Members {
-		m := &g.Members[i]
-		if m.Status == Joined {
-			m.Status, m.Value, m.Absent = Releasing, nil, false
-			out = append(out, l.send(MsgD, m.Shard, g.Ref, m.Key, m.Yield))
+		case Joined:
+			m.Status = Releasing
+			out = append(out, l.sendD(g, m))
+			m.Value, m.Absent = nil, false
 		}
 	}
 	return append(out, l.maybeForget(g)...)

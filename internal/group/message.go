@@ -76,6 +76,9 @@ func (m Message) String() string {
 	if m.Type != MsgJ && !(m.Type == MsgJA && m.Refused != "") {
 		fmt.Fprintf(&b, " y=%d", m.Yield)
 	}
+	for _, e := range m.Entries {
+		fmt.Fprintf(&b, " %d:%s", e.Seq, e.Write) // a D's
+	}
 	if m.Type == MsgJA {
 		switch {
 		case m.Refused != "":
@@ -200,6 +203,9 @@ func (r Record) String() string {
 		fmt.Fprintf(&b, " %s reason=%q", r.Key, r.Reason)
 	case RecRelease, RecConfirm, RecFree:
 		fmt.Fprintf(&b, " %s y=%d", r.Key, r.Yield)
+		for _, e := range r.Entries {
+			fmt.Fprintf(&b, " %d:%s", e.Seq, e.Write)
+		}
 	case RecWrite:
 		for _, w := range r.Writes {
 			fmt.Fprintf(&b, " %s", w)

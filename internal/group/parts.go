@@ -285,9 +285,6 @@ func (l *Leader) PartsAfter(r Record) []Part {
 		if ob := g.outbox(r.Shard); ob != nil {
 			parts = append(parts, p.outbox(ob))
 		}
-		if g.State == Deleting && g.shipped() {
-			parts = p.members(parts)
-		}
 	}
 	return parts
 }

@@ -515,8 +515,8 @@ func (s *sim) effects(sh *simShard, effs []Effect, applying *Record) {
 		case Send:
 			s.send(ef.Msg)
 		case Store:
-			if applying == nil || applying.Kind != RecApplyShip {
-				s.errorf("Store outside the Apply of a ship: %v", ef)
+			if applying == nil || applying.Kind != RecApplyShip && applying.Kind != RecFree {
+				s.errorf("Store outside the Apply of a ship or a free: %v", ef)
 			}
 			sh.data[ef.Write.Key] = simVal{string(ef.Write.Value), !ef.Write.Delete}
 			s.n["shipped"]++

@@ -1039,8 +1039,7 @@ func (n *Node) groupDeleteHere(ctx context.Context, req *groupDeleteRequest) err
 			}
 		}
 	}
-	// The members are released once the followers have every write.
-	n.shipGroupNow(req.Shard, req.ID)
+	// Each member's D carries its writes not shipped yet.
 	// Wait until the group is forgotten (its delete reply names the id).
 	for {
 		gone := false

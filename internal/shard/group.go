@@ -90,12 +90,19 @@ type groupState struct {
 // KindGroup otherwise.
 func EncodeGroupRecord(rec group.Record) []byte {
 	body := group.EncodeRecord(rec)
-	if rec.Kind == group.RecWrite || rec.Kind == group.RecApplyShip {
+	if storesWrites(rec) {
 		b := make([]byte, 9, 9+len(body))
 		b[0] = byte(KindGroupWrite)
 		return append(b, body...)
 	}
 	return append([]byte{byte(KindGroup)}, body...)
+}
+
+// storesWrites reports whether rec stores writes, at a version: a group
+// write, an application of shipped writes, a release (free) that carries
+// the key's last writes.
+func storesWrites(rec group.Record) bool {
+	return rec.Kind == group.RecWrite || rec.Kind == group.RecApplyShip || rec.Kind == group.RecFree && len(rec.Entries) > 0
 }
 
 // GroupEffects are what applying a group record asks of the node (sends
@@ -258,7 +265,7 @@ func (s *Shard) applyGroup(b *pebble.Batch, kind CommandKind, body []byte) (Resu
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: %v", ErrCorruptCommand, err)
 	}
-	if (kind == KindGroupWrite) != (rec.Kind == group.RecWrite || rec.Kind == group.RecApplyShip) {
+	if (kind == KindGroupWrite) != storesWrites(rec) {
 		return Result{}, fmt.Errorf("%w: group record %s in a command of kind %d", ErrCorruptCommand, rec.Kind, kind)
 	}
 	if kind == KindGroupWrite {
