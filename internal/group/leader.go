@@ -327,7 +327,7 @@ func (l *Leader) Tick() []Effect {
 	var out []Effect
 	for _, id := range l.ids() {
 		g := l.groups[id]
-		if ship && g.State != Deleting {
+		if ship && (g.State != Deleting || g.joined()) {
 			// A deleting group's writes go with its Ds.
 			out = append(out, l.ship(g, retry)...)
 		}
@@ -458,6 +458,11 @@ func (l *Leader) Apply(r Record) []Effect {
 			n++
 		}
 		ob.Entries = slices.Delete(ob.Entries, 0, n)
+		if g.State == Deleting {
+			// A group stored deleting with joined members, by a build
+			// that released them once its outboxes were empty.
+			return l.releaseJoined(g)
+		}
 	}
 	return nil
 }
@@ -547,17 +552,31 @@ func (l *Leader) startDeleting(g *Group) []Effect {
 	var out []Effect
 	for i := range g.Members {
 		m := &g.Members[i]
-		switch m.Status {
-		case Pending:
+		if m.Status == Pending {
 			m.Status, m.Yield = Releasing, 0
 			out = append(out, l.send(MsgD, m.Shard, g.Ref, m.Key, 0))
-		case Joined:
+		}
+	}
+	return append(out, l.releaseJoined(g)...)
+}
+
+// releaseJoined releases the joined members of deleting group g: D with
+// the member's yield and its key's writes not acknowledged (sendD).
+func (l *Leader) releaseJoined(g *Group) []Effect {
+	var out []Effect
+	for i := range g.Members {
+		m := &g.Members[i]
+		if m.Status == Joined {
 			m.Status = Releasing
 			out = append(out, l.sendD(g, m))
 			m.Value, m.Absent = nil, false
 		}
 	}
 	return append(out, l.maybeForget(g)...)
+}
+
+func (g *Group) joined() bool {
+	return slices.ContainsFunc(g.Members, func(m Member) bool { return m.Status == Joined })
 }
 
 // maybeForget removes a deleting group whose members are all released (or

@@ -285,6 +285,10 @@ func (l *Leader) PartsAfter(r Record) []Part {
 		if ob := g.outbox(r.Shard); ob != nil {
 			parts = append(parts, p.outbox(ob))
 		}
+		if g.State == Deleting {
+			// It may have released joined members (releaseJoined).
+			parts = p.members(parts)
+		}
 	}
 	return parts
 }

@@ -55,3 +55,74 @@ func TestShipTicks(t *testing.T) {
 		t.Fatalf("%d ships of writes ShipNew had shipped", n)
 	}
 }
+
+// TestDeletingStoredWithJoined: a build that released a deleting group's
+// joined members only once its outboxes were empty stored such groups
+// deleting with joined members and unacknowledged entries. Loaded by this
+// build, the group goes on shipping; the acknowledgment releases the
+// joined members with D carrying what is still in the outbox, and the
+// deletion finishes with the follower holding the last write.
+func TestDeletingStoredWithJoined(t *testing.T) {
+	opts := Options{RetryTicks: 3, ShipTicks: 1}
+	l, f := NewLeader(1, opts), NewFollower(2, opts)
+	b := Key{Key: "b"}
+	effs, err := l.Create(CreateRequest{ID: "g", Mode: Atomic, Leader: Key{Key: "a"}, Members: []Member{{Key: b, Shard: 2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runJoin(l, f, effs)
+	for _, v := range []string{"v1", "v2"} {
+		effs, err := l.Write("g", []Write{{Key: b, Value: []byte(v)}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Apply(effs[0].(Log).Record)
+	}
+	// The earlier build's state: deleting, members still joined.
+	g := l.groups["g"]
+	g.State, g.DeleteAsked = Deleting, true
+	l2, err := DecodeLeaderParts(l.Parts(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ship *Message
+	for _, e := range l2.Tick() {
+		if s, ok := e.(Send); ok && s.Msg.Type == MsgShip && s.Msg.To == 2 {
+			ship = &s.Msg
+		}
+	}
+	if ship == nil || len(ship.Entries) != 2 {
+		t.Fatalf("the deleting group with joined members did not ship its outbox: %v", ship)
+	}
+	// Only the first entry is acknowledged: b's D carries the second.
+	effs = l2.OnShipAck(Message{Type: MsgShipAck, From: 2, To: 1, Group: g.Ref, Seq: 1})
+	if len(effs) != 1 {
+		t.Fatalf("OnShipAck: %v", effs)
+	}
+	var d *Message
+	for _, e := range l2.Apply(effs[0].(Log).Record) {
+		if s, ok := e.(Send); ok && s.Msg.Type == MsgD && s.Msg.Key == b {
+			d = &s.Msg
+		}
+	}
+	if d == nil || len(d.Entries) != 1 || string(d.Entries[0].Value) != "v2" {
+		t.Fatalf("the acknowledgment sent b no D with its last write: %v", d)
+	}
+	if mem := l2.groups["g"].member(b); mem.Status != Releasing {
+		t.Fatalf("b is %v after its D, want releasing", mem.Status)
+	}
+	var stored []string
+	for _, e := range f.OnD(*d) {
+		for _, e := range f.Apply(e.(Log).Record) {
+			if st, ok := e.(Store); ok {
+				stored = append(stored, string(st.Write.Value))
+			}
+		}
+	}
+	if len(stored) != 1 || stored[0] != "v2" {
+		t.Fatalf("the follower stored %v, want [v2]", stored)
+	}
+	if _, ok := f.Key(b); ok {
+		t.Fatal("b is still yielded after its D")
+	}
+}
