@@ -18,8 +18,8 @@
 // repeat (they are assigned 1, 2, 3... in Apply, hence increase per key).
 // Both encode deterministically, to live in the shard's storage and ride
 // raft snapshots: in parts (parts.go), a header and, per group, a part for
-// the group, one per member and one per outbox (per yielded key, one
-// part), so that storing the change of a record rewrites only the parts it
+// the group, one per member, one per outbox and one per outbox entry (per
+// yielded key, one part), so that storing the change of a record rewrites only the parts it
 // touched (PartsAfter; Parts, DecodeLeaderParts, DecodeFollowerParts); or
 // whole (Encode, DecodeLeader, DecodeFollower), the format of the shards
 // that stored one value. Records and messages

@@ -107,6 +107,12 @@ type Leader struct {
 	ticks uint64
 	sent  map[sentKey]uint64
 
+	// wrote: the last Apply was a group write that applied. trimmed: the
+	// entries the last Apply, an acknowledgment, removed. PartsAfter
+	// names their parts.
+	wrote   bool
+	trimmed []Entry
+
 	// forgotten is the group the last Apply forgot, if it forgot one: no
 	// longer in groups, it still names the parts PartsAfter deletes.
 	forgotten *Group
@@ -385,7 +391,7 @@ func (l *Leader) ship(g *Group, retry bool) []Effect {
 // in the same order to the same state and gets the same state and effects.
 // Records of a follower are ignored.
 func (l *Leader) Apply(r Record) []Effect {
-	l.forgotten = nil
+	l.forgotten, l.wrote, l.trimmed = nil, false, nil
 	switch r.Kind {
 	case RecCreate:
 		return l.applyCreate(r)
@@ -457,6 +463,7 @@ func (l *Leader) Apply(r Record) []Effect {
 		for n < len(ob.Entries) && ob.Entries[n].Seq <= r.Seq {
 			n++
 		}
+		l.trimmed = slices.Clone(ob.Entries[:n])
 		ob.Entries = slices.Delete(ob.Entries, 0, n)
 		if g.State == Deleting {
 			// A group stored deleting with joined members, by a build
@@ -517,6 +524,7 @@ func (l *Leader) applyWrite(r Record) []Effect {
 		ob.Entries = append(ob.Entries, Entry{Seq: ob.Next, Write: Write{Key: w.Key, Value: bytes.Clone(w.Value), Delete: w.Delete}})
 		ob.Next++
 	}
+	l.wrote = true
 	return []Effect{Reply{Op: OpWrite, Group: g.Ref}}
 }
 

@@ -3,6 +3,8 @@ package group
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 )
 
@@ -17,20 +19,26 @@ import (
 //	          G + "m" + c + k   a member of the group: its fields but its
 //	                            key; c is the key's collection in 4 bytes
 //	                            big-endian, k its key
-//	          G + "o" + s       an outbox of the group: its fields but its
-//	                            shard s, in 8 bytes big-endian
+//	          G + "o" + s       an outbox of the group: its next sequence
+//	                            number and how many entries it holds; s is
+//	                            its shard, in 8 bytes big-endian
+//	          G + "o" + s + q   entry q of that outbox (its write); q is the
+//	                            entry's sequence number, in 8 bytes
+//	                            big-endian
 //	follower: "h"               format, shard, lastYield
 //	          "k/" + c + k      one yielded key: its Yielded fields
 //
 // where G, the group's name, is "g/", then the group's id with each 0 byte
 // written 0, 0xff, then 0, 1. So a group write rewrites the members it
-// wrote and their outboxes, not the value of every member.
+// wrote and adds its entries to their outboxes, not the value of every
+// member nor the outboxes' earlier entries; an acknowledgment deletes
+// the entries it covers.
 //
 // Names are unique and deterministic and decode one way: no group's name
 // is a prefix of another's, as an escaped id holds no 0, 1. They sort as
 // what they name: the groups by id, each group's header first, then its
-// members by key, then its outboxes by shard (the keys by collection, then
-// key); so a caller may keep each part under a key made of a common prefix
+// members by key, then its outboxes by shard, each followed by its
+// entries in order (the keys by collection, then key); so a caller may keep each part under a key made of a common prefix
 // and the name and read them back, in any order, by iterating the prefix.
 // Values are canonical like Encode's: parts that decode give back the same
 // parts.
@@ -46,12 +54,17 @@ type Part struct {
 // same state plus one or more, so that a whole state is never taken for a
 // header.
 const (
-	leaderPartsFormat   = 3
+	leaderPartsFormat   = 4
 	followerPartsFormat = 2
 	// leaderPartsFormatGroups is the format of the leader parts of shards
 	// that stored each group whole, in one part named "g/" + id (the group
 	// as in Encode). DecodeLeaderParts reads it; see OldLeaderParts.
 	leaderPartsFormatGroups = 2
+	// leaderPartsFormatOutboxes is the format of the leader parts of
+	// shards that stored each outbox whole, its entries in its part (as
+	// encoder.outboxFields writes it). DecodeLeaderParts reads it; see
+	// OldLeaderParts.
+	leaderPartsFormatOutboxes = 3
 )
 
 const (
@@ -93,6 +106,13 @@ func outboxPartName(g string, s ShardID) string {
 	b := make([]byte, 0, len(g)+9)
 	b = append(append(b, g...), partOutbox)
 	return string(binary.BigEndian.AppendUint64(b, uint64(s)))
+}
+
+// entryPartName returns the name of the part of entry seq of the outbox
+// named o.
+func entryPartName(o string, seq uint64) string {
+	b := make([]byte, 0, len(o)+8)
+	return string(binary.BigEndian.AppendUint64(append(b, o...), seq))
 }
 
 // groupOfPart splits the name of a part of a group into the group's id and
@@ -178,10 +198,32 @@ func (p groupParts) outbox(ob *Outbox) Part {
 	part := Part{Name: outboxPartName(p.n, ob.Shard)}
 	if p.live {
 		var e encoder
-		e.outboxFields(*ob)
+		e.uint(ob.Next)
+		e.uint(uint64(len(ob.Entries)))
 		part.Value = e.b
 	}
 	return part
+}
+
+// entry is the part of entry x of the outbox to shard s: with a nil
+// Value unless live.
+func (p groupParts) entry(s ShardID, x *Entry) Part {
+	part := Part{Name: entryPartName(outboxPartName(p.n, s), x.Seq)}
+	if p.live {
+		var e encoder
+		e.write(x.Write)
+		part.Value = e.b
+	}
+	return part
+}
+
+// outboxAll appends the parts of outbox ob and of its entries to parts.
+func (p groupParts) outboxAll(parts []Part, ob *Outbox) []Part {
+	parts = append(parts, p.outbox(ob))
+	for i := range ob.Entries {
+		parts = append(parts, p.entry(ob.Shard, &ob.Entries[i]))
+	}
+	return parts
 }
 
 // members appends the parts of every member to parts.
@@ -196,7 +238,7 @@ func (p groupParts) members(parts []Part) []Part {
 func (p groupParts) all(parts []Part) []Part {
 	parts = p.members(append(parts, p.header()))
 	for i := range p.g.Outboxes {
-		parts = append(parts, p.outbox(&p.g.Outboxes[i]))
+		parts = p.outboxAll(parts, &p.g.Outboxes[i])
 	}
 	return parts
 }
@@ -268,22 +310,37 @@ func (l *Leader) PartsAfter(r Record) []Part {
 	case RecRelease:
 		member(r.Key)
 	case RecWrite:
+		if !l.wrote {
+			return parts
+		}
+		// Each write appended one entry to the outbox of its member's
+		// shard: per shard, the last entries.
 		var shards []ShardID
 		for _, w := range r.Writes {
-			if m := g.member(w.Key); m != nil {
-				parts = append(parts, p.member(m))
-				shards = append(shards, m.Shard)
-			}
+			m := g.member(w.Key)
+			parts = append(parts, p.member(m))
+			shards = append(shards, m.Shard)
 		}
 		sort.Slice(shards, func(i, j int) bool { return shards[i] < shards[j] })
-		for i, s := range shards {
-			if ob := g.outbox(s); ob != nil && (i == 0 || shards[i-1] != s) {
-				parts = append(parts, p.outbox(ob))
+		for i := 0; i < len(shards); {
+			j := i
+			for j < len(shards) && shards[j] == shards[i] {
+				j++
 			}
+			ob := g.outbox(shards[i])
+			parts = append(parts, p.outbox(ob))
+			for k := len(ob.Entries) - (j - i); k < len(ob.Entries); k++ {
+				parts = append(parts, p.entry(ob.Shard, &ob.Entries[k]))
+			}
+			i = j
 		}
 	case RecShipped:
 		if ob := g.outbox(r.Shard); ob != nil {
 			parts = append(parts, p.outbox(ob))
+			dead := groupParts{g: g, n: p.n}
+			for i := range l.trimmed {
+				parts = append(parts, dead.entry(ob.Shard, &l.trimmed[i]))
+			}
 		}
 		if g.State == Deleting {
 			// It may have released joined members (releaseJoined).
@@ -293,15 +350,16 @@ func (l *Leader) PartsAfter(r Record) []Part {
 	return parts
 }
 
-// OldLeaderParts reports whether the parts of a leader are of format 2,
-// older than Parts writes (a whole group per part). DecodeLeaderParts
+// OldLeaderParts reports whether the parts of a leader are of a format
+// older than Parts writes: 2 (a whole group per part) or 3 (a whole
+// outbox per part). DecodeLeaderParts
 // reads them, but PartsAfter names the parts of the current format: a
 // store of such parts must replace them all by the Parts of the state they
 // decode to before it stores what PartsAfter returns.
 func OldLeaderParts(parts []Part) bool {
 	for _, p := range parts {
 		if p.Name == partHeader {
-			return len(p.Value) > 0 && p.Value[0] == leaderPartsFormatGroups
+			return len(p.Value) > 0 && (p.Value[0] == leaderPartsFormatGroups || p.Value[0] == leaderPartsFormatOutboxes)
 		}
 	}
 	return false
@@ -326,7 +384,7 @@ func DecodeLeaderParts(parts []Part, opts Options) (*Leader, error) {
 			return nil, fmt.Errorf("%w: two leader headers", ErrCorrupt)
 		}
 		d := decoder{b: p.Value}
-		if format = d.byte(); d.err == nil && format != leaderPartsFormat && format != leaderPartsFormatGroups {
+		if format = d.byte(); d.err == nil && format != leaderPartsFormat && format != leaderPartsFormatGroups && format != leaderPartsFormatOutboxes {
 			return nil, fmt.Errorf("%w: unknown leader parts format %d", ErrCorrupt, format)
 		}
 		l = NewLeader(ShardID(d.uint()), opts)
@@ -348,6 +406,10 @@ func DecodeLeaderParts(parts []Part, opts Options) (*Leader, error) {
 		members, outboxes uint64
 		ms                []Member
 		obs               []Outbox
+		// counts: per outbox, the entries its part counts (format 4);
+		// entries, the entry parts, by outbox.
+		counts  map[ShardID]uint64
+		entries map[ShardID][]Entry
 	}
 	groups := map[string]*assembly{}
 	for _, p := range parts {
@@ -378,8 +440,21 @@ func DecodeLeaderParts(parts []Part, opts Options) (*Leader, error) {
 		case rest[0] == partMember && len(rest) >= 5:
 			k := Key{Collection: binary.BigEndian.Uint32([]byte(rest[1:5])), Key: rest[5:]}
 			a.ms = append(a.ms, d.memberFields(k))
-		case rest[0] == partOutbox && len(rest) == 9:
+		case rest[0] == partOutbox && len(rest) == 9 && format == leaderPartsFormatOutboxes:
 			a.obs = append(a.obs, d.outboxFields(ShardID(binary.BigEndian.Uint64([]byte(rest[1:])))))
+		case rest[0] == partOutbox && len(rest) == 9:
+			s := ShardID(binary.BigEndian.Uint64([]byte(rest[1:])))
+			a.obs = append(a.obs, Outbox{Shard: s, Next: d.uint()})
+			if a.counts == nil {
+				a.counts = map[ShardID]uint64{}
+			}
+			a.counts[s] = d.uint()
+		case rest[0] == partOutbox && len(rest) == 17 && format == leaderPartsFormat:
+			s := ShardID(binary.BigEndian.Uint64([]byte(rest[1:9])))
+			if a.entries == nil {
+				a.entries = map[ShardID][]Entry{}
+			}
+			a.entries[s] = append(a.entries[s], Entry{Seq: binary.BigEndian.Uint64([]byte(rest[9:])), Write: d.write()})
 		default:
 			d.fail()
 		}
@@ -393,6 +468,22 @@ func DecodeLeaderParts(parts []Part, opts Options) (*Leader, error) {
 		}
 		sort.Slice(a.ms, func(i, j int) bool { return a.ms[i].Key.less(a.ms[j].Key) })
 		sort.Slice(a.obs, func(i, j int) bool { return a.obs[i].Shard < a.obs[j].Shard })
+		if format == leaderPartsFormat {
+			n := 0
+			for i := range a.obs {
+				ob := &a.obs[i]
+				es := a.entries[ob.Shard]
+				if uint64(len(es)) != a.counts[ob.Shard] {
+					return nil, fmt.Errorf("%w: group %q: outbox to s%d: not the entries its part counts", ErrCorrupt, id, ob.Shard)
+				}
+				sort.Slice(es, func(i, j int) bool { return es[i].Seq < es[j].Seq })
+				ob.Entries = es
+				n += len(es)
+			}
+			if n != len(slices.Concat(slices.Collect(maps.Values(a.entries))...)) {
+				return nil, fmt.Errorf("%w: group %q: entries of an outbox it does not have", ErrCorrupt, id)
+			}
+		}
 		a.g.Members, a.g.Outboxes = a.ms, a.obs
 		if !validGroup(a.g) {
 			return nil, fmt.Errorf("%w: group %q", ErrCorrupt, id)

@@ -2,6 +2,7 @@ package group
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"reflect"
@@ -268,7 +269,8 @@ func TestPartsAfterWrite(t *testing.T) {
 	}
 	rec := effs[0].(Log).Record
 	rec.Version = 2
-	want := []string{memberPartName(gn, a.Key), memberPartName(gn, b.Key), outboxPartName(gn, a.Shard), outboxPartName(gn, b.Shard)}
+	oa, ob := outboxPartName(gn, a.Shard), outboxPartName(gn, b.Shard)
+	want := []string{memberPartName(gn, a.Key), memberPartName(gn, b.Key), oa, entryPartName(oa, 1), ob, entryPartName(ob, 1)}
 	sort.Strings(want)
 	names, size := apply(rec)
 	if !slices.Equal(names, want) {
@@ -278,14 +280,37 @@ func TestPartsAfterWrite(t *testing.T) {
 	if size > 2*len(value)+100 {
 		t.Fatalf("a write of two members stores %d bytes", size)
 	}
-	if names, _ := apply(Record{Kind: RecShipped, Group: g.Ref, Shard: a.Shard, Seq: 1}); !slices.Equal(names, []string{outboxPartName(gn, a.Shard)}) {
-		t.Fatalf("parts after an acknowledgment: %q", names)
+	// A write stores its own entry, not the outbox's earlier ones.
+	for i := range 20 {
+		effs, err := l.Write("g/40", []Write{{Key: a.Key, Value: value}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := effs[0].(Log).Record
+		rec.Version = uint64(3 + i)
+		names, size := apply(rec)
+		if want := []string{memberPartName(gn, a.Key), oa, entryPartName(oa, uint64(2+i))}; !slices.Equal(names, want) {
+			t.Fatalf("parts after write %d to an outbox of %d entries:\n%q\nwant\n%q", i, i+1, names, want)
+		}
+		if size > 2*len(value)+100 {
+			t.Fatalf("write %d to an outbox of %d entries stores %d bytes", i, i+1, size)
+		}
+	}
+	// An acknowledgment deletes the entries it covers.
+	names, size = apply(Record{Kind: RecShipped, Group: g.Ref, Shard: a.Shard, Seq: 15})
+	want = []string{oa}
+	for seq := range uint64(15) {
+		want = append(want, entryPartName(oa, seq+1))
+	}
+	if !slices.Equal(names, want) || size > 20 {
+		t.Fatalf("parts after an acknowledgment (%d bytes): %q\nwant %q", size, names, want)
 	}
 
-	// Deleting releases every member once the last outbox is empty; the
-	// last release forgets the group.
+	// Deleting releases every member; the last release forgets the group,
+	// with the entries still in its outboxes.
 	apply(Record{Kind: RecDelete, Group: Ref{ID: "g/40", Leader: 1}})
 	apply(Record{Kind: RecShipped, Group: g.Ref, Shard: b.Shard, Seq: 1})
+	apply(Record{Kind: RecShipped, Group: g.Ref, Shard: a.Shard, Seq: 18})
 	for i, m := range g.Members {
 		apply(Record{Kind: RecRelease, Group: g.Ref, Key: m.Key, Yield: uint64(i + 1)})
 	}
@@ -371,6 +396,113 @@ func TestPartsFormatTwo(t *testing.T) {
 	}
 }
 
+// formatThreeParts returns l's parts in format 3, as shards stored them
+// before outbox entries had parts of their own: each outbox whole, its
+// entries in its part.
+func formatThreeParts(l *Leader) []Part {
+	var parts []Part
+	for _, p := range l.Parts() {
+		id, rest, ok := groupOfPart(p.Name)
+		switch {
+		case p.Name == partHeader:
+			p.Value[0] = leaderPartsFormatOutboxes
+		case ok && len(rest) == 17:
+			continue // an entry
+		case ok && len(rest) == 9 && rest[0] == partOutbox:
+			var e encoder
+			e.outboxFields(*l.groups[id].outbox(ShardID(binary.BigEndian.Uint64([]byte(rest[1:])))))
+			p.Value = e.b
+		}
+		parts = append(parts, p)
+	}
+	return parts
+}
+
+// entriesHarness is a harness whose group "g" has two entries not
+// shipped in its outbox to shard 1.
+func entriesHarness(t *testing.T) *partsHarness {
+	h := newPartsHarness(t)
+	a, b := Key{Collection: 1, Key: "a"}, Key{Collection: 1, Key: "b"}
+	h.do(h.l.Create(CreateRequest{ID: "g", Mode: Atomic, Leader: a, Members: []Member{{Key: b, Shard: 1}}}))
+	for _, v := range []string{"v1", "v2"} {
+		effs, err := h.l.Write("g", []Write{{Key: b, Value: []byte(v)}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.run(effs[:1]) // applied, not shipped: an outbox entry
+	}
+	if g, _ := h.l.Group("g"); len(g.Outboxes[0].Entries) != 2 {
+		t.Fatalf("outboxes: %+v", g.Outboxes)
+	}
+	return h
+}
+
+// TestPartsFormatThree checks that leader parts of format 3 decode to the
+// state that wrote them, and that OldLeaderParts tells them from the
+// current format.
+func TestPartsFormatThree(t *testing.T) {
+	h := entriesHarness(t)
+	old := formatThreeParts(h.l)
+	if len(old) != len(h.l.Parts())-2 {
+		t.Fatalf("format 3: %q", old)
+	}
+	l, err := DecodeLeaderParts(old, Options{})
+	if err != nil || !bytes.Equal(l.Encode(), h.l.Encode()) {
+		t.Fatalf("parts of format 3 do not decode to the state: %v", err)
+	}
+	if !OldLeaderParts(old) {
+		t.Fatal("OldLeaderParts does not tell format 3 from the current one")
+	}
+	slices.Reverse(old)
+	if _, err := DecodeLeaderParts(old, Options{}); err != nil {
+		t.Fatalf("parts of format 3 in reverse order: %v", err)
+	}
+}
+
+// TestPartsEntriesCorrupt checks that outbox entries that Parts could not
+// have written are refused with ErrCorrupt.
+func TestPartsEntriesCorrupt(t *testing.T) {
+	h := entriesHarness(t)
+	lp := h.l.Parts()
+	o := outboxPartName(groupName("g"), 1)
+	var e1, e2 Part
+	var rest []Part // every part but the entries
+	for _, p := range lp {
+		switch p.Name {
+		case entryPartName(o, 1):
+			e1 = p
+		case entryPartName(o, 2):
+			e2 = p
+		default:
+			rest = append(rest, p)
+		}
+	}
+	if e1.Value == nil || e2.Value == nil {
+		t.Fatalf("no entry parts in %q", lp)
+	}
+	with := func(ps ...Part) []Part { return append(slices.Clone(rest), ps...) }
+	named := func(p Part, name string) Part { return Part{Name: name, Value: p.Value} }
+	cases := map[string][]Part{
+		"entry missing":         with(e2),
+		"entry not counted":     with(e1, e2, named(e2, entryPartName(o, 3))),
+		"entry twice":           with(e1, e2, e2),
+		"entries not in a row":  with(e1, named(e2, entryPartName(o, 5))),
+		"entry of no outbox":    with(e1, e2, named(e2, entryPartName(outboxPartName(groupName("g"), 9), 1))),
+		"entry truncated":       with(e1, Part{Name: e2.Name, Value: e2.Value[:len(e2.Value)-1]}),
+		"entry trailing":        with(e1, Part{Name: e2.Name, Value: append(slices.Clone(e2.Value), 0)}),
+		"entry name long":       with(e1, named(e2, e2.Name+"\x00")),
+		"format 3, entry parts": append(formatThreeParts(h.l), e1),
+	}
+	for name, parts := range cases {
+		if _, err := DecodeLeaderParts(parts, Options{}); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: %v, want ErrCorrupt", name, err)
+		}
+	}
+	if _, err := DecodeLeaderParts(with(e2, e1), Options{}); err != nil {
+		t.Fatalf("the parts themselves: %v", err)
+	}
+}
+
 // TestPartsCorrupt checks that parts that Parts could not have written
 // (nor a shard that stored format 2) are refused with ErrCorrupt.
 func TestPartsCorrupt(t *testing.T) {
@@ -450,8 +582,8 @@ func TestPartsCorrupt(t *testing.T) {
 		"outbox twice":               {lh, lg, lk, lm, lo, lo},
 		"outbox name long":           {lh, lg, lk, lm, named(lo, lo.Name+"\x00")},
 		"unknown group part":         {lh, lg, lk, lm, named(lo, gn+"x")},
-		"format 2, format 3 parts":   {oh, lg, lk, lm, lo},
-		"format 3, format 2 parts":   {lh, og},
+		"format 2, format 4 parts":   {oh, lg, lk, lm, lo},
+		"format 4, format 2 parts":   {lh, og},
 		"format 2, misnamed group":   {oh, named(og, partGroup+"h")},
 		"format 2, members unsorted": {oh, {Name: og.Name, Value: unsorted}},
 		"follower parts":             fp,
@@ -546,6 +678,7 @@ func FuzzDecodeParts(f *testing.F) {
 	l.Apply(effs[0].(Log).Record)
 	f.Add(encodeParts(l.Parts()))
 	f.Add(encodeParts(formatTwoParts(l)))
+	f.Add(encodeParts(formatThreeParts(l)))
 	fl := NewFollower(1, Options{})
 	f.Add(encodeParts(fl.Parts()))
 	fl.Apply(Record{Kind: RecYield, Group: Ref{ID: "g", Leader: 1, Inc: 1}, Key: Key{Key: "a"}, Value: []byte("v")})
@@ -558,10 +691,14 @@ func FuzzDecodeParts(f *testing.F) {
 			return
 		}
 		if OldLeaderParts(parts) {
-			partsFuzzCheck(t, parts, decodeLeader, formatTwoParts)
+			old := formatTwoParts
+			if parts[slices.IndexFunc(parts, func(p Part) bool { return p.Name == partHeader })].Value[0] == leaderPartsFormatOutboxes {
+				old = formatThreeParts
+			}
+			partsFuzzCheck(t, parts, decodeLeader, old)
 			if l, err := decodeLeader(parts); err == nil {
 				if l2, err := decodeLeader(l.Parts()); err != nil || !bytes.Equal(l2.Encode(), l.Encode()) {
-					t.Fatalf("the parts of the state of format 2 parts %q do not decode to it: %v", parts, err)
+					t.Fatalf("the parts of the state of old format parts %q do not decode to it: %v", parts, err)
 				}
 			}
 		} else {

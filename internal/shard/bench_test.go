@@ -68,11 +68,15 @@ func BenchmarkApplyPut(b *testing.B) {
 // the batch.
 func BenchmarkApplyGroupWrite(b *testing.B) {
 	for _, members := range []int{10, 100} {
-		b.Run(fmt.Sprintf("members=%d", members), func(b *testing.B) { benchmarkApplyGroupWrite(b, 16, members) })
+		b.Run(fmt.Sprintf("members=%d", members), func(b *testing.B) { benchmarkApplyGroupWrite(b, 16, members, 1) })
 	}
+	// Acknowledged every 20th write: the outbox holds up to 20 entries.
+	b.Run("members=10/ack=20", func(b *testing.B) { benchmarkApplyGroupWrite(b, 16, 10, 20) })
 }
 
-func benchmarkApplyGroupWrite(b *testing.B, groups, members int) {
+// benchmarkApplyGroupWrite applies group writes to groups of members in
+// turn, and acknowledges a group's writes every ackEvery writes to it.
+func benchmarkApplyGroupWrite(b *testing.B, groups, members, ackEvery int) {
 	g := newGroupShard(b)
 	g.value = make([]byte, 765)
 	for i := range groups {
@@ -100,8 +104,11 @@ func benchmarkApplyGroupWrite(b *testing.B, groups, members int) {
 		n := i % groups
 		seq[n]++
 		key := group.Key{Collection: 7, Key: fmt.Sprintf("g%02d-m%d", n, i/groups%members)}
-		g.apply(group.Record{Kind: group.RecWrite, Group: refs[n], Writes: []group.Write{{Key: key, Value: value}}},
-			group.Record{Kind: group.RecShipped, Group: refs[n], Shard: 5, Seq: seq[n]})
+		recs := []group.Record{{Kind: group.RecWrite, Group: refs[n], Writes: []group.Write{{Key: key, Value: value}}}}
+		if seq[n]%uint64(ackEvery) == 0 {
+			recs = append(recs, group.Record{Kind: group.RecShipped, Group: refs[n], Shard: 5, Seq: seq[n]})
+		}
+		g.apply(recs...)
 		total += g.batchBytes
 	}
 	b.ReportMetric(float64(total)/float64(b.N), "batch-B/op")

@@ -28,11 +28,13 @@ import (
 //
 // Both states are kept in the shard's state span, in parts (group.Part):
 // under stateGroupLeaderParts, a header and, per group, an item for the
-// group, one per member and one per outbox; under stateGroupFollowerParts,
-// a header and one item per yielded key. After a record, the shard writes
-// the parts its Apply may have changed (PartsAfter), so a record costs
-// what it touched, not the whole state (a group write, the members it
-// wrote and their outboxes, not the value of every member); the parts ride
+// group, one per member, one per outbox and one per outbox entry; under
+// stateGroupFollowerParts, a header and one item per yielded key. After a
+// record, the shard writes the parts its Apply may have changed
+// (PartsAfter), so a record costs what it touched, not the whole state (a
+// group write, the members it wrote, their outboxes' counts and its
+// entries, not the value of every member nor the outboxes' earlier
+// entries); the parts ride
 // snapshots (the whole state span) and survive log truncation. A key the
 // follower holds yielded is owned by its group: plain writes, intents and
 // delete-ranges of it are refused with key_in_group.
@@ -41,8 +43,8 @@ import (
 // replaces them by every part, on every replica alike (the format stored
 // is replicated state): shards that stored each state as one value
 // (group.Leader.Encode, under stateGroupLeader and stateGroupFollower),
-// and shards that stored the leader's parts a whole group per part
-// (group.OldLeaderParts).
+// and shards that stored the leader's parts a whole group, or a whole
+// outbox, per part (group.OldLeaderParts).
 
 // Command kinds of Key Groups.
 // groupOptions are the protocol's options in a shard. The node ticks the

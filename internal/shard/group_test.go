@@ -2,6 +2,7 @@ package shard
 
 import (
 	"bytes"
+	"encoding/binary"
 	"slices"
 	"strings"
 	"testing"
@@ -325,6 +326,16 @@ func groupItems(id string, keys ...string) []string {
 	return append(items, g+"o\x00\x00\x00\x00\x00\x00\x00\x05")
 }
 
+// groupItemsEntries is groupItems with entries 1 to n in the outbox.
+func groupItemsEntries(id string, n int, keys ...string) []string {
+	items := groupItems(id, keys...)
+	o := items[len(items)-1]
+	for seq := 1; seq <= n; seq++ {
+		items = append(items, o+string(binary.BigEndian.AppendUint64(nil, uint64(seq))))
+	}
+	return items
+}
+
 // TestGroupStateReload runs the life of groups through a shard and, after
 // every record, reloads the shard from its storage and checks that it has
 // the same group states; the states are stored in parts, per group one for
@@ -434,7 +445,7 @@ func TestGroupStateWholeValue(t *testing.T) {
 	}
 	g.run(effs, func() {})
 	l, f = g.states()
-	leaderItems := slices.Concat(groupItems("a", "a1", "a2"), groupItems("b", "b1", "b2"), groupItems("c", "c1"), []string{"group/l/h"})
+	leaderItems := slices.Concat(groupItems("a", "a1", "a2"), groupItemsEntries("b", 1, "b1", "b2"), groupItems("c", "c1"), []string{"group/l/h"})
 	items = append([]string{"group/follower"}, leaderItems...)
 	if got := g.stateItems(); !slices.Equal(got, items) {
 		t.Fatalf("group state items after a leader record: %q, want %q", got, items)
@@ -445,9 +456,10 @@ func TestGroupStateWholeValue(t *testing.T) {
 	}
 
 	// A record of the follower (the application of the write) stores every
-	// yielded key.
+	// yielded key; the acknowledgment deletes the entry.
 	g.tick(func() {})
 	l, f = g.states()
+	leaderItems = slices.Concat(groupItems("a", "a1", "a2"), groupItems("b", "b1", "b2"), groupItems("c", "c1"), []string{"group/l/h"})
 	items = append([]string{"group/f/h", "group/f/k/\x00\x00\x00\x07a1", "group/f/k/\x00\x00\x00\x07a2", "group/f/k/\x00\x00\x00\x07b1",
 		"group/f/k/\x00\x00\x00\x07b2", "group/f/k/\x00\x00\x00\x07c1"}, leaderItems...)
 	if got := g.stateItems(); !slices.Equal(got, items) {
@@ -554,7 +566,7 @@ func TestGroupStateFormatTwo(t *testing.T) {
 	// A record of the leader (a write to one group) stores every part.
 	write("c", "c1")
 	l, f = g.states()
-	items := slices.Concat(followerItems, groupItems("a", "a1", "a2"), groupItems("b", "b1", "b2"), groupItems("c", "c1"), []string{"group/l/h"})
+	items := slices.Concat(followerItems, groupItems("a", "a1", "a2"), groupItemsEntries("b", 1, "b1", "b2"), groupItemsEntries("c", 1, "c1"), []string{"group/l/h"})
 	if got := g.stateItems(); !slices.Equal(got, items) {
 		t.Fatalf("group state items after a leader record:\n%q\nwant\n%q", got, items)
 	}
@@ -580,4 +592,103 @@ func TestGroupStateFormatTwo(t *testing.T) {
 			t.Fatalf("c1 not shipped: %+v", y)
 		}
 	})
+}
+
+// formatThreeParts returns the parts of l in format 3, as shards stored
+// them before outbox entries had parts of their own: an outbox's part held
+// its next sequence number and its entries, each its sequence number and
+// write. The current format's outbox part holds the next sequence number
+// and the number of entries, and each entry part (the outbox's name and
+// the entry's sequence number in 8 bytes) the write.
+func formatThreeParts(l *group.Leader) []group.Part {
+	parts := l.Parts()
+	var out []group.Part
+	for i, p := range parts {
+		if i == 0 {
+			out = append(out, group.Part{Name: p.Name, Value: append([]byte{3}, p.Value[1:]...)})
+			continue
+		}
+		if len(out) > 0 && strings.HasPrefix(p.Name, out[len(out)-1].Name) && len(p.Name) == len(out[len(out)-1].Name)+8 &&
+			strings.Contains(out[len(out)-1].Name, "\x00\x01o") {
+			// An entry of the outbox just written.
+			o := &out[len(out)-1]
+			o.Value = binary.AppendUvarint(o.Value, binary.BigEndian.Uint64([]byte(p.Name[len(o.Name):])))
+			o.Value = append(o.Value, p.Value...)
+			continue
+		}
+		out = append(out, group.Part{Name: p.Name, Value: slices.Clone(p.Value)})
+	}
+	return out
+}
+
+// TestGroupStateFormatThree loads a leader state stored in parts of format
+// 3 (a whole outbox per part, its entries in it): the shard has the state
+// they hold, and the first record applied to the leader replaces them by
+// the parts of the current format, each entry in a part of its own.
+func TestGroupStateFormatThree(t *testing.T) {
+	g := newGroupShard(t)
+	g.run(g.create("a", group.Atomic, "a1", "a2"), func() {})
+	g.run(g.create("b", group.BestEffort, "b1", "b2"), func() {})
+	write := func(id, key, v string) {
+		t.Helper()
+		var effs []group.Effect
+		var err error
+		g.s.WithGroups(func(l *group.Leader, _ *group.Follower) {
+			effs, err = l.Write(id, []group.Write{{Key: group.Key{Collection: 7, Key: key}, Value: []byte(v)}}, nil)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.run(effs, func() {})
+	}
+	write("b", "b1", "v1") // not shipped: outbox entries
+	write("b", "b2", "v2")
+	l, f := g.states()
+
+	var old []group.Part
+	g.s.WithGroups(func(l *group.Leader, _ *group.Follower) { old = formatThreeParts(l) })
+	b := g.db.NewBatch()
+	lo := storage.ShardStateKey(g.desc.ShardID, stateGroupLeaderParts)
+	if err := b.DeleteRange(lo, storage.PrefixEnd(lo), nil); err != nil {
+		t.Fatal(err)
+	}
+	var oldItems []string
+	for _, p := range old {
+		if err := b.Set(storage.ShardStateKey(g.desc.ShardID, stateGroupLeaderParts+p.Name), p.Value, nil); err != nil {
+			t.Fatal(err)
+		}
+		oldItems = append(oldItems, stateGroupLeaderParts+p.Name)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	g.reload()
+	if l2, f2 := g.states(); !bytes.Equal(l2, l) || !bytes.Equal(f2, f) {
+		t.Fatal("the states loaded from parts of format 3 differ")
+	}
+	leaderItems := func() []string {
+		var items []string
+		for _, it := range g.stateItems() {
+			if strings.HasPrefix(it, stateGroupLeaderParts) {
+				items = append(items, it)
+			}
+		}
+		return items
+	}
+	slices.Sort(oldItems)
+	if got := leaderItems(); !slices.Equal(got, oldItems) {
+		t.Fatalf("leader state items: %q, want %q", got, oldItems)
+	}
+
+	// A record of the leader (a write to a) stores every part.
+	write("a", "a1", "v3")
+	l, f = g.states()
+	items := slices.Concat(groupItemsEntries("a", 1, "a1", "a2"), groupItemsEntries("b", 2, "b1", "b2"), []string{"group/l/h"})
+	if got := leaderItems(); !slices.Equal(got, items) {
+		t.Fatalf("leader state items after a leader record:\n%q\nwant\n%q", got, items)
+	}
+	g.reload()
+	if l2, f2 := g.states(); !bytes.Equal(l2, l) || !bytes.Equal(f2, f) {
+		t.Fatal("the states reloaded after a leader record differ")
+	}
 }
