@@ -261,7 +261,7 @@ func (f *Follower) Apply(r Record) []Effect {
 			y.Confirmed, y.Value, y.Absent, y.Version = true, nil, false, 0
 		}
 	case RecFree:
-		var out []Effect
+		var stores []Write
 		if y := f.keys[r.Key]; frees(y, r.Group, r.Yield) {
 			// The D of a joined member names the yield the leader joined
 			// (not 0) and carries the group's writes of the key: those not
@@ -270,26 +270,43 @@ func (f *Follower) Apply(r Record) []Effect {
 			for _, e := range r.Entries {
 				if r.Yield != 0 && e.Key == r.Key && e.Seq > y.Shipped {
 					y.Shipped = e.Seq
-					out = append(out, Store{Write{Key: e.Key, Value: bytes.Clone(e.Value), Delete: e.Delete}})
+					stores = append(stores, e.Write)
 				}
 			}
 			delete(f.keys, r.Key)
 		}
-		return append(out, f.da(r.Group, r.Key, r.Yield))
+		return append(storeLast(stores), f.da(r.Group, r.Key, r.Yield))
 	case RecApplyShip:
 		// Entries apply in order, up to the first held one; the ShipAck
 		// covers those, and the leader re-sends the rest.
-		var out []Effect
+		var stores []Write
 		entries := r.Entries[:f.shipPrefix(r.Group, r.Entries)]
 		for _, e := range entries {
 			if f.shippable(r.Group, e) {
 				f.keys[e.Key].Shipped = e.Seq
-				out = append(out, Store{Write{Key: e.Key, Value: bytes.Clone(e.Value), Delete: e.Delete}})
+				stores = append(stores, e.Write)
 			}
 		}
-		return append(out, f.shipAck(r.Group, entries)...)
+		return append(storeLast(stores), f.shipAck(r.Group, entries)...)
 	}
 	return nil
+}
+
+// storeLast returns the Store effects of writes, applied by one record and
+// so stored at one version: per key, the last write only, which is what
+// the version holds in the end; in the order of those writes.
+func storeLast(writes []Write) []Effect {
+	last := make(map[Key]int, len(writes))
+	for i, w := range writes {
+		last[w.Key] = i
+	}
+	out := make([]Effect, 0, len(last))
+	for i, w := range writes {
+		if last[w.Key] == i {
+			out = append(out, Store{Write{Key: w.Key, Value: bytes.Clone(w.Value), Delete: w.Delete}})
+		}
+	}
+	return out
 }
 
 func cloneEntries(es []Entry) []Entry {
