@@ -284,7 +284,7 @@ func (e *ddEnv) run(t *testing.T, td *datadriven.TestData) string {
 			}
 		} else if g, ok := e.shard(r.Leader).leader.Group(r.ID); ok {
 			if ob := g.outbox(ShardID(sh)); ob != nil {
-				m.Entries = ob.Entries
+				m.Entries = g.shipment(ob, nil) // what the leader sends
 			}
 		}
 		fmt.Fprintf(&e.out, "deliver: %s\n", m)

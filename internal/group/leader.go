@@ -284,14 +284,31 @@ func (l *Leader) sendD(g *Group, m *Member) Send {
 		return s
 	}
 	if ob := g.outbox(m.Shard); ob != nil {
-		for _, e := range ob.Entries {
-			if e.Key == m.Key {
-				e.Value = bytes.Clone(e.Value)
-				s.Msg.Entries = append(s.Msg.Entries, e)
-			}
-		}
+		s.Msg.Entries = g.shipment(ob, &m.Key)
 	}
 	return s
+}
+
+// shipment returns what ships of outbox ob (of key only, if not nil): per
+// key, its last entry, with the key's value at the leader (its member's),
+// which every earlier entry's write is superseded by; in the order of
+// those entries. Sent again later, an entry carries a value as new or
+// newer: a member's value changes only with a write, which takes a higher
+// sequence number.
+func (g *Group) shipment(ob *Outbox, only *Key) []Entry {
+	last := make(map[Key]int, len(ob.Entries))
+	for i, e := range ob.Entries {
+		last[e.Key] = i
+	}
+	var out []Entry
+	for i, e := range ob.Entries {
+		if last[e.Key] != i || only != nil && e.Key != *only {
+			continue
+		}
+		m := g.member(e.Key)
+		out = append(out, Entry{Seq: e.Seq, Write: Write{Key: e.Key, Value: bytes.Clone(m.Value), Delete: m.Absent}})
+	}
+	return out
 }
 
 func (l *Leader) send(t MsgType, to ShardID, r Ref, k Key, y uint64) Send {
@@ -381,7 +398,7 @@ func (l *Leader) ship(g *Group, retry bool) []Effect {
 		}
 		l.sent[sk] = last
 		out = append(out, Send{Message{Type: MsgShip, From: l.shard, To: ob.Shard, Group: g.Ref,
-			Entries: slices.Clone(ob.Entries)}})
+			Entries: g.shipment(ob, nil)}})
 	}
 	return out
 }
@@ -521,7 +538,8 @@ func (l *Leader) applyWrite(r Record) []Effect {
 		m := g.member(w.Key)
 		m.Value, m.Absent, m.Version = bytes.Clone(w.Value), w.Delete, r.Version
 		ob := g.outbox(m.Shard)
-		ob.Entries = append(ob.Entries, Entry{Seq: ob.Next, Write: Write{Key: w.Key, Value: bytes.Clone(w.Value), Delete: w.Delete}})
+		// The entry names the key; the member holds its value.
+		ob.Entries = append(ob.Entries, Entry{Seq: ob.Next, Write: Write{Key: w.Key}})
 		ob.Next++
 	}
 	l.wrote = true
@@ -575,9 +593,8 @@ func (l *Leader) releaseJoined(g *Group) []Effect {
 	for i := range g.Members {
 		m := &g.Members[i]
 		if m.Status == Joined {
-			m.Status = Releasing
+			m.Status = Releasing // its value ships with its Ds
 			out = append(out, l.sendD(g, m))
-			m.Value, m.Absent = nil, false
 		}
 	}
 	return append(out, l.maybeForget(g)...)

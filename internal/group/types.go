@@ -178,7 +178,10 @@ type Read struct {
 }
 
 // Entry is a committed group write waiting in an outbox, numbered in the
-// order of its outbox.
+// order of its outbox. In an outbox it names the key written (no value:
+// the key's member holds it); in a shipment (Ship, D, and the records
+// that apply them) it is a key's last entry in the outbox, with the key's
+// value at the leader when sent (Group.shipment).
 type Entry struct {
 	Seq uint64
 	Write

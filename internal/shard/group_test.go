@@ -146,10 +146,13 @@ func TestGroupRecords(t *testing.T) {
 	if res := apply(EncodeGroupRecord(group.Record{Kind: group.RecConfirm, Group: ref, Key: k, Yield: ja.Yield})); res.Err != nil {
 		t.Fatal(res.Err)
 	}
-	var entries []group.Entry
+	var entries []group.Entry // the leader's shipment
 	s.WithGroups(func(l *group.Leader, _ *group.Follower) {
-		g, _ := l.Group("g")
-		entries = g.Outboxes[0].Entries
+		for _, e := range l.ShipNew("g") {
+			if s, ok := e.(group.Send); ok && s.Msg.Type == group.MsgShip {
+				entries = s.Msg.Entries
+			}
+		}
 	})
 	res = apply(versioned(EncodeGroupRecord(group.Record{Kind: group.RecApplyShip, Group: ref, Entries: entries})))
 	if res.Err != nil {
