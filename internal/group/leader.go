@@ -463,7 +463,7 @@ func (l *Leader) Apply(r Record) []Effect {
 		if mem == nil || mem.Status != Releasing || mem.Yield != r.Yield {
 			return nil
 		}
-		mem.Status = Released
+		mem.Status, mem.Value, mem.Absent = Released, nil, false
 		return l.maybeForget(g)
 	case RecWrite:
 		return l.applyWrite(r)
@@ -593,8 +593,14 @@ func (l *Leader) releaseJoined(g *Group) []Effect {
 	for i := range g.Members {
 		m := &g.Members[i]
 		if m.Status == Joined {
-			m.Status = Releasing // its value ships with its Ds
-			out = append(out, l.sendD(g, m))
+			m.Status = Releasing
+			d := l.sendD(g, m)
+			if len(d.Msg.Entries) == 0 {
+				// Nothing to ship: its D needs no value. (Else the value
+				// ships with its Ds.)
+				m.Value, m.Absent = nil, false
+			}
+			out = append(out, d)
 		}
 	}
 	return append(out, l.maybeForget(g)...)
