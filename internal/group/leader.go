@@ -76,12 +76,11 @@ func (g *Group) outbox(s ShardID) *Outbox {
 	return nil
 }
 
+// clone copies g but the members' values, which it shares: Apply never
+// changes a value in place (a write gives its member a new one).
 func (g *Group) clone() Group {
 	c := *g
 	c.Members = slices.Clone(g.Members)
-	for i := range c.Members {
-		c.Members[i].Value = bytes.Clone(c.Members[i].Value)
-	}
 	c.Outboxes = slices.Clone(g.Outboxes)
 	for i := range c.Outboxes {
 		c.Outboxes[i].Entries = slices.Clone(c.Outboxes[i].Entries)
@@ -131,7 +130,8 @@ func NewLeader(shard ShardID, opts Options) *Leader {
 // Shard returns the leader's shard.
 func (l *Leader) Shard() ShardID { return l.shard }
 
-// Group returns a copy of the live group id.
+// Group returns a copy of the live group id. Its members' values are
+// shared with the leader's state: the caller must not modify them.
 func (l *Leader) Group(id string) (Group, bool) {
 	g, ok := l.groups[id]
 	if !ok {

@@ -704,3 +704,58 @@ func TestSystemCollectionsAreReadOnly(t *testing.T) {
 		t.Fatalf("deleting g: %v", err)
 	}
 }
+
+// TestGroupValuesAreCopies: the values a group's reads return — a group
+// transaction's get, a single-key get and a batch get of a member — are
+// the caller's own: scribbling over them changes nothing in the group.
+func TestGroupValuesAreCopies(t *testing.T) {
+	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond})
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionHash, Shards: 2}); err != nil {
+		t.Fatal(err)
+	}
+	ref := kv.KeyRef{Collection: "c", Key: []byte("k")}
+	if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: ref.Key, Value: []byte("value")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.CreateGroup(ctx, kv.GroupSpec{ID: "g", Leader: ref}); err != nil {
+		t.Fatal(err)
+	}
+	scribble := func(b []byte) {
+		for i := range b {
+			b[i] = 'x'
+		}
+	}
+	check := func(how string) {
+		t.Helper()
+		rec, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: ref.Key})
+		if err != nil || string(rec.Value) != "value" {
+			t.Fatalf("after scribbling over the value of %s: %q, %v", how, rec.Value, err)
+		}
+	}
+	if _, _, err := groupTransact(ctx, n, "g", func(a string) error {
+		rec, found, err := n.TxnGet(ctx, a, ref)
+		if err != nil || !found {
+			return fmt.Errorf("get: %v %v", found, err)
+		}
+		scribble(rec.Value)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	check("a group transaction's get")
+	rec, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: ref.Key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scribble(rec.Value)
+	check("a get")
+	res, err := n.BatchGet(ctx, []kv.KeyRef{ref})
+	if err != nil || len(res.Items) != 1 {
+		t.Fatalf("batch get: %+v %v", res, err)
+	}
+	scribble(res.Items[0].Value)
+	check("a batch get")
+}

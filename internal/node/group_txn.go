@@ -226,7 +226,8 @@ func (s *groupTxn) get(ctx context.Context, n *Node, ref kv.KeyRef) (kv.Record, 
 	if m.Absent {
 		return kv.Record{}, false, nil
 	}
-	return kv.Record{Key: ref.Key, Value: m.Value, Version: m.Version}, true, nil
+	// m.Value may be the leader's own (a local read): the caller gets a copy.
+	return kv.Record{Key: ref.Key, Value: bytes.Clone(m.Value), Version: m.Version}, true, nil
 }
 
 func (s *groupTxn) write(ctx context.Context, n *Node, ref kv.KeyRef, value []byte, del bool) error {
@@ -675,7 +676,7 @@ func (n *Node) overlayGroups(ctx context.Context, descs []*cluster.CollectionDes
 			if m.Key.key() == k && group.MemberStatus(m.Status) == group.Joined {
 				it.Found, it.Value, it.Version = !m.Absent, nil, m.Version
 				if !m.Absent {
-					it.Value = m.Value
+					it.Value = bytes.Clone(m.Value) // maybe the leader's own
 				}
 				res.Version = max(res.Version, m.Version)
 			}
@@ -793,7 +794,7 @@ func (n *Node) groupGet(ctx context.Context, shardID uint64, ref kv.KeyRef, k gr
 			if m.Absent {
 				return kv.Record{}, true, kv.Errorf(kv.CodeNotFound, "key %q not found", ref.Key)
 			}
-			return kv.Record{Key: ref.Key, Value: m.Value, Version: m.Version}, true, nil
+			return kv.Record{Key: ref.Key, Value: bytes.Clone(m.Value), Version: m.Version}, true, nil // maybe the leader's own
 		}
 	}
 	// Joining (its value is the shard's) or released (shipped).
