@@ -145,6 +145,8 @@ type remoteDB struct {
 	// the Key Groups methods, over c.
 	txn    *api.TxnClient
 	closed atomic.Bool
+	// gets coalesces concurrent gets (getbatch.go).
+	gets getBatcher
 }
 
 var _ DB = (*remoteDB)(nil)
@@ -201,7 +203,26 @@ func (r *remoteDB) Put(ctx context.Context, req PutRequest) (uint64, error) {
 	return m.GetVersion(), nil
 }
 
+// Get shares a BatchGet with other gets when the connection is busy (see
+// getDirectLimit); a get of an older version goes alone.
 func (r *remoteDB) Get(ctx context.Context, req GetRequest) (Record, error) {
+	if req.Version != 0 {
+		return r.getOne(ctx, req)
+	}
+	return r.gets.get(ctx, req, r.getOne, r.getMany)
+}
+
+// getMany reads keys in one independent BatchGet: each as Get reads it.
+func (r *remoteDB) getMany(ctx context.Context, keys []KeyRef) (BatchGetResult, error) {
+	m, err := r.c.BatchGet(ctx, &pb.BatchGetRequest{Keys: api.KeyRefsToPB(keys), Independent: true})
+	if err != nil {
+		return BatchGetResult{}, r.fail(err, false)
+	}
+	return api.BatchGetResultFromPB(m), nil
+}
+
+// getOne is Get as one RPC.
+func (r *remoteDB) getOne(ctx context.Context, req GetRequest) (Record, error) {
 	m, err := r.c.Get(ctx, api.GetRequestToPB(req))
 	if err != nil {
 		return Record{}, r.fail(err, false)

@@ -191,11 +191,37 @@ func (s *grpcService) Ready(ctx context.Context, _ *pb.ReadyRequest) (*pb.ReadyR
 }
 
 func (s *grpcService) BatchGet(ctx context.Context, req *pb.BatchGetRequest) (*pb.BatchGetResponse, error) {
+	if req.GetIndependent() {
+		return s.independentGets(ctx, KeyRefsFromPB(req.GetKeys()))
+	}
 	r, err := s.b.BatchGet(ctx, KeyRefsFromPB(req.GetKeys()))
 	if err != nil {
 		return nil, s.fail(ctx, err)
 	}
 	return BatchGetResultToPB(r), nil
+}
+
+// independentGets answers a batch get with independent set: each key is
+// read by a Get of its own (the gets a client coalesced), a key not found
+// is an item not found, and any other error fails the call, so that the
+// client sends each get alone and each gets its own error.
+func (s *grpcService) independentGets(ctx context.Context, keys []kv.KeyRef) (*pb.BatchGetResponse, error) {
+	if len(keys) > kv.DefaultMaxBatchKeys {
+		return nil, s.fail(ctx, kv.Errorf(kv.CodeTooLarge, "the batch has %d keys, the limit is %d", len(keys), kv.DefaultMaxBatchKeys))
+	}
+	items := make([]*pb.BatchGetItem, len(keys))
+	for i, k := range keys {
+		rec, err := s.b.Get(ctx, kv.GetRequest{Collection: k.Collection, Key: k.Key})
+		switch {
+		case kv.CodeOf(err) == kv.CodeNotFound:
+			items[i] = &pb.BatchGetItem{Collection: k.Collection, Key: k.Key}
+		case err != nil:
+			return nil, s.fail(ctx, err)
+		default:
+			items[i] = &pb.BatchGetItem{Collection: k.Collection, Key: k.Key, Found: true, Value: rec.Value, Tags: rec.Tags, Version: rec.Version}
+		}
+	}
+	return &pb.BatchGetResponse{Items: items}, nil
 }
 
 func (s *grpcService) BatchPut(ctx context.Context, req *pb.BatchPutRequest) (*pb.BatchWriteResponse, error) {

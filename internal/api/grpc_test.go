@@ -1679,3 +1679,49 @@ func TestGRPCStreamMetricsInterceptor(t *testing.T) {
 		t.Errorf("observed %v, want %v", got, want)
 	}
 }
+
+// snapshotless is a grpcFake whose batch gets fail the test: an independent
+// batch get must read each key with Get.
+type snapshotless struct {
+	*grpcFake
+	t *testing.T
+}
+
+func (s snapshotless) BatchGet(context.Context, []kv.KeyRef) (kv.BatchGetResult, error) {
+	s.t.Error("an independent batch get read the keys at one version")
+	return kv.BatchGetResult{}, kv.Errorf(kv.CodeInternal, "not here")
+}
+
+// TestGRPCIndependentBatchGet: a batch get with independent set reads each
+// key by a Get of its own: found, not found (an item not found), and any
+// other error of one key fails the call with that error.
+func TestGRPCIndependentBatchGet(t *testing.T) {
+	f := newGRPCFake()
+	ctx := context.Background()
+	if _, err := f.CreateCollection(ctx, kv.CollectionOptions{Name: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte("a"), Value: []byte("1"), Tags: []string{"t"}}); err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := grpcServe(t, snapshotless{f, t})
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := pb.NewGroupKVClient(conn)
+	res, err := c.BatchGet(ctx, &pb.BatchGetRequest{Independent: true, Keys: []*pb.KeyRef{{Collection: "c", Key: []byte("a")}, {Collection: "c", Key: []byte("b")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := res.GetItems()
+	if len(items) != 2 || !items[0].GetFound() || string(items[0].GetValue()) != "1" || !slices.Equal(items[0].GetTags(), []string{"t"}) ||
+		items[0].GetVersion() == 0 || items[1].GetFound() || string(items[1].GetKey()) != "b" || res.GetVersion() != 0 {
+		t.Fatalf("independent batch get: %v", res)
+	}
+	_, err = c.BatchGet(ctx, &pb.BatchGetRequest{Independent: true, Keys: []*pb.KeyRef{{Collection: "c", Key: []byte("a")}, {Collection: "nope", Key: []byte("a")}}})
+	if got := api.ErrorFromStatus(err, false); kv.CodeOf(got) != kv.CodeCollectionNotFound {
+		t.Fatalf("independent batch get of an unknown collection: %v", got)
+	}
+}

@@ -1030,8 +1030,14 @@ func (x *KeyRef) GetKey() []byte {
 }
 
 type BatchGetRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Keys          []*KeyRef              `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Keys  []*KeyRef              `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	// independent reads each key as Get reads it (linearizable each, not at
+	// one version): the answer's version is 0, and an error of any key but
+	// not_found fails the whole call. A client sends it for gets it
+	// coalesces into one call. A server that does not know the field reads
+	// the keys at one version, which answers those gets too.
+	Independent   bool `protobuf:"varint,2,opt,name=independent,proto3" json:"independent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1071,6 +1077,13 @@ func (x *BatchGetRequest) GetKeys() []*KeyRef {
 		return x.Keys
 	}
 	return nil
+}
+
+func (x *BatchGetRequest) GetIndependent() bool {
+	if x != nil {
+		return x.Independent
+	}
+	return false
 }
 
 // BatchGetItem answers one key of a batch get, in request order; value, tags
@@ -1162,7 +1175,8 @@ func (x *BatchGetItem) GetVersion() uint64 {
 type BatchGetResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Items []*BatchGetItem        `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
-	// version is the version every item was read at.
+	// version is the version every item was read at (0 for an independent
+	// batch get).
 	Version       uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4264,9 +4278,10 @@ const file_groupkv_proto_rawDesc = "" +
 	"\n" +
 	"collection\x18\x01 \x01(\tR\n" +
 	"collection\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\fR\x03key\"9\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\"[\n" +
 	"\x0fBatchGetRequest\x12&\n" +
-	"\x04keys\x18\x01 \x03(\v2\x12.groupkv.v1.KeyRefR\x04keys\"\x9a\x01\n" +
+	"\x04keys\x18\x01 \x03(\v2\x12.groupkv.v1.KeyRefR\x04keys\x12 \n" +
+	"\vindependent\x18\x02 \x01(\bR\vindependent\"\x9a\x01\n" +
 	"\fBatchGetItem\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x01 \x01(\tR\n" +
