@@ -455,13 +455,7 @@ func TestGroupClusterLeaderLoss(t *testing.T) {
 // and takes its time fails validation while others keep writing that key;
 // retried with retry_of it runs with priority and commits at once.
 func TestGroupTxnRetryHasPriority(t *testing.T) {
-	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond})
-	defer n.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionHash, Shards: 2}); err != nil {
-		t.Fatal(err)
-	}
+	n, ctx := openWithCollection(t)
 	hot, other := kv.KeyRef{Collection: "c", Key: []byte("hot")}, kv.KeyRef{Collection: "c", Key: []byte("other")}
 	if _, err := n.CreateGroup(ctx, kv.GroupSpec{ID: "g", Leader: hot, Members: []kv.KeyRef{other}}); err != nil {
 		t.Fatal(err)
@@ -709,13 +703,7 @@ func TestSystemCollectionsAreReadOnly(t *testing.T) {
 // transaction's get, a single-key get and a batch get of a member — are
 // the caller's own: scribbling over them changes nothing in the group.
 func TestGroupValuesAreCopies(t *testing.T) {
-	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond})
-	defer n.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionHash, Shards: 2}); err != nil {
-		t.Fatal(err)
-	}
+	n, ctx := openWithCollection(t)
 	ref := kv.KeyRef{Collection: "c", Key: []byte("k")}
 	if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: ref.Key, Value: []byte("value")}); err != nil {
 		t.Fatal(err)
@@ -758,4 +746,18 @@ func TestGroupValuesAreCopies(t *testing.T) {
 	}
 	scribble(res.Items[0].Value)
 	check("a batch get")
+}
+
+// openWithCollection opens a node, closed when the test ends, with the
+// hash collection "c" of two shards, and a context of a minute.
+func openWithCollection(t *testing.T) (*Node, context.Context) {
+	t.Helper()
+	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond})
+	t.Cleanup(func() { n.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionHash, Shards: 2}); err != nil {
+		t.Fatal(err)
+	}
+	return n, ctx
 }
