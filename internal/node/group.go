@@ -954,6 +954,10 @@ func groupError(err error, id string) error {
 type groupDeleteRequest struct {
 	Shard uint64 `json:"shard"`
 	ID    string `json:"id"`
+	// RegVersion is the version of the group's registration the deleter
+	// read (0: unknown). The leader removes that registration, if still
+	// there, while the members are released.
+	RegVersion uint64 `json:"reg_version,omitempty"`
 }
 
 type groupDeleteResponse struct {
@@ -970,7 +974,7 @@ func (n *Node) DeleteGroup(ctx context.Context, id string) error {
 	if err := validGroupID(id); err != nil {
 		return err
 	}
-	reg, _, err := n.registration(ctx, id)
+	reg, regVersion, err := n.registration(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -978,7 +982,7 @@ func (n *Node) DeleteGroup(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	req := &groupDeleteRequest{Shard: shardID, ID: id}
+	req := &groupDeleteRequest{Shard: shardID, ID: id, RegVersion: regVersion}
 	_, err = n.atGroupLeader(ctx, shardID, "GroupDelete", req, func(ctx context.Context) (any, error) {
 		return &groupDeleteResponse{}, n.groupDeleteHere(ctx, req)
 	})
@@ -986,7 +990,15 @@ func (n *Node) DeleteGroup(ctx context.Context, id string) error {
 		return err
 	}
 	n.forgetRegistration(id)
-	if _, err := n.Delete(systemContext(ctx), kv.DeleteRequest{Collection: groupsCollection, Key: []byte(id)}); err != nil && kv.CodeOf(err) != kv.CodeNotFound {
+	// The leader removed the registration meanwhile, unless it could not
+	// (or the group was gone, or its deletion asked before): remove it
+	// here, the one read, not a newer one.
+	if _, v, err := n.registration(ctx, id); err == nil && v == regVersion {
+		if _, err := n.Delete(systemContext(ctx), kv.DeleteRequest{Collection: groupsCollection, Key: []byte(id), IfVersion: &v}); err != nil &&
+			kv.CodeOf(err) != kv.CodeNotFound && kv.CodeOf(err) != kv.CodeConditionFailed {
+			return err
+		}
+	} else if err != nil && kv.CodeOf(err) != kv.CodeNotFound {
 		return err
 	}
 	return nil
@@ -1028,6 +1040,7 @@ func (n *Node) groupDeleteHere(ctx context.Context, req *groupDeleteRequest) err
 		return groupError(err, req.ID)
 	}
 	ref := group.Ref{ID: req.ID, Leader: g.Ref.Leader}
+	var unregistered chan struct{}
 	for _, e := range effs {
 		if l, ok := e.(group.Log); ok {
 			res, err := n.host.Propose(ctx, req.Shard, shard.EncodeGroupRecord(l.Record))
@@ -1037,10 +1050,26 @@ func (n *Node) groupDeleteHere(ctx context.Context, req *groupDeleteRequest) err
 			if res.Err != nil {
 				return res.Err
 			}
+			if req.RegVersion != 0 {
+				// The deletion is logged: it finishes whatever comes.
+				// The id's registration goes while the members are
+				// released, not after (the deleter removes it if this
+				// fails).
+				unregistered = make(chan struct{})
+				go func() {
+					defer close(unregistered)
+					rctx, cancel := context.WithTimeout(systemContext(context.WithoutCancel(ctx)), time.Minute)
+					defer cancel()
+					v := req.RegVersion
+					_, _ = n.Delete(rctx, kv.DeleteRequest{Collection: groupsCollection, Key: []byte(req.ID), IfVersion: &v})
+					n.forgetRegistration(req.ID)
+				}()
+			}
 		}
 	}
 	// Each member's D carries its writes not shipped yet.
-	// Wait until the group is forgotten (its delete reply names the id).
+	// Wait until the group is forgotten (its delete reply names the id),
+	// and its registration removed.
 	for {
 		gone := false
 		sm := n.host.StateMachine(req.Shard)
@@ -1051,6 +1080,12 @@ func (n *Node) groupDeleteHere(ctx context.Context, req *groupDeleteRequest) err
 			})
 		}
 		if gone {
+			if unregistered != nil {
+				select {
+				case <-unregistered:
+				case <-ctx.Done():
+				}
+			}
 			return nil
 		}
 		wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)

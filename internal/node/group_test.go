@@ -761,3 +761,69 @@ func openWithCollection(t *testing.T) (*Node, context.Context) {
 	}
 	return n, ctx
 }
+
+// TestGroupDeleteRemovesRegistration: the leader removes a deleted group's
+// registration while the members are released, the version the deleter
+// read and no other; the deleter removes it if the leader did not; either
+// way the id is free once the delete answers.
+func TestGroupDeleteRemovesRegistration(t *testing.T) {
+	n, ctx := openWithCollection(t)
+	spec := func(id string) kv.GroupSpec {
+		return kv.GroupSpec{ID: id, Leader: kv.KeyRef{Collection: "c", Key: []byte(id + "-leader")}, Members: []kv.KeyRef{{Collection: "c", Key: []byte(id + "-m")}}}
+	}
+	registered := func(id string) (uint64, bool) {
+		t.Helper()
+		_, v, err := n.registration(ctx, id)
+		if kv.CodeOf(err) == kv.CodeNotFound {
+			return 0, false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v, true
+	}
+	// The usual way: the delete answers with the registration gone, and
+	// the id can be taken again at once.
+	if _, err := n.CreateGroup(ctx, spec("g")); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.DeleteGroup(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := registered("g"); ok {
+		t.Fatal("g is registered after its delete answered")
+	}
+	if _, err := n.CreateGroup(ctx, spec("g")); err != nil {
+		t.Fatalf("creating g again: %v", err)
+	}
+
+	// A leader asked with another version of the registration leaves it;
+	// the deleter, which read it, removes it.
+	if _, err := n.CreateGroup(ctx, spec("h")); err != nil {
+		t.Fatal(err)
+	}
+	v, ok := registered("h")
+	if !ok {
+		t.Fatal("h is not registered")
+	}
+	reg, _, err := n.registration(ctx, "h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, shardID, err := n.groupKey(kv.KeyRef{Collection: reg.Collection, Key: reg.Key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.groupDeleteHere(ctx, &groupDeleteRequest{Shard: shardID, ID: "h", RegVersion: v + 1000}); err != nil {
+		t.Fatal(err)
+	}
+	if v2, ok := registered("h"); !ok || v2 != v {
+		t.Fatalf("a leader asked to remove another version of h's registration removed it (%d, %v)", v2, ok)
+	}
+	if err := n.DeleteGroup(ctx, "h"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := registered("h"); ok {
+		t.Fatal("h is registered after its delete answered")
+	}
+}
