@@ -61,8 +61,9 @@ const groupTick = 100 * time.Millisecond
 // groupState is the node's volatile Key Groups state.
 type groupState struct {
 	out chan outMsg
-	// sent, set by tests only, sees every message sent.
-	sent atomic.Pointer[func(group.Message)]
+	// sent, set by tests only, sees every message sent, and drops those
+	// it answers true for.
+	sent atomic.Pointer[func(group.Message) bool]
 
 	mu struct {
 		sync.Mutex
@@ -224,8 +225,8 @@ func (n *Node) groupSends(effs []group.Effect) {
 		if !ok {
 			continue
 		}
-		if h := n.groups.sent.Load(); h != nil {
-			(*h)(s.Msg)
+		if h := n.groups.sent.Load(); h != nil && (*h)(s.Msg) {
+			continue // dropped by a test
 		}
 		select {
 		case n.groups.out <- outMsg{to: uint64(s.Msg.To), msg: group.EncodeMessage(s.Msg)}:
@@ -858,6 +859,11 @@ func (n *Node) groupCreateHere(ctx context.Context, req *groupCreateRequest) (*g
 		}
 	})
 	ref := existing.Ref
+	if exists && existing.State == group.Deleting {
+		// Another incarnation on its way out (its registration goes
+		// before it is forgotten), or this request's, deleted since.
+		return nil, kv.Errorf(kv.CodeAlreadyExists, "group %q is being deleted: create it again once its delete has answered", req.ID)
+	}
 	if exists && existing.State == group.Active {
 		// Created before (this request asked again): its answer.
 		out := &groupCreateResponse{}

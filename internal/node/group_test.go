@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -594,12 +595,13 @@ func TestGroupDuplicateJoin(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var refused []group.Message
-	hook := func(m group.Message) {
+	hook := func(m group.Message) bool {
 		if m.Type == group.MsgJA && m.Refused != "" {
 			mu.Lock()
 			refused = append(refused, m)
 			mu.Unlock()
 		}
+		return false
 	}
 	n.groups.sent.Store(&hook)
 	d, _ := n.collection("c")
@@ -825,5 +827,49 @@ func TestGroupDeleteRemovesRegistration(t *testing.T) {
 	}
 	if _, ok := registered("h"); ok {
 		t.Fatal("h is registered after its delete answered")
+	}
+}
+
+// TestGroupCreateWhileDeleting: a create of an id whose group is still
+// being deleted (its registration already gone) answers already_exists,
+// not the old group's creation; once the delete has answered, the id is
+// free.
+func TestGroupCreateWhileDeleting(t *testing.T) {
+	n, ctx := openWithCollection(t)
+	spec := kv.GroupSpec{ID: "g", Leader: kv.KeyRef{Collection: "c", Key: []byte("leader")}, Members: []kv.KeyRef{{Collection: "c", Key: []byte("m")}}}
+	if _, err := n.CreateGroup(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	// No D gets through: the deletion stays where it is.
+	var hold atomic.Bool
+	hold.Store(true)
+	hook := func(m group.Message) bool { return hold.Load() && m.Type == group.MsgD }
+	n.groups.sent.Store(&hook)
+	deleted := make(chan error, 1)
+	go func() { deleted <- n.DeleteGroup(ctx, "g") }()
+	// Wait until the deletion is logged and the registration gone.
+	for {
+		if _, _, err := n.registration(ctx, "g"); kv.CodeOf(err) == kv.CodeNotFound {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the registration of the group being deleted stays")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := n.CreateGroup(ctx, spec); kv.CodeOf(err) != kv.CodeAlreadyExists {
+		t.Fatalf("create while the group is being deleted: %v, want already_exists", err)
+	}
+	select {
+	case err := <-deleted:
+		t.Fatalf("the delete answered while its Ds were held: %v", err)
+	default:
+	}
+	hold.Store(false) // the retries get through
+	if err := <-deleted; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.CreateGroup(ctx, spec); err != nil {
+		t.Fatalf("create after the delete answered: %v", err)
 	}
 }
