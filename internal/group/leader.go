@@ -274,10 +274,10 @@ func (l *Leader) answerJA(ref Ref, mem *Member, key Key, y uint64, from ShardID,
 }
 
 // sendD is the D that releases member m of g: with the yield the leader
-// joined, and, for a joined member (a yield other than 0), the entries of
-// its shard's outbox that write its key, which the follower stores before
-// it owns the key again. A deletion so waits for no shipment: the D is
-// the key's last shipment.
+// joined, and, for a joined member (a yield other than 0), its key's last
+// entry in its shard's outbox, if any, with the group's value of the key
+// (shipment), which the follower stores before it owns the key again. A
+// deletion so waits for no shipment: the D is the key's last shipment.
 func (l *Leader) sendD(g *Group, m *Member) Send {
 	s := l.send(MsgD, m.Shard, g.Ref, m.Key, m.Yield)
 	if m.Yield == 0 {
