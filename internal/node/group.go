@@ -651,6 +651,9 @@ type groupCreateResponse struct {
 	Joined  []groupKeyWire `json:"joined,omitempty"`
 	Refused []groupRefused `json:"refused,omitempty"`
 	Error   *peerError     `json:"error,omitempty"`
+	// Created: this call logged the group's creation (not an earlier
+	// call of the same request).
+	Created bool `json:"created,omitempty"`
 }
 
 type groupRefused struct {
@@ -711,29 +714,74 @@ func (n *Node) CreateGroup(ctx context.Context, spec kv.GroupSpec) (kv.GroupCrea
 	}
 	sum := req.sum()
 	regVal, _ := json.Marshal(groupRegistration{Collection: spec.Leader.Collection, Key: spec.Leader.Key, Spec: sum})
-	zero := uint64(0)
-	if _, err := n.Put(systemContext(ctx), kv.PutRequest{Collection: groupsCollection, Key: []byte(spec.ID), Value: regVal, IfVersion: &zero}); err != nil {
-		if kv.CodeOf(err) != kv.CodeConditionFailed {
-			return kv.GroupCreated{}, err
+	// The id is registered (a conditional put: ids are unique) while the
+	// group is created, not before; a creation that loses the id to
+	// another request is undone.
+	type regResult struct {
+		version uint64
+		err     error
+	}
+	regDone := make(chan regResult, 1)
+	go func() {
+		zero := uint64(0)
+		v, err := n.Put(systemContext(ctx), kv.PutRequest{Collection: groupsCollection, Key: []byte(spec.ID), Value: regVal, IfVersion: &zero})
+		regDone <- regResult{v, err}
+	}()
+	create := func() (*groupCreateResponse, error) {
+		resp, err := n.atGroupLeader(ctx, leaderShard, "GroupCreate", req, func(ctx context.Context) (any, error) {
+			return n.groupCreateHere(ctx, req)
+		})
+		if err != nil {
+			return nil, err
 		}
-		// Registered: by this very request asked again (its first
-		// answer was lost), which goes on; else the id is taken.
-		if reg, _, rerr := n.registration(ctx, spec.ID); rerr != nil || reg.Spec != sum {
-			return kv.GroupCreated{}, kv.Errorf(kv.CodeAlreadyExists, "group %q exists; delete it first or choose another id", spec.ID)
+		out := resp.(*groupCreateResponse)
+		return out, out.Error.err()
+	}
+	out, err := create()
+	reg := <-regDone
+	if reg.err == nil && kv.CodeOf(err) == kv.CodeAlreadyExists {
+		// The id is ours, yet another group of it is in the leader shard:
+		// one being deleted, or one of a request that lost the id to this
+		// one and undoes it. Wait for it to go.
+		for wait := 10 * time.Millisecond; kv.CodeOf(err) == kv.CodeAlreadyExists && wait < groupCreateRaceWait; wait *= 2 {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			out, err = create()
 		}
 	}
-	resp, err := n.atGroupLeader(ctx, leaderShard, "GroupCreate", req, func(ctx context.Context) (any, error) {
-		return n.groupCreateHere(ctx, req)
-	})
-	var out *groupCreateResponse
-	if err == nil {
-		out = resp.(*groupCreateResponse)
-		err = out.Error.err()
+	regVersion := reg.version
+	if reg.err != nil {
+		// Registered already to this request: asked again (its first
+		// answer was lost), or its put landed though it failed; it goes
+		// on. Else the id is taken, or could not be registered.
+		cur, v, rerr := n.registration(ctx, spec.ID)
+		if rerr != nil || cur.Spec != sum {
+			if out != nil && out.Created {
+				// This call created a group the id is not registered to.
+				undo := &groupDeleteRequest{Shard: leaderShard, ID: spec.ID}
+				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+				_, _ = n.atGroupLeader(dctx, leaderShard, "GroupDelete", undo, func(ctx context.Context) (any, error) {
+					return &groupDeleteResponse{}, n.groupDeleteHere(ctx, undo)
+				})
+				cancel()
+			}
+			if kv.CodeOf(reg.err) != kv.CodeConditionFailed {
+				return kv.GroupCreated{}, reg.err
+			}
+			return kv.GroupCreated{}, kv.Errorf(kv.CodeAlreadyExists, "group %q exists; delete it first or choose another id", spec.ID)
+		}
+		regVersion = v
 	}
 	if err != nil {
 		if c := kv.CodeOf(err); c == kv.CodeGroupRefused || c == kv.CodeInvalidArgument || c == kv.CodeAlreadyExists {
-			// Nothing is held for it any more: the id is free again.
-			_, _ = n.Delete(systemContext(context.WithoutCancel(ctx)), kv.DeleteRequest{Collection: groupsCollection, Key: []byte(spec.ID)})
+			// Nothing is held for it any more: the id is free again (this
+			// request's registration, not a newer one).
+			_, _ = n.Delete(systemContext(context.WithoutCancel(ctx)), kv.DeleteRequest{Collection: groupsCollection, Key: []byte(spec.ID), IfVersion: &regVersion})
 		}
 		return kv.GroupCreated{}, err
 	}
@@ -851,7 +899,7 @@ func (n *Node) groupCreateHere(ctx context.Context, req *groupCreateRequest) (*g
 	var effs []group.Effect
 	var err error
 	var existing group.Group
-	var exists bool
+	var exists, created bool
 	sm.WithGroups(func(l *group.Leader, _ *group.Follower) {
 		existing, exists = l.Group(req.ID)
 		if !exists {
@@ -859,6 +907,9 @@ func (n *Node) groupCreateHere(ctx context.Context, req *groupCreateRequest) (*g
 		}
 	})
 	ref := existing.Ref
+	if exists && !sameGroupSpec(existing, cr) {
+		return nil, kv.Errorf(kv.CodeAlreadyExists, "group %q exists; delete it first or choose another id", req.ID)
+	}
 	if exists && existing.State == group.Deleting {
 		// Another incarnation on its way out (its registration goes
 		// before it is forgotten), or this request's, deleted since.
@@ -905,6 +956,7 @@ func (n *Node) groupCreateHere(ctx context.Context, req *groupCreateRequest) (*g
 				}
 			}
 		}
+		created = true
 	}
 	if ref.Inc == 0 {
 		return nil, kv.Errorf(kv.CodeInternal, "group %q was created without an incarnation", req.ID)
@@ -913,7 +965,7 @@ func (n *Node) groupCreateHere(ctx context.Context, req *groupCreateRequest) (*g
 	if err != nil {
 		return nil, kv.Errorf(kv.CodeUnavailable, "group %q: creation did not finish before the request ended (%v); describe it to see where it is", req.ID, err)
 	}
-	out := &groupCreateResponse{}
+	out := &groupCreateResponse{Created: created}
 	for _, k := range r.Joined {
 		out.Joined = append(out.Joined, groupKeyWire{Collection: k.Collection, Key: []byte(k.Key)})
 	}
@@ -933,6 +985,33 @@ func (n *Node) groupCreateHere(ctx context.Context, req *groupCreateRequest) (*g
 		out.Error = toPeerError(err)
 	}
 	return out, nil
+}
+
+// groupCreateRaceWait bounds how long a create that registered its id
+// waits for another group of that id to leave the leader shard (about
+// twice this, in doubling steps).
+const groupCreateRaceWait = time.Second
+
+// sameGroupSpec reports whether group g is what request cr creates: the
+// same leader, mode and keys (then cr is taken for that request asked
+// again).
+func sameGroupSpec(g group.Group, cr group.CreateRequest) bool {
+	if g.Leader != cr.Leader || g.Mode != cr.Mode {
+		return false
+	}
+	want := map[group.Key]bool{cr.Leader: true}
+	for _, m := range cr.Members {
+		want[m.Key] = true
+	}
+	if len(want) != len(g.Members) {
+		return false
+	}
+	for _, m := range g.Members {
+		if !want[m.Key] {
+			return false
+		}
+	}
+	return true
 }
 
 // groupError maps the protocol's errors to the API's.

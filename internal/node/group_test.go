@@ -831,9 +831,9 @@ func TestGroupDeleteRemovesRegistration(t *testing.T) {
 }
 
 // TestGroupCreateWhileDeleting: a create of an id whose group is still
-// being deleted (its registration already gone) answers already_exists,
-// not the old group's creation; once the delete has answered, the id is
-// free.
+// being deleted (its registration already gone) waits a while for it to
+// go, then answers already_exists, not the old group's creation; once the
+// delete has answered, the id is free.
 func TestGroupCreateWhileDeleting(t *testing.T) {
 	n, ctx := openWithCollection(t)
 	spec := kv.GroupSpec{ID: "g", Leader: kv.KeyRef{Collection: "c", Key: []byte("leader")}, Members: []kv.KeyRef{{Collection: "c", Key: []byte("m")}}}
@@ -872,4 +872,83 @@ func TestGroupCreateWhileDeleting(t *testing.T) {
 	if _, err := n.CreateGroup(ctx, spec); err != nil {
 		t.Fatalf("create after the delete answered: %v", err)
 	}
+}
+
+// TestGroupCreateSameIDConcurrently: two requests create the same id with
+// different keys at once, their leaders in different shards or in the
+// same one. At most one succeeds; the id then names it (registration and
+// group agree), and every key of a request that failed is free again: a
+// group of them can be created at once.
+func TestGroupCreateSameIDConcurrently(t *testing.T) {
+	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond})
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "r", Partitioning: kv.PartitionRange, SplitPoints: [][]byte{[]byte("m")}}); err != nil {
+		t.Fatal(err)
+	}
+	ref := func(k string) kv.KeyRef { return kv.KeyRef{Collection: "r", Key: []byte(k)} }
+	wins := 0
+	for round := range 12 {
+		id := fmt.Sprintf("g%d", round)
+		// Leaders in shards 1 and 2, or both in shard 1.
+		otherLeader := fmt.Sprintf("z-%d", round)
+		if round%2 == 1 {
+			otherLeader = fmt.Sprintf("c-%d", round)
+		}
+		specs := []kv.GroupSpec{
+			{ID: id, Leader: ref(fmt.Sprintf("a-%d", round)), Members: []kv.KeyRef{ref(fmt.Sprintf("b-%d", round)), ref(fmt.Sprintf("y-%d", round))}},
+			{ID: id, Leader: ref(otherLeader), Members: []kv.KeyRef{ref(fmt.Sprintf("d-%d", round)), ref(fmt.Sprintf("x-%d", round))}},
+		}
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i := range specs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[i] = n.CreateGroup(ctx, specs[i])
+			}()
+		}
+		wg.Wait()
+		winner := -1
+		for i, err := range errs {
+			switch {
+			case err == nil:
+				if winner >= 0 {
+					t.Fatalf("round %d: both creations of %s succeeded", round, id)
+				}
+				winner = i
+			case kv.CodeOf(err) != kv.CodeAlreadyExists:
+				t.Fatalf("round %d: creation %d: %v, want success or already_exists", round, i, err)
+			}
+		}
+		if winner >= 0 {
+			wins++
+			info, err := n.DescribeGroup(ctx, id)
+			if err != nil || string(info.Leader.Key) != string(specs[winner].Leader.Key) {
+				t.Fatalf("round %d: %s describes %+v, %v; want the winner's, led by %s", round, id, info, err, specs[winner].Leader.Key)
+			}
+		} else if _, _, err := n.registration(ctx, id); kv.CodeOf(err) != kv.CodeNotFound {
+			t.Fatalf("round %d: no creation succeeded, yet %s is registered (%v)", round, id, err)
+		}
+		for i, sp := range specs {
+			if i == winner {
+				continue
+			}
+			free := kv.GroupSpec{ID: fmt.Sprintf("free-%d-%d", round, i), Leader: sp.Leader, Members: sp.Members}
+			created, err := n.CreateGroup(ctx, free)
+			if err != nil || len(created.Joined) != 3 {
+				t.Fatalf("round %d: the keys of the failed creation %d are not free: %+v, %v", round, i, created, err)
+			}
+			if err := n.DeleteGroup(ctx, free.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if winner >= 0 {
+			if err := n.DeleteGroup(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Logf("%d of 12 rounds had a winner", wins)
 }
