@@ -114,6 +114,7 @@ func Dial(addr string, opts ...DialOption) (DB, error) {
 	}
 	db := &remoteDB{conn: conn, c: pb.NewGroupKVClient(conn)}
 	db.txn = api.NewTxnClient(db.c, db.fail)
+	db.gets.direct, db.gets.batch = db.getOne, db.getMany
 	if o.noRouting {
 		return db, nil
 	}
@@ -209,7 +210,7 @@ func (r *remoteDB) Get(ctx context.Context, req GetRequest) (Record, error) {
 	if req.Version != 0 {
 		return r.getOne(ctx, req)
 	}
-	return r.gets.get(ctx, req, r.getOne, r.getMany)
+	return r.gets.get(ctx, req)
 }
 
 // getMany reads keys in one independent BatchGet: each as Get reads it.

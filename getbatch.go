@@ -36,8 +36,12 @@ const (
 	getBatchTimeout = time.Minute
 )
 
-// getBatcher coalesces a remote DB's gets (see getDirectLimit).
+// getBatcher coalesces a remote DB's gets (see getDirectLimit): direct
+// sends one get, batch an independent BatchGet.
 type getBatcher struct {
+	direct func(context.Context, GetRequest) (Record, error)
+	batch  func(context.Context, []KeyRef) (BatchGetResult, error)
+
 	mu       sync.Mutex
 	inflight int // RPCs of gets in flight, direct or batched
 	queue    []*queuedGet
@@ -52,16 +56,14 @@ type queuedGet struct {
 	alone bool
 }
 
-// get answers req through direct (one Get RPC) or as part of a BatchGet
-// sent by batch.
-func (b *getBatcher) get(ctx context.Context, req GetRequest, direct func(context.Context, GetRequest) (Record, error),
-	batch func(context.Context, []KeyRef) (BatchGetResult, error)) (Record, error) {
+// get answers req alone (direct) or as part of a batch.
+func (b *getBatcher) get(ctx context.Context, req GetRequest) (Record, error) {
 	b.mu.Lock()
 	if b.inflight < getDirectLimit {
 		b.inflight++
 		b.mu.Unlock()
-		rec, err := direct(ctx, req)
-		b.release(batch)
+		rec, err := b.direct(ctx, req)
+		b.release()
 		return rec, err
 	}
 	q := &queuedGet{ref: KeyRef{Collection: req.Collection, Key: req.Key}, done: make(chan struct{})}
@@ -71,10 +73,10 @@ func (b *getBatcher) get(ctx context.Context, req GetRequest, direct func(contex
 	case <-q.done:
 	case <-ctx.Done():
 		// Left behind: the batch answers no one when it comes.
-		return direct(ctx, req) // fails at once with the context's error
+		return b.direct(ctx, req) // fails at once with the context's error
 	}
 	if q.alone {
-		return direct(ctx, req)
+		return b.direct(ctx, req)
 	}
 	return q.rec, q.err
 }
@@ -82,7 +84,7 @@ func (b *getBatcher) get(ctx context.Context, req GetRequest, direct func(contex
 // release ends an RPC of gets: if gets wait, it sends them in one BatchGet
 // (in the background, keeping the RPC's place in flight); else the place
 // is freed.
-func (b *getBatcher) release(batch func(context.Context, []KeyRef) (BatchGetResult, error)) {
+func (b *getBatcher) release() {
 	b.mu.Lock()
 	if len(b.queue) == 0 {
 		b.inflight--
@@ -94,13 +96,13 @@ func (b *getBatcher) release(batch func(context.Context, []KeyRef) (BatchGetResu
 	b.queue = append([]*queuedGet(nil), b.queue[n:]...)
 	b.mu.Unlock()
 	go func() {
-		b.send(gets, batch)
-		b.release(batch)
+		b.send(gets)
+		b.release()
 	}()
 }
 
 // send asks for gets in one BatchGet and answers each.
-func (b *getBatcher) send(gets []*queuedGet, batch func(context.Context, []KeyRef) (BatchGetResult, error)) {
+func (b *getBatcher) send(gets []*queuedGet) {
 	// One key once: duplicates share its item.
 	index := make(map[string]int, len(gets))
 	keys := make([]KeyRef, 0, len(gets))
@@ -116,7 +118,7 @@ func (b *getBatcher) send(gets []*queuedGet, batch func(context.Context, []KeyRe
 		at[i] = j
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), getBatchTimeout)
-	res, err := batch(ctx, keys)
+	res, err := b.batch(ctx, keys)
 	cancel()
 	if err == nil && len(res.Items) != len(keys) {
 		err = kv.Errorf(kv.CodeInternal, "a batch get of %d keys answered %d", len(keys), len(res.Items))

@@ -47,6 +47,11 @@ func (f *batchFake) direct(ctx context.Context, req GetRequest) (Record, error) 
 	return Record{Key: req.Key, Value: []byte(v), Version: 7}, nil
 }
 
+// batcher is a getBatcher over f.
+func (f *batchFake) batcher() *getBatcher {
+	return &getBatcher{direct: f.direct, batch: f.batch}
+}
+
 func (f *batchFake) batch(_ context.Context, keys []KeyRef) (BatchGetResult, error) {
 	f.mu.Lock()
 	f.batches = append(f.batches, keys)
@@ -70,15 +75,15 @@ func (f *batchFake) batch(_ context.Context, keys []KeyRef) (BatchGetResult, err
 // TestGetBatcherAlone: gets one at a time never wait nor batch.
 func TestGetBatcherAlone(t *testing.T) {
 	f := &batchFake{data: map[string]string{"a": "1"}}
-	var b getBatcher
+	b := f.batcher()
 	ctx := context.Background()
 	for range 10 {
-		rec, err := b.get(ctx, GetRequest{Collection: "c", Key: []byte("a")}, f.direct, f.batch)
+		rec, err := b.get(ctx, GetRequest{Collection: "c", Key: []byte("a")})
 		if err != nil || string(rec.Value) != "1" {
 			t.Fatalf("get: %q %v", rec.Value, err)
 		}
 	}
-	if _, err := b.get(ctx, GetRequest{Collection: "c", Key: []byte("x")}, f.direct, f.batch); !errors.Is(err, ErrNotFound) {
+	if _, err := b.get(ctx, GetRequest{Collection: "c", Key: []byte("x")}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("get of a missing key: %v", err)
 	}
 	if len(f.batches) != 0 || f.directs != 11 || b.inflight != 0 {
@@ -96,7 +101,7 @@ func busy(t *testing.T, b *getBatcher, f *batchFake) (release func(), wait func(
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := b.get(context.Background(), GetRequest{Collection: "c", Key: []byte("a")}, f.direct, f.batch); err != nil {
+			if _, err := b.get(context.Background(), GetRequest{Collection: "c", Key: []byte("a")}); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -131,8 +136,8 @@ func queued(t *testing.T, b *getBatcher, n int) {
 // its own would: its value, its own copy of it, ErrNotFound.
 func TestGetBatcherBatches(t *testing.T) {
 	f := &batchFake{data: map[string]string{"a": "1", "b": "2", "c": "3"}}
-	var b getBatcher
-	release, wait := busy(t, &b, f)
+	b := f.batcher()
+	release, wait := busy(t, b, f)
 	keys := []string{"b", "c", "b", "x", "c", "b"}
 	recs := make([]Record, len(keys))
 	errs := make([]error, len(keys))
@@ -141,10 +146,10 @@ func TestGetBatcherBatches(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			recs[i], errs[i] = b.get(context.Background(), GetRequest{Collection: "c", Key: []byte(k)}, f.direct, f.batch)
+			recs[i], errs[i] = b.get(context.Background(), GetRequest{Collection: "c", Key: []byte(k)})
 		}()
 	}
-	queued(t, &b, len(keys))
+	queued(t, b, len(keys))
 	release()
 	wg.Wait()
 	wait()
@@ -184,8 +189,8 @@ func TestGetBatcherBatches(t *testing.T) {
 // gets goes alone and answers its own result.
 func TestGetBatcherBatchFails(t *testing.T) {
 	f := &batchFake{data: map[string]string{"a": "1", "b": "2"}, fail: kv.Errorf(kv.CodeNotFound, "collection \"nope\" not found")}
-	var b getBatcher
-	release, wait := busy(t, &b, f)
+	b := f.batcher()
+	release, wait := busy(t, b, f)
 	var wg sync.WaitGroup
 	var got [2]error
 	var rec Record
@@ -193,14 +198,14 @@ func TestGetBatcherBatchFails(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, err := b.get(context.Background(), GetRequest{Collection: "c", Key: []byte(k)}, f.direct, f.batch)
+			r, err := b.get(context.Background(), GetRequest{Collection: "c", Key: []byte(k)})
 			got[i] = err
 			if i == 0 {
 				rec = r
 			}
 		}()
 	}
-	queued(t, &b, 2)
+	queued(t, b, 2)
 	release()
 	wg.Wait()
 	wait()
@@ -216,17 +221,17 @@ func TestGetBatcherBatchFails(t *testing.T) {
 // with the context's error.
 func TestGetBatcherContext(t *testing.T) {
 	f := &batchFake{data: map[string]string{"a": "1"}}
-	var b getBatcher
-	release, wait := busy(t, &b, f)
+	b := f.batcher()
+	release, wait := busy(t, b, f)
 	defer wait()
 	defer release()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := b.get(ctx, GetRequest{Collection: "c", Key: []byte("a")}, f.direct, f.batch)
+		_, err := b.get(ctx, GetRequest{Collection: "c", Key: []byte("a")})
 		done <- err
 	}()
-	queued(t, &b, 1)
+	queued(t, b, 1)
 	cancel()
 	select {
 	case err := <-done:
