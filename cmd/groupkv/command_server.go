@@ -87,8 +87,9 @@ serves HTTP/JSON and gRPC on 127.0.0.1:7070 and listens for peers on
 	f.Uint64Var(&cfg.Node.TruncateAfter, "raft-log-entries", 10000, "applied entries a shard's raft log keeps before it is truncated")
 	f.DurationVar(&cfg.Node.TxnTimeout, "txn-timeout", 5*time.Second, "how long a transaction's coordinator may go without a heartbeat before others may abort it (times its attempt number, up to 8); give every node of a cluster the same")
 	f.DurationVar(&cfg.Node.TxnIdleTimeout, "txn-idle-timeout", 30*time.Second, "how long a session transaction may go without a request before its node aborts it")
+	f.DurationVar(&cfg.Node.TxnRecordRetention, "txn-record-retention", 0, "how long the record of a finished transaction is kept after it was decided and resolved (default: 4 × --txn-idle-timeout; negative: forever)")
 	f.DurationVar(&cfg.Node.MaxTxnDuration, "max-txn-duration", time.Minute, "longest a transaction attempt may run from its start to its commit")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	f.BoolVar(&cfg.Pprof, "pprof", false, "serve Go's CPU, heap and allocation profiles under /debug/pprof/ on the client address")
+	f.BoolVar(&cfg.Pprof, "pprof", false, "serve Go's CPU, heap, allocation and lock-contention profiles under /debug/pprof/ on the client address")
 	return cmd
 }

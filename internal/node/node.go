@@ -83,10 +83,12 @@ type Node struct {
 	// ltabs are the lock tables of the shards this node leads; txns the
 	// transaction attempts it coordinates (txn_leader.go, txn_coord.go);
 	// outcomes how the session attempts it coordinated ended
-	// (txn_outcomes.go).
+	// (txn_outcomes.go); forgetter the records of finished transactions
+	// it removes once their retention passed (txn_forget.go).
 	ltabs        lockTables
 	txns         txnSessions
 	outcomes     txnOutcomes
+	forgetter    *recordForgetter
 	groups       groupState
 	plainCounter atomic.Uint64
 
@@ -173,6 +175,7 @@ func (n *Node) start() error {
 	n.id = id
 	n.metrics = newMetrics(n.opts.Registry, n.eng)
 	n.cstate = newConsistencyState(n)
+	n.forgetter = newRecordForgetter(n.opts.Registry)
 	n.oracle = cluster.NewOracle(n.opts.Clock, n.persistTSO)
 	n.versions = &versionSource{n: n, fetchSize: 256}
 	n.peers.dialOptions = n.dialOptions
@@ -235,12 +238,16 @@ func (n *Node) start() error {
 		return err
 	}
 	n.startGroups()
-	n.bg.Add(3)
+	n.bg.Add(4)
 	go n.reconcileLoop()
 	go n.gcLoop()
 	go func() {
 		defer n.bg.Done()
 		n.every(n.opts.TxnIdleTimeout/4, n.expireSessions)
+	}()
+	go func() {
+		defer n.bg.Done()
+		n.every(n.forgetInterval(), n.forgetDueRecords)
 	}()
 	return nil
 }

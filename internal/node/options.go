@@ -72,6 +72,11 @@ type Options struct {
 	// node remembers how a session transaction ended, for a commit sent
 	// again (txn_outcomes.go).
 	TxnIdleTimeout time.Duration
+	// TxnRecordRetention is how long the record of a finished transaction
+	// stays after its coordinator saw it decided and resolved everywhere;
+	// then the coordinator removes it (txn_forget.go). 0 means 4 ×
+	// TxnIdleTimeout; negative keeps records forever.
+	TxnRecordRetention time.Duration
 	// MaxTxnOutcomes bounds how many ended session transactions the node
 	// remembers the outcome of; past it the oldest are forgotten first. 0
 	// means 65536.
@@ -144,6 +149,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.MaxTxnOutcomes == 0 {
 		o.MaxTxnOutcomes = 1 << 16
+	}
+	if o.TxnRecordRetention == 0 {
+		o.TxnRecordRetention = 4 * o.TxnIdleTimeout
 	}
 	if o.MaxTxnDuration == 0 {
 		o.MaxTxnDuration = time.Minute

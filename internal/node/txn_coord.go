@@ -375,6 +375,10 @@ func (s *txnSession) abortLocked(ctx context.Context, err error) {
 		rec, cerr := n.recordCAS(ctx, txn.RecordCmd{Op: txn.OpAbort, Meta: s.meta, Reason: err.Error()})
 		if cerr != nil {
 			n.log.Debug("aborting a transaction record failed; it expires", "txn", s.meta.ID, "err", cerr)
+		} else if rec.Status != txn.Pending {
+			// Decided, and the attempt prepared nowhere (a prepare
+			// ends in commit or abortPrepared): no intent of it exists.
+			n.forgetRecordLater(s.meta)
 		}
 		n.noteEnded(s.meta, rec)
 	}
@@ -896,6 +900,9 @@ func (s *txnSession) commit(ctx context.Context) (uint64, error) {
 			return 0, s.fail(ctx, err)
 		}
 		s.finish(v)
+		if s.mustRecord() {
+			n.forgetRecordLater(s.meta) // COMMITTED, and it wrote nothing
+		}
 		return v, nil
 	}
 	deadline := s.meta.Start + uint64(n.opts.MaxTxnDuration.Milliseconds())<<cluster.LogicalBits
@@ -925,6 +932,11 @@ func (s *txnSession) commit(ctx context.Context) (uint64, error) {
 			return 0, s.unknown(err)
 		}
 		s.finish(res.Version)
+		if s.mustRecord() || s.hb {
+			// It left a COMMITTED record (or one a heartbeat wrote) and
+			// no intent.
+			n.forgetRecordLater(s.meta)
+		}
 		return res.Version, nil
 	}
 	// Two phases: prepare every participant.
@@ -979,7 +991,7 @@ func (s *txnSession) commit(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	s.finish(rec.CommitTS)
-	n.resolveAsync(s.meta.ID, s.parts, rec)
+	n.resolveAsync(s.meta, s.parts, rec)
 	return rec.CommitTS, nil
 }
 
@@ -1053,13 +1065,30 @@ func (s *txnSession) abortPrepared(ctx context.Context, err error) {
 	if cerr != nil {
 		return // the record expires; whoever meets an intent resolves it
 	}
-	n.resolveAsync(s.meta.ID, s.parts, rec)
+	n.resolveAsync(s.meta, s.parts, rec)
 }
 
-// resolveAsync resolves the intents of a finished attempt in every
-// participant, in the background; locks of participants with nothing to
-// resolve are released by the resolve too.
-func (n *Node) resolveAsync(id string, parts map[uint64]*participant, rec shard.TxnResult) {
+// resolveAsync resolves the intents of a finished attempt m, decided as
+// rec, in every participant, in the background; locks of participants with
+// nothing to resolve are released by the resolve too. Once every resolve
+// applied, nothing needs m's record but late look-ups: it goes after the
+// retention (forgetRecordLater).
+func (n *Node) resolveAsync(m txn.Meta, parts map[uint64]*participant, rec shard.TxnResult) {
+	id := m.ID
+	var (
+		mu      sync.Mutex
+		pending = len(parts)
+		failed  bool
+	)
+	resolved := func(ok bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		pending--
+		failed = failed || !ok
+		if pending == 0 && !failed && rec.Status != txn.Pending {
+			n.forgetRecordLater(m)
+		}
+	}
 	for _, p := range parts {
 		var keys []shard.TxnKey
 		for _, w := range p.writes {
@@ -1074,14 +1103,17 @@ func (n *Node) resolveAsync(id string, parts map[uint64]*participant, rec shard.
 			defer cancel()
 			for attempt := 0; ctx.Err() == nil; attempt++ {
 				if _, err := n.propose(ctx, shardID, cmd); err == nil {
+					resolved(true)
 					return
 				}
 				select {
 				case <-n.stop:
+					resolved(false)
 					return
 				case <-time.After(time.Duration(min(attempt+1, 20)) * 10 * time.Millisecond):
 				}
 			}
+			resolved(false)
 		}()
 	}
 }

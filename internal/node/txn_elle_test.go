@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/groupkv/groupkv/internal/cluster"
 	"github.com/groupkv/groupkv/internal/elle"
 	"github.com/groupkv/groupkv/internal/kv"
@@ -380,7 +382,12 @@ func txnKeys(n int) []elleKey {
 func TestTxnListAppendStrictSerializable(t *testing.T) {
 	seed := clusterSeed(t)
 	t.Logf("seed %d (GROUPKV_SEED=%d replays the clients' and the faults' choices)", seed, seed)
-	c := startCluster(t, 3, func(o *Options) { o.TxnTimeout = 2 * time.Second })
+	c := startCluster(t, 3, func(o *Options) {
+		o.TxnTimeout = 2 * time.Second
+		// Records of finished transactions go as soon as they may, so that
+		// their removal runs under the faults too.
+		o.TxnRecordRetention = 10 * time.Millisecond
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c.createTxnCollections(ctx)
@@ -451,6 +458,14 @@ func TestTxnListAppendStrictSerializable(t *testing.T) {
 	}
 	w.finalRead(t, c, c.node(1).n, seed)
 	w.check(t, seed)
+	forgotten := 0.0
+	for _, tn := range c.nodes {
+		forgotten += testutil.ToFloat64(tn.n.forgetter.forgotten)
+	}
+	t.Logf("seed %d: %v records of finished transactions removed during the run", seed, forgotten)
+	if forgotten == 0 {
+		t.Errorf("seed %d: no record of a finished transaction was removed", seed)
+	}
 }
 
 // check checks the recorded history, and on an anomaly logs every

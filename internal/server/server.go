@@ -117,6 +117,8 @@ func Start(cfg Config) (*Server, error) {
 	})
 	if cfg.Pprof {
 		handler = withPprof(handler)
+		// Contended locks, one in 100 sampled: /debug/pprof/mutex.
+		runtime.SetMutexProfileFraction(100)
 	}
 	s.httpSrv = &http.Server{
 		Handler:           handler,

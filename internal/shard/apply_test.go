@@ -15,6 +15,7 @@ import (
 	"github.com/groupkv/groupkv/internal/cluster"
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/storage"
+	"github.com/groupkv/groupkv/internal/txn"
 )
 
 // TestApply runs the scripts in testdata/*.txt against shards over a Pebble
@@ -79,6 +80,8 @@ type applyEnv struct {
 	eng    *storage.Engine
 	shards map[uint64]*Shard
 	cur    *Shard
+	// lastRes is the result of the last command applied.
+	lastRes Result
 }
 
 func newApplyEnv(t *testing.T) *applyEnv {
@@ -219,6 +222,12 @@ func (e *applyEnv) run(t *testing.T, td *datadriven.TestData) string {
 			td.Fatalf(t, "hex: %v", err)
 		}
 		return e.apply(t, td, data)
+	case "record":
+		return e.record(t, td)
+	case "forget":
+		return e.forget(t, td)
+	case "records":
+		return e.records(t, td)
 	case "get":
 		return e.get(t, td)
 	case "scan":
@@ -348,6 +357,7 @@ func (e *applyEnv) apply(t *testing.T, td *datadriven.TestData, data []byte) str
 	td.MaybeScanArgs(t, "term", &term)
 	b := e.eng.DB.NewIndexedBatch()
 	res, err := s.Apply(b, index, term, data)
+	e.lastRes = res
 	if err != nil {
 		s.EndBatch()
 		if cerr := b.Close(); cerr != nil {
@@ -370,6 +380,9 @@ func (e *applyEnv) apply(t *testing.T, td *datadriven.TestData, data []byte) str
 func formatResult(res Result) string {
 	if res.Err != nil {
 		return fmt.Sprintf("%s: %s", res.Err.Code, res.Err.Message)
+	}
+	if res.Txn != nil {
+		return fmt.Sprintf("ok %s", res.Txn.Status)
 	}
 	if res.Desc != nil {
 		return "ok\n" + formatCollection(res.Desc)
@@ -533,5 +546,102 @@ func (e *applyEnv) catalog(t *testing.T) string {
 		t.Fatal(err)
 	}
 	fmt.Fprintf(&sb, "next-collection=%d next-shard=%d", nc, ns)
+	return sb.String()
+}
+
+// txnRef parses id= key= [bucket=] into a record reference of the current
+// shard's collection (the bucket defaults to the key's; 0 in a range shard).
+func (e *applyEnv) txnRef(t *testing.T, pos string, args []datadriven.CmdArg) TxnRecordRef {
+	r := TxnRecordRef{Anchor: txn.Anchor{Collection: e.cur.Desc().Collection}}
+	hasBucket := false
+	for _, a := range args {
+		if len(a.Vals) != 1 {
+			t.Fatalf("%s: %s wants one value", pos, a.Key)
+		}
+		switch a.Key {
+		case "id":
+			r.ID = a.Vals[0]
+		case "key":
+			r.Anchor.Key = []byte(a.Vals[0])
+		case "bucket":
+			b, err := strconv.ParseUint(a.Vals[0], 10, 16)
+			if err != nil {
+				t.Fatalf("%s: bucket: %v", pos, err)
+			}
+			r.Anchor.Bucket, hasBucket = uint16(b), true
+		case "op", "ts":
+		default:
+			t.Fatalf("%s: unknown argument %q", pos, a.Key)
+		}
+	}
+	if !hasBucket && e.cur.Desc().Partitioning != kv.PartitionRange {
+		r.Anchor.Bucket = cluster.Bucket(r.Anchor.Key)
+	}
+	return r
+}
+
+// record applies a record command: record op=heartbeat|commit|abort id= key= [bucket=] [ts=].
+func (e *applyEnv) record(t *testing.T, td *datadriven.TestData) string {
+	e.current(t, td)
+	r := e.txnRef(t, td.Pos, td.CmdArgs)
+	c := txn.RecordCmd{Meta: txn.Meta{ID: r.ID, Anchor: r.Anchor, Start: 1}}
+	var op string
+	td.ScanArgs(t, "op", &op)
+	switch op {
+	case "heartbeat":
+		c.Op = txn.OpHeartbeat
+	case "commit":
+		c.Op = txn.OpCommit
+	case "abort":
+		c.Op, c.Reason = txn.OpAbort, "test"
+	default:
+		td.Fatalf(t, "unknown op %q", op)
+	}
+	c.TS = 2
+	td.MaybeScanArgs(t, "ts", &c.TS)
+	return e.apply(t, td, EncodeTxnRecord(c))
+}
+
+// forget removes the records named one per input line (id= key= [bucket=]).
+func (e *applyEnv) forget(t *testing.T, td *datadriven.TestData) string {
+	e.current(t, td)
+	var c TxnForgetCmd
+	for _, line := range strings.Split(td.Input, "\n") {
+		cmd, args, err := datadriven.ParseLine(line)
+		if err != nil {
+			td.Fatalf(t, "%v", err)
+		}
+		if cmd == "" {
+			continue
+		}
+		if cmd != "record" {
+			td.Fatalf(t, "forget: line %q is not a record", line)
+		}
+		c.Records = append(c.Records, e.txnRef(t, td.Pos, args))
+	}
+	return e.apply(t, td, EncodeTxnForget(&c)) + fmt.Sprintf(" forgot=%d", e.lastRes.Count)
+}
+
+// records lists the transaction records of the current shard's collection.
+func (e *applyEnv) records(t *testing.T, td *datadriven.TestData) string {
+	coll := e.current(t, td).Desc().Collection
+	lo, hi := storage.TxnRecordSpan(coll)
+	it, err := e.eng.DB.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	var sb strings.Builder
+	for it.First(); it.Valid(); it.Next() {
+		k := it.Key()
+		rec, _, err := txn.DecodeRecord(it.Value())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&sb, "%s %s\n", k[len(k)-40:], rec.Status)
+	}
+	if sb.Len() == 0 {
+		return "none"
+	}
 	return sb.String()
 }

@@ -108,6 +108,7 @@ type Command struct {
 	TxnRecord  txn.RecordCmd
 	TxnPrepare *TxnPrepareCmd
 	TxnResolve *TxnResolveCmd
+	TxnForget  *TxnForgetCmd
 }
 
 // Placement is a change of a key's placement tag: from Old (HasOld false:
@@ -376,7 +377,7 @@ func DecodeCommand(b []byte) (Command, error) {
 			}
 			c.Ops = append(c.Ops, op)
 		}
-	case KindTxnRecord:
+	case KindTxnRecord, KindTxnForget:
 		return c, decodeTxn(&c, d.b)
 	case KindGroup, KindGroupWrite:
 		c.GroupBody = d.b

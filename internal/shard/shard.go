@@ -268,7 +268,7 @@ func (s *Shard) Apply(b *pebble.Batch, index, term uint64, data []byte) (Result,
 	var res Result
 	if s.frozen != nil {
 		switch cmd.Kind {
-		case KindWrite, KindDeleteRange, KindPlace, KindSplitTrigger, KindMergeTrigger, KindTxnPrepare:
+		case KindWrite, KindDeleteRange, KindPlace, KindSplitTrigger, KindMergeTrigger, KindTxnPrepare, KindTxnForget:
 			return s.frozenRefusal(), s.SetApplied(b, index, term)
 		case KindGC:
 			return Result{}, s.SetApplied(b, index, term)
@@ -316,6 +316,8 @@ func (s *Shard) Apply(b *pebble.Batch, index, term uint64, data []byte) (Result,
 		res, err = s.applyTxnPrepare(b, cmd.Version, term, cmd.TxnPrepare)
 	case KindTxnResolve:
 		res, err = s.applyTxnResolve(b, cmd.Version, cmd.TxnResolve)
+	case KindTxnForget:
+		res, err = s.applyTxnForget(b, cmd.TxnForget)
 	case KindGroup, KindGroupWrite:
 		res, err = s.applyGroup(b, cmd.Kind, cmd.GroupBody)
 	}

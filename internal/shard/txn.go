@@ -28,6 +28,9 @@ import (
 //   - KindTxnResolve: the outcome, at a version of its own: the intents of a
 //     committed transaction become versions at its commit timestamp, those
 //     of an aborted one vanish.
+//   - KindTxnForget: removes records of finished transactions, decided and
+//     resolved everywhere, that their coordinator no longer needs kept
+//     (docs/transactions.md, "Records of finished transactions").
 //
 // A committed transaction's versions are written at its commit timestamp,
 // which may be below versions the shard applied since it prepared; the
@@ -40,6 +43,7 @@ const (
 	KindTxnRecord  CommandKind = 20
 	KindTxnPrepare CommandKind = 21
 	KindTxnResolve CommandKind = 22
+	KindTxnForget  CommandKind = 25
 )
 
 // TxnPrepareCmd is the body of a KindTxnPrepare.
@@ -77,6 +81,17 @@ type TxnResolveCmd struct {
 	Keys     []TxnKey `json:"keys,omitempty"`
 }
 
+// TxnForgetCmd is the body of a KindTxnForget: the records to remove.
+type TxnForgetCmd struct {
+	Records []TxnRecordRef `json:"records"`
+}
+
+// TxnRecordRef names a transaction record: the attempt and its anchor.
+type TxnRecordRef struct {
+	ID     string     `json:"id"`
+	Anchor txn.Anchor `json:"anchor"`
+}
+
 // TxnResult is what a transaction command left.
 type TxnResult struct {
 	// ID is the transaction of a prepare or resolve.
@@ -109,6 +124,11 @@ const statePrepared = "txn/" // + transaction id -> preparedEntry JSON
 // EncodeTxnRecord encodes a record compare-and-set.
 func EncodeTxnRecord(c txn.RecordCmd) []byte {
 	return encodeJSON(KindTxnRecord, false, c)
+}
+
+// EncodeTxnForget encodes the removal of finished transactions' records.
+func EncodeTxnForget(c *TxnForgetCmd) []byte {
+	return encodeJSON(KindTxnForget, false, c)
 }
 
 // EncodeTxnPrepare encodes a prepare with version 0; the leader assigns it.
@@ -144,6 +164,9 @@ func decodeTxn(c *Command, body []byte) error {
 	case KindTxnResolve:
 		c.TxnResolve = new(TxnResolveCmd)
 		err = json.Unmarshal(body, c.TxnResolve)
+	case KindTxnForget:
+		c.TxnForget = new(TxnForgetCmd)
+		err = json.Unmarshal(body, c.TxnForget)
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrCorruptCommand, err)
@@ -280,6 +303,33 @@ func ReadTxnRecord(r pebble.Reader, m *txn.Meta) (txn.Record, bool, error) {
 	defer closer.Close()
 	rec, _, err := txn.DecodeRecord(v)
 	return rec, err == nil, err
+}
+
+// applyTxnForget removes the records c names that are decided (COMMITTED or
+// ABORTED); it leaves a PENDING record, and one this shard no longer owns
+// (a split or merge moved its anchor away since the removal was asked).
+// Result.Count is how many it removed.
+func (s *Shard) applyTxnForget(b *pebble.Batch, c *TxnForgetCmd) (Result, error) {
+	removed := 0
+	for _, r := range c.Records {
+		a := r.Anchor
+		if s.desc.IsMeta() || a.Collection != s.desc.Collection || !s.desc.Owns(a.Bucket, a.Key) {
+			continue
+		}
+		m := txn.Meta{ID: r.ID, Anchor: a}
+		cur, exists, err := ReadTxnRecord(b, &m)
+		if err != nil {
+			return Result{}, err
+		}
+		if !exists || cur.Status == txn.Pending {
+			continue
+		}
+		if err := b.Delete(storage.TxnRecordKey(a.Collection, a.Key, r.ID), nil); err != nil {
+			return Result{}, err
+		}
+		removed++
+	}
+	return Result{Count: removed}, nil
 }
 
 func (s *Shard) applyTxnRecord(b *pebble.Batch, c txn.RecordCmd) (Result, error) {

@@ -1,0 +1,231 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/groupkv/groupkv/internal/kv"
+	"github.com/groupkv/groupkv/internal/shard"
+	"github.com/groupkv/groupkv/internal/storage"
+	"github.com/groupkv/groupkv/internal/txn"
+)
+
+// countTxnRecords counts the transaction records of collection coll in n's
+// storage, by status.
+func countTxnRecords(t *testing.T, n *Node, coll uint32) map[txn.Status]int {
+	t.Helper()
+	lo, hi := storage.TxnRecordSpan(coll)
+	it, err := n.eng.DB.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	counts := map[txn.Status]int{}
+	for it.First(); it.Valid(); it.Next() {
+		rec, _, err := txn.DecodeRecord(it.Value())
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts[rec.Status]++
+	}
+	return counts
+}
+
+// contendedTransfers runs clients goroutines each moving one unit between
+// two of accounts keys of collection "c" rounds times, in serializable
+// transactions spanning shards; conflicts wound and abort attempts, so
+// both COMMITTED and ABORTED records are written. It returns the attempts
+// that did not commit.
+func contendedTransfers(t *testing.T, n *Node, accounts, clients, rounds int) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		aborted int
+		errs    []error
+	)
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				from := strconv.Itoa((c + r) % accounts)
+				to := strconv.Itoa((c + 2*r + 1) % accounts)
+				if from == to {
+					to = strconv.Itoa((c + 2*r + 2) % accounts)
+				}
+				_, attempts, err := transact(ctx, n, kv.TxnOptions{}, func(id string) error {
+					for _, k := range []string{from, to} {
+						rec, found, err := n.TxnGet(ctx, id, kv.KeyRef{Collection: "c", Key: []byte(k)})
+						if err != nil {
+							return err
+						}
+						v := 0
+						if found {
+							v, _ = strconv.Atoi(string(rec.Value))
+						}
+						if k == from {
+							v--
+						} else {
+							v++
+						}
+						if err := n.TxnPut(ctx, id, kv.PutItem{Collection: "c", Key: []byte(k), Value: []byte(strconv.Itoa(v))}); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				mu.Lock()
+				aborted += attempts - 1
+				if err != nil {
+					errs = append(errs, err)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		t.Error(err)
+	}
+	return aborted
+}
+
+// checkBalances checks that accounts "0".."accounts-1" of collection "c"
+// sum to zero and that no intent is left on them.
+func checkBalances(t *testing.T, n *Node, accounts int) {
+	t.Helper()
+	ctx := context.Background()
+	sum := 0
+	for i := range accounts {
+		rec, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte(strconv.Itoa(i))})
+		if kv.CodeOf(err) == kv.CodeNotFound {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, _ := strconv.Atoi(string(rec.Value))
+		sum += v
+	}
+	if sum != 0 {
+		t.Errorf("the balances sum to %d, not 0", sum)
+	}
+}
+
+// TestTxnRecordsForgotten: the records of finished transactions — committed
+// across shards, and aborted by wounds — are removed once the retention
+// passed, and only then; the data they committed stays.
+func TestTxnRecordsForgotten(t *testing.T) {
+	const accounts, clients, rounds = 6, 4, 15
+	for _, tc := range []struct {
+		name      string
+		retention time.Duration
+	}{
+		{"kept within the retention", time.Hour},
+		{"removed after it", 20 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond, TxnRecordRetention: tc.retention})
+			defer n.Close()
+			ctx := context.Background()
+			d, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionHash, Shards: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			aborted := contendedTransfers(t, n, accounts, clients, rounds)
+			t.Logf("%d transfers, %d aborted attempts", clients*rounds, aborted)
+			checkBalances(t, n, accounts)
+			forgotten := func() float64 { return testutil.ToFloat64(n.forgetter.forgotten) }
+			if tc.retention == time.Hour {
+				counts := countTxnRecords(t, n, d.ID)
+				t.Logf("records: %v", counts)
+				if counts[txn.Committed] == 0 {
+					t.Fatalf("no COMMITTED record after %d transfers across shards: %v", clients*rounds, counts)
+				}
+				n.forgetDueRecords()
+				if after := countTxnRecords(t, n, d.ID); fmt.Sprint(after) != fmt.Sprint(counts) {
+					t.Fatalf("records changed within the retention: %v -> %v", counts, after)
+				}
+				if f := forgotten(); f != 0 {
+					t.Fatalf("%v records forgotten within the retention", f)
+				}
+				return
+			}
+			// Liveness: a generous deadline that only catches a hang.
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				counts := countTxnRecords(t, n, d.ID)
+				if counts[txn.Committed]+counts[txn.Aborted] == 0 {
+					if counts[txn.Pending] != 0 {
+						t.Fatalf("PENDING records of finished transactions left: %v", counts)
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("records left 30 s after the last transaction, retention %v: %v (forgotten %v)", tc.retention, counts, forgotten())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if forgotten() == 0 {
+				t.Fatalf("no record forgotten for %d transfers", clients*rounds)
+			}
+			t.Logf("%v records forgotten", forgotten())
+			checkBalances(t, n, accounts)
+			// The records' shards still answer for them: a late look-up
+			// of a removed record reads PENDING, never COMMITTED.
+			if kept := testutil.ToFloat64(n.forgetter.kept); kept != 0 {
+				t.Fatalf("%v records kept", kept)
+			}
+		})
+	}
+}
+
+// TestTxnForgetLeavesUndecided: a removal names a record whose attempt is
+// still PENDING (it never does, but a late one could): the record stays.
+func TestTxnForgetLeavesUndecided(t *testing.T) {
+	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond})
+	defer n.Close()
+	ctx := context.Background()
+	d, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionHash, Shards: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc, err := n.collection("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := n.route(desc, []byte("k"))
+	pending := txn.Meta{ID: txn.NewID(1, 1), Priority: 1, Attempt: 1, Start: 1, Anchor: txn.Anchor{Collection: d.ID, Bucket: b, Key: []byte("k")}}
+	done := pending
+	done.ID = txn.NewID(2, 1)
+	if _, err := n.recordCAS(ctx, txn.RecordCmd{Op: txn.OpHeartbeat, Meta: pending, TS: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.recordCAS(ctx, txn.RecordCmd{Op: txn.OpAbort, Meta: done, Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	id, err := n.anchorShard(pending.Anchor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := n.propose(ctx, id, shard.EncodeTxnForget(&shard.TxnForgetCmd{Records: []shard.TxnRecordRef{{ID: pending.ID, Anchor: pending.Anchor}, {ID: done.ID, Anchor: done.Anchor}}}))
+	if err != nil || res.Err != nil {
+		t.Fatal(err, res.Err)
+	}
+	if res.Count != 1 {
+		t.Fatalf("removed %d records, want 1", res.Count)
+	}
+	if counts := countTxnRecords(t, n, d.ID); counts[txn.Pending] != 1 || len(counts) != 1 {
+		t.Fatalf("records after the removal: %v, want the PENDING one", counts)
+	}
+}
