@@ -92,6 +92,8 @@ type txnSession struct {
 	lastUsed time.Time
 	stopHB   chan struct{}
 	hb       bool // heartbeats started
+	// beat: a heartbeat was proposed, so a record may exist.
+	beat atomic.Bool
 	// wounded: the attempt wounded another; linked: it is linked from the
 	// attempt it retries. Either way it must leave a decided record (its
 	// victims' retries wait for it, following links), even where a commit
@@ -473,6 +475,12 @@ func (s *txnSession) lock(ctx context.Context, shardID uint64, targets []txn.Tar
 		if st == txn.Aborted {
 			return nil, kv.Errorf(kv.CodeTxnAborted, "transaction %s was aborted (wounded by an older transaction or expired)", s.meta.ID)
 		}
+		if s.pastDeadline() {
+			// It can no longer commit; and the record of an attempt
+			// wounded this long ago may be gone (txn_forget.go), so
+			// PENDING no longer vouches for its reads.
+			return nil, kv.Errorf(kv.CodeTxnAborted, "transaction %s ran past its deadline (%v from its start)", s.meta.ID, n.opts.MaxTxnDuration)
+		}
 	}
 	s.ensureHeartbeat()
 	return resp, nil
@@ -523,6 +531,7 @@ func (s *txnSession) ensureHeartbeat() {
 			now, err := n.latest(ctx)
 			if err == nil {
 				var rec shard.TxnResult
+				s.beat.Store(true)
 				rec, err = n.recordCAS(ctx, txn.RecordCmd{Op: txn.OpHeartbeat, Meta: meta, TS: now})
 				if err == nil && rec.Status != txn.Pending {
 					cancel()
@@ -900,7 +909,7 @@ func (s *txnSession) commit(ctx context.Context) (uint64, error) {
 			return 0, s.fail(ctx, err)
 		}
 		s.finish(v)
-		if s.mustRecord() {
+		if s.mustRecord() || s.beat.Load() {
 			n.forgetRecordLater(s.meta) // COMMITTED, and it wrote nothing
 		}
 		return v, nil
@@ -932,7 +941,7 @@ func (s *txnSession) commit(ctx context.Context) (uint64, error) {
 			return 0, s.unknown(err)
 		}
 		s.finish(res.Version)
-		if s.mustRecord() || s.hb {
+		if s.mustRecord() || s.beat.Load() {
 			// It left a COMMITTED record (or one a heartbeat wrote) and
 			// no intent.
 			n.forgetRecordLater(s.meta)
@@ -995,6 +1004,13 @@ func (s *txnSession) commit(ctx context.Context) (uint64, error) {
 	return rec.CommitTS, nil
 }
 
+// pastDeadline reports whether the attempt began more than MaxTxnDuration
+// ago, by this node's clock: a commit of it would abort.
+func (s *txnSession) pastDeadline() bool {
+	deadline := s.meta.Start + uint64(s.n.opts.MaxTxnDuration.Milliseconds())<<cluster.LogicalBits
+	return cluster.TimestampFromTime(s.n.opts.Clock()) > deadline
+}
+
 // commitReadOnly ends an attempt that wrote nothing: its reads were
 // consistent if every lock it took is still held in the term it was
 // granted in.
@@ -1016,8 +1032,9 @@ func (s *txnSession) commitReadOnly(ctx context.Context) (uint64, error) {
 			return 0, err
 		}
 	}
-	if s.mustRecord() {
-		// Its victims wait for its record to be decided.
+	if s.mustRecord() || s.beat.Load() {
+		// Its victims wait for its record to be decided; and a record a
+		// heartbeat wrote is decided, so that it can go (txn_forget.go).
 		rec, err := n.recordCAS(ctx, txn.RecordCmd{Op: txn.OpCommit, Meta: s.meta, TS: v})
 		if err != nil {
 			return 0, err

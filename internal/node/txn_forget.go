@@ -24,7 +24,9 @@ import (
 // removes the record TxnRecordRetention later (KindTxnForget, many records
 // to a proposal). A record it cannot vouch for — the attempt's outcome
 // unknown, a resolve that did not apply, a coordinator that stopped before
-// the retention passed — stays.
+// the retention passed — stays, unless it is an ABORTED record another
+// node wrote (a wound, an expiry): that node removes it too, once the
+// attempt is past its commit deadline (forgetAbortedLater).
 //
 // Should a record be looked up after all, its absence reads as PENDING:
 // the attempt's start is long past its expiry, so whoever looks aborts it
@@ -39,8 +41,7 @@ const maxForgetQueue = 1 << 20
 const maxForgetBatch = 1024
 
 type recordForgetter struct {
-	mu sync.Mutex
-	// queue is in due order: entries are added at now+retention.
+	mu    sync.Mutex
 	queue []forgetEntry
 
 	forgotten prometheus.Counter
@@ -83,11 +84,16 @@ func (n *Node) forgetInterval() time.Duration {
 // forgetRecordLater removes the record of attempt m, which is decided and
 // has no intent left anywhere, once TxnRecordRetention has passed.
 func (n *Node) forgetRecordLater(m txn.Meta) {
+	n.forgetRecordAfter(m, n.opts.TxnRecordRetention)
+}
+
+// forgetRecordAfter removes the decided record of attempt m after d.
+func (n *Node) forgetRecordAfter(m txn.Meta, d time.Duration) {
 	if n.opts.TxnRecordRetention < 0 || !m.Anchor.IsSet() {
 		return
 	}
 	f := n.forgetter
-	e := forgetEntry{due: time.Now().Add(n.opts.TxnRecordRetention), ref: shard.TxnRecordRef{ID: m.ID, Anchor: m.Anchor}}
+	e := forgetEntry{due: time.Now().Add(d), ref: shard.TxnRecordRef{ID: m.ID, Anchor: m.Anchor}}
 	f.mu.Lock()
 	full := len(f.queue) >= maxForgetQueue
 	if !full {
@@ -99,22 +105,56 @@ func (n *Node) forgetRecordLater(m txn.Meta) {
 	}
 }
 
+// forgetAbortedLater removes the ABORTED record of attempt m, which this
+// node aborted on another's behalf (a wound, an expiry), once m can no
+// longer commit either way: past TxnRecordRetention and past m's commit
+// deadline (MaxTxnDuration from its start, which came before now; a commit
+// past it aborts). Removed, the record reads as PENDING to whoever looks,
+// an attempt long expired, which they abort: the same outcome, so intents
+// of m still in place are resolved alike.
+func (n *Node) forgetAbortedLater(m txn.Meta) {
+	n.forgetRecordAfter(m, max(n.opts.TxnRecordRetention, n.opts.MaxTxnDuration+n.opts.TxnTimeout))
+}
+
 // forgetDueRecords removes the records whose retention passed, in one
 // proposal per anchor shard (and per maxForgetBatch records).
 func (n *Node) forgetDueRecords() {
 	f := n.forgetter
 	now := time.Now()
 	f.mu.Lock()
-	due := 0
-	for due < len(f.queue) && !f.queue[due].due.After(now) {
-		due++
+	var taken []forgetEntry
+	left := 0
+	for _, e := range f.queue {
+		if e.due.After(now) {
+			f.queue[left] = e
+			left++
+			continue
+		}
+		taken = append(taken, e)
 	}
-	refs := make([]shard.TxnRecordRef, due)
-	for i := range refs {
-		refs[i] = f.queue[i].ref
-	}
-	f.queue = f.queue[:copy(f.queue, f.queue[due:])]
+	clear(f.queue[left:])
+	f.queue = f.queue[:left]
 	f.mu.Unlock()
+	// An aborted attempt this node still remembers for its retry keeps its
+	// record until the retry has linked itself to it (beginSession): a
+	// link that found no record would write one anew. It waits another
+	// retention; the memory lasts TxnIdleTimeout.
+	var refs []shard.TxnRecordRef
+	var again []forgetEntry
+	n.txns.mu.Lock()
+	for _, e := range taken {
+		if _, ok := n.txns.ended[e.ref.ID]; ok {
+			again = append(again, forgetEntry{due: now.Add(n.opts.TxnRecordRetention), ref: e.ref})
+			continue
+		}
+		refs = append(refs, e.ref)
+	}
+	n.txns.mu.Unlock()
+	if len(again) > 0 {
+		f.mu.Lock()
+		f.queue = append(f.queue, again...)
+		f.mu.Unlock()
+	}
 	if len(refs) == 0 {
 		return
 	}

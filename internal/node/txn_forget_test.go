@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -36,6 +37,27 @@ func countTxnRecords(t *testing.T, n *Node, coll uint32) map[txn.Status]int {
 		counts[rec.Status]++
 	}
 	return counts
+}
+
+// describeTxnRecords lists the transaction records of collection coll.
+func describeTxnRecords(t *testing.T, n *Node, coll uint32) string {
+	t.Helper()
+	lo, hi := storage.TxnRecordSpan(coll)
+	it, err := n.eng.DB.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	var sb strings.Builder
+	for it.First(); it.Valid(); it.Next() {
+		k := it.Key()
+		rec, _, err := txn.DecodeRecord(it.Value())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&sb, "%s %s reason=%q wounded-by=%v retried-as=%v\n", k[len(k)-40:], rec.Status, rec.Reason, rec.WoundedBy != nil, rec.RetriedAs != nil)
+	}
+	return sb.String()
 }
 
 // contendedTransfers runs clients goroutines each moving one unit between
@@ -135,7 +157,11 @@ func TestTxnRecordsForgotten(t *testing.T) {
 		{"removed after it", 20 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond, TxnRecordRetention: tc.retention})
+			// A record a wound wrote is removed by the wounder's side too,
+			// once its owner is past its deadline: MaxTxnDuration +
+			// TxnTimeout after the wound.
+			n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond, TxnRecordRetention: tc.retention,
+				TxnTimeout: time.Second, MaxTxnDuration: 2 * time.Second})
 			defer n.Close()
 			ctx := context.Background()
 			d, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionHash, Shards: 4})
@@ -172,7 +198,7 @@ func TestTxnRecordsForgotten(t *testing.T) {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("records left 30 s after the last transaction, retention %v: %v (forgotten %v)", tc.retention, counts, forgotten())
+					t.Fatalf("records left 30 s after the last transaction, retention %v: %v (forgotten %v)\n%s", tc.retention, counts, forgotten(), describeTxnRecords(t, n, d.ID))
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
@@ -227,5 +253,76 @@ func TestTxnForgetLeavesUndecided(t *testing.T) {
 	}
 	if counts := countTxnRecords(t, n, d.ID); counts[txn.Pending] != 1 || len(counts) != 1 {
 		t.Fatalf("records after the removal: %v, want the PENDING one", counts)
+	}
+}
+
+// TestTxnReadOnlyHeartbeatRecordForgotten: a serializable attempt that only
+// read, and lived long enough to heartbeat (which writes a PENDING record),
+// leaves its record decided, and the record goes after the retention.
+func TestTxnReadOnlyHeartbeatRecordForgotten(t *testing.T) {
+	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond, TxnTimeout: 200 * time.Millisecond, TxnRecordRetention: time.Hour})
+	defer n.Close()
+	ctx := context.Background()
+	d, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionHash, Shards: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte("k"), Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	id, err := n.BeginTxn(ctx, kv.TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := n.TxnGet(ctx, id, kv.KeyRef{Collection: "c", Key: []byte("k")}); err != nil {
+		t.Fatal(err)
+	}
+	// Heartbeats every TxnTimeout/4 while the client is heard from.
+	deadline := time.Now().Add(30 * time.Second)
+	for countTxnRecords(t, n, d.ID)[txn.Pending] == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no heartbeat wrote a record in 30 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := n.CommitTxn(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if counts := countTxnRecords(t, n, d.ID); counts[txn.Committed] != 1 || len(counts) != 1 {
+		t.Fatalf("records after the commit: %v, want one COMMITTED", counts)
+	}
+	// The retention passes.
+	n.forgetter.mu.Lock()
+	for i := range n.forgetter.queue {
+		n.forgetter.queue[i].due = time.Now()
+	}
+	n.forgetter.mu.Unlock()
+	n.forgetDueRecords()
+	if counts := countTxnRecords(t, n, d.ID); len(counts) != 0 {
+		t.Fatalf("records after the retention: %v, want none", counts)
+	}
+}
+
+// TestTxnReadPastDeadlineAborts: an attempt past MaxTxnDuration reads no
+// more (its record may be gone, so PENDING vouches for nothing); it could
+// not commit anyway.
+func TestTxnReadPastDeadlineAborts(t *testing.T) {
+	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond, MaxTxnDuration: 300 * time.Millisecond})
+	defer n.Close()
+	ctx := context.Background()
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionHash, Shards: 2}); err != nil {
+		t.Fatal(err)
+	}
+	id, err := n.BeginTxn(ctx, kv.TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := n.TxnGet(ctx, id, kv.KeyRef{Collection: "c", Key: []byte("a")}); err != nil {
+		t.Fatalf("a read within the deadline: %v", err)
+	}
+	time.Sleep(400 * time.Millisecond)
+	_, _, err = n.TxnGet(ctx, id, kv.KeyRef{Collection: "c", Key: []byte("b")})
+	if kv.CodeOf(err) != kv.CodeTxnAborted {
+		t.Fatalf("a read past the deadline: %v, want txn_aborted", err)
 	}
 }

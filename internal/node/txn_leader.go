@@ -124,6 +124,13 @@ func (r leaderResolver) Wound(ctx context.Context, victim *txn.Meta) (bool, erro
 	if rec.Status == txn.Aborted && r.wounded != nil {
 		*r.wounded = true
 	}
+	if rec.Status == txn.Aborted && rec.WoundedBy != nil && r.by != nil && rec.WoundedBy.ID == r.by.ID {
+		// This wound wrote the record. Its owner's coordinator removes it
+		// once it learns of the abort; if it never does (it committed in
+		// one phase, leaving no record, just before the wound; or it
+		// died), the wound's side removes it (txn_forget.go).
+		r.n.forgetAbortedLater(*victim)
+	}
 	return rec.Status == txn.Aborted, nil
 }
 
@@ -161,7 +168,11 @@ func (n *Node) settleRecord(ctx context.Context, m *txn.Meta) (shard.TxnResult, 
 	if txn.LastAlive(txn.Record{Heartbeat: rec.Heartbeat}, *m) >= idle {
 		return rec, nil
 	}
-	return n.recordCAS(ctx, txn.RecordCmd{Op: txn.OpAbort, Meta: *m, IfIdleBefore: idle, Reason: "its coordinator stopped heartbeating"})
+	rec, err = n.recordCAS(ctx, txn.RecordCmd{Op: txn.OpAbort, Meta: *m, IfIdleBefore: idle, Reason: "its coordinator stopped heartbeating"})
+	if err == nil && rec.Status == txn.Aborted {
+		n.forgetAbortedLater(*m) // its coordinator may be gone
+	}
+	return rec, err
 }
 
 // resolvePrepared resolves the intents transaction id prepared in shardID
