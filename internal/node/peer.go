@@ -155,6 +155,7 @@ func (n *Node) RegisterPeer(s grpc.ServiceRegistrar) {
 			{MethodName: "Read", Handler: unary(n.handleRead)},
 			{MethodName: "TxnLock", Handler: unary(n.handleTxnLock)},
 			{MethodName: "TxnRelease", Handler: unary(n.handleTxnRelease)},
+			{MethodName: "TxnEnded", Handler: unary(n.handleTxnEnded)},
 			{MethodName: "ShardRead", Handler: unary(n.handleShardRead)},
 		}, n.groupMethods()...),
 	}, n)

@@ -142,6 +142,10 @@ func (n *Node) beginSession(ctx context.Context, opts kv.TxnOptions, client bool
 		}
 		priority, attempt = p, a+1
 		prev = n.takeEnded(opts.RetryOf)
+		if prev == nil {
+			// Begun on another node (a client behind a load balancer).
+			prev = n.takeEndedElsewhere(ctx, opts.RetryOf)
+		}
 		if prev != nil && prev.wounder != nil {
 			if err := n.awaitTxnEnd(ctx, prev.wounder); err != nil {
 				return nil, err
@@ -211,6 +215,67 @@ func (n *Node) takeEnded(id string) *endedAttempt {
 	}
 	delete(n.txns.ended, id)
 	return &e
+}
+
+// endedLookupTimeout bounds how long a retry asks the other nodes for the
+// attempt it retries; one that does not answer in time is taken not to
+// know it.
+const endedLookupTimeout = 2 * time.Second
+
+type txnEndedRequest struct {
+	ID string `json:"id"`
+}
+
+type txnEndedResponse struct {
+	Found   bool      `json:"found,omitempty"`
+	Meta    txn.Meta  `json:"meta"`
+	Wounder *txn.Meta `json:"wounder,omitempty"`
+}
+
+// handleTxnEnded answers, and forgets, what this node remembers of an
+// aborted attempt for the retry another node begins.
+func (n *Node) handleTxnEnded(_ context.Context, req *txnEndedRequest) (*txnEndedResponse, error) {
+	e := n.takeEnded(req.ID)
+	if e == nil {
+		return &txnEndedResponse{}, nil
+	}
+	return &txnEndedResponse{Found: true, Meta: e.meta, Wounder: e.wounder}, nil
+}
+
+// takeEndedElsewhere asks every other member for the aborted attempt id,
+// which a retry on this node names: the node that coordinated it answers
+// (and forgets) its meta and its wounder, so that the retry waits for the
+// wounder and links itself as it would on that node. nil: no node
+// remembers it.
+func (n *Node) takeEndedElsewhere(ctx context.Context, id string) *endedAttempt {
+	var others []uint64
+	for _, m := range n.members() {
+		if m.ID != n.id {
+			others = append(others, m.ID)
+		}
+	}
+	if len(others) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, endedLookupTimeout)
+	defer cancel()
+	found := make(chan *endedAttempt, len(others))
+	for _, peer := range others {
+		go func() {
+			var resp txnEndedResponse
+			if err := n.callNode(ctx, peer, "TxnEnded", &txnEndedRequest{ID: id}, &resp); err != nil || !resp.Found {
+				found <- nil
+				return
+			}
+			found <- &endedAttempt{meta: resp.Meta, wounder: resp.Wounder, at: time.Now()}
+		}()
+	}
+	for range others {
+		if e := <-found; e != nil {
+			return e // one node coordinated it; the others know nothing
+		}
+	}
+	return nil
 }
 
 // awaitTxnEnd waits until the transaction of attempt m has ended: until
