@@ -138,6 +138,11 @@ func EncodeWrite(ops []Op) []byte {
 	}
 	b := make([]byte, 1+8, n)
 	b[0] = byte(KindWrite)
+	return appendOps(b, ops)
+}
+
+// appendOps appends the encoding of ops: their count, then each op.
+func appendOps(b []byte, ops []Op) []byte {
 	b = binary.AppendUvarint(b, uint64(len(ops)))
 	for _, op := range ops {
 		b = append(b, byte(op.Type))
@@ -318,6 +323,64 @@ func (d *decoder) byte() byte {
 	return c
 }
 
+// ops decodes what appendOps encoded.
+func (d *decoder) ops() ([]Op, error) {
+	n := d.count(1 << 20)
+	// Every op takes at least 5 bytes; a corrupt count cannot make this
+	// allocation larger than the entry.
+	ops := make([]Op, 0, min(n, len(d.b)/5+1))
+	for i := 0; i < n && d.err == nil; i++ {
+		var op Op
+		op.Type = OpType(d.byte())
+		flags := d.byte()
+		if d.err == nil && (op.Type != OpPut && op.Type != OpDelete || flags&^(opFlagCond|opFlagMustExist) != 0) {
+			return nil, fmt.Errorf("%w: op %d has type %d flags %d", ErrCorruptCommand, i, op.Type, flags)
+		}
+		op.HasCond = flags&opFlagCond != 0
+		op.MustExist = flags&opFlagMustExist != 0
+		if op.HasCond {
+			op.CondVersion = d.uvarint()
+		}
+		op.Bucket = d.uint16()
+		op.Key = d.bytes()
+		if op.Type == OpPut {
+			nt := d.count(kv.MaxTags)
+			for j := 0; j < nt && d.err == nil; j++ {
+				t := d.bytes()
+				if !utf8.Valid(t) {
+					d.err = ErrCorruptCommand
+				}
+				op.Tags = append(op.Tags, string(t))
+			}
+			op.Value = d.bytes()
+		}
+		ops = append(ops, op)
+	}
+	return ops, d.err
+}
+
+// uint16 decodes a big-endian uint16.
+func (d *decoder) uint16() uint16 {
+	if d.err != nil || len(d.b) < 2 {
+		d.err = ErrCorruptCommand
+		return 0
+	}
+	v := binary.BigEndian.Uint16(d.b)
+	d.b = d.b[2:]
+	return v
+}
+
+// uint32 decodes a big-endian uint32.
+func (d *decoder) uint32() uint32 {
+	if d.err != nil || len(d.b) < 4 {
+		d.err = ErrCorruptCommand
+		return 0
+	}
+	v := binary.BigEndian.Uint32(d.b)
+	d.b = d.b[4:]
+	return v
+}
+
 func (d *decoder) count(max uint64) int {
 	n := d.uvarint()
 	if n > max || n > uint64(len(d.b)) {
@@ -342,41 +405,11 @@ func DecodeCommand(b []byte) (Command, error) {
 		}
 		c.Version = binary.BigEndian.Uint64(d.b)
 		d.b = d.b[8:]
-		n := d.count(1 << 20)
-		// Every op takes at least 5 bytes; a corrupt count cannot make
-		// this allocation larger than the entry.
-		c.Ops = make([]Op, 0, min(n, len(d.b)/5+1))
-		for i := 0; i < n && d.err == nil; i++ {
-			var op Op
-			op.Type = OpType(d.byte())
-			flags := d.byte()
-			if op.Type != OpPut && op.Type != OpDelete || flags&^(opFlagCond|opFlagMustExist) != 0 {
-				return c, fmt.Errorf("%w: op %d has type %d flags %d", ErrCorruptCommand, i, op.Type, flags)
-			}
-			op.HasCond = flags&opFlagCond != 0
-			op.MustExist = flags&opFlagMustExist != 0
-			if op.HasCond {
-				op.CondVersion = d.uvarint()
-			}
-			if len(d.b) < 2 {
-				return c, ErrCorruptCommand
-			}
-			op.Bucket = binary.BigEndian.Uint16(d.b)
-			d.b = d.b[2:]
-			op.Key = d.bytes()
-			if op.Type == OpPut {
-				nt := d.count(kv.MaxTags)
-				for j := 0; j < nt && d.err == nil; j++ {
-					t := d.bytes()
-					if !utf8.Valid(t) {
-						d.err = ErrCorruptCommand
-					}
-					op.Tags = append(op.Tags, string(t))
-				}
-				op.Value = d.bytes()
-			}
-			c.Ops = append(c.Ops, op)
+		ops, err := d.ops()
+		if err != nil {
+			return c, err
 		}
+		c.Ops = ops
 	case KindTxnRecord, KindTxnForget:
 		return c, decodeTxn(&c, d.b)
 	case KindGroup, KindGroupWrite:

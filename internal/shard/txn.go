@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -131,14 +133,167 @@ func EncodeTxnForget(c *TxnForgetCmd) []byte {
 	return encodeJSON(KindTxnForget, false, c)
 }
 
+// Prepares and resolves are encoded in binary (txnFormatBinary after the
+// version); those of logs written before are JSON, which starts with '{',
+// and still decode.
+const txnFormatBinary = 1
+
+// Flags of a binary prepare.
+const (
+	prepareOnePhase = 1 << 0
+	prepareRecord   = 1 << 1
+	preparePlain    = 1 << 2
+)
+
+// Flags of a target of a binary prepare's read set.
+const targetSpan = 1 << 0
+
 // EncodeTxnPrepare encodes a prepare with version 0; the leader assigns it.
 func EncodeTxnPrepare(c *TxnPrepareCmd) []byte {
-	return encodeJSON(KindTxnPrepare, true, c)
+	n := 64 + len(c.Meta.ID) + len(c.Meta.Anchor.Key)
+	for i := range c.Writes {
+		n += 24 + len(c.Writes[i].Key) + len(c.Writes[i].Value)
+		for _, t := range c.Writes[i].Tags {
+			n += len(t) + 2
+		}
+	}
+	for i := range c.Reads {
+		n += 12 + len(c.Reads[i].Key) + len(c.Reads[i].End)
+	}
+	b := make([]byte, 1+8, n)
+	b[0] = byte(KindTxnPrepare)
+	b = append(b, txnFormatBinary)
+	var flags byte
+	if c.OnePhase {
+		flags |= prepareOnePhase
+	}
+	if c.Record {
+		flags |= prepareRecord
+	}
+	if c.Meta.Plain {
+		flags |= preparePlain
+	}
+	b = append(b, flags)
+	b = txn.AppendMeta(b, &c.Meta)
+	b = binary.AppendUvarint(b, c.LockTerm)
+	b = binary.AppendUvarint(b, c.Deadline)
+	b = binary.AppendUvarint(b, c.ReadTS)
+	b = appendOps(b, c.Writes)
+	b = binary.AppendUvarint(b, uint64(len(c.Reads)))
+	for _, t := range c.Reads {
+		b = binary.BigEndian.AppendUint32(b, t.Collection)
+		var tf byte
+		if t.IsSpan {
+			tf |= targetSpan
+		}
+		b = append(b, tf)
+		b = appendBytes(b, t.Key)
+		if t.IsSpan {
+			b = appendBytes(b, t.End)
+		}
+	}
+	return b
 }
 
 // EncodeTxnResolve encodes a resolve with version 0.
 func EncodeTxnResolve(c *TxnResolveCmd) []byte {
-	return encodeJSON(KindTxnResolve, true, c)
+	n := 32 + len(c.ID)
+	for _, k := range c.Keys {
+		n += 4 + len(k.Key)
+	}
+	b := make([]byte, 1+8, n)
+	b[0] = byte(KindTxnResolve)
+	b = append(b, txnFormatBinary)
+	b = appendBytes(b, []byte(c.ID))
+	var commit byte
+	if c.Commit {
+		commit = 1
+	}
+	b = append(b, commit)
+	b = binary.AppendUvarint(b, c.CommitTS)
+	b = binary.AppendUvarint(b, uint64(len(c.Keys)))
+	for _, k := range c.Keys {
+		b = binary.BigEndian.AppendUint16(b, k.Bucket)
+		b = appendBytes(b, k.Key)
+	}
+	return b
+}
+
+// decodeTxnPrepare decodes a binary prepare body (after its format byte).
+// Its byte slices are copies: the prepare's targets outlive the entry in
+// the leader's lock table.
+func decodeTxnPrepare(body []byte) (*TxnPrepareCmd, error) {
+	c := new(TxnPrepareCmd)
+	d := decoder{b: body}
+	flags := d.byte()
+	if d.err != nil || flags&^(prepareOnePhase|prepareRecord|preparePlain) != 0 {
+		return nil, ErrCorruptCommand
+	}
+	c.OnePhase, c.Record = flags&prepareOnePhase != 0, flags&prepareRecord != 0
+	m, rest, err := txn.DecodeMeta(d.b)
+	if err != nil {
+		return nil, ErrCorruptCommand
+	}
+	c.Meta, d.b = m, rest
+	c.Meta.Plain = flags&preparePlain != 0
+	if len(c.Meta.Anchor.Key) == 0 {
+		c.Meta.Anchor.Key = nil // no anchor (a set one is never empty)
+	}
+	c.LockTerm = d.uvarint()
+	c.Deadline = d.uvarint()
+	c.ReadTS = d.uvarint()
+	if c.Writes, err = d.ops(); err != nil {
+		return nil, err
+	}
+	for i := range c.Writes {
+		w := &c.Writes[i]
+		w.Key = bytes.Clone(w.Key)
+		if w.Value != nil {
+			w.Value = bytes.Clone(w.Value)
+		}
+	}
+	n := d.count(1 << 20)
+	for i := 0; i < n && d.err == nil; i++ {
+		var t txn.Target
+		t.Collection = d.uint32()
+		tf := d.byte()
+		if tf&^targetSpan != 0 {
+			return nil, ErrCorruptCommand
+		}
+		t.Key = bytes.Clone(d.bytes())
+		if t.IsSpan = tf&targetSpan != 0; t.IsSpan {
+			t.End = bytes.Clone(d.bytes())
+		}
+		c.Reads = append(c.Reads, t)
+	}
+	if d.err != nil || len(d.b) != 0 {
+		return nil, ErrCorruptCommand
+	}
+	return c, nil
+}
+
+// decodeTxnResolve decodes a binary resolve body (after its format byte).
+func decodeTxnResolve(body []byte) (*TxnResolveCmd, error) {
+	c := new(TxnResolveCmd)
+	d := decoder{b: body}
+	c.ID = string(d.bytes())
+	switch d.byte() {
+	case 0:
+	case 1:
+		c.Commit = true
+	default:
+		return nil, ErrCorruptCommand
+	}
+	c.CommitTS = d.uvarint()
+	n := d.count(1 << 20)
+	for i := 0; i < n && d.err == nil; i++ {
+		bucket := d.uint16()
+		c.Keys = append(c.Keys, TxnKey{Bucket: bucket, Key: bytes.Clone(d.bytes())})
+	}
+	if d.err != nil || len(d.b) != 0 {
+		return nil, ErrCorruptCommand
+	}
+	return c, nil
 }
 
 func encodeJSON(kind CommandKind, versioned bool, body any) []byte {
@@ -159,9 +314,17 @@ func decodeTxn(c *Command, body []byte) error {
 	case KindTxnRecord:
 		err = json.Unmarshal(body, &c.TxnRecord)
 	case KindTxnPrepare:
+		if len(body) > 0 && body[0] == txnFormatBinary {
+			c.TxnPrepare, err = decodeTxnPrepare(body[1:])
+			break
+		}
 		c.TxnPrepare = new(TxnPrepareCmd)
 		err = json.Unmarshal(body, c.TxnPrepare)
 	case KindTxnResolve:
+		if len(body) > 0 && body[0] == txnFormatBinary {
+			c.TxnResolve, err = decodeTxnResolve(body[1:])
+			break
+		}
 		c.TxnResolve = new(TxnResolveCmd)
 		err = json.Unmarshal(body, c.TxnResolve)
 	case KindTxnForget:
