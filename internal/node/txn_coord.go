@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -480,19 +481,17 @@ func (s *txnSession) checkLimits(more int) error {
 
 // txnRoute returns the collection, bucket and shard of a key of a
 // transaction.
-func (n *Node) txnRoute(name string, key []byte) (*cluster.CollectionDesc, uint16, uint64, error) {
+// txnCollection returns the collection name of a transaction's read or
+// write of key, checking the key.
+func (n *Node) txnCollection(name string, key []byte) (*cluster.CollectionDesc, error) {
 	d, err := n.collection(name)
 	if err != nil {
-		return nil, 0, 0, err
+		return nil, err
 	}
 	if err := kv.ValidateKey(key); err != nil {
-		return nil, 0, 0, err
+		return nil, err
 	}
-	if d.Partitioning == kv.PartitionTag {
-		return nil, 0, 0, kv.Errorf(kv.CodeInvalidArgument, "collection %q is partitioned by tag; transactions over tag-partitioned collections are not supported", name)
-	}
-	bucket, id := n.route(d, key)
-	return d, bucket, id, nil
+	return d, nil
 }
 
 func (s *txnSession) part(id uint64) *participant {
@@ -634,7 +633,7 @@ func (n *Node) TxnGet(ctx context.Context, id string, ref kv.KeyRef) (kv.Record,
 
 func (s *txnSession) get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error) {
 	n := s.n
-	d, bucket, shardID, err := n.txnRoute(ref.Collection, ref.Key)
+	d, err := n.txnCollection(ref.Collection, ref.Key)
 	if err != nil {
 		return kv.Record{}, false, err
 	}
@@ -665,6 +664,10 @@ func (s *txnSession) get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, e
 		}
 		return rec, err == nil, err
 	}
+	if d.Partitioning == kv.PartitionTag {
+		return s.tagGet(ctx, d, ref.Key)
+	}
+	bucket, shardID := n.route(d, ref.Key)
 	s.setAnchor(d, bucket, ref.Key)
 	resp, err := s.lock(ctx, shardID, []txn.Target{{Collection: d.ID, Key: ref.Key}}, txn.Shared, true)
 	if err != nil {
@@ -723,22 +726,44 @@ func (s *txnSession) write(ctx context.Context, coll string, key []byte, w *buff
 	if s.readOnly {
 		return kv.Errorf(kv.CodeInvalidArgument, "transaction %s is read-only", s.meta.ID)
 	}
-	d, bucket, shardID, err := s.n.txnRoute(coll, key)
+	d, err := s.n.txnCollection(coll, key)
 	if err != nil {
 		return err
 	}
 	if err := s.checkLimits(len(key) + len(w.value)); err != nil {
 		return err
 	}
-	s.setAnchor(d, bucket, key)
 	k := wkey(d.ID, key)
-	if s.writes[k] == nil {
-		if _, err := s.lock(ctx, shardID, []txn.Target{{Collection: d.ID, Key: key}}, txn.Exclusive, false); err != nil {
-			return s.fail(ctx, err)
+	var (
+		bucket  uint16
+		shardID uint64
+	)
+	if d.Partitioning == kv.PartitionTag {
+		if bucket, shardID, err = s.tagWriteTarget(ctx, d, key, w); err != nil {
+			return err
 		}
+		// A put may have moved the key: its earlier write here goes.
+		for id, p := range s.parts {
+			if id != shardID {
+				p.writes = slices.DeleteFunc(p.writes, func(op shard.Op) bool { return bytes.Equal(op.Key, key) })
+			}
+		}
+		w.coll = coll
+		s.writes[k] = w
+		if shardID == 0 {
+			return nil // a delete of a key never put: nothing to write
+		}
+	} else {
+		bucket, shardID = s.n.route(d, key)
+		s.setAnchor(d, bucket, key)
+		if s.writes[k] == nil {
+			if _, err := s.lock(ctx, shardID, []txn.Target{{Collection: d.ID, Key: key}}, txn.Exclusive, false); err != nil {
+				return s.fail(ctx, err)
+			}
+		}
+		w.coll = coll
+		s.writes[k] = w
 	}
-	w.coll = coll
-	s.writes[k] = w
 	p := s.part(shardID)
 	op := shard.Op{Type: shard.OpPut, Bucket: bucket, Key: append([]byte{}, key...), Value: w.value, Tags: w.tags}
 	if w.delete {
@@ -835,10 +860,7 @@ func (n *Node) TxnGetByTags(ctx context.Context, id string, q kv.TagQuery) (kv.S
 // lockSpan locks [start, end) of collection d shared on every shard it
 // touches, and confirms the attempt is not aborted.
 func (s *txnSession) lockSpan(ctx context.Context, d *cluster.CollectionDesc, start, end []byte) error {
-	if d.Partitioning == kv.PartitionTag {
-		return kv.Errorf(kv.CodeInvalidArgument, "collection %q is partitioned by tag; transactions over tag-partitioned collections are not supported", d.Name)
-	}
-	ids := shardsIn(d, start, end)
+	ids := shardsIn(d, start, end) // every shard of a hash or tag collection
 	if !s.meta.Anchor.IsSet() {
 		// Anchor at the span's first shard's start.
 		key := start

@@ -499,7 +499,7 @@ func (n *Node) plainLocks(ctx context.Context, shardID uint64, cmd []byte) (func
 	if len(cmd) > 0 && shard.CommandKind(cmd[0]) == shard.KindTxnPrepare {
 		return func() {}, n.markPrepared(ctx, shardID, cmd)
 	}
-	if len(cmd) == 0 || shard.CommandKind(cmd[0]) != shard.KindWrite && shard.CommandKind(cmd[0]) != shard.KindDeleteRange {
+	if len(cmd) == 0 || shard.CommandKind(cmd[0]) != shard.KindWrite && shard.CommandKind(cmd[0]) != shard.KindDeleteRange && shard.CommandKind(cmd[0]) != shard.KindPlace {
 		return func() {}, nil
 	}
 	lt := n.lockTable(shardID)
@@ -520,8 +520,21 @@ func (n *Node) plainLocks(ctx context.Context, shardID uint64, cmd []byte) (func
 	for i := range c.Ops {
 		targets[i] = txn.Target{Collection: d.Collection, Key: c.Ops[i].Key}
 	}
-	if c.Kind == shard.KindDeleteRange {
+	switch c.Kind {
+	case shard.KindDeleteRange:
 		targets = []txn.Target{{Collection: d.Collection, Key: c.Start, IsSpan: true, End: c.End}}
+	case shard.KindPlace:
+		// The placement of a key of a tag collection, in its home shard:
+		// transactions that read or write the key lock it there, so that
+		// it does not move under them (txn_tag.go).
+		t := txn.Target{Collection: d.Collection, Key: c.Place.Key}
+		if c.Place.Txn != "" {
+			if !lt.HoldsExclusive(c.Place.Txn, t) {
+				return nil, kv.Errorf(kv.CodeTxnAborted, "transaction %s no longer holds the lock on the placement of %q in shard %d (wounded by an older transaction, or expired)", c.Place.Txn, c.Place.Key, shardID)
+			}
+			return func() {}, nil
+		}
+		targets = []txn.Target{t}
 	}
 	if err := lt.AcquireAll(ctx, m, targets, r); err != nil {
 		if errors.Is(err, txn.ErrLocksLost) {

@@ -119,6 +119,10 @@ type Placement struct {
 	HasOld bool
 	Old    string
 	New    string
+	// Txn is the transaction that changes the placement, holding the
+	// key's exclusive lock in its home shard ("": a plain put, which locks
+	// the key for the proposal).
+	Txn string
 }
 
 const opFlagCond, opFlagMustExist = 1, 2
@@ -188,14 +192,29 @@ func EncodePlace(p Placement) []byte {
 	b := []byte{byte(KindPlace)}
 	b = binary.BigEndian.AppendUint16(b, p.Bucket)
 	b = appendBytes(b, p.Key)
+	var flags byte
 	if p.HasOld {
-		b = append(b, 1)
-		b = appendBytes(b, []byte(p.Old))
-	} else {
-		b = append(b, 0)
+		flags |= placeHasOld
 	}
-	return appendBytes(b, []byte(p.New))
+	if p.Txn != "" {
+		flags |= placeTxn
+	}
+	b = append(b, flags)
+	if p.HasOld {
+		b = appendBytes(b, []byte(p.Old))
+	}
+	b = appendBytes(b, []byte(p.New))
+	if p.Txn != "" {
+		b = appendBytes(b, []byte(p.Txn))
+	}
+	return b
 }
+
+// Flags of a KindPlace.
+const (
+	placeHasOld = 1 << 0
+	placeTxn    = 1 << 1
+)
 
 // SetVersion assigns the version of an encoded write command in place.
 func SetVersion(cmd []byte, version uint64) {
@@ -508,15 +527,20 @@ func DecodeCommand(b []byte) (Command, error) {
 		c.Place.Bucket = binary.BigEndian.Uint16(d.b)
 		d.b = d.b[2:]
 		c.Place.Key = d.bytes()
-		switch d.byte() {
-		case 0:
-		case 1:
-			c.Place.HasOld = true
-			c.Place.Old = string(d.bytes())
-		default:
+		flags := d.byte()
+		if flags&^(placeHasOld|placeTxn) != 0 {
 			d.err = ErrCorruptCommand
 		}
+		if flags&placeHasOld != 0 {
+			c.Place.HasOld = true
+			c.Place.Old = string(d.bytes())
+		}
 		c.Place.New = string(d.bytes())
+		if flags&placeTxn != 0 {
+			if c.Place.Txn = string(d.bytes()); c.Place.Txn == "" {
+				d.err = ErrCorruptCommand // absent, not empty
+			}
+		}
 	default:
 		return c, fmt.Errorf("%w: unknown kind %d", ErrCorruptCommand, c.Kind)
 	}

@@ -631,6 +631,15 @@ func (lt *LockTable) Restore(m *Meta, writes []Target, reads []Target) {
 	}
 }
 
+// HoldsExclusive reports whether transaction id holds an exclusive lock on
+// key target t here.
+func (lt *LockTable) HoldsExclusive(id string, t Target) bool {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	h := lt.held[id]
+	return h != nil && !lt.closed && h.keys[lockKey(t.Collection, t.Key)] == Exclusive
+}
+
 // Holds reports whether transaction id holds a lock here.
 func (lt *LockTable) Holds(id string) bool {
 	lt.mu.Lock()
