@@ -291,6 +291,20 @@ func (s *Shard) applyGroup(b *pebble.Batch, kind CommandKind, body []byte) (Resu
 		err = s.writeGroupParts(b, stateGroupLeaderParts, stateGroupLeader, &s.groups.oldLeader, parts)
 	} else {
 		f := s.groups.follower
+		if rec.Kind == group.RecYield && rec.Key.Collection == s.desc.Collection {
+			// The yielded value is the key's as of this record in the log,
+			// read through the batch: the value the J's handler read may
+			// miss writes applied before it but not visible yet (a free
+			// storing the last group's writes, applied in the same cycle).
+			val, version, found, err := s.latest(b, []byte(rec.Key.Key))
+			if err != nil {
+				return Result{}, err
+			}
+			rec.Value, rec.Version, rec.Absent = nil, 0, !found
+			if found {
+				rec.Value, rec.Version = val.Value, version
+			}
+		}
 		effs = f.Apply(rec)
 		if s.groups.oldFollower {
 			parts = f.Parts()

@@ -695,3 +695,65 @@ func TestGroupStateFormatThree(t *testing.T) {
 		t.Fatal("the states reloaded after a leader record differ")
 	}
 }
+
+// TestGroupYieldReadsValueAtApply: a yield takes the key's value as of its
+// place in the log, not the one its record carries (read by the J's
+// handler, which may miss writes applied before it and not visible yet):
+// a write earlier in the same batch, or a stale value in the record, does
+// not make the group start from an old value.
+func TestGroupYieldReadsValueAtApply(t *testing.T) {
+	g := newGroupShard(t)
+	k := group.Key{Collection: 7, Key: "k"}
+	put := func(b *pebble.Batch, value string) {
+		t.Helper()
+		g.version++
+		cmd := EncodeWrite([]Op{{Type: OpPut, Key: []byte("k"), Value: []byte(value)}})
+		SetVersion(cmd, g.version)
+		index, _ := g.s.Applied()
+		if res, err := g.s.Apply(b, index+1, 1, cmd); err != nil || res.Err != nil {
+			t.Fatal(err, res.Err)
+		}
+	}
+	b := g.db.NewIndexedBatch()
+	put(b, "v0")
+	if err := g.s.FinishBatch(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	g.s.Committed()
+	var ref group.Ref
+	for _, e := range g.apply(group.Record{Kind: group.RecCreate, Group: group.Ref{ID: "g", Leader: 5}, Mode: group.Atomic, Key: k, Members: []group.Member{{Key: k, Shard: 5}}}) {
+		if snd, ok := e.(group.Send); ok && snd.Msg.Type == group.MsgJ {
+			ref = snd.Msg.Group
+		}
+	}
+	if ref.Inc == 0 {
+		t.Fatal("create sent no J")
+	}
+	// In one batch: a write of v1, then the yield, whose record carries
+	// the value before it.
+	b = g.db.NewIndexedBatch()
+	defer b.Close()
+	put(b, "v1")
+	wrote := g.version
+	index, _ := g.s.Applied()
+	res, err := g.s.Apply(b, index+1, 1, EncodeGroupRecord(group.Record{Kind: group.RecYield, Group: ref, Key: k, Value: []byte("v0"), Version: wrote - 1}))
+	if err != nil || res.Err != nil {
+		t.Fatal(err, res.Err)
+	}
+	var ja *group.Message
+	for _, e := range res.Group {
+		if snd, ok := e.(group.Send); ok && snd.Msg.Type == group.MsgJA {
+			ja = &snd.Msg
+		}
+	}
+	if ja == nil {
+		t.Fatalf("the yield sent no JA: %v", res.Group)
+	}
+	if string(ja.Value) != "v1" || ja.Version != wrote || ja.Absent {
+		t.Fatalf("the JA carries %q at version %d (absent %v), want v1 at %d", ja.Value, ja.Version, ja.Absent, wrote)
+	}
+}
