@@ -556,6 +556,19 @@ func (n *Node) groupOwnerHere(ctx context.Context, req *groupOwnerRequest) (*gro
 
 // localGroupOwner reads the group a key is yielded to in the replica of
 // shardID here, as applied.
+// groupsVisible waits until what shardID's group state shows is in its
+// storage too. The state changes while a cycle's batch is built, storage
+// when the batch is committed: a reader that found a key free of groups,
+// and then reads the key, must not read it before the free that stored
+// the group's last writes is visible.
+func (n *Node) groupsVisible(ctx context.Context, shardID uint64) error {
+	sm := n.host.StateMachine(shardID)
+	if sm == nil {
+		return nil
+	}
+	return n.host.WaitApplied(ctx, shardID, sm.GroupsIndex())
+}
+
 func (n *Node) localGroupOwner(shardID uint64, k group.Key) *groupOwnerResponse {
 	out := &groupOwnerResponse{}
 	if sm := n.host.StateMachine(shardID); sm != nil {
@@ -767,7 +780,8 @@ func (n *Node) awaitShipped(ctx context.Context, coll uint32, shards []uint64, s
 func (n *Node) groupGet(ctx context.Context, shardID uint64, ref kv.KeyRef, k group.Key) (kv.Record, bool, error) {
 	owner := n.localGroupOwner(shardID, k)
 	if owner.Group == "" {
-		return kv.Record{}, false, nil
+		// The caller reads the key's shard: what freed the key is there.
+		return kv.Record{}, false, n.groupsVisible(ctx, shardID)
 	}
 	reg, err := n.knownRegistration(ctx, owner.Group)
 	if err != nil {

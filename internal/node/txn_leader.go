@@ -383,8 +383,12 @@ func (n *Node) txnLockLocal(ctx context.Context, req *txnLockRequest) (*txnLockR
 		}
 	}
 	// A lock counts only while the leadership that granted it lasts:
-	// confirm it after the grant, then read.
+	// confirm it after the grant, then read (after what the group state
+	// showed of the keys is in storage too).
 	if err := n.host.ReadBarrier(ctx, req.Shard); err != nil {
+		return nil, err
+	}
+	if err := n.groupsVisible(ctx, req.Shard); err != nil {
 		return nil, err
 	}
 	if term, ok := n.host.LeaderTerm(req.Shard); !ok || term != lt.Term {

@@ -85,6 +85,10 @@ type groupState struct {
 	// or leader parts of an older format; the next record applied to it
 	// deletes them and stores every part. Apply only.
 	oldLeader, oldFollower bool
+	// index is the log index of the last group record applied to the
+	// state: what the state shows may not be visible in storage before
+	// that index is (the batch that applied it is committed after).
+	index uint64
 }
 
 // EncodeGroupRecord encodes rec as a command: KindGroupWrite, with room for
@@ -209,6 +213,16 @@ func (s *Shard) WithGroups(fn func(l *group.Leader, f *group.Follower)) {
 	fn(s.groups.leader, s.groups.follower)
 }
 
+// GroupsIndex returns the log index of the last group record applied to
+// the group state. A reader that saw the state and then reads storage
+// waits until that index is applied there (the state changes while a
+// cycle's batch is built; storage when it is committed).
+func (s *Shard) GroupsIndex() uint64 {
+	s.groups.mu.Lock()
+	defer s.groups.mu.Unlock()
+	return s.groups.index
+}
+
 // holdsGroups reports whether the shard leads a group or has a key yielded
 // to one (Apply only): its span cannot change then (a split or merge
 // would carry keys away from the state that protects them).
@@ -255,7 +269,7 @@ func (s *Shard) groupHolds(start, end []byte) ([]byte, group.Yielded, bool) {
 	return nil, group.Yielded{}, false
 }
 
-func (s *Shard) applyGroup(b *pebble.Batch, kind CommandKind, body []byte) (Result, error) {
+func (s *Shard) applyGroup(b *pebble.Batch, index uint64, kind CommandKind, body []byte) (Result, error) {
 	var version uint64
 	if kind == KindGroupWrite {
 		if len(body) < 8 {
@@ -278,6 +292,7 @@ func (s *Shard) applyGroup(b *pebble.Batch, kind CommandKind, body []byte) (Resu
 	}
 	s.groups.mu.Lock()
 	defer s.groups.mu.Unlock()
+	s.groups.index = index
 	var effs []group.Effect
 	var parts []group.Part
 	if rec.Kind.ForLeader() {

@@ -319,7 +319,7 @@ func (s *Shard) Apply(b *pebble.Batch, index, term uint64, data []byte) (Result,
 	case KindTxnForget:
 		res, err = s.applyTxnForget(b, cmd.TxnForget)
 	case KindGroup, KindGroupWrite:
-		res, err = s.applyGroup(b, cmd.Kind, cmd.GroupBody)
+		res, err = s.applyGroup(b, index, cmd.Kind, cmd.GroupBody)
 	}
 	if err != nil {
 		return Result{}, err
