@@ -223,9 +223,13 @@ func (n *Node) batchWrite(ctx context.Context, keys []kv.KeyRef, mk func(i int, 
 		}
 		byShard[shardID] = append(byShard[shardID], batchOp{index: i, desc: d, op: op})
 	}
-	if len(byShard) > 1 && len(locks) == 0 {
+	if len(byShard) > 1 {
 		// Several shards: one transaction, so the batch is atomic at one
-		// version.
+		// version. (Keys of tag collections were placed above, under
+		// this node's key locks; the transaction finds them placed, and
+		// locks their placements before it writes. A placement made for
+		// a batch that then fails names no live record, as after a
+		// delete.)
 		return n.batchTxn(ctx, keys, byShard)
 	}
 	type outcome struct {

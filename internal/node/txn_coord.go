@@ -742,9 +742,10 @@ func (s *txnSession) write(ctx context.Context, coll string, key []byte, w *buff
 		if bucket, shardID, err = s.tagWriteTarget(ctx, d, key, w); err != nil {
 			return err
 		}
-		// A put may have moved the key: its earlier write here goes.
-		for id, p := range s.parts {
-			if id != shardID {
+		// A put may have moved the key: its earlier write, in another
+		// shard of the collection, goes.
+		for _, sh := range d.Shards {
+			if p := s.parts[sh.ID]; p != nil && sh.ID != shardID {
 				p.writes = slices.DeleteFunc(p.writes, func(op shard.Op) bool { return bytes.Equal(op.Key, key) })
 			}
 		}
@@ -1388,7 +1389,14 @@ func (n *Node) batchTxn(ctx context.Context, keys []kv.KeyRef, byShard map[uint6
 		if err == nil {
 			out := make([]kv.WriteResult, len(keys))
 			for i, k := range keys {
-				out[i] = kv.WriteResult{Collection: k.Collection, Key: k.Key, Version: v}
+				// A delete of a key of a tag collection never placed is in
+				// no shard: it wrote nothing, at no version.
+				out[i] = kv.WriteResult{Collection: k.Collection, Key: k.Key}
+			}
+			for _, ops := range byShard {
+				for _, o := range ops {
+					out[o.index].Version = v
+				}
 			}
 			return out, nil
 		}
