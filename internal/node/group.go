@@ -1319,6 +1319,13 @@ func (n *Node) readGroupShipping(ctx context.Context, id string, reg groupRegist
 	if err != nil {
 		return nil, err
 	}
+	return n.readGroupAt(ctx, id, shardID, priority, ship)
+}
+
+// readGroupAt reads group id at the leader of shardID, the group's leader
+// shard (as a member's yield names it: without the registration, which a
+// deletion removes while its members are being released).
+func (n *Node) readGroupAt(ctx context.Context, id string, shardID uint64, priority string, ship bool) (*groupReadResponse, error) {
 	req := &groupReadRequest{Shard: shardID, ID: id, Priority: priority, Ship: ship}
 	out, err := n.atGroupLeader(ctx, shardID, "GroupRead", req, func(ctx context.Context) (any, error) {
 		return n.groupReadHere(ctx, req)

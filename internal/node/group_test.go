@@ -952,3 +952,55 @@ func TestGroupCreateSameIDConcurrently(t *testing.T) {
 	}
 	t.Logf("%d of 12 rounds had a winner", wins)
 }
+
+// TestGroupReleasingMemberReadsGroupValue: while a group is being deleted
+// and a member's D (carrying the group's last write of it) has not been
+// stored by its shard, plain reads of the member — a get, a batch get —
+// answer the group's value, not the shard's older one.
+func TestGroupReleasingMemberReadsGroupValue(t *testing.T) {
+	n, ctx := openWithCollection(t)
+	m := kv.KeyRef{Collection: "c", Key: []byte("m")}
+	if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: m.Key, Value: []byte("before")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.CreateGroup(ctx, kv.GroupSpec{ID: "g", Leader: kv.KeyRef{Collection: "c", Key: []byte("leader")}, Members: []kv.KeyRef{m}}); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing is shipped, and no D gets through: the shard keeps "before".
+	var hold atomic.Bool
+	hold.Store(true)
+	hook := func(msg group.Message) bool {
+		return hold.Load() && (msg.Type == group.MsgShip || msg.Type == group.MsgD)
+	}
+	n.groups.sent.Store(&hook)
+	if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: m.Key, Value: []byte("after")}); err != nil {
+		t.Fatal(err)
+	}
+	deleted := make(chan error, 1)
+	go func() { deleted <- n.DeleteGroup(ctx, "g") }()
+	for {
+		if _, _, err := n.registration(ctx, "g"); kv.CodeOf(err) == kv.CodeNotFound {
+			break // the deletion is logged
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the group is not being deleted")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	check := func(when string) {
+		t.Helper()
+		if r, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: m.Key}); err != nil || string(r.Value) != "after" {
+			t.Fatalf("%s: get of the member: %q %v, want after", when, r.Value, err)
+		}
+		res, err := n.BatchGet(ctx, []kv.KeyRef{m})
+		if err != nil || !res.Items[0].Found || string(res.Items[0].Value) != "after" {
+			t.Fatalf("%s: batch get of the member: %+v %v, want after", when, res.Items, err)
+		}
+	}
+	check("while its D is held")
+	hold.Store(false)
+	if err := <-deleted; err != nil {
+		t.Fatal(err)
+	}
+	check("after the delete")
+}

@@ -537,9 +537,11 @@ type groupOwnerRequest struct {
 }
 
 type groupOwnerResponse struct {
-	Group  string     `json:"group,omitempty"`
-	Leader uint64     `json:"leader,omitempty"`
-	Error  *peerError `json:"error,omitempty"`
+	Group  string `json:"group,omitempty"`
+	Leader uint64 `json:"leader,omitempty"`
+	// Inc is the incarnation of the group at its leader shard.
+	Inc   uint64     `json:"inc,omitempty"`
+	Error *peerError `json:"error,omitempty"`
 }
 
 // groupOwnerHere answers, on the home shard's leader, the group a key is
@@ -574,7 +576,7 @@ func (n *Node) localGroupOwner(shardID uint64, k group.Key) *groupOwnerResponse 
 	if sm := n.host.StateMachine(shardID); sm != nil {
 		sm.WithGroups(func(_ *group.Leader, f *group.Follower) {
 			if y, ok := f.Key(k); ok {
-				out.Group, out.Leader = y.Group.ID, uint64(y.Group.Leader)
+				out.Group, out.Leader, out.Inc = y.Group.ID, uint64(y.Group.Leader), y.Group.Inc
 			}
 		})
 	}
@@ -658,8 +660,10 @@ func (n *Node) groupPlainWrite(ctx context.Context, homeShard uint64, ref kv.Key
 
 // overlayGroups replaces, in a batch get read here, the values of keys a
 // group holds by the group's (its writes may not be shipped to the keys'
-// shards yet); the batch's version rises to theirs.
-func (n *Node) overlayGroups(ctx context.Context, descs []*cluster.CollectionDesc, keyShards [][]uint64, res *kv.BatchGetResult) error {
+// shards yet); the batch's version rises to theirs. held says which keys a
+// group held before the batch was read (groupHeld): one freed since is
+// read again, once its free is in storage.
+func (n *Node) overlayGroups(ctx context.Context, descs []*cluster.CollectionDesc, keyShards [][]uint64, held []bool, res *kv.BatchGetResult) error {
 	snaps := map[string]*groupReadResponse{}
 	for i := range res.Items {
 		it := &res.Items[i]
@@ -669,16 +673,22 @@ func (n *Node) overlayGroups(ctx context.Context, descs []*cluster.CollectionDes
 		k := group.Key{Collection: descs[i].ID, Key: string(it.Key)}
 		owner := n.localGroupOwner(keyShards[i][0], k)
 		if owner.Group == "" {
+			if held[i] {
+				if err := n.rereadFreed(ctx, keyShards[i][0], descs[i].ID, it, res); err != nil {
+					return err
+				}
+			}
 			continue
 		}
 		snap, ok := snaps[owner.Group]
 		if !ok {
-			reg, err := n.knownRegistration(ctx, owner.Group)
-			if err == nil {
-				snap, err = n.readGroup(ctx, owner.Group, reg, "")
-			}
+			var err error
+			snap, err = n.readGroupAt(ctx, owner.Group, owner.Leader, "", false)
 			if err != nil && kv.CodeOf(err) != kv.CodeNotFound {
 				return err
+			}
+			if snap != nil && snap.Ref.Inc != owner.Inc {
+				snap = nil // another group of the id
 			}
 			snaps[owner.Group] = snap
 		}
@@ -686,7 +696,7 @@ func (n *Node) overlayGroups(ctx context.Context, descs []*cluster.CollectionDes
 			continue
 		}
 		for _, m := range snap.Members {
-			if m.Key.key() == k && group.MemberStatus(m.Status) == group.Joined {
+			if m.Key.key() == k && m.groupsValue() {
 				it.Found, it.Value, it.Version = !m.Absent, nil, m.Version
 				if !m.Absent {
 					it.Value = bytes.Clone(m.Value) // maybe the leader's own
@@ -706,8 +716,9 @@ func (n *Node) overlayGroups(ctx context.Context, descs []*cluster.CollectionDes
 // keys costs a lookup.
 func (n *Node) awaitShipped(ctx context.Context, coll uint32, shards []uint64, start, end []byte) error {
 	type yielded struct {
-		shard uint64
-		key   group.Key
+		shard  uint64
+		key    group.Key
+		leader uint64 // the group's leader shard
 	}
 	byGroup := map[string][]yielded{}
 	for _, id := range shards {
@@ -721,19 +732,14 @@ func (n *Node) awaitShipped(ctx context.Context, coll uint32, shards []uint64, s
 					continue
 				}
 				y, _ := f.Key(k)
-				byGroup[y.Group.ID] = append(byGroup[y.Group.ID], yielded{id, k})
+				byGroup[y.Group.ID] = append(byGroup[y.Group.ID], yielded{id, k, uint64(y.Group.Leader)})
 			}
 		})
 	}
 	for id, keys := range byGroup {
-		reg, err := n.knownRegistration(ctx, id)
-		if kv.CodeOf(err) == kv.CodeNotFound {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		snap, err := n.readGroupShipping(ctx, id, reg, "", true)
+		// At the leader shard the yields name: a group being deleted has
+		// no registration any more, and its Ds carry writes still to come.
+		snap, err := n.readGroupAt(ctx, id, keys[0].leader, "", true)
 		if kv.CodeOf(err) == kv.CodeNotFound {
 			continue
 		}
@@ -771,6 +777,13 @@ func (n *Node) awaitShipped(ctx context.Context, coll uint32, shards []uint64, s
 			}
 		}
 	}
+	// What the waits saw applied (a ship, a free) is in storage before
+	// the read.
+	for _, id := range shards {
+		if err := n.groupsVisible(ctx, id); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -783,28 +796,20 @@ func (n *Node) groupGet(ctx context.Context, shardID uint64, ref kv.KeyRef, k gr
 		// The caller reads the key's shard: what freed the key is there.
 		return kv.Record{}, false, n.groupsVisible(ctx, shardID)
 	}
-	reg, err := n.knownRegistration(ctx, owner.Group)
+	snap, err := n.readGroupAt(ctx, owner.Group, owner.Leader, "", false)
 	if err != nil {
 		if kv.CodeOf(err) == kv.CodeNotFound {
-			return kv.Record{}, false, nil
+			// Gone: the key is freed, or about to be (a ghost's).
+			return kv.Record{}, false, n.groupsVisible(ctx, shardID)
 		}
 		return kv.Record{}, false, err
 	}
-	snap, err := n.readGroup(ctx, owner.Group, reg, "")
-	if kv.CodeOf(err) == kv.CodeNotFound {
-		// A stale registration (the id was deleted and taken again)?
-		if reg, err = n.knownRegistration(ctx, owner.Group); err == nil {
-			snap, err = n.readGroup(ctx, owner.Group, reg, "")
-		}
-	}
-	if err != nil {
-		if kv.CodeOf(err) == kv.CodeNotFound {
-			return kv.Record{}, false, nil
-		}
-		return kv.Record{}, false, err
+	if snap.Ref.Inc != owner.Inc {
+		// Another group of the id: the one the key is yielded to is gone.
+		return kv.Record{}, false, n.groupsVisible(ctx, shardID)
 	}
 	for _, m := range snap.Members {
-		if m.Key.key() == k && group.MemberStatus(m.Status) == group.Joined {
+		if m.Key.key() == k && m.groupsValue() {
 			if m.Absent {
 				return kv.Record{}, true, kv.Errorf(kv.CodeNotFound, "key %q not found", ref.Key)
 			}
@@ -812,5 +817,46 @@ func (n *Node) groupGet(ctx context.Context, shardID uint64, ref kv.KeyRef, k gr
 		}
 	}
 	// Joining (its value is the shard's) or released (shipped).
-	return kv.Record{}, false, nil
+	return kv.Record{}, false, n.groupsVisible(ctx, shardID)
+}
+
+// groupsValue reports whether the group's value of member m is the key's,
+// not its shard's: m is joined, or being released with writes its shard
+// has not acknowledged (the D carries them; its shard may not have stored
+// them yet).
+func (m memberWire) groupsValue() bool {
+	st := group.MemberStatus(m.Status)
+	return st == group.Joined || st == group.Releasing && m.Pending > 0
+}
+
+// groupHeld reports, for each key of a batch get read here, whether a
+// group holds it in its shard's replica here now.
+func (n *Node) groupHeld(descs []*cluster.CollectionDesc, keys []kv.KeyRef, keyShards [][]uint64) []bool {
+	held := make([]bool, len(keys))
+	for i, k := range keys {
+		if descs[i].Partitioning == kv.PartitionTag || len(keyShards[i]) != 1 {
+			continue
+		}
+		held[i] = n.localGroupOwner(keyShards[i][0], group.Key{Collection: descs[i].ID, Key: string(k.Key)}).Group != ""
+	}
+	return held
+}
+
+// rereadFreed reads again, for a batch get, a key its group freed while
+// the batch was read: once the free (which stores the group's last writes)
+// is in storage, its newest version; the batch's version rises to it.
+func (n *Node) rereadFreed(ctx context.Context, shardID uint64, coll uint32, it *kv.BatchGetItem, res *kv.BatchGetResult) error {
+	if err := n.groupsVisible(ctx, shardID); err != nil {
+		return err
+	}
+	val, v, found, err := shard.ReadRecord(n.eng.DB, coll, it.Key, shard.Latest)
+	if err != nil {
+		return kv.Errorf(kv.CodeInternal, "reading %q: %v", it.Key, err)
+	}
+	it.Found, it.Value, it.Tags, it.Version = found, nil, nil, 0
+	if found {
+		it.Value, it.Tags, it.Version = val.Value, val.Tags, v
+		res.Version = max(res.Version, v)
+	}
+	return nil
 }

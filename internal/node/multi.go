@@ -75,6 +75,15 @@ func (n *Node) BatchGet(ctx context.Context, keys []kv.KeyRef) (kv.BatchGetResul
 	case routeSpread:
 		return n.batchGetSpread(ctx, keys, descs, keyShards, shards)
 	}
+	// The keys groups hold now are read from their groups (overlayGroups);
+	// what groups freed before now is in storage before the version is
+	// taken, so that the read at it sees the writes their frees stored.
+	held := n.groupHeld(descs, keys, keyShards)
+	for _, id := range shards {
+		if err := n.groupsVisible(ctx, id); err != nil {
+			return kv.BatchGetResult{}, err
+		}
+	}
 	version, err := n.latest(ctx)
 	if err != nil {
 		return kv.BatchGetResult{}, err
@@ -99,7 +108,7 @@ func (n *Node) BatchGet(ctx context.Context, keys []kv.KeyRef) (kv.BatchGetResul
 		}
 		res.Items[i] = item
 	}
-	if err := n.overlayGroups(ctx, descs, keyShards, &res); err != nil {
+	if err := n.overlayGroups(ctx, descs, keyShards, held, &res); err != nil {
 		return kv.BatchGetResult{}, err
 	}
 	return res, nil
