@@ -18,9 +18,9 @@ import (
 	"github.com/groupkv/groupkv/internal/txn"
 )
 
-// countTxnRecords counts the transaction records of collection coll in n's
-// storage, by status.
-func countTxnRecords(t *testing.T, n *Node, coll uint32) map[txn.Status]int {
+// eachTxnRecord calls fn with the id and record of every transaction
+// record of collection coll in n's storage.
+func eachTxnRecord(t *testing.T, n *Node, coll uint32, fn func(id string, rec txn.Record)) {
 	t.Helper()
 	lo, hi := storage.TxnRecordSpan(coll)
 	it, err := n.eng.DB.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
@@ -28,35 +28,32 @@ func countTxnRecords(t *testing.T, n *Node, coll uint32) map[txn.Status]int {
 		t.Fatal(err)
 	}
 	defer it.Close()
-	counts := map[txn.Status]int{}
 	for it.First(); it.Valid(); it.Next() {
 		rec, _, err := txn.DecodeRecord(it.Value())
 		if err != nil {
 			t.Fatal(err)
 		}
-		counts[rec.Status]++
+		k := it.Key()
+		fn(string(k[len(k)-40:]), rec)
 	}
+}
+
+// countTxnRecords counts the transaction records of collection coll in n's
+// storage, by status.
+func countTxnRecords(t *testing.T, n *Node, coll uint32) map[txn.Status]int {
+	t.Helper()
+	counts := map[txn.Status]int{}
+	eachTxnRecord(t, n, coll, func(_ string, rec txn.Record) { counts[rec.Status]++ })
 	return counts
 }
 
 // describeTxnRecords lists the transaction records of collection coll.
 func describeTxnRecords(t *testing.T, n *Node, coll uint32) string {
 	t.Helper()
-	lo, hi := storage.TxnRecordSpan(coll)
-	it, err := n.eng.DB.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer it.Close()
 	var sb strings.Builder
-	for it.First(); it.Valid(); it.Next() {
-		k := it.Key()
-		rec, _, err := txn.DecodeRecord(it.Value())
-		if err != nil {
-			t.Fatal(err)
-		}
-		fmt.Fprintf(&sb, "%s %s reason=%q wounded-by=%v retried-as=%v\n", k[len(k)-40:], rec.Status, rec.Reason, rec.WoundedBy != nil, rec.RetriedAs != nil)
-	}
+	eachTxnRecord(t, n, coll, func(id string, rec txn.Record) {
+		fmt.Fprintf(&sb, "%s %s reason=%q wounded-by=%v retried-as=%v\n", id, rec.Status, rec.Reason, rec.WoundedBy != nil, rec.RetriedAs != nil)
+	})
 	return sb.String()
 }
 
