@@ -76,14 +76,26 @@ func (s *seen) page(res groupkv.ScanResult, err error) {
 }
 
 func TestTransactRemoteKeepsWrites(t *testing.T) {
+	for _, p := range []groupkv.Partitioning{groupkv.PartitionHash, groupkv.PartitionTag} {
+		t.Run(string(p), func(t *testing.T) { transactRemoteKeepsWrites(t, p) })
+	}
+}
+
+func transactRemoteKeepsWrites(t *testing.T, partitioning groupkv.Partitioning) {
 	remote, embedded := startTxnNode(t, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	// A put keeps a live record's placement tag (its first tag) in a tag
+	// collection; a hash collection lets the tags change.
+	aTags, bTags := []string{"t1", "t2"}, []string(nil)
+	if partitioning == groupkv.PartitionTag {
+		aTags, bTags = []string{"old", "t2"}, []string{"old"}
+	}
 	var saw [2]seen
 	var after [2]seen
 	for i, db := range []groupkv.DB{remote, embedded} {
 		coll := []string{"r", "e"}[i]
-		if _, err := db.CreateCollection(ctx, groupkv.CollectionOptions{Name: coll, Shards: 2}); err != nil {
+		if _, err := db.CreateCollection(ctx, groupkv.CollectionOptions{Name: coll, Partitioning: partitioning, Shards: 2}); err != nil {
 			t.Fatal(err)
 		}
 		for _, k := range []string{"a", "b", "c"} {
@@ -100,7 +112,7 @@ func TestTransactRemoteKeepsWrites(t *testing.T) {
 		err := db.Transact(ctx, func(tx *groupkv.Tx) error {
 			saw[i] = nil
 			get(tx, "a")
-			if err := tx.Put(ctx, groupkv.PutRequest{Collection: coll, Key: []byte("a"), Value: []byte("new-a"), Tags: []string{"t1", "t2"}}); err != nil {
+			if err := tx.Put(ctx, groupkv.PutRequest{Collection: coll, Key: []byte("a"), Value: []byte("new-a"), Tags: aTags}); err != nil {
 				return err
 			}
 			if err := tx.Delete(ctx, groupkv.DeleteRequest{Collection: coll, Key: []byte("b")}); err != nil {
@@ -113,7 +125,7 @@ func TestTransactRemoteKeepsWrites(t *testing.T) {
 			get(tx, "b") // delete then get
 			get(tx, "d") // an empty value
 			get(tx, "c") // not written
-			if err := tx.Put(ctx, groupkv.PutRequest{Collection: coll, Key: []byte("b"), Value: []byte("again")}); err != nil {
+			if err := tx.Put(ctx, groupkv.PutRequest{Collection: coll, Key: []byte("b"), Value: []byte("again"), Tags: bTags}); err != nil {
 				return err
 			}
 			get(tx, "b") // delete then put then get
