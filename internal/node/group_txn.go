@@ -556,8 +556,6 @@ func (n *Node) groupOwnerHere(ctx context.Context, req *groupOwnerRequest) (*gro
 	return n.localGroupOwner(req.Shard, req.Key.key()), nil
 }
 
-// localGroupOwner reads the group a key is yielded to in the replica of
-// shardID here, as applied.
 // groupsVisible waits until what shardID's group state shows is in its
 // storage too. The state changes while a cycle's batch is built, storage
 // when the batch is committed: a reader that found a key free of groups,
@@ -571,6 +569,8 @@ func (n *Node) groupsVisible(ctx context.Context, shardID uint64) error {
 	return n.host.WaitApplied(ctx, shardID, sm.GroupsIndex())
 }
 
+// localGroupOwner reads the group a key is yielded to in the replica of
+// shardID here, as applied.
 func (n *Node) localGroupOwner(shardID uint64, k group.Key) *groupOwnerResponse {
 	out := &groupOwnerResponse{}
 	if sm := n.host.StateMachine(shardID); sm != nil {
