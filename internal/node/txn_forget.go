@@ -78,6 +78,9 @@ func newRecordForgetter(reg *prometheus.Registry) *recordForgetter {
 // forgetInterval is how often a node removes the records whose retention
 // passed.
 func (n *Node) forgetInterval() time.Duration {
+	if n.opts.TxnRecordRetention < 0 {
+		return 10 * time.Second // records are kept: nothing is ever queued
+	}
 	return min(max(n.opts.TxnRecordRetention/4, 10*time.Millisecond), 10*time.Second)
 }
 
