@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"slices"
 
 	"github.com/groupkv/groupkv/internal/cluster"
 	"github.com/groupkv/groupkv/internal/kv"
@@ -50,7 +51,9 @@ func (s *txnSession) tagHomeLock(ctx context.Context, d *cluster.CollectionDesc,
 		// after the prepare: that still keeps plain puts from moving the
 		// key.
 		p := s.part(home)
-		if !containsTarget(p.reads, t) {
+		if !slices.ContainsFunc(p.reads, func(u txn.Target) bool {
+			return !u.IsSpan && u.Collection == t.Collection && bytes.Equal(u.Key, t.Key)
+		}) {
 			p.reads = append(p.reads, t)
 		}
 	}
@@ -59,15 +62,6 @@ func (s *txnSession) tagHomeLock(ctx context.Context, d *cluster.CollectionDesc,
 		return "", false, 0, nil, err
 	}
 	return tag, placed, home, resp, nil
-}
-
-func containsTarget(ts []txn.Target, t txn.Target) bool {
-	for _, u := range ts {
-		if !u.IsSpan && u.Collection == t.Collection && bytes.Equal(u.Key, t.Key) {
-			return true
-		}
-	}
-	return false
 }
 
 // tagGet reads key of tag collection d under the attempt's locks.

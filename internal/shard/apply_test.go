@@ -118,16 +118,9 @@ func (e *applyEnv) run(t *testing.T, td *datadriven.TestData) string {
 		var version uint64
 		td.ScanArgs(t, "version", &version)
 		var ops []Op
-		for _, line := range strings.Split(td.Input, "\n") {
-			cmd, args, err := datadriven.ParseLine(line)
-			if err != nil {
-				td.Fatalf(t, "%v", err)
-			}
-			if cmd == "" {
-				continue
-			}
+		eachInputLine(t, td, func(cmd string, args []datadriven.CmdArg) {
 			ops = append(ops, e.parseOp(t, td.Pos, cmd, args))
-		}
+		})
 		cmd := EncodeWrite(ops)
 		SetVersion(cmd, version)
 		return e.apply(t, td, cmd)
@@ -606,19 +599,12 @@ func (e *applyEnv) record(t *testing.T, td *datadriven.TestData) string {
 func (e *applyEnv) forget(t *testing.T, td *datadriven.TestData) string {
 	e.current(t, td)
 	var c TxnForgetCmd
-	for _, line := range strings.Split(td.Input, "\n") {
-		cmd, args, err := datadriven.ParseLine(line)
-		if err != nil {
-			td.Fatalf(t, "%v", err)
-		}
-		if cmd == "" {
-			continue
-		}
+	eachInputLine(t, td, func(cmd string, args []datadriven.CmdArg) {
 		if cmd != "record" {
-			td.Fatalf(t, "forget: line %q is not a record", line)
+			td.Fatalf(t, "forget: %q is not a record", cmd)
 		}
 		c.Records = append(c.Records, e.txnRef(t, td.Pos, args))
-	}
+	})
 	return e.apply(t, td, EncodeTxnForget(&c)) + fmt.Sprintf(" forgot=%d", e.lastRes.Count)
 }
 
@@ -644,4 +630,19 @@ func (e *applyEnv) records(t *testing.T, td *datadriven.TestData) string {
 		return "none"
 	}
 	return sb.String()
+}
+
+// eachInputLine calls fn with the command and arguments of every non-empty
+// line of td's input.
+func eachInputLine(t *testing.T, td *datadriven.TestData, fn func(cmd string, args []datadriven.CmdArg)) {
+	t.Helper()
+	for _, line := range strings.Split(td.Input, "\n") {
+		cmd, args, err := datadriven.ParseLine(line)
+		if err != nil {
+			td.Fatalf(t, "%v", err)
+		}
+		if cmd != "" {
+			fn(cmd, args)
+		}
+	}
 }
