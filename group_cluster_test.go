@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -74,7 +75,11 @@ func TestGroupsOverServers(t *testing.T) {
 						}
 						x, _ := strconv.Atoi(string(a.Value))
 						y, _ := strconv.Atoi(string(b.Value))
-						if err := tx.Put(ctx, groupkv.PutRequest{Collection: "p", Key: key(i), Value: []byte(strconv.Itoa(x - 1))}); err != nil {
+						var tags []string // a group write sets tags as a plain put does
+						if i == 0 {
+							tags = []string{"moved"}
+						}
+						if err := tx.Put(ctx, groupkv.PutRequest{Collection: "p", Key: key(i), Value: []byte(strconv.Itoa(x - 1)), Tags: tags}); err != nil {
 							return err
 						}
 						return tx.Put(ctx, groupkv.PutRequest{Collection: "p", Key: key(i + 1), Value: []byte(strconv.Itoa(y + 1))})
@@ -90,7 +95,7 @@ func TestGroupsOverServers(t *testing.T) {
 				t.Fatalf("describe: %+v %v", info, err)
 			}
 			if err := whileUnavailable(func() error {
-				_, err := db.Put(ctx, groupkv.PutRequest{Collection: "p", Key: []byte("p4"), Value: []byte("11")})
+				_, err := db.Put(ctx, groupkv.PutRequest{Collection: "p", Key: []byte("p4"), Value: []byte("11"), Tags: []string{"late"}})
 				return err
 			}); err != nil {
 				t.Fatalf("plain put of a member: %v", err)
@@ -107,11 +112,12 @@ func TestGroupsOverServers(t *testing.T) {
 				t.Fatalf("delete: %v", err)
 			}
 			want := []string{"9", "10", "10", "10", "11"}
+			wantTags := [][]string{{"moved"}, nil, nil, nil, {"late"}}
 			for i, w := range want {
 				var r groupkv.Record
 				err := whileUnavailable(func() (err error) { r, err = db.Get(ctx, groupkv.GetRequest{Collection: "p", Key: key(i)}); return err })
-				if err != nil || string(r.Value) != w {
-					t.Fatalf("%s after the delete: %q %v, want %s", key(i), r.Value, err, w)
+				if err != nil || string(r.Value) != w || !slices.Equal(r.Tags, wantTags[i]) {
+					t.Fatalf("%s after the delete: %q tags %q %v, want %s tags %q", key(i), r.Value, r.Tags, err, w, wantTags[i])
 				}
 			}
 		})

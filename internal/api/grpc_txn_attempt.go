@@ -193,9 +193,6 @@ func (a *TxnAttempt) Put(ctx context.Context, item kv.PutItem) error {
 	if err := kv.ValidateTags(item.Tags); err != nil {
 		return err
 	}
-	if a.group != "" && len(item.Tags) > 0 {
-		return kv.Errorf(kv.CodeInvalidArgument, "a group write keeps the key's tags and takes none")
-	}
 	if err := a.checkReadOnly(); err != nil {
 		return err
 	}

@@ -451,7 +451,7 @@ func TestTxnAttemptChecksWrites(t *testing.T) {
 		{"delete of an empty key", a.Delete(ctx, kv.KeyRef{Collection: "c"}), kv.CodeInvalidArgument},
 		{"read-only put", ro.Put(ctx, kv.PutItem{Collection: "c", Key: []byte("k")}), kv.CodeInvalidArgument},
 		{"read-only delete", ro.Delete(ctx, kv.KeyRef{Collection: "c", Key: []byte("k")}), kv.CodeInvalidArgument},
-		{"group put with tags", g.Put(ctx, kv.PutItem{Collection: "c", Key: []byte("k"), Tags: []string{"t"}}), kv.CodeInvalidArgument},
+		{"group put with bad tags", g.Put(ctx, kv.PutItem{Collection: "c", Key: []byte("k"), Tags: []string{"t", "t"}}), kv.CodeInvalidArgument},
 	} {
 		if kv.CodeOf(c.err) != c.want {
 			t.Errorf("%s: %v, want %s", c.name, c.err, c.want)

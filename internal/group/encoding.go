@@ -31,7 +31,29 @@ func (e *encoder) bytes(p []byte) { e.uint(uint64(len(p))); e.b = append(e.b, p.
 func (e *encoder) str(s string)   { e.uint(uint64(len(s))); e.b = append(e.b, s...) }
 func (e *encoder) key(k Key)      { e.uint(uint64(k.Collection)); e.str(k.Key) }
 func (e *encoder) ref(r Ref)      { e.str(r.ID); e.uint(uint64(r.Leader)); e.uint(r.Inc) }
-func (e *encoder) write(w Write)  { e.key(w.Key); e.bytes(w.Value); e.bool(w.Delete) }
+func (e *encoder) write(w Write)  { e.key(w.Key); e.bytes(w.Value); e.absentTags(w.Delete, w.Tags) }
+
+// absentTags writes a value's absence (or a write's deletion) and its tags
+// in one byte and what follows: bit 0 absent, bit 1 tags known, then, if
+// known, their number and each tag. States and messages of builds without
+// tags wrote the byte as a bool, 0 or 1: they read as tags to keep.
+func (e *encoder) absentTags(absent bool, t Tags) {
+	var b uint8
+	if absent {
+		b = 1
+	}
+	if !t.Keep {
+		b |= 2
+	}
+	e.byte(b)
+	if t.Keep {
+		return
+	}
+	e.uint(uint64(len(t.List)))
+	for _, s := range t.List {
+		e.str(s)
+	}
+}
 func (e *encoder) entries(es []Entry) {
 	e.uint(uint64(len(es)))
 	for _, x := range es {
@@ -110,6 +132,24 @@ func (d *decoder) bytes() []byte {
 
 func (d *decoder) str() string { return string(d.bytes()) }
 
+// absentTags reads what encoder.absentTags wrote. Tags{Keep: true} has no
+// list, and a known list is nil when empty, so that they encode back the
+// same.
+func (d *decoder) absentTags() (bool, Tags) {
+	b := d.byte()
+	if b > 3 {
+		d.fail()
+		return false, Tags{}
+	}
+	t := Tags{Keep: b&2 == 0}
+	if !t.Keep {
+		for range d.count(1) {
+			t.List = append(t.List, d.str())
+		}
+	}
+	return b&1 != 0, t
+}
+
 // count reads a slice length, each element taking at least min bytes.
 func (d *decoder) count(min int) int {
 	n := d.uint()
@@ -125,7 +165,9 @@ func (d *decoder) key() Key {
 }
 func (d *decoder) ref() Ref { return Ref{ID: d.str(), Leader: ShardID(d.uint()), Inc: d.uint()} }
 func (d *decoder) write() Write {
-	return Write{Key: d.key(), Value: d.bytes(), Delete: d.bool()}
+	w := Write{Key: d.key(), Value: d.bytes()}
+	w.Delete, w.Tags = d.absentTags()
+	return w
 }
 func (d *decoder) entries() []Entry {
 	n := d.count(5)
@@ -154,7 +196,7 @@ func (e *encoder) memberFields(m Member) {
 	e.byte(uint8(m.Status))
 	e.uint(m.Yield)
 	e.bytes(m.Value)
-	e.bool(m.Absent)
+	e.absentTags(m.Absent, m.Tags)
 	e.uint(m.Version)
 	e.str(m.Reason)
 }
@@ -165,8 +207,10 @@ func (d *decoder) member() Member {
 
 // memberFields reads what encoder.memberFields wrote, of the member of key k.
 func (d *decoder) memberFields(k Key) Member {
-	return Member{Key: k, Shard: ShardID(d.uint()), Status: MemberStatus(d.byte()), Yield: d.uint(),
-		Value: d.bytes(), Absent: d.bool(), Version: d.uint(), Reason: d.str()}
+	m := Member{Key: k, Shard: ShardID(d.uint()), Status: MemberStatus(d.byte()), Yield: d.uint(), Value: d.bytes()}
+	m.Absent, m.Tags = d.absentTags()
+	m.Version, m.Reason = d.uint(), d.str()
+	return m
 }
 
 // EncodeRecord encodes r. Every field is written whatever the kind, so the
@@ -183,7 +227,7 @@ func EncodeRecord(r Record) []byte {
 	}
 	e.uint(r.Yield)
 	e.bytes(r.Value)
-	e.bool(r.Absent)
+	e.absentTags(r.Absent, r.Tags)
 	e.str(r.Reason)
 	e.uint(uint64(r.Shard))
 	e.uint(r.Seq)
@@ -208,7 +252,9 @@ func DecodeRecord(b []byte) (Record, error) {
 	for range d.count(8) {
 		r.Members = append(r.Members, d.member())
 	}
-	r.Yield, r.Value, r.Absent, r.Reason = d.uint(), d.bytes(), d.bool(), d.str()
+	r.Yield, r.Value = d.uint(), d.bytes()
+	r.Absent, r.Tags = d.absentTags()
+	r.Reason = d.str()
 	r.Shard, r.Seq = ShardID(d.uint()), d.uint()
 	for range d.count(4) {
 		r.Writes = append(r.Writes, d.write())
@@ -237,7 +283,7 @@ func EncodeMessage(m Message) []byte {
 	e.key(m.Key)
 	e.uint(m.Yield)
 	e.bytes(m.Value)
-	e.bool(m.Absent)
+	e.absentTags(m.Absent, m.Tags)
 	e.uint(m.Version)
 	e.str(m.Refused)
 	e.bool(m.Probe)
@@ -250,8 +296,10 @@ func EncodeMessage(m Message) []byte {
 func DecodeMessage(b []byte) (Message, error) {
 	d := decoder{b: b}
 	m := Message{Type: MsgType(d.byte()), From: ShardID(d.uint()), To: ShardID(d.uint()), Group: d.ref(),
-		Key: d.key(), Yield: d.uint(), Value: d.bytes(), Absent: d.bool(), Version: d.uint(), Refused: d.str(), Probe: d.bool(),
-		Entries: d.entries(), Seq: d.uint()}
+		Key: d.key(), Yield: d.uint(), Value: d.bytes()}
+	m.Absent, m.Tags = d.absentTags()
+	m.Version, m.Refused, m.Probe = d.uint(), d.str(), d.bool()
+	m.Entries, m.Seq = d.entries(), d.uint()
 	if err := d.done(); err != nil {
 		return Message{}, err
 	}
@@ -400,13 +448,16 @@ func (e *encoder) yielded(y *Yielded) {
 	e.uint(y.Yield)
 	e.bool(y.Confirmed)
 	e.bytes(y.Value)
-	e.bool(y.Absent)
+	e.absentTags(y.Absent, y.Tags)
 	e.uint(y.Version)
 	e.uint(y.Shipped)
 }
 
 func (d *decoder) yielded() *Yielded {
-	return &Yielded{Group: d.ref(), Yield: d.uint(), Confirmed: d.bool(), Value: d.bytes(), Absent: d.bool(), Version: d.uint(), Shipped: d.uint()}
+	y := &Yielded{Group: d.ref(), Yield: d.uint(), Confirmed: d.bool(), Value: d.bytes()}
+	y.Absent, y.Tags = d.absentTags()
+	y.Version, y.Shipped = d.uint(), d.uint()
+	return y
 }
 
 // DecodeFollower decodes a follower state that Encode wrote.

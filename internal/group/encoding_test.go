@@ -15,10 +15,12 @@ func sampleRecords() []Record {
 		{Kind: RecCreate, Group: Ref{ID: "g", Leader: 3}, Mode: Atomic, Key: k,
 			Members: []Member{{Key: k, Shard: 3}, {Key: Key{Collection: 1, Key: "b"}, Shard: 1 << 40}}},
 		{Kind: RecJoin, Group: r, Key: k, Yield: 1 << 63, Value: []byte("v"), Shard: 2},
+		{Kind: RecJoin, Group: r, Key: k, Yield: 2, Value: []byte("v"), Tags: Tags{List: []string{"a", "", "b"}}, Shard: 2},
 		{Kind: RecYield, Group: r, Key: k, Absent: true},
+		{Kind: RecYield, Group: r, Key: k, Value: []byte("v"), Tags: Tags{Keep: true}},
 		{Kind: RecRefuse, Group: r, Key: k, Reason: ReasonLocked},
-		{Kind: RecWrite, Group: r, Writes: []Write{{Key: k, Value: []byte("x")}, {Key: k, Delete: true}}},
-		{Kind: RecApplyShip, Group: r, Entries: []Entry{{Seq: 4, Write: Write{Key: k, Value: []byte("y")}}}},
+		{Kind: RecWrite, Group: r, Writes: []Write{{Key: k, Value: []byte("x")}, {Key: k, Delete: true}, {Key: k, Value: []byte("z"), Tags: Tags{List: []string{"t"}}}}},
+		{Kind: RecApplyShip, Group: r, Entries: []Entry{{Seq: 4, Write: Write{Key: k, Value: []byte("y"), Tags: Tags{List: []string{"t", "u"}}}}, {Seq: 5, Write: Write{Key: k, Tags: Tags{Keep: true}}}}},
 		{Kind: RecShipped, Group: r, Shard: 5, Seq: 6},
 	}
 }
@@ -40,11 +42,90 @@ func TestRecordRoundTrip(t *testing.T) {
 }
 
 func TestMessageRoundTrip(t *testing.T) {
-	m := Message{Type: MsgShip, From: 1, To: 2, Group: Ref{ID: "g", Leader: 1, Inc: 2},
-		Entries: []Entry{{Seq: 1, Write: Write{Key: Key{Key: "a"}, Value: []byte("v")}}}}
-	got, err := DecodeMessage(EncodeMessage(m))
-	if err != nil || !reflect.DeepEqual(got, m) {
-		t.Errorf("DecodeMessage(EncodeMessage(%v)) = %+v, %v", m, got, err)
+	for _, m := range []Message{
+		{Type: MsgShip, From: 1, To: 2, Group: Ref{ID: "g", Leader: 1, Inc: 2},
+			Entries: []Entry{{Seq: 1, Write: Write{Key: Key{Key: "a"}, Value: []byte("v"), Tags: Tags{List: []string{"x"}}}}}},
+		{Type: MsgJA, From: 1, To: 2, Group: Ref{ID: "g", Leader: 1, Inc: 2}, Key: Key{Key: "a"}, Yield: 3,
+			Value: []byte("v"), Tags: Tags{List: []string{"x", "y"}}, Version: 4},
+	} {
+		got, err := DecodeMessage(EncodeMessage(m))
+		if err != nil || !reflect.DeepEqual(got, m) {
+			t.Errorf("DecodeMessage(EncodeMessage(%v)) = %+v, %v", m, got, err)
+		}
+	}
+}
+
+// TestOldEncodingsKeepTags decodes a record, a message and a follower
+// state as builds without tags wrote them (the absence flag a bool byte,
+// no tags after it): their values' tags are to be kept, and they encode
+// back to the same bytes.
+func TestOldEncodingsKeepTags(t *testing.T) {
+	k := Key{Collection: 7, Key: "k"}
+	// A RecWrite of one put and one delete.
+	var e encoder
+	e.byte(uint8(RecWrite))
+	e.ref(Ref{ID: "g", Leader: 3, Inc: 9})
+	e.byte(0)
+	e.key(Key{})
+	e.uint(0)     // members
+	e.uint(0)     // yield
+	e.bytes(nil)  // value
+	e.bool(false) // absent
+	e.str("")     // reason
+	e.uint(0)     // shard
+	e.uint(0)     // seq
+	e.uint(2)     // writes
+	e.key(k)
+	e.bytes([]byte("v"))
+	e.bool(false)
+	e.key(k)
+	e.bytes(nil)
+	e.bool(true)
+	e.uint(0) // entries
+	e.uint(5) // version
+	e.uint(0) // reads
+	old := e.b
+	r, err := DecodeRecord(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Write{{Key: k, Value: []byte("v"), Tags: Tags{Keep: true}}, {Key: k, Delete: true, Tags: Tags{Keep: true}}}
+	if !reflect.DeepEqual(r.Writes, want) || !r.Tags.Keep {
+		t.Errorf("old record decodes to %+v", r)
+	}
+	if !bytes.Equal(EncodeRecord(r), old) {
+		t.Errorf("old record encodes back to %x, was %x", EncodeRecord(r), old)
+	}
+
+	// A follower state with one yielded key.
+	e = encoder{}
+	e.byte(followerFormat)
+	e.uint(1) // shard
+	e.uint(4) // last yield
+	e.uint(1)
+	e.key(k)
+	e.ref(Ref{ID: "g", Leader: 3, Inc: 9})
+	e.uint(4)     // yield
+	e.bool(false) // confirmed
+	e.bytes([]byte("v"))
+	e.bool(false) // absent
+	e.uint(2)     // version
+	e.uint(0)     // shipped
+	f, err := DecodeFollower(e.b, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if y, _ := f.Key(k); !y.Tags.Keep || string(y.Value) != "v" {
+		t.Errorf("old follower state: %+v", y)
+	}
+	if !bytes.Equal(f.Encode(), e.b) {
+		t.Errorf("old follower state encodes back to %x, was %x", f.Encode(), e.b)
+	}
+	// A byte other than 0-3 in the flag's place is corrupt.
+	bad := bytes.Clone(old)
+	bad[bytes.LastIndex(bad, []byte{1, 'v'})+2] = 4
+	if _, err := DecodeRecord(bad); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("flag byte 4 decodes: %v", err)
 	}
 }
 
@@ -55,6 +136,11 @@ func TestMessageRoundTrip(t *testing.T) {
 // applied, and the messages of a creation (J, JA, JAA) delivered, a J
 // finding the key's value "v0". Other effects are dropped.
 func runJoin(l *Leader, f *Follower, effs []Effect) {
+	runJoinWith(l, f, effs, KeyCheck{Value: []byte("v0")})
+}
+
+// runJoinWith is runJoin with the J finding kc.
+func runJoinWith(l *Leader, f *Follower, effs []Effect, kc KeyCheck) {
 	for len(effs) > 0 {
 		var next []Effect
 		for _, e := range effs {
@@ -68,7 +154,7 @@ func runJoin(l *Leader, f *Follower, effs []Effect) {
 			case Send:
 				switch e.Msg.Type {
 				case MsgJ:
-					next = append(next, f.OnJ(e.Msg, KeyCheck{Value: []byte("v0")})...)
+					next = append(next, f.OnJ(e.Msg, kc)...)
 				case MsgJA:
 					next = append(next, l.OnJA(e.Msg)...)
 				case MsgJAA:

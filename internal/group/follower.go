@@ -15,10 +15,11 @@ type Yielded struct {
 	// Confirmed: the JAA came (the leader logged the join); the follower
 	// stops re-sending JA and only probes.
 	Confirmed bool
-	// Value and Absent are the key's value at the yield, re-sent with JA
-	// until the JAA comes (then dropped).
+	// Value, Absent and Tags are the key's value at the yield, re-sent
+	// with JA until the JAA comes (then dropped).
 	Value   []byte
 	Absent  bool
+	Tags    Tags
 	Version uint64
 	// Shipped is the sequence number of the last entry of Group's outbox
 	// applied to the key (0: none).
@@ -27,7 +28,7 @@ type Yielded struct {
 
 // KeyCheck is what the node knows of a key when a J for it comes, read on
 // the follower shard's raft leader: the key can be yielded only if it has
-// no intent and no lock. Value and Absent are its committed value.
+// no intent and no lock. Value, Absent and Tags are its committed value.
 //
 // The node must grant no lock on the key from the moment it proposes the
 // yield until the yield is applied (or its proposal is lost), so that no
@@ -38,6 +39,7 @@ type KeyCheck struct {
 	Locked  bool
 	Value   []byte
 	Absent  bool
+	Tags    Tags
 	Version uint64
 }
 
@@ -80,7 +82,7 @@ func (f *Follower) Key(k Key) (Yielded, bool) {
 		return Yielded{}, false
 	}
 	c := *y
-	c.Value = bytes.Clone(y.Value)
+	c.Value, c.Tags = bytes.Clone(y.Value), y.Tags.clone()
 	return c, true
 }
 
@@ -100,7 +102,7 @@ func (f *Follower) LastYield() uint64 { return f.lastYield }
 func (f *Follower) ja(y *Yielded, k Key, probe bool) Send {
 	m := Message{Type: MsgJA, From: f.shard, To: y.Group.Leader, Group: y.Group, Key: k, Yield: y.Yield, Probe: probe}
 	if !probe {
-		m.Value, m.Absent, m.Version = bytes.Clone(y.Value), y.Absent, y.Version
+		m.Value, m.Absent, m.Tags, m.Version = bytes.Clone(y.Value), y.Absent, y.Tags.clone(), y.Version
 	}
 	return Send{m}
 }
@@ -121,7 +123,7 @@ func (f *Follower) OnJ(m Message, kc KeyCheck) []Effect {
 	case kc.Locked:
 		return []Effect{f.refuse(m, ReasonLocked)}
 	}
-	return []Effect{Log{Record{Kind: RecYield, Group: m.Group, Key: m.Key, Value: bytes.Clone(kc.Value), Absent: kc.Absent, Version: kc.Version}}}
+	return []Effect{Log{Record{Kind: RecYield, Group: m.Group, Key: m.Key, Value: bytes.Clone(kc.Value), Absent: kc.Absent, Tags: kc.Tags.clone(), Version: kc.Version}}}
 }
 
 // yieldedAlready answers a J (or applies a RecYield) for a key that is
@@ -253,12 +255,12 @@ func (f *Follower) Apply(r Record) []Effect {
 			return f.yieldedAlready(y, m)
 		}
 		f.lastYield++
-		y := &Yielded{Group: r.Group, Yield: f.lastYield, Value: bytes.Clone(r.Value), Absent: r.Absent, Version: r.Version}
+		y := &Yielded{Group: r.Group, Yield: f.lastYield, Value: bytes.Clone(r.Value), Absent: r.Absent, Tags: r.Tags.clone(), Version: r.Version}
 		f.keys[r.Key] = y
 		return []Effect{f.ja(y, r.Key, false)}
 	case RecConfirm:
 		if y := f.keys[r.Key]; y != nil && y.Group == r.Group && y.Yield == r.Yield {
-			y.Confirmed, y.Value, y.Absent, y.Version = true, nil, false, 0
+			y.Confirmed, y.Value, y.Absent, y.Tags, y.Version = true, nil, false, Tags{}, 0
 		}
 	case RecFree:
 		var stores []Write
@@ -303,7 +305,7 @@ func storeLast(writes []Write) []Effect {
 	out := make([]Effect, 0, len(last))
 	for i, w := range writes {
 		if last[w.Key] == i {
-			out = append(out, Store{Write{Key: w.Key, Value: bytes.Clone(w.Value), Delete: w.Delete}})
+			out = append(out, Store{Write{Key: w.Key, Value: bytes.Clone(w.Value), Delete: w.Delete, Tags: w.Tags.clone()}})
 		}
 	}
 	return out
@@ -313,7 +315,7 @@ func cloneEntries(es []Entry) []Entry {
 	out := make([]Entry, len(es))
 	for i, e := range es {
 		out[i] = e
-		out[i].Value = bytes.Clone(e.Value)
+		out[i].Value, out[i].Tags = bytes.Clone(e.Value), e.Tags.clone()
 	}
 	return out
 }

@@ -243,7 +243,7 @@ func (l *Leader) OnJA(m Message) []Effect {
 			return []Effect{Log{Record{Kind: RecRefuse, Group: m.Group, Key: m.Key, Reason: m.Refused}}}
 		}
 		return []Effect{Log{Record{Kind: RecJoin, Group: m.Group, Key: m.Key, Yield: m.Yield,
-			Value: bytes.Clone(m.Value), Absent: m.Absent, Version: m.Version, Shard: m.From}}}
+			Value: bytes.Clone(m.Value), Absent: m.Absent, Tags: m.Tags.clone(), Version: m.Version, Shard: m.From}}}
 	case m.Refused != "":
 		// Nothing was yielded; nothing to free.
 		return nil
@@ -306,7 +306,7 @@ func (g *Group) shipment(ob *Outbox, only *Key) []Entry {
 			continue
 		}
 		m := g.member(e.Key)
-		out = append(out, Entry{Seq: e.Seq, Write: Write{Key: e.Key, Value: bytes.Clone(m.Value), Delete: m.Absent}})
+		out = append(out, Entry{Seq: e.Seq, Write: Write{Key: e.Key, Value: bytes.Clone(m.Value), Delete: m.Absent, Tags: m.Tags.clone()}})
 	}
 	return out
 }
@@ -422,7 +422,7 @@ func (l *Leader) Apply(r Record) []Effect {
 			// Two JAs were logged, or the group changed since the JA.
 			return l.answerJA(r.Group, mem, r.Key, r.Yield, r.Shard, false)
 		}
-		mem.Status, mem.Yield, mem.Value, mem.Absent, mem.Version = Joined, r.Yield, bytes.Clone(r.Value), r.Absent, r.Version
+		mem.Status, mem.Yield, mem.Value, mem.Absent, mem.Tags, mem.Version = Joined, r.Yield, bytes.Clone(r.Value), r.Absent, r.Tags.clone(), r.Version
 		out := []Effect{l.send(MsgJAA, mem.Shard, g.Ref, mem.Key, mem.Yield)}
 		return append(out, l.maybeActive(g)...)
 	case RecRefuse:
@@ -463,7 +463,7 @@ func (l *Leader) Apply(r Record) []Effect {
 		if mem == nil || mem.Status != Releasing || mem.Yield != r.Yield {
 			return nil
 		}
-		mem.Status, mem.Value, mem.Absent = Released, nil, false
+		mem.Status, mem.Value, mem.Absent, mem.Tags = Released, nil, false, Tags{}
 		return l.maybeForget(g)
 	case RecWrite:
 		return l.applyWrite(r)
@@ -536,7 +536,10 @@ func (l *Leader) applyWrite(r Record) []Effect {
 	}
 	for _, w := range r.Writes {
 		m := g.member(w.Key)
-		m.Value, m.Absent, m.Version = bytes.Clone(w.Value), w.Delete, r.Version
+		m.Value, m.Absent, m.Tags, m.Version = bytes.Clone(w.Value), w.Delete, w.Tags.clone(), r.Version
+		if w.Delete {
+			m.Tags = Tags{}
+		}
 		ob := g.outbox(m.Shard)
 		// The entry names the key; the member holds its value.
 		ob.Entries = append(ob.Entries, Entry{Seq: ob.Next, Write: Write{Key: w.Key}})
@@ -598,7 +601,7 @@ func (l *Leader) releaseJoined(g *Group) []Effect {
 			if len(d.Msg.Entries) == 0 {
 				// Nothing to ship: its D needs no value. (Else the value
 				// ships with its Ds.)
-				m.Value, m.Absent = nil, false
+				m.Value, m.Absent, m.Tags = nil, false, Tags{}
 			}
 			out = append(out, d)
 		}

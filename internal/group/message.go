@@ -12,7 +12,7 @@ const (
 	// MsgJ (Join), leader → follower: yield Key to Group.
 	MsgJ MsgType = 1
 	// MsgJA (JoinAck), follower → leader: Key is yielded to Group with
-	// Yield and had Value (Absent: no value); or, Refused non-empty, it will
+	// Yield and had Value and Tags (Absent: no value); or, Refused non-empty, it will
 	// not be. A follower re-sends it until it gets JAA or D; with Probe set
 	// it is the periodic check of a key whose JAA came, answered only by a
 	// D if the leader does not hold the key.
@@ -52,6 +52,7 @@ type Message struct {
 	Yield    uint64
 	Value    []byte
 	Absent   bool
+	Tags     Tags
 	Version  uint64
 	Refused  string
 	Probe    bool
@@ -88,7 +89,7 @@ func (m Message) String() string {
 		case m.Absent:
 			b.WriteString(" absent")
 		default:
-			fmt.Fprintf(&b, " value=%s", m.Value)
+			fmt.Fprintf(&b, " value=%s%s", m.Value, m.Tags)
 		}
 	}
 	return b.String()
@@ -102,7 +103,7 @@ const (
 	// RecCreate: create Group (ID, Leader; the incarnation is assigned at
 	// Apply) with Mode, leader key Key and Members.
 	RecCreate RecordKind = 1
-	// RecJoin: Key joined Group with Yield, Value, Absent (a JA from
+	// RecJoin: Key joined Group with Yield, Value, Absent, Tags (a JA from
 	// follower Shard).
 	RecJoin RecordKind = 2
 	// RecRefuse: Key refused to join Group for Reason (a JA).
@@ -120,7 +121,8 @@ const (
 
 // Records of a follower's state.
 const (
-	// RecYield: yield Key to Group; its value is Value, Absent (a J).
+	// RecYield: yield Key to Group; its value is Value, Absent, Tags (a
+	// J).
 	RecYield RecordKind = 16
 	// RecConfirm: the leader logged the join of Key with Yield (a JAA).
 	RecConfirm RecordKind = 17
@@ -164,6 +166,7 @@ type Record struct {
 	Yield   uint64
 	Value   []byte
 	Absent  bool
+	Tags    Tags
 	Reason  string
 	Shard   ShardID
 	Seq     uint64
@@ -197,7 +200,7 @@ func (r Record) String() string {
 		if r.Absent {
 			b.WriteString(" absent")
 		} else {
-			fmt.Fprintf(&b, " value=%s", r.Value)
+			fmt.Fprintf(&b, " value=%s%s", r.Value, r.Tags)
 		}
 	case RecRefuse:
 		fmt.Fprintf(&b, " %s reason=%q", r.Key, r.Reason)

@@ -1,6 +1,10 @@
 package group
 
-import "testing"
+import (
+	"reflect"
+	"slices"
+	"testing"
+)
 
 // TestShipTicks: with ShipTicks 3 a committed write leaves its outbox at
 // the third tick, not before, unless ShipNew ships it at once.
@@ -125,5 +129,83 @@ func TestDeletingStoredWithJoined(t *testing.T) {
 	}
 	if _, ok := f.Key(b); ok {
 		t.Fatal("b is still yielded after its D")
+	}
+}
+
+// TestTagsTravel: a key's tags go with its value through the protocol:
+// from the yield to the member (JA), from a group write to the member, and
+// with the value in a Ship and in the D that releases the key, so that the
+// follower stores the tags the group's last write set.
+func TestTagsTravel(t *testing.T) {
+	opts := Options{RetryTicks: 100, ShipTicks: 100}
+	l, f := NewLeader(1, opts), NewFollower(2, opts)
+	b, c := Key{Key: "b"}, Key{Key: "c"}
+	effs, err := l.Create(CreateRequest{ID: "g", Mode: Atomic, Leader: Key{Key: "a"}, Members: []Member{{Key: b, Shard: 2}, {Key: c, Shard: 2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runJoinWith(l, f, effs, KeyCheck{Value: []byte("v0"), Tags: Tags{List: []string{"p"}}, Version: 1})
+	g, _ := l.Group("g")
+	if g.State != Active {
+		t.Fatalf("group is %v", g.State)
+	}
+	for _, m := range g.Members {
+		if m.Key != (Key{Key: "a"}) && !slices.Equal(m.Tags.List, []string{"p"}) {
+			t.Fatalf("member %s joined with tags %v, want [p]", m.Key, m.Tags)
+		}
+	}
+	write := func(ws ...Write) {
+		t.Helper()
+		effs, err := l.Write("g", ws, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Apply(effs[0].(Log).Record)
+	}
+	// stored applies the messages of effs to the follower and returns what
+	// it stores: key=value tags.
+	stored := func(effs []Effect) map[Key]string {
+		t.Helper()
+		out := map[Key]string{}
+		for _, e := range effs {
+			s, ok := e.(Send)
+			if !ok || s.Msg.To != 2 {
+				continue
+			}
+			var logs []Effect
+			switch s.Msg.Type {
+			case MsgShip:
+				logs = f.OnShip(s.Msg)
+			case MsgD:
+				logs = f.OnD(s.Msg)
+			}
+			for _, lg := range logs {
+				if lg, ok := lg.(Log); ok {
+					for _, e := range f.Apply(lg.Record) {
+						if st, ok := e.(Store); ok {
+							out[st.Write.Key] = string(st.Write.Value) + st.Write.Tags.String()
+						}
+					}
+				}
+			}
+		}
+		return out
+	}
+	write(Write{Key: b, Value: []byte("v1"), Tags: Tags{List: []string{"q", "r"}}}, Write{Key: c, Value: []byte("w1")})
+	if g, _ := l.Group("g"); !slices.Equal(g.Members[1].Tags.List, []string{"q", "r"}) || g.Members[2].Tags.List != nil {
+		t.Fatalf("members after the write: %+v", g.Members)
+	}
+	got := stored(l.ShipNew("g"))
+	if want := (map[Key]string{b: "v1 tags=q,r", c: "w1"}); !reflect.DeepEqual(got, want) {
+		t.Fatalf("the ship stored %v, want %v", got, want)
+	}
+	write(Write{Key: b, Value: []byte("v2"), Tags: Tags{List: []string{"s"}}})
+	effs, err = l.Delete("g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = stored(l.Apply(effs[0].(Log).Record))
+	if want := (map[Key]string{b: "v2 tags=s"}); !reflect.DeepEqual(got, want) {
+		t.Fatalf("the deletion's Ds stored %v, want %v", got, want)
 	}
 }

@@ -3,6 +3,7 @@ package group
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -148,6 +149,8 @@ type Member struct {
 	// members only.
 	Value  []byte
 	Absent bool
+	// Tags are the key's tags in the group, with Value.
+	Tags Tags
 	// Version is the version of Value: the follower's at the join, then
 	// that of the group's last committed write of the key. Group
 	// transactions validate their reads against it.
@@ -156,18 +159,48 @@ type Member struct {
 	Reason string
 }
 
-// Write is a write of one key: a value, or a deletion (Delete).
+// Write is a write of one key: a value and its tags, or a deletion
+// (Delete).
 type Write struct {
 	Key    Key
 	Value  []byte
 	Delete bool
+	Tags   Tags
 }
 
 func (w Write) String() string {
 	if w.Delete {
 		return w.Key.String() + "=<deleted>"
 	}
-	return fmt.Sprintf("%s=%s", w.Key, w.Value)
+	return fmt.Sprintf("%s=%s%s", w.Key, w.Value, w.Tags)
+}
+
+// Tags are the tags of a key's value, which a group holds and ships with
+// the value: a group write sets them, as a plain put does.
+type Tags struct {
+	// Keep: the tags are not known here; the key's shard keeps those it
+	// stores. States and messages of builds whose group writes always kept
+	// a key's tags decode so; nothing this build makes has Keep.
+	Keep bool
+	// List is the tags (none: nil). Shared like values: never changed in
+	// place.
+	List []string
+}
+
+func (t Tags) clone() Tags {
+	t.List = slices.Clone(t.List)
+	return t
+}
+
+// String is empty for no tags, so that the common case reads as before.
+func (t Tags) String() string {
+	switch {
+	case t.Keep:
+		return " tags=<kept>"
+	case len(t.List) == 0:
+		return ""
+	}
+	return " tags=" + strings.Join(t.List, ",")
 }
 
 // Read is a key a group transaction read, at the version it read (the

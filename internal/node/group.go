@@ -490,7 +490,7 @@ func (n *Node) groupJoin(ctx context.Context, id uint64, sm *shard.Shard, m grou
 			return
 		}
 		if found {
-			kc.Value, kc.Version = val.Value, version
+			kc.Value, kc.Version, kc.Tags.List = val.Value, version, val.Tags
 		} else {
 			kc.Absent = true
 		}
@@ -1272,11 +1272,14 @@ type groupRefWire struct {
 }
 
 type memberWire struct {
-	Key     groupKeyWire `json:"key"`
-	Status  uint8        `json:"status"`
-	Value   []byte       `json:"value,omitempty"`
-	Absent  bool         `json:"absent,omitempty"`
-	Version uint64       `json:"version,omitempty"`
+	Key    groupKeyWire `json:"key"`
+	Status uint8        `json:"status"`
+	Value  []byte       `json:"value,omitempty"`
+	Absent bool         `json:"absent,omitempty"`
+	Tags   []string     `json:"tags,omitempty"`
+	// KeepTags: the group does not know the key's tags (group.Tags.Keep).
+	KeepTags bool   `json:"keep_tags,omitempty"`
+	Version  uint64 `json:"version,omitempty"`
 	// Pending is the sequence number of the key's last write in its
 	// shard's outbox, not yet acknowledged (0: none).
 	Pending uint64 `json:"pending,omitempty"`
@@ -1384,7 +1387,7 @@ func (n *Node) groupReadHere(ctx context.Context, req *groupReadRequest) (*group
 	}
 	for _, m := range g.Members {
 		out.Members = append(out.Members, memberWire{Key: groupKeyWire{Collection: m.Key.Collection, Key: []byte(m.Key.Key), Shard: uint64(m.Shard)},
-			Status: uint8(m.Status), Value: m.Value, Absent: m.Absent, Version: m.Version, Pending: pending[m.Key]})
+			Status: uint8(m.Status), Value: m.Value, Absent: m.Absent, Tags: m.Tags.List, KeepTags: m.Tags.Keep, Version: m.Version, Pending: pending[m.Key]})
 	}
 	for _, ob := range g.Outboxes {
 		out.Lag += len(ob.Entries)

@@ -1004,3 +1004,99 @@ func TestGroupReleasingMemberReadsGroupValue(t *testing.T) {
 	}
 	check("after the delete")
 }
+
+// TestGroupWritesSetTags: a group holds its members' tags with their
+// values. A member joins with the tags its shard stores; a put in a group
+// transaction, a one-shot group transaction or a plain put of a member
+// sets them as a plain put does; reads of the member (a get, a batch get,
+// a group transaction's get) answer them; a tag query sees the group's
+// tags; after the deletion the key's shard stores the last ones.
+func TestGroupWritesSetTags(t *testing.T) {
+	n, ctx := openWithCollection(t)
+	m := kv.KeyRef{Collection: "c", Key: []byte("m")}
+	for _, k := range []string{"m", "x"} {
+		if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte(k), Value: []byte("v0"), Tags: []string{"old"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := n.CreateGroup(ctx, kv.GroupSpec{ID: "g", Leader: kv.KeyRef{Collection: "c", Key: []byte("leader")}, Members: []kv.KeyRef{m}}); err != nil {
+		t.Fatal(err)
+	}
+	tagged := func(tag string) []string {
+		t.Helper()
+		res, err := n.GetByTags(ctx, kv.TagQuery{Collection: "c", All: []string{tag}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, it := range res.Items {
+			keys = append(keys, string(it.Key))
+		}
+		return keys
+	}
+	check := func(when, value string, tags ...string) {
+		t.Helper()
+		r, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: m.Key})
+		if err != nil || string(r.Value) != value || !slices.Equal(r.Tags, tags) {
+			t.Fatalf("%s: get: %q tags %q (%v), want %q tags %q", when, r.Value, r.Tags, err, value, tags)
+		}
+		res, err := n.BatchGet(ctx, []kv.KeyRef{m})
+		if err != nil || string(res.Items[0].Value) != value || !slices.Equal(res.Items[0].Tags, tags) {
+			t.Fatalf("%s: batch get: %+v (%v), want %q tags %q", when, res.Items, err, value, tags)
+		}
+		for _, tag := range tags {
+			if got := tagged(tag); !slices.Contains(got, "m") {
+				t.Fatalf("%s: tag %q lists %q, not m", when, tag, got)
+			}
+		}
+		if got := tagged("old"); !slices.Equal(got, map[bool][]string{true: {"m", "x"}, false: {"x"}}[slices.Contains(tags, "old")]) {
+			t.Fatalf("%s: tag old lists %q", when, got)
+		}
+	}
+	check("joined", "v0", "old")
+
+	if _, _, err := groupTransact(ctx, n, "g", func(a string) error {
+		r, found, err := n.TxnGet(ctx, a, m)
+		if err != nil || !found || !slices.Equal(r.Tags, []string{"old"}) {
+			return fmt.Errorf("group transaction's get: %+v %v %v", r, found, err)
+		}
+		if err := n.TxnPut(ctx, a, kv.PutItem{Collection: "c", Key: m.Key, Value: []byte("v1"), Tags: []string{"t1", "u1"}}); err != nil {
+			return err
+		}
+		r, _, err = n.TxnGet(ctx, a, m)
+		if err != nil || !slices.Equal(r.Tags, []string{"t1", "u1"}) {
+			return fmt.Errorf("the transaction does not read its own tags: %+v %v", r, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	check("after a group transaction", "v1", "t1", "u1")
+
+	if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: m.Key, Value: []byte("v2"), Tags: []string{"t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	check("after a plain put", "v2", "t2")
+	if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: m.Key, Value: []byte("v3")}); err != nil {
+		t.Fatal(err)
+	}
+	check("after a plain put without tags", "v3")
+	if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: m.Key, Value: []byte("v"), Tags: []string{""}}); kv.CodeOf(err) != kv.CodeInvalidArgument {
+		t.Fatalf("a put of a member with an empty tag: %v, want invalid_argument", err)
+	}
+
+	res, err := n.ExecGroupTxn(ctx, "g", kv.ExecRequest{Then: []kv.TxnOp{{Op: kv.TxnOpPut, Collection: "c", Key: m.Key, Value: []byte("v4"), Tags: []string{"t4"}}}})
+	if err != nil || !res.Succeeded {
+		t.Fatalf("one-shot group transaction: %+v %v", res, err)
+	}
+	check("after a one-shot group transaction", "v4", "t4")
+
+	if err := n.DeleteGroup(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	check("after the delete", "v4", "t4")
+	if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: m.Key, Value: []byte("v5"), Tags: []string{"old"}}); err != nil {
+		t.Fatal(err)
+	}
+	check("a plain put after the delete", "v5", "old")
+}

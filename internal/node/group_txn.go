@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -219,7 +220,7 @@ func (s *groupTxn) get(ctx context.Context, n *Node, ref kv.KeyRef) (kv.Record, 
 			if w.Delete {
 				return kv.Record{}, false, nil
 			}
-			return kv.Record{Key: ref.Key, Value: w.Value}, true, nil
+			return kv.Record{Key: ref.Key, Value: w.Value, Tags: slices.Clone(w.Tags.List)}, true, nil
 		}
 	}
 	s.reads[k] = m.Version
@@ -227,15 +228,23 @@ func (s *groupTxn) get(ctx context.Context, n *Node, ref kv.KeyRef) (kv.Record, 
 		return kv.Record{}, false, nil
 	}
 	// m.Value may be the leader's own (a local read): the caller gets a copy.
-	return kv.Record{Key: ref.Key, Value: bytes.Clone(m.Value), Version: m.Version}, true, nil
+	return kv.Record{Key: ref.Key, Value: bytes.Clone(m.Value), Tags: m.tags(nil), Version: m.Version}, true, nil
 }
 
-func (s *groupTxn) write(ctx context.Context, n *Node, ref kv.KeyRef, value []byte, del bool) error {
+// write buffers a put of value with tags (as a plain put, they replace the
+// key's), or a deletion (del).
+func (s *groupTxn) write(ctx context.Context, n *Node, ref kv.KeyRef, value []byte, tags []string, del bool) error {
 	if s.readOnly {
 		return kv.Errorf(kv.CodeInvalidArgument, "group transaction %s is read-only", s.id)
 	}
 	if len(value) > n.opts.MaxValueSize {
 		return kv.Errorf(kv.CodeTooLarge, "value is %d bytes, the limit is %d", len(value), n.opts.MaxValueSize)
+	}
+	if err := kv.ValidateTags(tags); err != nil {
+		return err
+	}
+	if del {
+		tags = nil
 	}
 	if err := s.load(ctx, n); err != nil {
 		return err
@@ -246,14 +255,14 @@ func (s *groupTxn) write(ctx context.Context, n *Node, ref kv.KeyRef, value []by
 	}
 	for i := range s.writes {
 		if s.writes[i].Key == k {
-			s.writes[i] = group.Write{Key: k, Value: bytes.Clone(value), Delete: del}
+			s.writes[i] = group.Write{Key: k, Value: bytes.Clone(value), Delete: del, Tags: group.Tags{List: slices.Clone(tags)}}
 			return nil
 		}
 	}
 	if len(s.writes) >= kv.DefaultMaxTxnOps {
 		return kv.Errorf(kv.CodeTooLarge, "a transaction writes at most %d keys", kv.DefaultMaxTxnOps)
 	}
-	s.writes = append(s.writes, group.Write{Key: k, Value: bytes.Clone(value), Delete: del})
+	s.writes = append(s.writes, group.Write{Key: k, Value: bytes.Clone(value), Delete: del, Tags: group.Tags{List: slices.Clone(tags)}})
 	return nil
 }
 
@@ -268,7 +277,7 @@ func (s *groupTxn) commit(ctx context.Context, n *Node) (uint64, error) {
 	}
 	req := &groupCommitRequest{Shard: s.shard, ID: s.group, Attempt: s.id}
 	for _, w := range s.writes {
-		req.Writes = append(req.Writes, writeWire{Key: groupKeyWire{Collection: w.Key.Collection, Key: []byte(w.Key.Key)}, Value: w.Value, Delete: w.Delete})
+		req.Writes = append(req.Writes, writeWire{Key: groupKeyWire{Collection: w.Key.Collection, Key: []byte(w.Key.Key)}, Value: w.Value, Delete: w.Delete, Tags: w.Tags.List})
 	}
 	for k, v := range s.reads {
 		req.Reads = append(req.Reads, readWire{Key: groupKeyWire{Collection: k.Collection, Key: []byte(k.Key)}, Version: v})
@@ -320,6 +329,7 @@ type writeWire struct {
 	Key    groupKeyWire `json:"key"`
 	Value  []byte       `json:"value,omitempty"`
 	Delete bool         `json:"delete,omitempty"`
+	Tags   []string     `json:"tags,omitempty"`
 }
 
 type groupCommitResponse struct {
@@ -364,7 +374,7 @@ func (n *Node) groupCommitHere(ctx context.Context, req *groupCommitRequest) (*g
 	}
 	writes := make([]group.Write, len(req.Writes))
 	for i, w := range req.Writes {
-		writes[i] = group.Write{Key: w.Key.key(), Value: w.Value, Delete: w.Delete}
+		writes[i] = group.Write{Key: w.Key.key(), Value: w.Value, Delete: w.Delete, Tags: group.Tags{List: w.Tags}}
 	}
 	var effs []group.Effect
 	var err error
@@ -409,13 +419,13 @@ func (n *Node) groupTxnGet(ctx context.Context, id string, ref kv.KeyRef) (kv.Re
 	return rec, found, err
 }
 
-func (n *Node) groupTxnWrite(ctx context.Context, id string, ref kv.KeyRef, value []byte, del bool) error {
+func (n *Node) groupTxnWrite(ctx context.Context, id string, ref kv.KeyRef, value []byte, tags []string, del bool) error {
 	s, err := n.groupSession(id)
 	if err != nil {
 		return err
 	}
 	defer s.mu.Unlock()
-	err = s.write(ctx, n, ref, value, del)
+	err = s.write(ctx, n, ref, value, tags, del)
 	if kv.CodeOf(err) == kv.CodeTxnAborted {
 		n.endGroupTxn(s, 0, err)
 	}
@@ -514,14 +524,11 @@ func (e groupExec) get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, err
 }
 
 func (e groupExec) put(ctx context.Context, op kv.TxnOp) error {
-	if len(op.Tags) > 0 {
-		return kv.Errorf(kv.CodeInvalidArgument, "a group write keeps the key's tags and takes none")
-	}
-	return e.s.write(ctx, e.n, kv.KeyRef{Collection: op.Collection, Key: op.Key}, op.Value, false)
+	return e.s.write(ctx, e.n, kv.KeyRef{Collection: op.Collection, Key: op.Key}, op.Value, op.Tags, false)
 }
 
 func (e groupExec) del(ctx context.Context, ref kv.KeyRef) error {
-	return e.s.write(ctx, e.n, ref, nil, true)
+	return e.s.write(ctx, e.n, ref, nil, nil, true)
 }
 
 func (e groupExec) commit(ctx context.Context) (uint64, error) {
@@ -599,7 +606,7 @@ func (n *Node) handleGroupOwner(ctx context.Context, req *groupOwnerRequest) (*g
 // groupPlainWrite writes one member key, refused by its home shard with
 // key_in_group, through its group: a one-key group transaction, which
 // reads the key first when the write is conditional.
-func (n *Node) groupPlainWrite(ctx context.Context, homeShard uint64, ref kv.KeyRef, value []byte, del bool, ifVersion *uint64, mustExist bool) (uint64, error) {
+func (n *Node) groupPlainWrite(ctx context.Context, homeShard uint64, ref kv.KeyRef, value []byte, tags []string, del bool, ifVersion *uint64, mustExist bool) (uint64, error) {
 	k, _, err := n.groupKey(ref)
 	if err != nil {
 		return 0, err
@@ -639,7 +646,7 @@ func (n *Node) groupPlainWrite(ctx context.Context, homeShard uint64, ref kv.Key
 					return 0, kv.Errorf(kv.CodeConditionFailed, "key %q is at version %d, the condition wants version %d", ref.Key, cur, *ifVersion)
 				}
 			}
-			if err := s.write(ctx, n, ref, value, del); err != nil {
+			if err := s.write(ctx, n, ref, value, tags, del); err != nil {
 				return 0, err
 			}
 			return s.commit(ctx, n)
@@ -697,9 +704,11 @@ func (n *Node) overlayGroups(ctx context.Context, descs []*cluster.CollectionDes
 		}
 		for _, m := range snap.Members {
 			if m.Key.key() == k && m.groupsValue() {
-				it.Found, it.Value, it.Version = !m.Absent, nil, m.Version
+				tags := it.Tags // as its shard stores them, for a group that keeps them
+				it.Found, it.Value, it.Tags, it.Version = !m.Absent, nil, nil, m.Version
 				if !m.Absent {
 					it.Value = bytes.Clone(m.Value) // maybe the leader's own
+					it.Tags = m.tags(tags)
 				}
 				res.Version = max(res.Version, m.Version)
 			}
@@ -813,7 +822,7 @@ func (n *Node) groupGet(ctx context.Context, shardID uint64, ref kv.KeyRef, k gr
 			if m.Absent {
 				return kv.Record{}, true, kv.Errorf(kv.CodeNotFound, "key %q not found", ref.Key)
 			}
-			return kv.Record{Key: ref.Key, Value: bytes.Clone(m.Value), Version: m.Version}, true, nil // maybe the leader's own
+			return kv.Record{Key: ref.Key, Value: bytes.Clone(m.Value), Tags: m.tags(nil), Version: m.Version}, true, nil // maybe the leader's own
 		}
 	}
 	// Joining (its value is the shard's) or released (shipped).
@@ -827,6 +836,15 @@ func (n *Node) groupGet(ctx context.Context, shardID uint64, ref kv.KeyRef, k gr
 func (m memberWire) groupsValue() bool {
 	st := group.MemberStatus(m.Status)
 	return st == group.Joined || st == group.Releasing && m.Pending > 0
+}
+
+// tags returns a copy of the group's tags of member m's value, or stored,
+// the tags its shard stores, if the group keeps them (KeepTags).
+func (m memberWire) tags(stored []string) []string {
+	if m.KeepTags {
+		return stored
+	}
+	return slices.Clone(m.Tags)
 }
 
 // groupHeld reports, for each key of a batch get read here, whether a

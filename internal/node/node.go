@@ -980,10 +980,7 @@ func (n *Node) Put(ctx context.Context, req kv.PutRequest) (uint64, error) {
 	v, err := n.writeRouted(ctx, shardID, n.rerouter(d, bucket, req.Key), cmd)
 	if kv.CodeOf(err) == kv.CodeKeyInGroup && d.Partitioning != kv.PartitionTag {
 		// A member of a group: written by the group's leader (group_txn.go).
-		if len(req.Tags) > 0 {
-			return 0, kv.Errorf(kv.CodeKeyInGroup, "key %q is in a group, which keeps its tags: put it without tags, or after the group is deleted", req.Key)
-		}
-		return n.groupPlainWrite(ctx, shardID, kv.KeyRef{Collection: req.Collection, Key: req.Key}, req.Value, false, req.IfVersion, false)
+		return n.groupPlainWrite(ctx, shardID, kv.KeyRef{Collection: req.Collection, Key: req.Key}, req.Value, req.Tags, false, req.IfVersion, false)
 	}
 	return v, err
 }
@@ -1023,7 +1020,7 @@ func (n *Node) Delete(ctx context.Context, req kv.DeleteRequest) (uint64, error)
 	cmd := shard.EncodeWrite([]shard.Op{{Type: shard.OpDelete, Bucket: bucket, Key: req.Key, HasCond: hasCond, CondVersion: cond, MustExist: true}})
 	v, err := n.writeRouted(ctx, shardID, n.rerouter(d, bucket, req.Key), cmd)
 	if kv.CodeOf(err) == kv.CodeKeyInGroup && d.Partitioning != kv.PartitionTag {
-		return n.groupPlainWrite(ctx, shardID, kv.KeyRef{Collection: req.Collection, Key: req.Key}, nil, true, req.IfVersion, true)
+		return n.groupPlainWrite(ctx, shardID, kv.KeyRef{Collection: req.Collection, Key: req.Key}, nil, nil, true, req.IfVersion, true)
 	}
 	return v, err
 }

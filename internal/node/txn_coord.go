@@ -709,10 +709,7 @@ func (n *Node) txnWrite(ctx context.Context, id, coll string, key []byte, w *buf
 		return err
 	}
 	if isGroupAttempt(id) {
-		if len(w.tags) > 0 {
-			return kv.Errorf(kv.CodeInvalidArgument, "a group write keeps the key's tags and takes none")
-		}
-		return n.groupTxnWrite(ctx, id, kv.KeyRef{Collection: coll, Key: key}, w.value, w.delete)
+		return n.groupTxnWrite(ctx, id, kv.KeyRef{Collection: coll, Key: key}, w.value, w.tags, w.delete)
 	}
 	s, err := n.session(id)
 	if err != nil {

@@ -315,9 +315,9 @@ func (s *Shard) applyGroup(b *pebble.Batch, index uint64, kind CommandKind, body
 			if err != nil {
 				return Result{}, err
 			}
-			rec.Value, rec.Version, rec.Absent = nil, 0, !found
+			rec.Value, rec.Version, rec.Absent, rec.Tags = nil, 0, !found, group.Tags{}
 			if found {
-				rec.Value, rec.Version = val.Value, version
+				rec.Value, rec.Version, rec.Tags.List = val.Value, version, val.Tags
 			}
 		}
 		effs = f.Apply(rec)
@@ -366,10 +366,13 @@ func (s *Shard) storeGroupWrite(b *pebble.Batch, w group.Write, version uint64) 
 	if w.Delete && !found {
 		return nil
 	}
-	var oldTags, tags []string
+	var oldTags []string
 	if found {
 		oldTags = val.Tags
-		tags = val.Tags // a group write keeps the key's tags
+	}
+	tags := w.Tags.List
+	if w.Tags.Keep {
+		tags = oldTags // a write of a build whose group writes kept the key's tags
 	}
 	return s.writeVersion(b, key, bucket, version, w.Delete, tags, w.Value, oldTags)
 }

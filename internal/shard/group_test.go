@@ -57,10 +57,10 @@ func TestGroupRecords(t *testing.T) {
 		SetVersion(cmd, version)
 		return cmd
 	}
-	put := func(key, value string) Result {
-		return apply(versioned(EncodeWrite([]Op{{Type: OpPut, Key: []byte(key), Value: []byte(value)}})))
+	put := func(key, value string, tags ...string) Result {
+		return apply(versioned(EncodeWrite([]Op{{Type: OpPut, Key: []byte(key), Value: []byte(value), Tags: tags}})))
 	}
-	if res := put("k", "v0"); res.Err != nil {
+	if res := put("k", "v0", "a"); res.Err != nil {
 		t.Fatal(res.Err)
 	}
 	k := group.Key{Collection: 7, Key: "k"}
@@ -85,10 +85,13 @@ func TestGroupRecords(t *testing.T) {
 	if ja.Yield == 0 {
 		t.Fatalf("yield: effects %v, want a JA", res.Group)
 	}
+	if ja.Tags.Keep || !slices.Equal(ja.Tags.List, []string{"a"}) {
+		t.Fatalf("the JA carries tags %v, want the key's [a]", ja.Tags)
+	}
 	if res := put("k", "plain"); kv.CodeOf(res.Err) != kv.CodeKeyInGroup {
 		t.Fatalf("plain write of a yielded key: %v, want key_in_group", res.Err)
 	}
-	res = apply(EncodeGroupRecord(group.Record{Kind: group.RecJoin, Group: ref, Key: k, Yield: ja.Yield, Value: ja.Value, Version: ja.Version, Shard: 5}))
+	res = apply(EncodeGroupRecord(group.Record{Kind: group.RecJoin, Group: ref, Key: k, Yield: ja.Yield, Value: ja.Value, Tags: ja.Tags, Version: ja.Version, Shard: 5}))
 	created := false
 	for _, e := range res.Group {
 		if r, ok := e.(group.Reply); ok && r.Op == group.OpCreate && r.Err == nil {
@@ -106,7 +109,7 @@ func TestGroupRecords(t *testing.T) {
 	write := func(reads []group.Read) group.Reply {
 		t.Helper()
 		res := apply(versioned(EncodeGroupRecord(group.Record{Kind: group.RecWrite, Group: ref,
-			Writes: []group.Write{{Key: k, Value: []byte("v1")}}, Reads: reads})))
+			Writes: []group.Write{{Key: k, Value: []byte("v1"), Tags: group.Tags{List: []string{"b", "c"}}}}, Reads: reads})))
 		if res.Err != nil {
 			t.Fatal(res.Err)
 		}
@@ -159,8 +162,27 @@ func TestGroupRecords(t *testing.T) {
 		t.Fatal(res.Err)
 	}
 	val, v, found, err := ReadRecord(db, 7, []byte("k"), Latest)
-	if err != nil || !found || string(val.Value) != "v1" || v != version {
-		t.Fatalf("shipped write: %q@%d found %v err %v", val.Value, v, found, err)
+	if err != nil || !found || string(val.Value) != "v1" || v != version || !slices.Equal(val.Tags, []string{"b", "c"}) {
+		t.Fatalf("shipped write: %q@%d tags %v found %v err %v", val.Value, v, val.Tags, found, err)
+	}
+	// The tag index follows: k is under b and c, no longer under a.
+	for tag, want := range map[string]bool{"a": false, "b": true, "c": true} {
+		var keys []string
+		if err := TagKeys(db, 7, tag, Latest, nil, nil, func(key []byte) bool { keys = append(keys, string(key)); return true }); err != nil {
+			t.Fatal(err)
+		}
+		if got := slices.Contains(keys, "k"); got != want {
+			t.Errorf("tag %q lists %v after the shipped write; want k listed: %v", tag, keys, want)
+		}
+	}
+	// A shipped write of a build that kept the key's tags keeps them.
+	res = apply(versioned(EncodeGroupRecord(group.Record{Kind: group.RecApplyShip, Group: ref,
+		Entries: []group.Entry{{Seq: entries[len(entries)-1].Seq + 1, Write: group.Write{Key: k, Value: []byte("v2"), Tags: group.Tags{Keep: true}}}}})))
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	if val, _, _, err := ReadRecord(db, 7, []byte("k"), Latest); err != nil || string(val.Value) != "v2" || !slices.Equal(val.Tags, []string{"b", "c"}) {
+		t.Fatalf("a write keeping tags stored %q tags %v (err %v), want v2 tags [b c]", val.Value, val.Tags, err)
 	}
 }
 
