@@ -90,13 +90,37 @@ var simOpts = Options{RetryTicks: 3, ProbeTicks: 7}
 type simVal struct {
 	v       string
 	present bool
+	// tags are the value's tags, joined by commas.
+	tags string
+}
+
+// valOf is the simVal of a value, or of a write.
+func valOf(value []byte, absent bool, t Tags) simVal {
+	if absent {
+		return simVal{}
+	}
+	return simVal{string(value), true, strings.Join(t.List, ",")}
 }
 
 func (v simVal) String() string {
 	if !v.present {
 		return "<absent>"
 	}
+	if v.tags != "" {
+		return v.v + " tags=" + v.tags
+	}
 	return v.v
+}
+
+// simTags draws the tags of a write: none, or one or two.
+func (s *sim) simTags() Tags {
+	switch s.rng.IntN(3) {
+	case 0:
+		return Tags{}
+	case 1:
+		return Tags{List: []string{fmt.Sprintf("t%d", s.step)}}
+	}
+	return Tags{List: []string{"a", fmt.Sprintf("t%d", s.step)}}
 }
 
 type simEntry struct {
@@ -306,9 +330,9 @@ func (s *sim) groupWrite(sh *simShard) {
 		var ws []Write
 		for _, m := range g.Members {
 			if m.Status == Joined && s.rng.IntN(2) == 0 {
-				w := Write{Key: m.Key, Value: fmt.Appendf(nil, "g%d", s.step)}
+				w := Write{Key: m.Key, Value: fmt.Appendf(nil, "g%d", s.step), Tags: s.simTags()}
 				if s.rng.IntN(5) == 0 {
-					w.Value, w.Delete = nil, true
+					w.Value, w.Delete, w.Tags = nil, true, Tags{}
 				}
 				ws = append(ws, w)
 			}
@@ -327,9 +351,9 @@ func (s *sim) plainWrite() {
 	if sh.locked[k] || sh.yieldPending[k] > 0 {
 		return
 	}
-	w := Write{Key: k, Value: fmt.Appendf(nil, "p%d", s.step)}
+	w := Write{Key: k, Value: fmt.Appendf(nil, "p%d", s.step), Tags: s.simTags()}
 	if s.rng.IntN(5) == 0 {
-		w.Value, w.Delete = nil, true
+		w.Value, w.Delete, w.Tags = nil, true, Tags{}
 	}
 	sh.locked[k] = true
 	sh.log = append(sh.log, simEntry{plain: &w})
@@ -422,6 +446,9 @@ func (s *sim) deliverMsg(m Message) {
 	case MsgJ:
 		v := sh.data[m.Key]
 		kc := KeyCheck{Locked: sh.locked[m.Key], Intent: s.faults && s.rng.IntN(40) == 0, Value: []byte(v.v), Absent: !v.present}
+		if v.tags != "" {
+			kc.Tags.List = strings.Split(v.tags, ",")
+		}
 		effs = sh.follower.OnJ(m, kc)
 	case MsgJA:
 		effs = sh.leader.OnJA(m)
@@ -458,7 +485,7 @@ func (s *sim) applyOne(sh *simShard) {
 			s.logf("s%d apply plain %s: key in group", sh.id, w)
 			return
 		}
-		v := simVal{string(w.Value), !w.Delete}
+		v := valOf(w.Value, w.Delete, w.Tags)
 		sh.data[w.Key], s.expected[w.Key] = v, v
 		s.n["plain"]++
 		s.logf("s%d apply plain %s", sh.id, w)
@@ -518,7 +545,10 @@ func (s *sim) effects(sh *simShard, effs []Effect, applying *Record) {
 			if applying == nil || applying.Kind != RecApplyShip && applying.Kind != RecFree {
 				s.errorf("Store outside the Apply of a ship or a free: %v", ef)
 			}
-			sh.data[ef.Write.Key] = simVal{string(ef.Write.Value), !ef.Write.Delete}
+			if ef.Write.Tags.Keep {
+				s.errorf("Store of tags to keep: %v", ef)
+			}
+			sh.data[ef.Write.Key] = valOf(ef.Write.Value, ef.Write.Delete, ef.Write.Tags)
 			s.n["shipped"]++
 		case Reply:
 			s.reply(sh, ef, applying)
@@ -532,7 +562,7 @@ func (s *sim) reply(sh *simShard, rep Reply, applying *Record) {
 	case OpWrite:
 		if rep.Err == nil {
 			for _, w := range applying.Writes {
-				s.expected[w.Key] = simVal{string(w.Value), !w.Delete}
+				s.expected[w.Key] = valOf(w.Value, w.Delete, w.Tags)
 			}
 			s.n["group write"]++
 		}
@@ -627,7 +657,7 @@ func (s *sim) checkInvariants() {
 				if !ok || y.Group != g.Ref || y.Yield != m.Yield {
 					s.errorf("%s joined %s with y=%d, its follower holds %+v (yielded %t)", m.Key, g.Ref, m.Yield, y, ok)
 				}
-				if got := (simVal{string(m.Value), !m.Absent}); got != s.expected[m.Key] {
+				if got := valOf(m.Value, m.Absent, m.Tags); got != s.expected[m.Key] {
 					s.errorf("%s in %s has %v, last acknowledged write %v", m.Key, g.Ref, got, s.expected[m.Key])
 				}
 			}
