@@ -247,7 +247,7 @@ func (n *Node) start() error {
 	}()
 	go func() {
 		defer n.bg.Done()
-		n.every(n.forgetInterval(), n.forgetDueRecords)
+		n.every(n.markInterval(), n.forgetTick)
 	}()
 	return nil
 }

@@ -20,53 +20,70 @@ import (
 // is decided and every participant's resolve applied, no intent of it is
 // left. The others look soon after the end (a waiter within
 // TxnCheckInterval, a retry within TxnIdleTimeout, which is how long the
-// coordinator remembers an aborted attempt for it), so the coordinator
-// removes the record TxnRecordRetention later (KindTxnForget, many records
-// to a proposal). A record it cannot vouch for — the attempt's outcome
-// unknown, a resolve that did not apply, a coordinator that stopped before
-// the retention passed — stays, unless it is an ABORTED record another
-// node wrote (a wound, an expiry): that node removes it too, once the
-// attempt is past its commit deadline (forgetAbortedLater).
+// coordinator remembers an aborted attempt for it). So the coordinator
+// then marks the record removable after TxnRecordRetention (KindTxnForget
+// with After, many records to a proposal, at most markInterval later),
+// and the leader of the record's shard removes the marked records whose
+// time has come (sweepRecords, every forgetInterval). The mark is in the
+// record: the removal happens whatever becomes of the coordinator after
+// it, a restart included. A record it cannot vouch for — the attempt's
+// outcome unknown, a resolve that did not apply, a coordinator that
+// stopped before it marked the record — stays, unless it is an ABORTED
+// record another node wrote (a wound, an expiry): that node marks it too,
+// removable once the attempt is past its commit deadline
+// (forgetAbortedLater).
 //
 // Should a record be looked up after all, its absence reads as PENDING:
 // the attempt's start is long past its expiry, so whoever looks aborts it
 // (writing an ABORTED record), which is the truth for an aborted attempt;
 // a committed attempt has no intent left to misjudge.
 
-// maxForgetQueue bounds the records a node waits to remove; past it, new
+// maxForgetQueue bounds the records a node waits to mark; past it, new
 // ones are left in place (counted in groupkv_txn_records_kept_total).
 const maxForgetQueue = 1 << 20
 
 // maxForgetBatch bounds the records one KindTxnForget names.
 const maxForgetBatch = 1024
 
+// maxSweepBatches bounds the removals one sweep of a shard proposes; the
+// next sweep goes on.
+const maxSweepBatches = 16
+
 type recordForgetter struct {
 	mu    sync.Mutex
 	queue []forgetEntry
+	// swept is when the records of the shards led here were last swept.
+	swept time.Time
 
 	forgotten prometheus.Counter
+	marked    prometheus.Counter
 	kept      prometheus.Counter
 	waiting   prometheus.GaugeFunc
 }
 
+// forgetEntry is a record to mark removable after a time.
 type forgetEntry struct {
-	due time.Time
-	ref shard.TxnRecordRef
+	after time.Time
+	ref   shard.TxnRecordRef
 }
 
 func newRecordForgetter(reg *prometheus.Registry) *recordForgetter {
 	f := &recordForgetter{}
 	f.forgotten = registerCounter(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "groupkv_txn_records_forgotten_total",
-		Help: "Records of finished transactions this node removed once their retention passed.",
+		Help: "Records of finished transactions this node removed, as the leader of their shard, once their retention passed.",
+	})).(prometheus.Counter)
+	f.marked = registerCounter(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "groupkv_txn_records_marked_total",
+		Help: "Records of finished transactions this node marked removable once their retention passes.",
 	})).(prometheus.Counter)
 	f.kept = registerCounter(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "groupkv_txn_records_kept_total",
-		Help: "Records of finished transactions this node could not remove (its queue was full, or the removal failed); they stay in storage.",
+		Help: "Records of finished transactions this node could not mark or remove (its queue was full, or the proposal failed); they stay in storage.",
 	})).(prometheus.Counter)
 	f.waiting = registerCounter(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "groupkv_txn_records_to_forget",
-		Help: "Records of finished transactions waiting for their retention to pass before this node removes them.",
+		Help: "Records of finished transactions waiting for this node to mark them removable.",
 	}, func() float64 {
 		f.mu.Lock()
 		defer f.mu.Unlock()
@@ -75,28 +92,34 @@ func newRecordForgetter(reg *prometheus.Registry) *recordForgetter {
 	return f
 }
 
-// forgetInterval is how often a node removes the records whose retention
-// passed.
+// forgetInterval is how often a node removes, from the shards it leads,
+// the records whose retention passed.
 func (n *Node) forgetInterval() time.Duration {
 	if n.opts.TxnRecordRetention < 0 {
-		return 10 * time.Second // records are kept: nothing is ever queued
+		return 10 * time.Second // records are kept: nothing is ever marked
 	}
 	return min(max(n.opts.TxnRecordRetention/4, 10*time.Millisecond), 10*time.Second)
 }
 
-// forgetRecordLater removes the record of attempt m, which is decided and
-// has no intent left anywhere, once TxnRecordRetention has passed.
+// markInterval is how often a node marks the records it is done with: the
+// records it would leave unmarked if it stopped are those of that time.
+func (n *Node) markInterval() time.Duration {
+	return min(n.forgetInterval(), time.Second)
+}
+
+// forgetRecordLater has the record of attempt m, which is decided and has
+// no intent left anywhere, removed once TxnRecordRetention has passed.
 func (n *Node) forgetRecordLater(m txn.Meta) {
 	n.forgetRecordAfter(m, n.opts.TxnRecordRetention)
 }
 
-// forgetRecordAfter removes the decided record of attempt m after d.
+// forgetRecordAfter has the decided record of attempt m removed after d.
 func (n *Node) forgetRecordAfter(m txn.Meta, d time.Duration) {
 	if n.opts.TxnRecordRetention < 0 || !m.Anchor.IsSet() {
 		return
 	}
 	f := n.forgetter
-	e := forgetEntry{due: time.Now().Add(d), ref: shard.TxnRecordRef{ID: m.ID, Anchor: m.Anchor}}
+	e := forgetEntry{after: time.Now().Add(d), ref: shard.TxnRecordRef{ID: m.ID, Anchor: m.Anchor}}
 	f.mu.Lock()
 	full := len(f.queue) >= maxForgetQueue
 	if !full {
@@ -108,8 +131,8 @@ func (n *Node) forgetRecordAfter(m txn.Meta, d time.Duration) {
 	}
 }
 
-// forgetAbortedLater removes the ABORTED record of attempt m, which this
-// node aborted on another's behalf (a wound, an expiry), once m can no
+// forgetAbortedLater has the ABORTED record of attempt m, which this node
+// aborted on another's behalf (a wound, an expiry), removed once m can no
 // longer commit either way: past TxnRecordRetention and past m's commit
 // deadline (MaxTxnDuration from its start, which came before now; a commit
 // past it aborts). Removed, the record reads as PENDING to whoever looks,
@@ -119,76 +142,135 @@ func (n *Node) forgetAbortedLater(m txn.Meta) {
 	n.forgetRecordAfter(m, max(n.opts.TxnRecordRetention, n.opts.MaxTxnDuration+n.opts.TxnTimeout))
 }
 
-// forgetDueRecords removes the records whose retention passed, in one
-// proposal per anchor shard (and per maxForgetBatch records).
-func (n *Node) forgetDueRecords() {
+// forgetTick marks the records this node is done with, and, every
+// forgetInterval, removes those of the shards it leads whose time came.
+func (n *Node) forgetTick() {
+	n.markRecords()
 	f := n.forgetter
-	now := time.Now()
 	f.mu.Lock()
-	var taken []forgetEntry
-	left := 0
-	for _, e := range f.queue {
-		if e.due.After(now) {
-			f.queue[left] = e
-			left++
-			continue
-		}
-		taken = append(taken, e)
+	sweep := time.Since(f.swept) >= n.forgetInterval()
+	if sweep {
+		f.swept = time.Now()
 	}
-	clear(f.queue[left:])
-	f.queue = f.queue[:left]
 	f.mu.Unlock()
-	// An aborted attempt this node still remembers for its retry keeps its
-	// record until the retry has linked itself to it (beginSession): a
-	// link that found no record would write one anew. It waits another
-	// retention; the memory lasts TxnIdleTimeout.
-	var refs []shard.TxnRecordRef
-	var again []forgetEntry
-	n.txns.mu.Lock()
-	for _, e := range taken {
-		if _, ok := n.txns.ended[e.ref.ID]; ok {
-			again = append(again, forgetEntry{due: now.Add(n.opts.TxnRecordRetention), ref: e.ref})
-			continue
-		}
-		refs = append(refs, e.ref)
+	if sweep {
+		n.sweepRecords()
 	}
-	n.txns.mu.Unlock()
-	if len(again) > 0 {
-		f.mu.Lock()
-		f.queue = append(f.queue, again...)
-		f.mu.Unlock()
-	}
-	if len(refs) == 0 {
+}
+
+// forgetDueRecords marks the records this node is done with and removes
+// those of the shards it leads whose time came, now.
+func (n *Node) forgetDueRecords() {
+	n.markRecords()
+	n.sweepRecords()
+}
+
+// markRecords marks the queued records removable, in one proposal per
+// anchor shard (and per maxForgetBatch records), each with the latest time
+// of its records (a record removed a little later than it could be is
+// harmless). An aborted attempt this node still remembers for its retry
+// keeps its record until the retry can no longer link itself to it
+// (beginSession: a link that found no record would write one anew), which
+// the memory bounds: TxnIdleTimeout from now.
+func (n *Node) markRecords() {
+	f := n.forgetter
+	f.mu.Lock()
+	taken := f.queue
+	f.queue = nil
+	f.mu.Unlock()
+	if len(taken) == 0 {
 		return
 	}
-	byShard := map[uint64][]shard.TxnRecordRef{}
-	for _, r := range refs {
-		id, err := n.anchorShard(r.Anchor)
+	now := time.Now()
+	n.txns.mu.Lock()
+	for i, e := range taken {
+		if _, ok := n.txns.ended[e.ref.ID]; ok {
+			taken[i].after = maxTime(e.after, now.Add(n.opts.TxnIdleTimeout))
+		}
+	}
+	n.txns.mu.Unlock()
+	byShard := map[uint64][]forgetEntry{}
+	for _, e := range taken {
+		id, err := n.anchorShard(e.ref.Anchor)
 		if err != nil {
 			f.kept.Inc() // its collection is gone, or the node cannot route
 			continue
 		}
-		byShard[id] = append(byShard[id], r)
+		byShard[id] = append(byShard[id], e)
 	}
-	for id, rs := range byShard {
-		for len(rs) > 0 {
-			batch := rs[:min(len(rs), maxForgetBatch)]
-			rs = rs[len(batch):]
-			ctx, cancel := context.WithTimeout(context.Background(), n.retryWindow())
-			res, err := n.propose(ctx, id, shard.EncodeTxnForget(&shard.TxnForgetCmd{Records: batch}))
-			cancel()
-			if err != nil || res.Err != nil {
-				// Left in place; a later look-up finds it as it was.
-				n.log.Debug("removing finished transactions' records failed; they stay", "shard", id, "records", len(batch), "err", err, "refused", res.Err)
-				f.kept.Add(float64(len(batch)))
-				continue
+	for id, es := range byShard {
+		for len(es) > 0 {
+			batch := es[:min(len(es), maxForgetBatch)]
+			es = es[len(batch):]
+			c := &shard.TxnForgetCmd{Records: make([]shard.TxnRecordRef, len(batch))}
+			var after time.Time
+			for i, e := range batch {
+				c.Records[i], after = e.ref, maxTime(after, e.after)
 			}
-			f.forgotten.Add(float64(res.Count))
-			if skipped := len(batch) - res.Count; skipped > 0 {
-				// Already gone, never written (a one-phase commit that
-				// left none) or moved away by a split or merge.
-				n.log.Debug("some finished transactions' records were not there to remove", "shard", id, "records", skipped)
+			c.After = uint64(after.UnixNano())
+			if !n.proposeForget(id, c) {
+				f.kept.Add(float64(len(batch)))
 			}
 		}
 	}
+}
+
+// sweepRecords removes, from each shard led here, the records marked
+// removable whose time came, up to maxSweepBatches proposals a shard.
+func (n *Node) sweepRecords() {
+	if n.opts.TxnRecordRetention < 0 {
+		return
+	}
+	for _, id := range n.localShardIDs() {
+		if !n.host.Ready(id) {
+			continue
+		}
+		sm := n.host.StateMachine(id)
+		if sm == nil {
+			continue
+		}
+		for range maxSweepBatches {
+			refs, err := sm.DueTxnRecords(n.eng.DB, uint64(time.Now().UnixNano()), maxForgetBatch)
+			if err != nil {
+				n.log.Warn("listing the records of finished transactions to remove failed", "shard", id, "err", err)
+				break
+			}
+			if len(refs) == 0 || !n.proposeForget(id, &shard.TxnForgetCmd{Records: refs}) {
+				break
+			}
+			if len(refs) < maxForgetBatch {
+				break
+			}
+		}
+	}
+}
+
+// proposeForget proposes c in shard id and counts what it marked or
+// removed; false if it failed (the records stay as they were).
+func (n *Node) proposeForget(id uint64, c *shard.TxnForgetCmd) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), n.retryWindow())
+	res, err := n.propose(ctx, id, shard.EncodeTxnForget(c))
+	cancel()
+	if err != nil || res.Err != nil {
+		n.log.Debug("marking or removing finished transactions' records failed; they stay", "shard", id, "records", len(c.Records), "mark", c.After != 0, "err", err, "refused", res.Err)
+		return false
+	}
+	if c.After != 0 {
+		n.forgetter.marked.Add(float64(res.Count))
+	} else {
+		n.forgetter.forgotten.Add(float64(res.Count))
+	}
+	if skipped := len(c.Records) - res.Count; skipped > 0 {
+		// Already gone, never written (a one-phase commit that left
+		// none) or moved away by a split or merge.
+		n.log.Debug("some finished transactions' records were not there", "shard", id, "records", skipped)
+	}
+	return true
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

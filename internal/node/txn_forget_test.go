@@ -213,6 +213,73 @@ func TestTxnRecordsForgotten(t *testing.T) {
 	}
 }
 
+// TestTxnRecordsForgottenAfterRestart: a record its coordinator marked
+// removable is removed by the leader of its shard once its time comes,
+// though the coordinator stopped in between (here the same node, restarted:
+// what it had in memory is gone).
+func TestTxnRecordsForgottenAfterRestart(t *testing.T) {
+	const accounts, clients, rounds = 6, 4, 15
+	dir := t.TempDir()
+	opts := Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond, TxnRecordRetention: 2 * time.Second,
+		TxnTimeout: 500 * time.Millisecond, MaxTxnDuration: time.Second}
+	n := openTest(t, dir, opts)
+	ctx := context.Background()
+	d, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionHash, Shards: 4})
+	if err != nil {
+		n.Close()
+		t.Fatal(err)
+	}
+	aborted := contendedTransfers(t, n, accounts, clients, rounds)
+	t.Logf("%d transfers, %d aborted attempts", clients*rounds, aborted)
+	// Every decided record is marked (resolves finish after the commits
+	// answer, and marks are proposed every markInterval). Liveness: a
+	// generous deadline that only catches a hang.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		decided, unmarked := 0, 0
+		eachTxnRecord(t, n, d.ID, func(_ string, rec txn.Record) {
+			if rec.Status != txn.Pending {
+				decided++
+				if rec.ForgetAfter == 0 {
+					unmarked++
+				}
+			}
+		})
+		if unmarked == 0 {
+			t.Logf("%d decided records, all marked", decided)
+			if decided == 0 {
+				n.Close()
+				t.Fatal("no decided record left to see removed after the restart")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			n.Close()
+			t.Fatalf("%d of %d decided records not marked 30 s after the last transaction", unmarked, decided)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n = openTest(t, dir, opts)
+	defer n.Close()
+	for {
+		counts := countTxnRecords(t, n, d.ID)
+		if counts[txn.Committed]+counts[txn.Aborted] == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("records left after the restart: %v\n%s", counts, describeTxnRecords(t, n, d.ID))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if f := testutil.ToFloat64(n.forgetter.forgotten); f == 0 {
+		t.Fatal("the restarted node removed no record")
+	}
+	checkBalances(t, n, accounts)
+}
+
 // TestTxnForgetLeavesUndecided: a removal names a record whose attempt is
 // still PENDING (it never does, but a late one could): the record stays.
 func TestTxnForgetLeavesUndecided(t *testing.T) {
@@ -291,7 +358,7 @@ func TestTxnReadOnlyHeartbeatRecordForgotten(t *testing.T) {
 	// The retention passes.
 	n.forgetter.mu.Lock()
 	for i := range n.forgetter.queue {
-		n.forgetter.queue[i].due = time.Now()
+		n.forgetter.queue[i].after = time.Now()
 	}
 	n.forgetter.mu.Unlock()
 	n.forgetDueRecords()

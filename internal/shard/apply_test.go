@@ -221,6 +221,8 @@ func (e *applyEnv) run(t *testing.T, td *datadriven.TestData) string {
 		return e.forget(t, td)
 	case "records":
 		return e.records(t, td)
+	case "due-records":
+		return e.dueRecords(t, td)
 	case "get":
 		return e.get(t, td)
 	case "scan":
@@ -595,10 +597,14 @@ func (e *applyEnv) record(t *testing.T, td *datadriven.TestData) string {
 	return e.apply(t, td, EncodeTxnRecord(c))
 }
 
-// forget removes the records named one per input line (id= key= [bucket=]).
+// forget removes the records named one per input line (id= key= [bucket=]),
+// or with after=N marks them removable after N.
 func (e *applyEnv) forget(t *testing.T, td *datadriven.TestData) string {
 	e.current(t, td)
 	var c TxnForgetCmd
+	if td.HasArg("after") {
+		td.ScanArgs(t, "after", &c.After)
+	}
 	eachInputLine(t, td, func(cmd string, args []datadriven.CmdArg) {
 		if cmd != "record" {
 			td.Fatalf(t, "forget: %q is not a record", cmd)
@@ -624,7 +630,34 @@ func (e *applyEnv) records(t *testing.T, td *datadriven.TestData) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fmt.Fprintf(&sb, "%s %s\n", k[len(k)-40:], rec.Status)
+		fmt.Fprintf(&sb, "%s %s", k[len(k)-40:], rec.Status)
+		if rec.ForgetAfter != 0 {
+			fmt.Fprintf(&sb, " forget-after=%d", rec.ForgetAfter)
+		}
+		sb.WriteString("\n")
+	}
+	if sb.Len() == 0 {
+		return "none"
+	}
+	return sb.String()
+}
+
+// dueRecords lists the records the current shard would remove at now=N
+// (DueTxnRecords), at most limit=N (default 100).
+func (e *applyEnv) dueRecords(t *testing.T, td *datadriven.TestData) string {
+	var now uint64
+	td.ScanArgs(t, "now", &now)
+	limit := 100
+	if td.HasArg("limit") {
+		td.ScanArgs(t, "limit", &limit)
+	}
+	refs, err := e.current(t, td).DueTxnRecords(e.eng.DB, now, limit)
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	var sb strings.Builder
+	for _, r := range refs {
+		fmt.Fprintf(&sb, "%s key=%s bucket=%d\n", r.ID, r.Anchor.Key, r.Anchor.Bucket)
 	}
 	if sb.Len() == 0 {
 		return "none"

@@ -30,9 +30,11 @@ import (
 //   - KindTxnResolve: the outcome, at a version of its own: the intents of a
 //     committed transaction become versions at its commit timestamp, those
 //     of an aborted one vanish.
-//   - KindTxnForget: removes records of finished transactions, decided and
-//     resolved everywhere, that their coordinator no longer needs kept
-//     (docs/transactions.md, "Records of finished transactions").
+//   - KindTxnForget: marks records of finished transactions, decided and
+//     resolved everywhere, with the time after which they may go (After),
+//     or removes them (docs/transactions.md, "Records of finished
+//     transactions"); DueTxnRecords lists the marked records whose time
+//     has come.
 //
 // A committed transaction's versions are written at its commit timestamp,
 // which may be below versions the shard applied since it prepared; the
@@ -83,9 +85,11 @@ type TxnResolveCmd struct {
 	Keys     []TxnKey `json:"keys,omitempty"`
 }
 
-// TxnForgetCmd is the body of a KindTxnForget: the records to remove.
+// TxnForgetCmd is the body of a KindTxnForget: the records to remove, or,
+// with After, to mark as removable after that time (Unix nanoseconds).
 type TxnForgetCmd struct {
 	Records []TxnRecordRef `json:"records"`
+	After   uint64         `json:"after,omitempty"`
 }
 
 // TxnRecordRef names a transaction record: the attempt and its anchor.
@@ -469,9 +473,10 @@ func ReadTxnRecord(r pebble.Reader, m *txn.Meta) (txn.Record, bool, error) {
 }
 
 // applyTxnForget removes the records c names that are decided (COMMITTED or
-// ABORTED); it leaves a PENDING record, and one this shard no longer owns
-// (a split or merge moved its anchor away since the removal was asked).
-// Result.Count is how many it removed.
+// ABORTED), or with c.After marks them removable after it (a record marked
+// twice keeps the later time); it leaves a PENDING record, and one this
+// shard no longer owns (a split or merge moved its anchor away since the
+// removal was asked). Result.Count is how many it removed or marked.
 func (s *Shard) applyTxnForget(b *pebble.Batch, c *TxnForgetCmd) (Result, error) {
 	removed := 0
 	for _, r := range c.Records {
@@ -487,12 +492,59 @@ func (s *Shard) applyTxnForget(b *pebble.Batch, c *TxnForgetCmd) (Result, error)
 		if !exists || cur.Status == txn.Pending {
 			continue
 		}
-		if err := b.Delete(storage.TxnRecordKey(a.Collection, a.Key, r.ID), nil); err != nil {
+		key := storage.TxnRecordKey(a.Collection, a.Key, r.ID)
+		if c.After != 0 {
+			if cur.ForgetAfter < c.After {
+				cur.ForgetAfter = c.After
+				if err := b.Set(key, txn.EncodeRecord(cur, a.Bucket), nil); err != nil {
+					return Result{}, err
+				}
+			}
+			removed++
+			continue
+		}
+		if err := b.Delete(key, nil); err != nil {
 			return Result{}, err
 		}
 		removed++
 	}
 	return Result{Count: removed}, nil
+}
+
+// DueTxnRecords returns up to limit records of transactions, anchored in
+// keys the shard owns, marked removable at or before now (Unix
+// nanoseconds), read from r.
+func (s *Shard) DueTxnRecords(r pebble.Reader, now uint64, limit int) ([]TxnRecordRef, error) {
+	d := s.Desc()
+	if d.IsMeta() {
+		return nil, nil
+	}
+	lo, hi := storage.TxnRecordSpan(d.Collection)
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var out []TxnRecordRef
+	for ok := it.First(); ok && len(out) < limit; ok = it.Next() {
+		k, v := it.Key(), it.Value()
+		rec, bucket, err := txn.DecodeRecord(v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: transaction record %x: %v", storage.ErrCorruptValue, k, err)
+		}
+		if rec.ForgetAfter == 0 || rec.ForgetAfter > now {
+			continue
+		}
+		key, id, err := storage.UnescapeKey(k[len(lo):])
+		if err != nil {
+			return nil, err
+		}
+		if !d.ownsStored(bucket, key) {
+			continue
+		}
+		out = append(out, TxnRecordRef{ID: string(id), Anchor: txn.Anchor{Collection: d.Collection, Bucket: bucket, Key: bytes.Clone(key)}})
+	}
+	return out, it.Error()
 }
 
 func (s *Shard) applyTxnRecord(b *pebble.Batch, c txn.RecordCmd) (Result, error) {

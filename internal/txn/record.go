@@ -48,12 +48,19 @@ type Record struct {
 	// set once by that attempt before it runs (OpRetry). Whoever waits for
 	// the transaction to end follows it from attempt to attempt.
 	RetriedAs *Meta
+	// ForgetAfter, if not 0, is when a decided record may be removed (Unix
+	// time in nanoseconds, by the clock of the node that asked): its
+	// coordinator found it decided and its intents resolved, and set it,
+	// so that the anchor shard's leader removes it then, whatever becomes
+	// of the coordinator meanwhile.
+	ForgetAfter uint64
 }
 
 // Flags of the byte after the heartbeat in an encoded record.
 const (
-	recordWoundedBy = 1 << 0
-	recordRetriedAs = 1 << 1
+	recordWoundedBy   = 1 << 0
+	recordRetriedAs   = 1 << 1
+	recordForgetAfter = 1 << 2
 )
 
 // EncodeRecord encodes r (bucket: the anchor's, kept for ownership).
@@ -70,7 +77,13 @@ func EncodeRecord(r Record, bucket uint16) []byte {
 	if r.RetriedAs != nil {
 		flags |= recordRetriedAs
 	}
+	if r.ForgetAfter != 0 {
+		flags |= recordForgetAfter
+	}
 	b = append(b, flags)
+	if r.ForgetAfter != 0 {
+		b = binary.BigEndian.AppendUint64(b, r.ForgetAfter)
+	}
 	if r.WoundedBy != nil {
 		b = AppendMeta(b, r.WoundedBy)
 	}
@@ -85,11 +98,20 @@ var ErrCorruptRecord = errors.New("txn: corrupt record")
 
 // DecodeRecord decodes a record and the bucket of its anchor.
 func DecodeRecord(b []byte) (Record, uint16, error) {
-	if len(b) < 20 || b[0] > byte(Aborted) || b[19]&^(recordWoundedBy|recordRetriedAs) != 0 {
+	if len(b) < 20 || b[0] > byte(Aborted) || b[19]&^(recordWoundedBy|recordRetriedAs|recordForgetAfter) != 0 {
 		return Record{}, 0, ErrCorruptRecord
 	}
 	r := Record{Status: Status(b[0]), CommitTS: binary.BigEndian.Uint64(b[3:]), Heartbeat: binary.BigEndian.Uint64(b[11:])}
 	rest := b[20:]
+	if b[19]&recordForgetAfter != 0 {
+		if len(rest) < 8 {
+			return Record{}, 0, ErrCorruptRecord
+		}
+		r.ForgetAfter, rest = binary.BigEndian.Uint64(rest), rest[8:]
+		if r.ForgetAfter == 0 {
+			return Record{}, 0, ErrCorruptRecord // not canonical: no flag for 0
+		}
+	}
 	if b[19]&recordWoundedBy != 0 {
 		m, more, err := DecodeMeta(rest)
 		if err != nil {

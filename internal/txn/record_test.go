@@ -175,6 +175,8 @@ func TestRecordRoundTrip(t *testing.T) {
 		{Record{Status: Aborted, Reason: "wounded", WoundedBy: &Meta{ID: "w", Priority: 4, Attempt: 2, Start: 9, Anchor: Anchor{Collection: 3, Bucket: 8, Key: []byte("k")}}}, 5},
 		{Record{Status: Aborted, RetriedAs: &Meta{ID: "n", Priority: 4, Attempt: 3, Start: 11, Anchor: Anchor{Collection: 3, Bucket: 8, Key: []byte("k")}}}, 5},
 		{Record{Status: Aborted, Reason: "wounded", WoundedBy: &Meta{ID: "w", Priority: 2, Anchor: Anchor{Key: []byte("a")}}, RetriedAs: &Meta{ID: "n", Priority: 4, Attempt: 3, Anchor: Anchor{Key: []byte("b")}}}, 6},
+		{Record{Status: Committed, CommitTS: 8, ForgetAfter: 1 << 60}, 7},
+		{Record{Status: Aborted, Reason: "wounded", WoundedBy: &Meta{ID: "w", Priority: 2, Anchor: Anchor{Key: []byte("a")}}, RetriedAs: &Meta{ID: "n", Priority: 4, Anchor: Anchor{Key: []byte("b")}}, ForgetAfter: 1}, 6},
 	} {
 		b := EncodeRecord(c.r, c.bucket)
 		r, bucket, err := DecodeRecord(b)
@@ -197,14 +199,16 @@ func TestDecodeRecordCorrupt(t *testing.T) {
 	badStatus := bytes.Clone(good)
 	badStatus[0] = 3
 	for name, b := range map[string][]byte{
-		"nil":           nil,
-		"empty":         {},
-		"one byte":      {0},
-		"truncated":     good[:19],
-		"bad status":    badStatus,
-		"status 255":    append([]byte{255}, good[1:]...),
-		"bad flags":     append(bytes.Clone(good[:19]), 4),
-		"flag, no meta": append(bytes.Clone(good[:19]), recordRetriedAs),
+		"nil":                nil,
+		"empty":              {},
+		"one byte":           {0},
+		"truncated":          good[:19],
+		"bad status":         badStatus,
+		"status 255":         append([]byte{255}, good[1:]...),
+		"bad flags":          append(bytes.Clone(good[:19]), 8),
+		"flag, no meta":      append(bytes.Clone(good[:19]), recordRetriedAs),
+		"forget-after short": append(append(bytes.Clone(good[:19]), recordForgetAfter), 0, 0, 1),
+		"forget-after 0":     append(append(bytes.Clone(good[:19]), recordForgetAfter), make([]byte, 8)...),
 	} {
 		if r, bucket, err := DecodeRecord(b); !errors.Is(err, ErrCorruptRecord) {
 			t.Errorf("%s: DecodeRecord(%x) = %+v, %d, %v: want ErrCorruptRecord", name, b, r, bucket, err)
@@ -225,6 +229,7 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add([]byte{3})
 	f.Add(EncodeRecord(Record{Status: Aborted, Reason: "wounded", WoundedBy: &Meta{ID: "x", Priority: 3, Anchor: Anchor{Collection: 1, Key: []byte("k")}}}, 2))
 	f.Add(EncodeRecord(Record{Status: Aborted, WoundedBy: &Meta{ID: "x", Priority: 3}, RetriedAs: &Meta{ID: "y", Priority: 5, Attempt: 2}}, 2))
+	f.Add(EncodeRecord(Record{Status: Committed, CommitTS: 3, ForgetAfter: 99}, 2))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, bucket, err := DecodeRecord(b)
 		if err != nil {
