@@ -238,7 +238,7 @@ func (n *Node) start() error {
 		return err
 	}
 	n.startGroups()
-	n.bg.Add(4)
+	n.bg.Add(5)
 	go n.reconcileLoop()
 	go n.gcLoop()
 	go func() {
@@ -248,6 +248,10 @@ func (n *Node) start() error {
 	go func() {
 		defer n.bg.Done()
 		n.every(n.markInterval(), n.forgetTick)
+	}()
+	go func() {
+		defer n.bg.Done()
+		n.every(n.opts.TxnTimeout/2, n.settleOrphanedPrepares)
 	}()
 	return nil
 }
