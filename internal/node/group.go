@@ -238,20 +238,13 @@ func (n *Node) groupSends(effs []group.Effect) {
 // groupTick ticks the Leader and Follower of every shard led here and
 // forgets old replies.
 func (n *Node) groupTick() {
-	for _, id := range n.localShardIDs() {
-		if !n.host.Ready(id) {
-			continue
-		}
-		sm := n.host.StateMachine(id)
-		if sm == nil {
-			continue
-		}
+	n.eachLed(func(_ uint64, sm *shard.Shard) {
 		var effs []group.Effect
 		sm.WithGroups(func(l *group.Leader, f *group.Follower) {
 			effs = append(l.Tick(), f.Tick()...)
 		})
 		n.groupSends(effs)
-	}
+	})
 	now := time.Now()
 	n.groups.mu.Lock()
 	for k, r := range n.groups.mu.replies {
@@ -302,6 +295,19 @@ func (n *Node) localShardIDs() []uint64 {
 		}
 	}
 	return ids
+}
+
+// eachLed calls fn with every shard (but the meta shard) this node leads,
+// ready, and its state machine.
+func (n *Node) eachLed(fn func(id uint64, sm *shard.Shard)) {
+	for _, id := range n.localShardIDs() {
+		if !n.host.Ready(id) {
+			continue
+		}
+		if sm := n.host.StateMachine(id); sm != nil {
+			fn(id, sm)
+		}
+	}
 }
 
 // groupSender sends queued messages in batches, one call per node.

@@ -221,14 +221,7 @@ func (n *Node) sweepRecords() {
 	if n.opts.TxnRecordRetention < 0 {
 		return
 	}
-	for _, id := range n.localShardIDs() {
-		if !n.host.Ready(id) {
-			continue
-		}
-		sm := n.host.StateMachine(id)
-		if sm == nil {
-			continue
-		}
+	n.eachLed(func(id uint64, sm *shard.Shard) {
 		for range maxSweepBatches {
 			refs, err := sm.DueTxnRecords(n.eng.DB, uint64(time.Now().UnixNano()), maxForgetBatch)
 			if err != nil {
@@ -242,7 +235,7 @@ func (n *Node) sweepRecords() {
 				break
 			}
 		}
-	}
+	})
 }
 
 // proposeForget proposes c in shard id and counts what it marked or

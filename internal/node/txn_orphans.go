@@ -31,14 +31,14 @@ func (n *Node) settleOrphanedPrepares() {
 	ctx, cancel := context.WithTimeout(context.Background(), n.retryWindow())
 	defer cancel()
 	var now uint64
-	for _, id := range n.localShardIDs() {
-		if !n.host.Ready(id) || n.host.MinPrepared(id) == 0 {
-			continue
+	n.eachLed(func(id uint64, _ *shard.Shard) {
+		if n.host.MinPrepared(id) == 0 {
+			return
 		}
 		if now == 0 {
 			var err error
 			if now, err = n.latest(ctx); err != nil {
-				return
+				return // the next shard asks again
 			}
 		}
 		var old []txn.Meta
@@ -51,7 +51,7 @@ func (n *Node) settleOrphanedPrepares() {
 		})
 		if err != nil {
 			n.log.Warn("reading prepared transactions failed", "shard", id, "err", err)
-			continue
+			return
 		}
 		for i := range old {
 			rec, err := n.settleRecord(ctx, &old[i])
@@ -64,5 +64,5 @@ func (n *Node) settleOrphanedPrepares() {
 			}
 			n.log.Info("resolved a prepared transaction its coordinator left", "shard", id, "txn", old[i].ID, "status", rec.Status.String())
 		}
-	}
+	})
 }
