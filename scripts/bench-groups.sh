@@ -273,8 +273,8 @@ either run move a mean.
 Setup:
 
 - groupkv: one \`groupkv server\` on a fresh data directory, the benchmark
-  over loopback (gets and puts over gRPC, groups and their transactions
-  over the HTTP forms on the same port)$([[ $CLUSTER == 1 ]] && printf '%s' "; groupkv-3: three nodes
+  over loopback, everything over gRPC through the Go client (gets and
+  puts, groups, and their transactions by \`Group(id).Transact\`)$([[ $CLUSTER == 1 ]] && printf '%s' "; groupkv-3: three nodes
   started by \`groupkv cluster local\`, the players collection with 3
   replicas, client i talking to node i mod 3")
 - Loads, batch puts of 200 players from 8 clients:$LOADS

@@ -16,7 +16,7 @@
 # off the systems' defaults), runs every key range, and stops it:
 #
 #   groupkv     transactions (and, as the baseline, the same reads and
-#               writes without transactions) over HTTP when the server has
+#               writes without transactions) over gRPC when the server has
 #               the /v1/txn endpoints, else on a node inside the benchmark
 #               process (groupkv bench --embedded): see the docs section
 #   etcd        concurrency.NewSTM with concurrency.Serializable
@@ -303,9 +303,10 @@ if [[ $GROUPKV_MODE == embedded ]]; then
   show. Its ratio to its own non-transactional mode is like for like (both
   in process)."
 else
-	GROUPKV_HOW="a server on 127.0.0.1, transactions over its HTTP/JSON
-  endpoints (\`POST /v1/txn\`, keep-alive connections), the non-transactional
-  baseline over \`GET\`/\`PUT /v1/kv\`."
+	GROUPKV_HOW="a server on 127.0.0.1, transactions over its gRPC
+  transaction RPCs (one connection, the attempts' writes kept in the client
+  until the commit), the non-transactional baseline by the Go client's
+  gets and puts over gRPC."
 fi
 
 BUSY=
