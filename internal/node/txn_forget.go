@@ -45,6 +45,11 @@ const maxForgetQueue = 1 << 20
 // maxForgetBatch bounds the records one KindTxnForget names.
 const maxForgetBatch = 1024
 
+// maxMarkTries bounds how many times a node proposes the mark of a record
+// (once every markInterval) while its proposals fail, say while the
+// record's shard elects a leader; then it leaves the record in place.
+const maxMarkTries = 20
+
 // maxSweepBatches bounds the removals one sweep of a shard proposes; the
 // next sweep goes on.
 const maxSweepBatches = 16
@@ -65,6 +70,8 @@ type recordForgetter struct {
 type forgetEntry struct {
 	after time.Time
 	ref   shard.TxnRecordRef
+	// tries is how many proposals of its mark failed.
+	tries int
 }
 
 func newRecordForgetter(reg *prometheus.Registry) *recordForgetter {
@@ -168,10 +175,11 @@ func (n *Node) forgetDueRecords() {
 // markRecords marks the queued records removable, in one proposal per
 // anchor shard (and per maxForgetBatch records), each with the latest time
 // of its records (a record removed a little later than it could be is
-// harmless). An aborted attempt this node still remembers for its retry
-// keeps its record until the retry can no longer link itself to it
-// (beginSession: a link that found no record would write one anew), which
-// the memory bounds: TxnIdleTimeout from now.
+// harmless); a failed proposal is tried again at the next tick, up to
+// maxMarkTries times. An aborted attempt this node still remembers for
+// its retry is marked once it is forgotten (its retry took it, or
+// TxnIdleTimeout passed): a retry that linked itself to a record already
+// gone would write one anew (beginSession).
 func (n *Node) markRecords() {
 	f := n.forgetter
 	f.mu.Lock()
@@ -181,16 +189,18 @@ func (n *Node) markRecords() {
 	if len(taken) == 0 {
 		return
 	}
-	now := time.Now()
+	var again, marks []forgetEntry
 	n.txns.mu.Lock()
-	for i, e := range taken {
+	for _, e := range taken {
 		if _, ok := n.txns.ended[e.ref.ID]; ok {
-			taken[i].after = maxTime(e.after, now.Add(n.opts.TxnIdleTimeout))
+			again = append(again, e)
+		} else {
+			marks = append(marks, e)
 		}
 	}
 	n.txns.mu.Unlock()
 	byShard := map[uint64][]forgetEntry{}
-	for _, e := range taken {
+	for _, e := range marks {
 		id, err := n.anchorShard(e.ref.Anchor)
 		if err != nil {
 			f.kept.Inc() // its collection is gone, or the node cannot route
@@ -208,10 +218,22 @@ func (n *Node) markRecords() {
 				c.Records[i], after = e.ref, maxTime(after, e.after)
 			}
 			c.After = uint64(after.UnixNano())
-			if !n.proposeForget(id, c) {
-				f.kept.Add(float64(len(batch)))
+			if n.proposeForget(id, c) {
+				continue
+			}
+			for _, e := range batch {
+				if e.tries++; e.tries < maxMarkTries {
+					again = append(again, e)
+				} else {
+					f.kept.Inc()
+				}
 			}
 		}
+	}
+	if len(again) > 0 {
+		f.mu.Lock()
+		f.queue = append(f.queue, again...)
+		f.mu.Unlock()
 	}
 }
 
