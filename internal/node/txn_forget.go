@@ -173,9 +173,10 @@ func (n *Node) forgetDueRecords() {
 }
 
 // markRecords marks the queued records removable, in one proposal per
-// anchor shard (and per maxForgetBatch records), each with the latest time
-// of its records (a record removed a little later than it could be is
-// harmless); a failed proposal is tried again at the next tick, up to
+// anchor shard and time (and per maxForgetBatch records), the times
+// rounded up to markInterval so that records queued together share one
+// (a record removed a little later than it could be is harmless; one
+// removed earlier is not); a failed proposal is tried again at the next tick, up to
 // maxMarkTries times. An aborted attempt this node still remembers for
 // its retry is marked once it is forgotten (its retry took it, or
 // TxnIdleTimeout passed): a retry that linked itself to a record already
@@ -199,26 +200,33 @@ func (n *Node) markRecords() {
 		}
 	}
 	n.txns.mu.Unlock()
-	byShard := map[uint64][]forgetEntry{}
+	type markKey struct {
+		shard uint64
+		after time.Time
+	}
+	grain := n.markInterval()
+	byKey := map[markKey][]forgetEntry{}
 	for _, e := range marks {
 		id, err := n.anchorShard(e.ref.Anchor)
 		if err != nil {
 			f.kept.Inc() // its collection is gone, or the node cannot route
 			continue
 		}
-		byShard[id] = append(byShard[id], e)
+		k := markKey{id, e.after.Truncate(grain)}
+		if k.after.Before(e.after) {
+			k.after = k.after.Add(grain)
+		}
+		byKey[k] = append(byKey[k], e)
 	}
-	for id, es := range byShard {
+	for k, es := range byKey {
 		for len(es) > 0 {
 			batch := es[:min(len(es), maxForgetBatch)]
 			es = es[len(batch):]
-			c := &shard.TxnForgetCmd{Records: make([]shard.TxnRecordRef, len(batch))}
-			var after time.Time
+			c := &shard.TxnForgetCmd{Records: make([]shard.TxnRecordRef, len(batch)), After: uint64(k.after.UnixNano())}
 			for i, e := range batch {
-				c.Records[i], after = e.ref, maxTime(after, e.after)
+				c.Records[i] = e.ref
 			}
-			c.After = uint64(after.UnixNano())
-			if n.proposeForget(id, c) {
+			if n.proposeForget(k.shard, c) {
 				continue
 			}
 			for _, e := range batch {
@@ -281,11 +289,4 @@ func (n *Node) proposeForget(id uint64, c *shard.TxnForgetCmd) bool {
 		n.log.Debug("some finished transactions' records were not there", "shard", id, "records", skipped)
 	}
 	return true
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }

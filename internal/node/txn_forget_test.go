@@ -320,6 +320,48 @@ func TestTxnForgetLeavesUndecided(t *testing.T) {
 	}
 }
 
+// TestTxnForgetMarksEachRecordItsTime: records queued together for one
+// shard with different retentions (a wound's ABORTED record waits for its
+// attempt's deadline, a resolved one only for the retention) are each
+// marked with their own time: the first goes, the second stays.
+func TestTxnForgetMarksEachRecordItsTime(t *testing.T) {
+	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond, TxnRecordRetention: time.Hour})
+	defer n.Close()
+	ctx := context.Background()
+	d, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionHash, Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc, err := n.collection("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := n.route(desc, []byte("k"))
+	soon := txn.Meta{ID: txn.NewID(1, 1), Priority: 1, Attempt: 1, Start: 1, Anchor: txn.Anchor{Collection: d.ID, Bucket: b, Key: []byte("k")}}
+	late := soon
+	late.ID = txn.NewID(2, 1)
+	for _, m := range []txn.Meta{soon, late} {
+		if _, err := n.recordCAS(ctx, txn.RecordCmd{Op: txn.OpAbort, Meta: m, Reason: "test"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.forgetRecordAfter(soon, 0)
+	n.forgetRecordAfter(late, time.Hour)
+	n.forgetDueRecords() // marks both
+	time.Sleep(n.markInterval())
+	n.forgetDueRecords() // removes the first
+	var left []string
+	eachTxnRecord(t, n, d.ID, func(id string, rec txn.Record) {
+		left = append(left, id)
+		if rec.ForgetAfter == 0 {
+			t.Errorf("record %s not marked", id)
+		}
+	})
+	if len(left) != 1 || left[0] != late.ID {
+		t.Fatalf("records left %v, want only %s", left, late.ID)
+	}
+}
+
 // TestTxnReadOnlyHeartbeatRecordForgotten: a serializable attempt that only
 // read, and lived long enough to heartbeat (which writes a PENDING record),
 // leaves its record decided, and the record goes after the retention.
@@ -361,6 +403,8 @@ func TestTxnReadOnlyHeartbeatRecordForgotten(t *testing.T) {
 		n.forgetter.queue[i].after = time.Now()
 	}
 	n.forgetter.mu.Unlock()
+	n.forgetDueRecords() // marks it, its time rounded up to markInterval
+	time.Sleep(n.markInterval())
 	n.forgetDueRecords()
 	if counts := countTxnRecords(t, n, d.ID); len(counts) != 0 {
 		t.Fatalf("records after the retention: %v, want none", counts)
