@@ -10,10 +10,17 @@ import (
 
 type metrics struct {
 	repl *replication.Metrics
+	// orphans counts the prepares their coordinators left that shards
+	// led here resolved (txn_orphans.go).
+	orphans prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry, eng *storage.Engine) *metrics {
 	m := &metrics{repl: replication.NewMetrics(reg)}
+	m.orphans = registerCounter(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "groupkv_txn_orphaned_prepares_resolved_total",
+		Help: "Prepared transactions their coordinator left (it stopped before resolving them) that the leader of their shard resolved from their record.",
+	})).(prometheus.Counter)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), pebbleCollector{eng})
 	return m
 }

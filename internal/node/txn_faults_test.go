@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/shard"
 	"github.com/groupkv/groupkv/internal/txn"
@@ -352,6 +354,15 @@ func TestTxnCoordinatorCrash(t *testing.T) {
 			return nil
 		})
 		t.Logf("shard %d resolved past the crash after %v", id, time.Since(start).Round(time.Millisecond))
+	}
+	orphans := 0.0
+	for _, tn := range c.nodes {
+		if tn != victim {
+			orphans += testutil.ToFloat64(tn.n.metrics.orphans)
+		}
+	}
+	if orphans == 0 {
+		t.Error("no node counted a prepare the dead coordinator left as resolved")
 	}
 
 	// visible reads keys with one plain batch get and reports how many

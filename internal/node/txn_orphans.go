@@ -62,6 +62,7 @@ func (n *Node) settleOrphanedPrepares() {
 				n.log.Debug("resolving a prepared transaction its coordinator left failed", "shard", id, "txn", old[i].ID, "err", err)
 				continue
 			}
+			n.metrics.orphans.Inc()
 			n.log.Info("resolved a prepared transaction its coordinator left", "shard", id, "txn", old[i].ID, "status", rec.Status.String())
 		}
 	})
