@@ -176,11 +176,11 @@ func (n *Node) forgetDueRecords() {
 // anchor shard and time (and per maxForgetBatch records), the times
 // rounded up to markInterval so that records queued together share one
 // (a record removed a little later than it could be is harmless; one
-// removed earlier is not); a failed proposal is tried again at the next tick, up to
-// maxMarkTries times. An aborted attempt this node still remembers for
-// its retry is marked once it is forgotten (its retry took it, or
-// TxnIdleTimeout passed): a retry that linked itself to a record already
-// gone would write one anew (beginSession).
+// removed earlier is not); a failed proposal is tried again at the next
+// tick, up to maxMarkTries times. An aborted attempt this node still
+// remembers for its retry is marked once it is forgotten (its retry took
+// it, or TxnIdleTimeout passed): a retry that linked itself to a record
+// already gone would write one anew (beginSession).
 func (n *Node) markRecords() {
 	f := n.forgetter
 	f.mu.Lock()
