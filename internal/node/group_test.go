@@ -447,7 +447,7 @@ func TestGroupClusterLeaderLoss(t *testing.T) {
 			for _, tn := range c.nodes {
 				for _, id := range tn.n.localShardIDs() {
 					sm := tn.n.host.StateMachine(id)
-					if sm == nil || !tn.n.host.Ready(id) || sm.Desc().Collection == 0 {
+					if sm == nil || !tn.n.host.Ready(id) {
 						continue
 					}
 					sm.WithGroups(func(l *group.Leader, f *group.Follower) {

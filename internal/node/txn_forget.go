@@ -251,9 +251,13 @@ func (n *Node) sweepRecords() {
 	if n.opts.TxnRecordRetention < 0 {
 		return
 	}
-	n.eachLed(func(id uint64, sm *shard.Shard) {
+	n.eachLed(func(id uint64, _ *shard.Shard) {
+		d, ok := n.host.Desc(id)
+		if !ok {
+			return
+		}
 		for range maxSweepBatches {
-			refs, err := sm.DueTxnRecords(n.eng.DB, uint64(time.Now().UnixNano()), maxForgetBatch)
+			refs, err := shard.DueTxnRecords(n.eng.DB, d, uint64(time.Now().UnixNano()), maxForgetBatch)
 			if err != nil {
 				n.log.Warn("listing the records of finished transactions to remove failed", "shard", id, "err", err)
 				break

@@ -651,7 +651,7 @@ func (e *applyEnv) dueRecords(t *testing.T, td *datadriven.TestData) string {
 	if td.HasArg("limit") {
 		td.ScanArgs(t, "limit", &limit)
 	}
-	refs, err := e.current(t, td).DueTxnRecords(e.eng.DB, now, limit)
+	refs, err := DueTxnRecords(e.eng.DB, e.current(t, td).Desc(), now, limit)
 	if err != nil {
 		return "error: " + err.Error()
 	}

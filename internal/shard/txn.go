@@ -512,10 +512,10 @@ func (s *Shard) applyTxnForget(b *pebble.Batch, c *TxnForgetCmd) (Result, error)
 }
 
 // DueTxnRecords returns up to limit records of transactions, anchored in
-// keys the shard owns, marked removable at or before now (Unix
-// nanoseconds), read from r.
-func (s *Shard) DueTxnRecords(r pebble.Reader, now uint64, limit int) ([]TxnRecordRef, error) {
-	d := s.Desc()
+// keys shard d owns, marked removable at or before now (Unix
+// nanoseconds), read from r. d is the caller's copy of the shard's
+// descriptor (replication.Host.Desc): the shard's own changes in Apply.
+func DueTxnRecords(r pebble.Reader, d Desc, now uint64, limit int) ([]TxnRecordRef, error) {
 	if d.IsMeta() {
 		return nil, nil
 	}
