@@ -35,8 +35,11 @@ type Yielded struct {
 // write or intent lands in between and Value is still the key's value
 // when the yield is applied.
 type KeyCheck struct {
-	Intent  bool
-	Locked  bool
+	Intent bool
+	Locked bool
+	// Refused, if not empty, is another reason the key cannot be yielded
+	// (ReasonPlacement, ReasonInGroup).
+	Refused string
 	Value   []byte
 	Absent  bool
 	Tags    Tags
@@ -48,6 +51,10 @@ const (
 	ReasonIntent  = "intent"
 	ReasonLocked  = "locked"
 	ReasonInGroup = "in_group"
+	// ReasonPlacement: the key's record is in another shard (a key of a
+	// tag collection whose placement changed), or its placement could not
+	// be pinned.
+	ReasonPlacement = "placement"
 )
 
 // Follower is the state of the keys of one shard that are yielded to
@@ -122,6 +129,8 @@ func (f *Follower) OnJ(m Message, kc KeyCheck) []Effect {
 		return []Effect{f.refuse(m, ReasonIntent)}
 	case kc.Locked:
 		return []Effect{f.refuse(m, ReasonLocked)}
+	case kc.Refused != "":
+		return []Effect{f.refuse(m, kc.Refused)}
 	}
 	return []Effect{Log{Record{Kind: RecYield, Group: m.Group, Key: m.Key, Value: bytes.Clone(kc.Value), Absent: kc.Absent, Tags: kc.Tags.clone(), Version: kc.Version}}}
 }

@@ -228,6 +228,9 @@ func (n *Node) groupSends(effs []group.Effect) {
 		if h := n.groups.sent.Load(); h != nil && (*h)(s.Msg) {
 			continue // dropped by a test
 		}
+		if s.Msg.Type == group.MsgDA && n.unpinAfterDA(s.Msg) {
+			continue // sent once the key's placement is unpinned
+		}
 		select {
 		case n.groups.out <- outMsg{to: uint64(s.Msg.To), msg: group.EncodeMessage(s.Msg)}:
 		default:
@@ -491,6 +494,11 @@ func (n *Node) groupJoin(ctx context.Context, id uint64, sm *shard.Shard, m grou
 			return
 		}
 		kc.Intent = has && in.Meta.ID != ""
+		if d := n.collectionByID(m.Key.Collection); !kc.Intent && d != nil && d.Partitioning == kv.PartitionTag {
+			if kc.Refused, err = n.pinForGroup(ctx, d, id, sm, m); err != nil {
+				return // the protocol retries
+			}
+		}
 		val, version, found, err := shard.ReadRecord(n.eng.DB, m.Key.Collection, key, shard.Latest)
 		if err != nil {
 			return
@@ -506,6 +514,143 @@ func (n *Node) groupJoin(ctx context.Context, id uint64, sm *shard.Shard, m grou
 	var effs []group.Effect
 	sm.WithGroups(func(_ *group.Leader, f *group.Follower) { effs = f.OnJ(m, kc) })
 	n.groupAct(ctx, id, effs)
+}
+
+// collectionByID returns the collection of id, nil if the catalog here
+// has none.
+func (n *Node) collectionByID(id uint32) *cluster.CollectionDesc {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	for _, d := range n.mu.catalog {
+		if d.ID == id {
+			return d
+		}
+	}
+	return nil
+}
+
+// pinForGroup pins, for a J to follower shard id, the placement of its key
+// of tag collection d in the key's home shard, so that the record stays in
+// id while the group holds it: a move of the placement (a put with another
+// first tag, after a delete) is refused until the key is freed and the pin
+// removed (unpinAfterDA). A key never placed is placed by its key. It
+// answers the reason to refuse the key ("" none): its placement is in
+// another shard, or another group pins it. The caller holds the key's
+// exclusive lock in id from before the pin until the yield is applied, and
+// unpinAfterDA takes it too, so a pin is removed only while the key is not
+// yielded to its group.
+func (n *Node) pinForGroup(ctx context.Context, d *cluster.CollectionDesc, id uint64, sm *shard.Shard, m group.Message) (string, error) {
+	yielded := false
+	sm.WithGroups(func(_ *group.Leader, f *group.Follower) {
+		_, yielded = f.Key(m.Key)
+	})
+	if yielded {
+		return "", nil // pinned before it was yielded; OnJ answers
+	}
+	key := []byte(m.Key.Key)
+	p, err := n.placementPinOf(ctx, d, key)
+	if err != nil {
+		return "", err
+	}
+	if _, i := d.Route(key, p.Tag); d.Shards[i].ID != id {
+		return group.ReasonPlacement, nil
+	}
+	pin := m.Group.String()
+	switch p.Pin {
+	case pin:
+		return "", nil
+	case "":
+	default:
+		return group.ReasonInGroup, nil
+	}
+	// The home shard takes the key's lock there for the proposal: a
+	// transaction holding it (it reads or writes the key) would make the
+	// J wait, so the pin gives up after a while and refuses the key.
+	pctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	hb, home := homeOf(d, key)
+	res, err := n.propose(pctx, home, shard.EncodePlace(shard.Placement{Bucket: hb, Key: key, HasOld: p.OK, Old: p.Tag, New: p.Tag, Op: shard.PlacePin, Pin: pin}))
+	if err == nil && res.Err != nil {
+		err = res.Err
+	}
+	if err == nil {
+		return "", nil
+	}
+	switch kv.CodeOf(err) {
+	case kv.CodeConditionFailed:
+		return group.ReasonPlacement, nil
+	case kv.CodeKeyInGroup:
+		return group.ReasonInGroup, nil
+	}
+	if pctx.Err() != nil && ctx.Err() == nil {
+		return group.ReasonLocked, nil
+	}
+	return "", err
+}
+
+// unpinAfterDA sends DA m, from a follower shard led here, once the pin
+// of its key's placement, if of a tag collection, is removed from the
+// key's home shard. It is sent only then (else dropped, and the leader
+// sends the D again): the group's leader forgets the key at DA. A key
+// still yielded to the group (a DA of another yield) keeps its pin.
+func (n *Node) unpinAfterDA(m group.Message) bool {
+	d := n.collectionByID(m.Key.Collection)
+	if d == nil || d.Partitioning != kv.PartitionTag {
+		return false
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		select {
+		case <-n.stop:
+			return
+		default:
+		}
+		if err := n.unpin(ctx, d, uint64(m.From), m); err != nil {
+			n.log.Debug("removing a group's pin failed; its D comes again", "group", m.Group, "key", m.Key, "err", err)
+			return
+		}
+		select {
+		case n.groups.out <- outMsg{to: uint64(m.To), msg: group.EncodeMessage(m)}:
+		default:
+		}
+	}()
+	return true
+}
+
+// unpin removes the pin of m's group from the placement of m's key, in
+// tag collection d, unless follower shard id (led here) has the key
+// yielded to the group.
+func (n *Node) unpin(ctx context.Context, d *cluster.CollectionDesc, id uint64, m group.Message) error {
+	lt := n.lockTable(id)
+	sm := n.host.StateMachine(id)
+	if lt == nil || sm == nil || !n.host.Ready(id) {
+		return kv.Errorf(kv.CodeNotLeader, "node %d does not lead shard %d", n.id, id)
+	}
+	key := []byte(m.Key.Key)
+	meta := &txn.Meta{ID: "unpin-" + n.plainSeq(), Priority: txn.PlainPriority, Plain: true}
+	ok, err := lt.TryAcquireAll(meta, []txn.Target{{Collection: m.Key.Collection, Key: key}})
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return kv.Errorf(kv.CodeUnavailable, "key %q is locked in shard %d", key, id)
+	}
+	defer lt.Release(meta.ID)
+	held := false
+	sm.WithGroups(func(_ *group.Leader, f *group.Follower) {
+		y, ok := f.Key(m.Key)
+		held = ok && y.Group == m.Group
+	})
+	if held {
+		return nil
+	}
+	hb, home := homeOf(d, key)
+	res, err := n.propose(ctx, home, shard.EncodePlace(shard.Placement{Bucket: hb, Key: key, Op: shard.PlaceUnpin, Pin: m.Group.String()}))
+	if err == nil && res.Err != nil {
+		err = res.Err
+	}
+	return err
 }
 
 // groupAct proposes the Log effects of effs in shardID (led here) and
@@ -581,20 +726,28 @@ func (n *Node) registration(ctx context.Context, id string) (groupRegistration, 
 	return reg, rec.Version, nil
 }
 
-// groupKey resolves a key ref to the protocol's key and its home shard.
-func (n *Node) groupKey(ref kv.KeyRef) (group.Key, uint64, error) {
+// groupKey resolves a key ref to the protocol's key and the shard holding
+// its record: of a key of a tag collection, the shard of its placement (by
+// its key if it was never placed), which a group holding the key pins.
+func (n *Node) groupKey(ctx context.Context, ref kv.KeyRef) (group.Key, uint64, error) {
 	d, err := n.collection(ref.Collection)
 	if err != nil {
 		return group.Key{}, 0, err
 	}
-	if d.Partitioning == kv.PartitionTag {
-		return group.Key{}, 0, kv.Errorf(kv.CodeInvalidArgument, "collection %q places keys by tag; groups hold keys of range and hash collections", ref.Collection)
-	}
 	if err := kv.ValidateKey(ref.Key); err != nil {
 		return group.Key{}, 0, err
 	}
+	k := group.Key{Collection: d.ID, Key: string(ref.Key)}
+	if d.Partitioning == kv.PartitionTag {
+		tag, _, err := n.placementOf(ctx, d, ref.Key)
+		if err != nil {
+			return group.Key{}, 0, err
+		}
+		_, i := d.Route(ref.Key, tag)
+		return k, d.Shards[i].ID, nil
+	}
 	_, shardID := n.route(d, ref.Key)
-	return group.Key{Collection: d.ID, Key: string(ref.Key)}, shardID, nil
+	return k, shardID, nil
 }
 
 func (n *Node) keyRef(k group.Key) kv.KeyRef {
@@ -697,7 +850,7 @@ func (n *Node) CreateGroup(ctx context.Context, spec kv.GroupSpec) (kv.GroupCrea
 			return kv.GroupCreated{}, err
 		}
 	}
-	lk, leaderShard, err := n.groupKey(spec.Leader)
+	lk, leaderShard, err := n.groupKey(ctx, spec.Leader)
 	if err != nil {
 		return kv.GroupCreated{}, err
 	}
@@ -705,7 +858,7 @@ func (n *Node) CreateGroup(ctx context.Context, spec kv.GroupSpec) (kv.GroupCrea
 		Leader: groupKeyWire{Collection: lk.Collection, Key: spec.Leader.Key, Shard: leaderShard}}
 	seen := map[group.Key]bool{lk: true}
 	for _, m := range spec.Members {
-		k, s, err := n.groupKey(m)
+		k, s, err := n.groupKey(ctx, m)
 		if err != nil {
 			return kv.GroupCreated{}, err
 		}
@@ -1069,7 +1222,7 @@ func (n *Node) DeleteGroup(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	_, shardID, err := n.groupKey(kv.KeyRef{Collection: reg.Collection, Key: reg.Key})
+	_, shardID, err := n.groupKey(ctx, kv.KeyRef{Collection: reg.Collection, Key: reg.Key})
 	if err != nil {
 		return err
 	}
@@ -1324,7 +1477,7 @@ func (n *Node) readGroup(ctx context.Context, id string, reg groupRegistration, 
 // readGroupShipping is readGroup asking, with ship, that the group's
 // writes not shipped yet be shipped at once.
 func (n *Node) readGroupShipping(ctx context.Context, id string, reg groupRegistration, priority string, ship bool) (*groupReadResponse, error) {
-	_, shardID, err := n.groupKey(kv.KeyRef{Collection: reg.Collection, Key: reg.Key})
+	_, shardID, err := n.groupKey(ctx, kv.KeyRef{Collection: reg.Collection, Key: reg.Key})
 	if err != nil {
 		return nil, err
 	}

@@ -840,7 +840,7 @@ func TestGroupDeleteRemovesRegistration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, shardID, err := n.groupKey(kv.KeyRef{Collection: reg.Collection, Key: reg.Key})
+	_, shardID, err := n.groupKey(ctx, kv.KeyRef{Collection: reg.Collection, Key: reg.Key})
 	if err != nil {
 		t.Fatal(err)
 	}

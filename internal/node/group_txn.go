@@ -95,7 +95,7 @@ func (n *Node) beginGroupTxn(ctx context.Context, id string, opts kv.TxnOptions,
 	if err != nil {
 		return nil, err
 	}
-	_, shardID, err := n.groupKey(kv.KeyRef{Collection: reg.Collection, Key: reg.Key})
+	_, shardID, err := n.groupKey(ctx, kv.KeyRef{Collection: reg.Collection, Key: reg.Key})
 	if err != nil {
 		return nil, err
 	}
@@ -253,6 +253,9 @@ func (s *groupTxn) write(ctx context.Context, n *Node, ref kv.KeyRef, value []by
 	if err != nil {
 		return err
 	}
+	if err := keepsPlacement(ctx, n, ref, tags, del); err != nil {
+		return err
+	}
 	for i := range s.writes {
 		if s.writes[i].Key == k {
 			s.writes[i] = group.Write{Key: k, Value: bytes.Clone(value), Delete: del, Tags: group.Tags{List: slices.Clone(tags)}}
@@ -264,6 +267,32 @@ func (s *groupTxn) write(ctx context.Context, n *Node, ref kv.KeyRef, value []by
 	}
 	s.writes = append(s.writes, group.Write{Key: k, Value: bytes.Clone(value), Delete: del, Tags: group.Tags{List: slices.Clone(tags)}})
 	return nil
+}
+
+// keepsPlacement checks that a group's put of a key of a tag collection
+// keeps its placement: the group pinned it (pinForGroup), so that the
+// record stays in the shard that yielded it; its first tag (none: the key
+// is placed by its key) is the placement tag.
+func keepsPlacement(ctx context.Context, n *Node, ref kv.KeyRef, tags []string, del bool) error {
+	d, err := n.collection(ref.Collection)
+	if err != nil || del || d.Partitioning != kv.PartitionTag {
+		return err
+	}
+	p, err := n.placementPinOf(ctx, d, ref.Key)
+	if err != nil {
+		return err
+	}
+	want := ""
+	if len(tags) > 0 {
+		want = tags[0]
+	}
+	if want == p.Tag {
+		return nil
+	}
+	if p.Tag == "" {
+		return kv.Errorf(kv.CodePlacementTagChanged, "key %q is placed by its key (it joined its group never put, or put without tags): a write in the group carries no tags", ref.Key)
+	}
+	return kv.Errorf(kv.CodePlacementTagChanged, "key %q is placed by tag %q: a write in its group keeps it as the first tag", ref.Key, p.Tag)
 }
 
 // commit sends the attempt to the group's leader. Once begun, it runs to
@@ -607,7 +636,7 @@ func (n *Node) handleGroupOwner(ctx context.Context, req *groupOwnerRequest) (*g
 // key_in_group, through its group: a one-key group transaction, which
 // reads the key first when the write is conditional.
 func (n *Node) groupPlainWrite(ctx context.Context, homeShard uint64, ref kv.KeyRef, value []byte, tags []string, del bool, ifVersion *uint64, mustExist bool) (uint64, error) {
-	k, _, err := n.groupKey(ref)
+	k, _, err := n.groupKey(ctx, ref)
 	if err != nil {
 		return 0, err
 	}
@@ -670,18 +699,15 @@ func (n *Node) groupPlainWrite(ctx context.Context, homeShard uint64, ref kv.Key
 // shards yet); the batch's version rises to theirs. held says which keys a
 // group held before the batch was read (groupHeld): one freed since is
 // read again, once its free is in storage.
-func (n *Node) overlayGroups(ctx context.Context, descs []*cluster.CollectionDesc, keyShards [][]uint64, held []bool, res *kv.BatchGetResult) error {
+func (n *Node) overlayGroups(ctx context.Context, descs []*cluster.CollectionDesc, keyShards [][]uint64, held []uint64, res *kv.BatchGetResult) error {
 	snaps := map[string]*groupReadResponse{}
 	for i := range res.Items {
 		it := &res.Items[i]
-		if descs[i].Partitioning == kv.PartitionTag || len(keyShards[i]) != 1 {
-			continue
-		}
 		k := group.Key{Collection: descs[i].ID, Key: string(it.Key)}
-		owner := n.localGroupOwner(keyShards[i][0], k)
+		_, owner := n.yieldedIn(keyShards[i], k)
 		if owner.Group == "" {
-			if held[i] {
-				if err := n.rereadFreed(ctx, keyShards[i][0], descs[i].ID, it, res); err != nil {
+			if held[i] != 0 {
+				if err := n.rereadFreed(ctx, held[i], descs[i].ID, it, res); err != nil {
 					return err
 				}
 			}
@@ -801,21 +827,31 @@ func (n *Node) awaitShipped(ctx context.Context, coll uint32, shards []uint64, s
 // key's own shard.
 func (n *Node) groupGet(ctx context.Context, shardID uint64, ref kv.KeyRef, k group.Key) (kv.Record, bool, error) {
 	owner := n.localGroupOwner(shardID, k)
+	rec, ok, err := n.ownersValue(ctx, owner, ref, k)
+	if ok || err != nil {
+		return rec, ok, err
+	}
+	// The caller reads the key's shard: what freed the key is there.
+	return kv.Record{}, false, n.groupsVisible(ctx, shardID)
+}
+
+// ownersValue reads a member key from owner, the group its shard yielded
+// it to ("": none), if the group's value is the key's (ok).
+func (n *Node) ownersValue(ctx context.Context, owner *groupOwnerResponse, ref kv.KeyRef, k group.Key) (kv.Record, bool, error) {
 	if owner.Group == "" {
-		// The caller reads the key's shard: what freed the key is there.
-		return kv.Record{}, false, n.groupsVisible(ctx, shardID)
+		return kv.Record{}, false, nil
 	}
 	snap, err := n.readGroupAt(ctx, owner.Group, owner.Leader, "", false)
 	if err != nil {
 		if kv.CodeOf(err) == kv.CodeNotFound {
 			// Gone: the key is freed, or about to be (a ghost's).
-			return kv.Record{}, false, n.groupsVisible(ctx, shardID)
+			return kv.Record{}, false, nil
 		}
 		return kv.Record{}, false, err
 	}
 	if snap.Ref.Inc != owner.Inc {
 		// Another group of the id: the one the key is yielded to is gone.
-		return kv.Record{}, false, n.groupsVisible(ctx, shardID)
+		return kv.Record{}, false, nil
 	}
 	for _, m := range snap.Members {
 		if m.Key.key() == k && m.groupsValue() {
@@ -826,7 +862,22 @@ func (n *Node) groupGet(ctx context.Context, shardID uint64, ref kv.KeyRef, k gr
 		}
 	}
 	// Joining (its value is the shard's) or released (shipped).
-	return kv.Record{}, false, n.groupsVisible(ctx, shardID)
+	return kv.Record{}, false, nil
+}
+
+// groupGetRemote is groupGet for a key of a tag collection whose record's
+// shard, shardID, may have no replica here: its leader names the group.
+// Only a group that keeps its tags gives them from the shard (m.tags):
+// the caller reads the shard after ok false.
+func (n *Node) groupGetRemote(ctx context.Context, shardID uint64, ref kv.KeyRef, k group.Key) (kv.Record, bool, error) {
+	oreq := &groupOwnerRequest{Shard: shardID, Key: groupKeyWire{Collection: k.Collection, Key: ref.Key}}
+	out, err := n.atGroupLeader(ctx, shardID, "GroupOwner", oreq, func(ctx context.Context) (any, error) {
+		return n.groupOwnerHere(ctx, oreq)
+	})
+	if err != nil {
+		return kv.Record{}, false, err
+	}
+	return n.ownersValue(ctx, out.(*groupOwnerResponse), ref, k)
 }
 
 // groupsValue reports whether the group's value of member m is the key's,
@@ -847,22 +898,32 @@ func (m memberWire) tags(stored []string) []string {
 	return slices.Clone(m.Tags)
 }
 
-// groupHeld reports, for each key of a batch get read here, whether a
-// group holds it in its shard's replica here now.
-func (n *Node) groupHeld(descs []*cluster.CollectionDesc, keys []kv.KeyRef, keyShards [][]uint64) []bool {
-	held := make([]bool, len(keys))
+// groupHeld reports, for each key of a batch get read here, the shard
+// whose replica here has it yielded to a group now (0: none).
+func (n *Node) groupHeld(descs []*cluster.CollectionDesc, keys []kv.KeyRef, keyShards [][]uint64) []uint64 {
+	held := make([]uint64, len(keys))
 	for i, k := range keys {
-		if descs[i].Partitioning == kv.PartitionTag || len(keyShards[i]) != 1 {
-			continue
-		}
-		held[i] = n.localGroupOwner(keyShards[i][0], group.Key{Collection: descs[i].ID, Key: string(k.Key)}).Group != ""
+		held[i], _ = n.yieldedIn(keyShards[i], group.Key{Collection: descs[i].ID, Key: string(k.Key)})
 	}
 	return held
 }
 
-// rereadFreed reads again, for a batch get, a key its group freed while
-// the batch was read: once the free (which stores the group's last writes)
-// is in storage, its newest version; the batch's version rises to it.
+// yieldedIn finds, among shards (the key's shard, or every shard of a tag
+// collection: the one of its placement yields it), the replica here that
+// has k yielded to a group, and the group (Group "": none).
+func (n *Node) yieldedIn(shards []uint64, k group.Key) (uint64, *groupOwnerResponse) {
+	for _, id := range shards {
+		if o := n.localGroupOwner(id, k); o.Group != "" {
+			return id, o
+		}
+	}
+	return 0, &groupOwnerResponse{}
+}
+
+// rereadFreed reads again, for a batch get, a key its group freed (in
+// shardID) while the batch was read: once the free (which stores the
+// group's last writes) is in storage, its newest version; the batch's
+// version rises to it.
 func (n *Node) rereadFreed(ctx context.Context, shardID uint64, coll uint32, it *kv.BatchGetItem, res *kv.BatchGetResult) error {
 	if err := n.groupsVisible(ctx, shardID); err != nil {
 		return err

@@ -467,7 +467,7 @@ func (n *Node) Scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResult, err
 	if route == routeForward {
 		return fwd, err
 	}
-	if req.Page == "" && req.Version == 0 && d.Partitioning != kv.PartitionTag {
+	if req.Page == "" && req.Version == 0 {
 		if err := n.awaitShipped(ctx, d.ID, n.expandLocal(shardsIn(d, req.Start, req.End)), req.Start, req.End); err != nil {
 			return kv.ScanResult{}, err
 		}
@@ -569,7 +569,7 @@ func (n *Node) GetByTags(ctx context.Context, q kv.TagQuery) (kv.ScanResult, err
 	if route == routeForward {
 		return fwd, err
 	}
-	if q.Page == "" && q.Version == 0 && d.Partitioning != kv.PartitionTag {
+	if q.Page == "" && q.Version == 0 {
 		if err := n.awaitShipped(ctx, d.ID, n.expandLocal(shardsOf(d)), nil, nil); err != nil {
 			return kv.ScanResult{}, err
 		}

@@ -974,6 +974,9 @@ func (n *Node) Put(ctx context.Context, req kv.PutRequest) (uint64, error) {
 		unlock := n.locks.lock([]lockRef{{d.ID, req.Key}})
 		defer unlock()
 		if bucket, shardID, err = n.placeForPut(ctx, d, req.Key, req.Tags); err != nil {
+			if kv.CodeOf(err) == kv.CodeKeyInGroup {
+				return n.groupPlainWrite(ctx, shardID, kv.KeyRef{Collection: req.Collection, Key: req.Key}, req.Value, req.Tags, false, req.IfVersion, false)
+			}
 			return 0, err
 		}
 	} else {
@@ -982,7 +985,7 @@ func (n *Node) Put(ctx context.Context, req kv.PutRequest) (uint64, error) {
 	hasCond, cond := condOf(req.IfVersion)
 	cmd := shard.EncodeWrite([]shard.Op{{Type: shard.OpPut, Bucket: bucket, Key: req.Key, Value: req.Value, Tags: req.Tags, HasCond: hasCond, CondVersion: cond}})
 	v, err := n.writeRouted(ctx, shardID, n.rerouter(d, bucket, req.Key), cmd)
-	if kv.CodeOf(err) == kv.CodeKeyInGroup && d.Partitioning != kv.PartitionTag {
+	if kv.CodeOf(err) == kv.CodeKeyInGroup {
 		// A member of a group: written by the group's leader (group_txn.go).
 		return n.groupPlainWrite(ctx, shardID, kv.KeyRef{Collection: req.Collection, Key: req.Key}, req.Value, req.Tags, false, req.IfVersion, false)
 	}
@@ -1023,7 +1026,7 @@ func (n *Node) Delete(ctx context.Context, req kv.DeleteRequest) (uint64, error)
 	hasCond, cond := condOf(req.IfVersion)
 	cmd := shard.EncodeWrite([]shard.Op{{Type: shard.OpDelete, Bucket: bucket, Key: req.Key, HasCond: hasCond, CondVersion: cond, MustExist: true}})
 	v, err := n.writeRouted(ctx, shardID, n.rerouter(d, bucket, req.Key), cmd)
-	if kv.CodeOf(err) == kv.CodeKeyInGroup && d.Partitioning != kv.PartitionTag {
+	if kv.CodeOf(err) == kv.CodeKeyInGroup {
 		return n.groupPlainWrite(ctx, shardID, kv.KeyRef{Collection: req.Collection, Key: req.Key}, nil, nil, true, req.IfVersion, true)
 	}
 	return v, err
@@ -1129,7 +1132,7 @@ func (n *Node) Get(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
 			}
 		}
 	}
-	if asOf == shard.Latest && d.Partitioning != kv.PartitionTag {
+	if asOf == shard.Latest {
 		// A member of a group is read from the group's leader.
 		rec, ok, err := n.groupGet(ctx, shards[0], kv.KeyRef{Collection: req.Collection, Key: req.Key}, group.Key{Collection: d.ID, Key: string(req.Key)})
 		if ok || err != nil {
@@ -1160,7 +1163,18 @@ func (n *Node) Get(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
 func (n *Node) getSpread(ctx context.Context, d *cluster.CollectionDesc, shards []uint64, req kv.GetRequest) (kv.Record, error) {
 	version := req.Version
 	if version == 0 {
-		var err error
+		// A member of a group is read from the group's leader.
+		p, err := n.placementPinOf(ctx, d, req.Key)
+		if err != nil {
+			return kv.Record{}, err
+		}
+		if p.Pin != "" {
+			_, i := d.Route(req.Key, p.Tag)
+			rec, ok, err := n.groupGetRemote(ctx, d.Shards[i].ID, kv.KeyRef{Collection: req.Collection, Key: req.Key}, group.Key{Collection: d.ID, Key: string(req.Key)})
+			if ok || err != nil {
+				return rec, err
+			}
+		}
 		if version, err = n.latest(ctx); err != nil {
 			return kv.Record{}, err
 		}

@@ -86,55 +86,82 @@ func homeOf(d *cluster.CollectionDesc, key []byte) (uint16, uint64) {
 
 // placementOf reads the placement tag of key (ok false: never placed).
 func (n *Node) placementOf(ctx context.Context, d *cluster.CollectionDesc, key []byte) (string, bool, error) {
+	p, err := n.placementPinOf(ctx, d, key)
+	return p.Tag, p.OK, err
+}
+
+// placementPinOf reads the placement of key and the pin of the Key Group
+// holding it, if one does (Pin).
+func (n *Node) placementPinOf(ctx context.Context, d *cluster.CollectionDesc, key []byte) (partPlacement, error) {
 	_, home := homeOf(d, key)
 	if !n.localReadable(ctx, home) {
 		return n.readPlacement(ctx, d, home, key)
 	}
 	if err := n.readBarrier(ctx, home); err != nil {
-		return "", false, err
+		return partPlacement{}, err
 	}
-	tag, ok, err := shard.ReadPlacement(n.eng.DB, d.ID, key)
+	tag, pin, ok, err := shard.ReadPlacementPin(n.eng.DB, d.ID, key)
 	if err != nil {
-		return "", false, kv.Errorf(kv.CodeInternal, "reading the placement of %q: %v", key, err)
+		return partPlacement{}, kv.Errorf(kv.CodeInternal, "reading the placement of %q: %v", key, err)
 	}
-	return tag, ok, nil
+	return partPlacement{Tag: tag, OK: ok, Pin: pin}, nil
 }
 
 // placeForPut makes the placement of key the one of tags (steps 1-4 above)
-// and returns where the record goes. The caller holds the key's lock.
+// and returns where the record goes. The caller holds the key's lock. A
+// key a Key Group holds keeps its placement (its home shard refuses to
+// move it): placeForPut then answers key_in_group, with the bucket and
+// shard of the record, which the group's leader writes.
 func (n *Node) placeForPut(ctx context.Context, d *cluster.CollectionDesc, key []byte, tags []string) (uint16, uint64, error) {
 	want := ""
 	if len(tags) > 0 {
 		want = tags[0]
 	}
-	cur, ok, err := n.placementOf(ctx, d, key)
+	cur, err := n.placementPinOf(ctx, d, key)
 	if err != nil {
 		return 0, 0, err
 	}
 	bucket, i := d.Route(key, want)
-	if ok && cur == want {
-		return bucket, d.Shards[i].ID, nil
+	if cur.OK && cur.Tag == want {
+		return bucket, d.Shards[i].ID, nil // its shard refuses it if a group holds it
 	}
-	if ok {
-		_, j := d.Route(key, cur)
+	if cur.Pin != "" {
+		return n.pinnedPlacement(ctx, d, key)
+	}
+	if cur.OK {
+		_, j := d.Route(key, cur.Tag)
 		live, err := n.liveIn(ctx, d, d.Shards[j].ID, key)
 		if err != nil {
 			return 0, 0, err
 		}
 		if live {
 			return 0, 0, kv.Errorf(kv.CodePlacementTagChanged,
-				"key %q is placed by tag %q; a put must keep it as the first tag until the key is deleted", key, cur)
+				"key %q is placed by tag %q; a put must keep it as the first tag until the key is deleted", key, cur.Tag)
 		}
 	}
 	hb, home := homeOf(d, key)
-	res, err := n.propose(ctx, home, shard.EncodePlace(shard.Placement{Bucket: hb, Key: key, HasOld: ok, Old: cur, New: want}))
+	res, err := n.propose(ctx, home, shard.EncodePlace(shard.Placement{Bucket: hb, Key: key, HasOld: cur.OK, Old: cur.Tag, New: want}))
 	if err != nil {
 		return 0, 0, err
 	}
 	if res.Err != nil {
+		if res.Err.Code == kv.CodeKeyInGroup {
+			return n.pinnedPlacement(ctx, d, key) // pinned since it was read
+		}
 		return 0, 0, res.Err
 	}
 	return bucket, d.Shards[i].ID, nil
+}
+
+// pinnedPlacement answers key_in_group for key, which a Key Group holds,
+// with the bucket and shard of its record.
+func (n *Node) pinnedPlacement(ctx context.Context, d *cluster.CollectionDesc, key []byte) (uint16, uint64, error) {
+	cur, err := n.placementPinOf(ctx, d, key)
+	if err != nil {
+		return 0, 0, err
+	}
+	b, i := d.Route(key, cur.Tag)
+	return b, d.Shards[i].ID, kv.Errorf(kv.CodeKeyInGroup, "key %q belongs to a group; write it in a transaction of the group", key)
 }
 
 // liveIn reports whether key has a live record in shard id (read here or

@@ -300,6 +300,7 @@ type partRecord struct {
 type partPlacement struct {
 	Tag string `json:"tag,omitempty"`
 	OK  bool   `json:"ok,omitempty"`
+	Pin string `json:"pin,omitempty"` // the Key Group holding the key
 }
 
 type shardReadResponse struct {
@@ -417,11 +418,11 @@ func (n *Node) readPartHere(ctx context.Context, req *shardReadRequest) (*shardR
 		}
 	case "placement":
 		for _, k := range req.Keys {
-			tag, ok, err := shard.ReadPlacement(n.eng.DB, d.ID, k)
+			tag, pin, ok, err := shard.ReadPlacementPin(n.eng.DB, d.ID, k)
 			if err != nil {
 				return nil, kv.Errorf(kv.CodeInternal, "reading the placement of %q: %v", k, err)
 			}
-			resp.Placements = append(resp.Placements, partPlacement{tag, ok})
+			resp.Placements = append(resp.Placements, partPlacement{tag, ok, pin})
 		}
 	case "scan":
 		if resp.Items, resp.More, err = n.scanSpans(d, req); err != nil {
@@ -626,17 +627,17 @@ func (n *Node) readRecords(ctx context.Context, d *cluster.CollectionDesc, shard
 
 // readPlacement reads the placement of key from its home shard, held
 // elsewhere.
-func (n *Node) readPlacement(ctx context.Context, d *cluster.CollectionDesc, home uint64, key []byte) (string, bool, error) {
+func (n *Node) readPlacement(ctx context.Context, d *cluster.CollectionDesc, home uint64, key []byte) (partPlacement, error) {
 	parts, err := runParts(ctx, n, []uint64{home}, func(ctx context.Context, p readPart) (*shardReadResponse, error) {
 		return n.readPart(ctx, p, shardReadRequest{Op: "placement", Keys: [][]byte{key}}, d)
 	})
 	if err != nil {
-		return "", false, err
+		return partPlacement{}, err
 	}
 	if len(parts) != 1 || len(parts[0].Placements) != 1 {
-		return "", false, kv.Errorf(kv.CodeInternal, "a placement read answered %d parts", len(parts))
+		return partPlacement{}, kv.Errorf(kv.CodeInternal, "a placement read answered %d parts", len(parts))
 	}
-	return parts[0].Placements[0].Tag, parts[0].Placements[0].OK, nil
+	return parts[0].Placements[0], nil
 }
 
 // batchGetSpread serves a batch get whose shards no one node holds: every

@@ -532,6 +532,12 @@ func (n *Node) plainLocks(ctx context.Context, shardID uint64, cmd []byte) (func
 		// transactions that read or write the key lock it there, so that
 		// it does not move under them (txn_tag.go).
 		t := txn.Target{Collection: d.Collection, Key: c.Place.Key}
+		if c.Place.Op != shard.PlaceSet {
+			// A Key Group's pin does not move the placement: Apply
+			// refuses moves of a pinned key. (Its proposer holds the
+			// key's lock in the record's shard, which may be this one.)
+			return func() {}, nil
+		}
 		if c.Place.Txn != "" {
 			if !lt.HoldsExclusive(c.Place.Txn, t) {
 				return nil, kv.Errorf(kv.CodeTxnAborted, "transaction %s no longer holds the lock on the placement of %q in shard %d (wounded by an older transaction, or expired)", c.Place.Txn, c.Place.Key, shardID)

@@ -223,6 +223,21 @@ func (e *applyEnv) run(t *testing.T, td *datadriven.TestData) string {
 		return e.records(t, td)
 	case "due-records":
 		return e.dueRecords(t, td)
+	case "place":
+		return e.place(t, td)
+	case "placement":
+		var key string
+		td.ScanArgs(t, "key", &key)
+		tag, pin, ok, err := ReadPlacementPin(e.eng.DB, e.current(t, td).Desc().Collection, []byte(key))
+		switch {
+		case err != nil:
+			return "error: " + err.Error()
+		case !ok:
+			return "not placed"
+		case pin != "":
+			return fmt.Sprintf("tag=%q pinned by %s", tag, pin)
+		}
+		return fmt.Sprintf("tag=%q", tag)
 	case "get":
 		return e.get(t, td)
 	case "scan":
@@ -244,6 +259,34 @@ func (e *applyEnv) current(t *testing.T, td *datadriven.TestData) *Shard {
 		td.Fatalf(t, "no shard: use new-shard first")
 	}
 	return e.cur
+}
+
+// place applies a KindPlace: place key=K bucket=B [old=T] [new=T]
+// [op=set|pin|unpin] [pin=P].
+func (e *applyEnv) place(t *testing.T, td *datadriven.TestData) string {
+	var p Placement
+	var key, op string
+	var bucket uint64
+	td.ScanArgs(t, "key", &key)
+	td.ScanArgs(t, "bucket", &bucket)
+	p.Key, p.Bucket = []byte(key), uint16(bucket)
+	if td.HasArg("old") {
+		p.HasOld = true
+		td.ScanArgs(t, "old", &p.Old)
+	}
+	td.MaybeScanArgs(t, "new", &p.New)
+	td.MaybeScanArgs(t, "pin", &p.Pin)
+	td.MaybeScanArgs(t, "op", &op)
+	switch op {
+	case "", "set":
+	case "pin":
+		p.Op = PlacePin
+	case "unpin":
+		p.Op = PlaceUnpin
+	default:
+		td.Fatalf(t, "unknown op %q", op)
+	}
+	return e.apply(t, td, EncodePlace(p))
 }
 
 func (e *applyEnv) newShard(t *testing.T, td *datadriven.TestData) string {

@@ -123,7 +123,25 @@ type Placement struct {
 	// key's exclusive lock in its home shard ("": a plain put, which locks
 	// the key for the proposal).
 	Txn string
+	// Pin, with Op PlacePin, pins the placement for a Key Group (the
+	// group's id and incarnation, group.Ref): while pinned, the placement
+	// does not move, so the key's record stays in the shard that yielded
+	// it to the group. With HasOld false it places the key by New first.
+	// With Op PlaceUnpin it removes the pin if Pin holds it (the
+	// condition and New are not used).
+	Op  PlaceOp
+	Pin string
 }
+
+// PlaceOp is what a KindPlace does.
+type PlaceOp uint8
+
+// Operations of a KindPlace.
+const (
+	PlaceSet   PlaceOp = iota // set the placement (a move, refused while pinned)
+	PlacePin                  // pin it for a group
+	PlaceUnpin                // remove a group's pin
+)
 
 const opFlagCond, opFlagMustExist = 1, 2
 
@@ -199,6 +217,9 @@ func EncodePlace(p Placement) []byte {
 	if p.Txn != "" {
 		flags |= placeTxn
 	}
+	if p.Op != PlaceSet {
+		flags |= placePin
+	}
 	b = append(b, flags)
 	if p.HasOld {
 		b = appendBytes(b, []byte(p.Old))
@@ -207,6 +228,10 @@ func EncodePlace(p Placement) []byte {
 	if p.Txn != "" {
 		b = appendBytes(b, []byte(p.Txn))
 	}
+	if p.Op != PlaceSet {
+		b = append(b, byte(p.Op))
+		b = appendBytes(b, []byte(p.Pin))
+	}
 	return b
 }
 
@@ -214,6 +239,7 @@ func EncodePlace(p Placement) []byte {
 const (
 	placeHasOld = 1 << 0
 	placeTxn    = 1 << 1
+	placePin    = 1 << 2 // Op and Pin follow
 )
 
 // SetVersion assigns the version of an encoded write command in place.
@@ -528,7 +554,7 @@ func DecodeCommand(b []byte) (Command, error) {
 		d.b = d.b[2:]
 		c.Place.Key = d.bytes()
 		flags := d.byte()
-		if flags&^(placeHasOld|placeTxn) != 0 {
+		if flags&^(placeHasOld|placeTxn|placePin) != 0 {
 			d.err = ErrCorruptCommand
 		}
 		if flags&placeHasOld != 0 {
@@ -539,6 +565,13 @@ func DecodeCommand(b []byte) (Command, error) {
 		if flags&placeTxn != 0 {
 			if c.Place.Txn = string(d.bytes()); c.Place.Txn == "" {
 				d.err = ErrCorruptCommand // absent, not empty
+			}
+		}
+		if flags&placePin != 0 {
+			c.Place.Op = PlaceOp(d.byte())
+			c.Place.Pin = string(d.bytes())
+			if c.Place.Op != PlacePin && c.Place.Op != PlaceUnpin || c.Place.Pin == "" {
+				d.err = ErrCorruptCommand
 			}
 		}
 	default:

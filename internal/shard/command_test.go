@@ -265,6 +265,8 @@ func validEncodings() [][]byte {
 		EncodeRejoinNode(cluster.NodeDesc{ID: 3, Addr: "h:7090", PeerAddr: "h:7091"}),
 		EncodePlace(Placement{Bucket: 7, Key: []byte("k"), HasOld: true, Old: "a", New: "b"}),
 		EncodePlace(Placement{Bucket: 8, Key: []byte("k"), New: "b", Txn: "t1"}),
+		EncodePlace(Placement{Bucket: 9, Key: []byte("k"), HasOld: true, Old: "a", New: "a", Op: PlacePin, Pin: "g1#3@s4"}),
+		EncodePlace(Placement{Bucket: 9, Key: []byte("k"), Op: PlaceUnpin, Pin: "g1#3@s4"}),
 		EncodeDeleteRange([]byte("a"), []byte("z")), EncodeDeleteRange([]byte("a"), nil),
 		versioned(EncodeTxnPrepare(testPrepare()), 88), EncodeTxnPrepare(&TxnPrepareCmd{Meta: txn.Meta{ID: "x"}}),
 		versioned(EncodeTxnResolve(&TxnResolveCmd{ID: "y", Commit: true, CommitTS: 5, Keys: []TxnKey{{Bucket: 2, Key: []byte("k")}}}), 89),

@@ -355,10 +355,6 @@ func (s *Shard) storeGroupWrite(b *pebble.Batch, w group.Write, version uint64) 
 		return fmt.Errorf("%w: a group write of %s at version %d in shard %d", ErrCorruptCommand, w.Key, version, s.desc.ShardID)
 	}
 	key := []byte(w.Key.Key)
-	var bucket uint16
-	if s.desc.Partitioning != kv.PartitionRange {
-		bucket = cluster.Bucket(key)
-	}
 	val, _, found, err := s.latest(b, key)
 	if err != nil {
 		return err
@@ -373,6 +369,18 @@ func (s *Shard) storeGroupWrite(b *pebble.Batch, w group.Write, version uint64) 
 	tags := w.Tags.List
 	if w.Tags.Keep {
 		tags = oldTags // a write of a build whose group writes kept the key's tags
+	}
+	var bucket uint16
+	switch {
+	case s.desc.Partitioning == kv.PartitionRange:
+	case s.desc.Partitioning == kv.PartitionTag && w.Delete:
+		bucket = val.Bucket // the live record's
+	case s.desc.Partitioning == kv.PartitionTag && len(tags) > 0:
+		// The group kept the key's placement (pinned in its home shard):
+		// its first tag.
+		bucket = cluster.Bucket([]byte(tags[0]))
+	default:
+		bucket = cluster.Bucket(key)
 	}
 	return s.writeVersion(b, key, bucket, version, w.Delete, tags, w.Value, oldTags)
 }

@@ -527,20 +527,64 @@ func (s *Shard) applyPlace(b *pebble.Batch, p Placement) (Result, error) {
 		return Result{Err: kv.Errorf(kv.CodeUnavailable, "shard %d is not the home of key %q; retry", s.desc.ShardID, p.Key)}, nil
 	}
 	key := storage.PlacementKey(s.desc.Collection, p.Key)
-	cur, ok, err := storage.GetValue(b, key)
+	raw, ok, err := storage.GetValue(b, key)
 	if err != nil {
 		return Result{}, err
 	}
-	if ok != p.HasOld || ok && string(cur) != p.Old {
+	cur, pin := splitPlacement(raw)
+	if p.Op == PlaceUnpin {
+		if !ok || pin != p.Pin {
+			return Result{}, nil // not pinned by it (any more)
+		}
+		return Result{}, b.Set(key, []byte(cur), nil)
+	}
+	if ok != p.HasOld || ok && cur != p.Old {
 		return Result{Err: kv.Errorf(kv.CodeConditionFailed, "the placement of key %q changed concurrently; retry", p.Key)}, nil
 	}
-	return Result{}, b.Set(key, []byte(p.New), nil)
+	if pin != "" && pin != p.Pin {
+		return Result{Err: kv.Errorf(kv.CodeKeyInGroup, "key %q belongs to a group (%s): its placement stays until the group is deleted", p.Key, pin)}, nil
+	}
+	switch p.Op {
+	case PlacePin:
+		if ok && p.New != cur {
+			return Result{Err: kv.Errorf(kv.CodeInvalidArgument, "a pin keeps the placement of key %q (%q), it cannot move it to %q", p.Key, cur, p.New)}, nil
+		}
+		return Result{}, b.Set(key, joinPlacement(p.New, p.Pin), nil)
+	case PlaceSet:
+		return Result{}, b.Set(key, []byte(p.New), nil)
+	}
+	return Result{}, fmt.Errorf("%w: placement op %d", ErrCorruptCommand, p.Op)
+}
+
+// A placement entry's value is the placement tag, then, while a Key Group
+// holds the key, a zero byte and the group's pin (tags hold no control
+// characters).
+func splitPlacement(raw []byte) (tag, pin string) {
+	if i := bytes.IndexByte(raw, 0); i >= 0 {
+		return string(raw[:i]), string(raw[i+1:])
+	}
+	return string(raw), ""
+}
+
+func joinPlacement(tag, pin string) []byte {
+	return append(append([]byte(tag), 0), pin...)
 }
 
 // ReadPlacement reads the placement tag of key in a tag collection.
 func ReadPlacement(r pebble.Reader, collection uint32, key []byte) (tag string, ok bool, err error) {
+	tag, _, ok, err = ReadPlacementPin(r, collection, key)
+	return tag, ok, err
+}
+
+// ReadPlacementPin reads the placement tag of key in a tag collection and
+// the pin of the Key Group holding it ("": none).
+func ReadPlacementPin(r pebble.Reader, collection uint32, key []byte) (tag, pin string, ok bool, err error) {
 	v, ok, err := storage.GetValue(r, storage.PlacementKey(collection, key))
-	return string(v), ok, err
+	if err != nil || !ok {
+		return "", "", ok, err
+	}
+	tag, pin = splitPlacement(v)
+	return tag, pin, true, nil
 }
 
 // OwnsBucket reports whether a hash or tag shard owns bucket.

@@ -1,0 +1,188 @@
+package node
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/groupkv/groupkv/internal/kv"
+)
+
+// TestGroupTagCollection: keys of a tag collection join a group. Their
+// placements are pinned in their home shards while the group holds them:
+// the group's writes keep the placement tag first, a put that would move
+// a deleted member elsewhere is refused, plain writes of a member go to
+// the group's leader, and reads see the group's values. Deleting the group
+// removes the pins and leaves its last writes in the records' shards.
+func TestGroupTagCollection(t *testing.T) {
+	n := openTagTest(t)
+	t.Cleanup(func() { n.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionHash, Shards: 2}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := n.collection("tc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := func(k string) kv.KeyRef { return kv.KeyRef{Collection: "tc", Key: []byte(k)} }
+	put := func(k, v string, tags ...string) error {
+		_, err := n.Put(ctx, kv.PutRequest{Collection: "tc", Key: []byte(k), Value: []byte(v), Tags: tags})
+		return err
+	}
+	if err := put("a", "a0", "team-a", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := put("b", "b0", "team-b"); err != nil {
+		t.Fatal(err)
+	}
+	pinned := func(k string) (string, bool) {
+		t.Helper()
+		p, err := n.placementPinOf(ctx, d, []byte(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Tag, p.Pin != ""
+	}
+	// "n" was never put: the group places it by its key.
+	created, err := n.CreateGroup(ctx, kv.GroupSpec{ID: "g", Leader: kv.KeyRef{Collection: "c", Key: []byte("leader")},
+		Members: []kv.KeyRef{ref("a"), ref("b"), ref("n")}, Mode: kv.GroupAtomic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(created.Joined) != 4 {
+		t.Fatalf("joined %d keys, want 4: %+v", len(created.Joined), created)
+	}
+	for k, want := range map[string]string{"a": "team-a", "b": "team-b", "n": ""} {
+		if tag, ok := pinned(k); !ok || tag != want {
+			t.Fatalf("%s: placement %q pinned %v, want %q pinned", k, tag, ok, want)
+		}
+	}
+
+	get := func(when, k, value string, tags ...string) {
+		t.Helper()
+		r, err := n.Get(ctx, kv.GetRequest{Collection: "tc", Key: []byte(k)})
+		if value == "" {
+			if kv.CodeOf(err) != kv.CodeNotFound {
+				t.Fatalf("%s: get %s: %q %v, want not found", when, k, r.Value, err)
+			}
+		} else if err != nil || string(r.Value) != value || !slices.Equal(r.Tags, tags) {
+			t.Fatalf("%s: get %s: %q tags %q (%v), want %q tags %q", when, k, r.Value, r.Tags, err, value, tags)
+		}
+		res, err := n.BatchGet(ctx, []kv.KeyRef{ref(k)})
+		if err != nil || res.Items[0].Found != (value != "") || string(res.Items[0].Value) != value || !slices.Equal(res.Items[0].Tags, tags) {
+			t.Fatalf("%s: batch get %s: %+v (%v), want %q tags %q", when, k, res.Items, err, value, tags)
+		}
+	}
+	tagged := func(when, tag string, want ...string) {
+		t.Helper()
+		res, err := n.GetByTags(ctx, kv.TagQuery{Collection: "tc", All: []string{tag}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, it := range res.Items {
+			keys = append(keys, string(it.Key))
+		}
+		if !slices.Equal(keys, want) {
+			t.Fatalf("%s: tag %q lists %q, want %q", when, tag, keys, want)
+		}
+	}
+
+	// The group's writes keep each key's placement tag first.
+	if _, _, err := groupTransact(ctx, n, "g", func(a string) error {
+		if err := n.TxnPut(ctx, a, kv.PutItem{Collection: "tc", Key: []byte("b"), Value: []byte("b1"), Tags: []string{"team-c"}}); kv.CodeOf(err) != kv.CodePlacementTagChanged {
+			t.Errorf("a group put moving b to team-c: %v, want placement_tag_changed", err)
+		}
+		if err := n.TxnPut(ctx, a, kv.PutItem{Collection: "tc", Key: []byte("n"), Value: []byte("n1"), Tags: []string{"t"}}); kv.CodeOf(err) != kv.CodePlacementTagChanged {
+			t.Errorf("a group put of n (placed by its key) with tags: %v, want placement_tag_changed", err)
+		}
+		if err := n.TxnPut(ctx, a, kv.PutItem{Collection: "tc", Key: []byte("n"), Value: []byte("n1")}); err != nil {
+			return err
+		}
+		return n.TxnPut(ctx, a, kv.PutItem{Collection: "tc", Key: []byte("a"), Value: []byte("a1"), Tags: []string{"team-a", "y"}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	get("after a group transaction", "a", "a1", "team-a", "y")
+	get("after a group transaction", "n", "n1")
+	tagged("after a group transaction", "y", "a")
+	tagged("after a group transaction", "x")
+
+	// Plain writes of members go to the group's leader.
+	if err := put("a", "a2", "team-a", "z"); err != nil {
+		t.Fatal(err)
+	}
+	get("after a plain put", "a", "a2", "team-a", "z")
+	tagged("after a plain put", "z", "a")
+	if err := put("a", "a3", "team-z"); kv.CodeOf(err) != kv.CodePlacementTagChanged {
+		t.Fatalf("a plain put moving a member: %v, want placement_tag_changed", err)
+	}
+	if _, err := n.Delete(ctx, kv.DeleteRequest{Collection: "tc", Key: []byte("b")}); err != nil {
+		t.Fatal(err)
+	}
+	get("after a plain delete", "b", "")
+	// Deleted, b would move with a put of another first tag; in the group
+	// it keeps its placement.
+	if err := put("b", "b2", "team-q"); kv.CodeOf(err) != kv.CodePlacementTagChanged {
+		t.Fatalf("a plain put moving a deleted member: %v, want placement_tag_changed", err)
+	}
+	if tag, ok := pinned("b"); !ok || tag != "team-b" {
+		t.Fatalf("b: placement %q pinned %v, want team-b pinned", tag, ok)
+	}
+	// Batches and general transactions do not touch members.
+	if _, err := n.BatchPut(ctx, []kv.PutItem{{Collection: "tc", Key: []byte("a"), Value: []byte("x"), Tags: []string{"team-a"}}, {Collection: "tc", Key: []byte("other"), Value: []byte("x")}}); kv.CodeOf(err) != kv.CodeKeyInGroup {
+		t.Fatalf("a batch with a member: %v, want key_in_group", err)
+	}
+	if err := commitTxn(ctx, n, func(id string) error {
+		_, _, err := n.TxnGet(ctx, id, ref("a"))
+		return err
+	}); kv.CodeOf(err) != kv.CodeKeyInGroup {
+		t.Fatalf("a transaction reading a member: %v, want key_in_group", err)
+	}
+	if err := commitTxn(ctx, n, func(id string) error {
+		return n.TxnPut(ctx, id, kv.PutItem{Collection: "tc", Key: []byte("b"), Value: []byte("x"), Tags: []string{"team-q"}})
+	}); kv.CodeOf(err) != kv.CodeKeyInGroup {
+		t.Fatalf("a transaction moving a deleted member: %v, want key_in_group", err)
+	}
+	// A key a group holds joins no other group.
+	other, err := n.CreateGroup(ctx, kv.GroupSpec{ID: "g2", Leader: kv.KeyRef{Collection: "c", Key: []byte("leader2")},
+		Members: []kv.KeyRef{ref("a")}, Mode: kv.GroupBestEffort})
+	if err != nil || len(other.Refused) != 1 {
+		t.Fatalf("a second group asking for a: %+v %v, want a refused", other, err)
+	}
+	if err := n.DeleteGroup(ctx, "g2"); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := n.DeleteGroup(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"a", "b", "n"} {
+		if _, ok := pinned(k); ok {
+			t.Fatalf("%s is still pinned after its group was deleted", k)
+		}
+	}
+	get("after the delete", "a", "a2", "team-a", "z")
+	get("after the delete", "b", "")
+	get("after the delete", "n", "n1")
+	tagged("after the delete", "z", "a")
+	tagged("after the delete", "team-a", "a")
+	// The record of a is in the shard of its placement, as a plain put
+	// would have left it.
+	_, i := d.Route([]byte("a"), "team-a")
+	if live, err := n.liveIn(ctx, d, d.Shards[i].ID, []byte("a")); err != nil || !live {
+		t.Fatalf("a is not live in the shard of its placement: %v %v", live, err)
+	}
+	// Free again, b moves.
+	if err := put("b", "b3", "team-q"); err != nil {
+		t.Fatal(err)
+	}
+	get("after the move", "b", "b3", "team-q")
+	tagged("after the move", "team-q", "b")
+	if tag, ok := pinned("b"); ok || tag != "team-q" {
+		t.Fatalf("b: placement %q pinned %v, want team-q unpinned", tag, ok)
+	}
+}
