@@ -2,10 +2,14 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/groupkv/groupkv/internal/group"
 	"github.com/groupkv/groupkv/internal/kv"
 )
 
@@ -184,5 +188,116 @@ func TestGroupTagCollection(t *testing.T) {
 	tagged("after the move", "team-q", "b")
 	if tag, ok := pinned("b"); ok || tag != "team-q" {
 		t.Fatalf("b: placement %q pinned %v, want team-q unpinned", tag, ok)
+	}
+}
+
+// TestGroupTagCollectionFourNodes: on four nodes with two replicas a
+// shard, no node holds every shard of the tag collection: placements are
+// read and pinned in home shards elsewhere, and a plain get of a member
+// (read in parts) answers the group's value.
+func TestGroupTagCollectionFourNodes(t *testing.T) {
+	c := startCluster(t, 4, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n1 := c.node(1).n
+	for _, o := range []kv.CollectionOptions{{Name: "tc", Partitioning: kv.PartitionTag, Shards: 4, Replicas: 2}, {Name: "l", Partitioning: kv.PartitionRange, Replicas: 2}} {
+		if _, err := n1.CreateCollection(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var members []kv.KeyRef
+	for i := range 8 {
+		k := []byte(fmt.Sprintf("k%d", i))
+		c.eventually(30*time.Second, "a put", func() error {
+			_, err := n1.Put(ctx, kv.PutRequest{Collection: "tc", Key: k, Value: []byte("5"), Tags: []string{fmt.Sprintf("team-%d", i%3)}})
+			return err
+		})
+		members = append(members, kv.KeyRef{Collection: "tc", Key: k})
+	}
+	d, _ := n1.collection("tc")
+	var outsider *Node // a node missing a shard of the tag collection
+	for _, tn := range c.nodes {
+		for _, s := range d.Shards {
+			if !tn.n.hasReplica(s.ID) {
+				outsider = tn.n
+			}
+		}
+	}
+	if outsider == nil {
+		t.Fatal("every node holds every shard")
+	}
+	c.eventually(60*time.Second, "the group is created", func() error {
+		_, err := outsider.CreateGroup(ctx, kv.GroupSpec{ID: "g", Leader: kv.KeyRef{Collection: "l", Key: []byte("lead")}, Members: members})
+		return err
+	})
+	// Nothing is shipped while the transfers run: the members' shards keep
+	// their values from before the group, and a plain get must read the
+	// group's.
+	var hold atomic.Bool
+	hold.Store(true)
+	hook := func(msg group.Message) bool { return hold.Load() && msg.Type == group.MsgShip }
+	for _, tn := range c.nodes {
+		tn.n.groups.sent.Store(&hook)
+	}
+	expect := []int{5, 5, 5, 5, 5, 5, 5, 5}
+	for i := range 8 {
+		a, b := members[i], members[(i+3)%8]
+		if _, _, err := groupTransact(ctx, outsider, "g", func(id string) error {
+			ra, _, err := outsider.TxnGet(ctx, id, a)
+			if err != nil {
+				return err
+			}
+			rb, _, err := outsider.TxnGet(ctx, id, b)
+			if err != nil {
+				return err
+			}
+			x, _ := strconv.Atoi(string(ra.Value))
+			y, _ := strconv.Atoi(string(rb.Value))
+			if err := outsider.TxnPut(ctx, id, kv.PutItem{Collection: "tc", Key: a.Key, Value: []byte(strconv.Itoa(x - 1)), Tags: ra.Tags}); err != nil {
+				return err
+			}
+			return outsider.TxnPut(ctx, id, kv.PutItem{Collection: "tc", Key: b.Key, Value: []byte(strconv.Itoa(y + 1)), Tags: rb.Tags})
+		}); err != nil {
+			t.Fatalf("transfer %d: %v", i, err)
+		}
+		// Read back through a plain get, from the node missing a shard.
+		r, err := outsider.Get(ctx, kv.GetRequest{Collection: "tc", Key: b.Key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("team-%d", ((i+3)%8)%3)
+		expect[i]--
+		expect[(i+3)%8]++
+		if len(r.Tags) != 1 || r.Tags[0] != want || string(r.Value) != strconv.Itoa(expect[(i+3)%8]) {
+			t.Fatalf("transfer %d: %s has %q tags %q, want the group's value %d, tags [%s]", i, b.Key, r.Value, r.Tags, expect[(i+3)%8], want)
+		}
+	}
+	sum := func(n *Node) int {
+		total := 0
+		for _, m := range members {
+			r, err := n.Get(ctx, kv.GetRequest{Collection: "tc", Key: m.Key})
+			if err != nil {
+				t.Fatal(err)
+			}
+			x, _ := strconv.Atoi(string(r.Value))
+			total += x
+		}
+		return total
+	}
+	if s := sum(outsider); s != 40 {
+		t.Fatalf("total in the group: %d, want 40", s)
+	}
+	hold.Store(false)
+	c.eventually(60*time.Second, "the group is deleted", func() error { return outsider.DeleteGroup(ctx, "g") })
+	for _, tn := range c.nodes {
+		if s := sum(tn.n); s != 40 {
+			t.Fatalf("total after the delete on node %d: %d, want 40", tn.n.id, s)
+		}
+	}
+	for _, m := range members {
+		p, err := n1.placementPinOf(ctx, d, m.Key)
+		if err != nil || p.Pin != "" {
+			t.Fatalf("%s: placement %+v (%v) after the delete, want unpinned", m.Key, p, err)
+		}
 	}
 }
