@@ -561,7 +561,13 @@ func (n *Node) pinForGroup(ctx context.Context, d *cluster.CollectionDesc, id ui
 		return "", nil
 	case "":
 	default:
-		return group.ReasonInGroup, nil
+		// Another group's pin, while the key is not yielded here and this
+		// J holds its lock: left by a J handled on a leader that lost the
+		// leadership before its yield (the key was then refused, or its
+		// group deleted before its D): remove it.
+		if err := n.proposeUnpin(ctx, d, key, p.Pin); err != nil {
+			return "", err
+		}
 	}
 	// The home shard takes the key's lock there for the proposal: a
 	// transaction holding it (it reads or writes the key) would make the
@@ -591,8 +597,7 @@ func (n *Node) pinForGroup(ctx context.Context, d *cluster.CollectionDesc, id ui
 // unpinAfterDA sends DA m, from a follower shard led here, once the pin
 // of its key's placement, if of a tag collection, is removed from the
 // key's home shard. It is sent only then (else dropped, and the leader
-// sends the D again): the group's leader forgets the key at DA. A key
-// still yielded to the group (a DA of another yield) keeps its pin.
+// sends the D again): the group's leader forgets the key at DA.
 func (n *Node) unpinAfterDA(m group.Message) bool {
 	d := n.collectionByID(m.Key.Collection)
 	if d == nil || d.Partitioning != kv.PartitionTag {
@@ -606,7 +611,7 @@ func (n *Node) unpinAfterDA(m group.Message) bool {
 			return
 		default:
 		}
-		if err := n.unpin(ctx, d, uint64(m.From), m); err != nil {
+		if err := n.unpin(ctx, d, uint64(m.From), []byte(m.Key.Key), m.Group.String()); err != nil {
 			n.log.Debug("removing a group's pin failed; its D comes again", "group", m.Group, "key", m.Key, "err", err)
 			return
 		}
@@ -618,18 +623,19 @@ func (n *Node) unpinAfterDA(m group.Message) bool {
 	return true
 }
 
-// unpin removes the pin of m's group from the placement of m's key, in
-// tag collection d, unless follower shard id (led here) has the key
-// yielded to the group.
-func (n *Node) unpin(ctx context.Context, d *cluster.CollectionDesc, id uint64, m group.Message) error {
+// unpin removes pin ("": whichever) from the placement of key, of tag
+// collection d, unless follower shard id (led here, the shard of the
+// key's placement) has the key yielded to a group (whose pin it is). It
+// holds the key's lock in id, as pinForGroup does from its pin to its
+// yield, so it never removes the pin of a yield under way.
+func (n *Node) unpin(ctx context.Context, d *cluster.CollectionDesc, id uint64, key []byte, pin string) error {
 	lt := n.lockTable(id)
 	sm := n.host.StateMachine(id)
 	if lt == nil || sm == nil || !n.host.Ready(id) {
 		return kv.Errorf(kv.CodeNotLeader, "node %d does not lead shard %d", n.id, id)
 	}
-	key := []byte(m.Key.Key)
 	meta := &txn.Meta{ID: "unpin-" + n.plainSeq(), Priority: txn.PlainPriority, Plain: true}
-	ok, err := lt.TryAcquireAll(meta, []txn.Target{{Collection: m.Key.Collection, Key: key}})
+	ok, err := lt.TryAcquireAll(meta, []txn.Target{{Collection: d.ID, Key: key}})
 	if err != nil {
 		return err
 	}
@@ -639,14 +645,28 @@ func (n *Node) unpin(ctx context.Context, d *cluster.CollectionDesc, id uint64, 
 	defer lt.Release(meta.ID)
 	held := false
 	sm.WithGroups(func(_ *group.Leader, f *group.Follower) {
-		y, ok := f.Key(m.Key)
-		held = ok && y.Group == m.Group
+		_, held = f.Key(group.Key{Collection: d.ID, Key: string(key)})
 	})
 	if held {
 		return nil
 	}
+	if pin == "" {
+		p, err := n.placementPinOf(ctx, d, key)
+		if err != nil || p.Pin == "" {
+			return err
+		}
+		if _, i := d.Route(key, p.Tag); d.Shards[i].ID != id {
+			return nil // not this shard's pin
+		}
+		pin = p.Pin
+	}
+	return n.proposeUnpin(ctx, d, key, pin)
+}
+
+// proposeUnpin removes pin from the placement of key in its home shard.
+func (n *Node) proposeUnpin(ctx context.Context, d *cluster.CollectionDesc, key []byte, pin string) error {
 	hb, home := homeOf(d, key)
-	res, err := n.propose(ctx, home, shard.EncodePlace(shard.Placement{Bucket: hb, Key: key, Op: shard.PlaceUnpin, Pin: m.Group.String()}))
+	res, err := n.propose(ctx, home, shard.EncodePlace(shard.Placement{Bucket: hb, Key: key, Op: shard.PlaceUnpin, Pin: pin}))
 	if err == nil && res.Err != nil {
 		err = res.Err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/groupkv/groupkv/internal/group"
 	"github.com/groupkv/groupkv/internal/kv"
+	"github.com/groupkv/groupkv/internal/shard"
 )
 
 // TestGroupTagCollection: keys of a tag collection join a group. Their
@@ -188,6 +189,44 @@ func TestGroupTagCollection(t *testing.T) {
 	tagged("after the move", "team-q", "b")
 	if tag, ok := pinned("b"); ok || tag != "team-q" {
 		t.Fatalf("b: placement %q pinned %v, want team-q unpinned", tag, ok)
+	}
+
+	// A pin that outlived its group (its yield never came) is removed by
+	// the next J of the key, or by a put that would move the key.
+	leftover := func(k string) {
+		t.Helper()
+		p, err := n.placementPinOf(ctx, d, []byte(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		hb, home := homeOf(d, []byte(k))
+		res, err := n.propose(ctx, home, shard.EncodePlace(shard.Placement{Bucket: hb, Key: []byte(k), HasOld: p.OK, Old: p.Tag, New: p.Tag, Op: shard.PlacePin, Pin: "ghost#1@s99"}))
+		if err != nil || res.Err != nil {
+			t.Fatalf("pinning %s: %v %v", k, err, res.Err)
+		}
+	}
+	leftover("a")
+	if _, err := n.CreateGroup(ctx, kv.GroupSpec{ID: "g3", Leader: kv.KeyRef{Collection: "c", Key: []byte("leader3")}, Members: []kv.KeyRef{ref("a")}, Mode: kv.GroupAtomic}); err != nil {
+		t.Fatalf("a group asking for a key with a leftover pin: %v", err)
+	}
+	if err := n.DeleteGroup(ctx, "g3"); err != nil {
+		t.Fatal(err)
+	}
+	leftover("b")
+	if _, err := n.Delete(ctx, kv.DeleteRequest{Collection: "tc", Key: []byte("b")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := put("b", "b4", "team-r"); kv.CodeOf(err) != kv.CodeUnavailable {
+		t.Fatalf("a put moving a key with a leftover pin: %v, want unavailable (retry)", err)
+	}
+	if err := put("b", "b4", "team-r"); err != nil {
+		t.Fatalf("the put again: %v", err)
+	}
+	get("after a leftover pin", "b", "b4", "team-r")
+	for _, k := range []string{"a", "b"} {
+		if _, ok := pinned(k); ok {
+			t.Fatalf("%s is still pinned", k)
+		}
 	}
 }
 

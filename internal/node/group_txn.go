@@ -570,6 +570,9 @@ func (e groupExec) commit(ctx context.Context) (uint64, error) {
 type groupOwnerRequest struct {
 	Shard uint64       `json:"shard"`
 	Key   groupKeyWire `json:"key"`
+	// Unpin: a key of a tag collection that no group holds here loses
+	// the pin of its placement, if it has one (a pin outliving its group).
+	Unpin bool `json:"unpin,omitempty"`
 }
 
 type groupOwnerResponse struct {
@@ -589,7 +592,15 @@ func (n *Node) groupOwnerHere(ctx context.Context, req *groupOwnerRequest) (*gro
 	if err := n.host.ReadBarrier(ctx, req.Shard); err != nil {
 		return nil, err
 	}
-	return n.localGroupOwner(req.Shard, req.Key.key()), nil
+	out := n.localGroupOwner(req.Shard, req.Key.key())
+	if out.Group == "" && req.Unpin {
+		if d := n.collectionByID(req.Key.Collection); d != nil && d.Partitioning == kv.PartitionTag {
+			if err := n.unpin(ctx, d, req.Shard, req.Key.Key, ""); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
 }
 
 // groupsVisible waits until what shardID's group state shows is in its
@@ -640,7 +651,9 @@ func (n *Node) groupPlainWrite(ctx context.Context, homeShard uint64, ref kv.Key
 	if err != nil {
 		return 0, err
 	}
-	oreq := &groupOwnerRequest{Shard: homeShard, Key: groupKeyWire{Collection: k.Collection, Key: ref.Key}}
+	// (A key of a tag collection that no group holds any more loses its
+	// placement's pin, which sent the write here, on the way.)
+	oreq := &groupOwnerRequest{Shard: homeShard, Key: groupKeyWire{Collection: k.Collection, Key: ref.Key}, Unpin: true}
 	out, err := n.atGroupLeader(ctx, homeShard, "GroupOwner", oreq, func(ctx context.Context) (any, error) {
 		return n.groupOwnerHere(ctx, oreq)
 	})
