@@ -138,6 +138,10 @@ const (
 	CodeGroupRefused       = kv.CodeGroupRefused
 	CodeCommitUnknown      = kv.CodeCommitUnknown
 	CodeUnimplemented      = kv.CodeUnimplemented
+	// CodePlacementTagChanged: a put would change the placement tag (the
+	// first tag) of a live record of a tag collection, or of a key a group
+	// holds.
+	CodePlacementTagChanged = kv.CodePlacementTagChanged
 )
 
 var (

@@ -14,7 +14,8 @@ import (
 
 // TestGroupsOverServers: the Go client, embedded and dialed to one of
 // three real servers, creates a group, runs transfers in it, writes a
-// member with a plain put (through the group), is refused a general
+// member with a plain put (through the group), is refused a put changing
+// the placement tag of a member of a tag collection and a general
 // transaction over a member (not retried), and deletes the group; the
 // members' shards hold the group's values after.
 func TestGroupsOverServers(t *testing.T) {
@@ -47,6 +48,18 @@ func TestGroupsOverServers(t *testing.T) {
 				}
 				members = append(members, groupkv.KeyRef{Collection: "p", Key: key(i)})
 			}
+			// A key of a tag collection, placed by its first tag.
+			if _, err := db.CreateCollection(ctx, groupkv.CollectionOptions{Name: "t", Partitioning: groupkv.PartitionTag, Shards: 4}); err != nil {
+				t.Fatal(err)
+			}
+			tagged := groupkv.KeyRef{Collection: "t", Key: []byte("tp")}
+			if err := whileUnavailable(func() error {
+				_, err := db.Put(ctx, groupkv.PutRequest{Collection: "t", Key: tagged.Key, Value: []byte("t0"), Tags: []string{"team"}})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			members = append(members, tagged)
 			// The first creation also creates the system collection of
 			// group ids, whose shard may still be electing a leader: an
 			// unavailable answer is retried (the same creation asked again
@@ -59,7 +72,7 @@ func TestGroupsOverServers(t *testing.T) {
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
-			if err != nil || len(created.Joined) != 5 {
+			if err != nil || len(created.Joined) != 6 {
 				t.Fatalf("create: %+v %v", created, err)
 			}
 			for i := range 4 {
@@ -91,7 +104,7 @@ func TestGroupsOverServers(t *testing.T) {
 			}
 			var info groupkv.GroupInfo
 			err = whileUnavailable(func() (err error) { info, err = db.DescribeGroup(ctx, "room"); return err })
-			if err != nil || info.State != groupkv.GroupActive || len(info.Members) != 5 {
+			if err != nil || info.State != groupkv.GroupActive || len(info.Members) != 6 {
 				t.Fatalf("describe: %+v %v", info, err)
 			}
 			if err := whileUnavailable(func() error {
@@ -99,6 +112,19 @@ func TestGroupsOverServers(t *testing.T) {
 				return err
 			}); err != nil {
 				t.Fatalf("plain put of a member: %v", err)
+			}
+			// The tag collection's key keeps its placement tag first.
+			if err := whileUnavailable(func() error {
+				_, err := db.Put(ctx, groupkv.PutRequest{Collection: "t", Key: tagged.Key, Value: []byte("t1"), Tags: []string{"team", "x"}})
+				return err
+			}); err != nil {
+				t.Fatalf("plain put of the tag collection's member: %v", err)
+			}
+			err = db.Group("room").Transact(ctx, func(tx *groupkv.Tx) error {
+				return tx.Put(ctx, groupkv.PutRequest{Collection: "t", Key: tagged.Key, Value: []byte("t2"), Tags: []string{"other"}})
+			})
+			if groupkv.CodeOf(err) != groupkv.CodePlacementTagChanged {
+				t.Fatalf("a group put changing the placement tag: %v, want placement_tag_changed", err)
 			}
 			calls := 0
 			err = db.Transact(ctx, func(tx *groupkv.Tx) error {
@@ -110,6 +136,14 @@ func TestGroupsOverServers(t *testing.T) {
 			}
 			if err := whileUnavailable(func() error { return db.DeleteGroup(ctx, "room") }); err != nil {
 				t.Fatalf("delete: %v", err)
+			}
+			var tr groupkv.Record
+			err = whileUnavailable(func() (err error) {
+				tr, err = db.Get(ctx, groupkv.GetRequest{Collection: "t", Key: tagged.Key})
+				return err
+			})
+			if err != nil || string(tr.Value) != "t1" || !slices.Equal(tr.Tags, []string{"team", "x"}) {
+				t.Fatalf("tp after the delete: %q tags %q %v, want t1 tags [team x]", tr.Value, tr.Tags, err)
 			}
 			want := []string{"9", "10", "10", "10", "11"}
 			wantTags := [][]string{{"moved"}, nil, nil, nil, {"late"}}
