@@ -111,6 +111,10 @@ type Node struct {
 		// holdMergeTrigger keeps leaders here from proposing merge
 		// triggers: a merge stays with its right shard frozen.
 		holdMergeTrigger atomic.Bool
+		// skipResolves keeps coordinators here from resolving their
+		// committed attempts' intents (and so from marking their
+		// records), as if they stopped right after the commit point.
+		skipResolves atomic.Bool
 	}
 
 	stop     chan struct{}

@@ -11,6 +11,7 @@ import (
 	"github.com/groupkv/groupkv/internal/cluster"
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/shard"
+	"github.com/groupkv/groupkv/internal/txn"
 )
 
 // Reads over several nodes (see docs/cluster.md, "Reads over several
@@ -268,11 +269,11 @@ func inSpans(spans []shardSpan, key []byte) bool {
 // records of Keys, a page of a scan, a page of a tag query, or the
 // placements of Keys, of the shards of Spans only.
 type shardReadRequest struct {
-	Op           string      `json:"op"` // "records", "placement", "scan", "tags"
+	Op           string      `json:"op"` // "records", "placement", "prepared", "scan", "tags"
 	Collection   string      `json:"collection"`
 	CollectionID uint32      `json:"collection_id"`
 	Spans        []shardSpan `json:"spans"`
-	// Version is the version read; 0 (records, placement) reads the
+	// Version is the version read; 0 (records, placement, prepared) reads the
 	// latest state behind a read barrier of every shard.
 	Version uint64   `json:"version,omitempty"`
 	Keys    [][]byte `json:"keys,omitempty"`
@@ -306,6 +307,8 @@ type partPlacement struct {
 type shardReadResponse struct {
 	Records    []partRecord    `json:"records,omitempty"`
 	Placements []partPlacement `json:"placements,omitempty"`
+	// Prepared are the transactions prepared in the shards (op prepared).
+	Prepared []string `json:"prepared,omitempty"`
 	// Items are a page of a scan or tag query; More: the part has more.
 	Items []kv.Record `json:"items,omitempty"`
 	More  bool        `json:"more,omitempty"`
@@ -362,7 +365,7 @@ func (n *Node) readPartHere(ctx context.Context, req *shardReadRequest) (*shardR
 		return nil, kv.Errorf(kv.CodeUnavailable, "node %d's replicas do not cover shards %v as asked (the catalog changed); ask again", n.id, ids)
 	}
 	if req.Version == 0 {
-		if req.Op != "records" && req.Op != "placement" {
+		if req.Op != "records" && req.Op != "placement" && req.Op != "prepared" {
 			return nil, kv.Errorf(kv.CodeInvalidArgument, "a %s part needs a version", req.Op)
 		}
 		for _, id := range n.expandLocal(ids) {
@@ -415,6 +418,16 @@ func (n *Node) readPartHere(ctx context.Context, req *shardReadRequest) (*shardR
 				r.Value, r.Tags = val.Value, val.Tags
 			}
 			resp.Records = append(resp.Records, r)
+		}
+	case "prepared":
+		for _, id := range ids {
+			err := shard.EachPrepared(n.eng.DB, id, func(m txn.Meta, _ uint64, _, _ []txn.Target) error {
+				resp.Prepared = append(resp.Prepared, m.ID)
+				return nil
+			})
+			if err != nil {
+				return nil, kv.Errorf(kv.CodeInternal, "reading the prepared transactions of shard %d: %v", id, err)
+			}
 		}
 	case "placement":
 		for _, k := range req.Keys {

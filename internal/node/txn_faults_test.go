@@ -222,10 +222,12 @@ func prepareOnly(ctx context.Context, n *Node, id string) (txn.Meta, uint64, err
 // key within a bound set by TxnTimeout (checked generously, 10×, only to
 // catch hangs), and no partial commit shows: the prepared transaction's
 // writes are all invisible, the committed one's all visible, to plain
-// batch reads and to transactions alike.
+// batch reads and to transactions alike. The committed transaction's
+// record, which its coordinator never marked, is removed once its intents
+// are resolved.
 func TestTxnCoordinatorCrash(t *testing.T) {
 	const txnTimeout = 2 * time.Second
-	c := startCluster(t, 3, func(o *Options) { o.TxnTimeout = txnTimeout })
+	c := startCluster(t, 3, func(o *Options) { o.TxnTimeout, o.TxnRecordRetention = txnTimeout, 500*time.Millisecond })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c.createTxnCollections(ctx)
@@ -307,7 +309,7 @@ func TestTxnCoordinatorCrash(t *testing.T) {
 	if err != nil {
 		t.Fatalf("preparing: %v", err)
 	}
-	rec, err := vn.recordCAS(ctx, txn.RecordCmd{Op: txn.OpCommit, Meta: meta, TS: commitTS})
+	rec, err := vn.recordCAS(ctx, txn.RecordCmd{Op: txn.OpCommit, Meta: meta, TS: commitTS, Participants: slices.Sorted(slices.Values(pair)), Listed: true})
 	if err != nil || rec.Status != txn.Committed {
 		t.Fatalf("committing the record: %+v, %v", rec, err)
 	}
@@ -437,6 +439,14 @@ func TestTxnCoordinatorCrash(t *testing.T) {
 			t.Errorf("%s: after the overwrite a plain read still sees %d dead writes", tc.name, v)
 		}
 	}
+	c.eventually(10*txnTimeout, "the unmarked record of the committed transaction removed", func() error {
+		found := false
+		eachTxnRecord(t, on, d.ID, func(id string, _ txn.Record) { found = found || id == committedID })
+		if found {
+			return fmt.Errorf("the record of %s is still there", committedID)
+		}
+		return nil
+	})
 }
 
 // TestTxnLocksLostOnLeaderChange takes a transaction's read lock on a

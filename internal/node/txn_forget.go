@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/groupkv/groupkv/internal/cluster"
+	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/shard"
 	"github.com/groupkv/groupkv/internal/txn"
 )
@@ -31,7 +33,12 @@ import (
 // stopped before it marked the record — stays, unless it is an ABORTED
 // record another node wrote (a wound, an expiry): that node marks it too,
 // removable once the attempt is past its commit deadline
-// (forgetAbortedLater).
+// (forgetAbortedLater); or a COMMITTED record that lists its participants
+// (the shards it prepared in): once none of them holds the attempt
+// prepared — its intents resolved, by its coordinator or, after it
+// stopped, by the participants' leaders (txn_orphans.go) — and the
+// retention has passed since its commit, the leader of the record's shard
+// removes it (sweepUnmarked).
 //
 // Should a record be looked up after all, its absence reads as PENDING:
 // the attempt's start is long past its expiry, so whoever looks aborts it
@@ -62,6 +69,7 @@ type recordForgetter struct {
 
 	forgotten prometheus.Counter
 	marked    prometheus.Counter
+	unmarked  prometheus.Counter
 	kept      prometheus.Counter
 	waiting   prometheus.GaugeFunc
 }
@@ -83,6 +91,10 @@ func newRecordForgetter(reg *prometheus.Registry) *recordForgetter {
 	f.marked = registerCounter(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "groupkv_txn_records_marked_total",
 		Help: "Records of finished transactions this node marked removable once their retention passes.",
+	})).(prometheus.Counter)
+	f.unmarked = registerCounter(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "groupkv_txn_records_unmarked_forgotten_total",
+		Help: "Records of committed transactions whose coordinators stopped before marking them that this node removed, as the leader of their shard, once no participant held them prepared.",
 	})).(prometheus.Counter)
 	f.kept = registerCounter(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "groupkv_txn_records_kept_total",
@@ -269,7 +281,103 @@ func (n *Node) sweepRecords() {
 				break
 			}
 		}
+		n.sweepUnmarked(id, d)
 	})
+}
+
+// sweepUnmarked removes, from shard id (led here; d its descriptor), the
+// COMMITTED records committed more than TxnRecordRetention + TxnTimeout
+// ago that no coordinator marked, once none of their participants holds
+// the attempt prepared: no intent of it is left to look the record up.
+func (n *Node) sweepUnmarked(id uint64, d shard.Desc) {
+	n.sweepUnmarkedBefore(id, d, cluster.TimestampFromTime(time.Now().Add(-n.opts.TxnRecordRetention-n.opts.TxnTimeout)))
+}
+
+// sweepUnmarkedBefore is sweepUnmarked of the records committed below
+// before.
+func (n *Node) sweepUnmarkedBefore(id uint64, d shard.Desc, before uint64) {
+	recs, err := shard.UnmarkedTxnRecords(n.eng.DB, d, before, maxForgetBatch)
+	if err != nil {
+		n.log.Warn("listing the unmarked records of committed transactions failed", "shard", id, "err", err)
+		return
+	}
+	if len(recs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), n.retryWindow())
+	defer cancel()
+	prepared := map[uint64]map[string]bool{} // per participant; nil: unknown
+	var refs []shard.TxnRecordRef
+	for _, r := range recs {
+		resolved := true
+		for _, p := range r.Participants {
+			set, ok := prepared[p]
+			if !ok {
+				if set, err = n.preparedIn(ctx, p); err != nil {
+					n.log.Debug("reading a participant's prepared transactions failed; its records stay", "shard", p, "err", err)
+				}
+				prepared[p] = set
+			}
+			if set == nil || set[r.Ref.ID] {
+				resolved = false
+				break
+			}
+		}
+		if resolved {
+			refs = append(refs, r.Ref)
+		}
+	}
+	if len(refs) > 0 && n.proposeForget(id, &shard.TxnForgetCmd{Records: refs}) {
+		n.forgetter.unmarked.Add(float64(len(refs)))
+		n.log.Info("removed records of committed transactions their coordinators did not mark", "shard", id, "records", len(refs))
+	}
+}
+
+// preparedIn returns the transactions prepared in shard id, read here
+// after a read barrier or on a node holding a replica.
+func (n *Node) preparedIn(ctx context.Context, id uint64) (map[string]bool, error) {
+	set := map[string]bool{}
+	if n.hasReplica(id) {
+		if err := n.readBarrier(ctx, id); err != nil {
+			return nil, err
+		}
+		err := shard.EachPrepared(n.eng.DB, id, func(m txn.Meta, _ uint64, _, _ []txn.Target) error {
+			set[m.ID] = true
+			return nil
+		})
+		return set, err
+	}
+	d := n.collectionOfShard(id)
+	if d == nil {
+		return nil, kv.Errorf(kv.CodeUnavailable, "shard %d is in no collection of node %d's catalog", id, n.id)
+	}
+	parts, err := runParts(ctx, n, []uint64{id}, func(ctx context.Context, p readPart) (*shardReadResponse, error) {
+		return n.readPart(ctx, p, shardReadRequest{Op: "prepared"}, d)
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range parts {
+		for _, t := range p.Prepared {
+			set[t] = true
+		}
+	}
+	return set, nil
+}
+
+// collectionOfShard returns the collection shard id is a shard of, nil if
+// none in the catalog here.
+func (n *Node) collectionOfShard(id uint64) *cluster.CollectionDesc {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	for _, d := range n.mu.catalog {
+		for _, s := range d.Shards {
+			if s.ID == id {
+				return d
+			}
+		}
+	}
+	return nil
 }
 
 // proposeForget proposes c in shard id and counts what it marked or

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -432,5 +433,96 @@ func TestTxnReadPastDeadlineAborts(t *testing.T) {
 	_, _, err = n.TxnGet(ctx, id, kv.KeyRef{Collection: "c", Key: []byte("b")})
 	if kv.CodeOf(err) != kv.CodeTxnAborted {
 		t.Fatalf("a read past the deadline: %v, want txn_aborted", err)
+	}
+}
+
+// TestTxnUnmarkedCommittedRecordForgotten: the coordinator of a
+// cross-shard commit stops right after the commit point (it neither
+// resolves nor marks the record). The leader of the record's shard removes
+// the record only once neither participant holds the attempt prepared.
+func TestTxnUnmarkedCommittedRecordForgotten(t *testing.T) {
+	// Long retention and timeout: no background sweep or settlement acts
+	// while the test does.
+	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond,
+		TxnRecordRetention: time.Hour, TxnTimeout: time.Minute, MaxTxnDuration: time.Minute})
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionHash, Shards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc, _ := n.collection("c")
+	// Two keys in two shards.
+	keys := []string{"k0"}
+	_, first := n.route(desc, []byte("k0"))
+	for i := 1; len(keys) < 2; i++ {
+		k := fmt.Sprintf("k%d", i)
+		if _, s := n.route(desc, []byte(k)); s != first {
+			keys = append(keys, k)
+		}
+	}
+	n.knobs.skipResolves.Store(true)
+	if _, _, err := transact(ctx, n, kv.TxnOptions{}, func(id string) error {
+		for _, k := range keys {
+			if err := n.TxnPut(ctx, id, kv.PutItem{Collection: "c", Key: []byte(k), Value: []byte("v")}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		id  string
+		rec txn.Record
+	)
+	eachTxnRecord(t, n, d.ID, func(i string, r txn.Record) {
+		if r.Status == txn.Committed {
+			id, rec = i, r
+		}
+	})
+	if id == "" || !rec.Listed || len(rec.Participants) != 2 || rec.ForgetAfter != 0 {
+		t.Fatalf("the committed record: %s %+v, want it unmarked, listing two participants\n%s", id, rec, describeTxnRecords(t, n, d.ID))
+	}
+	sweep := func() {
+		t.Helper()
+		n.eachLed(func(sid uint64, _ *shard.Shard) {
+			if sd, ok := n.host.Desc(sid); ok {
+				n.sweepUnmarkedBefore(sid, sd, math.MaxUint64)
+			}
+		})
+	}
+	exists := func() bool {
+		found := false
+		eachTxnRecord(t, n, d.ID, func(i string, _ txn.Record) { found = found || i == id })
+		return found
+	}
+	sweep()
+	if !exists() {
+		t.Fatal("the record was removed while both participants held the attempt prepared")
+	}
+	res := shard.TxnResult{ID: id, Status: txn.Committed, CommitTS: rec.CommitTS}
+	if err := n.resolvePrepared(ctx, rec.Participants[0], id, res); err != nil {
+		t.Fatal(err)
+	}
+	sweep()
+	if !exists() {
+		t.Fatal("the record was removed while a participant held the attempt prepared")
+	}
+	if err := n.resolvePrepared(ctx, rec.Participants[1], id, res); err != nil {
+		t.Fatal(err)
+	}
+	sweep()
+	if exists() {
+		t.Fatal("the record stays once no participant holds the attempt prepared")
+	}
+	if got := testutil.ToFloat64(n.forgetter.unmarked); got != 1 {
+		t.Fatalf("groupkv_txn_records_unmarked_forgotten_total = %v, want 1", got)
+	}
+	for _, k := range keys {
+		if r, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte(k)}); err != nil || string(r.Value) != "v" {
+			t.Fatalf("%s: %q %v, want the committed v", k, r.Value, err)
+		}
 	}
 }

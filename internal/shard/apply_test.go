@@ -223,6 +223,23 @@ func (e *applyEnv) run(t *testing.T, td *datadriven.TestData) string {
 		return e.records(t, td)
 	case "due-records":
 		return e.dueRecords(t, td)
+	case "unmarked-records":
+		var before uint64
+		limit := 100
+		td.ScanArgs(t, "before", &before)
+		td.MaybeScanArgs(t, "limit", &limit)
+		recs, err := UnmarkedTxnRecords(e.eng.DB, e.current(t, td).Desc(), before, limit)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		var b strings.Builder
+		for _, r := range recs {
+			fmt.Fprintf(&b, "%s key=%s commit-ts=%d participants=%v\n", r.Ref.ID, r.Ref.Anchor.Key, r.CommitTS, r.Participants)
+		}
+		if b.Len() == 0 {
+			return "none"
+		}
+		return b.String()
 	case "place":
 		return e.place(t, td)
 	case "placement":
@@ -593,6 +610,9 @@ func (e *applyEnv) txnRef(t *testing.T, pos string, args []datadriven.CmdArg) Tx
 	r := TxnRecordRef{Anchor: txn.Anchor{Collection: e.cur.Desc().Collection}}
 	hasBucket := false
 	for _, a := range args {
+		if a.Key == "participants" {
+			continue // record's
+		}
 		if len(a.Vals) != 1 {
 			t.Fatalf("%s: %s wants one value", pos, a.Key)
 		}
@@ -637,6 +657,22 @@ func (e *applyEnv) record(t *testing.T, td *datadriven.TestData) string {
 	}
 	c.TS = 2
 	td.MaybeScanArgs(t, "ts", &c.TS)
+	for _, a := range td.CmdArgs {
+		if a.Key != "participants" {
+			continue
+		}
+		c.Listed = true
+		for _, p := range a.Vals {
+			if p == "" {
+				continue
+			}
+			v, err := strconv.ParseUint(p, 10, 64)
+			if err != nil {
+				td.Fatalf(t, "participant %q: %v", p, err)
+			}
+			c.Participants = append(c.Participants, v)
+		}
+	}
 	return e.apply(t, td, EncodeTxnRecord(c))
 }
 

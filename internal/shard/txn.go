@@ -511,6 +511,54 @@ func (s *Shard) applyTxnForget(b *pebble.Batch, c *TxnForgetCmd) (Result, error)
 	return Result{Count: removed}, nil
 }
 
+// UnmarkedTxnRecord is a COMMITTED record no coordinator marked removable
+// (UnmarkedTxnRecords).
+type UnmarkedTxnRecord struct {
+	Ref          TxnRecordRef
+	CommitTS     uint64
+	Participants []uint64
+}
+
+// UnmarkedTxnRecords returns up to limit COMMITTED records, anchored in
+// keys shard d owns, that list their participants, committed below before
+// and not marked removable: their coordinators stopped before marking
+// them. d is the caller's copy of the shard's descriptor.
+func UnmarkedTxnRecords(r pebble.Reader, d Desc, before uint64, limit int) ([]UnmarkedTxnRecord, error) {
+	if d.IsMeta() {
+		return nil, nil
+	}
+	lo, hi := storage.TxnRecordSpan(d.Collection)
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var out []UnmarkedTxnRecord
+	for ok := it.First(); ok && len(out) < limit; ok = it.Next() {
+		k, v := it.Key(), it.Value()
+		rec, bucket, err := txn.DecodeRecord(v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: transaction record %x: %v", storage.ErrCorruptValue, k, err)
+		}
+		if rec.Status != txn.Committed || !rec.Listed || rec.ForgetAfter != 0 || rec.CommitTS >= before {
+			continue
+		}
+		key, id, err := storage.UnescapeKey(k[len(lo):])
+		if err != nil {
+			return nil, err
+		}
+		if !d.ownsStored(bucket, key) {
+			continue
+		}
+		out = append(out, UnmarkedTxnRecord{
+			Ref:          TxnRecordRef{ID: string(id), Anchor: txn.Anchor{Collection: d.Collection, Bucket: bucket, Key: bytes.Clone(key)}},
+			CommitTS:     rec.CommitTS,
+			Participants: rec.Participants,
+		})
+	}
+	return out, it.Error()
+}
+
 // DueTxnRecords returns up to limit records of transactions, anchored in
 // keys shard d owns, marked removable at or before now (Unix
 // nanoseconds), read from r. d is the caller's copy of the shard's
@@ -692,7 +740,8 @@ func (s *Shard) commitOnePhase(b *pebble.Batch, version uint64, p *TxnPrepareCmd
 	if exists || p.Record {
 		// The record was written (a heartbeat), or victims wait for it:
 		// leave it COMMITTED, so that a late wound finds it so.
-		rec = txn.Record{Status: txn.Committed, CommitTS: version, Heartbeat: rec.Heartbeat}
+		// Its writes are in place: no participant holds it prepared.
+		rec = txn.Record{Status: txn.Committed, CommitTS: version, Heartbeat: rec.Heartbeat, Listed: true}
 		if err := b.Set(storage.TxnRecordKey(a.Collection, a.Key, p.Meta.ID), txn.EncodeRecord(rec, a.Bucket), nil); err != nil {
 			return Result{}, err
 		}

@@ -54,13 +54,21 @@ type Record struct {
 	// so that the anchor shard's leader removes it then, whatever becomes
 	// of the coordinator meanwhile.
 	ForgetAfter uint64
+	// Participants are the shards a COMMITTED record's transaction
+	// prepared in (Listed: the record lists them, even none; records
+	// written before they were listed do not). Once none of them holds the
+	// transaction prepared, its intents are resolved and the record may
+	// go, should its coordinator not have marked it (txn_forget.go).
+	Participants []uint64
+	Listed       bool
 }
 
 // Flags of the byte after the heartbeat in an encoded record.
 const (
-	recordWoundedBy   = 1 << 0
-	recordRetriedAs   = 1 << 1
-	recordForgetAfter = 1 << 2
+	recordWoundedBy    = 1 << 0
+	recordRetriedAs    = 1 << 1
+	recordForgetAfter  = 1 << 2
+	recordParticipants = 1 << 3
 )
 
 // EncodeRecord encodes r (bucket: the anchor's, kept for ownership).
@@ -80,9 +88,18 @@ func EncodeRecord(r Record, bucket uint16) []byte {
 	if r.ForgetAfter != 0 {
 		flags |= recordForgetAfter
 	}
+	if r.Listed {
+		flags |= recordParticipants
+	}
 	b = append(b, flags)
 	if r.ForgetAfter != 0 {
 		b = binary.BigEndian.AppendUint64(b, r.ForgetAfter)
+	}
+	if r.Listed {
+		b = binary.AppendUvarint(b, uint64(len(r.Participants)))
+		for _, p := range r.Participants {
+			b = binary.AppendUvarint(b, p)
+		}
 	}
 	if r.WoundedBy != nil {
 		b = AppendMeta(b, r.WoundedBy)
@@ -98,7 +115,7 @@ var ErrCorruptRecord = errors.New("txn: corrupt record")
 
 // DecodeRecord decodes a record and the bucket of its anchor.
 func DecodeRecord(b []byte) (Record, uint16, error) {
-	if len(b) < 20 || b[0] > byte(Aborted) || b[19]&^(recordWoundedBy|recordRetriedAs|recordForgetAfter) != 0 {
+	if len(b) < 20 || b[0] > byte(Aborted) || b[19]&^(recordWoundedBy|recordRetriedAs|recordForgetAfter|recordParticipants) != 0 {
 		return Record{}, 0, ErrCorruptRecord
 	}
 	r := Record{Status: Status(b[0]), CommitTS: binary.BigEndian.Uint64(b[3:]), Heartbeat: binary.BigEndian.Uint64(b[11:])}
@@ -110,6 +127,21 @@ func DecodeRecord(b []byte) (Record, uint16, error) {
 		r.ForgetAfter, rest = binary.BigEndian.Uint64(rest), rest[8:]
 		if r.ForgetAfter == 0 {
 			return Record{}, 0, ErrCorruptRecord // not canonical: no flag for 0
+		}
+	}
+	if b[19]&recordParticipants != 0 {
+		n, more, ok := canonicalUvarint(rest)
+		if !ok || n > uint64(len(more)) {
+			return Record{}, 0, ErrCorruptRecord
+		}
+		rest = more
+		r.Listed = true
+		for range n {
+			p, more, ok := canonicalUvarint(rest)
+			if !ok {
+				return Record{}, 0, ErrCorruptRecord
+			}
+			r.Participants, rest = append(r.Participants, p), more
 		}
 	}
 	if b[19]&recordWoundedBy != 0 {
@@ -128,6 +160,15 @@ func DecodeRecord(b []byte) (Record, uint16, error) {
 	}
 	r.Reason = string(rest)
 	return r, binary.BigEndian.Uint16(b[1:]), nil
+}
+
+// canonicalUvarint decodes a uvarint in its shortest encoding.
+func canonicalUvarint(b []byte) (uint64, []byte, bool) {
+	v, k := binary.Uvarint(b)
+	if k <= 0 || k != len(binary.AppendUvarint(nil, v)) {
+		return 0, nil, false
+	}
+	return v, b[k:], true
 }
 
 // RecordOp is what a record command asks.
@@ -169,6 +210,10 @@ type RecordCmd struct {
 	By *Meta
 	// Next is the attempt an OpRetry links.
 	Next *Meta
+	// Participants (Listed) are the shards an OpCommit's transaction
+	// prepared in (Record.Participants).
+	Participants []uint64 `json:",omitempty"`
+	Listed       bool     `json:",omitempty"`
 }
 
 // Transition applies cmd to the record cur (exists false: no record yet)
@@ -199,7 +244,7 @@ func Transition(cur Record, exists bool, cmd RecordCmd) (next Record, write bool
 		if cmd.Deadline != 0 && cmd.TS > cmd.Deadline {
 			return Record{Status: Aborted, Heartbeat: cur.Heartbeat, Reason: "the transaction ran past its deadline"}, true
 		}
-		return Record{Status: Committed, CommitTS: cmd.TS, Heartbeat: cur.Heartbeat}, true
+		return Record{Status: Committed, CommitTS: cmd.TS, Heartbeat: cur.Heartbeat, Participants: cmd.Participants, Listed: cmd.Listed}, true
 	case OpRetry:
 		if cmd.Next == nil {
 			return cur, false
