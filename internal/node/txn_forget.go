@@ -33,12 +33,14 @@ import (
 // stopped before it marked the record — stays, unless it is an ABORTED
 // record another node wrote (a wound, an expiry): that node marks it too,
 // removable once the attempt is past its commit deadline
-// (forgetAbortedLater); or a COMMITTED record that lists its participants
-// (the shards it prepared in): once none of them holds the attempt
-// prepared — its intents resolved, by its coordinator or, after it
-// stopped, by the participants' leaders (txn_orphans.go) — and the
-// retention has passed since its commit, the leader of the record's shard
-// removes it (sweepUnmarked).
+// (forgetAbortedLater). Should the node that was to mark a record stop
+// first, the leader of the record's shard removes it itself
+// (sweepUnmarked): a COMMITTED record that lists its participants (the
+// shards it prepared in) once none of them holds the attempt prepared —
+// its intents resolved, by its coordinator or, after it stopped, by the
+// participants' leaders (txn_orphans.go) — and the retention has passed
+// since its commit; an ABORTED record that keeps its abort time, once
+// forgetAbortedLater's time has passed since.
 //
 // Should a record be looked up after all, its absence reads as PENDING:
 // the attempt's start is long past its expiry, so whoever looks aborts it
@@ -94,7 +96,7 @@ func newRecordForgetter(reg *prometheus.Registry) *recordForgetter {
 	})).(prometheus.Counter)
 	f.unmarked = registerCounter(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "groupkv_txn_records_unmarked_forgotten_total",
-		Help: "Records of committed transactions whose coordinators stopped before marking them that this node removed, as the leader of their shard, once no participant held them prepared.",
+		Help: "Records of finished transactions that nobody marked removable (their coordinator, or whoever aborted them, stopped first) this node removed, as the leader of their shard: a committed one once no participant held it prepared.",
 	})).(prometheus.Counter)
 	f.kept = registerCounter(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "groupkv_txn_records_kept_total",
@@ -158,7 +160,13 @@ func (n *Node) forgetRecordAfter(m txn.Meta, d time.Duration) {
 // an attempt long expired, which they abort: the same outcome, so intents
 // of m still in place are resolved alike.
 func (n *Node) forgetAbortedLater(m txn.Meta) {
-	n.forgetRecordAfter(m, max(n.opts.TxnRecordRetention, n.opts.MaxTxnDuration+n.opts.TxnTimeout))
+	n.forgetRecordAfter(m, n.abortedRetention())
+}
+
+// abortedRetention is how long after its abort an ABORTED record that its
+// coordinator does not vouch for stays.
+func (n *Node) abortedRetention() time.Duration {
+	return max(n.opts.TxnRecordRetention, n.opts.MaxTxnDuration+n.opts.TxnTimeout)
 }
 
 // forgetTick marks the records this node is done with, and, every
@@ -286,17 +294,23 @@ func (n *Node) sweepRecords() {
 }
 
 // sweepUnmarked removes, from shard id (led here; d its descriptor), the
-// COMMITTED records committed more than TxnRecordRetention + TxnTimeout
-// ago that no coordinator marked, once none of their participants holds
-// the attempt prepared: no intent of it is left to look the record up.
+// decided records nobody marked: the COMMITTED ones committed more than
+// TxnRecordRetention + TxnTimeout ago, once none of their participants
+// holds the attempt prepared (no intent of it is left to look the record
+// up); and the ABORTED ones aborted longer ago than forgetAbortedLater
+// waits (the attempt is past its commit deadline: read as PENDING, the
+// record is aborted again by whoever looks).
 func (n *Node) sweepUnmarked(id uint64, d shard.Desc) {
-	n.sweepUnmarkedBefore(id, d, cluster.TimestampFromTime(time.Now().Add(-n.opts.TxnRecordRetention-n.opts.TxnTimeout)))
+	now := time.Now()
+	committed := cluster.TimestampFromTime(now.Add(-n.opts.TxnRecordRetention - n.opts.TxnTimeout))
+	aborted := uint64(now.Add(-n.abortedRetention()).UnixNano())
+	n.sweepUnmarkedBefore(id, d, committed, aborted)
 }
 
 // sweepUnmarkedBefore is sweepUnmarked of the records committed below
-// before.
-func (n *Node) sweepUnmarkedBefore(id uint64, d shard.Desc, before uint64) {
-	recs, err := shard.UnmarkedTxnRecords(n.eng.DB, d, before, maxForgetBatch)
+// committed (a timestamp) or aborted before aborted (Unix nanoseconds).
+func (n *Node) sweepUnmarkedBefore(id uint64, d shard.Desc, committed, aborted uint64) {
+	recs, err := shard.UnmarkedTxnRecords(n.eng.DB, d, committed, aborted, maxForgetBatch)
 	if err != nil {
 		n.log.Warn("listing the unmarked records of committed transactions failed", "shard", id, "err", err)
 		return
@@ -310,7 +324,7 @@ func (n *Node) sweepUnmarkedBefore(id uint64, d shard.Desc, before uint64) {
 	var refs []shard.TxnRecordRef
 	for _, r := range recs {
 		resolved := true
-		for _, p := range r.Participants {
+		for _, p := range r.Participants { // none for an ABORTED record
 			set, ok := prepared[p]
 			if !ok {
 				if set, err = n.preparedIn(ctx, p); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/groupkv/groupkv/internal/cluster"
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/shard"
 	"github.com/groupkv/groupkv/internal/storage"
@@ -489,7 +490,7 @@ func TestTxnUnmarkedCommittedRecordForgotten(t *testing.T) {
 		t.Helper()
 		n.eachLed(func(sid uint64, _ *shard.Shard) {
 			if sd, ok := n.host.Desc(sid); ok {
-				n.sweepUnmarkedBefore(sid, sd, math.MaxUint64)
+				n.sweepUnmarkedBefore(sid, sd, math.MaxUint64, 0)
 			}
 		})
 	}
@@ -524,5 +525,56 @@ func TestTxnUnmarkedCommittedRecordForgotten(t *testing.T) {
 		if r, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte(k)}); err != nil || string(r.Value) != "v" {
 			t.Fatalf("%s: %q %v, want the committed v", k, r.Value, err)
 		}
+	}
+}
+
+// TestTxnUnmarkedAbortedRecordForgotten: an ABORTED record nobody marked
+// (whoever aborted it stopped first) keeps its abort time, and the leader
+// of its shard removes it once the attempt is past its commit deadline.
+func TestTxnUnmarkedAbortedRecordForgotten(t *testing.T) {
+	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond,
+		TxnRecordRetention: time.Hour, TxnTimeout: time.Minute, MaxTxnDuration: time.Minute})
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionHash, Shards: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := n.latest(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := []byte("anchor")
+	m := txn.Meta{ID: txn.NewID(now, 1), Priority: now, Attempt: 1, Start: now, Anchor: txn.Anchor{Collection: d.ID, Bucket: cluster.Bucket(key), Key: key}}
+	before := uint64(time.Now().UnixNano())
+	if rec, err := n.recordCAS(ctx, txn.RecordCmd{Op: txn.OpAbort, Meta: m, Reason: "test"}); err != nil || rec.Status != txn.Aborted {
+		t.Fatalf("aborting: %+v %v", rec, err)
+	}
+	var abortedAt uint64
+	eachTxnRecord(t, n, d.ID, func(id string, r txn.Record) {
+		if id == m.ID {
+			abortedAt = r.AbortedAt
+		}
+	})
+	if abortedAt < before || abortedAt > uint64(time.Now().UnixNano()) {
+		t.Fatalf("the record's abort time is %d, want the time of the abort (after %d)", abortedAt, before)
+	}
+	sweep := func(abortedBefore uint64) bool {
+		t.Helper()
+		n.eachLed(func(sid uint64, _ *shard.Shard) {
+			if sd, ok := n.host.Desc(sid); ok {
+				n.sweepUnmarkedBefore(sid, sd, 0, abortedBefore)
+			}
+		})
+		found := false
+		eachTxnRecord(t, n, d.ID, func(id string, _ txn.Record) { found = found || id == m.ID })
+		return found
+	}
+	if !sweep(abortedAt) {
+		t.Fatal("the record was removed before its time")
+	}
+	if sweep(abortedAt + 1) {
+		t.Fatal("the record stays after its time")
 	}
 }

@@ -252,6 +252,9 @@ func (n *Node) readRecord(ctx context.Context, m *txn.Meta) (shard.TxnResult, er
 // the record after it.
 func (n *Node) recordCAS(ctx context.Context, c txn.RecordCmd) (shard.TxnResult, error) {
 	deadline := time.Now().Add(n.retryWindow())
+	if c.Now == 0 {
+		c.Now = uint64(time.Now().UnixNano())
+	}
 	for attempt := 0; ; attempt++ {
 		id, err := n.anchorShard(c.Meta.Anchor)
 		if err != nil {

@@ -224,16 +224,21 @@ func (e *applyEnv) run(t *testing.T, td *datadriven.TestData) string {
 	case "due-records":
 		return e.dueRecords(t, td)
 	case "unmarked-records":
-		var before uint64
+		var before, abortedBefore uint64
 		limit := 100
 		td.ScanArgs(t, "before", &before)
+		td.MaybeScanArgs(t, "aborted-before", &abortedBefore)
 		td.MaybeScanArgs(t, "limit", &limit)
-		recs, err := UnmarkedTxnRecords(e.eng.DB, e.current(t, td).Desc(), before, limit)
+		recs, err := UnmarkedTxnRecords(e.eng.DB, e.current(t, td).Desc(), before, abortedBefore, limit)
 		if err != nil {
 			return "error: " + err.Error()
 		}
 		var b strings.Builder
 		for _, r := range recs {
+			if r.Status == txn.Aborted {
+				fmt.Fprintf(&b, "%s key=%s ABORTED\n", r.Ref.ID, r.Ref.Anchor.Key)
+				continue
+			}
 			fmt.Fprintf(&b, "%s key=%s commit-ts=%d participants=%v\n", r.Ref.ID, r.Ref.Anchor.Key, r.CommitTS, r.Participants)
 		}
 		if b.Len() == 0 {
@@ -610,7 +615,7 @@ func (e *applyEnv) txnRef(t *testing.T, pos string, args []datadriven.CmdArg) Tx
 	r := TxnRecordRef{Anchor: txn.Anchor{Collection: e.cur.Desc().Collection}}
 	hasBucket := false
 	for _, a := range args {
-		if a.Key == "participants" {
+		if a.Key == "participants" || a.Key == "now" {
 			continue // record's
 		}
 		if len(a.Vals) != 1 {
@@ -657,6 +662,7 @@ func (e *applyEnv) record(t *testing.T, td *datadriven.TestData) string {
 	}
 	c.TS = 2
 	td.MaybeScanArgs(t, "ts", &c.TS)
+	td.MaybeScanArgs(t, "now", &c.Now)
 	for _, a := range td.CmdArgs {
 		if a.Key != "participants" {
 			continue

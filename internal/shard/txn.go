@@ -511,19 +511,24 @@ func (s *Shard) applyTxnForget(b *pebble.Batch, c *TxnForgetCmd) (Result, error)
 	return Result{Count: removed}, nil
 }
 
-// UnmarkedTxnRecord is a COMMITTED record no coordinator marked removable
+// UnmarkedTxnRecord is a decided record nobody marked removable
 // (UnmarkedTxnRecords).
 type UnmarkedTxnRecord struct {
-	Ref          TxnRecordRef
+	Ref    TxnRecordRef
+	Status txn.Status
+	// CommitTS and Participants are a COMMITTED record's.
 	CommitTS     uint64
 	Participants []uint64
 }
 
-// UnmarkedTxnRecords returns up to limit COMMITTED records, anchored in
-// keys shard d owns, that list their participants, committed below before
-// and not marked removable: their coordinators stopped before marking
-// them. d is the caller's copy of the shard's descriptor.
-func UnmarkedTxnRecords(r pebble.Reader, d Desc, before uint64, limit int) ([]UnmarkedTxnRecord, error) {
+// UnmarkedTxnRecords returns up to limit decided records, anchored in keys
+// shard d owns, not marked removable — those whose coordinator (or, for
+// an ABORTED one, whoever aborted it) stopped before marking them: the
+// COMMITTED ones that list their participants, committed below
+// committedBefore (a timestamp), and the ABORTED ones aborted before
+// abortedBefore (Unix nanoseconds). d is the caller's copy of the shard's
+// descriptor.
+func UnmarkedTxnRecords(r pebble.Reader, d Desc, committedBefore, abortedBefore uint64, limit int) ([]UnmarkedTxnRecord, error) {
 	if d.IsMeta() {
 		return nil, nil
 	}
@@ -540,7 +545,19 @@ func UnmarkedTxnRecords(r pebble.Reader, d Desc, before uint64, limit int) ([]Un
 		if err != nil {
 			return nil, fmt.Errorf("%w: transaction record %x: %v", storage.ErrCorruptValue, k, err)
 		}
-		if rec.Status != txn.Committed || !rec.Listed || rec.ForgetAfter != 0 || rec.CommitTS >= before {
+		if rec.ForgetAfter != 0 {
+			continue
+		}
+		switch rec.Status {
+		case txn.Committed:
+			if !rec.Listed || rec.CommitTS >= committedBefore {
+				continue
+			}
+		case txn.Aborted:
+			if rec.AbortedAt == 0 || rec.AbortedAt >= abortedBefore {
+				continue
+			}
+		default:
 			continue
 		}
 		key, id, err := storage.UnescapeKey(k[len(lo):])
@@ -552,6 +569,7 @@ func UnmarkedTxnRecords(r pebble.Reader, d Desc, before uint64, limit int) ([]Un
 		}
 		out = append(out, UnmarkedTxnRecord{
 			Ref:          TxnRecordRef{ID: string(id), Anchor: txn.Anchor{Collection: d.Collection, Bucket: bucket, Key: bytes.Clone(key)}},
+			Status:       rec.Status,
 			CommitTS:     rec.CommitTS,
 			Participants: rec.Participants,
 		})

@@ -61,6 +61,11 @@ type Record struct {
 	// go, should its coordinator not have marked it (txn_forget.go).
 	Participants []uint64
 	Listed       bool
+	// AbortedAt is when an ABORTED record was aborted (Unix time in
+	// nanoseconds, by the clock of the node that asked; 0: not known, a
+	// record aborted before it was kept). The attempt cannot commit after
+	// its deadline, MaxTxnDuration past its start, which came before.
+	AbortedAt uint64
 }
 
 // Flags of the byte after the heartbeat in an encoded record.
@@ -69,6 +74,7 @@ const (
 	recordRetriedAs    = 1 << 1
 	recordForgetAfter  = 1 << 2
 	recordParticipants = 1 << 3
+	recordAbortedAt    = 1 << 4
 )
 
 // EncodeRecord encodes r (bucket: the anchor's, kept for ownership).
@@ -91,6 +97,9 @@ func EncodeRecord(r Record, bucket uint16) []byte {
 	if r.Listed {
 		flags |= recordParticipants
 	}
+	if r.AbortedAt != 0 {
+		flags |= recordAbortedAt
+	}
 	b = append(b, flags)
 	if r.ForgetAfter != 0 {
 		b = binary.BigEndian.AppendUint64(b, r.ForgetAfter)
@@ -100,6 +109,9 @@ func EncodeRecord(r Record, bucket uint16) []byte {
 		for _, p := range r.Participants {
 			b = binary.AppendUvarint(b, p)
 		}
+	}
+	if r.AbortedAt != 0 {
+		b = binary.BigEndian.AppendUint64(b, r.AbortedAt)
 	}
 	if r.WoundedBy != nil {
 		b = AppendMeta(b, r.WoundedBy)
@@ -115,7 +127,7 @@ var ErrCorruptRecord = errors.New("txn: corrupt record")
 
 // DecodeRecord decodes a record and the bucket of its anchor.
 func DecodeRecord(b []byte) (Record, uint16, error) {
-	if len(b) < 20 || b[0] > byte(Aborted) || b[19]&^(recordWoundedBy|recordRetriedAs|recordForgetAfter|recordParticipants) != 0 {
+	if len(b) < 20 || b[0] > byte(Aborted) || b[19]&^(recordWoundedBy|recordRetriedAs|recordForgetAfter|recordParticipants|recordAbortedAt) != 0 {
 		return Record{}, 0, ErrCorruptRecord
 	}
 	r := Record{Status: Status(b[0]), CommitTS: binary.BigEndian.Uint64(b[3:]), Heartbeat: binary.BigEndian.Uint64(b[11:])}
@@ -142,6 +154,15 @@ func DecodeRecord(b []byte) (Record, uint16, error) {
 				return Record{}, 0, ErrCorruptRecord
 			}
 			r.Participants, rest = append(r.Participants, p), more
+		}
+	}
+	if b[19]&recordAbortedAt != 0 {
+		if len(rest) < 8 {
+			return Record{}, 0, ErrCorruptRecord
+		}
+		r.AbortedAt, rest = binary.BigEndian.Uint64(rest), rest[8:]
+		if r.AbortedAt == 0 {
+			return Record{}, 0, ErrCorruptRecord // not canonical: no flag for 0
 		}
 	}
 	if b[19]&recordWoundedBy != 0 {
@@ -214,6 +235,9 @@ type RecordCmd struct {
 	// prepared in (Record.Participants).
 	Participants []uint64 `json:",omitempty"`
 	Listed       bool     `json:",omitempty"`
+	// Now is the proposer's wall clock (Unix nanoseconds): an ABORTED
+	// record the command makes keeps it (Record.AbortedAt).
+	Now uint64 `json:",omitempty"`
 }
 
 // Transition applies cmd to the record cur (exists false: no record yet)
@@ -239,17 +263,17 @@ func Transition(cur Record, exists bool, cmd RecordCmd) (next Record, write bool
 		if cmd.IfIdleBefore != 0 && LastAlive(cur, cmd.Meta) >= cmd.IfIdleBefore {
 			return cur, false
 		}
-		return Record{Status: Aborted, Heartbeat: cur.Heartbeat, Reason: cmd.Reason, WoundedBy: cmd.By}, true
+		return Record{Status: Aborted, Heartbeat: cur.Heartbeat, Reason: cmd.Reason, WoundedBy: cmd.By, AbortedAt: cmd.Now}, true
 	case OpCommit:
 		if cmd.Deadline != 0 && cmd.TS > cmd.Deadline {
-			return Record{Status: Aborted, Heartbeat: cur.Heartbeat, Reason: "the transaction ran past its deadline"}, true
+			return Record{Status: Aborted, Heartbeat: cur.Heartbeat, Reason: "the transaction ran past its deadline", AbortedAt: cmd.Now}, true
 		}
 		return Record{Status: Committed, CommitTS: cmd.TS, Heartbeat: cur.Heartbeat, Participants: cmd.Participants, Listed: cmd.Listed}, true
 	case OpRetry:
 		if cmd.Next == nil {
 			return cur, false
 		}
-		return Record{Status: Aborted, Heartbeat: cur.Heartbeat, Reason: "its client retried it", RetriedAs: cmd.Next}, true
+		return Record{Status: Aborted, Heartbeat: cur.Heartbeat, Reason: "its client retried it", RetriedAs: cmd.Next, AbortedAt: cmd.Now}, true
 	}
 	return cur, false
 }

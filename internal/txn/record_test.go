@@ -177,6 +177,7 @@ func TestRecordRoundTrip(t *testing.T) {
 		{Record{Status: Aborted, Reason: "wounded", WoundedBy: &Meta{ID: "w", Priority: 2, Anchor: Anchor{Key: []byte("a")}}, RetriedAs: &Meta{ID: "n", Priority: 4, Attempt: 3, Anchor: Anchor{Key: []byte("b")}}}, 6},
 		{Record{Status: Committed, CommitTS: 8, ForgetAfter: 1 << 60}, 7},
 		{Record{Status: Committed, CommitTS: 8, Listed: true}, 7},
+		{Record{Status: Aborted, Reason: "wounded", AbortedAt: 1 << 62, ForgetAfter: 3}, 7},
 		{Record{Status: Committed, CommitTS: 8, Participants: []uint64{3, 1 << 40, 5}, Listed: true, ForgetAfter: 4, Reason: "r"}, 7},
 		{Record{Status: Aborted, Reason: "wounded", WoundedBy: &Meta{ID: "w", Priority: 2, Anchor: Anchor{Key: []byte("a")}}, RetriedAs: &Meta{ID: "n", Priority: 4, Anchor: Anchor{Key: []byte("b")}}, ForgetAfter: 1}, 6},
 	} {
@@ -233,6 +234,7 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add(EncodeRecord(Record{Status: Aborted, WoundedBy: &Meta{ID: "x", Priority: 3}, RetriedAs: &Meta{ID: "y", Priority: 5, Attempt: 2}}, 2))
 	f.Add(EncodeRecord(Record{Status: Committed, CommitTS: 3, ForgetAfter: 99}, 2))
 	f.Add(EncodeRecord(Record{Status: Committed, CommitTS: 3, Participants: []uint64{7, 300}, Listed: true}, 2))
+	f.Add(EncodeRecord(Record{Status: Aborted, AbortedAt: 12, RetriedAs: &Meta{ID: "y"}}, 2))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, bucket, err := DecodeRecord(b)
 		if err != nil {
