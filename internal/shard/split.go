@@ -165,6 +165,9 @@ func (s *Shard) applySplitTrigger(b *pebble.Batch, c SplitCmd) (Result, error) {
 	if err := storage.PutUint64(b, storage.ShardStateKey(child.ShardID, stateGCThreshold), s.gcThreshold); err != nil {
 		return Result{}, err
 	}
+	if err := s.inheritPrepared(b, child); err != nil {
+		return Result{}, err
+	}
 	return Result{Split: &SplitResult{Child: child, MaxVersion: s.maxVersion, GCThreshold: s.gcThreshold}}, nil
 }
 

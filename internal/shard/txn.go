@@ -127,6 +127,48 @@ type preparedEntry struct {
 
 const statePrepared = "txn/" // + transaction id -> preparedEntry JSON
 
+// inheritPrepared gives split child the transactions prepared in the shard
+// whose intents are now the child's: a prepared entry of its own with
+// those writes (and the read set, whose locks a new leader of the child
+// restores), at the prepare's version. The coordinator resolves in the
+// shard it prepared in, which leaves the child's intents alone (another
+// shard's); with the entry the child holds back its resolved timestamp
+// for them, its reads settle them from the record, and its leader settles
+// them once their coordinator is gone (as any prepare it holds).
+func (s *Shard) inheritPrepared(b *pebble.Batch, child Desc) error {
+	coll := s.desc.Collection
+	var entries []preparedEntry
+	err := EachPrepared(b, s.desc.ShardID, func(m txn.Meta, version uint64, writes, reads []txn.Target) error {
+		e := preparedEntry{Meta: m, Version: version, Reads: reads}
+		for _, w := range writes {
+			in, ok, err := ReadIntent(b, coll, w.Key)
+			if err != nil {
+				return err
+			}
+			if ok && in.Meta.ID == m.ID && child.Owns(in.Bucket, w.Key) {
+				e.Writes = append(e.Writes, w)
+			}
+		}
+		if len(e.Writes) > 0 {
+			entries = append(entries, e)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		js, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		if err := b.Set(storage.ShardStateKey(child.ShardID, statePrepared+e.Meta.ID), js, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // EncodeTxnRecord encodes a record compare-and-set.
 func EncodeTxnRecord(c txn.RecordCmd) []byte {
 	return encodeJSON(KindTxnRecord, false, c)
@@ -378,13 +420,18 @@ func (s *Shard) Committed() {
 // concurrent use.
 func (s *Shard) MinPrepared() uint64 { return s.txns.minPrepared.Load() }
 
-// loadPrepared rebuilds the shard's prepared set from its state.
+// loadPrepared rebuilds the shard's prepared set from its state, and the
+// lowest prepare version with it (MinPrepared: reads settle the intents
+// of a shard holding prepares, and its leader settles those their
+// coordinators left).
 func (s *Shard) loadPrepared(r pebble.Reader) error {
 	s.txns.prepared = map[string]uint64{}
-	return EachPrepared(r, s.desc.ShardID, func(m txn.Meta, version uint64, _, _ []txn.Target) error {
+	err := EachPrepared(r, s.desc.ShardID, func(m txn.Meta, version uint64, _, _ []txn.Target) error {
 		s.txns.prepared[m.ID] = version
 		return nil
 	})
+	s.txns.recompute()
+	return err
 }
 
 // EachPrepared calls fn for every transaction prepared in shard shardID
