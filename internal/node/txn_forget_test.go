@@ -453,27 +453,7 @@ func TestTxnUnmarkedCommittedRecordForgotten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	desc, _ := n.collection("c")
-	// Two keys in two shards.
-	keys := []string{"k0"}
-	_, first := n.route(desc, []byte("k0"))
-	for i := 1; len(keys) < 2; i++ {
-		k := fmt.Sprintf("k%d", i)
-		if _, s := n.route(desc, []byte(k)); s != first {
-			keys = append(keys, k)
-		}
-	}
-	n.knobs.skipResolves.Store(true)
-	if _, _, err := transact(ctx, n, kv.TxnOptions{}, func(id string) error {
-		for _, k := range keys {
-			if err := n.TxnPut(ctx, id, kv.PutItem{Collection: "c", Key: []byte(k), Value: []byte("v")}); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	keys := commitUnresolved(ctx, t, n, "c")
 	var (
 		id  string
 		rec txn.Record
@@ -522,8 +502,8 @@ func TestTxnUnmarkedCommittedRecordForgotten(t *testing.T) {
 		t.Fatalf("groupkv_txn_records_unmarked_forgotten_total = %v, want 1", got)
 	}
 	for _, k := range keys {
-		if r, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte(k)}); err != nil || string(r.Value) != "v" {
-			t.Fatalf("%s: %q %v, want the committed v", k, r.Value, err)
+		if r, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte(k)}); err != nil || string(r.Value) != "v"+k {
+			t.Fatalf("%s: %q %v, want the committed v%s", k, r.Value, err, k)
 		}
 	}
 }

@@ -96,36 +96,16 @@ func TestTxnPreparedAcrossRestart(t *testing.T) {
 	n := openTest(t, dir, opts)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	defer func() { n.Close() }()
 	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "h", Partitioning: kv.PartitionHash, Shards: 2}); err != nil {
-		n.Close()
 		t.Fatal(err)
 	}
 	d, _ := n.collection("h")
-	keys := []string{"k0"}
-	_, first := n.route(d, []byte("k0"))
-	for i := 1; len(keys) < 2; i++ {
-		k := fmt.Sprintf("k%d", i)
-		if _, s := n.route(d, []byte(k)); s != first {
-			keys = append(keys, k)
-		}
-	}
-	n.knobs.skipResolves.Store(true)
-	if _, _, err := transact(ctx, n, kv.TxnOptions{}, func(id string) error {
-		for _, k := range keys {
-			if err := n.TxnPut(ctx, id, kv.PutItem{Collection: "h", Key: []byte(k), Value: []byte("v" + k)}); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
-		n.Close()
-		t.Fatal(err)
-	}
+	keys := commitUnresolved(ctx, t, n, "h")
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
 	n = openTest(t, dir, opts)
-	defer n.Close()
 	for _, s := range d.Shards {
 		if n.host.MinPrepared(s.ID) == 0 {
 			t.Errorf("shard %d holds no prepared transaction after the restart", s.ID)
@@ -137,4 +117,37 @@ func TestTxnPreparedAcrossRestart(t *testing.T) {
 			t.Errorf("%s after the restart: %q %v, want v%s", k, r.Value, err, k)
 		}
 	}
+}
+
+// commitUnresolved commits, on n, one transaction writing "v"+key to two
+// keys of hash collection coll that live in two shards, and leaves its
+// intents unresolved and its record unmarked, as a coordinator that
+// stopped right after the commit point would. It returns the keys.
+func commitUnresolved(ctx context.Context, t *testing.T, n *Node, coll string) []string {
+	t.Helper()
+	d, err := n.collection(coll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"k0"}
+	_, first := n.route(d, []byte("k0"))
+	for i := 1; len(keys) < 2; i++ {
+		k := fmt.Sprintf("k%d", i)
+		if _, s := n.route(d, []byte(k)); s != first {
+			keys = append(keys, k)
+		}
+	}
+	n.knobs.skipResolves.Store(true)
+	defer n.knobs.skipResolves.Store(false)
+	if _, _, err := transact(ctx, n, kv.TxnOptions{}, func(id string) error {
+		for _, k := range keys {
+			if err := n.TxnPut(ctx, id, kv.PutItem{Collection: coll, Key: []byte(k), Value: []byte("v" + k)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return keys
 }

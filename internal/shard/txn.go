@@ -576,52 +576,25 @@ type UnmarkedTxnRecord struct {
 // abortedBefore (Unix nanoseconds). d is the caller's copy of the shard's
 // descriptor.
 func UnmarkedTxnRecords(r pebble.Reader, d Desc, committedBefore, abortedBefore uint64, limit int) ([]UnmarkedTxnRecord, error) {
-	if d.IsMeta() {
+	var out []UnmarkedTxnRecord
+	if limit <= 0 {
 		return nil, nil
 	}
-	lo, hi := storage.TxnRecordSpan(d.Collection)
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return nil, err
-	}
-	defer it.Close()
-	var out []UnmarkedTxnRecord
-	for ok := it.First(); ok && len(out) < limit; ok = it.Next() {
-		k, v := it.Key(), it.Value()
-		rec, bucket, err := txn.DecodeRecord(v)
-		if err != nil {
-			return nil, fmt.Errorf("%w: transaction record %x: %v", storage.ErrCorruptValue, k, err)
+	err := eachOwnedTxnRecord(r, d, func(rec txn.Record) bool {
+		switch {
+		case rec.ForgetAfter != 0:
+			return false
+		case rec.Status == txn.Committed:
+			return rec.Listed && rec.CommitTS < committedBefore
+		case rec.Status == txn.Aborted:
+			return rec.AbortedAt != 0 && rec.AbortedAt < abortedBefore
 		}
-		if rec.ForgetAfter != 0 {
-			continue
-		}
-		switch rec.Status {
-		case txn.Committed:
-			if !rec.Listed || rec.CommitTS >= committedBefore {
-				continue
-			}
-		case txn.Aborted:
-			if rec.AbortedAt == 0 || rec.AbortedAt >= abortedBefore {
-				continue
-			}
-		default:
-			continue
-		}
-		key, id, err := storage.UnescapeKey(k[len(lo):])
-		if err != nil {
-			return nil, err
-		}
-		if !d.ownsStored(bucket, key) {
-			continue
-		}
-		out = append(out, UnmarkedTxnRecord{
-			Ref:          TxnRecordRef{ID: string(id), Anchor: txn.Anchor{Collection: d.Collection, Bucket: bucket, Key: bytes.Clone(key)}},
-			Status:       rec.Status,
-			CommitTS:     rec.CommitTS,
-			Participants: rec.Participants,
-		})
-	}
-	return out, it.Error()
+		return false
+	}, func(ref TxnRecordRef, rec txn.Record) bool {
+		out = append(out, UnmarkedTxnRecord{Ref: ref, Status: rec.Status, CommitTS: rec.CommitTS, Participants: rec.Participants})
+		return len(out) < limit
+	})
+	return out, err
 }
 
 // DueTxnRecords returns up to limit records of transactions, anchored in
@@ -629,35 +602,53 @@ func UnmarkedTxnRecords(r pebble.Reader, d Desc, committedBefore, abortedBefore 
 // nanoseconds), read from r. d is the caller's copy of the shard's
 // descriptor (replication.Host.Desc): the shard's own changes in Apply.
 func DueTxnRecords(r pebble.Reader, d Desc, now uint64, limit int) ([]TxnRecordRef, error) {
-	if d.IsMeta() {
+	var out []TxnRecordRef
+	if limit <= 0 {
 		return nil, nil
+	}
+	err := eachOwnedTxnRecord(r, d, func(rec txn.Record) bool {
+		return rec.ForgetAfter != 0 && rec.ForgetAfter <= now
+	}, func(ref TxnRecordRef, _ txn.Record) bool {
+		out = append(out, ref)
+		return len(out) < limit
+	})
+	return out, err
+}
+
+// eachOwnedTxnRecord calls add, in key order, with each transaction
+// record of shard d's collection, read from r, that want takes and whose
+// anchor d owns, until add answers false.
+func eachOwnedTxnRecord(r pebble.Reader, d Desc, want func(txn.Record) bool, add func(TxnRecordRef, txn.Record) bool) error {
+	if d.IsMeta() {
+		return nil
 	}
 	lo, hi := storage.TxnRecordSpan(d.Collection)
 	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer it.Close()
-	var out []TxnRecordRef
-	for ok := it.First(); ok && len(out) < limit; ok = it.Next() {
+	for ok := it.First(); ok; ok = it.Next() {
 		k, v := it.Key(), it.Value()
 		rec, bucket, err := txn.DecodeRecord(v)
 		if err != nil {
-			return nil, fmt.Errorf("%w: transaction record %x: %v", storage.ErrCorruptValue, k, err)
+			return fmt.Errorf("%w: transaction record %x: %v", storage.ErrCorruptValue, k, err)
 		}
-		if rec.ForgetAfter == 0 || rec.ForgetAfter > now {
+		if !want(rec) {
 			continue
 		}
 		key, id, err := storage.UnescapeKey(k[len(lo):])
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if !d.ownsStored(bucket, key) {
 			continue
 		}
-		out = append(out, TxnRecordRef{ID: string(id), Anchor: txn.Anchor{Collection: d.Collection, Bucket: bucket, Key: bytes.Clone(key)}})
+		if !add(TxnRecordRef{ID: string(id), Anchor: txn.Anchor{Collection: d.Collection, Bucket: bucket, Key: bytes.Clone(key)}}, rec) {
+			break
+		}
 	}
-	return out, it.Error()
+	return it.Error()
 }
 
 func (s *Shard) applyTxnRecord(b *pebble.Batch, c txn.RecordCmd) (Result, error) {

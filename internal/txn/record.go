@@ -132,13 +132,10 @@ func DecodeRecord(b []byte) (Record, uint16, error) {
 	}
 	r := Record{Status: Status(b[0]), CommitTS: binary.BigEndian.Uint64(b[3:]), Heartbeat: binary.BigEndian.Uint64(b[11:])}
 	rest := b[20:]
+	var ok bool
 	if b[19]&recordForgetAfter != 0 {
-		if len(rest) < 8 {
+		if r.ForgetAfter, rest, ok = nonZero64(rest); !ok {
 			return Record{}, 0, ErrCorruptRecord
-		}
-		r.ForgetAfter, rest = binary.BigEndian.Uint64(rest), rest[8:]
-		if r.ForgetAfter == 0 {
-			return Record{}, 0, ErrCorruptRecord // not canonical: no flag for 0
 		}
 	}
 	if b[19]&recordParticipants != 0 {
@@ -157,12 +154,8 @@ func DecodeRecord(b []byte) (Record, uint16, error) {
 		}
 	}
 	if b[19]&recordAbortedAt != 0 {
-		if len(rest) < 8 {
+		if r.AbortedAt, rest, ok = nonZero64(rest); !ok {
 			return Record{}, 0, ErrCorruptRecord
-		}
-		r.AbortedAt, rest = binary.BigEndian.Uint64(rest), rest[8:]
-		if r.AbortedAt == 0 {
-			return Record{}, 0, ErrCorruptRecord // not canonical: no flag for 0
 		}
 	}
 	if b[19]&recordWoundedBy != 0 {
@@ -181,6 +174,16 @@ func DecodeRecord(b []byte) (Record, uint16, error) {
 	}
 	r.Reason = string(rest)
 	return r, binary.BigEndian.Uint16(b[1:]), nil
+}
+
+// nonZero64 decodes a big-endian uint64 that a flag says is there, so not
+// 0 (a 0 has no flag: the encoding is canonical).
+func nonZero64(b []byte) (uint64, []byte, bool) {
+	if len(b) < 8 {
+		return 0, nil, false
+	}
+	v := binary.BigEndian.Uint64(b)
+	return v, b[8:], v != 0
 }
 
 // canonicalUvarint decodes a uvarint in its shortest encoding.
