@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -150,4 +151,67 @@ func commitUnresolved(ctx context.Context, t *testing.T, n *Node, coll string) [
 		t.Fatal(err)
 	}
 	return keys
+}
+
+// TestTxnPreparedAcrossMerge: a transaction prepared in two shards that
+// merge before its intents are resolved. The merged shard takes the right
+// shard's prepared entry over (one entry with both shards' writes), and
+// the committed writes are visible.
+func TestTxnPreparedAcrossMerge(t *testing.T) {
+	c := startCluster(t, 1, func(o *Options) {
+		o.TxnRecordRetention, o.TxnTimeout, o.MaxTxnDuration = time.Hour, time.Minute, time.Minute
+	})
+	n := c.node(1).n
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "r", Partitioning: kv.PartitionRange, SplitPoints: [][]byte{[]byte("k")}}); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := n.collection("r")
+	left, right := d.Shards[0].ID, d.Shards[1].ID
+	n.knobs.skipResolves.Store(true)
+	if _, _, err := transact(ctx, n, kv.TxnOptions{}, func(id string) error {
+		for _, k := range []string{"a", "m"} {
+			if err := n.TxnPut(ctx, id, kv.PutItem{Collection: "r", Key: []byte(k), Value: []byte("v" + k)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	n.knobs.skipResolves.Store(false)
+	var id string
+	eachTxnRecord(t, n, d.ID, func(i string, r txn.Record) {
+		if r.Status == txn.Committed {
+			id = i
+		}
+	})
+	if id == "" {
+		t.Fatal("no committed record")
+	}
+	if _, err := n.MergeShards(ctx, "r", left); err != nil {
+		t.Fatal(err)
+	}
+	var writes []string
+	if err := shard.EachPrepared(n.eng.DB, left, func(m txn.Meta, _ uint64, w, _ []txn.Target) error {
+		if m.ID == id {
+			for _, x := range w {
+				writes = append(writes, string(x.Key))
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(writes)
+	if !slices.Equal(writes, []string{"a", "m"}) || n.host.MinPrepared(left) == 0 {
+		t.Fatalf("shard %d holds %v of the transaction prepared after taking in shard %d (min prepared %d), want [a m]", left, writes, right, n.host.MinPrepared(left))
+	}
+	for _, k := range []string{"a", "m"} {
+		r, err := n.Get(ctx, kv.GetRequest{Collection: "r", Key: []byte(k)})
+		if err != nil || string(r.Value) != "v"+k {
+			t.Errorf("%s after the merge: %q %v, want v%s", k, r.Value, err, k)
+		}
+	}
 }

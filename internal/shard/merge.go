@@ -263,6 +263,9 @@ func (s *Shard) applyMergeTrigger(b *pebble.Batch, c MergeCmd) (Result, error) {
 			return Result{}, err
 		}
 	}
+	if err := s.inheritMergedPrepared(b, c.Right); err != nil {
+		return Result{}, err
+	}
 	s.desc = d
 	return Result{Merge: &MergeResult{Right: c.Right, Desc: d}}, nil
 }

@@ -169,6 +169,52 @@ func (s *Shard) inheritPrepared(b *pebble.Batch, child Desc) error {
 	return nil
 }
 
+// inheritMergedPrepared takes over the transactions prepared in right, the
+// frozen shard the shard takes in: their intents are the shard's now (its
+// resolved timestamp waits for them, its reads settle them, its leader
+// settles those whose coordinators are gone). A frozen shard takes no new
+// prepare; a resolve it still applies may remove an entry on some
+// replicas before they merge and not on others, whose merged shard then
+// settles those intents from the record, to the same values. A
+// transaction prepared in both keeps one entry, with the writes and reads
+// of both, at the lower version.
+func (s *Shard) inheritMergedPrepared(b *pebble.Batch, right uint64) error {
+	var entries []preparedEntry
+	err := EachPrepared(b, right, func(m txn.Meta, version uint64, writes, reads []txn.Target) error {
+		entries = append(entries, preparedEntry{Meta: m, Version: version, Writes: writes, Reads: reads})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		key := storage.ShardStateKey(s.desc.ShardID, statePrepared+e.Meta.ID)
+		if v, ok, err := storage.GetValue(b, key); err != nil {
+			return err
+		} else if ok {
+			var own preparedEntry
+			if err := json.Unmarshal(v, &own); err != nil {
+				return fmt.Errorf("shard %d: corrupt prepared entry of %s: %w", s.desc.ShardID, e.Meta.ID, err)
+			}
+			e.Version = min(e.Version, own.Version)
+			e.Writes = append(own.Writes, e.Writes...)
+			e.Reads = append(own.Reads, e.Reads...)
+		}
+		js, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		if err := b.Set(key, js, nil); err != nil {
+			return err
+		}
+		s.txns.prepared[e.Meta.ID] = e.Version
+	}
+	if len(entries) > 0 {
+		s.txns.recompute()
+	}
+	return nil
+}
+
 // EncodeTxnRecord encodes a record compare-and-set.
 func EncodeTxnRecord(c txn.RecordCmd) []byte {
 	return encodeJSON(KindTxnRecord, false, c)
