@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -324,7 +325,7 @@ func (n *Node) sweepUnmarkedBefore(id uint64, d shard.Desc, committed, aborted u
 	var refs []shard.TxnRecordRef
 	for _, r := range recs {
 		resolved := true
-		for _, p := range r.Participants { // none for an ABORTED record
+		for _, p := range n.withSplitChildren(r.Participants) { // none for an ABORTED record
 			set, ok := prepared[p]
 			if !ok {
 				if set, err = n.preparedIn(ctx, p); err != nil {
@@ -379,11 +380,39 @@ func (n *Node) preparedIn(ctx context.Context, id uint64) (map[string]bool, erro
 	return set, nil
 }
 
+// withSplitChildren returns shards and the shards split from them, and
+// from those, as the catalog here has them: a split gives its new shard
+// the prepares of the intents it takes (shard.inheritPrepared).
+func (n *Node) withSplitChildren(shards []uint64) []uint64 {
+	if len(shards) == 0 {
+		return nil
+	}
+	out := slices.Clone(shards)
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	for i := 0; i < len(out); i++ {
+		d := n.collectionOfShardLocked(out[i])
+		if d == nil {
+			continue
+		}
+		for _, s := range d.Shards {
+			if s.SplitFrom == out[i] && !slices.Contains(out, s.ID) {
+				out = append(out, s.ID)
+			}
+		}
+	}
+	return out
+}
+
 // collectionOfShard returns the collection shard id is a shard of, nil if
 // none in the catalog here.
 func (n *Node) collectionOfShard(id uint64) *cluster.CollectionDesc {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
+	return n.collectionOfShardLocked(id)
+}
+
+func (n *Node) collectionOfShardLocked(id uint64) *cluster.CollectionDesc {
 	for _, d := range n.mu.catalog {
 		for _, s := range d.Shards {
 			if s.ID == id {

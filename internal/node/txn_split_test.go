@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -78,11 +79,37 @@ func TestTxnPreparedAcrossSplit(t *testing.T) {
 	if err := n.resolvePrepared(ctx, parent, id, res); err != nil {
 		t.Fatal(err)
 	}
+	// The other participant resolves too; the record stays while the
+	// child holds the transaction prepared.
+	od, _ := n.collection("o")
+	if err := n.resolvePrepared(ctx, od.Shards[0].ID, id, res); err != nil {
+		t.Fatal(err)
+	}
+	sweep := func() bool {
+		t.Helper()
+		n.eachLed(func(sid uint64, _ *shard.Shard) {
+			if sd, ok := n.host.Desc(sid); ok {
+				n.sweepUnmarkedBefore(sid, sd, math.MaxUint64, 0)
+			}
+		})
+		found := false
+		for _, c := range []uint32{d.ID, od.ID} {
+			eachTxnRecord(t, n, c, func(i string, _ txn.Record) { found = found || i == id })
+		}
+		return found
+	}
+	if !sweep() {
+		t.Fatal("the record was removed while the split child held the transaction prepared")
+	}
 	for _, k := range []string{"a", "m"} {
 		r, err := n.Get(ctx, kv.GetRequest{Collection: "r", Key: []byte(k)})
 		if err != nil || string(r.Value) != "v"+k {
 			t.Errorf("%s after the split and the resolve: %q %v, want v%s", k, r.Value, err, k)
 		}
+	}
+	// The read settled the child's intent, and its prepare with it.
+	if sweep() {
+		t.Fatal("the record stays once no shard holds the transaction prepared")
 	}
 }
 
