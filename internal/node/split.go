@@ -76,6 +76,15 @@ func (n *Node) SplitShard(ctx context.Context, name string, key []byte, shardID 
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
+	if n.host.Ready(shardID) {
+		// Leading the parent here, split it now rather than at the next
+		// round of conformShards: until the parent applies the split,
+		// what the catalog places in the new shard (records of
+		// transactions among it) is read by waiting for it.
+		if err := n.splitPending(shardID); err != nil {
+			n.log.Debug("splitting a shard at once failed; the next round retries", "shard", shardID, "err", err)
+		}
+	}
 	for {
 		var err error
 		if n.hasReplica(child) {
