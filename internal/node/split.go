@@ -285,6 +285,15 @@ func (n *Node) onSplit(parent uint64, sr *shard.SplitResult) {
 		campaign = len(rs) > 1 && rs[0].Node == n.id
 	}
 	n.mu.RUnlock()
+	if lt := n.lockTable(parent); lt != nil {
+		// The parent's leader: the transactions holding locks here on keys
+		// now the child's hold nothing there; they lose their locks here
+		// (those not prepared: a prepared one is the child's too, and
+		// its locks go with its resolves) and retry.
+		if dropped := lt.DropUnprepared(); dropped > 0 {
+			n.log.Debug("a split dropped the locks of unprepared transactions", "shard", parent, "transactions", dropped)
+		}
+	}
 	if !ok {
 		return
 	}

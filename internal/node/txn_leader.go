@@ -404,8 +404,25 @@ func (n *Node) txnLockLocal(ctx context.Context, req *txnLockRequest) (*txnLockR
 	}
 	if !lt.Holds(req.Meta.ID) {
 		// Released while the barrier waited: an older transaction wounded
-		// the requester, or a waiter found it expired.
-		return nil, kv.Errorf(kv.CodeTxnAborted, "transaction %s was aborted while its lock in shard %d was confirmed (wounded by an older transaction or expired)", req.Meta.ID, req.Shard)
+		// the requester, a waiter found it expired, or the shard split.
+		return nil, kv.Errorf(kv.CodeTxnAborted, "transaction %s was aborted while its lock in shard %d was confirmed (wounded by an older transaction, expired, or the shard split)", req.Meta.ID, req.Shard)
+	}
+	if d, ok := n.host.Desc(req.Shard); ok && d.Partitioning != kv.PartitionTag {
+		// A split applied before the lock was granted moved the key to
+		// the new shard, whose lock table does not know this one: its
+		// lock here guards nothing. (A split applied after the grant
+		// drops the lock: onSplit.) The keys of a tag collection, placed
+		// by tag, are checked by their prepare.
+		for _, t := range req.Targets {
+			var bucket uint16
+			if d.Partitioning == kv.PartitionHash {
+				bucket = cluster.Bucket(t.Key)
+			}
+			if !t.IsSpan && !d.Owns(bucket, t.Key) {
+				lt.Release(req.Meta.ID)
+				return nil, kv.Errorf(kv.CodeTxnAborted, "transaction %s: key %q moved out of shard %d (a split) while it was locked; retry the transaction", req.Meta.ID, t.Key, req.Shard)
+			}
+		}
 	}
 	resp := &txnLockResponse{Term: lt.Term, Wounded: wounded}
 	if req.Read {

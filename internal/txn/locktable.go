@@ -523,6 +523,26 @@ func (lt *LockTable) releaseUnprepared(id string) {
 	lt.releaseLocked(id)
 }
 
+// DropUnprepared drops every lock of the transactions that hold locks here
+// and have not prepared (plain writes' aside), and reports how many. A
+// split calls it on the parent's table: a key it locked may be the new
+// shard's now, whose own table knows nothing of the lock, so those
+// transactions lose their locks here, and their prepares and validations
+// fail (they retry, with their priority).
+func (lt *LockTable) DropUnprepared() int {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	n := 0
+	for id, h := range lt.held {
+		if h.prepared || h.meta.Plain {
+			continue
+		}
+		lt.releaseLocked(id)
+		n++
+	}
+	return n
+}
+
 // Release drops every lock of transaction id and wakes the waiters.
 func (lt *LockTable) Release(id string) {
 	lt.mu.Lock()

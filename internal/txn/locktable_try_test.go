@@ -52,3 +52,34 @@ func TestTryAcquireAll(t *testing.T) {
 		t.Fatalf("closed table: %v", err)
 	}
 }
+
+// TestDropUnprepared: a split drops the locks of the transactions that
+// have not prepared, which then fail to prepare; a prepared one keeps its
+// locks, and waiters for a dropped lock get it.
+func TestDropUnprepared(t *testing.T) {
+	lt := NewLockTable(1, time.Millisecond)
+	ctx := context.Background()
+	a, b := Target{Collection: 1, Key: []byte("a")}, Target{Collection: 1, Key: []byte("b")}
+	open, prepared := &Meta{ID: "open", Priority: 5}, &Meta{ID: "prep", Priority: 6}
+	if err := lt.Acquire(ctx, open, a, Exclusive, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := lt.Acquire(ctx, prepared, b, Exclusive, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !lt.Prepare("prep", []Target{b}, nil) {
+		t.Fatal("prep could not prepare")
+	}
+	if n := lt.DropUnprepared(); n != 1 {
+		t.Fatalf("DropUnprepared dropped %d transactions, want 1", n)
+	}
+	if lt.Holds("open") || lt.Prepare("open", []Target{a}, nil) {
+		t.Fatal("the unprepared transaction still holds its lock")
+	}
+	if !lt.HoldsExclusive("prep", b) {
+		t.Fatal("the prepared transaction lost its lock")
+	}
+	if ok, err := lt.TryAcquireAll(&Meta{ID: "w", Priority: 7}, []Target{a}); !ok || err != nil {
+		t.Fatalf("the dropped key is not free: %v %v", ok, err)
+	}
+}
