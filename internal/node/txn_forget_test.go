@@ -266,6 +266,12 @@ func TestTxnRecordsForgottenAfterRestart(t *testing.T) {
 	}
 	n = openTest(t, dir, opts)
 	defer n.Close()
+	// The records are there after the restart (none was due before it),
+	// and the restarted node removes them. (Not counted by its metric
+	// alone: a removal applied after its proposal's wait ended is not.)
+	if counts := countTxnRecords(t, n, d.ID); counts[txn.Committed]+counts[txn.Aborted] == 0 {
+		t.Fatal("no decided record left after the restart: removed before it")
+	}
 	for {
 		counts := countTxnRecords(t, n, d.ID)
 		if counts[txn.Committed]+counts[txn.Aborted] == 0 {
@@ -275,9 +281,6 @@ func TestTxnRecordsForgottenAfterRestart(t *testing.T) {
 			t.Fatalf("records left after the restart: %v\n%s", counts, describeTxnRecords(t, n, d.ID))
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-	if f := testutil.ToFloat64(n.forgetter.forgotten); f == 0 {
-		t.Fatal("the restarted node removed no record")
 	}
 	checkBalances(t, n, accounts)
 }
