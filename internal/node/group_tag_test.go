@@ -244,15 +244,7 @@ func TestGroupTagCollectionFourNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var members []kv.KeyRef
-	for i := range 8 {
-		k := []byte(fmt.Sprintf("k%d", i))
-		c.eventually(30*time.Second, "a put", func() error {
-			_, err := n1.Put(ctx, kv.PutRequest{Collection: "tc", Key: k, Value: []byte("5"), Tags: []string{fmt.Sprintf("team-%d", i%3)}})
-			return err
-		})
-		members = append(members, kv.KeyRef{Collection: "tc", Key: k})
-	}
+	members := putMembers(ctx, c, n1, "tc", func(i int) []string { return []string{fmt.Sprintf("team-%d", i%3)} })
 	d, _ := n1.collection("tc")
 	var outsider *Node // a node missing a shard of the tag collection
 	for _, tn := range c.nodes {
@@ -280,23 +272,8 @@ func TestGroupTagCollectionFourNodes(t *testing.T) {
 	}
 	expect := []int{5, 5, 5, 5, 5, 5, 5, 5}
 	for i := range 8 {
-		a, b := members[i], members[(i+3)%8]
-		if _, _, err := groupTransact(ctx, outsider, "g", func(id string) error {
-			ra, _, err := outsider.TxnGet(ctx, id, a)
-			if err != nil {
-				return err
-			}
-			rb, _, err := outsider.TxnGet(ctx, id, b)
-			if err != nil {
-				return err
-			}
-			x, _ := strconv.Atoi(string(ra.Value))
-			y, _ := strconv.Atoi(string(rb.Value))
-			if err := outsider.TxnPut(ctx, id, kv.PutItem{Collection: "tc", Key: a.Key, Value: []byte(strconv.Itoa(x - 1)), Tags: ra.Tags}); err != nil {
-				return err
-			}
-			return outsider.TxnPut(ctx, id, kv.PutItem{Collection: "tc", Key: b.Key, Value: []byte(strconv.Itoa(y + 1)), Tags: rb.Tags})
-		}); err != nil {
+		b := members[(i+3)%8]
+		if err := groupTransfer(ctx, outsider, "g", members[i], b); err != nil {
 			t.Fatalf("transfer %d: %v", i, err)
 		}
 		// Read back through a plain get, from the node missing a shard.

@@ -551,15 +551,7 @@ func TestGroupFourNodesTwoReplicas(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var members []kv.KeyRef
-	for i := range 8 {
-		k := []byte(fmt.Sprintf("k%d", i))
-		c.eventually(30*time.Second, "a put", func() error {
-			_, err := n1.Put(ctx, kv.PutRequest{Collection: "a", Key: k, Value: []byte("5")})
-			return err
-		})
-		members = append(members, kv.KeyRef{Collection: "a", Key: k})
-	}
+	members := putMembers(ctx, c, n1, "a", nil)
 	ld, _ := n1.collection("l")
 	var outsider *Node // a node holding no replica of the leader shard
 	for _, tn := range c.nodes {
@@ -575,23 +567,7 @@ func TestGroupFourNodesTwoReplicas(t *testing.T) {
 		return err
 	})
 	for i := range 8 {
-		a, b := members[i], members[(i+3)%8]
-		if _, _, err := groupTransact(ctx, outsider, "g", func(id string) error {
-			ra, _, err := outsider.TxnGet(ctx, id, a)
-			if err != nil {
-				return err
-			}
-			rb, _, err := outsider.TxnGet(ctx, id, b)
-			if err != nil {
-				return err
-			}
-			x, _ := strconv.Atoi(string(ra.Value))
-			y, _ := strconv.Atoi(string(rb.Value))
-			if err := outsider.TxnPut(ctx, id, kv.PutItem{Collection: "a", Key: a.Key, Value: []byte(strconv.Itoa(x - 1))}); err != nil {
-				return err
-			}
-			return outsider.TxnPut(ctx, id, kv.PutItem{Collection: "a", Key: b.Key, Value: []byte(strconv.Itoa(y + 1))})
-		}); err != nil {
+		if err := groupTransfer(ctx, outsider, "g", members[i], members[(i+3)%8]); err != nil {
 			t.Fatalf("transfer %d: %v", i, err)
 		}
 	}
@@ -608,6 +584,48 @@ func TestGroupFourNodesTwoReplicas(t *testing.T) {
 	if sum != 40 {
 		t.Fatalf("total after the delete: %d, want 40", sum)
 	}
+}
+
+// putMembers puts "5" to keys k0…k7 of collection coll through n (tagged
+// by tags(i), if not nil), retrying while the shards elect leaders, and
+// returns them.
+func putMembers(ctx context.Context, c *testCluster, n *Node, coll string, tags func(i int) []string) []kv.KeyRef {
+	var members []kv.KeyRef
+	for i := range 8 {
+		k := []byte(fmt.Sprintf("k%d", i))
+		var tg []string
+		if tags != nil {
+			tg = tags(i)
+		}
+		c.eventually(30*time.Second, "a put", func() error {
+			_, err := n.Put(ctx, kv.PutRequest{Collection: coll, Key: k, Value: []byte("5"), Tags: tg})
+			return err
+		})
+		members = append(members, kv.KeyRef{Collection: coll, Key: k})
+	}
+	return members
+}
+
+// groupTransfer moves one unit from member a to member b of group id in a
+// group transaction on n, keeping their tags.
+func groupTransfer(ctx context.Context, n *Node, id string, a, b kv.KeyRef) error {
+	_, _, err := groupTransact(ctx, n, id, func(attempt string) error {
+		ra, _, err := n.TxnGet(ctx, attempt, a)
+		if err != nil {
+			return err
+		}
+		rb, _, err := n.TxnGet(ctx, attempt, b)
+		if err != nil {
+			return err
+		}
+		x, _ := strconv.Atoi(string(ra.Value))
+		y, _ := strconv.Atoi(string(rb.Value))
+		if err := n.TxnPut(ctx, attempt, kv.PutItem{Collection: a.Collection, Key: a.Key, Value: []byte(strconv.Itoa(x - 1)), Tags: ra.Tags}); err != nil {
+			return err
+		}
+		return n.TxnPut(ctx, attempt, kv.PutItem{Collection: b.Collection, Key: b.Key, Value: []byte(strconv.Itoa(y + 1)), Tags: rb.Tags})
+	})
+	return err
 }
 
 // TestGroupDuplicateJoin: a J delivered twice at once (a retry racing the

@@ -445,28 +445,10 @@ func TestTxnReadPastDeadlineAborts(t *testing.T) {
 // resolves nor marks the record). The leader of the record's shard removes
 // the record only once neither participant holds the attempt prepared.
 func TestTxnUnmarkedCommittedRecordForgotten(t *testing.T) {
-	// Long retention and timeout: no background sweep or settlement acts
-	// while the test does.
-	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond,
-		TxnRecordRetention: time.Hour, TxnTimeout: time.Minute, MaxTxnDuration: time.Minute})
-	defer n.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	d, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionHash, Shards: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := commitUnresolved(ctx, t, n, "c")
-	var (
-		id  string
-		rec txn.Record
-	)
-	eachTxnRecord(t, n, d.ID, func(i string, r txn.Record) {
-		if r.Status == txn.Committed {
-			id, rec = i, r
-		}
-	})
-	if id == "" || !rec.Listed || len(rec.Participants) != 2 || rec.ForgetAfter != 0 {
+	n, ctx, d := openUnswept(t, 4)
+	keys := keysInTwoShards(t, n, "c")
+	id, rec := commitUnresolved(ctx, t, n, "c", keys)
+	if !rec.Listed || len(rec.Participants) != 2 || rec.ForgetAfter != 0 {
 		t.Fatalf("the committed record: %s %+v, want it unmarked, listing two participants\n%s", id, rec, describeTxnRecords(t, n, d.ID))
 	}
 	sweep := func() {
@@ -515,15 +497,7 @@ func TestTxnUnmarkedCommittedRecordForgotten(t *testing.T) {
 // (whoever aborted it stopped first) keeps its abort time, and the leader
 // of its shard removes it once the attempt is past its commit deadline.
 func TestTxnUnmarkedAbortedRecordForgotten(t *testing.T) {
-	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond,
-		TxnRecordRetention: time.Hour, TxnTimeout: time.Minute, MaxTxnDuration: time.Minute})
-	defer n.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	d, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionHash, Shards: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, ctx, d := openUnswept(t, 2)
 	now, err := n.latest(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -560,4 +534,21 @@ func TestTxnUnmarkedAbortedRecordForgotten(t *testing.T) {
 	if sweep(abortedAt + 1) {
 		t.Fatal("the record stays after its time")
 	}
+}
+
+// openUnswept opens a node with unsweptOptions and a hash collection "c"
+// of shards shards; the node closes when the test ends.
+func openUnswept(t *testing.T, shards int) (*Node, context.Context, kv.CollectionInfo) {
+	t.Helper()
+	var opts Options
+	unsweptOptions(&opts)
+	n := openTest(t, t.TempDir(), opts)
+	t.Cleanup(func() { n.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	d, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionHash, Shards: shards})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, ctx, d
 }

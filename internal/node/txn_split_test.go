@@ -18,9 +18,7 @@ import (
 // shard it prepared in; the intent now in the child is resolved too, and
 // the committed write is visible there.
 func TestTxnPreparedAcrossSplit(t *testing.T) {
-	c := startCluster(t, 1, func(o *Options) {
-		o.TxnRecordRetention, o.TxnTimeout, o.MaxTxnDuration = time.Hour, time.Minute, time.Minute
-	})
+	c := startCluster(t, 1, unsweptOptions)
 	n := c.node(1).n
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -33,28 +31,7 @@ func TestTxnPreparedAcrossSplit(t *testing.T) {
 	parent := d.Shards[0].ID
 	// Two participants (two collections): a two-phase commit, whose
 	// resolves the coordinator leaves undone here.
-	n.knobs.skipResolves.Store(true)
-	if _, _, err := transact(ctx, n, kv.TxnOptions{}, func(id string) error {
-		for _, w := range []kv.PutItem{{Collection: "r", Key: []byte("a"), Value: []byte("va")}, {Collection: "r", Key: []byte("m"), Value: []byte("vm")}, {Collection: "o", Key: []byte("x"), Value: []byte("vx")}} {
-			if err := n.TxnPut(ctx, id, w); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	n.knobs.skipResolves.Store(false)
-	var id string
-	var rec txn.Record
-	eachTxnRecord(t, n, d.ID, func(i string, r txn.Record) { id, rec = i, r })
-	if id == "" {
-		od, _ := n.collection("o")
-		eachTxnRecord(t, n, od.ID, func(i string, r txn.Record) { id, rec = i, r })
-	}
-	if rec.Status != txn.Committed {
-		t.Fatalf("record %s: %+v, want COMMITTED", id, rec)
-	}
+	id, rec := commitUnresolved(ctx, t, n, "r", []string{"a", "m"}, kv.PutItem{Collection: "o", Key: []byte("x"), Value: []byte("vx")})
 	info, err := n.SplitShard(ctx, "r", []byte("k"), 0)
 	if err != nil {
 		t.Fatal(err)
@@ -119,8 +96,8 @@ func TestTxnPreparedAcrossSplit(t *testing.T) {
 // from the record, and the committed writes are visible.
 func TestTxnPreparedAcrossRestart(t *testing.T) {
 	dir := t.TempDir()
-	opts := Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond,
-		TxnRecordRetention: time.Hour, TxnTimeout: time.Minute, MaxTxnDuration: time.Minute}
+	var opts Options
+	unsweptOptions(&opts)
 	n := openTest(t, dir, opts)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -129,7 +106,8 @@ func TestTxnPreparedAcrossRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, _ := n.collection("h")
-	keys := commitUnresolved(ctx, t, n, "h")
+	keys := keysInTwoShards(t, n, "h")
+	commitUnresolved(ctx, t, n, "h", keys)
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -147,11 +125,17 @@ func TestTxnPreparedAcrossRestart(t *testing.T) {
 	}
 }
 
-// commitUnresolved commits, on n, one transaction writing "v"+key to two
-// keys of hash collection coll that live in two shards, and leaves its
-// intents unresolved and its record unmarked, as a coordinator that
-// stopped right after the commit point would. It returns the keys.
-func commitUnresolved(ctx context.Context, t *testing.T, n *Node, coll string) []string {
+// unsweptOptions are the options of a node on which no background sweep
+// of records or settlement of prepares acts while a test does: a long
+// retention, timeout and duration.
+func unsweptOptions(o *Options) {
+	o.Logger, o.TickInterval = quietLogger(), 20*time.Millisecond
+	o.TxnRecordRetention, o.TxnTimeout, o.MaxTxnDuration = time.Hour, time.Minute, time.Minute
+}
+
+// keysInTwoShards returns two keys of collection coll that live in two
+// shards.
+func keysInTwoShards(t *testing.T, n *Node, coll string) []string {
 	t.Helper()
 	d, err := n.collection(coll)
 	if err != nil {
@@ -165,11 +149,26 @@ func commitUnresolved(ctx context.Context, t *testing.T, n *Node, coll string) [
 			keys = append(keys, k)
 		}
 	}
+	return keys
+}
+
+// commitUnresolved commits, on n, one transaction writing "v"+key to each
+// of keys of collection coll (of others) and leaves its intents unresolved
+// and its record unmarked, as a coordinator that stopped right after the
+// commit point would. It returns the attempt's id and record, looked up in
+// collection coll.
+func commitUnresolved(ctx context.Context, t *testing.T, n *Node, coll string, keys []string, others ...kv.PutItem) (string, txn.Record) {
+	t.Helper()
 	n.knobs.skipResolves.Store(true)
 	defer n.knobs.skipResolves.Store(false)
+	var items []kv.PutItem // coll's first: the record is anchored there
+	for _, k := range keys {
+		items = append(items, kv.PutItem{Collection: coll, Key: []byte(k), Value: []byte("v" + k)})
+	}
+	items = append(items, others...)
 	if _, _, err := transact(ctx, n, kv.TxnOptions{}, func(id string) error {
-		for _, k := range keys {
-			if err := n.TxnPut(ctx, id, kv.PutItem{Collection: coll, Key: []byte(k), Value: []byte("v" + k)}); err != nil {
+		for _, it := range items {
+			if err := n.TxnPut(ctx, id, it); err != nil {
 				return err
 			}
 		}
@@ -177,7 +176,21 @@ func commitUnresolved(ctx context.Context, t *testing.T, n *Node, coll string) [
 	}); err != nil {
 		t.Fatal(err)
 	}
-	return keys
+	d, err := n.collection(coll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id string
+	var rec txn.Record
+	eachTxnRecord(t, n, d.ID, func(i string, r txn.Record) {
+		if r.Status == txn.Committed {
+			id, rec = i, r
+		}
+	})
+	if id == "" {
+		t.Fatalf("no committed record in %q\n%s", coll, describeTxnRecords(t, n, d.ID))
+	}
+	return id, rec
 }
 
 // TestTxnPreparedAcrossMerge: a transaction prepared in two shards that
@@ -185,9 +198,7 @@ func commitUnresolved(ctx context.Context, t *testing.T, n *Node, coll string) [
 // shard's prepared entry over (one entry with both shards' writes), and
 // the committed writes are visible.
 func TestTxnPreparedAcrossMerge(t *testing.T) {
-	c := startCluster(t, 1, func(o *Options) {
-		o.TxnRecordRetention, o.TxnTimeout, o.MaxTxnDuration = time.Hour, time.Minute, time.Minute
-	})
+	c := startCluster(t, 1, unsweptOptions)
 	n := c.node(1).n
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -196,27 +207,7 @@ func TestTxnPreparedAcrossMerge(t *testing.T) {
 	}
 	d, _ := n.collection("r")
 	left, right := d.Shards[0].ID, d.Shards[1].ID
-	n.knobs.skipResolves.Store(true)
-	if _, _, err := transact(ctx, n, kv.TxnOptions{}, func(id string) error {
-		for _, k := range []string{"a", "m"} {
-			if err := n.TxnPut(ctx, id, kv.PutItem{Collection: "r", Key: []byte(k), Value: []byte("v" + k)}); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	n.knobs.skipResolves.Store(false)
-	var id string
-	eachTxnRecord(t, n, d.ID, func(i string, r txn.Record) {
-		if r.Status == txn.Committed {
-			id = i
-		}
-	})
-	if id == "" {
-		t.Fatal("no committed record")
-	}
+	id, _ := commitUnresolved(ctx, t, n, "r", []string{"a", "m"})
 	if _, err := n.MergeShards(ctx, "r", left); err != nil {
 		t.Fatal(err)
 	}
