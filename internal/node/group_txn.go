@@ -879,9 +879,10 @@ func (n *Node) ownersValue(ctx context.Context, owner *groupOwnerResponse, ref k
 }
 
 // groupGetRemote is groupGet for a key of a tag collection whose record's
-// shard, shardID, may have no replica here: its leader names the group.
-// Only a group that keeps its tags gives them from the shard (m.tags):
-// the caller reads the shard after ok false.
+// shard, shardID, may have no replica here: its leader names the group;
+// ok false, the caller reads the shard. (A member whose tags its group
+// does not know, KeepTags, joined under a build before tags travelled
+// with group writes; it is answered without tags here.)
 func (n *Node) groupGetRemote(ctx context.Context, shardID uint64, ref kv.KeyRef, k group.Key) (kv.Record, bool, error) {
 	oreq := &groupOwnerRequest{Shard: shardID, Key: groupKeyWire{Collection: k.Collection, Key: ref.Key}}
 	out, err := n.atGroupLeader(ctx, shardID, "GroupOwner", oreq, func(ctx context.Context) (any, error) {
