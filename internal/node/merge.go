@@ -11,6 +11,7 @@ import (
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/shard"
 	"github.com/groupkv/groupkv/internal/storage"
+	"github.com/groupkv/groupkv/internal/txn"
 )
 
 // Merges (see internal/shard/merge.go): MergeShards changes the catalog
@@ -325,6 +326,8 @@ func (n *Node) frozenHere(shardID uint64) *shard.FrozenState {
 // left's log here: the replication layer removed the right replica and
 // its record; this node's maps follow.
 func (n *Node) onMerge(left uint64, mr *shard.MergeResult) {
+	n.adoptMergedLocks(left, mr.Right)
+	n.setLockSpan(left, mr.Desc)
 	n.mu.Lock()
 	lr, ok := n.mu.replicas[left]
 	delete(n.mu.replicas, mr.Right)
@@ -343,6 +346,34 @@ func (n *Node) onMerge(left uint64, mr *shard.MergeResult) {
 		if err := b.Commit(pebble.Sync); err != nil {
 			n.log.Error("recording a merge failed", "shard", left, "err", err)
 		}
+	}
+}
+
+// adoptMergedLocks moves the locks of a merge, on the left shard's
+// leader: the right shard's table goes (its waiters fail with their locks
+// lost and retry, routed to the left shard; its unprepared holders' locks
+// are gone, so their prepares fail), and the left one takes the locks of
+// the transactions the right one held prepared, whose entries and intents
+// the left shard took in with the merge: without them a reader locking a
+// key here would not see the intent of a committed transaction still
+// unresolved.
+func (n *Node) adoptMergedLocks(left, right uint64) {
+	n.closeLockTable(right)
+	lt := n.lockTable(left)
+	if lt == nil {
+		return
+	}
+	dropped := 0
+	err := shard.EachPrepared(n.eng.DB, left, func(m txn.Meta, _ uint64, writes, reads []txn.Target) error {
+		mm := m
+		dropped += lt.Adopt(&mm, writes, reads)
+		return nil
+	})
+	if err != nil {
+		n.log.Error("taking over the locks of a merged shard failed", "shard", left, "merged", right, "err", err)
+	}
+	if dropped > 0 {
+		n.log.Debug("a merge dropped the locks of unprepared transactions", "shard", left, "transactions", dropped)
 	}
 }
 

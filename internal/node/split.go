@@ -293,6 +293,9 @@ func (n *Node) onSplit(parent uint64, sr *shard.SplitResult) {
 		if dropped := lt.DropUnprepared(); dropped > 0 {
 			n.log.Debug("a split dropped the locks of unprepared transactions", "shard", parent, "transactions", dropped)
 		}
+		if d, ok := n.host.Desc(parent); ok {
+			n.setLockSpan(parent, d)
+		}
 	}
 	if !ok {
 		return

@@ -66,29 +66,43 @@ func describeTxnRecords(t *testing.T, n *Node, coll uint32) string {
 // that did not commit.
 func contendedTransfers(t *testing.T, n *Node, accounts, clients, rounds int) int {
 	t.Helper()
+	aborted, _ := transfersWhile(t, n, accounts, clients, func(r int) bool { return r < rounds })
+	return aborted
+}
+
+// transfer is a committed transfer of one unit, at its commit version.
+type transfer struct {
+	from, to string
+	version  uint64
+}
+
+// transfersWhile is contendedTransfers with each client going on to its
+// next round r while more(r); it returns the attempts that did not commit
+// and the transfers that did.
+func transfersWhile(t *testing.T, n *Node, accounts, clients int, more func(r int) bool) (aborted int, committed []transfer) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		aborted int
-		errs    []error
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
 	)
 	for c := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for r := range rounds {
+			for r := 0; more(r); r++ {
 				from := strconv.Itoa((c + r) % accounts)
 				to := strconv.Itoa((c + 2*r + 1) % accounts)
 				if from == to {
 					to = strconv.Itoa((c + 2*r + 2) % accounts)
 				}
-				_, attempts, err := transact(ctx, n, kv.TxnOptions{}, func(id string) error {
+				v, attempts, err := transact(ctx, n, kv.TxnOptions{}, func(id string) error {
 					for _, k := range []string{from, to} {
 						rec, found, err := n.TxnGet(ctx, id, kv.KeyRef{Collection: "c", Key: []byte(k)})
 						if err != nil {
-							return err
+							return fmt.Errorf("get %s: %w", k, err)
 						}
 						v := 0
 						if found {
@@ -100,7 +114,7 @@ func contendedTransfers(t *testing.T, n *Node, accounts, clients, rounds int) in
 							v++
 						}
 						if err := n.TxnPut(ctx, id, kv.PutItem{Collection: "c", Key: []byte(k), Value: []byte(strconv.Itoa(v))}); err != nil {
-							return err
+							return fmt.Errorf("put %s: %w", k, err)
 						}
 					}
 					return nil
@@ -109,6 +123,8 @@ func contendedTransfers(t *testing.T, n *Node, accounts, clients, rounds int) in
 				aborted += attempts - 1
 				if err != nil {
 					errs = append(errs, err)
+				} else {
+					committed = append(committed, transfer{from, to, v})
 				}
 				mu.Unlock()
 			}
@@ -118,7 +134,7 @@ func contendedTransfers(t *testing.T, n *Node, accounts, clients, rounds int) in
 	for _, err := range errs {
 		t.Error(err)
 	}
-	return aborted
+	return aborted, committed
 }
 
 // checkBalances checks that accounts "0".."accounts-1" of collection "c"

@@ -24,6 +24,28 @@ import (
 type lockTables struct {
 	mu sync.Mutex
 	m  map[uint64]*txn.LockTable
+	// spans are the spans the tables hold the prepared locks of: a
+	// merge widens the shard when its trigger applies, and the table a
+	// moment later (adoptMergedLocks); until then a lock on a key the
+	// merge brought in guards nothing.
+	spans map[uint64]shard.Desc
+}
+
+// lockSpan returns the span whose prepared locks the lock table of
+// shardID holds.
+func (n *Node) lockSpan(shardID uint64) (shard.Desc, bool) {
+	n.ltabs.mu.Lock()
+	defer n.ltabs.mu.Unlock()
+	d, ok := n.ltabs.spans[shardID]
+	return d, ok
+}
+
+func (n *Node) setLockSpan(shardID uint64, d shard.Desc) {
+	n.ltabs.mu.Lock()
+	defer n.ltabs.mu.Unlock()
+	if _, ok := n.ltabs.m[shardID]; ok {
+		n.ltabs.spans[shardID] = d
+	}
 }
 
 func (n *Node) lockTable(shardID uint64) *txn.LockTable {
@@ -55,8 +77,10 @@ func (n *Node) openLockTable(shardID uint64, sm *shard.Shard) {
 	}
 	if n.ltabs.m == nil {
 		n.ltabs.m = map[uint64]*txn.LockTable{}
+		n.ltabs.spans = map[uint64]shard.Desc{}
 	}
 	n.ltabs.m[shardID] = lt
+	n.ltabs.spans[shardID] = sm.Desc()
 	n.ltabs.mu.Unlock()
 }
 
@@ -64,6 +88,7 @@ func (n *Node) closeLockTable(shardID uint64) {
 	n.ltabs.mu.Lock()
 	lt := n.ltabs.m[shardID]
 	delete(n.ltabs.m, shardID)
+	delete(n.ltabs.spans, shardID)
 	n.ltabs.mu.Unlock()
 	if lt != nil {
 		lt.Close()
@@ -340,6 +365,12 @@ func (n *Node) txnLock(ctx context.Context, req *txnLockRequest) (*txnLockRespon
 		if !retryable(err) || ctx.Err() != nil {
 			return nil, err
 		}
+		if n.isMergedAway(req.Shard) && !n.hasReplica(req.Shard) {
+			// The shard was merged into its neighbour since the key was
+			// routed to it, and its locks went with it: the attempt
+			// retries, routed to the shard that took the key in.
+			return nil, kv.Errorf(kv.CodeTxnAborted, "transaction %s: shard %d was merged into its neighbour while the transaction locked keys in it; retry the transaction", req.Meta.ID, req.Shard)
+		}
 		if berr := backoff(ctx, attempt, deadline, err); berr != nil {
 			return nil, berr
 		}
@@ -379,6 +410,9 @@ func (n *Node) txnLockLocal(ctx context.Context, req *txnLockRequest) (*txnLockR
 			if errors.Is(err, txn.ErrLocksLost) {
 				return nil, locksLostError(req.Shard)
 			}
+			if errors.Is(err, txn.ErrLocksDropped) {
+				return nil, kv.Errorf(kv.CodeTxnAborted, "transaction %s: the shard %d split or merged, dropping its locks there; retry the transaction", req.Meta.ID, req.Shard)
+			}
 			if ctx.Err() != nil {
 				return nil, kv.Errorf(kv.CodeUnavailable, "waiting for a lock in shard %d: %v", req.Shard, ctx.Err())
 			}
@@ -407,20 +441,24 @@ func (n *Node) txnLockLocal(ctx context.Context, req *txnLockRequest) (*txnLockR
 		// the requester, a waiter found it expired, or the shard split.
 		return nil, kv.Errorf(kv.CodeTxnAborted, "transaction %s was aborted while its lock in shard %d was confirmed (wounded by an older transaction, expired, or the shard split)", req.Meta.ID, req.Shard)
 	}
-	if d, ok := n.host.Desc(req.Shard); ok && d.Partitioning != kv.PartitionTag {
+	d, ok := n.host.Desc(req.Shard)
+	span, spanned := n.lockSpan(req.Shard)
+	if ok && spanned && d.Partitioning != kv.PartitionTag {
 		// A split applied before the lock was granted moved the key to
 		// the new shard, whose lock table does not know this one: its
 		// lock here guards nothing. (A split applied after the grant
-		// drops the lock: onSplit.) The keys of a tag collection, placed
-		// by tag, are checked by their prepare.
+		// drops the lock: onSplit.) Nor does a lock on a key a merge
+		// brought in before the table took the merged shard's prepared
+		// locks. The keys of a tag collection, placed by tag, are
+		// checked by their prepare.
 		for _, t := range req.Targets {
 			var bucket uint16
 			if d.Partitioning == kv.PartitionHash {
 				bucket = cluster.Bucket(t.Key)
 			}
-			if !t.IsSpan && !d.Owns(bucket, t.Key) {
+			if !t.IsSpan && (!d.Owns(bucket, t.Key) || !span.Owns(bucket, t.Key)) {
 				lt.Release(req.Meta.ID)
-				return nil, kv.Errorf(kv.CodeTxnAborted, "transaction %s: key %q moved out of shard %d (a split) while it was locked; retry the transaction", req.Meta.ID, t.Key, req.Shard)
+				return nil, kv.Errorf(kv.CodeTxnAborted, "transaction %s: key %q is not shard %d's to lock (a split moved it out, or the shard has not taken over the locks of a merge yet); retry the transaction", req.Meta.ID, t.Key, req.Shard)
 			}
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -52,6 +53,11 @@ type Resolver interface {
 // ErrLocksLost is returned to requesters of a lock table that was closed
 // (its leader lost leadership).
 var ErrLocksLost = errors.New("the shard's leader changed; its locks were lost")
+
+// ErrLocksDropped is returned to a transaction whose locks a split or a
+// merge of the shard dropped (DropUnprepared, Adopt): what it read under
+// them may be stale by now, so its attempt takes no lock here again.
+var ErrLocksDropped = errors.New("the transaction's locks in this shard were dropped by a split or a merge of the shard")
 
 type keyLock struct {
 	excl   string          // exclusive holder id
@@ -132,6 +138,11 @@ type LockTable struct {
 	waiters []waiter
 	changed chan struct{}
 	closed  bool
+	// dropped are the transactions whose locks DropUnprepared or Adopt
+	// dropped; Acquire refuses them (ErrLocksDropped). Had one taken a
+	// key again, its prepare would find every lock it names held, the
+	// read it made before the drop unguarded in between.
+	dropped map[string]bool
 }
 
 // NewLockTable returns the empty lock table of a leadership at term.
@@ -338,6 +349,10 @@ func (lt *LockTable) Acquire(ctx context.Context, m *Meta, t Target, mode Mode, 
 			lt.mu.Unlock()
 			return ErrLocksLost
 		}
+		if lt.dropped[m.ID] {
+			lt.mu.Unlock()
+			return ErrLocksDropped
+		}
 		conflicts := lt.conflictsLocked(m, t, mode, m.Plain)
 		if len(conflicts) == 0 && !(m.Plain && lt.waitedForLocked(m, t)) {
 			lt.grantLocked(m, t, mode, m.Plain)
@@ -537,10 +552,19 @@ func (lt *LockTable) DropUnprepared() int {
 		if h.prepared || h.meta.Plain {
 			continue
 		}
-		lt.releaseLocked(id)
+		lt.dropLocked(id)
 		n++
 	}
 	return n
+}
+
+// dropLocked releases the locks of id for good (see dropped).
+func (lt *LockTable) dropLocked(id string) {
+	if lt.dropped == nil {
+		lt.dropped = map[string]bool{}
+	}
+	lt.dropped[id] = true
+	lt.releaseLocked(id)
 }
 
 // Release drops every lock of transaction id and wakes the waiters.
@@ -649,6 +673,46 @@ func (lt *LockTable) Restore(m *Meta, writes []Target, reads []Target) {
 	} else {
 		lt.held[m.ID] = &holding{meta: m, keys: map[string]Mode{}, prepared: true, since: time.Now()}
 	}
+}
+
+// Adopt grants the locks of a prepared transaction that a merge brought
+// into this shard (the merged shard's table, which held them, is gone).
+// An unprepared transaction holding a lock here that conflicts with one
+// of them took it between the merge's apply and this call, on a key whose
+// intent its read did not see: it loses every lock here (its prepare or
+// validation fails and it retries). Adopt reports how many lost theirs.
+// Adopting locks the transaction holds here already changes nothing.
+func (lt *LockTable) Adopt(m *Meta, writes, reads []Target) int {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	if lt.closed {
+		return 0
+	}
+	dropped := 0
+	grant := func(t Target, mode Mode) {
+		for _, h := range lt.conflictsLocked(m, t, mode, false) {
+			if !h.prepared && !h.meta.Plain {
+				lt.dropLocked(h.meta.ID)
+				dropped++
+			}
+		}
+		if h := lt.held[m.ID]; h != nil && t.IsSpan && slices.ContainsFunc(h.spans, func(s Target) bool { return targetEqual(s, t) }) {
+			return
+		}
+		lt.grantLocked(m, t, mode, false)
+	}
+	for _, t := range writes {
+		grant(t, Exclusive)
+	}
+	for _, t := range reads {
+		grant(t, Shared)
+	}
+	if h := lt.held[m.ID]; h != nil {
+		h.prepared = true
+	} else {
+		lt.held[m.ID] = &holding{meta: m, keys: map[string]Mode{}, prepared: true, since: time.Now()}
+	}
+	return dropped
 }
 
 // HoldsExclusive reports whether transaction id holds an exclusive lock on

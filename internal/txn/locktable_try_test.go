@@ -2,6 +2,7 @@ package txn
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 )
@@ -76,6 +77,11 @@ func TestDropUnprepared(t *testing.T) {
 	if lt.Holds("open") || lt.Prepare("open", []Target{a}, nil) {
 		t.Fatal("the unprepared transaction still holds its lock")
 	}
+	// It takes no lock here again: a prepare naming the key would pass,
+	// though its read before the split was not guarded since.
+	if err := lt.Acquire(ctx, open, a, Exclusive, nil); err != ErrLocksDropped {
+		t.Fatalf("the dropped transaction locking again: %v, want ErrLocksDropped", err)
+	}
 	if !lt.HoldsExclusive("prep", b) {
 		t.Fatal("the prepared transaction lost its lock")
 	}
@@ -83,3 +89,64 @@ func TestDropUnprepared(t *testing.T) {
 		t.Fatalf("the dropped key is not free: %v %v", ok, err)
 	}
 }
+
+// TestAdopt: the prepared locks a merge brings in are granted; an
+// unprepared transaction holding a conflicting lock loses all of its own,
+// one holding compatible locks keeps them, and adopting again changes
+// nothing.
+func TestAdopt(t *testing.T) {
+	lt := NewLockTable(1, time.Millisecond)
+	ctx := context.Background()
+	a, b, c := Target{Collection: 1, Key: []byte("a")}, Target{Collection: 1, Key: []byte("b")}, Target{Collection: 1, Key: []byte("c")}
+	span := Target{Collection: 1, Key: []byte("m"), IsSpan: true, End: []byte("p")}
+	early, reader := &Meta{ID: "early", Priority: 5}, &Meta{ID: "reader", Priority: 6}
+	if err := lt.Acquire(ctx, early, a, Shared, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := lt.Acquire(ctx, early, c, Exclusive, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := lt.Acquire(ctx, reader, b, Shared, nil); err != nil {
+		t.Fatal(err)
+	}
+	merged := &Meta{ID: "merged", Priority: 9}
+	if n := lt.Adopt(merged, []Target{a}, []Target{b, span}); n != 1 {
+		t.Fatalf("Adopt dropped %d transactions, want 1 (early, holding a shared lock on a key the merged one writes)", n)
+	}
+	if lt.Holds("early") {
+		t.Fatal("early kept its locks over the adopted exclusive lock")
+	}
+	if err := lt.Acquire(ctx, early, c, Exclusive, nil); err != ErrLocksDropped {
+		t.Fatalf("early locking again after Adopt dropped it: %v, want ErrLocksDropped", err)
+	}
+	if !lt.Holds("reader") {
+		t.Fatal("reader lost its shared lock on a key the adopted transaction only reads")
+	}
+	if !lt.HoldsExclusive("merged", a) {
+		t.Fatal("the adopted transaction holds no exclusive lock on a")
+	}
+	before := lt.Dump()
+	if n := lt.Adopt(merged, []Target{a}, []Target{b, span}); n != 0 {
+		t.Fatalf("adopting again dropped %d transactions", n)
+	}
+	if after := lt.Dump(); !slices.Equal(before, after) {
+		t.Fatalf("adopting again changed the table:\n%q\n%q", before, after)
+	}
+	// Adopted locks are prepared: waited for, never wounded.
+	older := &Meta{ID: "older", Priority: 1}
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if err := lt.Acquire(wctx, older, a, Exclusive, woundAll{}); err != context.DeadlineExceeded {
+		t.Fatalf("an older transaction over an adopted lock: %v, want it to wait", err)
+	}
+	lt.Release("merged")
+	if ok, err := lt.TryAcquireAll(&Meta{ID: "w", Priority: 7}, []Target{a, c}); !ok || err != nil {
+		t.Fatalf("a and c are not free once the adopted transaction resolved: %v %v", ok, err)
+	}
+}
+
+// woundAll wounds every victim it is asked to and finds no holder done.
+type woundAll struct{}
+
+func (woundAll) Wound(context.Context, *Meta) (bool, error)      { return true, nil }
+func (woundAll) Check(context.Context, *Meta, bool) (bool, error) { return false, nil }

@@ -1,0 +1,93 @@
+package node
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/groupkv/groupkv/internal/kv"
+	"github.com/groupkv/groupkv/internal/shard"
+)
+
+// TestTxnBankWhileReshaping: serializable transfers between the accounts
+// of a range collection while its shard splits and merges again and
+// again, each split and each merge landing among transactions that hold
+// locks, wait for them or are prepared in the shards that change. Every
+// transfer commits or retries (none waits forever for a lock in a table
+// its shard's change left behind), and the balances sum to zero.
+func TestTxnBankWhileReshaping(t *testing.T) {
+	const accounts, clients, reshapes = 6, 4, 15
+	c := startCluster(t, 1, func(o *Options) { o.TxnTimeout = 2 * time.Second })
+	n := c.node(1).n
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionRange}); err != nil {
+		t.Fatal(err)
+	}
+	var done atomic.Bool
+	reshaped := make(chan int, 1)
+	go func() {
+		defer done.Store(true)
+		i := 0
+		defer func() { reshaped <- i }()
+		for ; i < reshapes; i++ {
+			// Split between the accounts and merge back, with transfers
+			// in flight across the boundary.
+			time.Sleep(30 * time.Millisecond)
+			info, err := n.SplitShard(ctx, "c", []byte("3"), 0)
+			if err != nil {
+				t.Errorf("split %d: %v", i, err)
+				return
+			}
+			time.Sleep(30 * time.Millisecond)
+			if _, err := n.MergeShards(ctx, "c", info.Shards[0].ID); err != nil {
+				t.Errorf("merge %d: %v", i, err)
+				return
+			}
+		}
+	}()
+	aborted, committed := transfersWhile(t, n, accounts, clients, func(int) bool { return !done.Load() })
+	t.Logf("%d transfers, %d aborted attempts, %d splits and merges", len(committed), aborted, <-reshaped)
+	checkBalances(t, n, accounts)
+	if t.Failed() {
+		explainBalances(t, n, "c", committed)
+	}
+}
+
+// explainBalances logs, for each account whose stored history departs
+// from the committed transfers, the first transfer whose version holds a
+// balance other than the transfers before it add up to: a lost update
+// shows as a balance one transfer behind.
+func explainBalances(t *testing.T, n *Node, coll string, committed []transfer) {
+	t.Helper()
+	d, err := n.collection(coll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(committed, func(a, b transfer) int { return cmp.Compare(a.version, b.version) })
+	balance := map[string]int{}
+	reported := map[string]bool{}
+	for i, tr := range committed {
+		for _, k := range []string{tr.from, tr.to} {
+			if k == tr.from {
+				balance[k]--
+			} else {
+				balance[k]++
+			}
+			if reported[k] {
+				continue
+			}
+			val, version, found, err := shard.ReadRecord(n.eng.DB, d.ID, []byte(k), tr.version)
+			got, _ := strconv.Atoi(string(val.Value))
+			if err != nil || !found || version != tr.version || got != balance[k] {
+				reported[k] = true
+				t.Errorf("account %s after transfer %d of %d (%s→%s at version %d): stored %d at version %d (found %v, %v), the transfers add up to %d",
+					k, i, len(committed), tr.from, tr.to, tr.version, got, version, found, err, balance[k])
+			}
+		}
+	}
+}
