@@ -148,5 +148,5 @@ func TestAdopt(t *testing.T) {
 // woundAll wounds every victim it is asked to and finds no holder done.
 type woundAll struct{}
 
-func (woundAll) Wound(context.Context, *Meta) (bool, error)      { return true, nil }
+func (woundAll) Wound(context.Context, *Meta) (bool, error)       { return true, nil }
 func (woundAll) Check(context.Context, *Meta, bool) (bool, error) { return false, nil }
