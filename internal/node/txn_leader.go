@@ -253,8 +253,22 @@ func (n *Node) anchorShard(a txn.Anchor) (uint64, error) {
 }
 
 // readRecord reads the record of m linearizably: on a replica of its
-// shard after a ReadIndex round, here or on a node that holds one.
+// shard after a ReadIndex round, here or on a node that holds one. A
+// shard that split or merged away meanwhile is routed again.
 func (n *Node) readRecord(ctx context.Context, m *txn.Meta) (shard.TxnResult, error) {
+	deadline := time.Now().Add(n.retryWindow())
+	for attempt := 0; ; attempt++ {
+		res, err := n.readRecordOnce(ctx, m)
+		if err == nil || !retryable(err) || ctx.Err() != nil {
+			return res, err
+		}
+		if berr := backoff(ctx, attempt, deadline, err); berr != nil {
+			return shard.TxnResult{}, berr
+		}
+	}
+}
+
+func (n *Node) readRecordOnce(ctx context.Context, m *txn.Meta) (shard.TxnResult, error) {
 	id, err := n.anchorShard(m.Anchor)
 	if err != nil {
 		return shard.TxnResult{}, err
