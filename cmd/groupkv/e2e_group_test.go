@@ -396,3 +396,63 @@ func TestEndToEndGroupCLI(t *testing.T) {
 		}
 	}
 }
+
+// TestEndToEndGroupTagCollection: over HTTP, keys of a tag collection
+// join a group; another group's create is refused them with the reason
+// in_group; a group write or a plain put of a member that changes its
+// placement tag answers 409 placement_tag_changed and writes nothing; reads
+// and tag queries see the group's values, and so do plain reads after the
+// group is deleted.
+func TestEndToEndGroupTagCollection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a server process")
+	}
+	c := newTCluster(t, 1)
+	c.startAll()
+	ctx := context.Background()
+	call := func(method, path, body string, code int, contains ...string) string {
+		t.Helper()
+		a, err := c.do(ctx, method, c.url(1)+path, body)
+		if err != nil || a.code != code {
+			t.Fatalf("%s %s %s: %v %s, want %d", method, path, body, err, a, code)
+		}
+		for _, s := range contains {
+			if !strings.Contains(a.body, s) {
+				t.Fatalf("%s %s %s: %s, want it to contain %s", method, path, body, a.body, s)
+			}
+		}
+		return a.body
+	}
+	call("POST", "/v1/collections", `{"name": "posts", "partitioning": "tag"}`, 200)
+	call("PUT", "/v1/kv/posts/p1?tags=ada,news", "one", 200)
+	call("PUT", "/v1/kv/posts/p2?tags=bob", "two", 200)
+	call("POST", "/v1/groups", `{"id": "feed", "leader": {"collection": "posts", "key": "p1"}, "members": [{"collection": "posts", "key": "p2"}]}`,
+		200, `"key":"p1"`, `"key":"p2"`, `"refused":[]`)
+	call("POST", "/v1/groups", `{"id": "other", "leader": {"collection": "posts", "key": "p3"}, "members": [{"collection": "posts", "key": "p2"}], "mode": "best_effort"}`,
+		200, `"key":"p2","reason":"in_group"`)
+	call("DELETE", "/v1/groups/other", "", 200)
+
+	// A group write that keeps the placement tag first commits.
+	call("POST", "/v1/groups/feed/exec", `{"then": [{"op": "put", "collection": "posts", "key": "p1", "value": "one-edited", "tags": ["ada", "edited"]}]}`,
+		200, `"succeeded":true`)
+	// One that changes it answers 409, and writes none of its puts.
+	call("POST", "/v1/groups/feed/exec", `{"then": [{"op": "put", "collection": "posts", "key": "p1", "value": "lost", "tags": ["ada"]}, {"op": "put", "collection": "posts", "key": "p2", "value": "moved", "tags": ["ada"]}]}`,
+		409, `placement_tag_changed`)
+	// So does a plain put of a member, which the group's leader serves.
+	call("PUT", "/v1/kv/posts/p2?tags=cy", "moved", 409, `placement_tag_changed`)
+	call("PUT", "/v1/kv/posts/p2?tags=bob,edited", "two-edited", 200)
+	if got := call("GET", "/v1/kv/posts/p1", "", 200); got != "one-edited" {
+		t.Fatalf("p1 in the group: %q", got)
+	}
+	call("GET", "/v1/tags/posts?all=edited", "", 200, `"key":"p1","value":"one-edited"`, `"key":"p2","value":"two-edited"`)
+
+	call("DELETE", "/v1/groups/feed", "", 200)
+	for key, want := range map[string]string{"p1": "one-edited", "p2": "two-edited"} {
+		if got := call("GET", "/v1/kv/posts/"+key, "", 200); got != want {
+			t.Fatalf("%s after the delete: %q, want %q", key, got, want)
+		}
+	}
+	call("GET", "/v1/tags/posts?all=bob", "", 200, `"key":"p2","value":"two-edited","version"`)
+	// Free again: the placement tag moves only by the rule for live keys.
+	call("PUT", "/v1/kv/posts/p2?tags=cy", "moved", 409, `placement_tag_changed`)
+}
