@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"slices"
 	"sync"
@@ -325,10 +326,10 @@ func (n *Node) sweepUnmarkedBefore(id uint64, d shard.Desc, committed, aborted u
 	var refs []shard.TxnRecordRef
 	for _, r := range recs {
 		resolved := true
-		for _, p := range n.withSplitChildren(r.Participants) { // none for an ABORTED record
+		for _, p := range n.withSuccessors(r.Participants) { // none for an ABORTED record
 			set, ok := prepared[p]
 			if !ok {
-				if set, err = n.preparedIn(ctx, p); err != nil {
+				if set, err = n.preparedNow(ctx, p); err != nil {
 					n.log.Debug("reading a participant's prepared transactions failed; its records stay", "shard", p, "err", err)
 				}
 				prepared[p] = set
@@ -380,10 +381,12 @@ func (n *Node) preparedIn(ctx context.Context, id uint64) (map[string]bool, erro
 	return set, nil
 }
 
-// withSplitChildren returns shards and the shards split from them, and
-// from those, as the catalog here has them: a split gives its new shard
-// the prepares of the intents it takes (shard.inheritPrepared).
-func (n *Node) withSplitChildren(shards []uint64) []uint64 {
+// withSuccessors returns shards and the shards that took over prepares
+// from them, and from those, as the catalog here has them: the shards
+// split from them (a split gives its new shard the prepares of the
+// intents it takes, shard.inheritPrepared) and the shard each was merged
+// into (which takes them all, shard.inheritMergedPrepared).
+func (n *Node) withSuccessors(shards []uint64) []uint64 {
 	if len(shards) == 0 {
 		return nil
 	}
@@ -391,6 +394,12 @@ func (n *Node) withSplitChildren(shards []uint64) []uint64 {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	for i := 0; i < len(out); i++ {
+		if _, m, ok := n.mergedEntryLocked(out[i]); ok {
+			if !slices.Contains(out, m.MergedInto) {
+				out = append(out, m.MergedInto)
+			}
+			continue
+		}
 		d := n.collectionOfShardLocked(out[i])
 		if d == nil {
 			continue
@@ -402,6 +411,53 @@ func (n *Node) withSplitChildren(shards []uint64) []uint64 {
 		}
 	}
 	return out
+}
+
+// mergedEntryLocked returns the catalog's entry of shard id if it was
+// merged into a neighbour (CollectionDesc.Merged, a bounded list).
+func (n *Node) mergedEntryLocked(id uint64) (*cluster.CollectionDesc, cluster.ShardDesc, bool) {
+	for _, d := range n.mu.catalog {
+		for _, m := range d.Merged {
+			if m.ID == id && m.MergedInto != 0 {
+				return d, m, true
+			}
+		}
+	}
+	return nil, cluster.ShardDesc{}, false
+}
+
+// preparedNow is preparedIn for a participant of a record, which may have
+// been merged away since: once the shard it was merged into applied the
+// merge — its span on a replica here, after a read barrier, covers the
+// merged one's — the merged shard holds nothing (its prepares are the
+// other's, asked too: withSuccessors). Where that cannot be told here,
+// the error stays, and so does the record.
+func (n *Node) preparedNow(ctx context.Context, id uint64) (map[string]bool, error) {
+	set, err := n.preparedIn(ctx, id)
+	if err == nil || n.hasReplica(id) {
+		return set, err
+	}
+	n.mu.RLock()
+	d, m, merged := n.mergedEntryLocked(id)
+	n.mu.RUnlock()
+	if !merged || !n.hasReplica(m.MergedInto) {
+		return nil, err
+	}
+	if berr := n.readBarrier(ctx, m.MergedInto); berr != nil {
+		return nil, err
+	}
+	into, ok := n.host.Desc(m.MergedInto)
+	if !ok {
+		return nil, err
+	}
+	covers := into.BucketStart <= m.BucketStart && into.BucketEnd >= m.BucketEnd
+	if d.Partitioning == kv.PartitionRange {
+		covers = bytes.Compare(into.Start, m.Start) <= 0 && (into.End == nil || m.End != nil && bytes.Compare(into.End, m.End) >= 0)
+	}
+	if !covers {
+		return nil, err
+	}
+	return map[string]bool{}, nil
 }
 
 // collectionOfShard returns the collection shard id is a shard of, nil if

@@ -226,10 +226,29 @@ func TestTxnPreparedAcrossMerge(t *testing.T) {
 	if !slices.Equal(writes, []string{"a", "m"}) || n.host.MinPrepared(left) == 0 {
 		t.Fatalf("shard %d holds %v of the transaction prepared after taking in shard %d (min prepared %d), want [a m]", left, writes, right, n.host.MinPrepared(left))
 	}
+	// The record lists both shards as its participants; the right one is
+	// gone, its prepare the left one's: the record stays while the left
+	// one holds the transaction prepared, and goes once it does not.
+	sweep := func() bool {
+		t.Helper()
+		if sd, ok := n.host.Desc(left); ok {
+			n.sweepUnmarkedBefore(left, sd, math.MaxUint64, 0)
+		}
+		found := false
+		eachTxnRecord(t, n, d.ID, func(i string, _ txn.Record) { found = found || i == id })
+		return found
+	}
+	if !sweep() {
+		t.Fatal("the record was removed while the merged shard held the transaction prepared")
+	}
 	for _, k := range []string{"a", "m"} {
 		r, err := n.Get(ctx, kv.GetRequest{Collection: "r", Key: []byte(k)})
 		if err != nil || string(r.Value) != "v"+k {
 			t.Errorf("%s after the merge: %q %v, want v%s", k, r.Value, err, k)
 		}
+	}
+	// The reads settled the intents, and the prepare with them.
+	if sweep() {
+		t.Fatalf("the record of a transaction no shard holds prepared stays: its participant %d was merged away", right)
 	}
 }
