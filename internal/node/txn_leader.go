@@ -290,7 +290,10 @@ func (n *Node) readRecordOnce(ctx context.Context, m *txn.Meta) (shard.TxnResult
 // recordCAS applies a record command to the record's shard and answers
 // the record after it.
 func (n *Node) recordCAS(ctx context.Context, c txn.RecordCmd) (shard.TxnResult, error) {
-	deadline := time.Now().Add(n.retryWindow())
+	// A shard frozen for a merge refuses records until the shard taking
+	// it in applied the merge (a round or two of clusterLoop): ride that
+	// out as a failover.
+	deadline := time.Now().Add(max(n.retryWindow(), 8*clusterInterval))
 	if c.Now == 0 {
 		c.Now = uint64(time.Now().UnixNano())
 	}
