@@ -666,6 +666,9 @@ func (n *Node) markPrepared(ctx context.Context, shardID uint64, cmd []byte) err
 		// locked is stale (its prepare applied after its locks went):
 		// resolve it from its record, or the prepare is refused.
 		for _, w := range writes {
+			if !n.host.MayHoldIntent(shardID, w.Key) {
+				continue
+			}
 			in, ok, err := shard.ReadIntent(n.eng.DB, w.Collection, w.Key)
 			if err != nil {
 				return kv.Errorf(kv.CodeInternal, "reading the intent on %q: %v", w.Key, err)

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"time"
 
@@ -24,9 +25,12 @@ import (
 // end: unbounded) held in the local replicas of shards safe to read past
 // at asOf (shard.Latest: the latest state).
 func (n *Node) settleIntents(ctx context.Context, shards []uint64, coll uint32, start, end []byte, asOf uint64) error {
+	point := end != nil && len(end) == len(start)+1 && end[len(start)] == 0 && bytes.HasPrefix(end, start)
 	any := false
 	for _, id := range shards {
-		if n.host.MinPrepared(id) != 0 {
+		// A point read looks only where the shard may hold an intent on
+		// its key.
+		if n.host.MinPrepared(id) != 0 && (!point || n.host.MayHoldIntent(id, start)) {
 			any = true
 			break
 		}

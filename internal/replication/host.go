@@ -840,6 +840,20 @@ func (h *Host) MinPrepared(shardID uint64) uint64 {
 	return 0
 }
 
+// MayHoldIntent reports whether key, of shardID's collection, may hold
+// the intent of a transaction prepared in the shard here (true when the
+// shard is not here: the caller looks).
+func (h *Host) MayHoldIntent(shardID uint64, key []byte) bool {
+	g := h.group(shardID)
+	if g == nil {
+		return true
+	}
+	if sm := g.smRef.Load(); sm != nil {
+		return sm.MayHoldIntent(key)
+	}
+	return true
+}
+
 // AppliedNotify returns a channel that is closed after the next cycle that
 // applies a write to any shard.
 func (h *Host) AppliedNotify() <-chan struct{} {

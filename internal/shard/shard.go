@@ -366,7 +366,7 @@ func (s *Shard) applyWrite(b *pebble.Batch, cmd Command) (Result, error) {
 			return Result{Err: kv.Errorf(kv.CodeInvalidArgument, "key %q appears twice in one write", op.Key)}, nil
 		}
 		seen[string(op.Key)] = struct{}{}
-		if len(s.txns.prepared) > 0 {
+		if s.txns.mayHold(op.Key) {
 			// The leader's locks keep plain writes off keys of prepared
 			// transactions; this holds even if they did not.
 			if _, ok, err := ReadIntent(b, s.desc.Collection, op.Key); err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -207,7 +208,7 @@ func (s *Shard) inheritMergedPrepared(b *pebble.Batch, right uint64) error {
 		if err := b.Set(key, js, nil); err != nil {
 			return err
 		}
-		s.txns.prepared[e.Meta.ID] = e.Version
+		s.txns.setEntry(e.Meta.ID, e.Version, e.Writes)
 	}
 	if len(entries) > 0 {
 		s.txns.recompute()
@@ -439,7 +440,76 @@ type txnState struct {
 	minPrepared atomic.Uint64
 	// stale: prepared lost an entry that minPrepared still holds back.
 	stale bool
+
+	// mu guards intents for readers outside the apply loop (mayHold);
+	// the apply loop changes it, and writes, under mu.
+	mu sync.RWMutex
+	// intents counts, per key, the prepared entries here that write it.
+	// Every intent on a key in the shard's span is the write of one of
+	// its prepared entries (a split gives the new shard entries for the
+	// intents it takes, a merge the right shard's), so a key not counted
+	// holds none, and the point lookup of its intent is skipped. A key a
+	// split moved away stays counted until its entry goes.
+	intents map[string]int
+	// writes are the keys each prepared entry counts in intents.
+	writes map[string][]string
 }
+
+// setEntry records prepared entry id at version, writing keys, in place
+// of any entry id had.
+func (t *txnState) setEntry(id string, version uint64, keys []txn.Target) {
+	t.prepared[id] = version
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.dropKeysLocked(id)
+	if t.intents == nil {
+		t.intents, t.writes = map[string]int{}, map[string][]string{}
+	}
+	ks := make([]string, len(keys))
+	for i, k := range keys {
+		ks[i] = string(k.Key)
+		t.intents[ks[i]]++
+	}
+	t.writes[id] = ks
+}
+
+// dropEntry forgets prepared entry id.
+func (t *txnState) dropEntry(id string) {
+	delete(t.prepared, id)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.dropKeysLocked(id)
+}
+
+func (t *txnState) dropKeysLocked(id string) {
+	for _, k := range t.writes[id] {
+		if t.intents[k]--; t.intents[k] <= 0 {
+			delete(t.intents, k)
+		}
+	}
+	delete(t.writes, id)
+}
+
+// reset forgets every entry.
+func (t *txnState) reset() {
+	t.prepared = map[string]uint64{}
+	t.mu.Lock()
+	t.intents, t.writes = map[string]int{}, map[string][]string{}
+	t.mu.Unlock()
+}
+
+// mayHold reports whether key may hold an intent of a transaction
+// prepared here: false means it holds none.
+func (t *txnState) mayHold(key []byte) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.intents[string(key)] > 0
+}
+
+// MayHoldIntent reports whether key, of the shard's collection, may hold
+// the intent of a transaction prepared in the shard: false means it holds
+// none, and a reader or a writer need not look. Safe for concurrent use.
+func (s *Shard) MayHoldIntent(key []byte) bool { return s.txns.mayHold(key) }
 
 func (t *txnState) recompute() {
 	var m uint64
@@ -471,9 +541,9 @@ func (s *Shard) MinPrepared() uint64 { return s.txns.minPrepared.Load() }
 // of a shard holding prepares, and its leader settles those their
 // coordinators left).
 func (s *Shard) loadPrepared(r pebble.Reader) error {
-	s.txns.prepared = map[string]uint64{}
-	err := EachPrepared(r, s.desc.ShardID, func(m txn.Meta, version uint64, _, _ []txn.Target) error {
-		s.txns.prepared[m.ID] = version
+	s.txns.reset()
+	err := EachPrepared(r, s.desc.ShardID, func(m txn.Meta, version uint64, writes, _ []txn.Target) error {
+		s.txns.setEntry(m.ID, version, writes)
 		return nil
 	})
 	s.txns.recompute()
@@ -753,9 +823,13 @@ func (s *Shard) applyTxnPrepare(b *pebble.Batch, version, term uint64, p *TxnPre
 			return Result{Err: keyInGroupError(op.Key, y)}, nil
 		}
 		seen[string(op.Key)] = true
-		in, ok, err := ReadIntent(b, s.desc.Collection, op.Key)
-		if err != nil {
-			return Result{}, err
+		var in txn.Intent
+		var ok bool
+		if s.txns.mayHold(op.Key) {
+			var err error
+			if in, ok, err = ReadIntent(b, s.desc.Collection, op.Key); err != nil {
+				return Result{}, err
+			}
 		}
 		if ok && in.Meta.ID != p.Meta.ID {
 			// The leader proposes a prepare only while the transaction
@@ -795,7 +869,7 @@ func (s *Shard) applyTxnPrepare(b *pebble.Batch, version, term uint64, p *TxnPre
 	if err := b.Set(storage.ShardStateKey(s.desc.ShardID, statePrepared+p.Meta.ID), js, nil); err != nil {
 		return Result{}, err
 	}
-	s.txns.prepared[p.Meta.ID] = version
+	s.txns.setEntry(p.Meta.ID, version, e.Writes)
 	s.txns.recompute()
 	if err := s.setMaxVersion(b, version); err != nil {
 		return Result{}, err
@@ -879,6 +953,9 @@ func (s *Shard) applyTxnResolve(b *pebble.Batch, version uint64, r *TxnResolveCm
 		}
 	}
 	for _, k := range keys {
+		if !s.txns.mayHold(k.Key) {
+			continue // no intent here
+		}
 		in, ok, err := ReadIntent(b, coll, k.Key)
 		if err != nil {
 			return Result{}, err
@@ -915,7 +992,7 @@ func (s *Shard) applyTxnResolve(b *pebble.Batch, version uint64, r *TxnResolveCm
 		if err := b.Delete(storage.ShardStateKey(s.desc.ShardID, statePrepared+r.ID), nil); err != nil {
 			return Result{}, err
 		}
-		delete(s.txns.prepared, r.ID)
+		s.txns.dropEntry(r.ID)
 		// Published by Committed, once the batch holding the resolved
 		// versions is visible: until then a reader of the resolved
 		// timestamp must not pass them.
