@@ -451,7 +451,8 @@ type txnState struct {
 	// holds none, and the point lookup of its intent is skipped. A key a
 	// split moved away stays counted until its entry goes.
 	intents map[string]int
-	// writes are the keys each prepared entry counts in intents.
+	// writes are the keys each prepared entry counts in intents (and
+	// resolves). Changed under mu, read by the apply loop.
 	writes map[string][]string
 }
 
@@ -933,23 +934,21 @@ func (s *Shard) applyTxnResolve(b *pebble.Batch, version uint64, r *TxnResolveCm
 		return Result{Err: err}, nil
 	}
 	coll := s.desc.Collection
-	keys := r.Keys
-	if _, ok := s.txns.prepared[r.ID]; ok {
-		// Resolve every intent the transaction prepared here, not only the
-		// keys named: its prepared entry and its locks go with this
-		// resolve.
-		v, closer, err := b.Get(storage.ShardStateKey(s.desc.ShardID, statePrepared+r.ID))
-		if err != nil {
-			return Result{}, fmt.Errorf("shard %d: prepared entry of %s: %w", s.desc.ShardID, r.ID, err)
+	// Resolve every intent the transaction prepared here, not only the
+	// keys named (its prepared entry and its locks go with this resolve),
+	// each once.
+	keys := make([]TxnKey, 0, len(r.Keys)+len(s.txns.writes[r.ID]))
+	seen := make(map[string]bool, cap(keys))
+	for _, k := range r.Keys {
+		if !seen[string(k.Key)] {
+			seen[string(k.Key)] = true
+			keys = append(keys, k)
 		}
-		var e preparedEntry
-		err = json.Unmarshal(v, &e)
-		closer.Close()
-		if err != nil {
-			return Result{}, fmt.Errorf("shard %d: corrupt prepared entry of %s: %w", s.desc.ShardID, r.ID, err)
-		}
-		for _, w := range e.Writes {
-			keys = append(keys, TxnKey{Key: w.Key})
+	}
+	for _, k := range s.txns.writes[r.ID] {
+		if !seen[k] {
+			seen[k] = true
+			keys = append(keys, TxnKey{Key: []byte(k)})
 		}
 	}
 	for _, k := range keys {
