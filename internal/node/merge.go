@@ -607,6 +607,27 @@ func (n *Node) frozenInto(shardID uint64) uint64 {
 	return sm.FrozenInto()
 }
 
+// mergedSuccessor returns the shard that took shardID in, once this
+// node's replica of it has applied the merge (its span holds the merged
+// shard's, and with it the merged shard's prepared transactions); ok is
+// false while the merge is not known here to be through.
+func (n *Node) mergedSuccessor(shardID uint64) (uint64, bool) {
+	if n.hasReplica(shardID) {
+		return 0, false
+	}
+	n.mu.RLock()
+	d, m, merged := n.mergedEntryLocked(shardID)
+	n.mu.RUnlock()
+	if !merged {
+		return 0, false
+	}
+	span := shard.Desc{ShardID: m.ID, Collection: d.ID, Partitioning: d.Partitioning, Start: m.Start, End: m.End, BucketStart: m.BucketStart, BucketEnd: m.BucketEnd}
+	if !n.spanCovers(m.MergedInto, span) {
+		return 0, false
+	}
+	return m.MergedInto, true
+}
+
 // spanCovers reports whether the span shardID's replica here applied
 // holds all of d's.
 func (n *Node) spanCovers(shardID uint64, d shard.Desc) bool {

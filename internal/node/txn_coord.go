@@ -1214,9 +1214,19 @@ func (n *Node) resolveAsync(m txn.Meta, parts map[uint64]*participant, rec shard
 			ctx, cancel := context.WithTimeout(context.Background(), 4*n.retryWindow())
 			defer cancel()
 			for attempt := 0; ctx.Err() == nil; attempt++ {
-				if _, err := n.propose(ctx, shardID, cmd); err == nil {
+				res, err := n.propose(ctx, shardID, cmd)
+				if err == nil && res.Err == nil {
 					resolved(true)
 					return
+				}
+				// A shard frozen for a merge refuses resolves: once the
+				// shard taking it in has applied the merge here, resolve
+				// there (it holds the prepare now). Elsewhere the attempt
+				// fails, and the record stays for that shard's leader to
+				// settle.
+				if into, ok := n.mergedSuccessor(shardID); ok {
+					shardID = into
+					continue
 				}
 				select {
 				case <-n.stop:

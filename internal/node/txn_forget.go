@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"slices"
 	"sync"
@@ -428,36 +427,18 @@ func (n *Node) mergedEntryLocked(id uint64) (*cluster.CollectionDesc, cluster.Sh
 
 // preparedNow is preparedIn for a participant of a record, which may have
 // been merged away since: once the shard it was merged into applied the
-// merge — its span on a replica here, after a read barrier, covers the
-// merged one's — the merged shard holds nothing (its prepares are the
-// other's, asked too: withSuccessors). Where that cannot be told here,
-// the error stays, and so does the record.
+// merge on a replica here, the merged shard holds nothing (its prepares
+// are the other's, asked too: withSuccessors). Where that cannot be told
+// here, the error stays, and so does the record.
 func (n *Node) preparedNow(ctx context.Context, id uint64) (map[string]bool, error) {
 	set, err := n.preparedIn(ctx, id)
-	if err == nil || n.hasReplica(id) {
-		return set, err
+	if err == nil {
+		return set, nil
 	}
-	n.mu.RLock()
-	d, m, merged := n.mergedEntryLocked(id)
-	n.mu.RUnlock()
-	if !merged || !n.hasReplica(m.MergedInto) {
-		return nil, err
+	if _, ok := n.mergedSuccessor(id); ok {
+		return map[string]bool{}, nil
 	}
-	if berr := n.readBarrier(ctx, m.MergedInto); berr != nil {
-		return nil, err
-	}
-	into, ok := n.host.Desc(m.MergedInto)
-	if !ok {
-		return nil, err
-	}
-	covers := into.BucketStart <= m.BucketStart && into.BucketEnd >= m.BucketEnd
-	if d.Partitioning == kv.PartitionRange {
-		covers = bytes.Compare(into.Start, m.Start) <= 0 && (into.End == nil || m.End != nil && bytes.Compare(into.End, m.End) >= 0)
-	}
-	if !covers {
-		return nil, err
-	}
-	return map[string]bool{}, nil
+	return nil, err
 }
 
 // collectionOfShard returns the collection shard id is a shard of, nil if

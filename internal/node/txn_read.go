@@ -59,33 +59,48 @@ func (n *Node) settleIntents(ctx context.Context, shards []uint64, coll uint32, 
 }
 
 func (n *Node) settleIntent(ctx context.Context, shards []uint64, coll uint32, key []byte, in txn.Intent, asOf uint64) error {
-	owner := uint64(0)
-	for _, id := range shards {
-		if d, ok := n.host.Desc(id); ok && d.Collection == coll && d.Owns(in.Bucket, key) {
-			owner = id
-			break
+	owner := func() uint64 {
+		for _, id := range n.liveShards(shards) {
+			if d, ok := n.host.Desc(id); ok && d.Collection == coll && d.Owns(in.Bucket, key) {
+				return id
+			}
 		}
+		return 0
 	}
-	if owner == 0 {
+	if owner() == 0 {
 		return nil // another shard's, not read here
 	}
-	for {
+	deadline := time.Now().Add(n.retryWindow() + 8*clusterInterval)
+	for attempt := 0; ; attempt++ {
 		rec, err := n.settleRecord(ctx, &in.Meta)
 		if err != nil {
 			return err
 		}
 		if rec.Status != txn.Pending {
-			res, err := n.propose(ctx, owner, shard.EncodeTxnResolve(&shard.TxnResolveCmd{ID: in.Meta.ID,
+			id := owner()
+			if id == 0 {
+				return kv.Errorf(kv.CodeUnavailable, "key %q left the shards read here while its intent was settled; retry", key)
+			}
+			res, err := n.propose(ctx, id, shard.EncodeTxnResolve(&shard.TxnResolveCmd{ID: in.Meta.ID,
 				Commit: rec.Status == txn.Committed, CommitTS: rec.CommitTS, Keys: []shard.TxnKey{{Bucket: in.Bucket, Key: key}}}))
 			if err == nil && res.Err != nil {
 				err = res.Err
+			}
+			if err != nil && n.frozenInto(id) != 0 {
+				// Frozen for a merge, the shard refuses resolves until
+				// the shard taking it in applied the merge: then resolve
+				// there.
+				if berr := backoff(ctx, attempt, deadline, err); berr != nil {
+					return berr
+				}
+				continue
 			}
 			if err != nil {
 				return err
 			}
 			// Read after the resolve: the local replica must have
 			// applied it.
-			return n.readBarrier(ctx, owner)
+			return n.readBarrier(ctx, id)
 		}
 		if asOf == shard.Latest || in.PrepareVersion > asOf {
 			return nil

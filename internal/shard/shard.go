@@ -268,7 +268,7 @@ func (s *Shard) Apply(b *pebble.Batch, index, term uint64, data []byte) (Result,
 	var res Result
 	if s.frozen != nil {
 		switch cmd.Kind {
-		case KindWrite, KindDeleteRange, KindPlace, KindSplitTrigger, KindMergeTrigger, KindTxnPrepare, KindTxnForget, KindTxnRecord:
+		case KindWrite, KindDeleteRange, KindPlace, KindSplitTrigger, KindMergeTrigger, KindTxnPrepare, KindTxnForget, KindTxnRecord, KindTxnResolve:
 			return s.frozenRefusal(), s.SetApplied(b, index, term)
 		case KindGC:
 			return Result{}, s.SetApplied(b, index, term)

@@ -173,12 +173,11 @@ func (s *Shard) inheritPrepared(b *pebble.Batch, child Desc) error {
 // inheritMergedPrepared takes over the transactions prepared in right, the
 // frozen shard the shard takes in: their intents are the shard's now (its
 // resolved timestamp waits for them, its reads settle them, its leader
-// settles those whose coordinators are gone). A frozen shard takes no new
-// prepare; a resolve it still applies may remove an entry on some
-// replicas before they merge and not on others, whose merged shard then
-// settles those intents from the record, to the same values. A
-// transaction prepared in both keeps one entry, with the writes and reads
-// of both, at the lower version.
+// settles those whose coordinators are gone). A frozen shard takes no
+// prepare, resolve or record: every replica of it holds the same entries
+// here, whenever it applies the trigger. A transaction prepared in both
+// keeps one entry, with the writes and reads of both, at the lower
+// version.
 func (s *Shard) inheritMergedPrepared(b *pebble.Batch, right uint64) error {
 	var entries []preparedEntry
 	err := EachPrepared(b, right, func(m txn.Meta, version uint64, writes, reads []txn.Target) error {

@@ -15,7 +15,7 @@ import (
 // write — after a prepare, after a reload from storage, after a merge
 // brings in the right shard's — and only those; a resolve uncounts them.
 // A conflicting prepare is refused all the same, and a plain write over
-// an intent too.
+// an intent too; a shard frozen for a merge refuses resolves.
 func TestMayHoldIntent(t *testing.T) {
 	eng, err := storage.Open("/d", storage.Options{FS: vfs.NewMem()})
 	if err != nil {
@@ -101,6 +101,12 @@ func TestMayHoldIntent(t *testing.T) {
 	if f.Err != nil {
 		t.Fatal(f.Err)
 	}
+	// Frozen, the right shard resolves nothing: its replicas must hand the
+	// same prepares over, whenever each applies the merge.
+	if res := apply(right, versioned(EncodeTxnResolve(&TxnResolveCmd{ID: t3}))); kv.CodeOf(res.Err) != kv.CodeUnavailable {
+		t.Fatalf("a resolve in the frozen shard: %v, want unavailable", res.Err)
+	}
+	holds(right, "h")
 	if res := apply(left, EncodeMergeTrigger(rightDesc, *f.Freeze)); res.Err != nil {
 		t.Fatal(res.Err)
 	}
