@@ -20,12 +20,43 @@ import (
 // transfer commits or retries (none waits forever for a lock in a table
 // its shard's change left behind), and the balances sum to zero.
 func TestTxnBankWhileReshaping(t *testing.T) {
-	const accounts, clients, reshapes = 6, 4, 15
 	c := startCluster(t, 1, func(o *Options) { o.TxnTimeout = 2 * time.Second })
+	bankWhileReshaping(t, c, 1, 15, 30*time.Millisecond)
+}
+
+// TestTxnBankWhileReshapingThreeNodes: the same on three nodes, every
+// shard with three replicas: the merged shard's records and resolves
+// must land on every replica of the shard that takes it in, which must
+// agree afterwards.
+func TestTxnBankWhileReshapingThreeNodes(t *testing.T) {
+	c := startCluster(t, 3, func(o *Options) { o.TxnTimeout = 2 * time.Second })
+	bankWhileReshaping(t, c, 3, 8, 50*time.Millisecond)
 	n := c.node(1).n
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionRange}); err != nil {
+	c.eventually(60*time.Second, "every replica is in place", func() error { return c.settledEverywhere("c") })
+	d, _ := n.collection("c")
+	for _, s := range d.Shards {
+		cr, err := n.CheckConsistency(ctx, s.ID)
+		if err != nil || cr.Status != ConsistencyOK {
+			t.Errorf("consistency of shard %d: %+v, %v", s.ID, cr, err)
+		}
+	}
+}
+
+// bankWhileReshaping creates range collection "c" with replicas replicas
+// and runs transfers between six of its accounts through node 1 while the
+// shard splits at "3" and merges back reshapes times, pause before each
+// split and each merge; then it checks the balances. On several nodes a
+// split is let settle on every replica first, and a merge refused while
+// a group settles is asked again.
+func bankWhileReshaping(t *testing.T, c *testCluster, replicas, reshapes int, pause time.Duration) {
+	t.Helper()
+	const accounts, clients = 6, 4
+	n := c.node(1).n
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionRange, Replicas: replicas}); err != nil {
 		t.Fatal(err)
 	}
 	var done atomic.Bool
@@ -35,18 +66,26 @@ func TestTxnBankWhileReshaping(t *testing.T) {
 		i := 0
 		defer func() { reshaped <- i }()
 		for ; i < reshapes; i++ {
-			// Split between the accounts and merge back, with transfers
-			// in flight across the boundary.
-			time.Sleep(30 * time.Millisecond)
+			time.Sleep(pause)
 			info, err := n.SplitShard(ctx, "c", []byte("3"), 0)
 			if err != nil {
 				t.Errorf("split %d: %v", i, err)
 				return
 			}
-			time.Sleep(30 * time.Millisecond)
-			if _, err := n.MergeShards(ctx, "c", info.Shards[0].ID); err != nil {
-				t.Errorf("merge %d: %v", i, err)
-				return
+			if replicas > 1 {
+				c.eventually(60*time.Second, "the split settled", func() error { return c.settledEverywhere("c") })
+			}
+			time.Sleep(pause)
+			for {
+				_, err := n.MergeShards(ctx, "c", info.Shards[0].ID)
+				if err == nil {
+					break
+				}
+				if replicas == 1 || kv.CodeOf(err) != kv.CodeConditionFailed || ctx.Err() != nil {
+					t.Errorf("merge %d: %v", i, err)
+					return
+				}
+				time.Sleep(20 * time.Millisecond) // a group still settling
 			}
 		}
 	}()
@@ -92,59 +131,3 @@ func explainBalances(t *testing.T, n *Node, coll string, committed []transfer) {
 	}
 }
 
-// TestTxnBankWhileReshapingThreeNodes: the same on three nodes, every
-// shard with three replicas: the merged shard's records and resolves
-// must land on every replica of the shard that takes it in, which must
-// agree afterwards.
-func TestTxnBankWhileReshapingThreeNodes(t *testing.T) {
-	const accounts, clients, reshapes = 6, 4, 8
-	c := startCluster(t, 3, func(o *Options) { o.TxnTimeout = 2 * time.Second })
-	n := c.node(1).n
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionRange, Replicas: 3}); err != nil {
-		t.Fatal(err)
-	}
-	var done atomic.Bool
-	reshaped := make(chan int, 1)
-	go func() {
-		defer done.Store(true)
-		i := 0
-		defer func() { reshaped <- i }()
-		for ; i < reshapes; i++ {
-			time.Sleep(50 * time.Millisecond)
-			info, err := n.SplitShard(ctx, "c", []byte("3"), 0)
-			if err != nil {
-				t.Errorf("split %d: %v", i, err)
-				return
-			}
-			c.eventually(60*time.Second, "the split settled", func() error { return c.settledEverywhere("c") })
-			time.Sleep(50 * time.Millisecond)
-			for {
-				_, err := n.MergeShards(ctx, "c", info.Shards[0].ID)
-				if err == nil {
-					break
-				}
-				if kv.CodeOf(err) != kv.CodeConditionFailed || ctx.Err() != nil {
-					t.Errorf("merge %d: %v", i, err)
-					return
-				}
-				time.Sleep(20 * time.Millisecond) // a group still settling
-			}
-		}
-	}()
-	aborted, committed := transfersWhile(t, n, accounts, clients, func(int) bool { return !done.Load() })
-	t.Logf("%d transfers, %d aborted attempts, %d splits and merges", len(committed), aborted, <-reshaped)
-	checkBalances(t, n, accounts)
-	if t.Failed() {
-		explainBalances(t, n, "c", committed)
-	}
-	c.eventually(60*time.Second, "every replica is in place", func() error { return c.settledEverywhere("c") })
-	d, _ := n.collection("c")
-	for _, s := range d.Shards {
-		cr, err := n.CheckConsistency(ctx, s.ID)
-		if err != nil || cr.Status != ConsistencyOK {
-			t.Errorf("consistency of shard %d: %+v, %v", s.ID, cr, err)
-		}
-	}
-}

@@ -22,12 +22,7 @@ import (
 // versioned; the shipped write lands in the key's data; a split is
 // refused while the shard holds group state.
 func TestGroupRecords(t *testing.T) {
-	eng, err := storage.Open("/d", storage.Options{FS: vfs.NewMem()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	db := eng.DB
+	db := memDB(t)
 	desc := Desc{ShardID: 5, Collection: 7, Partitioning: kv.PartitionRange}
 	s, err := Load(db, desc)
 	if err != nil {
@@ -35,21 +30,7 @@ func TestGroupRecords(t *testing.T) {
 	}
 	apply := func(cmd []byte) Result {
 		t.Helper()
-		b := db.NewIndexedBatch()
-		defer b.Close()
-		index, _ := s.Applied()
-		res, err := s.Apply(b, index+1, 1, cmd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.FinishBatch(b); err != nil {
-			t.Fatal(err)
-		}
-		if err := b.Commit(pebble.Sync); err != nil {
-			t.Fatal(err)
-		}
-		s.Committed()
-		return res
+		return applyOne(t, db, s, cmd)
 	}
 	version := uint64(100)
 	versioned := func(cmd []byte) []byte {

@@ -6,10 +6,8 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/groupkv/groupkv/internal/kv"
-	"github.com/groupkv/groupkv/internal/storage"
 )
 
 // TestSnapshotAcrossMerge restores, into a replica that has not applied a
@@ -18,32 +16,11 @@ import (
 // included (a version the follower has and the leader garbage-collected
 // goes too).
 func TestSnapshotAcrossMerge(t *testing.T) {
-	open := func() *pebble.DB {
-		eng, err := storage.Open("/d", storage.Options{FS: vfs.NewMem()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { eng.Close() })
-		return eng.DB
-	}
 	leftDesc := Desc{ShardID: 2, Collection: 1, Partitioning: kv.PartitionRange, End: []byte("g")}
 	rightDesc := Desc{ShardID: 3, Collection: 1, Partitioning: kv.PartitionRange, Start: []byte("g")}
 	apply := func(db *pebble.DB, s *Shard, cmd []byte) Result {
 		t.Helper()
-		b := db.NewIndexedBatch()
-		defer b.Close()
-		index, _ := s.Applied()
-		res, err := s.Apply(b, index+1, 1, cmd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.FinishBatch(b); err != nil {
-			t.Fatal(err)
-		}
-		if err := b.Commit(pebble.Sync); err != nil {
-			t.Fatal(err)
-		}
-		return res
+		return applyOne(t, db, s, cmd)
 	}
 	put := func(key string, version uint64) []byte {
 		cmd := EncodeWrite([]Op{{Type: OpPut, Key: []byte(key), Value: []byte(fmt.Sprint(key, version))}})
@@ -54,7 +31,7 @@ func TestSnapshotAcrossMerge(t *testing.T) {
 	SetVersion(freeze, 30)
 	// Both replicas: the same history up to the freeze.
 	var lefts [2]*Shard
-	dbs := [2]*pebble.DB{open(), open()}
+	dbs := [2]*pebble.DB{memDB(t), memDB(t)}
 	for i, db := range dbs {
 		l, err := Load(db, leftDesc)
 		if err != nil {

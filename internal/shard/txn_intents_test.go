@@ -3,11 +3,7 @@ package shard
 import (
 	"testing"
 
-	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/vfs"
-
 	"github.com/groupkv/groupkv/internal/kv"
-	"github.com/groupkv/groupkv/internal/storage"
 	"github.com/groupkv/groupkv/internal/txn"
 )
 
@@ -17,31 +13,12 @@ import (
 // A conflicting prepare is refused all the same, and a plain write over
 // an intent too; a shard frozen for a merge refuses resolves.
 func TestMayHoldIntent(t *testing.T) {
-	eng, err := storage.Open("/d", storage.Options{FS: vfs.NewMem()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	db := eng.DB
+	db := memDB(t)
 	leftDesc := Desc{ShardID: 2, Collection: 1, Partitioning: kv.PartitionRange, End: []byte("g")}
 	rightDesc := Desc{ShardID: 3, Collection: 1, Partitioning: kv.PartitionRange, Start: []byte("g")}
 	apply := func(s *Shard, cmd []byte) Result {
 		t.Helper()
-		b := db.NewIndexedBatch()
-		defer b.Close()
-		index, _ := s.Applied()
-		res, err := s.Apply(b, index+1, 1, cmd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.FinishBatch(b); err != nil {
-			t.Fatal(err)
-		}
-		if err := b.Commit(pebble.Sync); err != nil {
-			t.Fatal(err)
-		}
-		s.Committed()
-		return res
+		return applyOne(t, db, s, cmd)
 	}
 	version := uint64(10)
 	versioned := func(cmd []byte) []byte {

@@ -1,0 +1,42 @@
+package shard
+
+import (
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/groupkv/groupkv/internal/storage"
+)
+
+// memDB opens a store in memory, closed when the test ends.
+func memDB(t *testing.T) *pebble.DB {
+	t.Helper()
+	eng, err := storage.Open("/d", storage.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	return eng.DB
+}
+
+// applyOne applies cmd to s at its next index, in term 1, in a batch of
+// its own that it commits, as the replication loop does.
+func applyOne(t *testing.T, db *pebble.DB, s *Shard, cmd []byte) Result {
+	t.Helper()
+	b := db.NewIndexedBatch()
+	defer b.Close()
+	index, _ := s.Applied()
+	res, err := s.Apply(b, index+1, 1, cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.FinishBatch(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	s.Committed()
+	return res
+}
