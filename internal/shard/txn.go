@@ -453,6 +453,10 @@ type txnState struct {
 	// writes are the keys each prepared entry counts in intents (and
 	// resolves). Changed under mu, read by the apply loop.
 	writes map[string][]string
+	// gone are the entries resolved in the batch being applied: their
+	// keys stay counted until the batch is committed (Committed), as a
+	// reader outside the loop still finds their intents in storage.
+	gone []string
 }
 
 // setEntry records prepared entry id at version, writing keys, in place
@@ -473,12 +477,27 @@ func (t *txnState) setEntry(id string, version uint64, keys []txn.Target) {
 	t.writes[id] = ks
 }
 
-// dropEntry forgets prepared entry id.
+// dropEntry forgets prepared entry id; its keys go once the batch is
+// committed (published).
 func (t *txnState) dropEntry(id string) {
 	delete(t.prepared, id)
+	t.gone = append(t.gone, id)
+}
+
+// published uncounts the keys of the entries resolved in the batch just
+// committed, but for one prepared again since.
+func (t *txnState) published() {
+	if len(t.gone) == 0 {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.dropKeysLocked(id)
+	for _, id := range t.gone {
+		if _, again := t.prepared[id]; !again {
+			t.dropKeysLocked(id)
+		}
+	}
+	t.gone = t.gone[:0]
 }
 
 func (t *txnState) dropKeysLocked(id string) {
@@ -493,6 +512,7 @@ func (t *txnState) dropKeysLocked(id string) {
 // reset forgets every entry.
 func (t *txnState) reset() {
 	t.prepared = map[string]uint64{}
+	t.gone = nil
 	t.mu.Lock()
 	t.intents, t.writes = map[string]int{}, map[string][]string{}
 	t.mu.Unlock()
@@ -529,6 +549,7 @@ func (s *Shard) Committed() {
 		s.txns.stale = false
 		s.txns.recompute()
 	}
+	s.txns.published()
 }
 
 // MinPrepared returns the lowest prepare version of the transactions

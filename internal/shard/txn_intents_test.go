@@ -3,6 +3,8 @@ package shard
 import (
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/txn"
 )
@@ -90,7 +92,22 @@ func TestMayHoldIntent(t *testing.T) {
 	holds(left, "a", "b", "h")
 	apply(left, versioned(EncodeTxnResolve(&TxnResolveCmd{ID: t1, Commit: true, CommitTS: version})))
 	holds(left, "h")
-	apply(left, versioned(EncodeTxnResolve(&TxnResolveCmd{ID: t3})))
+	// A resolve uncounts its keys once its batch is committed: until then
+	// a reader outside the apply loop finds the intent in storage.
+	b := db.NewIndexedBatch()
+	index, _ := left.Applied()
+	if _, err := left.Apply(b, index+1, 1, versioned(EncodeTxnResolve(&TxnResolveCmd{ID: t3}))); err != nil {
+		t.Fatal(err)
+	}
+	if err := left.FinishBatch(b); err != nil {
+		t.Fatal(err)
+	}
+	holds(left, "h")
+	if err := b.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	left.Committed()
 	holds(left)
 	if left.MinPrepared() != 0 {
 		t.Fatalf("min prepared %d with nothing prepared", left.MinPrepared())
