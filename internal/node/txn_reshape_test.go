@@ -130,4 +130,3 @@ func explainBalances(t *testing.T, n *Node, coll string, committed []transfer) {
 		}
 	}
 }
-

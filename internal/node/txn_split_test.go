@@ -62,19 +62,7 @@ func TestTxnPreparedAcrossSplit(t *testing.T) {
 	if err := n.resolvePrepared(ctx, od.Shards[0].ID, id, res); err != nil {
 		t.Fatal(err)
 	}
-	sweep := func() bool {
-		t.Helper()
-		n.eachLed(func(sid uint64, _ *shard.Shard) {
-			if sd, ok := n.host.Desc(sid); ok {
-				n.sweepUnmarkedBefore(sid, sd, math.MaxUint64, 0)
-			}
-		})
-		found := false
-		for _, c := range []uint32{d.ID, od.ID} {
-			eachTxnRecord(t, n, c, func(i string, _ txn.Record) { found = found || i == id })
-		}
-		return found
-	}
+	sweep := func() bool { return sweptRecordStays(t, n, id, d.ID, od.ID) }
 	if !sweep() {
 		t.Fatal("the record was removed while the split child held the transaction prepared")
 	}
@@ -229,15 +217,7 @@ func TestTxnPreparedAcrossMerge(t *testing.T) {
 	// The record lists both shards as its participants; the right one is
 	// gone, its prepare the left one's: the record stays while the left
 	// one holds the transaction prepared, and goes once it does not.
-	sweep := func() bool {
-		t.Helper()
-		if sd, ok := n.host.Desc(left); ok {
-			n.sweepUnmarkedBefore(left, sd, math.MaxUint64, 0)
-		}
-		found := false
-		eachTxnRecord(t, n, d.ID, func(i string, _ txn.Record) { found = found || i == id })
-		return found
-	}
+	sweep := func() bool { return sweptRecordStays(t, n, id, d.ID) }
 	if !sweep() {
 		t.Fatal("the record was removed while the merged shard held the transaction prepared")
 	}
@@ -251,4 +231,21 @@ func TestTxnPreparedAcrossMerge(t *testing.T) {
 	if sweep() {
 		t.Fatalf("the record of a transaction no shard holds prepared stays: its participant %d was merged away", right)
 	}
+}
+
+// sweptRecordStays runs the sweep of unmarked records, every record old
+// enough, on every shard n leads, and reports whether the record of
+// transaction id is still in one of collections colls.
+func sweptRecordStays(t *testing.T, n *Node, id string, colls ...uint32) bool {
+	t.Helper()
+	n.eachLed(func(sid uint64, _ *shard.Shard) {
+		if sd, ok := n.host.Desc(sid); ok {
+			n.sweepUnmarkedBefore(sid, sd, math.MaxUint64, 0)
+		}
+	})
+	found := false
+	for _, c := range colls {
+		eachTxnRecord(t, n, c, func(i string, _ txn.Record) { found = found || i == id })
+	}
+	return found
 }
