@@ -1725,3 +1725,73 @@ func TestGRPCIndependentBatchGet(t *testing.T) {
 		t.Fatalf("independent batch get of an unknown collection: %v", got)
 	}
 }
+
+// atomicless is a grpcFake whose batch puts fail the test: an independent
+// batch put must write each item with Put.
+type atomicless struct {
+	*grpcFake
+	t *testing.T
+}
+
+func (s atomicless) BatchPut(context.Context, []kv.PutItem) ([]kv.WriteResult, error) {
+	s.t.Error("an independent batch put wrote the items as one batch")
+	return nil, kv.Errorf(kv.CodeInternal, "not here")
+}
+
+// TestGRPCIndependentBatchPut: a batch put with independent set writes each
+// item by a Put of its own, each at its own version, and answers each
+// item's error (code and message, as the Put alone would have failed) in
+// its result without failing the others; a batch with a condition or a key
+// twice fails as a whole, writing nothing.
+func TestGRPCIndependentBatchPut(t *testing.T) {
+	f := newGRPCFake()
+	ctx := context.Background()
+	if _, err := f.CreateCollection(ctx, kv.CollectionOptions{Name: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := grpcServe(t, atomicless{f, t})
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := pb.NewGroupKVClient(conn)
+	res, err := c.BatchPut(ctx, &pb.BatchPutRequest{Independent: true, Items: []*pb.PutItem{
+		{Collection: "c", Key: []byte("a"), Value: []byte("1"), Tags: []string{"t"}},
+		{Collection: "nope", Key: []byte("a"), Value: []byte("2")},
+		{Collection: "c", Key: []byte("b"), Value: []byte("3")},
+		{Collection: "fail", Key: []byte(kv.CodeUnavailable), Value: []byte("4")},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions, errs := api.IndependentPutResults(res.GetResults())
+	if len(versions) != 4 || versions[0] == 0 || versions[2] == 0 || versions[0] == versions[2] || errs[0] != nil || errs[2] != nil {
+		t.Fatalf("independent batch put: versions %v, errors %v", versions, errs)
+	}
+	if kv.CodeOf(errs[1]) != kv.CodeCollectionNotFound || versions[1] != 0 {
+		t.Fatalf("item of an unknown collection: version %d, %v", versions[1], errs[1])
+	}
+	if e := kv.AsError(errs[3]); e.Code != kv.CodeUnavailable || e.Message != grpcFakeMessage(kv.CodeUnavailable) {
+		t.Fatalf("item that failed unavailable: %#v", errs[3])
+	}
+	for i, k := range []string{"a", "b"} {
+		rec, err := f.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte(k)})
+		if err != nil || rec.Version != versions[2*i] {
+			t.Fatalf("get %s: %+v, %v; want version %d", k, rec, err, versions[2*i])
+		}
+	}
+	one := uint64(0)
+	for name, items := range map[string][]*pb.PutItem{
+		"a condition": {{Collection: "c", Key: []byte("x"), Value: []byte("1")}, {Collection: "c", Key: []byte("y"), Value: []byte("1"), IfVersion: &one}},
+		"a key twice": {{Collection: "c", Key: []byte("x"), Value: []byte("1")}, {Collection: "c", Key: []byte("x"), Value: []byte("2")}},
+	} {
+		_, err := c.BatchPut(ctx, &pb.BatchPutRequest{Independent: true, Items: items})
+		if got := api.ErrorFromStatus(err, false); kv.CodeOf(got) != kv.CodeInvalidArgument {
+			t.Fatalf("independent batch put with %s: %v", name, got)
+		}
+		if _, err := f.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte("x")}); kv.CodeOf(err) != kv.CodeNotFound {
+			t.Fatalf("independent batch put with %s wrote x: %v", name, err)
+		}
+	}
+}
