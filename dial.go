@@ -115,7 +115,6 @@ func Dial(addr string, opts ...DialOption) (DB, error) {
 	db := &remoteDB{conn: conn, c: pb.NewGroupKVClient(conn)}
 	db.txn = api.NewTxnClient(db.c, db.fail)
 	db.gets.direct, db.gets.batch = db.getOne, db.getMany
-	db.puts.direct, db.puts.batch = db.putOne, db.putMany
 	if o.noRouting {
 		return db, nil
 	}
@@ -149,8 +148,6 @@ type remoteDB struct {
 	closed atomic.Bool
 	// gets coalesces concurrent gets (getbatch.go).
 	gets getBatcher
-	// puts coalesces concurrent puts (putbatch.go).
-	puts putBatcher
 }
 
 var _ DB = (*remoteDB)(nil)
@@ -198,28 +195,7 @@ func (r *remoteDB) DropCollection(ctx context.Context, name string) error {
 	return nil
 }
 
-// Put shares a BatchPut with other puts when the connection is busy (see
-// putDirectLimit); a conditional put goes alone.
 func (r *remoteDB) Put(ctx context.Context, req PutRequest) (uint64, error) {
-	return r.puts.put(ctx, req)
-}
-
-// putMany writes items in one independent BatchPut: each as Put writes
-// it, answering its version or its error.
-func (r *remoteDB) putMany(ctx context.Context, items []PutItem) ([]uint64, []error, error) {
-	req := api.PutItemsToPB(items)
-	req.Independent = true
-	var p peer.Peer
-	m, err := r.c.BatchPut(ctx, req, grpc.Peer(&p))
-	if err != nil {
-		return nil, nil, r.fail(err, p.Addr != nil)
-	}
-	versions, errs := api.IndependentPutResults(m.GetResults())
-	return versions, errs, nil
-}
-
-// putOne is Put as one RPC.
-func (r *remoteDB) putOne(ctx context.Context, req PutRequest) (uint64, error) {
 	var p peer.Peer
 	m, err := r.c.Put(ctx, api.PutRequestToPB(req), grpc.Peer(&p))
 	if err != nil {

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"math"
 
-	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/protoadapt"
 
 	"github.com/groupkv/groupkv/internal/kv"
@@ -283,27 +281,6 @@ func WriteResultsFromPB(m []*pb.WriteResult) []kv.WriteResult {
 		rs[i] = kv.WriteResult{Collection: r.GetCollection(), Key: r.GetKey(), Version: r.GetVersion()}
 	}
 	return rs
-}
-
-// IndependentPutResults reads the answer to an independent BatchPut: each
-// item's version, or the error its Put failed with (the error a Put of the
-// item alone would have answered).
-func IndependentPutResults(m []*pb.WriteResult) ([]uint64, []error) {
-	versions, errs := make([]uint64, len(m)), make([]error, len(m))
-	for i, r := range m {
-		b := r.GetStatus()
-		if len(b) == 0 {
-			versions[i] = r.GetVersion()
-			continue
-		}
-		var sp spb.Status
-		if err := proto.Unmarshal(b, &sp); err != nil {
-			errs[i] = kv.Errorf(kv.CodeInternal, "the status of item %d of a batch put does not decode: %v", i, err)
-			continue
-		}
-		errs[i] = ErrorFromStatus(status.ErrorProto(&sp), true)
-	}
-	return versions, errs
 }
 
 // DeleteRangeRequestToPB converts a delete range.

@@ -4,15 +4,11 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/groupkv/groupkv/internal/kv"
 	pb "github.com/groupkv/groupkv/proto/groupkvpb"
@@ -229,63 +225,11 @@ func (s *grpcService) independentGets(ctx context.Context, keys []kv.KeyRef) (*p
 }
 
 func (s *grpcService) BatchPut(ctx context.Context, req *pb.BatchPutRequest) (*pb.BatchWriteResponse, error) {
-	if req.GetIndependent() {
-		return s.independentPuts(ctx, PutItemsFromPB(req))
-	}
 	rs, err := s.b.BatchPut(ctx, PutItemsFromPB(req))
 	if err != nil {
 		return nil, s.fail(ctx, err)
 	}
 	return &pb.BatchWriteResponse{Results: WriteResultsToPB(rs)}, nil
-}
-
-// independentPuts answers a batch put with independent set: each item is
-// written by a Put of its own, all at once (their raft proposals share the
-// shards' cycles), and each answers its version or the status its Put
-// failed with. Only a malformed batch fails the call.
-func (s *grpcService) independentPuts(ctx context.Context, items []kv.PutItem) (*pb.BatchWriteResponse, error) {
-	if len(items) > kv.DefaultMaxBatchKeys {
-		return nil, s.fail(ctx, kv.Errorf(kv.CodeTooLarge, "the batch has %d keys, the limit is %d", len(items), kv.DefaultMaxBatchKeys))
-	}
-	seen := make(map[string]bool, len(items))
-	for i, it := range items {
-		if it.IfVersion != nil {
-			return nil, s.fail(ctx, kv.Errorf(kv.CodeInvalidArgument, "item %d: an independent batch put takes no condition", i))
-		}
-		id := it.Collection + "\x00" + string(it.Key)
-		if seen[id] {
-			return nil, s.fail(ctx, kv.Errorf(kv.CodeInvalidArgument, "item %d: key %q of collection %q comes twice in an independent batch put", i, it.Key, it.Collection))
-		}
-		seen[id] = true
-	}
-	results := make([]*pb.WriteResult, len(items))
-	put := func(i int) {
-		it := items[i]
-		v, err := s.b.Put(ctx, kv.PutRequest{Collection: it.Collection, Key: it.Key, Value: it.Value, Tags: it.Tags})
-		r := &pb.WriteResult{Collection: it.Collection, Key: it.Key, Version: v}
-		if err != nil {
-			st, _ := StatusFromError(err)
-			b, merr := proto.Marshal(st.Proto())
-			if merr != nil {
-				b, _ = proto.Marshal(status.New(codes.Internal, err.Error()).Proto())
-			}
-			r.Version, r.Status = 0, b
-		}
-		results[i] = r
-	}
-	var wg sync.WaitGroup
-	for i := 1; i < len(items); i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			put(i)
-		}()
-	}
-	if len(items) > 0 {
-		put(0)
-	}
-	wg.Wait()
-	return &pb.BatchWriteResponse{Results: results}, nil
 }
 
 func (s *grpcService) BatchDelete(ctx context.Context, req *pb.BatchDeleteRequest) (*pb.BatchWriteResponse, error) {

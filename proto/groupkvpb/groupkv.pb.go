@@ -1306,14 +1306,8 @@ func (x *PutItem) GetIfVersion() uint64 {
 }
 
 type BatchPutRequest struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	Items []*PutItem             `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
-	// independent writes each item as Put writes it: each at a version of its
-	// own, linearizable each, and each with its own outcome (WriteResult.status
-	// of an item that failed) instead of all or nothing. No item may carry
-	// if_version, and a key may come once. A client sends it for puts it
-	// coalesces into one call.
-	Independent   bool `protobuf:"varint,2,opt,name=independent,proto3" json:"independent,omitempty"`
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*PutItem             `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1353,13 +1347,6 @@ func (x *BatchPutRequest) GetItems() []*PutItem {
 		return x.Items
 	}
 	return nil
-}
-
-func (x *BatchPutRequest) GetIndependent() bool {
-	if x != nil {
-		return x.Independent
-	}
-	return false
 }
 
 type BatchDeleteRequest struct {
@@ -1408,15 +1395,10 @@ func (x *BatchDeleteRequest) GetKeys() []*KeyRef {
 
 // WriteResult is the version a record of a batch write was written at.
 type WriteResult struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	Collection string                 `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
-	Key        []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Version    uint64                 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
-	// status, in the answer to an independent BatchPut, is set for an item
-	// that failed: the serialized google.rpc.Status (with its ErrorDetail)
-	// that a Put of that item alone would have failed with. version is 0
-	// then.
-	Status        []byte `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Collection    string                 `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Version       uint64                 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1470,13 +1452,6 @@ func (x *WriteResult) GetVersion() uint64 {
 		return x.Version
 	}
 	return 0
-}
-
-func (x *WriteResult) GetStatus() []byte {
-	if x != nil {
-		return x.Status
-	}
-	return nil
 }
 
 // BatchWriteResponse answers BatchPut and BatchDelete.
@@ -4328,19 +4303,17 @@ const file_groupkv_proto_rawDesc = "" +
 	"\x04tags\x18\x04 \x03(\tR\x04tags\x12\"\n" +
 	"\n" +
 	"if_version\x18\x05 \x01(\x04H\x00R\tifVersion\x88\x01\x01B\r\n" +
-	"\v_if_version\"^\n" +
+	"\v_if_version\"<\n" +
 	"\x0fBatchPutRequest\x12)\n" +
-	"\x05items\x18\x01 \x03(\v2\x13.groupkv.v1.PutItemR\x05items\x12 \n" +
-	"\vindependent\x18\x02 \x01(\bR\vindependent\"<\n" +
+	"\x05items\x18\x01 \x03(\v2\x13.groupkv.v1.PutItemR\x05items\"<\n" +
 	"\x12BatchDeleteRequest\x12&\n" +
-	"\x04keys\x18\x01 \x03(\v2\x12.groupkv.v1.KeyRefR\x04keys\"q\n" +
+	"\x04keys\x18\x01 \x03(\v2\x12.groupkv.v1.KeyRefR\x04keys\"Y\n" +
 	"\vWriteResult\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x01 \x01(\tR\n" +
 	"collection\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x18\n" +
-	"\aversion\x18\x03 \x01(\x04R\aversion\x12\x16\n" +
-	"\x06status\x18\x04 \x01(\fR\x06status\"G\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\"G\n" +
 	"\x12BatchWriteResponse\x121\n" +
 	"\aresults\x18\x01 \x03(\v2\x17.groupkv.v1.WriteResultR\aresults\"E\n" +
 	"\x10BatchErrorDetail\x121\n" +
