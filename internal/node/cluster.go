@@ -131,12 +131,19 @@ func (n *Node) replicaNodeLocked(shardID, rid uint64) (uint64, bool) {
 	return ref.coll.Shards[ref.index].ReplicaNode(rid)
 }
 
+// shardCut names a shard whose raft messages to or from a node are
+// dropped (knobs.cutShard).
+type shardCut struct{ shard, node uint64 }
+
 // resolve is the transport's Resolver.
 func (n *Node) resolve(shardID, rid uint64) (uint64, string, bool) {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	id, ok := n.replicaNodeLocked(shardID, rid)
 	if !ok {
+		return 0, "", false
+	}
+	if cut := n.knobs.cutShard.Load(); cut != nil && cut.shard == shardID && (cut.node == id || cut.node == n.id) {
 		return 0, "", false
 	}
 	d, ok := n.mu.nodes[id]

@@ -115,6 +115,9 @@ type Node struct {
 		// committed attempts' intents (and so from marking their
 		// records), as if they stopped right after the commit point.
 		skipResolves atomic.Bool
+		// cutShard, when set, drops the raft messages of one shard
+		// between this node and one node (both ways if set on both).
+		cutShard atomic.Pointer[shardCut]
 	}
 
 	stop     chan struct{}
