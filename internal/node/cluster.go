@@ -621,10 +621,57 @@ func (n *Node) clusterLoop() {
 				n.rebalance()
 			}
 		}
+		if !n.awaitTick(t.C) {
+			return
+		}
+	}
+}
+
+// Split and merge steps (splitPending, mergePending) wait on one another
+// across nodes: a merge's trigger waits for the right shard to be frozen
+// on every node, which waits for the catalog's merge. Each is taken by a
+// shard's leader in the cluster loop; at its pace alone a merge would keep
+// the right shard frozen (refusing writes, records and resolves) for one
+// or two intervals. So the catalog's split or merge and a freeze applied
+// here wake the loop (kickSteps), which then takes the shards' steps every
+// stepRetryInterval for stepRetries rounds: a step that waited for another
+// node's follows within milliseconds.
+const (
+	stepRetryInterval = 20 * time.Millisecond
+	stepRetries       = 10
+)
+
+// kickSteps wakes the cluster loop to take split and merge steps now.
+func (n *Node) kickSteps() {
+	select {
+	case n.stepKick <- struct{}{}:
+	default:
+	}
+}
+
+// awaitTick waits for the loop's next tick, taking split and merge steps
+// in between when kicked (see stepRetryInterval); false once the node
+// stops.
+func (n *Node) awaitTick(tick <-chan time.Time) bool {
+	var retry <-chan time.Time
+	retries := 0
+	for {
 		select {
 		case <-n.stop:
-			return
-		case <-t.C:
+			return false
+		case <-tick:
+			return true
+		case <-n.stepKick:
+			retries = stepRetries
+		case <-retry:
+		}
+		if n.hasReplica(cluster.MetaShardID) {
+			n.conformShards()
+		}
+		retry = nil
+		if retries > 0 {
+			retries--
+			retry = time.After(stepRetryInterval)
 		}
 	}
 }

@@ -99,7 +99,7 @@ type testNode struct {
 }
 
 type testCluster struct {
-	t     *testing.T
+	t     testing.TB
 	net   *faultNet
 	nodes []*testNode
 	tweak func(*Options)
@@ -163,7 +163,7 @@ func (c *testCluster) startNode(id uint64, dir string, join []string, listen str
 	return tn
 }
 
-func startCluster(t *testing.T, size int, tweak func(*Options)) *testCluster {
+func startCluster(t testing.TB, size int, tweak func(*Options)) *testCluster {
 	t.Helper()
 	c := &testCluster{t: t, net: newFaultNet(), tweak: tweak}
 	for i := 1; i <= size; i++ {
@@ -493,7 +493,7 @@ func TestClusterSurvivesLossOfFirstNode(t *testing.T) {
 }
 
 // dumpCluster logs what every node knows of leaders and timestamps.
-func dumpCluster(t *testing.T, c *testCluster) {
+func dumpCluster(t testing.TB, c *testCluster) {
 	for _, tn := range c.nodes {
 		n := tn.n
 		s := fmt.Sprintf("node %d oracle=%v ready=%v:", tn.id, n.oracle.Active(), n.Ready())

@@ -125,6 +125,9 @@ type Node struct {
 	closeMu  sync.Mutex
 	closed   bool
 	reconcil chan struct{}
+	// stepKick wakes the cluster loop to take the next step of a split or
+	// a merge now instead of at its next tick (kickSteps).
+	stepKick chan struct{}
 }
 
 var _ kv.Backend = (*Node)(nil)
@@ -141,7 +144,7 @@ func Open(opts Options) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{opts: opts, eng: eng, log: opts.Logger, stop: make(chan struct{}), reconcil: make(chan struct{}, 1)}
+	n := &Node{opts: opts, eng: eng, log: opts.Logger, stop: make(chan struct{}), reconcil: make(chan struct{}, 1), stepKick: make(chan struct{}, 1)}
 	n.initGroups()
 	n.mu.catalog = make(map[string]*cluster.CollectionDesc)
 	n.mu.replicas = make(map[uint64]localReplica)
@@ -367,6 +370,12 @@ func (n *Node) onApplied(shardID uint64, kind shard.CommandKind, res shard.Resul
 		n.onMerge(shardID, res.Merge)
 		return
 	}
+	if kind == shard.KindFreeze && res.Err == nil {
+		// The left shard's leader, if here, may find it frozen on every
+		// node now.
+		n.kickSteps()
+		return
+	}
 	if shardID != cluster.MetaShardID || res.Err != nil {
 		return
 	}
@@ -386,6 +395,9 @@ func (n *Node) onApplied(shardID uint64, kind shard.CommandKind, res shard.Resul
 		n.indexShardsLocked()
 		n.mu.Unlock()
 		n.triggerReconcile()
+		if kind == shard.KindSplitShard || kind == shard.KindMergeShards {
+			n.kickSteps() // the shard's leader, if here, splits or freezes it
+		}
 	case shard.KindTSO:
 		n.oracle.OnPersisted(res.Version)
 	case shard.KindCreateCollection:
