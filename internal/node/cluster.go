@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -175,6 +176,27 @@ func (n *Node) shardNodes(shardID uint64) []uint64 {
 	return out
 }
 
+// movedAway reports whether the catalog lists data shard shardID on other
+// nodes only (false for a shard it does not list: merged away, or not
+// known yet).
+func (n *Node) movedAway(shardID uint64) bool {
+	if shardID == cluster.MetaShardID {
+		return false
+	}
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	ref, ok := n.mu.shards[shardID]
+	if !ok {
+		return false
+	}
+	for _, r := range ref.coll.Shards[ref.index].Replicas {
+		if r.Node == n.id {
+			return false
+		}
+	}
+	return true
+}
+
 // leaderOf returns the node that leads shardID as far as this node knows
 // (0: unknown).
 func (n *Node) leaderOf(shardID uint64) uint64 {
@@ -262,7 +284,11 @@ func (n *Node) proposeHops(ctx context.Context, shardID uint64, cmd []byte, hops
 }
 
 func (n *Node) proposeOnce(ctx context.Context, shardID uint64, cmd []byte, hops int) (shard.Result, error) {
-	if n.hasReplica(shardID) {
+	// A replica here that moved away (the catalog lists the shard on
+	// other nodes only) may be out of its group already, its leader a
+	// node that no longer holds the shard either: unless it still leads,
+	// the nodes the catalog names are asked instead.
+	if n.hasReplica(shardID) && (n.host.Ready(shardID) || !n.movedAway(shardID)) {
 		leader := n.leaderOf(shardID)
 		if leader == n.id || leader == 0 || n.host.Ready(shardID) {
 			release, err := n.plainLocks(ctx, shardID, cmd) // txn_leader.go
@@ -284,7 +310,7 @@ func (n *Node) proposeOnce(ctx context.Context, shardID uint64, cmd []byte, hops
 		return n.proposeRemote(ctx, leader, shardID, cmd, hops+1)
 	}
 	// No replica here: any replica's node knows the leader.
-	nodes := n.shardNodes(shardID)
+	nodes := slices.DeleteFunc(n.shardNodes(shardID), func(id uint64) bool { return id == n.id })
 	if len(nodes) == 0 {
 		return shard.Result{}, kv.Errorf(kv.CodeUnavailable, "shard %d is not in this node's catalog yet", shardID)
 	}
