@@ -176,27 +176,6 @@ func (n *Node) shardNodes(shardID uint64) []uint64 {
 	return out
 }
 
-// movedAway reports whether the catalog lists data shard shardID on other
-// nodes only (false for a shard it does not list: merged away, or not
-// known yet).
-func (n *Node) movedAway(shardID uint64) bool {
-	if shardID == cluster.MetaShardID {
-		return false
-	}
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	ref, ok := n.mu.shards[shardID]
-	if !ok {
-		return false
-	}
-	for _, r := range ref.coll.Shards[ref.index].Replicas {
-		if r.Node == n.id {
-			return false
-		}
-	}
-	return true
-}
-
 // leaderOf returns the node that leads shardID as far as this node knows
 // (0: unknown).
 func (n *Node) leaderOf(shardID uint64) uint64 {
@@ -284,11 +263,11 @@ func (n *Node) proposeHops(ctx context.Context, shardID uint64, cmd []byte, hops
 }
 
 func (n *Node) proposeOnce(ctx context.Context, shardID uint64, cmd []byte, hops int) (shard.Result, error) {
-	// A replica here that moved away (the catalog lists the shard on
-	// other nodes only) may be out of its group already, its leader a
-	// node that no longer holds the shard either: unless it still leads,
-	// the nodes the catalog names are asked instead.
-	if n.hasReplica(shardID) && (n.host.Ready(shardID) || !n.movedAway(shardID)) {
+	// A replica here that moved away (not readable: the catalog lists
+	// the shard on other nodes only) may be out of its group already, its
+	// leader a node that no longer holds the shard either: unless it
+	// still leads, the nodes the catalog names are asked instead.
+	if n.hasReplica(shardID) && (n.host.Ready(shardID) || n.readable(shardID)) {
 		leader := n.leaderOf(shardID)
 		if leader == n.id || leader == 0 || n.host.Ready(shardID) {
 			release, err := n.plainLocks(ctx, shardID, cmd) // txn_leader.go
