@@ -573,9 +573,13 @@ func TestClusterReadAroundDownNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 10; i++ {
-		if _, err := c.node(1).n.Put(ctx, kv.PutRequest{Collection: "f", Key: []byte(fmt.Sprint("k", i)), Value: []byte("v")}); err != nil {
-			t.Fatal(err)
-		}
+		// Right after the creation the shard's leadership may still move
+		// to its preferred replica, failing a put in flight as
+		// commit_unknown: the same put again is the same record.
+		c.eventually(30*time.Second, "a write", func() error {
+			_, err := c.node(1).n.Put(ctx, kv.PutRequest{Collection: "f", Key: []byte(fmt.Sprint("k", i)), Value: []byte("v")})
+			return err
+		})
 	}
 	d, _ := c.node(1).n.collection("f")
 	first := d.Shards[0].Replicas[0].Node
