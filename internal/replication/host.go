@@ -1099,6 +1099,15 @@ func (h *Host) cycle(tick bool) (bool, error) {
 	// round applies what the first one persisted, without another fsync.
 	busy := false
 	for round := 0; round < 2; round++ {
+		if round == 1 && h.queued() {
+			// Proposals came while the first round's fsync ran: the next
+			// cycle persists them while it applies what this one
+			// persisted, rather than one after the other. It starts at
+			// once: what this one persisted waits for it.
+			busy = true
+			h.lastAnswered = 0
+			break
+		}
 		did, err := h.processReady(groups)
 		if err != nil {
 			return false, err
@@ -1109,6 +1118,13 @@ func (h *Host) cycle(tick bool) (bool, error) {
 		busy = true
 	}
 	return busy, nil
+}
+
+// queued reports whether proposals wait for the next cycle.
+func (h *Host) queued() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.mu.queue) > 0
 }
 
 // processReady persists, sends and applies the Ready of every group that
@@ -1198,13 +1214,38 @@ func (h *Host) processReady(groups []*group) (bool, error) {
 	defer wb.Close()
 	defer waitSync() // on error paths: never leave the WAL write behind
 
-	// Apply: one batch for every group's committed entries.
-	res, err := h.applyReady(rgs, waitSync)
+	// Apply: one batch for every group's committed entries. When they
+	// were all made durable by earlier cycles (under a steady load: the
+	// entries the previous cycle persisted, while this one persists the
+	// proposals queued meanwhile), they are applied and answered without
+	// waiting for this cycle's fsync.
+	early := syncing && committedDurable(rgs)
+	res, err := h.applyReady(rgs, waitSync, early)
 	if err != nil {
 		return false, err
 	}
 	_ = res
 	return true, nil
+}
+
+// committedDurable reports whether every committed entry of rgs was
+// persisted by an earlier cycle: none is past a group's durable log, nor
+// among (or after) the entries this cycle writes.
+func committedDurable(rgs []readyGroup) bool {
+	for _, r := range rgs {
+		ce := r.rd.CommittedEntries
+		if len(ce) == 0 {
+			continue
+		}
+		last := ce[len(ce)-1].Index
+		if last > r.g.storage.lastIndex {
+			return false
+		}
+		if len(r.rd.Entries) > 0 && r.rd.Entries[0].Index <= last {
+			return false
+		}
+	}
+	return true
 }
 
 // restoreSnapshot writes into b the replacement of g's state by snap: the
@@ -1423,7 +1464,7 @@ func (h *Host) sendEarly(rgs []readyGroup) {
 // applyReady applies the committed entries of every group into one batch,
 // waits for the cycle's fsync (waitSync), commits the batch, answers the
 // proposers and advances the groups.
-func (h *Host) applyReady(rgs []readyGroup, waitSync func() error) (bool, error) {
+func (h *Host) applyReady(rgs []readyGroup, waitSync func() error, early bool) (bool, error) {
 	start := time.Now()
 	ab := h.db.NewIndexedBatch()
 	h.createMu.Lock()
@@ -1551,11 +1592,16 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error) (bool, error)
 			return false, err
 		}
 	}
-	if err := waitSync(); err != nil {
-		abort()
-		return false, err
+	// A merge or a configuration change is applied in the cycle's order:
+	// persisted, sent, then applied.
+	early = early && len(merged) == 0 && len(confs) == 0
+	if !early {
+		if err := waitSync(); err != nil {
+			abort()
+			return false, err
+		}
+		h.sendAndAppended(rgs)
 	}
-	h.sendAndAppended(rgs)
 	if !ab.Empty() {
 		if err := ab.Commit(pebble.NoSync); err != nil {
 			abort()
@@ -1627,6 +1673,12 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error) (bool, error)
 		d.p.done <- outcome{res: d.res}
 	}
 	h.lastAnswered = len(dones)
+	if early {
+		if err := waitSync(); err != nil {
+			return false, err
+		}
+		h.sendAndAppended(rgs)
+	}
 	for _, r := range rgs {
 		g := r.g
 		if contains(merged, g.id) {

@@ -1,0 +1,169 @@
+package replication
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// syncGateFS is a filesystem whose WAL syncs (of files named *.log) wait,
+// while the gate is held, until the test releases them one at a time.
+type syncGateFS struct {
+	vfs.FS
+	mu      sync.Mutex
+	held    bool
+	tokens  chan struct{} // one per sync released
+	entered chan struct{} // one per sync that waits
+}
+
+func newSyncGateFS() *syncGateFS {
+	return &syncGateFS{FS: vfs.NewMem(), tokens: make(chan struct{}, 64), entered: make(chan struct{}, 64)}
+}
+
+// hold makes later WAL syncs wait for release.
+func (fs *syncGateFS) hold() {
+	fs.mu.Lock()
+	fs.held = true
+	fs.mu.Unlock()
+}
+
+// release lets one waiting (or the next) WAL sync through.
+func (fs *syncGateFS) release() { fs.tokens <- struct{}{} }
+
+// open lets every WAL sync through from now on.
+func (fs *syncGateFS) open() {
+	fs.mu.Lock()
+	fs.held = false
+	fs.mu.Unlock()
+	for range 64 {
+		select {
+		case fs.tokens <- struct{}{}:
+		default:
+			return
+		}
+	}
+}
+
+func (fs *syncGateFS) wait() {
+	fs.mu.Lock()
+	held := fs.held
+	fs.mu.Unlock()
+	if held {
+		fs.entered <- struct{}{}
+		<-fs.tokens
+	}
+}
+
+func (fs *syncGateFS) wrap(f vfs.File, name string, err error) (vfs.File, error) {
+	if err != nil || !strings.HasSuffix(name, ".log") {
+		return f, err
+	}
+	return gatedFile{f, fs}, nil
+}
+
+func (fs *syncGateFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.Create(name, c)
+	return fs.wrap(f, name, err)
+}
+
+func (fs *syncGateFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.ReuseForWrite(oldname, newname, c)
+	return fs.wrap(f, newname, err)
+}
+
+func (fs *syncGateFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	f, err := fs.FS.OpenReadWrite(name, c, opts...)
+	return fs.wrap(f, name, err)
+}
+
+type gatedFile struct {
+	vfs.File
+	fs *syncGateFS
+}
+
+func (f gatedFile) Sync() error {
+	f.fs.wait()
+	return f.File.Sync()
+}
+
+func (f gatedFile) SyncData() error {
+	f.fs.wait()
+	return f.File.SyncData()
+}
+
+func (f gatedFile) SyncTo(length int64) (bool, error) {
+	f.fs.wait()
+	return f.File.SyncTo(length)
+}
+
+// TestHostPipelinesApplyWithNextFsync checks the two halves of a cycle
+// under a steady load: a write is answered only once its own entry is
+// fsynced, and a write whose entry was fsynced while the next proposal
+// queued is applied and answered while that next proposal's fsync runs,
+// not before that proposal is even taken.
+func TestHostPipelinesApplyWithNextFsync(t *testing.T) {
+	fs := newSyncGateFS()
+	t.Cleanup(fs.open)
+	e := &hostEnv{t: t, fs: fs}
+	e.openEngine()
+	t.Cleanup(func() {
+		fs.open()
+		e.h.Stop()
+		e.eng.Close()
+	})
+	e.startHost(true, &testVersions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// b's version is assigned by the loop only when the gate opens: the
+	// loop stops there, in the cycle that takes b.
+	gateB := newGate(t)
+	e.vs.setGates(nil, gateB)
+	fs.hold()
+	base := e.queued()
+	a := e.proposeAsync(ctx, putCmd("a", "1", nil))
+	waitClosed(t, "a's fsync", fs.entered)
+	b := e.proposeAsync(ctx, putCmd("b", "2", nil))
+	e.waitQueued(base + 2)
+	select {
+	case r := <-a:
+		t.Fatalf("a was answered (%+v) before its entry was fsynced", r)
+	default:
+	}
+
+	fs.release() // a's fsync
+	waitClosed(t, "b's version assignment", gateB.entered)
+	// The loop is held in the cycle that takes b; a must not have been
+	// answered in a cycle of its own before it.
+	select {
+	case r := <-a:
+		t.Fatalf("a was answered (%+v) before the loop took b: apply and fsync did not overlap", r)
+	case <-time.After(50 * time.Millisecond):
+	}
+	gateB.open()
+	waitClosed(t, "b's fsync", fs.entered)
+	ra := waitResult(t, "a", a)
+	if ra.err != nil || ra.res.Err != nil {
+		t.Fatalf("a: %v %v", ra.err, ra.res.Err)
+	}
+	if val, ver := e.read("a"); val != "1" || ver != ra.res.Version {
+		t.Fatalf("a reads %q at %d once answered, want \"1\" at %d", val, ver, ra.res.Version)
+	}
+	select {
+	case r := <-b:
+		t.Fatalf("b was answered (%+v) before its entry was fsynced", r)
+	case <-time.After(20 * time.Millisecond):
+	}
+	fs.open()
+	rb := waitResult(t, "b", b)
+	if rb.err != nil || rb.res.Err != nil {
+		t.Fatalf("b: %v %v", rb.err, rb.res.Err)
+	}
+	if rb.res.Version <= ra.res.Version {
+		t.Fatalf("b answered at version %d, not above a's %d", rb.res.Version, ra.res.Version)
+	}
+}
