@@ -306,6 +306,11 @@ ratios, not the absolute figures.
   warm-up then $DURATION measured per workload, seed $SEED. Latencies are
   per operation, from the client; p99 is over every operation of the
   workload.
+- CPU: "server CPU µs/op" is the CPU time the server used over the
+  measured time (groupkv's and etcd's \`process_cpu_seconds_total\`,
+  Redis's \`INFO cpu\`) per operation; "client CPU µs/op" that of the
+  benchmark process. On a shared machine they vary less between runs than
+  throughput does.
 
 The command:
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -64,6 +65,16 @@ func (e *Etcd) client(ctx context.Context) *clientv3.Client {
 }
 
 func (e *Etcd) System() string { return "etcd" }
+
+// ServerCPU implements CPUMeter: the members' process_cpu_seconds_total
+// (etcd serves /metrics on its client address).
+func (e *Etcd) ServerCPU(ctx context.Context) (time.Duration, error) {
+	urls := make([]string, len(e.endpoints))
+	for i, ep := range e.endpoints {
+		urls[i] = ep + "/metrics"
+	}
+	return serverCPU(ctx, urls)
+}
 
 func (e *Etcd) Version(ctx context.Context) (string, error) {
 	st, err := e.c.Status(ctx, e.endpoints[0])

@@ -18,6 +18,8 @@ type GroupKV struct {
 	dbs  []groupkv.DB // one per address
 	own  bool         // Close closes dbs
 	opts DriverOptions
+	// metrics are the nodes' Prometheus endpoints (remote only).
+	metrics []string
 }
 
 var _ Driver = (*GroupKV)(nil)
@@ -42,7 +44,13 @@ func OpenGroupKV(ctx context.Context, addr string, opts DriverOptions) (*GroupKV
 		g.dbs = append(g.dbs, db)
 	}
 	g.db = g.dbs[0]
+	g.metrics = metricsURLs(addrs)
 	return g, nil
+}
+
+// ServerCPU implements CPUMeter: the nodes' process_cpu_seconds_total.
+func (g *GroupKV) ServerCPU(ctx context.Context) (time.Duration, error) {
+	return serverCPU(ctx, g.metrics)
 }
 
 // NewGroupKV drives db, which the caller keeps and closes (Close does not).

@@ -85,6 +85,11 @@ func TestBenchGroupKVDriver(t *testing.T) {
 				t.Errorf("workload %s ran no %v", w.Name, OpType(op))
 			}
 		}
+		// The server's /metrics answered its CPU time (here, this
+		// process's, which also runs the clients).
+		if res.ServerCPUSeconds <= 0 || res.ClientCPUSeconds <= 0 {
+			t.Errorf("workload %s: server CPU %vs, client CPU %vs: not measured", w.Name, res.ServerCPUSeconds, res.ClientCPUSeconds)
+		}
 	}
 	// Scans read what they ask for: the keys after a loaded key.
 	n, err := d.Scan(ctx, KeyName(0), 10)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	groupkv "github.com/groupkv/groupkv"
 )
@@ -17,6 +18,8 @@ type GroupKVGroups struct {
 	dbs  []groupkv.DB
 	own  bool // Close closes dbs
 	opts DriverOptions
+	// metrics are the nodes' Prometheus endpoints (remote only).
+	metrics []string
 }
 
 var _ GroupsDriver = (*GroupKVGroups)(nil)
@@ -39,7 +42,13 @@ func OpenGroupKVGroups(ctx context.Context, addr string, opts DriverOptions) (*G
 		}
 		g.dbs = append(g.dbs, db)
 	}
+	g.metrics = metricsURLs(addrs)
 	return g, nil
+}
+
+// ServerCPU implements CPUMeter: the nodes' process_cpu_seconds_total.
+func (g *GroupKVGroups) ServerCPU(ctx context.Context) (time.Duration, error) {
+	return serverCPU(ctx, g.metrics)
 }
 
 // OpenGroupKVGroupsEmbedded opens a groupkv node in this process on the

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -43,6 +44,15 @@ func OpenRedis(ctx context.Context, addr string, opts DriverOptions) (*Redis, er
 }
 
 func (r *Redis) System() string { return "redis" }
+
+// ServerCPU implements CPUMeter: used_cpu_sys + used_cpu_user of INFO cpu.
+func (r *Redis) ServerCPU(ctx context.Context) (time.Duration, error) {
+	info, err := r.c.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	return parseRedisCPU(info)
+}
 
 func (r *Redis) Version(ctx context.Context) (string, error) {
 	info, err := r.c.Info(ctx, "server").Result()

@@ -38,9 +38,16 @@ type GroupKVTxn struct {
 	shards, replicas int
 	// closers are closed by Close, in order.
 	closers []func() error
+	// metrics is the node's Prometheus endpoint (remote only).
+	metrics []string
 }
 
 var _ TxnDriver = (*GroupKVTxn)(nil)
+
+// ServerCPU implements CPUMeter: the node's process_cpu_seconds_total.
+func (g *GroupKVTxn) ServerCPU(ctx context.Context) (time.Duration, error) {
+	return serverCPU(ctx, g.metrics)
+}
 
 // NewGroupKVTxn drives the transactions of txn and the plain reads and
 // writes of plain (the "none" mode); admin creates the collection and
@@ -71,6 +78,7 @@ func OpenGroupKVTxn(ctx context.Context, addr string, opts DriverOptions) (*Grou
 	}
 	g := NewGroupKVTxn(api.NewTxnClient(pb.NewGroupKVClient(conn), nil), db, db, opts)
 	g.closers = []func() error{conn.Close, db.Close}
+	g.metrics = metricsURLs([]string{addr})
 	return g, nil
 }
 

@@ -467,7 +467,8 @@ func (g *GroupsRunner) Run(ctx context.Context, w GroupsWorkload) (Result, error
 	type tally struct{ refused, games, members int64 }
 	var tallies []*tally
 	var applied atomic.Int64
-	r := &Runner{opts: g.opts}
+	m, _ := g.d.(CPUMeter)
+	r := &Runner{opts: g.opts, meter: m}
 	res, err := r.loop(ctx, GroupsWorkloadName, groupsOps, func(c *client) stepFunc {
 		t := &tally{}
 		tallies = append(tallies, t)

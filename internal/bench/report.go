@@ -88,6 +88,30 @@ func find(rs []Result, system, workload string) (Result, bool) {
 	return Result{}, false
 }
 
+// cpuCell formats a CPU time per operation in µs; "–" when unknown.
+func cpuCell(us float64) string {
+	switch {
+	case us <= 0:
+		return "–"
+	case us >= 100:
+		return fmt.Sprintf("%.0f", us)
+	default:
+		return fmt.Sprintf("%.1f", us)
+	}
+}
+
+// cpuSummary describes res's CPU figures in a line ("" when it has none).
+func cpuSummary(res Result) string {
+	var parts []string
+	if res.ServerCPUSeconds > 0 && res.Seconds > 0 {
+		parts = append(parts, fmt.Sprintf("server %s µs/op (%.2f cores)", cpuCell(res.ServerCPUPerOp()), res.ServerCPUSeconds/res.Seconds))
+	}
+	if res.ClientCPUSeconds > 0 && res.Seconds > 0 {
+		parts = append(parts, fmt.Sprintf("benchmark client %s µs/op (%.2f cores)", cpuCell(res.ClientCPUPerOp()), res.ClientCPUSeconds/res.Seconds))
+	}
+	return strings.Join(parts, ", ")
+}
+
 func ms(us float64) string {
 	switch {
 	case us >= 100_000:
@@ -121,6 +145,9 @@ func WriteSummary(w io.Writer, res Result) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if c := cpuSummary(res); c != "" {
+		fmt.Fprintf(w, "  CPU over the measured time: %s\n", c)
+	}
 	for _, s := range res.ErrorSamples {
 		fmt.Fprintf(w, "  error: %s\n", s)
 	}
@@ -138,12 +165,12 @@ func WriteMarkdown(w io.Writer, rs []Result, baseline string) error {
 		return ErrNoResults
 	}
 	var b strings.Builder
-	b.WriteString("| workload | system | version | ops/s | p50 ms | p99 ms | p99.9 ms | errors |\n")
-	b.WriteString("|---|---|---|--:|--:|--:|--:|--:|\n")
+	b.WriteString("| workload | system | version | ops/s | p50 ms | p99 ms | p99.9 ms | server CPU µs/op | client CPU µs/op | errors |\n")
+	b.WriteString("|---|---|---|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range rs {
 		l := r.Latency[AllOps]
-		fmt.Fprintf(&b, "| %s | %s | %s | %.0f | %s | %s | %s | %d |\n",
-			r.Workload, r.System, r.Version, r.OpsPerSec, ms(l.P50Us), ms(l.P99Us), ms(l.P999Us), r.Errors)
+		fmt.Fprintf(&b, "| %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %d |\n",
+			r.Workload, r.System, r.Version, r.OpsPerSec, ms(l.P50Us), ms(l.P99Us), ms(l.P999Us), cpuCell(r.ServerCPUPerOp()), cpuCell(r.ClientCPUPerOp()), r.Errors)
 	}
 
 	systems, workloads := systemsOf(rs), workloadsOf(rs)

@@ -47,6 +47,12 @@ type Result struct {
 	Attempts *AttemptStats `json:"attempts,omitempty"`
 	// Groups are the games, refusals and rates of a groups run.
 	Groups *GroupsStats `json:"groups,omitempty"`
+	// ServerCPUSeconds is the CPU time the server (every node or member
+	// the driver talks to) used over the measured time, where the driver
+	// can ask (CPUMeter); ClientCPUSeconds that of the benchmark process.
+	// 0: not measured.
+	ServerCPUSeconds float64 `json:"server_cpu_seconds,omitempty"`
+	ClientCPUSeconds float64 `json:"client_cpu_seconds,omitempty"`
 }
 
 // Params are the parameters of a run.

@@ -88,7 +88,7 @@ func TestBenchReport(t *testing.T) {
 	}
 	out := b.String()
 	for _, want := range []string{
-		"| a | groupkv | abc | 10000 | 0.90 | 20.0 | 40.0 | 0 |",
+		"| a | groupkv | abc | 10000 | 0.90 | 20.0 | 40.0 | – | – | 0 |",
 		"| workload | ops/s groupkv/etcd | p99 groupkv/etcd | ops/s groupkv/redis | p99 groupkv/redis |",
 		"| a | 2.50 | 0.50 | 0.40 | 3.33 |",
 		"| c | 6.00 | 0.30 | 0.60 | 2.25 |",

@@ -153,6 +153,8 @@ type Runner struct {
 	// inserts.Count() are in the store. nil until Load or the first Run.
 	inserts *Counter
 	runs    uint64 // counts runs, to give each its own random streams
+	// meter reads the server's CPU time, if the driver can.
+	meter CPUMeter
 }
 
 // NewRunner returns a runner of d with opts.
@@ -161,7 +163,8 @@ func NewRunner(d Driver, opts Options) (*Runner, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	return &Runner{d: d, opts: opts}, nil
+	m, _ := d.(CPUMeter)
+	return &Runner{d: d, opts: opts, meter: m}, nil
 }
 
 // Options are the runner's options, defaults filled.
@@ -455,6 +458,12 @@ func (r *Runner) loop(ctx context.Context, workload string, ops []string, newCli
 	if r.opts.Warmup == 0 {
 		switchPhase()
 	}
+	cpu := cpuWindow{meter: r.meter}
+	cpuStarted := make(chan struct{})
+	cpuTimer := time.AfterFunc(time.Until(measureStart), func() {
+		defer close(cpuStarted)
+		cpu.start(opCtx)
+	})
 
 	clients := make([]*client, r.opts.Clients)
 	var wg sync.WaitGroup
@@ -495,6 +504,9 @@ func (r *Runner) loop(ctx context.Context, workload string, ops []string, newCli
 	}
 	wg.Wait()
 	stopProgress()
+	if !cpuTimer.Stop() {
+		<-cpuStarted
+	}
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
@@ -506,6 +518,7 @@ func (r *Runner) loop(ctx context.Context, workload string, ops []string, newCli
 		Host:     hostInfo(),
 		Latency:  map[string]Latency{},
 	}
+	cpu.finish(ctx, &res)
 	var all Histogram
 	last := measureStart
 	merged := make([]opStats, len(ops))

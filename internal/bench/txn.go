@@ -240,7 +240,8 @@ func NewTxnRunner(d TxnDriver, opts Options) (*TxnRunner, error) {
 	if opts.System == "" {
 		opts.System = d.System()
 	}
-	return &TxnRunner{d: d, r: &Runner{opts: opts}}, nil
+	m, _ := d.(CPUMeter)
+	return &TxnRunner{d: d, r: &Runner{opts: opts, meter: m}}, nil
 }
 
 // Options are the runner's options, defaults filled.

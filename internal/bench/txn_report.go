@@ -89,8 +89,8 @@ func WriteTxnMarkdown(w io.Writer, rs []Result) error {
 	sort.Sort(sort.Reverse(sort.IntSlice(keys)))
 
 	var b strings.Builder
-	b.WriteString("| keys | system | mode | version | commits/s | p50 ms | p99 ms | attempts p50 | p99 | max | mean | errors |\n")
-	b.WriteString("|--:|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	b.WriteString("| keys | system | mode | version | commits/s | p50 ms | p99 ms | attempts p50 | p99 | max | mean | server CPU µs/commit | errors |\n")
+	b.WriteString("|--:|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, c := range order {
 		r := cells[c]
 		l := r.Latency[AllOps]
@@ -102,8 +102,8 @@ func WriteTxnMarkdown(w io.Writer, rs []Result) error {
 		if a := r.Attempts; a != nil {
 			att = fmt.Sprintf("%d | %d | %d | %.2f", a.P50, a.P99, a.Max, a.Mean)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %.0f | %s | %s | %s | %d |\n",
-			keysCol, c.system, c.mode, r.Version, r.OpsPerSec, ms(l.P50Us), ms(l.P99Us), att, r.Errors)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %.0f | %s | %s | %s | %s | %d |\n",
+			keysCol, c.system, c.mode, r.Version, r.OpsPerSec, ms(l.P50Us), ms(l.P99Us), att, cpuCell(r.ServerCPUPerOp()), r.Errors)
 	}
 
 	rate := func(system, mode string, k int) (float64, bool) {

@@ -16,6 +16,16 @@
 //
 // So concurrent writes to any shard of a node share an fsync (group commit),
 // and a write is acknowledged only after its entry was fsynced and applied.
+//
+// The fsync of a cycle runs while the cycle applies what is committed. When
+// every committed entry was persisted by an earlier cycle (a leader's
+// entries are committed only once its own copy is durable), the apply batch
+// is committed and its proposers answered without waiting for this cycle's
+// fsync; otherwise (a follower's entries that arrived with their commit
+// index) after it. A single voter commits what a cycle persisted at the
+// end of that cycle: when proposals queued during its fsync, the next cycle
+// starts at once and applies those entries while it persists the new ones,
+// instead of a second round applying them before the next fsync starts.
 // The raft library does no I/O; this package persists, sends and applies.
 //
 // Leader rules (see ARCHITECTURE.md, "Versions and snapshot reads"): a new

@@ -1,0 +1,174 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// CPUMeter is a driver that can ask its server (every node or member it
+// talks to) how much CPU time it has used so far. A run reads it at the
+// start and at the end of its measured time: CPU time per operation is
+// steadier than throughput on a machine that other work shares, since it
+// counts what the server spent, not how long it waited for a core.
+type CPUMeter interface {
+	ServerCPU(ctx context.Context) (time.Duration, error)
+}
+
+// processCPU is the CPU time, user and system, this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// cpuWindow reads a meter's (and this process's) CPU time at the start of
+// a measured time and again at its end.
+type cpuWindow struct {
+	meter              CPUMeter
+	server0, client0   time.Duration
+	serverOK, clientOK bool
+}
+
+func (w *cpuWindow) start(ctx context.Context) {
+	w.client0, w.clientOK = processCPU(), true
+	if w.meter != nil {
+		c, err := w.meter.ServerCPU(ctx)
+		w.server0, w.serverOK = c, err == nil
+	}
+}
+
+// finish sets res's CPU figures from the start to now.
+func (w *cpuWindow) finish(ctx context.Context, res *Result) {
+	if w.clientOK {
+		res.ClientCPUSeconds = (processCPU() - w.client0).Seconds()
+	}
+	if w.serverOK {
+		if c, err := w.meter.ServerCPU(ctx); err == nil && c >= w.server0 {
+			res.ServerCPUSeconds = (c - w.server0).Seconds()
+		}
+	}
+}
+
+// ServerCPUPerOp is the server's CPU time per successful operation of the
+// measured time, in microseconds; 0 when unknown.
+func (r Result) ServerCPUPerOp() float64 {
+	if r.Ops == 0 {
+		return 0
+	}
+	return r.ServerCPUSeconds * 1e6 / float64(r.Ops)
+}
+
+// ClientCPUPerOp is the benchmark process's CPU time per successful
+// operation, in microseconds; 0 when unknown.
+func (r Result) ClientCPUPerOp() float64 {
+	if r.Ops == 0 {
+		return 0
+	}
+	return r.ClientCPUSeconds * 1e6 / float64(r.Ops)
+}
+
+// errNoMeter: the driver does not know where its server reports its CPU
+// time (a node in this process).
+var errNoMeter = errors.New("bench: no server to ask for its CPU time")
+
+// metricsURLs are the /metrics endpoints of groupkv nodes at addrs
+// (host:port, serving HTTP and gRPC).
+func metricsURLs(addrs []string) []string {
+	out := make([]string, len(addrs))
+	for i, a := range addrs {
+		out[i] = "http://" + a + "/metrics"
+	}
+	return out
+}
+
+func serverCPU(ctx context.Context, urls []string) (time.Duration, error) {
+	if len(urls) == 0 {
+		return 0, errNoMeter
+	}
+	return metricsCPU(ctx, urls)
+}
+
+// metricsCPU sums process_cpu_seconds_total of the Prometheus endpoints
+// urls (groupkv's and etcd's /metrics).
+func metricsCPU(ctx context.Context, urls []string) (time.Duration, error) {
+	var total float64
+	for _, u := range urls {
+		s, err := scrapeCPU(ctx, u)
+		if err != nil {
+			return 0, err
+		}
+		total += s
+	}
+	return time.Duration(total * float64(time.Second)), nil
+}
+
+// metricsClient scrapes with a connection per request: two per run, and a
+// groupkv node's port, which also speaks gRPC over HTTP/2, is better not
+// left with an idle HTTP/1.1 connection.
+var metricsClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
+func scrapeCPU(ctx context.Context, url string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := metricsClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return parseCPUMetric(resp.Body)
+}
+
+// parseCPUMetric reads process_cpu_seconds_total from Prometheus's text
+// format.
+func parseCPUMetric(r io.Reader) (float64, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if v, ok := strings.CutPrefix(line, "process_cpu_seconds_total "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, errors.New("bench: the metrics have no process_cpu_seconds_total")
+}
+
+// redisCPU reads used_cpu_sys and used_cpu_user from Redis's INFO cpu.
+func parseRedisCPU(info string) (time.Duration, error) {
+	var total float64
+	found := 0
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
+		if !ok || k != "used_cpu_sys" && k != "used_cpu_user" {
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return 0, fmt.Errorf("bench: INFO cpu: %s: %w", k, err)
+		}
+		total += f
+		found++
+	}
+	if found != 2 {
+		return 0, errors.New("bench: INFO cpu has no used_cpu_sys and used_cpu_user")
+	}
+	return time.Duration(total * float64(time.Second)), nil
+}

@@ -1,0 +1,81 @@
+package bench
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// meteredDriver is a memDriver whose "server" spends a millisecond of CPU
+// per update and nothing else.
+type meteredDriver struct {
+	*memDriver
+	reads atomic.Int64 // ServerCPU calls
+}
+
+var _ CPUMeter = (*meteredDriver)(nil)
+
+func (m *meteredDriver) ServerCPU(context.Context) (time.Duration, error) {
+	m.reads.Add(1)
+	return time.Duration(m.calls[OpUpdate].Load()) * time.Millisecond, nil
+}
+
+// TestBenchRunnerServerCPU checks that a run reads the server's CPU time
+// over its measured time only: not the load's updates, not the warm-up's.
+func TestBenchRunnerServerCPU(t *testing.T) {
+	ctx := context.Background()
+	m := &meteredDriver{memDriver: newMemDriver()}
+	r, err := NewRunner(m, Options{Records: 1000, Clients: 4, Duration: 300 * time.Millisecond, Warmup: 100 * time.Millisecond, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Run(ctx, WorkloadA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.reads.Load() != 2 {
+		t.Fatalf("the server's CPU time was read %d times, want 2 (start and end of the measured time)", m.reads.Load())
+	}
+	updates := res.Latency[OpUpdate.String()].Count
+	want := float64(updates) * 1e-3
+	// The meter is read around the measured time, the operations counted
+	// by their start: they agree but for the operations at its two ends.
+	if res.ServerCPUSeconds < 0.8*want || res.ServerCPUSeconds > 1.2*want {
+		t.Fatalf("server CPU %.3fs over %d measured updates: want about %.3fs", res.ServerCPUSeconds, updates, want)
+	}
+	if per := res.ServerCPUPerOp(); per < 300 || per > 700 {
+		t.Errorf("server CPU per operation %.0fµs; half the operations cost 1000µs", per)
+	}
+	if res.ClientCPUSeconds <= 0 {
+		t.Errorf("client CPU %vs: not measured", res.ClientCPUSeconds)
+	}
+	var b strings.Builder
+	if err := WriteSummary(&b, res); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "CPU over the measured time: server ") {
+		t.Errorf("the summary does not give the CPU figures:\n%s", b.String())
+	}
+}
+
+func TestBenchParseCPU(t *testing.T) {
+	got, err := parseCPUMetric(strings.NewReader("# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 12.5\nprocess_max_fds 1024\n"))
+	if err != nil || got != 12.5 {
+		t.Fatalf("parseCPUMetric: %v, %v", got, err)
+	}
+	if _, err := parseCPUMetric(strings.NewReader("go_goroutines 7\n")); err == nil {
+		t.Fatal("parseCPUMetric found a CPU time in metrics without one")
+	}
+	d, err := parseRedisCPU("# CPU\r\nused_cpu_sys:1.250000\r\nused_cpu_user:2.500000\r\nused_cpu_sys_children:9.000000\r\n")
+	if err != nil || d != 3750*time.Millisecond {
+		t.Fatalf("parseRedisCPU: %v, %v", d, err)
+	}
+	if _, err := parseRedisCPU("# CPU\r\nused_cpu_sys:1.0\r\n"); err == nil {
+		t.Fatal("parseRedisCPU answered without used_cpu_user")
+	}
+}
