@@ -135,6 +135,10 @@ type proposal struct {
 	conf *raftpb.ConfChangeV2
 	// done receives exactly one outcome; buffered.
 	done chan outcome
+	// index is the log index of the proposal's entry, once persisted here
+	// (0 before); orphanedAt the tick this replica stopped leading while
+	// the entry waited to be applied (0: it still leads).
+	index, orphanedAt uint64
 }
 
 type outcome struct {
@@ -157,6 +161,10 @@ type group struct {
 	waiting []*proposal
 	// inflight maps proposal ids to proposals handed to raft.
 	inflight map[uint64]*proposal
+	// orphans maps the log indexes of inflight proposals whose leader
+	// stepped down to them: the entry applied at that index tells whether
+	// the new leader committed the proposal (see orphanInflight).
+	orphans  map[uint64]*proposal
 	term     uint64
 	isLeader bool
 	// singleVoter: the group has one voter (this replica) and no learner,
@@ -368,7 +376,7 @@ func (h *Host) AddGroupWith(desc shard.Desc, replicaID uint64, opts GroupOptions
 	if err != nil {
 		return fmt.Errorf("replication: starting shard %d: %w", desc.ShardID, err)
 	}
-	g := &group{id: desc.ShardID, replicaID: replicaID, rn: rn, storage: rs, sm: sm, inflight: make(map[uint64]*proposal),
+	g := &group{id: desc.ShardID, replicaID: replicaID, rn: rn, storage: rs, sm: sm, inflight: make(map[uint64]*proposal), orphans: make(map[uint64]*proposal),
 		reads: make(map[uint64]*readRequest), snapSent: make(map[uint64]uint64)}
 	g.smRef.Store(sm)
 	rs.snapshot = func() (raftpb.Snapshot, error) {
@@ -1280,6 +1288,14 @@ func (h *Host) persistWithSnapshots(b *pebble.Batch, rgs, snaps []readyGroup) er
 	}
 	for _, r := range snaps {
 		g, meta := r.g, r.rd.Snapshot.Metadata
+		for idx, p := range g.orphans {
+			if idx <= meta.Index {
+				// Its index is never applied here: no answer to wait for.
+				delete(g.orphans, idx)
+				delete(g.inflight, p.id)
+				p.done <- outcome{err: kv.Errorf(kv.CodeCommitUnknown, "shard %d lost leadership before the write was applied; it may or may not have been", g.id)}
+			}
+		}
 		g.storage.restored(meta)
 		sm, err := shard.Load(h.db, g.restored)
 		if err != nil {
@@ -1310,6 +1326,17 @@ func (h *Host) persistWithSnapshots(b *pebble.Batch, rgs, snaps []readyGroup) er
 func (h *Host) sendAndAppended(rgs []readyGroup) {
 	for _, r := range rgs {
 		r.g.storage.appended(r.rd.Entries, r.rd.HardState)
+		if len(r.g.inflight) > 0 {
+			for i := range r.rd.Entries {
+				e := &r.rd.Entries[i]
+				if e.Type != raftpb.EntryNormal || len(e.Data) < 8 {
+					continue
+				}
+				if p, ok := r.g.inflight[binary.BigEndian.Uint64(e.Data)]; ok {
+					p.index = e.Index
+				}
+			}
+		}
 		msgs := r.rd.Messages
 		if r.sentEarly {
 			msgs = r.late
@@ -1510,6 +1537,15 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error, early bool) (
 		g := r.g
 		for i := range r.rd.CommittedEntries {
 			e := &r.rd.CommittedEntries[i]
+			if o, ok := g.orphans[e.Index]; ok {
+				delete(g.orphans, e.Index)
+				if e.Type != raftpb.EntryNormal || len(e.Data) < 8 || binary.BigEndian.Uint64(e.Data) != o.id {
+					// Another entry took the orphan's place: it was not
+					// committed, and never will be.
+					delete(g.inflight, o.id)
+					o.done <- outcome{err: kv.Errorf(kv.CodeNotLeader, "shard %d changed leader before the write was committed; it was not applied", g.id)}
+				}
+			}
 			switch {
 			case e.Type == raftpb.EntryNormal && len(e.Data) >= 8:
 				id := binary.BigEndian.Uint64(e.Data)
@@ -1792,10 +1828,7 @@ func (h *Host) updateLeadership(g *group, rd raft.Ready) {
 		g.mu.Lock()
 		g.mu.ready = false
 		g.mu.Unlock()
-		for _, p := range g.inflight {
-			p.done <- outcome{err: kv.Errorf(kv.CodeCommitUnknown, "shard %d lost leadership before the write was applied; it may or may not have been", g.id)}
-		}
-		g.inflight = map[uint64]*proposal{}
+		h.orphanInflight(g)
 		for id, r := range g.reads {
 			r.answer(0)
 			delete(g.reads, id)
@@ -1810,6 +1843,42 @@ func (h *Host) updateLeadership(g *group, rd raft.Ready) {
 	}
 	g.isLeader = true
 	h.maybeReady(g)
+}
+
+// orphanElections bounds, in election timeouts, how long a proposal whose
+// leader stepped down waits to learn whether the new leader committed its
+// entry: long enough for an election and for this replica to hear from
+// the new leader.
+const orphanElections = 5
+
+// orphanInflight keeps, when g's replica stops leading, the proposals
+// whose entries it persisted: the new leader commits each entry or
+// replaces it, and the entry this replica applies at that index answers
+// the proposer (its result, or a retryable error: not applied). The others
+// (not persisted here, configuration changes) are in doubt at once.
+func (h *Host) orphanInflight(g *group) {
+	for id, p := range g.inflight {
+		if p.index == 0 || p.conf != nil {
+			delete(g.inflight, id)
+			p.done <- outcome{err: kv.Errorf(kv.CodeCommitUnknown, "shard %d lost leadership before the write was applied; it may or may not have been", g.id)}
+			continue
+		}
+		if p.orphanedAt == 0 {
+			p.orphanedAt = max(h.ticks, 1)
+			g.orphans[p.index] = p
+		}
+	}
+}
+
+// expireOrphans answers the orphans of g that waited orphanTicks: in doubt.
+func (h *Host) expireOrphans(g *group) {
+	for idx, p := range g.orphans {
+		if h.ticks-p.orphanedAt > uint64(orphanElections*h.cfg.ElectionTicks) {
+			delete(g.orphans, idx)
+			delete(g.inflight, p.id)
+			p.done <- outcome{err: kv.Errorf(kv.CodeCommitUnknown, "shard %d lost leadership before the write was applied, and did not learn its fate in time; it may or may not have been", g.id)}
+		}
+	}
 }
 
 func (g *group) isRemoved() bool {
@@ -1884,6 +1953,9 @@ const snapshotTimeoutTicks = 100
 // them), retries snapshots that got no answer, and refreshes a leader's
 // view of its followers' progress.
 func (h *Host) onTick(g *group) {
+	if len(g.orphans) > 0 {
+		h.expireOrphans(g)
+	}
 	if g.campaigns > 0 && h.ticks%3 == 0 {
 		g.campaigns--
 		if st := g.rn.BasicStatus(); st.Lead == 0 && st.RaftState != raft.StateLeader {
@@ -1982,6 +2054,11 @@ func (h *Host) removeGroup(id uint64) {
 		delete(g.reads, rid)
 	}
 	for _, p := range g.inflight {
+		if p.orphanedAt != 0 {
+			// Its entry waited for another leader to commit it or not.
+			p.done <- outcome{err: kv.Errorf(kv.CodeCommitUnknown, "shard %d was removed here before the write's fate was known; it may or may not have been applied", id)}
+			continue
+		}
 		p.done <- fail
 	}
 	g.mu.Lock()
