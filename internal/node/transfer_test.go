@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/groupkv/groupkv/internal/kv"
 )
 
@@ -88,6 +90,9 @@ func TestClusterWriteOutlivesItsLeader(t *testing.T) {
 	got, err := next.n.Get(ctx, kv.GetRequest{Collection: "w", Key: []byte("k")})
 	if err != nil || string(got.Value) != "after" || got.Version != r.version {
 		t.Fatalf("k reads %q at %d, %v; the write answered version %d", got.Value, got.Version, err, r.version)
+	}
+	if n := testutil.ToFloat64(old.n.metrics.repl.Orphans.WithLabelValues("applied")); n < 1 {
+		t.Errorf("groupkv_raft_orphaned_proposals_total{outcome=\"applied\"} is %v on the old leader", n)
 	}
 }
 
@@ -179,4 +184,7 @@ func TestClusterWriteLostWithItsLeader(t *testing.T) {
 		t.Fatalf("the write ended %s, not in success or a refusal: %v", code, r.err)
 	}
 	t.Logf("the write: version %d, %v", r.version, r.err)
+	if n := testutil.ToFloat64(old.n.metrics.repl.Orphans.WithLabelValues("not_applied")); n < 1 {
+		t.Errorf("groupkv_raft_orphaned_proposals_total{outcome=\"not_applied\"} is %v on the old leader", n)
+	}
 }

@@ -1293,6 +1293,7 @@ func (h *Host) persistWithSnapshots(b *pebble.Batch, rgs, snaps []readyGroup) er
 				// Its index is never applied here: no answer to wait for.
 				delete(g.orphans, idx)
 				delete(g.inflight, p.id)
+				h.cfg.Metrics.Orphans.WithLabelValues("unknown").Inc()
 				p.done <- outcome{err: kv.Errorf(kv.CodeCommitUnknown, "shard %d lost leadership before the write was applied; it may or may not have been", g.id)}
 			}
 		}
@@ -1544,6 +1545,9 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error, early bool) (
 					// committed, and never will be.
 					delete(g.inflight, o.id)
 					o.done <- outcome{err: kv.Errorf(kv.CodeNotLeader, "shard %d changed leader before the write was committed; it was not applied", g.id)}
+					h.cfg.Metrics.Orphans.WithLabelValues("not_applied").Inc()
+				} else {
+					h.cfg.Metrics.Orphans.WithLabelValues("applied").Inc() // answered below
 				}
 			}
 			switch {
@@ -1876,6 +1880,7 @@ func (h *Host) expireOrphans(g *group) {
 		if h.ticks-p.orphanedAt > uint64(orphanElections*h.cfg.ElectionTicks) {
 			delete(g.orphans, idx)
 			delete(g.inflight, p.id)
+			h.cfg.Metrics.Orphans.WithLabelValues("unknown").Inc()
 			p.done <- outcome{err: kv.Errorf(kv.CodeCommitUnknown, "shard %d lost leadership before the write was applied, and did not learn its fate in time; it may or may not have been", g.id)}
 		}
 	}
@@ -2056,6 +2061,7 @@ func (h *Host) removeGroup(id uint64) {
 	for _, p := range g.inflight {
 		if p.orphanedAt != 0 {
 			// Its entry waited for another leader to commit it or not.
+			h.cfg.Metrics.Orphans.WithLabelValues("unknown").Inc()
 			p.done <- outcome{err: kv.Errorf(kv.CodeCommitUnknown, "shard %d was removed here before the write's fate was known; it may or may not have been applied", id)}
 			continue
 		}

@@ -13,6 +13,11 @@ type Metrics struct {
 	// SnapshotsSent and SnapshotsApplied count raft snapshots sent to
 	// followers and restored from a leader.
 	SnapshotsSent, SnapshotsApplied prometheus.Counter
+	// Orphans counts the proposals of a leader that stepped down before
+	// they were applied, by what became of them: "applied" (the new
+	// leader committed the entry), "not_applied" (another entry took its
+	// index) or "unknown" (not learnt in time).
+	Orphans *prometheus.CounterVec
 }
 
 // NewMetrics registers the replication collectors with reg (nil: unregistered).
@@ -37,9 +42,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "groupkv_raft_snapshots_sent_total", Help: "Raft snapshots sent to followers."}),
 		SnapshotsApplied: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "groupkv_raft_snapshots_applied_total", Help: "Raft snapshots restored from a leader."}),
+		Orphans: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "groupkv_raft_orphaned_proposals_total", Help: "Proposals whose leader stepped down before they were applied, by outcome (applied, not_applied, unknown)."},
+			[]string{"outcome"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Proposals, m.ProposalFails, m.ApplySeconds, m.FsyncSeconds, m.CycleEntries, m.Truncations, m.SnapshotsSent, m.SnapshotsApplied)
+		reg.MustRegister(m.Proposals, m.ProposalFails, m.ApplySeconds, m.FsyncSeconds, m.CycleEntries, m.Truncations, m.SnapshotsSent, m.SnapshotsApplied, m.Orphans)
 	}
 	return m
 }
