@@ -252,6 +252,8 @@ func (s *Shard) applyMergeTrigger(b *pebble.Batch, c MergeCmd) (Result, error) {
 	if err := writeSpan(b, d); err != nil {
 		return Result{}, err
 	}
+	// The right shard's keys may carry tags.
+	s.untagged = false
 	if c.Frozen.MaxVersion > s.maxVersion {
 		if err := s.setMaxVersion(b, c.Frozen.MaxVersion); err != nil {
 			return Result{}, err

@@ -143,6 +143,14 @@ type Shard struct {
 	// late then leaves that child's state alone (split.go).
 	childHere func(shard uint64) bool
 
+	// untagged: no key of the collection had a tag on this node when the
+	// shard was loaded, and the shard has written none since (nor taken
+	// in another shard's keys): a put of a key without a condition then
+	// need not read the key's newest version for its tags (untaggedPut).
+	// The flag only saves reads: a replica with it set writes what one
+	// without it writes.
+	untagged bool
+
 	scratch []byte
 	// valueBuf holds the latest pointer writeVersion writes.
 	valueBuf []byte
@@ -201,7 +209,32 @@ func Load(r pebble.Reader, desc Desc) (*Shard, error) {
 	if s.frozen != nil {
 		s.frozenInto.Store(s.frozen.Into)
 	}
+	if !desc.IsMeta() {
+		if s.untagged, err = noTagIndex(r, desc.Collection); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// noTagIndex reports whether r holds no tag index entry of collection.
+func noTagIndex(r pebble.Reader, collection uint32) (bool, error) {
+	start, end := storage.TagIndexSpan(collection)
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: end})
+	if err != nil {
+		return false, err
+	}
+	empty := !it.First()
+	if err := it.Close(); err != nil {
+		return false, err
+	}
+	return empty, nil
+}
+
+// untaggedPut reports whether op, a put, reads the key's newest version
+// only for its tags, and the shard knows the key has none (untagged).
+func (s *Shard) untaggedPut(op *Op) bool {
+	return s.untagged && op.Type == OpPut && !op.HasCond && !op.MustExist && s.desc.Partitioning != kv.PartitionTag
 }
 
 // Desc returns the shard's descriptor.
@@ -375,6 +408,9 @@ func (s *Shard) applyWrite(b *pebble.Batch, cmd Command) (Result, error) {
 				return Result{Err: kv.Errorf(kv.CodeUnavailable, "key %q holds an intent of a prepared transaction; retry", op.Key)}, nil
 			}
 		}
+		if s.untaggedPut(op) {
+			continue // nothing to check, no tags to replace
+		}
 		val, version, ok, err := s.latest(b, op.Key)
 		if err != nil {
 			return Result{}, err
@@ -427,6 +463,9 @@ func (s *Shard) writeVersion(b *pebble.Batch, key []byte, bucket uint16, version
 	mv := storage.MVCCValue{Tombstone: tombstone, Bucket: bucket, Tags: tags, Value: value}
 	if tombstone {
 		mv.Tags, mv.Value = nil, nil
+	}
+	if len(mv.Tags) > 0 {
+		s.untagged = false
 	}
 	// The pointer carries the encoded value after its version and bucket;
 	// the value is encoded once, into the pointer's buffer. (Set copies.)

@@ -919,9 +919,13 @@ func (s *Shard) commitOnePhase(b *pebble.Batch, version uint64, p *TxnPrepareCmd
 	}
 	for i := range p.Writes {
 		op := &p.Writes[i]
-		cur, _, found, err := s.latest(b, op.Key)
-		if err != nil {
-			return Result{}, err
+		var cur storage.MVCCValue
+		var found bool
+		if !s.untaggedPut(op) {
+			var err error
+			if cur, _, found, err = s.latest(b, op.Key); err != nil {
+				return Result{}, err
+			}
 		}
 		if op.Type == OpDelete && !found {
 			continue
