@@ -25,19 +25,8 @@ func (m *meteredDriver) ServerCPU(context.Context) (time.Duration, error) {
 // TestBenchRunnerServerCPU checks that a run reads the server's CPU time
 // over its measured time only: not the load's updates, not the warm-up's.
 func TestBenchRunnerServerCPU(t *testing.T) {
-	ctx := context.Background()
 	m := &meteredDriver{memDriver: newMemDriver()}
-	r, err := NewRunner(m, Options{Records: 1000, Clients: 4, Duration: 300 * time.Millisecond, Warmup: 100 * time.Millisecond, Seed: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.Load(ctx); err != nil {
-		t.Fatal(err)
-	}
-	res, err := r.Run(ctx, WorkloadA)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := loadAndRun(t, m, Options{Records: 1000, Clients: 4, Duration: 300 * time.Millisecond, Warmup: 100 * time.Millisecond, Seed: 3}, WorkloadA)
 	if m.reads.Load() != 2 {
 		t.Fatalf("the server's CPU time was read %d times, want 2 (start and end of the measured time)", m.reads.Load())
 	}

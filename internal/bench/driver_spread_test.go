@@ -99,17 +99,7 @@ func TestBenchGroupKVDriverAddrs(t *testing.T) {
 	if len(d.dbs) != 2 {
 		t.Fatalf("%d clients for two addresses", len(d.dbs))
 	}
-	r, err := NewRunner(d, Options{Records: 500, Clients: 4, Duration: 300 * time.Millisecond, Seed: 5, Shards: 2, Replicas: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.Load(ctx); err != nil {
-		t.Fatal(err)
-	}
-	res, err := r.Run(ctx, WorkloadA)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := loadAndRun(t, d, Options{Records: 500, Clients: 4, Duration: 300 * time.Millisecond, Seed: 5, Shards: 2, Replicas: 1}, WorkloadA)
 	if res.Ops == 0 || res.Errors != 0 {
 		t.Fatalf("%d ops, %d errors %q", res.Ops, res.Errors, res.ErrorSamples)
 	}

@@ -211,20 +211,9 @@ func TestBenchRunnerMemory(t *testing.T) {
 }
 
 func TestBenchRunnerErrors(t *testing.T) {
-	ctx := context.Background()
 	m := newMemDriver()
 	m.failEvery = 3
-	r, err := NewRunner(m, Options{Records: 500, Clients: 2, Duration: 100 * time.Millisecond, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.Load(ctx); err != nil {
-		t.Fatal(err)
-	}
-	res, err := r.Run(ctx, WorkloadA)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := loadAndRun(t, m, Options{Records: 500, Clients: 2, Duration: 100 * time.Millisecond, Seed: 1}, WorkloadA)
 	u := res.Latency["update"]
 	if u.Errors == 0 || res.Errors != u.Errors || len(res.ErrorSamples) != 1 || res.ErrorSamples[0] != errInjected.Error() {
 		t.Fatalf("update %+v, errors %d, samples %q", u, res.Errors, res.ErrorSamples)
@@ -245,4 +234,23 @@ func TestBenchRunnerErrors(t *testing.T) {
 			}
 		}
 	}
+}
+
+// loadAndRun loads d with a runner of opts and runs w once, failing t on
+// an error.
+func loadAndRun(t *testing.T, d Driver, opts Options, w Workload) Result {
+	t.Helper()
+	ctx := context.Background()
+	r, err := NewRunner(d, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Run(ctx, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
 }

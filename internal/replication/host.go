@@ -1291,10 +1291,7 @@ func (h *Host) persistWithSnapshots(b *pebble.Batch, rgs, snaps []readyGroup) er
 		for idx, p := range g.orphans {
 			if idx <= meta.Index {
 				// Its index is never applied here: no answer to wait for.
-				delete(g.orphans, idx)
-				delete(g.inflight, p.id)
-				h.cfg.Metrics.Orphans.WithLabelValues("unknown").Inc()
-				p.done <- outcome{err: kv.Errorf(kv.CodeCommitUnknown, "shard %d lost leadership before the write was applied; it may or may not have been", g.id)}
+				h.orphanInDoubt(g, p, "a snapshot replaced the log here")
 			}
 		}
 		g.storage.restored(meta)
@@ -1490,8 +1487,10 @@ func (h *Host) sendEarly(rgs []readyGroup) {
 }
 
 // applyReady applies the committed entries of every group into one batch,
-// waits for the cycle's fsync (waitSync), commits the batch, answers the
-// proposers and advances the groups.
+// commits it, answers the proposers and advances the groups. It waits for
+// the cycle's fsync (waitSync) before it commits the batch, or, when early
+// (every committed entry was persisted by an earlier cycle) and the batch
+// holds no merge or configuration change, after it has answered them.
 func (h *Host) applyReady(rgs []readyGroup, waitSync func() error, early bool) (bool, error) {
 	start := time.Now()
 	ab := h.db.NewIndexedBatch()
@@ -1874,16 +1873,22 @@ func (h *Host) orphanInflight(g *group) {
 	}
 }
 
-// expireOrphans answers the orphans of g that waited orphanTicks: in doubt.
+// expireOrphans answers the orphans of g that waited orphanElections
+// election timeouts: in doubt.
 func (h *Host) expireOrphans(g *group) {
-	for idx, p := range g.orphans {
+	for _, p := range g.orphans {
 		if h.ticks-p.orphanedAt > uint64(orphanElections*h.cfg.ElectionTicks) {
-			delete(g.orphans, idx)
-			delete(g.inflight, p.id)
-			h.cfg.Metrics.Orphans.WithLabelValues("unknown").Inc()
-			p.done <- outcome{err: kv.Errorf(kv.CodeCommitUnknown, "shard %d lost leadership before the write was applied, and did not learn its fate in time; it may or may not have been", g.id)}
+			h.orphanInDoubt(g, p, "its fate was not learnt in time")
 		}
 	}
+}
+
+// orphanInDoubt answers orphan p of g commit_unknown, because of why.
+func (h *Host) orphanInDoubt(g *group, p *proposal, why string) {
+	delete(g.orphans, p.index)
+	delete(g.inflight, p.id)
+	h.cfg.Metrics.Orphans.WithLabelValues("unknown").Inc()
+	p.done <- outcome{err: kv.Errorf(kv.CodeCommitUnknown, "shard %d lost leadership before the write was applied (%s); it may or may not have been", g.id, why)}
 }
 
 func (g *group) isRemoved() bool {
@@ -2061,8 +2066,7 @@ func (h *Host) removeGroup(id uint64) {
 	for _, p := range g.inflight {
 		if p.orphanedAt != 0 {
 			// Its entry waited for another leader to commit it or not.
-			h.cfg.Metrics.Orphans.WithLabelValues("unknown").Inc()
-			p.done <- outcome{err: kv.Errorf(kv.CodeCommitUnknown, "shard %d was removed here before the write's fate was known; it may or may not have been applied", id)}
+			h.orphanInDoubt(g, p, "the replica was removed")
 			continue
 		}
 		p.done <- fail

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# ab-ycsb.sh compares two groupkv binaries on a YCSB workload, in rounds
+# that alternate them (A, B, A, B, ...), each on a fresh data directory:
+# a server on loopback ports, a load of RECORDS records, then WORKLOAD from
+# CLIENTS clients for DURATION after WARMUP. It prints, per run, ops/s,
+# p50 and p99 of reads and updates (ms), and the server's CPU per
+# operation over the measured time (groupkv bench's own figure, from the
+# server's process_cpu_seconds_total).
+#
+#   scripts/ab-ycsb.sh OLD-BINARY NEW-BINARY [ROUNDS]
+#   WORKLOAD=c CLIENTS=16 scripts/ab-ycsb.sh /tmp/old /tmp/new 5
+#
+# The machine's other load moves single runs a lot: compare the medians of
+# several rounds, and the CPU column before the rate.
+set -euo pipefail
+[ $# -ge 2 ] || { sed -n 2,14p "$0"; exit 2; }
+A=$1 B=$2 ROUNDS=${3:-3}
+WORKLOAD=${WORKLOAD:-a} RECORDS=${RECORDS:-50000} CLIENTS=${CLIENTS:-64} DURATION=${DURATION:-15s} WARMUP=${WARMUP:-2s}
+PORT=${PORT:-57470}
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+run() {
+	local bin=$1 label=$2 dir=$WORK/$2
+	rm -rf "$dir" && mkdir -p "$dir"
+	"$bin" server --data-dir "$dir/d" --listen 127.0.0.1:$PORT --peer-listen 127.0.0.1:$((PORT + 1)) --log-level warn >"$dir/server.log" 2>&1 &
+	local pid=$!
+	for _ in $(seq 100); do
+		curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 && break
+		sleep 0.1
+	done
+	"$bin" bench --target groupkv --addr 127.0.0.1:$PORT --workload "$WORKLOAD" --records "$RECORDS" --load --clients "$CLIENTS" \
+		--duration 1s --warmup 0s --seed 1 >/dev/null
+	"$bin" bench --target groupkv --addr 127.0.0.1:$PORT --workload "$WORKLOAD" --records "$RECORDS" --clients "$CLIENTS" \
+		--duration "$DURATION" --warmup "$WARMUP" --seed 2 >"$dir/out.txt"
+	kill "$pid" && wait "$pid" 2>/dev/null || true
+	awk -v l="$label" '
+		$1=="read" || $1=="update" || $1=="scan" || $1=="insert" {ops = ops sprintf("  %s p50 %s p99 %s", $1, $6, $7)}
+		$1=="all" {rate=$4}
+		/CPU over the measured time/ {cpu=$7}
+		END {printf "%-2s %7d ops/s%s  server cpu %s us/op\n", l, rate, ops, cpu}' "$dir/out.txt"
+}
+for _ in $(seq "$ROUNDS"); do
+	run "$A" A
+	run "$B" B
+done
