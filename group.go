@@ -105,8 +105,11 @@ func (g *Group) ID() string { return g.id }
 // A remote DB runs the transaction over the transaction RPCs of its gRPC
 // connections, on the node that leads the group when it knows it (see
 // Dial), else on the node it dialed, with the round trips of
-// DB.Transact: a transaction that reads two members and writes one costs
-// three (the two reads, and the commit that carries the write).
+// DB.Transact, but that its first read brings the group's snapshot (when
+// its values total at most 256 KiB) from which its other reads of members
+// are answered: a transaction that reads two members and writes one costs
+// two (the first read, and the commit that carries the write and names
+// the other read, which the group's leader validates as any read).
 func (g *Group) Transact(ctx context.Context, fn func(tx *Tx) error, opts ...TxnOption) error {
 	var o kv.TxnOptions
 	for _, opt := range opts {

@@ -7,8 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"reflect"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/groupkv/groupkv"
 	"github.com/groupkv/groupkv/internal/node"
@@ -295,5 +299,117 @@ func TestGroupTransactRemoteKeepsWrites(t *testing.T) {
 		if rec, err := db.Get(ctx, groupkv.GetRequest{Collection: "g", Key: []byte("m1")}); err != nil || string(rec.Value) == "lost" {
 			t.Fatalf("%s: m1 = %q, %v: a failed group transaction was applied", name, rec.Value, err)
 		}
+	}
+}
+
+// TestGroupTransactRemoteSnapshotReads checks that a remote group
+// transaction reads the group's members after its first get from the
+// snapshot that get answered, without a request each, as the embedded
+// one does on the node; and that the commit validates those reads: a
+// member read so and changed by another transaction before the commit
+// fails validation, and the function runs again on the new value.
+func TestGroupTransactRemoteSnapshotReads(t *testing.T) {
+	s := startTxnServer(t, 0)
+	var gets atomic.Int64
+	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if strings.HasSuffix(method, "/TxnGet") {
+			gets.Add(1)
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	remote, err := groupkv.Dial(s.Addr(), groupkv.WithGRPCDialOptions(grpc.WithChainUnaryInterceptor(count)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer remote.Close()
+	embedded := groupkv.EmbeddedForTest(s.Node)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := remote.CreateCollection(ctx, groupkv.CollectionOptions{Name: "g", Shards: 2}); err != nil {
+		t.Fatal(err)
+	}
+	var members []groupkv.KeyRef
+	for i := range 4 {
+		k := []byte(fmt.Sprintf("m%d", i))
+		members = append(members, groupkv.KeyRef{Collection: "g", Key: k})
+		if i == 3 {
+			continue // m3 is absent
+		}
+		if err := whileUnavailable(func() error {
+			_, err := remote.Put(ctx, groupkv.PutRequest{Collection: "g", Key: k, Value: []byte("1")})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := whileUnavailable(func() error {
+		_, err := remote.CreateGroup(ctx, groupkv.GroupSpec{ID: "room", Leader: members[0], Members: members[1:]})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	get := func(tx *groupkv.Tx, key string) (string, error) {
+		rec, err := tx.Get(ctx, groupkv.GetRequest{Collection: "g", Key: []byte(key)})
+		if errors.Is(err, groupkv.ErrNotFound) {
+			return "absent", nil
+		}
+		return string(rec.Value), err
+	}
+
+	// The same reads, remote and embedded, see the same.
+	var saw [2][]string
+	for i, db := range []groupkv.DB{remote, embedded} {
+		gets.Store(0)
+		err := db.Group("room").Transact(ctx, func(tx *groupkv.Tx) error {
+			saw[i] = nil
+			for _, k := range []string{"m0", "m1", "m3", "m2", "m1"} {
+				v, err := get(tx, k)
+				if err != nil {
+					return err
+				}
+				saw[i] = append(saw[i], v)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 && gets.Load() != 1 {
+			t.Fatalf("a remote group transaction reading 5 members sent %d TxnGet, want 1 (the rest from its snapshot)", gets.Load())
+		}
+	}
+	if !reflect.DeepEqual(saw[0], saw[1]) {
+		t.Fatalf("the remote group transaction saw %q, the embedded one %q", saw[0], saw[1])
+	}
+
+	// m0 := m1 + m2, with m1 changed by another transaction between the
+	// read (from the snapshot) and the commit, in the first run only.
+	runs := 0
+	err = remote.Group("room").Transact(ctx, func(tx *groupkv.Tx) error {
+		runs++
+		if _, err := get(tx, "m2"); err != nil { // the first get: the snapshot
+			return err
+		}
+		m1, err := get(tx, "m1")
+		if err != nil {
+			return err
+		}
+		if runs == 1 {
+			if err := embedded.Group("room").Transact(ctx, func(tx *groupkv.Tx) error {
+				return tx.Put(ctx, groupkv.PutRequest{Collection: "g", Key: []byte("m1"), Value: []byte("5")})
+			}); err != nil {
+				return err
+			}
+		}
+		return tx.Put(ctx, groupkv.PutRequest{Collection: "g", Key: []byte("m0"), Value: []byte(m1 + "+1")})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs != 2 {
+		t.Fatalf("the transaction ran %d times, want 2: a member read from the snapshot and changed before the commit must fail validation", runs)
+	}
+	if rec, err := remote.Get(ctx, groupkv.GetRequest{Collection: "g", Key: []byte("m0")}); err != nil || string(rec.Value) != "5+1" {
+		t.Fatalf("m0 = %q, %v, want 5+1", rec.Value, err)
 	}
 }

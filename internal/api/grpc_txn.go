@@ -199,8 +199,22 @@ func (s *grpcService) TxnGet(ctx context.Context, req *pb.TxnGetRequest) (*pb.Tx
 	}
 	m := TxnGetResponseToPB(rec, found)
 	m.Txn = a.resp()
+	if gs, ok := tb.(kv.GroupSnapshotter); ok && req.GetGroupSnapshot() {
+		recs, ok, err := gs.TxnGroupSnapshot(ctx, a.id, maxSnapshotBytes)
+		if err != nil {
+			return nil, s.failIn(ctx, tb, a, err, true)
+		}
+		if ok {
+			m.Snapshot = SnapshotToPB(recs)
+		}
+	}
 	return m, nil
 }
+
+// maxSnapshotBytes bounds the keys, values and tags of a group snapshot
+// answered with a get (TxnGetResponse.snapshot): a larger group's members
+// are read one get at a time.
+const maxSnapshotBytes = 256 << 10
 
 func (s *grpcService) TxnPut(ctx context.Context, req *pb.TxnPutRequest) (*pb.TxnPutResponse, error) {
 	tb, err := s.txn()
@@ -308,9 +322,25 @@ func (s *grpcService) CommitTxn(ctx context.Context, req *pb.CommitTxnRequest) (
 	if err != nil {
 		return nil, s.fail(ctx, err)
 	}
+	reads, err := SnapshotReadsFromPB(req.GetSnapshotReads())
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	gs, _ := tb.(kv.GroupSnapshotter)
+	if len(reads) > 0 && (gs == nil || req.GetTxn() == "") {
+		return nil, s.fail(ctx, kv.Errorf(kv.CodeInvalidArgument, "snapshot_reads name reads from a group snapshot a get of this attempt answered: an attempt begun by its commit has none"))
+	}
 	a, err := s.attemptOf(ctx, tb, req.GetTxn(), req.GetBegin())
 	if err != nil {
 		return nil, s.fail(ctx, err)
+	}
+	if len(reads) > 0 {
+		if err := gs.TxnGroupReads(ctx, a.id, reads); err != nil {
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortBegunTimeout)
+			_ = tb.AbortTxn(actx, a.id) // a failed abort leaves the attempt to expire
+			cancel()
+			return nil, s.failIn(ctx, tb, a, err, false)
+		}
 	}
 	if err := applyWrites(ctx, tb, a.id, writes); err != nil {
 		if kv.IsTxnUnknown(err) {

@@ -37,7 +37,12 @@ import (
 // Gets of keys not kept, scans and tag queries are sent as they come, so
 // a transaction that reads n keys and writes some costs n + 1 round trips
 // (BeginTxn, n TxnGet, a TxnPut or TxnDelete per write and CommitTxn
-// before). Its methods may be called from several goroutines.
+// before). In a group attempt the first get asks for the group's
+// snapshot too (TxnGetRequest.group_snapshot), and gets of members not
+// kept are answered from it, the members read so named in the commit
+// (CommitTxnRequest.snapshot_reads) for the leader's validation: reading
+// n members and writing costs 2 round trips. Its methods may be called
+// from several goroutines.
 //
 // A request that carried the begin and failed names the attempt it began
 // in its trailer (TxnTrailer), and the attempt goes on in it. If that
@@ -76,6 +81,17 @@ type TxnAttempt struct {
 	writes []kv.TxnOp
 	latest map[string]int
 	bytes  int
+	// snapshot, in a group attempt, is the group's snapshot that its
+	// first get asked for and was answered (TxnGetResponse.snapshot), by
+	// keptKey; gets of its members are answered from it, and recorded in
+	// snapReads, which the commit sends. It is dropped when writes are
+	// sent before the commit: the server's snapshot does not have them.
+	// flushes counts those sendings, so that a snapshot answered across
+	// one is not taken.
+	snapshot      map[string]kv.SnapshotRecord
+	askedSnapshot bool
+	snapReads     map[string]kv.KeyRef
+	flushes       int
 }
 
 // maxKeptBytes bounds the keys, values and tags of the writes an attempt
@@ -116,31 +132,56 @@ func keptKey(coll string, key []byte) string { return coll + "\x00" + string(key
 // theirs, else from the server. A record found has its key set to
 // ref.Key.
 func (a *TxnAttempt) Get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error) {
+	kk := keptKey(ref.Collection, ref.Key)
 	a.sendMu.Lock()
 	a.mu.Lock()
-	i, kept := a.latest[keptKey(ref.Collection, ref.Key)]
+	i, kept := a.latest[kk]
 	var w kv.TxnOp
 	if kept {
 		w = a.writes[i]
 	}
+	sr, fromSnap := a.snapshot[kk]
+	if fromSnap && !kept {
+		if a.snapReads == nil {
+			a.snapReads = make(map[string]kv.KeyRef)
+		}
+		a.snapReads[kk] = kv.KeyRef{Collection: ref.Collection, Key: bytes.Clone(ref.Key)}
+	}
+	ask := a.group != "" && !a.askedSnapshot
+	a.askedSnapshot = true
+	flushes := a.flushes
 	a.mu.Unlock()
 	a.sendMu.Unlock()
-	if kept {
-		if w.Op == kv.TxnOpDelete {
-			return kv.Record{}, false, nil
-		}
+	switch {
+	case kept && w.Op == kv.TxnOpDelete:
+		return kv.Record{}, false, nil
+	case kept:
 		// What the server answers for a write of the attempt: the value
 		// and tags (nil when empty, as they cross the wire), version 0.
 		return kv.Record{Key: ref.Key, Value: bytes.Clone(w.Value), Tags: slices.Clone(w.Tags)}, true, nil
+	case fromSnap && !sr.Found:
+		return kv.Record{}, false, nil
+	case fromSnap:
+		return kv.Record{Key: ref.Key, Value: bytes.Clone(sr.Value), Tags: slices.Clone(sr.Tags), Version: sr.Version}, true, nil
 	}
 	var m *pb.TxnGetResponse
 	err := a.run(ctx, false, func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
 		var err error
-		m, err = a.t.c.TxnGet(ctx, &pb.TxnGetRequest{Txn: txn, Begin: begin, Collection: ref.Collection, Key: ref.Key}, opts...)
+		m, err = a.t.c.TxnGet(ctx, &pb.TxnGetRequest{Txn: txn, Begin: begin, Collection: ref.Collection, Key: ref.Key, GroupSnapshot: ask}, opts...)
 		return m.GetTxn(), err
 	})
 	if err != nil {
 		return kv.Record{}, false, err
+	}
+	if snap := m.GetSnapshot(); ask && len(snap) > 0 {
+		a.mu.Lock()
+		if a.flushes == flushes {
+			a.snapshot = make(map[string]kv.SnapshotRecord, len(snap))
+			for _, r := range SnapshotFromPB(snap) {
+				a.snapshot[keptKey(r.Collection, r.Key)] = r
+			}
+		}
+		a.mu.Unlock()
 	}
 	rec, found := TxnGetResponseFromPB(m)
 	if found {
@@ -261,6 +302,10 @@ func (a *TxnAttempt) Flush(ctx context.Context) error {
 	if len(writes) == 0 {
 		return nil
 	}
+	a.mu.Lock()
+	a.snapshot = nil
+	a.flushes++
+	a.mu.Unlock()
 	return a.run(ctx, false, func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
 		m, err := a.t.c.TxnWrite(ctx, &pb.TxnWriteRequest{Txn: txn, Begin: begin, Writes: TxnWritesToPB(writes)}, opts...)
 		return m.GetTxn(), err
@@ -320,9 +365,15 @@ func (a *TxnAttempt) Commit(ctx context.Context) (uint64, error) {
 	a.sendMu.Lock()
 	defer a.sendMu.Unlock()
 	writes := a.take()
+	a.mu.Lock()
+	reads := make([]kv.KeyRef, 0, len(a.snapReads))
+	for _, r := range a.snapReads {
+		reads = append(reads, r)
+	}
+	a.mu.Unlock()
 	var v uint64
 	err := a.run(ctx, true, func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
-		m, err := a.t.c.CommitTxn(ctx, &pb.CommitTxnRequest{Txn: txn, Begin: begin, Writes: TxnWritesToPB(writes)}, opts...)
+		m, err := a.t.c.CommitTxn(ctx, &pb.CommitTxnRequest{Txn: txn, Begin: begin, Writes: TxnWritesToPB(writes), SnapshotReads: KeyRefsToPB(reads)}, opts...)
 		v = m.GetVersion()
 		return m.GetTxn(), err
 	})
@@ -336,6 +387,7 @@ func (a *TxnAttempt) Abort(ctx context.Context) error {
 	id := a.id
 	a.writes, a.bytes = nil, 0
 	clear(a.latest)
+	a.snapshot, a.snapReads = nil, nil
 	a.mu.Unlock()
 	if id == "" {
 		return nil

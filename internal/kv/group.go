@@ -89,3 +89,30 @@ type GroupBackend interface {
 	// ExecGroupTxn runs a one-shot transaction on members of the group.
 	ExecGroupTxn(ctx context.Context, id string, req ExecRequest) (ExecResult, error)
 }
+
+// GroupSnapshotter is implemented by a TxnBackend whose group transaction
+// attempts can hand their snapshot of the group to a remote client, which
+// then answers the attempt's gets of members itself instead of asking the
+// backend for each: a transaction that reads several members and writes
+// costs two round trips (the first get, the commit).
+type GroupSnapshotter interface {
+	// TxnGroupSnapshot answers the snapshot of group transaction attempt
+	// txn, taken at its first read, which has happened: every member as
+	// a get of it in the attempt answers it. ok is false, and nothing is
+	// answered, when txn is not a group attempt, when it has writes (the
+	// snapshot is of the group before them), or when the members' keys,
+	// values and tags pass maxBytes.
+	TxnGroupSnapshot(ctx context.Context, txn string, maxBytes int) (recs []SnapshotRecord, ok bool, err error)
+	// TxnGroupReads records that group attempt txn read refs from its
+	// snapshot: its commit validates them as reads by TxnGet. A key that
+	// is not a member answers invalid_argument.
+	TxnGroupReads(ctx context.Context, txn string, refs []KeyRef) error
+}
+
+// SnapshotRecord is a member of a group snapshot: its key (Record.Key in
+// Collection) and, when Found, its value, tags and version.
+type SnapshotRecord struct {
+	Collection string
+	Record
+	Found bool
+}

@@ -448,6 +448,67 @@ func (n *Node) groupTxnGet(ctx context.Context, id string, ref kv.KeyRef) (kv.Re
 	return rec, found, err
 }
 
+// TxnGroupSnapshot implements kv.GroupSnapshotter. The values answered
+// are the snapshot's own: read-only.
+func (n *Node) TxnGroupSnapshot(ctx context.Context, txn string, maxBytes int) ([]kv.SnapshotRecord, bool, error) {
+	if !isGroupAttempt(txn) {
+		return nil, false, nil
+	}
+	s, err := n.groupSession(txn)
+	if err != nil {
+		return nil, false, err
+	}
+	defer s.mu.Unlock()
+	if s.snap == nil || len(s.writes) > 0 {
+		return nil, false, nil
+	}
+	size := 0
+	recs := make([]kv.SnapshotRecord, 0, len(s.members))
+	for k, m := range s.members {
+		ref := n.keyRef(k)
+		r := kv.SnapshotRecord{Collection: ref.Collection, Record: kv.Record{Key: ref.Key}, Found: !m.Absent}
+		if r.Found {
+			r.Value, r.Tags, r.Version = m.Value, m.tags(nil), m.Version
+		}
+		size += len(ref.Collection) + len(ref.Key) + len(r.Value)
+		for _, t := range r.Tags {
+			size += len(t)
+		}
+		if size > maxBytes {
+			return nil, false, nil
+		}
+		recs = append(recs, r)
+	}
+	return recs, true, nil
+}
+
+// TxnGroupReads implements kv.GroupSnapshotter. An attempt that ended is
+// left as it is: its commit, which follows, answers its outcome.
+func (n *Node) TxnGroupReads(ctx context.Context, txn string, refs []kv.KeyRef) error {
+	if len(refs) == 0 {
+		return nil
+	}
+	if !isGroupAttempt(txn) {
+		return kv.Errorf(kv.CodeInvalidArgument, "transaction %s is not a group transaction: it has no snapshot to have read from", txn)
+	}
+	s, _ := n.findGroupSession(txn)
+	if s == nil {
+		return nil
+	}
+	defer s.mu.Unlock()
+	if s.snap == nil {
+		return kv.Errorf(kv.CodeInvalidArgument, "group transaction %s read nothing yet: it has no snapshot to have read from", txn)
+	}
+	for _, ref := range refs {
+		k, m, err := s.member(n, ref)
+		if err != nil {
+			return err
+		}
+		s.reads[k] = m.Version
+	}
+	return nil
+}
+
 func (n *Node) groupTxnWrite(ctx context.Context, id string, ref kv.KeyRef, value []byte, tags []string, del bool) error {
 	s, err := n.groupSession(id)
 	if err != nil {

@@ -2326,7 +2326,10 @@ type TxnGetRequest struct {
 	Collection string                 `protobuf:"bytes,2,opt,name=collection,proto3" json:"collection,omitempty"`
 	Key        []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
 	// begin, in place of txn, begins the attempt the get reads in.
-	Begin         *TxnBegin `protobuf:"bytes,4,opt,name=begin,proto3" json:"begin,omitempty"`
+	Begin *TxnBegin `protobuf:"bytes,4,opt,name=begin,proto3" json:"begin,omitempty"`
+	// group_snapshot asks, in a group transaction attempt, for the group's
+	// snapshot with the answer (TxnGetResponse.snapshot).
+	GroupSnapshot bool `protobuf:"varint,5,opt,name=group_snapshot,json=groupSnapshot,proto3" json:"group_snapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2389,6 +2392,13 @@ func (x *TxnGetRequest) GetBegin() *TxnBegin {
 	return nil
 }
 
+func (x *TxnGetRequest) GetGroupSnapshot() bool {
+	if x != nil {
+		return x.GroupSnapshot
+	}
+	return false
+}
+
 // TxnGetResponse is the key as the attempt sees it, its own writes
 // included; value, tags and version are unset when found is false.
 type TxnGetResponse struct {
@@ -2398,7 +2408,16 @@ type TxnGetResponse struct {
 	Tags    []string               `protobuf:"bytes,3,rep,name=tags,proto3" json:"tags,omitempty"`
 	Version uint64                 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
 	// txn is the id of the attempt the request began (begin), else empty.
-	Txn           string `protobuf:"bytes,5,opt,name=txn,proto3" json:"txn,omitempty"`
+	Txn string `protobuf:"bytes,5,opt,name=txn,proto3" json:"txn,omitempty"`
+	// snapshot, answered to a get of a group transaction attempt that asked
+	// for it (group_snapshot) when the group's values are small enough
+	// (at most 256 KiB), is the attempt's snapshot of the group: every
+	// member, as a get of it in the attempt reads it before any write of
+	// the attempt. The client may then answer the attempt's gets of
+	// members from it, and names the members it read so with the commit
+	// (CommitTxnRequest.snapshot_reads), which validates them as if read
+	// by TxnGet. Empty when not asked for, or too large.
+	Snapshot      []*TxnSnapshotRecord `protobuf:"bytes,6,rep,name=snapshot,proto3" json:"snapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2468,6 +2487,99 @@ func (x *TxnGetResponse) GetTxn() string {
 	return ""
 }
 
+func (x *TxnGetResponse) GetSnapshot() []*TxnSnapshotRecord {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+// TxnSnapshotRecord is a member of a group's snapshot: its key, and its
+// value, tags and version, or found false when it is absent.
+type TxnSnapshotRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Collection    string                 `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Found         bool                   `protobuf:"varint,3,opt,name=found,proto3" json:"found,omitempty"`
+	Value         []byte                 `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	Tags          []string               `protobuf:"bytes,5,rep,name=tags,proto3" json:"tags,omitempty"`
+	Version       uint64                 `protobuf:"varint,6,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnSnapshotRecord) Reset() {
+	*x = TxnSnapshotRecord{}
+	mi := &file_groupkv_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnSnapshotRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnSnapshotRecord) ProtoMessage() {}
+
+func (x *TxnSnapshotRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnSnapshotRecord.ProtoReflect.Descriptor instead.
+func (*TxnSnapshotRecord) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *TxnSnapshotRecord) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *TxnSnapshotRecord) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *TxnSnapshotRecord) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *TxnSnapshotRecord) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *TxnSnapshotRecord) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *TxnSnapshotRecord) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 // TxnPutRequest writes a record in the attempt; it is applied at commit.
 type TxnPutRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2482,7 +2594,7 @@ type TxnPutRequest struct {
 
 func (x *TxnPutRequest) Reset() {
 	*x = TxnPutRequest{}
-	mi := &file_groupkv_proto_msgTypes[40]
+	mi := &file_groupkv_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2494,7 +2606,7 @@ func (x *TxnPutRequest) String() string {
 func (*TxnPutRequest) ProtoMessage() {}
 
 func (x *TxnPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[40]
+	mi := &file_groupkv_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2507,7 +2619,7 @@ func (x *TxnPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnPutRequest.ProtoReflect.Descriptor instead.
 func (*TxnPutRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{40}
+	return file_groupkv_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *TxnPutRequest) GetTxn() string {
@@ -2553,7 +2665,7 @@ type TxnPutResponse struct {
 
 func (x *TxnPutResponse) Reset() {
 	*x = TxnPutResponse{}
-	mi := &file_groupkv_proto_msgTypes[41]
+	mi := &file_groupkv_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2565,7 +2677,7 @@ func (x *TxnPutResponse) String() string {
 func (*TxnPutResponse) ProtoMessage() {}
 
 func (x *TxnPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[41]
+	mi := &file_groupkv_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2578,7 +2690,7 @@ func (x *TxnPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnPutResponse.ProtoReflect.Descriptor instead.
 func (*TxnPutResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{41}
+	return file_groupkv_proto_rawDescGZIP(), []int{42}
 }
 
 // TxnDeleteRequest deletes a key in the attempt; deleting an absent key is
@@ -2594,7 +2706,7 @@ type TxnDeleteRequest struct {
 
 func (x *TxnDeleteRequest) Reset() {
 	*x = TxnDeleteRequest{}
-	mi := &file_groupkv_proto_msgTypes[42]
+	mi := &file_groupkv_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2606,7 +2718,7 @@ func (x *TxnDeleteRequest) String() string {
 func (*TxnDeleteRequest) ProtoMessage() {}
 
 func (x *TxnDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[42]
+	mi := &file_groupkv_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2619,7 +2731,7 @@ func (x *TxnDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnDeleteRequest.ProtoReflect.Descriptor instead.
 func (*TxnDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{42}
+	return file_groupkv_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TxnDeleteRequest) GetTxn() string {
@@ -2651,7 +2763,7 @@ type TxnDeleteResponse struct {
 
 func (x *TxnDeleteResponse) Reset() {
 	*x = TxnDeleteResponse{}
-	mi := &file_groupkv_proto_msgTypes[43]
+	mi := &file_groupkv_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2663,7 +2775,7 @@ func (x *TxnDeleteResponse) String() string {
 func (*TxnDeleteResponse) ProtoMessage() {}
 
 func (x *TxnDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[43]
+	mi := &file_groupkv_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2676,7 +2788,7 @@ func (x *TxnDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnDeleteResponse.ProtoReflect.Descriptor instead.
 func (*TxnDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{43}
+	return file_groupkv_proto_rawDescGZIP(), []int{44}
 }
 
 // TxnWriteRequest applies writes in an attempt: each a TxnOp whose op is
@@ -2693,7 +2805,7 @@ type TxnWriteRequest struct {
 
 func (x *TxnWriteRequest) Reset() {
 	*x = TxnWriteRequest{}
-	mi := &file_groupkv_proto_msgTypes[44]
+	mi := &file_groupkv_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2705,7 +2817,7 @@ func (x *TxnWriteRequest) String() string {
 func (*TxnWriteRequest) ProtoMessage() {}
 
 func (x *TxnWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[44]
+	mi := &file_groupkv_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2718,7 +2830,7 @@ func (x *TxnWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnWriteRequest.ProtoReflect.Descriptor instead.
 func (*TxnWriteRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{44}
+	return file_groupkv_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TxnWriteRequest) GetTxn() string {
@@ -2752,7 +2864,7 @@ type TxnWriteResponse struct {
 
 func (x *TxnWriteResponse) Reset() {
 	*x = TxnWriteResponse{}
-	mi := &file_groupkv_proto_msgTypes[45]
+	mi := &file_groupkv_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2764,7 +2876,7 @@ func (x *TxnWriteResponse) String() string {
 func (*TxnWriteResponse) ProtoMessage() {}
 
 func (x *TxnWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[45]
+	mi := &file_groupkv_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2777,7 +2889,7 @@ func (x *TxnWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnWriteResponse.ProtoReflect.Descriptor instead.
 func (*TxnWriteResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{45}
+	return file_groupkv_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TxnWriteResponse) GetTxn() string {
@@ -2806,7 +2918,7 @@ type TxnScanRequest struct {
 
 func (x *TxnScanRequest) Reset() {
 	*x = TxnScanRequest{}
-	mi := &file_groupkv_proto_msgTypes[46]
+	mi := &file_groupkv_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2818,7 +2930,7 @@ func (x *TxnScanRequest) String() string {
 func (*TxnScanRequest) ProtoMessage() {}
 
 func (x *TxnScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[46]
+	mi := &file_groupkv_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2831,7 +2943,7 @@ func (x *TxnScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnScanRequest.ProtoReflect.Descriptor instead.
 func (*TxnScanRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{46}
+	return file_groupkv_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TxnScanRequest) GetTxn() string {
@@ -2907,7 +3019,7 @@ type TxnTagQuery struct {
 
 func (x *TxnTagQuery) Reset() {
 	*x = TxnTagQuery{}
-	mi := &file_groupkv_proto_msgTypes[47]
+	mi := &file_groupkv_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2919,7 +3031,7 @@ func (x *TxnTagQuery) String() string {
 func (*TxnTagQuery) ProtoMessage() {}
 
 func (x *TxnTagQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[47]
+	mi := &file_groupkv_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2932,7 +3044,7 @@ func (x *TxnTagQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnTagQuery.ProtoReflect.Descriptor instead.
 func (*TxnTagQuery) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{47}
+	return file_groupkv_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TxnTagQuery) GetTxn() string {
@@ -2997,14 +3109,20 @@ type CommitTxnRequest struct {
 	// may have committed), and for one that committed with
 	// invalid_argument (a commit sent again without writes answers its
 	// version).
-	Writes        []*TxnOp `protobuf:"bytes,3,rep,name=writes,proto3" json:"writes,omitempty"`
+	Writes []*TxnOp `protobuf:"bytes,3,rep,name=writes,proto3" json:"writes,omitempty"`
+	// snapshot_reads, in a group transaction attempt, are the members the
+	// client read from the snapshot a get answered it
+	// (TxnGetResponse.snapshot): the commit validates them as reads of the
+	// attempt at the snapshot's versions. A server that never answered a
+	// snapshot is never sent any.
+	SnapshotReads []*KeyRef `protobuf:"bytes,4,rep,name=snapshot_reads,json=snapshotReads,proto3" json:"snapshot_reads,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CommitTxnRequest) Reset() {
 	*x = CommitTxnRequest{}
-	mi := &file_groupkv_proto_msgTypes[48]
+	mi := &file_groupkv_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3016,7 +3134,7 @@ func (x *CommitTxnRequest) String() string {
 func (*CommitTxnRequest) ProtoMessage() {}
 
 func (x *CommitTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[48]
+	mi := &file_groupkv_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3029,7 +3147,7 @@ func (x *CommitTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitTxnRequest.ProtoReflect.Descriptor instead.
 func (*CommitTxnRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{48}
+	return file_groupkv_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CommitTxnRequest) GetTxn() string {
@@ -3053,6 +3171,13 @@ func (x *CommitTxnRequest) GetWrites() []*TxnOp {
 	return nil
 }
 
+func (x *CommitTxnRequest) GetSnapshotReads() []*KeyRef {
+	if x != nil {
+		return x.SnapshotReads
+	}
+	return nil
+}
+
 type CommitTxnResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// version is the commit version.
@@ -3065,7 +3190,7 @@ type CommitTxnResponse struct {
 
 func (x *CommitTxnResponse) Reset() {
 	*x = CommitTxnResponse{}
-	mi := &file_groupkv_proto_msgTypes[49]
+	mi := &file_groupkv_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3077,7 +3202,7 @@ func (x *CommitTxnResponse) String() string {
 func (*CommitTxnResponse) ProtoMessage() {}
 
 func (x *CommitTxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[49]
+	mi := &file_groupkv_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3090,7 +3215,7 @@ func (x *CommitTxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitTxnResponse.ProtoReflect.Descriptor instead.
 func (*CommitTxnResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{49}
+	return file_groupkv_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *CommitTxnResponse) GetVersion() uint64 {
@@ -3116,7 +3241,7 @@ type AbortTxnRequest struct {
 
 func (x *AbortTxnRequest) Reset() {
 	*x = AbortTxnRequest{}
-	mi := &file_groupkv_proto_msgTypes[50]
+	mi := &file_groupkv_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3128,7 +3253,7 @@ func (x *AbortTxnRequest) String() string {
 func (*AbortTxnRequest) ProtoMessage() {}
 
 func (x *AbortTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[50]
+	mi := &file_groupkv_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3141,7 +3266,7 @@ func (x *AbortTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortTxnRequest.ProtoReflect.Descriptor instead.
 func (*AbortTxnRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{50}
+	return file_groupkv_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *AbortTxnRequest) GetTxn() string {
@@ -3159,7 +3284,7 @@ type AbortTxnResponse struct {
 
 func (x *AbortTxnResponse) Reset() {
 	*x = AbortTxnResponse{}
-	mi := &file_groupkv_proto_msgTypes[51]
+	mi := &file_groupkv_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3171,7 +3296,7 @@ func (x *AbortTxnResponse) String() string {
 func (*AbortTxnResponse) ProtoMessage() {}
 
 func (x *AbortTxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[51]
+	mi := &file_groupkv_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3184,7 +3309,7 @@ func (x *AbortTxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortTxnResponse.ProtoReflect.Descriptor instead.
 func (*AbortTxnResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{51}
+	return file_groupkv_proto_rawDescGZIP(), []int{52}
 }
 
 // Compare is a condition of a one-shot transaction: the key's current
@@ -3205,7 +3330,7 @@ type Compare struct {
 
 func (x *Compare) Reset() {
 	*x = Compare{}
-	mi := &file_groupkv_proto_msgTypes[52]
+	mi := &file_groupkv_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3217,7 +3342,7 @@ func (x *Compare) String() string {
 func (*Compare) ProtoMessage() {}
 
 func (x *Compare) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[52]
+	mi := &file_groupkv_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3230,7 +3355,7 @@ func (x *Compare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Compare.ProtoReflect.Descriptor instead.
 func (*Compare) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{52}
+	return file_groupkv_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Compare) GetCollection() string {
@@ -3303,7 +3428,7 @@ type TxnOp struct {
 
 func (x *TxnOp) Reset() {
 	*x = TxnOp{}
-	mi := &file_groupkv_proto_msgTypes[53]
+	mi := &file_groupkv_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3315,7 +3440,7 @@ func (x *TxnOp) String() string {
 func (*TxnOp) ProtoMessage() {}
 
 func (x *TxnOp) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[53]
+	mi := &file_groupkv_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3328,7 +3453,7 @@ func (x *TxnOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnOp.ProtoReflect.Descriptor instead.
 func (*TxnOp) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{53}
+	return file_groupkv_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *TxnOp) GetOp() string {
@@ -3379,7 +3504,7 @@ type ExecTxnRequest struct {
 
 func (x *ExecTxnRequest) Reset() {
 	*x = ExecTxnRequest{}
-	mi := &file_groupkv_proto_msgTypes[54]
+	mi := &file_groupkv_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3391,7 +3516,7 @@ func (x *ExecTxnRequest) String() string {
 func (*ExecTxnRequest) ProtoMessage() {}
 
 func (x *ExecTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[54]
+	mi := &file_groupkv_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3404,7 +3529,7 @@ func (x *ExecTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecTxnRequest.ProtoReflect.Descriptor instead.
 func (*ExecTxnRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{54}
+	return file_groupkv_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ExecTxnRequest) GetCompares() []*Compare {
@@ -3442,7 +3567,7 @@ type TxnOpResult struct {
 
 func (x *TxnOpResult) Reset() {
 	*x = TxnOpResult{}
-	mi := &file_groupkv_proto_msgTypes[55]
+	mi := &file_groupkv_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3454,7 +3579,7 @@ func (x *TxnOpResult) String() string {
 func (*TxnOpResult) ProtoMessage() {}
 
 func (x *TxnOpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[55]
+	mi := &file_groupkv_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3467,7 +3592,7 @@ func (x *TxnOpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnOpResult.ProtoReflect.Descriptor instead.
 func (*TxnOpResult) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{55}
+	return file_groupkv_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *TxnOpResult) GetFound() bool {
@@ -3512,7 +3637,7 @@ type ExecTxnResponse struct {
 
 func (x *ExecTxnResponse) Reset() {
 	*x = ExecTxnResponse{}
-	mi := &file_groupkv_proto_msgTypes[56]
+	mi := &file_groupkv_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3524,7 +3649,7 @@ func (x *ExecTxnResponse) String() string {
 func (*ExecTxnResponse) ProtoMessage() {}
 
 func (x *ExecTxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[56]
+	mi := &file_groupkv_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3537,7 +3662,7 @@ func (x *ExecTxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecTxnResponse.ProtoReflect.Descriptor instead.
 func (*ExecTxnResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{56}
+	return file_groupkv_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ExecTxnResponse) GetSucceeded() bool {
@@ -3578,7 +3703,7 @@ type CreateGroupRequest struct {
 
 func (x *CreateGroupRequest) Reset() {
 	*x = CreateGroupRequest{}
-	mi := &file_groupkv_proto_msgTypes[57]
+	mi := &file_groupkv_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3590,7 +3715,7 @@ func (x *CreateGroupRequest) String() string {
 func (*CreateGroupRequest) ProtoMessage() {}
 
 func (x *CreateGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[57]
+	mi := &file_groupkv_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3603,7 +3728,7 @@ func (x *CreateGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGroupRequest.ProtoReflect.Descriptor instead.
 func (*CreateGroupRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{57}
+	return file_groupkv_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *CreateGroupRequest) GetId() string {
@@ -3647,7 +3772,7 @@ type GroupRefusal struct {
 
 func (x *GroupRefusal) Reset() {
 	*x = GroupRefusal{}
-	mi := &file_groupkv_proto_msgTypes[58]
+	mi := &file_groupkv_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3659,7 +3784,7 @@ func (x *GroupRefusal) String() string {
 func (*GroupRefusal) ProtoMessage() {}
 
 func (x *GroupRefusal) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[58]
+	mi := &file_groupkv_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3672,7 +3797,7 @@ func (x *GroupRefusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupRefusal.ProtoReflect.Descriptor instead.
 func (*GroupRefusal) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{58}
+	return file_groupkv_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GroupRefusal) GetCollection() string {
@@ -3709,7 +3834,7 @@ type CreateGroupResponse struct {
 
 func (x *CreateGroupResponse) Reset() {
 	*x = CreateGroupResponse{}
-	mi := &file_groupkv_proto_msgTypes[59]
+	mi := &file_groupkv_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3721,7 +3846,7 @@ func (x *CreateGroupResponse) String() string {
 func (*CreateGroupResponse) ProtoMessage() {}
 
 func (x *CreateGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[59]
+	mi := &file_groupkv_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3734,7 +3859,7 @@ func (x *CreateGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGroupResponse.ProtoReflect.Descriptor instead.
 func (*CreateGroupResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{59}
+	return file_groupkv_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *CreateGroupResponse) GetId() string {
@@ -3767,7 +3892,7 @@ type DescribeGroupRequest struct {
 
 func (x *DescribeGroupRequest) Reset() {
 	*x = DescribeGroupRequest{}
-	mi := &file_groupkv_proto_msgTypes[60]
+	mi := &file_groupkv_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3779,7 +3904,7 @@ func (x *DescribeGroupRequest) String() string {
 func (*DescribeGroupRequest) ProtoMessage() {}
 
 func (x *DescribeGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[60]
+	mi := &file_groupkv_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3792,7 +3917,7 @@ func (x *DescribeGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeGroupRequest.ProtoReflect.Descriptor instead.
 func (*DescribeGroupRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{60}
+	return file_groupkv_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *DescribeGroupRequest) GetId() string {
@@ -3824,7 +3949,7 @@ type GroupInfo struct {
 
 func (x *GroupInfo) Reset() {
 	*x = GroupInfo{}
-	mi := &file_groupkv_proto_msgTypes[61]
+	mi := &file_groupkv_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3836,7 +3961,7 @@ func (x *GroupInfo) String() string {
 func (*GroupInfo) ProtoMessage() {}
 
 func (x *GroupInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[61]
+	mi := &file_groupkv_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3849,7 +3974,7 @@ func (x *GroupInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupInfo.ProtoReflect.Descriptor instead.
 func (*GroupInfo) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{61}
+	return file_groupkv_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *GroupInfo) GetId() string {
@@ -3909,7 +4034,7 @@ type ListGroupsRequest struct {
 
 func (x *ListGroupsRequest) Reset() {
 	*x = ListGroupsRequest{}
-	mi := &file_groupkv_proto_msgTypes[62]
+	mi := &file_groupkv_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3921,7 +4046,7 @@ func (x *ListGroupsRequest) String() string {
 func (*ListGroupsRequest) ProtoMessage() {}
 
 func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[62]
+	mi := &file_groupkv_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3934,7 +4059,7 @@ func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ListGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{62}
+	return file_groupkv_proto_rawDescGZIP(), []int{63}
 }
 
 type ListGroupsResponse struct {
@@ -3946,7 +4071,7 @@ type ListGroupsResponse struct {
 
 func (x *ListGroupsResponse) Reset() {
 	*x = ListGroupsResponse{}
-	mi := &file_groupkv_proto_msgTypes[63]
+	mi := &file_groupkv_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3958,7 +4083,7 @@ func (x *ListGroupsResponse) String() string {
 func (*ListGroupsResponse) ProtoMessage() {}
 
 func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[63]
+	mi := &file_groupkv_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3971,7 +4096,7 @@ func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupsResponse.ProtoReflect.Descriptor instead.
 func (*ListGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{63}
+	return file_groupkv_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ListGroupsResponse) GetGroups() []*GroupInfo {
@@ -3990,7 +4115,7 @@ type DeleteGroupRequest struct {
 
 func (x *DeleteGroupRequest) Reset() {
 	*x = DeleteGroupRequest{}
-	mi := &file_groupkv_proto_msgTypes[64]
+	mi := &file_groupkv_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4002,7 +4127,7 @@ func (x *DeleteGroupRequest) String() string {
 func (*DeleteGroupRequest) ProtoMessage() {}
 
 func (x *DeleteGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[64]
+	mi := &file_groupkv_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4015,7 +4140,7 @@ func (x *DeleteGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroupRequest.ProtoReflect.Descriptor instead.
 func (*DeleteGroupRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{64}
+	return file_groupkv_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *DeleteGroupRequest) GetId() string {
@@ -4033,7 +4158,7 @@ type DeleteGroupResponse struct {
 
 func (x *DeleteGroupResponse) Reset() {
 	*x = DeleteGroupResponse{}
-	mi := &file_groupkv_proto_msgTypes[65]
+	mi := &file_groupkv_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4045,7 +4170,7 @@ func (x *DeleteGroupResponse) String() string {
 func (*DeleteGroupResponse) ProtoMessage() {}
 
 func (x *DeleteGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[65]
+	mi := &file_groupkv_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4058,7 +4183,7 @@ func (x *DeleteGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroupResponse.ProtoReflect.Descriptor instead.
 func (*DeleteGroupResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{65}
+	return file_groupkv_proto_rawDescGZIP(), []int{66}
 }
 
 // BeginGroupTxnRequest begins a group transaction attempt: the fields of
@@ -4077,7 +4202,7 @@ type BeginGroupTxnRequest struct {
 
 func (x *BeginGroupTxnRequest) Reset() {
 	*x = BeginGroupTxnRequest{}
-	mi := &file_groupkv_proto_msgTypes[66]
+	mi := &file_groupkv_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4089,7 +4214,7 @@ func (x *BeginGroupTxnRequest) String() string {
 func (*BeginGroupTxnRequest) ProtoMessage() {}
 
 func (x *BeginGroupTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[66]
+	mi := &file_groupkv_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4102,7 +4227,7 @@ func (x *BeginGroupTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginGroupTxnRequest.ProtoReflect.Descriptor instead.
 func (*BeginGroupTxnRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{66}
+	return file_groupkv_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *BeginGroupTxnRequest) GetGroup() string {
@@ -4146,7 +4271,7 @@ type ExecGroupTxnRequest struct {
 
 func (x *ExecGroupTxnRequest) Reset() {
 	*x = ExecGroupTxnRequest{}
-	mi := &file_groupkv_proto_msgTypes[67]
+	mi := &file_groupkv_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4158,7 +4283,7 @@ func (x *ExecGroupTxnRequest) String() string {
 func (*ExecGroupTxnRequest) ProtoMessage() {}
 
 func (x *ExecGroupTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[67]
+	mi := &file_groupkv_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4171,7 +4296,7 @@ func (x *ExecGroupTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecGroupTxnRequest.ProtoReflect.Descriptor instead.
 func (*ExecGroupTxnRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{67}
+	return file_groupkv_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ExecGroupTxnRequest) GetGroup() string {
@@ -4379,20 +4504,31 @@ const file_groupkv_proto_rawDesc = "" +
 	"\tread_only\x18\x03 \x01(\bR\breadOnly\x12\x14\n" +
 	"\x05group\x18\x04 \x01(\tR\x05group\"$\n" +
 	"\x10BeginTxnResponse\x12\x10\n" +
-	"\x03txn\x18\x01 \x01(\tR\x03txn\"\x7f\n" +
+	"\x03txn\x18\x01 \x01(\tR\x03txn\"\xa6\x01\n" +
 	"\rTxnGetRequest\x12\x10\n" +
 	"\x03txn\x18\x01 \x01(\tR\x03txn\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x02 \x01(\tR\n" +
 	"collection\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\fR\x03key\x12*\n" +
-	"\x05begin\x18\x04 \x01(\v2\x14.groupkv.v1.TxnBeginR\x05begin\"|\n" +
+	"\x05begin\x18\x04 \x01(\v2\x14.groupkv.v1.TxnBeginR\x05begin\x12%\n" +
+	"\x0egroup_snapshot\x18\x05 \x01(\bR\rgroupSnapshot\"\xb7\x01\n" +
 	"\x0eTxnGetResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x12\n" +
 	"\x04tags\x18\x03 \x03(\tR\x04tags\x12\x18\n" +
 	"\aversion\x18\x04 \x01(\x04R\aversion\x12\x10\n" +
-	"\x03txn\x18\x05 \x01(\tR\x03txn\"}\n" +
+	"\x03txn\x18\x05 \x01(\tR\x03txn\x129\n" +
+	"\bsnapshot\x18\x06 \x03(\v2\x1d.groupkv.v1.TxnSnapshotRecordR\bsnapshot\"\x9f\x01\n" +
+	"\x11TxnSnapshotRecord\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
+	"\x05found\x18\x03 \x01(\bR\x05found\x12\x14\n" +
+	"\x05value\x18\x04 \x01(\fR\x05value\x12\x12\n" +
+	"\x04tags\x18\x05 \x03(\tR\x04tags\x12\x18\n" +
+	"\aversion\x18\x06 \x01(\x04R\aversion\"}\n" +
 	"\rTxnPutRequest\x12\x10\n" +
 	"\x03txn\x18\x01 \x01(\tR\x03txn\x12\x1e\n" +
 	"\n" +
@@ -4435,11 +4571,12 @@ const file_groupkv_proto_rawDesc = "" +
 	"\x03any\x18\x04 \x03(\tR\x03any\x12\x14\n" +
 	"\x05limit\x18\x05 \x01(\x03R\x05limit\x12\x12\n" +
 	"\x04page\x18\x06 \x01(\tR\x04page\x12*\n" +
-	"\x05begin\x18\a \x01(\v2\x14.groupkv.v1.TxnBeginR\x05begin\"{\n" +
+	"\x05begin\x18\a \x01(\v2\x14.groupkv.v1.TxnBeginR\x05begin\"\xb6\x01\n" +
 	"\x10CommitTxnRequest\x12\x10\n" +
 	"\x03txn\x18\x01 \x01(\tR\x03txn\x12*\n" +
 	"\x05begin\x18\x02 \x01(\v2\x14.groupkv.v1.TxnBeginR\x05begin\x12)\n" +
-	"\x06writes\x18\x03 \x03(\v2\x11.groupkv.v1.TxnOpR\x06writes\"?\n" +
+	"\x06writes\x18\x03 \x03(\v2\x11.groupkv.v1.TxnOpR\x06writes\x129\n" +
+	"\x0esnapshot_reads\x18\x04 \x03(\v2\x12.groupkv.v1.KeyRefR\rsnapshotReads\"?\n" +
 	"\x11CommitTxnResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x10\n" +
 	"\x03txn\x18\x02 \x01(\tR\x03txn\"#\n" +
@@ -4564,7 +4701,7 @@ func file_groupkv_proto_rawDescGZIP() []byte {
 	return file_groupkv_proto_rawDescData
 }
 
-var file_groupkv_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_groupkv_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
 var file_groupkv_proto_goTypes = []any{
 	(*ErrorDetail)(nil),               // 0: groupkv.v1.ErrorDetail
 	(*CreateCollectionRequest)(nil),   // 1: groupkv.v1.CreateCollectionRequest
@@ -4606,34 +4743,35 @@ var file_groupkv_proto_goTypes = []any{
 	(*BeginTxnResponse)(nil),          // 37: groupkv.v1.BeginTxnResponse
 	(*TxnGetRequest)(nil),             // 38: groupkv.v1.TxnGetRequest
 	(*TxnGetResponse)(nil),            // 39: groupkv.v1.TxnGetResponse
-	(*TxnPutRequest)(nil),             // 40: groupkv.v1.TxnPutRequest
-	(*TxnPutResponse)(nil),            // 41: groupkv.v1.TxnPutResponse
-	(*TxnDeleteRequest)(nil),          // 42: groupkv.v1.TxnDeleteRequest
-	(*TxnDeleteResponse)(nil),         // 43: groupkv.v1.TxnDeleteResponse
-	(*TxnWriteRequest)(nil),           // 44: groupkv.v1.TxnWriteRequest
-	(*TxnWriteResponse)(nil),          // 45: groupkv.v1.TxnWriteResponse
-	(*TxnScanRequest)(nil),            // 46: groupkv.v1.TxnScanRequest
-	(*TxnTagQuery)(nil),               // 47: groupkv.v1.TxnTagQuery
-	(*CommitTxnRequest)(nil),          // 48: groupkv.v1.CommitTxnRequest
-	(*CommitTxnResponse)(nil),         // 49: groupkv.v1.CommitTxnResponse
-	(*AbortTxnRequest)(nil),           // 50: groupkv.v1.AbortTxnRequest
-	(*AbortTxnResponse)(nil),          // 51: groupkv.v1.AbortTxnResponse
-	(*Compare)(nil),                   // 52: groupkv.v1.Compare
-	(*TxnOp)(nil),                     // 53: groupkv.v1.TxnOp
-	(*ExecTxnRequest)(nil),            // 54: groupkv.v1.ExecTxnRequest
-	(*TxnOpResult)(nil),               // 55: groupkv.v1.TxnOpResult
-	(*ExecTxnResponse)(nil),           // 56: groupkv.v1.ExecTxnResponse
-	(*CreateGroupRequest)(nil),        // 57: groupkv.v1.CreateGroupRequest
-	(*GroupRefusal)(nil),              // 58: groupkv.v1.GroupRefusal
-	(*CreateGroupResponse)(nil),       // 59: groupkv.v1.CreateGroupResponse
-	(*DescribeGroupRequest)(nil),      // 60: groupkv.v1.DescribeGroupRequest
-	(*GroupInfo)(nil),                 // 61: groupkv.v1.GroupInfo
-	(*ListGroupsRequest)(nil),         // 62: groupkv.v1.ListGroupsRequest
-	(*ListGroupsResponse)(nil),        // 63: groupkv.v1.ListGroupsResponse
-	(*DeleteGroupRequest)(nil),        // 64: groupkv.v1.DeleteGroupRequest
-	(*DeleteGroupResponse)(nil),       // 65: groupkv.v1.DeleteGroupResponse
-	(*BeginGroupTxnRequest)(nil),      // 66: groupkv.v1.BeginGroupTxnRequest
-	(*ExecGroupTxnRequest)(nil),       // 67: groupkv.v1.ExecGroupTxnRequest
+	(*TxnSnapshotRecord)(nil),         // 40: groupkv.v1.TxnSnapshotRecord
+	(*TxnPutRequest)(nil),             // 41: groupkv.v1.TxnPutRequest
+	(*TxnPutResponse)(nil),            // 42: groupkv.v1.TxnPutResponse
+	(*TxnDeleteRequest)(nil),          // 43: groupkv.v1.TxnDeleteRequest
+	(*TxnDeleteResponse)(nil),         // 44: groupkv.v1.TxnDeleteResponse
+	(*TxnWriteRequest)(nil),           // 45: groupkv.v1.TxnWriteRequest
+	(*TxnWriteResponse)(nil),          // 46: groupkv.v1.TxnWriteResponse
+	(*TxnScanRequest)(nil),            // 47: groupkv.v1.TxnScanRequest
+	(*TxnTagQuery)(nil),               // 48: groupkv.v1.TxnTagQuery
+	(*CommitTxnRequest)(nil),          // 49: groupkv.v1.CommitTxnRequest
+	(*CommitTxnResponse)(nil),         // 50: groupkv.v1.CommitTxnResponse
+	(*AbortTxnRequest)(nil),           // 51: groupkv.v1.AbortTxnRequest
+	(*AbortTxnResponse)(nil),          // 52: groupkv.v1.AbortTxnResponse
+	(*Compare)(nil),                   // 53: groupkv.v1.Compare
+	(*TxnOp)(nil),                     // 54: groupkv.v1.TxnOp
+	(*ExecTxnRequest)(nil),            // 55: groupkv.v1.ExecTxnRequest
+	(*TxnOpResult)(nil),               // 56: groupkv.v1.TxnOpResult
+	(*ExecTxnResponse)(nil),           // 57: groupkv.v1.ExecTxnResponse
+	(*CreateGroupRequest)(nil),        // 58: groupkv.v1.CreateGroupRequest
+	(*GroupRefusal)(nil),              // 59: groupkv.v1.GroupRefusal
+	(*CreateGroupResponse)(nil),       // 60: groupkv.v1.CreateGroupResponse
+	(*DescribeGroupRequest)(nil),      // 61: groupkv.v1.DescribeGroupRequest
+	(*GroupInfo)(nil),                 // 62: groupkv.v1.GroupInfo
+	(*ListGroupsRequest)(nil),         // 63: groupkv.v1.ListGroupsRequest
+	(*ListGroupsResponse)(nil),        // 64: groupkv.v1.ListGroupsResponse
+	(*DeleteGroupRequest)(nil),        // 65: groupkv.v1.DeleteGroupRequest
+	(*DeleteGroupResponse)(nil),       // 66: groupkv.v1.DeleteGroupResponse
+	(*BeginGroupTxnRequest)(nil),      // 67: groupkv.v1.BeginGroupTxnRequest
+	(*ExecGroupTxnRequest)(nil),       // 68: groupkv.v1.ExecGroupTxnRequest
 }
 var file_groupkv_proto_depIdxs = []int32{
 	2,  // 0: groupkv.v1.CollectionInfo.shards:type_name -> groupkv.v1.ShardInfo
@@ -4646,93 +4784,95 @@ var file_groupkv_proto_depIdxs = []int32{
 	24, // 7: groupkv.v1.BatchErrorDetail.applied:type_name -> groupkv.v1.WriteResult
 	29, // 8: groupkv.v1.ScanResponse.items:type_name -> groupkv.v1.Record
 	36, // 9: groupkv.v1.TxnGetRequest.begin:type_name -> groupkv.v1.TxnBegin
-	36, // 10: groupkv.v1.TxnWriteRequest.begin:type_name -> groupkv.v1.TxnBegin
-	53, // 11: groupkv.v1.TxnWriteRequest.writes:type_name -> groupkv.v1.TxnOp
-	36, // 12: groupkv.v1.TxnScanRequest.begin:type_name -> groupkv.v1.TxnBegin
-	36, // 13: groupkv.v1.TxnTagQuery.begin:type_name -> groupkv.v1.TxnBegin
-	36, // 14: groupkv.v1.CommitTxnRequest.begin:type_name -> groupkv.v1.TxnBegin
-	53, // 15: groupkv.v1.CommitTxnRequest.writes:type_name -> groupkv.v1.TxnOp
-	52, // 16: groupkv.v1.ExecTxnRequest.compares:type_name -> groupkv.v1.Compare
-	53, // 17: groupkv.v1.ExecTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
-	53, // 18: groupkv.v1.ExecTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
-	55, // 19: groupkv.v1.ExecTxnResponse.results:type_name -> groupkv.v1.TxnOpResult
-	17, // 20: groupkv.v1.CreateGroupRequest.leader:type_name -> groupkv.v1.KeyRef
-	17, // 21: groupkv.v1.CreateGroupRequest.members:type_name -> groupkv.v1.KeyRef
-	17, // 22: groupkv.v1.CreateGroupResponse.joined:type_name -> groupkv.v1.KeyRef
-	58, // 23: groupkv.v1.CreateGroupResponse.refused:type_name -> groupkv.v1.GroupRefusal
-	17, // 24: groupkv.v1.GroupInfo.leader:type_name -> groupkv.v1.KeyRef
-	17, // 25: groupkv.v1.GroupInfo.members:type_name -> groupkv.v1.KeyRef
-	61, // 26: groupkv.v1.ListGroupsResponse.groups:type_name -> groupkv.v1.GroupInfo
-	52, // 27: groupkv.v1.ExecGroupTxnRequest.compares:type_name -> groupkv.v1.Compare
-	53, // 28: groupkv.v1.ExecGroupTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
-	53, // 29: groupkv.v1.ExecGroupTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
-	1,  // 30: groupkv.v1.GroupKV.CreateCollection:input_type -> groupkv.v1.CreateCollectionRequest
-	4,  // 31: groupkv.v1.GroupKV.ListCollections:input_type -> groupkv.v1.ListCollectionsRequest
-	6,  // 32: groupkv.v1.GroupKV.DescribeCollection:input_type -> groupkv.v1.DescribeCollectionRequest
-	7,  // 33: groupkv.v1.GroupKV.DropCollection:input_type -> groupkv.v1.DropCollectionRequest
-	9,  // 34: groupkv.v1.GroupKV.Put:input_type -> groupkv.v1.PutRequest
-	11, // 35: groupkv.v1.GroupKV.Get:input_type -> groupkv.v1.GetRequest
-	13, // 36: groupkv.v1.GroupKV.Delete:input_type -> groupkv.v1.DeleteRequest
-	18, // 37: groupkv.v1.GroupKV.BatchGet:input_type -> groupkv.v1.BatchGetRequest
-	22, // 38: groupkv.v1.GroupKV.BatchPut:input_type -> groupkv.v1.BatchPutRequest
-	23, // 39: groupkv.v1.GroupKV.BatchDelete:input_type -> groupkv.v1.BatchDeleteRequest
-	27, // 40: groupkv.v1.GroupKV.DeleteRange:input_type -> groupkv.v1.DeleteRangeRequest
-	30, // 41: groupkv.v1.GroupKV.Scan:input_type -> groupkv.v1.ScanRequest
-	32, // 42: groupkv.v1.GroupKV.GetByTags:input_type -> groupkv.v1.TagQuery
-	33, // 43: groupkv.v1.GroupKV.Watch:input_type -> groupkv.v1.WatchRequest
-	15, // 44: groupkv.v1.GroupKV.Ready:input_type -> groupkv.v1.ReadyRequest
-	35, // 45: groupkv.v1.GroupKV.BeginTxn:input_type -> groupkv.v1.BeginTxnRequest
-	38, // 46: groupkv.v1.GroupKV.TxnGet:input_type -> groupkv.v1.TxnGetRequest
-	40, // 47: groupkv.v1.GroupKV.TxnPut:input_type -> groupkv.v1.TxnPutRequest
-	42, // 48: groupkv.v1.GroupKV.TxnDelete:input_type -> groupkv.v1.TxnDeleteRequest
-	44, // 49: groupkv.v1.GroupKV.TxnWrite:input_type -> groupkv.v1.TxnWriteRequest
-	46, // 50: groupkv.v1.GroupKV.TxnScan:input_type -> groupkv.v1.TxnScanRequest
-	47, // 51: groupkv.v1.GroupKV.TxnGetByTags:input_type -> groupkv.v1.TxnTagQuery
-	48, // 52: groupkv.v1.GroupKV.CommitTxn:input_type -> groupkv.v1.CommitTxnRequest
-	50, // 53: groupkv.v1.GroupKV.AbortTxn:input_type -> groupkv.v1.AbortTxnRequest
-	54, // 54: groupkv.v1.GroupKV.ExecTxn:input_type -> groupkv.v1.ExecTxnRequest
-	57, // 55: groupkv.v1.GroupKV.CreateGroup:input_type -> groupkv.v1.CreateGroupRequest
-	60, // 56: groupkv.v1.GroupKV.DescribeGroup:input_type -> groupkv.v1.DescribeGroupRequest
-	62, // 57: groupkv.v1.GroupKV.ListGroups:input_type -> groupkv.v1.ListGroupsRequest
-	64, // 58: groupkv.v1.GroupKV.DeleteGroup:input_type -> groupkv.v1.DeleteGroupRequest
-	66, // 59: groupkv.v1.GroupKV.BeginGroupTxn:input_type -> groupkv.v1.BeginGroupTxnRequest
-	67, // 60: groupkv.v1.GroupKV.ExecGroupTxn:input_type -> groupkv.v1.ExecGroupTxnRequest
-	3,  // 61: groupkv.v1.GroupKV.CreateCollection:output_type -> groupkv.v1.CollectionInfo
-	5,  // 62: groupkv.v1.GroupKV.ListCollections:output_type -> groupkv.v1.ListCollectionsResponse
-	3,  // 63: groupkv.v1.GroupKV.DescribeCollection:output_type -> groupkv.v1.CollectionInfo
-	8,  // 64: groupkv.v1.GroupKV.DropCollection:output_type -> groupkv.v1.DropCollectionResponse
-	10, // 65: groupkv.v1.GroupKV.Put:output_type -> groupkv.v1.PutResponse
-	12, // 66: groupkv.v1.GroupKV.Get:output_type -> groupkv.v1.GetResponse
-	14, // 67: groupkv.v1.GroupKV.Delete:output_type -> groupkv.v1.DeleteResponse
-	20, // 68: groupkv.v1.GroupKV.BatchGet:output_type -> groupkv.v1.BatchGetResponse
-	25, // 69: groupkv.v1.GroupKV.BatchPut:output_type -> groupkv.v1.BatchWriteResponse
-	25, // 70: groupkv.v1.GroupKV.BatchDelete:output_type -> groupkv.v1.BatchWriteResponse
-	28, // 71: groupkv.v1.GroupKV.DeleteRange:output_type -> groupkv.v1.DeleteRangeResponse
-	31, // 72: groupkv.v1.GroupKV.Scan:output_type -> groupkv.v1.ScanResponse
-	31, // 73: groupkv.v1.GroupKV.GetByTags:output_type -> groupkv.v1.ScanResponse
-	34, // 74: groupkv.v1.GroupKV.Watch:output_type -> groupkv.v1.Event
-	16, // 75: groupkv.v1.GroupKV.Ready:output_type -> groupkv.v1.ReadyResponse
-	37, // 76: groupkv.v1.GroupKV.BeginTxn:output_type -> groupkv.v1.BeginTxnResponse
-	39, // 77: groupkv.v1.GroupKV.TxnGet:output_type -> groupkv.v1.TxnGetResponse
-	41, // 78: groupkv.v1.GroupKV.TxnPut:output_type -> groupkv.v1.TxnPutResponse
-	43, // 79: groupkv.v1.GroupKV.TxnDelete:output_type -> groupkv.v1.TxnDeleteResponse
-	45, // 80: groupkv.v1.GroupKV.TxnWrite:output_type -> groupkv.v1.TxnWriteResponse
-	31, // 81: groupkv.v1.GroupKV.TxnScan:output_type -> groupkv.v1.ScanResponse
-	31, // 82: groupkv.v1.GroupKV.TxnGetByTags:output_type -> groupkv.v1.ScanResponse
-	49, // 83: groupkv.v1.GroupKV.CommitTxn:output_type -> groupkv.v1.CommitTxnResponse
-	51, // 84: groupkv.v1.GroupKV.AbortTxn:output_type -> groupkv.v1.AbortTxnResponse
-	56, // 85: groupkv.v1.GroupKV.ExecTxn:output_type -> groupkv.v1.ExecTxnResponse
-	59, // 86: groupkv.v1.GroupKV.CreateGroup:output_type -> groupkv.v1.CreateGroupResponse
-	61, // 87: groupkv.v1.GroupKV.DescribeGroup:output_type -> groupkv.v1.GroupInfo
-	63, // 88: groupkv.v1.GroupKV.ListGroups:output_type -> groupkv.v1.ListGroupsResponse
-	65, // 89: groupkv.v1.GroupKV.DeleteGroup:output_type -> groupkv.v1.DeleteGroupResponse
-	37, // 90: groupkv.v1.GroupKV.BeginGroupTxn:output_type -> groupkv.v1.BeginTxnResponse
-	56, // 91: groupkv.v1.GroupKV.ExecGroupTxn:output_type -> groupkv.v1.ExecTxnResponse
-	61, // [61:92] is the sub-list for method output_type
-	30, // [30:61] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	40, // 10: groupkv.v1.TxnGetResponse.snapshot:type_name -> groupkv.v1.TxnSnapshotRecord
+	36, // 11: groupkv.v1.TxnWriteRequest.begin:type_name -> groupkv.v1.TxnBegin
+	54, // 12: groupkv.v1.TxnWriteRequest.writes:type_name -> groupkv.v1.TxnOp
+	36, // 13: groupkv.v1.TxnScanRequest.begin:type_name -> groupkv.v1.TxnBegin
+	36, // 14: groupkv.v1.TxnTagQuery.begin:type_name -> groupkv.v1.TxnBegin
+	36, // 15: groupkv.v1.CommitTxnRequest.begin:type_name -> groupkv.v1.TxnBegin
+	54, // 16: groupkv.v1.CommitTxnRequest.writes:type_name -> groupkv.v1.TxnOp
+	17, // 17: groupkv.v1.CommitTxnRequest.snapshot_reads:type_name -> groupkv.v1.KeyRef
+	53, // 18: groupkv.v1.ExecTxnRequest.compares:type_name -> groupkv.v1.Compare
+	54, // 19: groupkv.v1.ExecTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
+	54, // 20: groupkv.v1.ExecTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
+	56, // 21: groupkv.v1.ExecTxnResponse.results:type_name -> groupkv.v1.TxnOpResult
+	17, // 22: groupkv.v1.CreateGroupRequest.leader:type_name -> groupkv.v1.KeyRef
+	17, // 23: groupkv.v1.CreateGroupRequest.members:type_name -> groupkv.v1.KeyRef
+	17, // 24: groupkv.v1.CreateGroupResponse.joined:type_name -> groupkv.v1.KeyRef
+	59, // 25: groupkv.v1.CreateGroupResponse.refused:type_name -> groupkv.v1.GroupRefusal
+	17, // 26: groupkv.v1.GroupInfo.leader:type_name -> groupkv.v1.KeyRef
+	17, // 27: groupkv.v1.GroupInfo.members:type_name -> groupkv.v1.KeyRef
+	62, // 28: groupkv.v1.ListGroupsResponse.groups:type_name -> groupkv.v1.GroupInfo
+	53, // 29: groupkv.v1.ExecGroupTxnRequest.compares:type_name -> groupkv.v1.Compare
+	54, // 30: groupkv.v1.ExecGroupTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
+	54, // 31: groupkv.v1.ExecGroupTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
+	1,  // 32: groupkv.v1.GroupKV.CreateCollection:input_type -> groupkv.v1.CreateCollectionRequest
+	4,  // 33: groupkv.v1.GroupKV.ListCollections:input_type -> groupkv.v1.ListCollectionsRequest
+	6,  // 34: groupkv.v1.GroupKV.DescribeCollection:input_type -> groupkv.v1.DescribeCollectionRequest
+	7,  // 35: groupkv.v1.GroupKV.DropCollection:input_type -> groupkv.v1.DropCollectionRequest
+	9,  // 36: groupkv.v1.GroupKV.Put:input_type -> groupkv.v1.PutRequest
+	11, // 37: groupkv.v1.GroupKV.Get:input_type -> groupkv.v1.GetRequest
+	13, // 38: groupkv.v1.GroupKV.Delete:input_type -> groupkv.v1.DeleteRequest
+	18, // 39: groupkv.v1.GroupKV.BatchGet:input_type -> groupkv.v1.BatchGetRequest
+	22, // 40: groupkv.v1.GroupKV.BatchPut:input_type -> groupkv.v1.BatchPutRequest
+	23, // 41: groupkv.v1.GroupKV.BatchDelete:input_type -> groupkv.v1.BatchDeleteRequest
+	27, // 42: groupkv.v1.GroupKV.DeleteRange:input_type -> groupkv.v1.DeleteRangeRequest
+	30, // 43: groupkv.v1.GroupKV.Scan:input_type -> groupkv.v1.ScanRequest
+	32, // 44: groupkv.v1.GroupKV.GetByTags:input_type -> groupkv.v1.TagQuery
+	33, // 45: groupkv.v1.GroupKV.Watch:input_type -> groupkv.v1.WatchRequest
+	15, // 46: groupkv.v1.GroupKV.Ready:input_type -> groupkv.v1.ReadyRequest
+	35, // 47: groupkv.v1.GroupKV.BeginTxn:input_type -> groupkv.v1.BeginTxnRequest
+	38, // 48: groupkv.v1.GroupKV.TxnGet:input_type -> groupkv.v1.TxnGetRequest
+	41, // 49: groupkv.v1.GroupKV.TxnPut:input_type -> groupkv.v1.TxnPutRequest
+	43, // 50: groupkv.v1.GroupKV.TxnDelete:input_type -> groupkv.v1.TxnDeleteRequest
+	45, // 51: groupkv.v1.GroupKV.TxnWrite:input_type -> groupkv.v1.TxnWriteRequest
+	47, // 52: groupkv.v1.GroupKV.TxnScan:input_type -> groupkv.v1.TxnScanRequest
+	48, // 53: groupkv.v1.GroupKV.TxnGetByTags:input_type -> groupkv.v1.TxnTagQuery
+	49, // 54: groupkv.v1.GroupKV.CommitTxn:input_type -> groupkv.v1.CommitTxnRequest
+	51, // 55: groupkv.v1.GroupKV.AbortTxn:input_type -> groupkv.v1.AbortTxnRequest
+	55, // 56: groupkv.v1.GroupKV.ExecTxn:input_type -> groupkv.v1.ExecTxnRequest
+	58, // 57: groupkv.v1.GroupKV.CreateGroup:input_type -> groupkv.v1.CreateGroupRequest
+	61, // 58: groupkv.v1.GroupKV.DescribeGroup:input_type -> groupkv.v1.DescribeGroupRequest
+	63, // 59: groupkv.v1.GroupKV.ListGroups:input_type -> groupkv.v1.ListGroupsRequest
+	65, // 60: groupkv.v1.GroupKV.DeleteGroup:input_type -> groupkv.v1.DeleteGroupRequest
+	67, // 61: groupkv.v1.GroupKV.BeginGroupTxn:input_type -> groupkv.v1.BeginGroupTxnRequest
+	68, // 62: groupkv.v1.GroupKV.ExecGroupTxn:input_type -> groupkv.v1.ExecGroupTxnRequest
+	3,  // 63: groupkv.v1.GroupKV.CreateCollection:output_type -> groupkv.v1.CollectionInfo
+	5,  // 64: groupkv.v1.GroupKV.ListCollections:output_type -> groupkv.v1.ListCollectionsResponse
+	3,  // 65: groupkv.v1.GroupKV.DescribeCollection:output_type -> groupkv.v1.CollectionInfo
+	8,  // 66: groupkv.v1.GroupKV.DropCollection:output_type -> groupkv.v1.DropCollectionResponse
+	10, // 67: groupkv.v1.GroupKV.Put:output_type -> groupkv.v1.PutResponse
+	12, // 68: groupkv.v1.GroupKV.Get:output_type -> groupkv.v1.GetResponse
+	14, // 69: groupkv.v1.GroupKV.Delete:output_type -> groupkv.v1.DeleteResponse
+	20, // 70: groupkv.v1.GroupKV.BatchGet:output_type -> groupkv.v1.BatchGetResponse
+	25, // 71: groupkv.v1.GroupKV.BatchPut:output_type -> groupkv.v1.BatchWriteResponse
+	25, // 72: groupkv.v1.GroupKV.BatchDelete:output_type -> groupkv.v1.BatchWriteResponse
+	28, // 73: groupkv.v1.GroupKV.DeleteRange:output_type -> groupkv.v1.DeleteRangeResponse
+	31, // 74: groupkv.v1.GroupKV.Scan:output_type -> groupkv.v1.ScanResponse
+	31, // 75: groupkv.v1.GroupKV.GetByTags:output_type -> groupkv.v1.ScanResponse
+	34, // 76: groupkv.v1.GroupKV.Watch:output_type -> groupkv.v1.Event
+	16, // 77: groupkv.v1.GroupKV.Ready:output_type -> groupkv.v1.ReadyResponse
+	37, // 78: groupkv.v1.GroupKV.BeginTxn:output_type -> groupkv.v1.BeginTxnResponse
+	39, // 79: groupkv.v1.GroupKV.TxnGet:output_type -> groupkv.v1.TxnGetResponse
+	42, // 80: groupkv.v1.GroupKV.TxnPut:output_type -> groupkv.v1.TxnPutResponse
+	44, // 81: groupkv.v1.GroupKV.TxnDelete:output_type -> groupkv.v1.TxnDeleteResponse
+	46, // 82: groupkv.v1.GroupKV.TxnWrite:output_type -> groupkv.v1.TxnWriteResponse
+	31, // 83: groupkv.v1.GroupKV.TxnScan:output_type -> groupkv.v1.ScanResponse
+	31, // 84: groupkv.v1.GroupKV.TxnGetByTags:output_type -> groupkv.v1.ScanResponse
+	50, // 85: groupkv.v1.GroupKV.CommitTxn:output_type -> groupkv.v1.CommitTxnResponse
+	52, // 86: groupkv.v1.GroupKV.AbortTxn:output_type -> groupkv.v1.AbortTxnResponse
+	57, // 87: groupkv.v1.GroupKV.ExecTxn:output_type -> groupkv.v1.ExecTxnResponse
+	60, // 88: groupkv.v1.GroupKV.CreateGroup:output_type -> groupkv.v1.CreateGroupResponse
+	62, // 89: groupkv.v1.GroupKV.DescribeGroup:output_type -> groupkv.v1.GroupInfo
+	64, // 90: groupkv.v1.GroupKV.ListGroups:output_type -> groupkv.v1.ListGroupsResponse
+	66, // 91: groupkv.v1.GroupKV.DeleteGroup:output_type -> groupkv.v1.DeleteGroupResponse
+	37, // 92: groupkv.v1.GroupKV.BeginGroupTxn:output_type -> groupkv.v1.BeginTxnResponse
+	57, // 93: groupkv.v1.GroupKV.ExecGroupTxn:output_type -> groupkv.v1.ExecTxnResponse
+	63, // [63:94] is the sub-list for method output_type
+	32, // [32:63] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_groupkv_proto_init() }
@@ -4743,7 +4883,7 @@ func file_groupkv_proto_init() {
 	file_groupkv_proto_msgTypes[9].OneofWrappers = []any{}
 	file_groupkv_proto_msgTypes[13].OneofWrappers = []any{}
 	file_groupkv_proto_msgTypes[21].OneofWrappers = []any{}
-	file_groupkv_proto_msgTypes[52].OneofWrappers = []any{
+	file_groupkv_proto_msgTypes[53].OneofWrappers = []any{
 		(*Compare_Version)(nil),
 		(*Compare_Value)(nil),
 	}
@@ -4753,7 +4893,7 @@ func file_groupkv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_groupkv_proto_rawDesc), len(file_groupkv_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   68,
+			NumMessages:   69,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
