@@ -80,6 +80,10 @@ type groupState struct {
 		regs map[string]cachedReg
 		// yielding are the keys whose J is being handled here (groupJoin).
 		yielding map[yieldKey]bool
+		// freed are the members of deleting groups led here whose DA
+		// came here (their shards own them again: see groupDeleteHere),
+		// by group, key and yield, with when it came.
+		freed map[freedKey]time.Time
 	}
 }
 
@@ -116,6 +120,13 @@ func (n *Node) initGroups() {
 	n.groups.mu.sessions = make(map[string]*groupTxn)
 	n.groups.mu.regs = make(map[string]cachedReg)
 	n.groups.mu.yielding = make(map[yieldKey]bool)
+	n.groups.mu.freed = make(map[freedKey]time.Time)
+}
+
+type freedKey struct {
+	group group.Ref
+	key   group.Key
+	yield uint64
 }
 
 type yieldKey struct {
@@ -253,6 +264,11 @@ func (n *Node) groupTick() {
 	for k, r := range n.groups.mu.replies {
 		if now.Sub(r.at) > replyTTL {
 			delete(n.groups.mu.replies, k)
+		}
+	}
+	for k, at := range n.groups.mu.freed {
+		if now.Sub(at) > replyTTL {
+			delete(n.groups.mu.freed, k) // noted for a deletion asked elsewhere
 		}
 	}
 	for id, c := range n.groups.mu.regs {
@@ -451,6 +467,9 @@ func (n *Node) deliverGroupMessage(ctx context.Context, m group.Message) {
 			effs = l.OnShipAck(m)
 		}
 	})
+	if m.Type == group.MsgDA && len(effs) > 0 {
+		n.noteFreed(m) // a member releasing with m's yield
+	}
 	n.groupAct(ctx, id, effs)
 }
 
@@ -671,6 +690,46 @@ func (n *Node) proposeUnpin(ctx context.Context, d *cluster.CollectionDesc, key 
 		err = res.Err
 	}
 	return err
+}
+
+// noteFreed notes that member m.Key of the deleting group m.Group, which
+// the leader releases with yield m.Yield, is free again: its shard logged
+// its release (and stored the group's last writes of it) before it sent
+// DA m. Volatile: the leader's release record is what lasts.
+func (n *Node) noteFreed(m group.Message) {
+	n.groups.mu.Lock()
+	n.groups.mu.freed[freedKey{m.Group, m.Key, m.Yield}] = time.Now()
+	close(n.groups.mu.changed)
+	n.groups.mu.changed = make(chan struct{})
+	n.groups.mu.Unlock()
+}
+
+// forgetFreed forgets what noteFreed noted of group g.
+func (n *Node) forgetFreed(g group.Group) {
+	n.groups.mu.Lock()
+	defer n.groups.mu.Unlock()
+	for _, m := range g.Members {
+		delete(n.groups.mu.freed, freedKey{g.Ref, m.Key, m.Yield})
+	}
+}
+
+// released reports whether every member of deleting group g is released,
+// refused, or free again in its shard (its DA came here: noteFreed).
+func (n *Node) released(g group.Group) bool {
+	n.groups.mu.Lock()
+	defer n.groups.mu.Unlock()
+	for _, m := range g.Members {
+		switch m.Status {
+		case group.Released, group.Refused:
+		case group.Releasing:
+			if _, ok := n.groups.mu.freed[freedKey{g.Ref, m.Key, m.Yield}]; !ok {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // groupAct proposes the Log effects of effs in shardID (led here) and
@@ -1303,7 +1362,6 @@ func (n *Node) groupDeleteHere(ctx context.Context, req *groupDeleteRequest) err
 	if err != nil {
 		return groupError(err, req.ID)
 	}
-	ref := group.Ref{ID: req.ID, Leader: g.Ref.Leader}
 	var unregistered chan struct{}
 	for _, e := range effs {
 		if l, ok := e.(group.Log); ok {
@@ -1334,16 +1392,30 @@ func (n *Node) groupDeleteHere(ctx context.Context, req *groupDeleteRequest) err
 	// Each member's D carries its writes not shipped yet.
 	// Wait until the group is forgotten (its delete reply names the id),
 	// and its registration removed.
+	// The deletion answers once every member's shard owns it again (its
+	// DA came: the shard logged the release, with the group's last
+	// writes of the key, before it sent it), without waiting for the
+	// leader to log the releases in turn, which a new leader would redo
+	// (its D is answered DA again).
+	defer func() { n.forgetFreed(g) }()
 	for {
+		// Taken before the state is looked at: a change after the look
+		// closes it.
+		n.groups.mu.Lock()
+		changed := n.groups.mu.changed
+		n.groups.mu.Unlock()
 		gone := false
 		sm := n.host.StateMachine(req.Shard)
 		if sm != nil {
 			sm.WithGroups(func(l *group.Leader, _ *group.Follower) {
 				cur, ok := l.Group(req.ID)
 				gone = !ok || cur.Ref.Inc != g.Ref.Inc
+				if !gone {
+					g = cur
+				}
 			})
 		}
-		if gone {
+		if gone || g.State == group.Deleting && n.released(g) {
 			if unregistered != nil {
 				select {
 				case <-unregistered:
@@ -1352,13 +1424,25 @@ func (n *Node) groupDeleteHere(ctx context.Context, req *groupDeleteRequest) err
 			}
 			return nil
 		}
-		wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		_, err := n.waitReply(wctx, group.OpDelete, ref)
-		cancel()
+		// A change of the group's state is applied, or a DA noted (both
+		// close changed); the timer backs up a leader whose state moved
+		// without either here (a snapshot).
+		t := time.NewTimer(200 * time.Millisecond)
+		select {
+		case <-changed:
+		case <-t.C:
+		case <-ctx.Done():
+		case <-n.stop:
+		}
+		t.Stop()
 		if ctx.Err() != nil {
 			return kv.Errorf(kv.CodeUnavailable, "group %q: the deletion did not finish before the request ended; it goes on, delete it again to wait for it", req.ID)
 		}
-		_ = err
+		select {
+		case <-n.stop:
+			return kv.Errorf(kv.CodeUnavailable, "node is shutting down")
+		default:
+		}
 	}
 }
 

@@ -1146,3 +1146,64 @@ func TestGroupWritesSetTags(t *testing.T) {
 	}
 	check("a plain put after the delete", "v5", "old")
 }
+
+// TestGroupDeleteAnswersOnceFree: a deletion answers once every member's
+// shard has sent DA (it logged the key's release, with the group's last
+// writes of it), before the leader has logged the releases in turn. Right
+// after each answer, in a loop: every member reads the group's last
+// write with a plain get, outside the group (batch get included), takes a
+// plain write, and joins a new group at once; and the deleted group's id
+// is free.
+func TestGroupDeleteAnswersOnceFree(t *testing.T) {
+	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond})
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionHash, Shards: 4}); err != nil {
+		t.Fatal(err)
+	}
+	var members []kv.KeyRef
+	for i := range 6 {
+		members = append(members, kv.KeyRef{Collection: "c", Key: []byte(fmt.Sprintf("k%d", i))})
+	}
+	for round := range 15 {
+		id := fmt.Sprintf("g%d", round)
+		created, err := n.CreateGroup(ctx, kv.GroupSpec{ID: id, Leader: members[0], Members: members})
+		if err != nil || len(created.Joined) != len(members) {
+			t.Fatalf("round %d: create: %+v %v", round, created, err)
+		}
+		want := fmt.Sprintf("v%d", round)
+		if _, _, err := groupTransact(ctx, n, id, func(a string) error {
+			for _, m := range members {
+				if err := n.TxnPut(ctx, a, kv.PutItem{Collection: m.Collection, Key: m.Key, Value: []byte(want)}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("round %d: group transaction: %v", round, err)
+		}
+		if err := n.DeleteGroup(ctx, id); err != nil {
+			t.Fatalf("round %d: delete: %v", round, err)
+		}
+		batch, err := n.BatchGet(ctx, members)
+		if err != nil {
+			t.Fatalf("round %d: batch get after the delete: %v", round, err)
+		}
+		for i, m := range members {
+			rec, err := n.Get(ctx, kv.GetRequest{Collection: m.Collection, Key: m.Key})
+			if err != nil || string(rec.Value) != want {
+				t.Fatalf("round %d: %s after the delete = %q, %v; want the group's last write %q", round, m.Key, rec.Value, err, want)
+			}
+			if it := batch.Items[i]; !it.Found || string(it.Value) != want {
+				t.Fatalf("round %d: batch get of %s after the delete = %+v, want %q", round, m.Key, it, want)
+			}
+		}
+		if _, err := n.BatchPut(ctx, []kv.PutItem{{Collection: "c", Key: members[1].Key, Value: []byte(want)}}); err != nil {
+			t.Fatalf("round %d: a batch put of a member right after the delete: %v", round, err)
+		}
+		if _, err := n.DescribeGroup(ctx, id); kv.CodeOf(err) != kv.CodeNotFound {
+			t.Fatalf("round %d: describe after the delete: %v, want not_found", round, err)
+		}
+	}
+}
