@@ -250,12 +250,20 @@ func (n *Node) propose(ctx context.Context, shardID uint64, cmd []byte) (shard.R
 func (n *Node) proposeHops(ctx context.Context, shardID uint64, cmd []byte, hops int) (shard.Result, error) {
 	deadline := time.Now().Add(n.retryWindow())
 	for attempt := 0; ; attempt++ {
+		t0 := time.Now()
 		res, err := n.proposeOnce(ctx, shardID, cmd, hops)
 		if err == nil || !retryable(err) || n.isMergedAway(shardID) && !n.hasReplica(shardID) {
 			// A shard merged away does not come back: the caller routes
 			// the command again (writeRouted).
 			return res, err
 		}
+		// The window bounds the time spent looking for a leader, not
+		// the time a proposal waited: an entry its leader persisted
+		// before losing leadership is answered not applied only once a
+		// new leader's entry took its index, which may take several
+		// election timeouts, and the write is then retried as surely as
+		// one refused at once.
+		deadline = deadline.Add(time.Since(t0))
 		if berr := backoff(ctx, attempt, deadline, err); berr != nil {
 			return shard.Result{}, berr
 		}

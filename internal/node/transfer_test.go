@@ -167,3 +167,33 @@ func TestClusterWriteLostWithItsLeader(t *testing.T) {
 		t.Errorf("groupkv_raft_orphaned_proposals_total{outcome=\"not_applied\"} is %v on the old leader", n)
 	}
 }
+
+// TestClusterWriteLostLateIsRetried is TestClusterWriteLostWithItsLeader
+// with the partition healed later than the window in which a write looks
+// for a leader (30 ticks from its first attempt), though before its
+// orphaned entry is given up (5 election timeouts after the old leader
+// stepped down): the write's attempt waited on its entry all that time,
+// and once the entry is known replaced the write is retried, not
+// refused.
+func TestClusterWriteLostLateIsRetried(t *testing.T) {
+	l := startLeaderLoss(t, true)
+	start := time.Now()
+	done := l.putOnOld("k", "late")
+	next := l.newLeader()
+	if _, err := next.n.Put(context.Background(), kv.PutRequest{Collection: "w", Key: []byte("other"), Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	tick := l.old.n.opts.TickInterval
+	time.Sleep(time.Until(start.Add(40 * tick)))
+	r := l.healAndWait(t, done)
+	if r.err != nil {
+		t.Fatalf("the write failed (%s) though its entry was known not applied: %v", kv.CodeOf(r.err), r.err)
+	}
+	got, err := next.n.Get(context.Background(), kv.GetRequest{Collection: "w", Key: []byte("k")})
+	if err != nil || string(got.Value) != "late" || got.Version != r.version {
+		t.Fatalf("k reads %q at %d, %v; the write answered version %d", got.Value, got.Version, err, r.version)
+	}
+	if n := testutil.ToFloat64(l.old.n.metrics.repl.Orphans.WithLabelValues("not_applied")); n < 1 {
+		t.Errorf("groupkv_raft_orphaned_proposals_total{outcome=\"not_applied\"} is %v on the old leader", n)
+	}
+}
