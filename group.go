@@ -106,7 +106,7 @@ func (g *Group) ID() string { return g.id }
 // connections, on the node that leads the group when it knows it (see
 // Dial), else on the node it dialed, with the round trips of
 // DB.Transact, but that its first read brings the group's snapshot (when
-// its values total at most 256 KiB) from which its other reads of members
+// its values total at most 64 KiB) from which its other reads of members
 // are answered: a transaction that reads two members and writes one costs
 // two (the first read, and the commit that carries the write and names
 // the other read, which the group's leader validates as any read).

@@ -1,6 +1,7 @@
 package groupkv_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -411,5 +412,35 @@ func TestGroupTransactRemoteSnapshotReads(t *testing.T) {
 	}
 	if rec, err := remote.Get(ctx, groupkv.GetRequest{Collection: "g", Key: []byte("m0")}); err != nil || string(rec.Value) != "5+1" {
 		t.Fatalf("m0 = %q, %v, want 5+1", rec.Value, err)
+	}
+
+	// A group whose values pass the snapshot's bound is read one get at
+	// a time, and reads the same.
+	big := bytes.Repeat([]byte("b"), 70<<10)
+	if _, err := remote.Put(ctx, groupkv.PutRequest{Collection: "g", Key: []byte("big"), Value: big}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := remote.CreateGroup(ctx, groupkv.GroupSpec{ID: "hall", Leader: groupkv.KeyRef{Collection: "g", Key: []byte("big")},
+		Members: []groupkv.KeyRef{{Collection: "g", Key: []byte("h1")}, {Collection: "g", Key: []byte("h2")}}}); err != nil {
+		t.Fatal(err)
+	}
+	gets.Store(0)
+	err = remote.Group("hall").Transact(ctx, func(tx *groupkv.Tx) error {
+		for _, k := range []string{"h1", "big", "h2"} {
+			v, err := get(tx, k)
+			if err != nil {
+				return err
+			}
+			if want := map[string]string{"h1": "absent", "h2": "absent", "big": string(big)}[k]; v != want {
+				return fmt.Errorf("%s reads %d bytes, want %d", k, len(v), len(want))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gets.Load() != 3 {
+		t.Fatalf("a group past the snapshot's bound: 3 reads sent %d TxnGet, want 3", gets.Load())
 	}
 }

@@ -2411,7 +2411,7 @@ type TxnGetResponse struct {
 	Txn string `protobuf:"bytes,5,opt,name=txn,proto3" json:"txn,omitempty"`
 	// snapshot, answered to a get of a group transaction attempt that asked
 	// for it (group_snapshot) when the group's values are small enough
-	// (at most 256 KiB), is the attempt's snapshot of the group: every
+	// (at most 64 KiB), is the attempt's snapshot of the group: every
 	// member, as a get of it in the attempt reads it before any write of
 	// the attempt. The client may then answer the attempt's gets of
 	// members from it, and names the members it read so with the commit
