@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# ab-groups.sh compares two groupkv binaries on the Key Groups gaming
+# benchmark ("groupkv bench groups"), in rounds that alternate them (A, B,
+# A, B, ...), each on a fresh data directory: a server on loopback ports,
+# PLAYERS players loaded, then the grouped and the ungrouped games of
+# CLIENTS clients (OPS moves per game, think time THINK) for DURATION
+# after WARMUP each. Each binary drives its own server: a change of the
+# client (the Go client's group transactions) counts with the server's.
+# It prints, per run, the overhead of groups (grouped / ungrouped, means
+# and medians, and of the moves alone), and the p50 of moves, creations
+# and deletions (ms).
+#
+#   scripts/ab-groups.sh OLD-BINARY NEW-BINARY [ROUNDS]
+#   CLIENTS=4 OPS=100 scripts/ab-groups.sh /tmp/old /tmp/new 3
+#
+# The machine's other load moves single runs a lot: compare the medians of
+# several rounds.
+set -euo pipefail
+[ $# -ge 2 ] || { sed -n 2,17p "$0"; exit 2; }
+A=$1 B=$2 ROUNDS=${3:-2}
+PLAYERS=${PLAYERS:-100000} CLIENTS=${CLIENTS:-16} OPS=${OPS:-50} THINK=${THINK:-10ms}
+DURATION=${DURATION:-15s} WARMUP=${WARMUP:-3s}
+PORT=${PORT:-57570}
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+run() {
+	local bin=$1 label=$2 dir=$WORK/$2
+	rm -rf "$dir" && mkdir -p "$dir"
+	"$bin" server --data-dir "$dir/d" --listen 127.0.0.1:$PORT --peer-listen 127.0.0.1:$((PORT + 1)) --log-level warn >"$dir/server.log" 2>&1 &
+	local pid=$!
+	for _ in $(seq 100); do
+		curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 && break
+		sleep 0.1
+	done
+	"$bin" bench groups --addr 127.0.0.1:$PORT --players "$PLAYERS" --load --clients "$CLIENTS" --ops-per-group "$OPS" \
+		--think "$THINK" --duration "$DURATION" --warmup "$WARMUP" --seed 1 >"$dir/out.txt" 2>&1
+	kill "$pid" && wait "$pid" 2>/dev/null || true
+	# The report's tables: per mode (columns: clients, mode, creates/s,
+	# create p50, create p99, moves/s, move p50, ..., delete p50), then
+	# the overhead (system, players, moves/game, clients, grouped ms/op,
+	# ungrouped ms/op, ratio of means, of medians, of moves alone).
+	awk -F'|' -v l="$label" -v c="$CLIENTS" '
+		$2 ~ " "c" " && $3 ~ /grouped/ {gsub(/ /, "", $3); p[$3] = sprintf("move p50 %s", $8); if ($3 == "grouped") cd = sprintf("create p50 %s delete p50 %s", $5, $13)}
+		$2 ~ /groupkv/ && NF > 10 {ov = sprintf("overhead %s (medians %s, moves %s)", $8, $9, $10)}
+		END {gsub(/  +/, " "); printf "%-2s %s  grouped %s  ungrouped %s  %s\n", l, ov, p["grouped"], p["ungrouped"], cd}' "$dir/out.txt"
+}
+for _ in $(seq "$ROUNDS"); do
+	run "$A" A
+	run "$B" B
+done
