@@ -14,10 +14,14 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/groupkv/groupkv"
 	"github.com/groupkv/groupkv/internal/node"
 	"github.com/groupkv/groupkv/internal/server"
+	pb "github.com/groupkv/groupkv/proto/groupkvpb"
 )
 
 // These tests run transactions of a remote DB, whose attempts keep their
@@ -442,5 +446,85 @@ func TestGroupTransactRemoteSnapshotReads(t *testing.T) {
 	}
 	if gets.Load() != 3 {
 		t.Fatalf("a group past the snapshot's bound: 3 reads sent %d TxnGet, want 3", gets.Load())
+	}
+}
+
+// TestGroupSnapshotReadsRefused sends the snapshot forms of the gRPC
+// service bad input, with a bare client: snapshot_reads in a commit that
+// begins its attempt, in a transaction that is not a group's, naming a
+// key that is not a member, or an invalid key. Each is refused with
+// invalid_argument saying what was wrong, and the commit's write is not
+// applied.
+func TestGroupSnapshotReadsRefused(t *testing.T) {
+	s := startTxnServer(t, 0)
+	remote, err := groupkv.Dial(s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer remote.Close()
+	conn, err := grpc.NewClient(s.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := pb.NewGroupKVClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := remote.CreateCollection(ctx, groupkv.CollectionOptions{Name: "g", Shards: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"m0", "m1"} {
+		if err := whileUnavailable(func() error {
+			_, err := remote.Put(ctx, groupkv.PutRequest{Collection: "g", Key: []byte(k), Value: []byte("0")})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := remote.CreateGroup(ctx, groupkv.GroupSpec{ID: "room", Leader: groupkv.KeyRef{Collection: "g", Key: []byte("m0")},
+		Members: []groupkv.KeyRef{{Collection: "g", Key: []byte("m1")}}}); err != nil {
+		t.Fatal(err)
+	}
+	put := []*pb.TxnOp{{Op: "put", Collection: "g", Key: []byte("m0"), Value: []byte("lost")}}
+	reads := func(keys ...string) []*pb.KeyRef {
+		var out []*pb.KeyRef
+		for _, k := range keys {
+			out = append(out, &pb.KeyRef{Collection: "g", Key: []byte(k)})
+		}
+		return out
+	}
+	// groupAttempt begins a group attempt by a get that asks for the
+	// snapshot, and checks that it came.
+	groupAttempt := func() string {
+		m, err := c.TxnGet(ctx, &pb.TxnGetRequest{Begin: &pb.TxnBegin{Group: "room"}, Collection: "g", Key: []byte("m0"), GroupSnapshot: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.GetSnapshot()) != 2 {
+			t.Fatalf("the snapshot holds %d members, want 2", len(m.GetSnapshot()))
+		}
+		return m.GetTxn()
+	}
+	general, err := c.BeginTxn(ctx, &pb.BeginTxnRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		req  *pb.CommitTxnRequest
+		want string
+	}{
+		{"begun by its commit", &pb.CommitTxnRequest{Begin: &pb.TxnBegin{Group: "room"}, Writes: put, SnapshotReads: reads("m1")}, "begun by its commit"},
+		{"not a group transaction", &pb.CommitTxnRequest{Txn: general.GetTxn(), Writes: put, SnapshotReads: reads("m1")}, "not a group transaction"},
+		{"not a member", &pb.CommitTxnRequest{Txn: groupAttempt(), Writes: put, SnapshotReads: reads("m1", "stranger")}, "not a member"},
+		{"an invalid key", &pb.CommitTxnRequest{Txn: groupAttempt(), Writes: put, SnapshotReads: reads("")}, "snapshot_reads[0]"},
+	} {
+		_, err := c.CommitTxn(ctx, tc.req)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tc.want) {
+			t.Errorf("%s: CommitTxn = %v, want invalid_argument saying %q", tc.name, err, tc.want)
+		}
+	}
+	if rec, err := remote.Get(ctx, groupkv.GetRequest{Collection: "g", Key: []byte("m0")}); err != nil || string(rec.Value) != "0" {
+		t.Fatalf("m0 = %q, %v after refused commits; want 0", rec.Value, err)
 	}
 }

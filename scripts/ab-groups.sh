@@ -21,20 +21,13 @@ A=$1 B=$2 ROUNDS=${3:-2}
 PLAYERS=${PLAYERS:-100000} CLIENTS=${CLIENTS:-16} OPS=${OPS:-50} THINK=${THINK:-10ms}
 DURATION=${DURATION:-15s} WARMUP=${WARMUP:-3s}
 PORT=${PORT:-57570}
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
+. "$(dirname "$0")/ab-lib.sh"
 run() {
 	local bin=$1 label=$2 dir=$WORK/$2
-	rm -rf "$dir" && mkdir -p "$dir"
-	"$bin" server --data-dir "$dir/d" --listen 127.0.0.1:$PORT --peer-listen 127.0.0.1:$((PORT + 1)) --log-level warn >"$dir/server.log" 2>&1 &
-	local pid=$!
-	for _ in $(seq 100); do
-		curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 && break
-		sleep 0.1
-	done
+	ab_start "$bin" "$dir"
 	"$bin" bench groups --addr 127.0.0.1:$PORT --players "$PLAYERS" --load --clients "$CLIENTS" --ops-per-group "$OPS" \
 		--think "$THINK" --duration "$DURATION" --warmup "$WARMUP" --seed 1 >"$dir/out.txt" 2>&1
-	kill "$pid" && wait "$pid" 2>/dev/null || true
+	ab_stop
 	# The report's tables: per mode (columns: clients, mode, creates/s,
 	# create p50, create p99, moves/s, move p50, ..., delete p50), then
 	# the overhead (system, players, moves/game, clients, grouped ms/op,

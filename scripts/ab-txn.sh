@@ -16,24 +16,17 @@ set -euo pipefail
 A=$1 B=$2 ROUNDS=${3:-3}
 KEYS=${KEYS:-100000} CLIENTS=${CLIENTS:-64} DURATION=${DURATION:-15} WARMUP=${WARMUP:-3}
 PORT=${PORT:-57370}
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
+. "$(dirname "$0")/ab-lib.sh"
 run() {
 	local bin=$1 label=$2 dir=$WORK/$2
-	rm -rf "$dir" && mkdir -p "$dir"
-	"$bin" server --data-dir "$dir/d" --listen 127.0.0.1:$PORT --peer-listen 127.0.0.1:$((PORT + 1)) --log-level warn >"$dir/server.log" 2>&1 &
-	local pid=$!
-	for _ in $(seq 100); do
-		curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 && break
-		sleep 0.1
-	done
+	ab_start "$bin" "$dir"
 	"$bin" bench --addr 127.0.0.1:$PORT --workload txn --txn-keys "$KEYS" --txn-mode none --load --clients 16 --duration 1s --warmup 0s --seed 1 >/dev/null
 	local c0 c1
-	c0=$(awk '{print $14+$15}' /proc/$pid/stat)
+	c0=$(awk '{print $14+$15}' /proc/$AB_PID/stat)
 	"$bin" bench --addr 127.0.0.1:$PORT --workload txn --txn-keys "$KEYS" --txn-mode serializable --clients "$CLIENTS" \
 		--duration "${DURATION}s" --warmup "${WARMUP}s" --seed 1 >"$dir/out.txt"
-	c1=$(awk '{print $14+$15}' /proc/$pid/stat)
-	kill "$pid" && wait "$pid" 2>/dev/null || true
+	c1=$(awk '{print $14+$15}' /proc/$AB_PID/stat)
+	ab_stop
 	awk -v l="$label" -v c=$((c1 - c0)) -v hz="$(getconf CLK_TCK)" -v s=$((DURATION + WARMUP)) \
 		'$1=="txn" && $4+0>0 {printf "%-4s %6d commits/s  p50 %6s ms  p99 %6s ms  server cpu %.3f ms/commit\n", l, $4, $6, $7, c*1000/hz/($4*s)}' "$dir/out.txt"
 }

@@ -17,22 +17,15 @@ set -euo pipefail
 A=$1 B=$2 ROUNDS=${3:-3}
 WORKLOAD=${WORKLOAD:-a} RECORDS=${RECORDS:-50000} CLIENTS=${CLIENTS:-64} DURATION=${DURATION:-15s} WARMUP=${WARMUP:-2s}
 PORT=${PORT:-57470}
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
+. "$(dirname "$0")/ab-lib.sh"
 run() {
 	local bin=$1 label=$2 dir=$WORK/$2
-	rm -rf "$dir" && mkdir -p "$dir"
-	"$bin" server --data-dir "$dir/d" --listen 127.0.0.1:$PORT --peer-listen 127.0.0.1:$((PORT + 1)) --log-level warn >"$dir/server.log" 2>&1 &
-	local pid=$!
-	for _ in $(seq 100); do
-		curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 && break
-		sleep 0.1
-	done
+	ab_start "$bin" "$dir"
 	"$bin" bench --target groupkv --addr 127.0.0.1:$PORT --workload "$WORKLOAD" --records "$RECORDS" --load --clients "$CLIENTS" \
 		--duration 1s --warmup 0s --seed 1 >/dev/null
 	"$bin" bench --target groupkv --addr 127.0.0.1:$PORT --workload "$WORKLOAD" --records "$RECORDS" --clients "$CLIENTS" \
 		--duration "$DURATION" --warmup "$WARMUP" --seed 2 >"$dir/out.txt"
-	kill "$pid" && wait "$pid" 2>/dev/null || true
+	ab_stop
 	awk -v l="$label" '
 		$1=="read" || $1=="update" || $1=="scan" || $1=="insert" {ops = ops sprintf("  %s p50 %s p99 %s", $1, $6, $7)}
 		$1=="all" {rate=$4}

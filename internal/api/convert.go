@@ -201,9 +201,15 @@ func KeyRefsFromPB(m []*pb.KeyRef) []kv.KeyRef {
 
 // BatchGetResultToPB converts the answer of a batch get.
 func BatchGetResultToPB(r kv.BatchGetResult) *pb.BatchGetResponse {
-	m := &pb.BatchGetResponse{Items: make([]*pb.BatchGetItem, len(r.Items)), Version: r.Version}
-	for i, it := range r.Items {
-		m.Items[i] = &pb.BatchGetItem{
+	return &pb.BatchGetResponse{Items: BatchGetItemsToPB(r.Items), Version: r.Version}
+}
+
+// BatchGetItemsToPB converts the items of a batch get (or the members of
+// a group snapshot, TxnGetResponse.snapshot).
+func BatchGetItemsToPB(items []kv.BatchGetItem) []*pb.BatchGetItem {
+	m := make([]*pb.BatchGetItem, len(items))
+	for i, it := range items {
+		m[i] = &pb.BatchGetItem{
 			Collection: it.Collection,
 			Key:        it.Key,
 			Found:      it.Found,
@@ -218,9 +224,15 @@ func BatchGetResultToPB(r kv.BatchGetResult) *pb.BatchGetResponse {
 // BatchGetResultFromPB is the inverse of BatchGetResultToPB. Items is never
 // nil.
 func BatchGetResultFromPB(m *pb.BatchGetResponse) kv.BatchGetResult {
-	r := kv.BatchGetResult{Items: make([]kv.BatchGetItem, len(m.GetItems())), Version: m.GetVersion()}
-	for i, it := range m.GetItems() {
-		r.Items[i] = kv.BatchGetItem{
+	return kv.BatchGetResult{Items: BatchGetItemsFromPB(m.GetItems()), Version: m.GetVersion()}
+}
+
+// BatchGetItemsFromPB is the inverse of BatchGetItemsToPB; it never
+// answers nil.
+func BatchGetItemsFromPB(m []*pb.BatchGetItem) []kv.BatchGetItem {
+	items := make([]kv.BatchGetItem, len(m))
+	for i, it := range m {
+		items[i] = kv.BatchGetItem{
 			Collection: it.GetCollection(),
 			Key:        it.GetKey(),
 			Found:      it.GetFound(),
@@ -229,7 +241,7 @@ func BatchGetResultFromPB(m *pb.BatchGetResponse) kv.BatchGetResult {
 			Version:    it.GetVersion(),
 		}
 	}
-	return r
+	return items
 }
 
 // PutItemsToPB converts the records of a batch put, keeping the presence of

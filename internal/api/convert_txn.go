@@ -150,26 +150,6 @@ func TxnGetResponseFromPB(m *pb.TxnGetResponse) (kv.Record, bool) {
 	return kv.Record{Value: m.GetValue(), Tags: m.GetTags(), Version: m.GetVersion()}, true
 }
 
-// SnapshotToPB converts a group snapshot answered with a get
-// (TxnGetResponse.snapshot).
-func SnapshotToPB(recs []kv.SnapshotRecord) []*pb.TxnSnapshotRecord {
-	out := make([]*pb.TxnSnapshotRecord, len(recs))
-	for i, r := range recs {
-		out[i] = &pb.TxnSnapshotRecord{Collection: r.Collection, Key: r.Key, Found: r.Found, Value: r.Value, Tags: r.Tags, Version: r.Version}
-	}
-	return out
-}
-
-// SnapshotFromPB is the inverse of SnapshotToPB.
-func SnapshotFromPB(m []*pb.TxnSnapshotRecord) []kv.SnapshotRecord {
-	out := make([]kv.SnapshotRecord, len(m))
-	for i, r := range m {
-		out[i] = kv.SnapshotRecord{Collection: r.GetCollection(), Found: r.GetFound(),
-			Record: kv.Record{Key: r.GetKey(), Value: r.GetValue(), Tags: r.GetTags(), Version: r.GetVersion()}}
-	}
-	return out
-}
-
 // SnapshotReadsFromPB validates the snapshot reads of a commit.
 func SnapshotReadsFromPB(m []*pb.KeyRef) ([]kv.KeyRef, error) {
 	out := make([]kv.KeyRef, len(m))

@@ -205,7 +205,7 @@ func (s *grpcService) TxnGet(ctx context.Context, req *pb.TxnGetRequest) (*pb.Tx
 			return nil, s.failIn(ctx, tb, a, err, true)
 		}
 		if ok {
-			m.Snapshot = SnapshotToPB(recs)
+			m.Snapshot = BatchGetItemsToPB(recs)
 		}
 	}
 	return m, nil

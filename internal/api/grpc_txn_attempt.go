@@ -88,7 +88,7 @@ type TxnAttempt struct {
 	// sent before the commit: the server's snapshot does not have them.
 	// flushes counts those sendings, so that a snapshot answered across
 	// one is not taken.
-	snapshot      map[string]kv.SnapshotRecord
+	snapshot      map[string]kv.BatchGetItem
 	askedSnapshot bool
 	snapReads     map[string]kv.KeyRef
 	flushes       int
@@ -176,8 +176,8 @@ func (a *TxnAttempt) Get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, e
 	if snap := m.GetSnapshot(); ask && len(snap) > 0 {
 		a.mu.Lock()
 		if a.flushes == flushes {
-			a.snapshot = make(map[string]kv.SnapshotRecord, len(snap))
-			for _, r := range SnapshotFromPB(snap) {
+			a.snapshot = make(map[string]kv.BatchGetItem, len(snap))
+			for _, r := range BatchGetItemsFromPB(snap) {
 				a.snapshot[keptKey(r.Collection, r.Key)] = r
 			}
 		}

@@ -102,17 +102,11 @@ type GroupSnapshotter interface {
 	// answered, when txn is not a group attempt, when it has writes (the
 	// snapshot is of the group before them), or when the members' keys,
 	// values and tags pass maxBytes.
-	TxnGroupSnapshot(ctx context.Context, txn string, maxBytes int) (recs []SnapshotRecord, ok bool, err error)
+	// Each member is a BatchGetItem (its collection and key, and when
+	// Found its value, tags and version).
+	TxnGroupSnapshot(ctx context.Context, txn string, maxBytes int) (members []BatchGetItem, ok bool, err error)
 	// TxnGroupReads records that group attempt txn read refs from its
 	// snapshot: its commit validates them as reads by TxnGet. A key that
 	// is not a member answers invalid_argument.
 	TxnGroupReads(ctx context.Context, txn string, refs []KeyRef) error
-}
-
-// SnapshotRecord is a member of a group snapshot: its key (Record.Key in
-// Collection) and, when Found, its value, tags and version.
-type SnapshotRecord struct {
-	Collection string
-	Record
-	Found bool
 }

@@ -1389,14 +1389,13 @@ func (n *Node) groupDeleteHere(ctx context.Context, req *groupDeleteRequest) err
 			}
 		}
 	}
-	// Each member's D carries its writes not shipped yet.
-	// Wait until the group is forgotten (its delete reply names the id),
-	// and its registration removed.
-	// The deletion answers once every member's shard owns it again (its
-	// DA came: the shard logged the release, with the group's last
-	// writes of the key, before it sent it), without waiting for the
-	// leader to log the releases in turn, which a new leader would redo
-	// (its D is answered DA again).
+	// Each member's D carries its writes not shipped yet. The deletion
+	// answers, once the registration is removed, when the group is
+	// forgotten or every member's shard owns it again (its DA came: the
+	// shard logged the release, with the group's last writes of the key,
+	// before it sent it), without waiting for the leader to log the
+	// releases in turn, which a new leader would redo (its D is answered
+	// DA again).
 	defer func() { n.forgetFreed(g) }()
 	for {
 		// Taken before the state is looked at: a change after the look

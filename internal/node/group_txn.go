@@ -450,7 +450,7 @@ func (n *Node) groupTxnGet(ctx context.Context, id string, ref kv.KeyRef) (kv.Re
 
 // TxnGroupSnapshot implements kv.GroupSnapshotter. The values answered
 // are the snapshot's own: read-only.
-func (n *Node) TxnGroupSnapshot(ctx context.Context, txn string, maxBytes int) ([]kv.SnapshotRecord, bool, error) {
+func (n *Node) TxnGroupSnapshot(ctx context.Context, txn string, maxBytes int) ([]kv.BatchGetItem, bool, error) {
 	if !isGroupAttempt(txn) {
 		return nil, false, nil
 	}
@@ -463,10 +463,10 @@ func (n *Node) TxnGroupSnapshot(ctx context.Context, txn string, maxBytes int) (
 		return nil, false, nil
 	}
 	size := 0
-	recs := make([]kv.SnapshotRecord, 0, len(s.members))
+	recs := make([]kv.BatchGetItem, 0, len(s.members))
 	for k, m := range s.members {
 		ref := n.keyRef(k)
-		r := kv.SnapshotRecord{Collection: ref.Collection, Record: kv.Record{Key: ref.Key}, Found: !m.Absent}
+		r := kv.BatchGetItem{Collection: ref.Collection, Key: ref.Key, Found: !m.Absent}
 		if r.Found {
 			r.Value, r.Tags, r.Version = m.Value, m.tags(nil), m.Version
 		}

@@ -2417,7 +2417,9 @@ type TxnGetResponse struct {
 	// members from it, and names the members it read so with the commit
 	// (CommitTxnRequest.snapshot_reads), which validates them as if read
 	// by TxnGet. Empty when not asked for, or too large.
-	Snapshot      []*TxnSnapshotRecord `protobuf:"bytes,6,rep,name=snapshot,proto3" json:"snapshot,omitempty"`
+	// Each member is a BatchGetItem: its key, and its value, tags and
+	// version, or found false when it is absent.
+	Snapshot      []*BatchGetItem `protobuf:"bytes,6,rep,name=snapshot,proto3" json:"snapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2487,97 +2489,11 @@ func (x *TxnGetResponse) GetTxn() string {
 	return ""
 }
 
-func (x *TxnGetResponse) GetSnapshot() []*TxnSnapshotRecord {
+func (x *TxnGetResponse) GetSnapshot() []*BatchGetItem {
 	if x != nil {
 		return x.Snapshot
 	}
 	return nil
-}
-
-// TxnSnapshotRecord is a member of a group's snapshot: its key, and its
-// value, tags and version, or found false when it is absent.
-type TxnSnapshotRecord struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Collection    string                 `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
-	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Found         bool                   `protobuf:"varint,3,opt,name=found,proto3" json:"found,omitempty"`
-	Value         []byte                 `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
-	Tags          []string               `protobuf:"bytes,5,rep,name=tags,proto3" json:"tags,omitempty"`
-	Version       uint64                 `protobuf:"varint,6,opt,name=version,proto3" json:"version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *TxnSnapshotRecord) Reset() {
-	*x = TxnSnapshotRecord{}
-	mi := &file_groupkv_proto_msgTypes[40]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *TxnSnapshotRecord) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*TxnSnapshotRecord) ProtoMessage() {}
-
-func (x *TxnSnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[40]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use TxnSnapshotRecord.ProtoReflect.Descriptor instead.
-func (*TxnSnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{40}
-}
-
-func (x *TxnSnapshotRecord) GetCollection() string {
-	if x != nil {
-		return x.Collection
-	}
-	return ""
-}
-
-func (x *TxnSnapshotRecord) GetKey() []byte {
-	if x != nil {
-		return x.Key
-	}
-	return nil
-}
-
-func (x *TxnSnapshotRecord) GetFound() bool {
-	if x != nil {
-		return x.Found
-	}
-	return false
-}
-
-func (x *TxnSnapshotRecord) GetValue() []byte {
-	if x != nil {
-		return x.Value
-	}
-	return nil
-}
-
-func (x *TxnSnapshotRecord) GetTags() []string {
-	if x != nil {
-		return x.Tags
-	}
-	return nil
-}
-
-func (x *TxnSnapshotRecord) GetVersion() uint64 {
-	if x != nil {
-		return x.Version
-	}
-	return 0
 }
 
 // TxnPutRequest writes a record in the attempt; it is applied at commit.
@@ -2594,7 +2510,7 @@ type TxnPutRequest struct {
 
 func (x *TxnPutRequest) Reset() {
 	*x = TxnPutRequest{}
-	mi := &file_groupkv_proto_msgTypes[41]
+	mi := &file_groupkv_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2606,7 +2522,7 @@ func (x *TxnPutRequest) String() string {
 func (*TxnPutRequest) ProtoMessage() {}
 
 func (x *TxnPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[41]
+	mi := &file_groupkv_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2619,7 +2535,7 @@ func (x *TxnPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnPutRequest.ProtoReflect.Descriptor instead.
 func (*TxnPutRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{41}
+	return file_groupkv_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *TxnPutRequest) GetTxn() string {
@@ -2665,7 +2581,7 @@ type TxnPutResponse struct {
 
 func (x *TxnPutResponse) Reset() {
 	*x = TxnPutResponse{}
-	mi := &file_groupkv_proto_msgTypes[42]
+	mi := &file_groupkv_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2677,7 +2593,7 @@ func (x *TxnPutResponse) String() string {
 func (*TxnPutResponse) ProtoMessage() {}
 
 func (x *TxnPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[42]
+	mi := &file_groupkv_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2690,7 +2606,7 @@ func (x *TxnPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnPutResponse.ProtoReflect.Descriptor instead.
 func (*TxnPutResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{42}
+	return file_groupkv_proto_rawDescGZIP(), []int{41}
 }
 
 // TxnDeleteRequest deletes a key in the attempt; deleting an absent key is
@@ -2706,7 +2622,7 @@ type TxnDeleteRequest struct {
 
 func (x *TxnDeleteRequest) Reset() {
 	*x = TxnDeleteRequest{}
-	mi := &file_groupkv_proto_msgTypes[43]
+	mi := &file_groupkv_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2718,7 +2634,7 @@ func (x *TxnDeleteRequest) String() string {
 func (*TxnDeleteRequest) ProtoMessage() {}
 
 func (x *TxnDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[43]
+	mi := &file_groupkv_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2731,7 +2647,7 @@ func (x *TxnDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnDeleteRequest.ProtoReflect.Descriptor instead.
 func (*TxnDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{43}
+	return file_groupkv_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TxnDeleteRequest) GetTxn() string {
@@ -2763,7 +2679,7 @@ type TxnDeleteResponse struct {
 
 func (x *TxnDeleteResponse) Reset() {
 	*x = TxnDeleteResponse{}
-	mi := &file_groupkv_proto_msgTypes[44]
+	mi := &file_groupkv_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2775,7 +2691,7 @@ func (x *TxnDeleteResponse) String() string {
 func (*TxnDeleteResponse) ProtoMessage() {}
 
 func (x *TxnDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[44]
+	mi := &file_groupkv_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2788,7 +2704,7 @@ func (x *TxnDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnDeleteResponse.ProtoReflect.Descriptor instead.
 func (*TxnDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{44}
+	return file_groupkv_proto_rawDescGZIP(), []int{43}
 }
 
 // TxnWriteRequest applies writes in an attempt: each a TxnOp whose op is
@@ -2805,7 +2721,7 @@ type TxnWriteRequest struct {
 
 func (x *TxnWriteRequest) Reset() {
 	*x = TxnWriteRequest{}
-	mi := &file_groupkv_proto_msgTypes[45]
+	mi := &file_groupkv_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2817,7 +2733,7 @@ func (x *TxnWriteRequest) String() string {
 func (*TxnWriteRequest) ProtoMessage() {}
 
 func (x *TxnWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[45]
+	mi := &file_groupkv_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2830,7 +2746,7 @@ func (x *TxnWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnWriteRequest.ProtoReflect.Descriptor instead.
 func (*TxnWriteRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{45}
+	return file_groupkv_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TxnWriteRequest) GetTxn() string {
@@ -2864,7 +2780,7 @@ type TxnWriteResponse struct {
 
 func (x *TxnWriteResponse) Reset() {
 	*x = TxnWriteResponse{}
-	mi := &file_groupkv_proto_msgTypes[46]
+	mi := &file_groupkv_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2876,7 +2792,7 @@ func (x *TxnWriteResponse) String() string {
 func (*TxnWriteResponse) ProtoMessage() {}
 
 func (x *TxnWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[46]
+	mi := &file_groupkv_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2889,7 +2805,7 @@ func (x *TxnWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnWriteResponse.ProtoReflect.Descriptor instead.
 func (*TxnWriteResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{46}
+	return file_groupkv_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TxnWriteResponse) GetTxn() string {
@@ -2918,7 +2834,7 @@ type TxnScanRequest struct {
 
 func (x *TxnScanRequest) Reset() {
 	*x = TxnScanRequest{}
-	mi := &file_groupkv_proto_msgTypes[47]
+	mi := &file_groupkv_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2930,7 +2846,7 @@ func (x *TxnScanRequest) String() string {
 func (*TxnScanRequest) ProtoMessage() {}
 
 func (x *TxnScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[47]
+	mi := &file_groupkv_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2943,7 +2859,7 @@ func (x *TxnScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnScanRequest.ProtoReflect.Descriptor instead.
 func (*TxnScanRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{47}
+	return file_groupkv_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TxnScanRequest) GetTxn() string {
@@ -3019,7 +2935,7 @@ type TxnTagQuery struct {
 
 func (x *TxnTagQuery) Reset() {
 	*x = TxnTagQuery{}
-	mi := &file_groupkv_proto_msgTypes[48]
+	mi := &file_groupkv_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3031,7 +2947,7 @@ func (x *TxnTagQuery) String() string {
 func (*TxnTagQuery) ProtoMessage() {}
 
 func (x *TxnTagQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[48]
+	mi := &file_groupkv_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3044,7 +2960,7 @@ func (x *TxnTagQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnTagQuery.ProtoReflect.Descriptor instead.
 func (*TxnTagQuery) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{48}
+	return file_groupkv_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TxnTagQuery) GetTxn() string {
@@ -3122,7 +3038,7 @@ type CommitTxnRequest struct {
 
 func (x *CommitTxnRequest) Reset() {
 	*x = CommitTxnRequest{}
-	mi := &file_groupkv_proto_msgTypes[49]
+	mi := &file_groupkv_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3134,7 +3050,7 @@ func (x *CommitTxnRequest) String() string {
 func (*CommitTxnRequest) ProtoMessage() {}
 
 func (x *CommitTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[49]
+	mi := &file_groupkv_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3147,7 +3063,7 @@ func (x *CommitTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitTxnRequest.ProtoReflect.Descriptor instead.
 func (*CommitTxnRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{49}
+	return file_groupkv_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CommitTxnRequest) GetTxn() string {
@@ -3190,7 +3106,7 @@ type CommitTxnResponse struct {
 
 func (x *CommitTxnResponse) Reset() {
 	*x = CommitTxnResponse{}
-	mi := &file_groupkv_proto_msgTypes[50]
+	mi := &file_groupkv_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3202,7 +3118,7 @@ func (x *CommitTxnResponse) String() string {
 func (*CommitTxnResponse) ProtoMessage() {}
 
 func (x *CommitTxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[50]
+	mi := &file_groupkv_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3215,7 +3131,7 @@ func (x *CommitTxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitTxnResponse.ProtoReflect.Descriptor instead.
 func (*CommitTxnResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{50}
+	return file_groupkv_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CommitTxnResponse) GetVersion() uint64 {
@@ -3241,7 +3157,7 @@ type AbortTxnRequest struct {
 
 func (x *AbortTxnRequest) Reset() {
 	*x = AbortTxnRequest{}
-	mi := &file_groupkv_proto_msgTypes[51]
+	mi := &file_groupkv_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3253,7 +3169,7 @@ func (x *AbortTxnRequest) String() string {
 func (*AbortTxnRequest) ProtoMessage() {}
 
 func (x *AbortTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[51]
+	mi := &file_groupkv_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3266,7 +3182,7 @@ func (x *AbortTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortTxnRequest.ProtoReflect.Descriptor instead.
 func (*AbortTxnRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{51}
+	return file_groupkv_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *AbortTxnRequest) GetTxn() string {
@@ -3284,7 +3200,7 @@ type AbortTxnResponse struct {
 
 func (x *AbortTxnResponse) Reset() {
 	*x = AbortTxnResponse{}
-	mi := &file_groupkv_proto_msgTypes[52]
+	mi := &file_groupkv_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3296,7 +3212,7 @@ func (x *AbortTxnResponse) String() string {
 func (*AbortTxnResponse) ProtoMessage() {}
 
 func (x *AbortTxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[52]
+	mi := &file_groupkv_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3309,7 +3225,7 @@ func (x *AbortTxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortTxnResponse.ProtoReflect.Descriptor instead.
 func (*AbortTxnResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{52}
+	return file_groupkv_proto_rawDescGZIP(), []int{51}
 }
 
 // Compare is a condition of a one-shot transaction: the key's current
@@ -3330,7 +3246,7 @@ type Compare struct {
 
 func (x *Compare) Reset() {
 	*x = Compare{}
-	mi := &file_groupkv_proto_msgTypes[53]
+	mi := &file_groupkv_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3342,7 +3258,7 @@ func (x *Compare) String() string {
 func (*Compare) ProtoMessage() {}
 
 func (x *Compare) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[53]
+	mi := &file_groupkv_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3355,7 +3271,7 @@ func (x *Compare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Compare.ProtoReflect.Descriptor instead.
 func (*Compare) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{53}
+	return file_groupkv_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Compare) GetCollection() string {
@@ -3428,7 +3344,7 @@ type TxnOp struct {
 
 func (x *TxnOp) Reset() {
 	*x = TxnOp{}
-	mi := &file_groupkv_proto_msgTypes[54]
+	mi := &file_groupkv_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3440,7 +3356,7 @@ func (x *TxnOp) String() string {
 func (*TxnOp) ProtoMessage() {}
 
 func (x *TxnOp) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[54]
+	mi := &file_groupkv_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3453,7 +3369,7 @@ func (x *TxnOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnOp.ProtoReflect.Descriptor instead.
 func (*TxnOp) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{54}
+	return file_groupkv_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *TxnOp) GetOp() string {
@@ -3504,7 +3420,7 @@ type ExecTxnRequest struct {
 
 func (x *ExecTxnRequest) Reset() {
 	*x = ExecTxnRequest{}
-	mi := &file_groupkv_proto_msgTypes[55]
+	mi := &file_groupkv_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3516,7 +3432,7 @@ func (x *ExecTxnRequest) String() string {
 func (*ExecTxnRequest) ProtoMessage() {}
 
 func (x *ExecTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[55]
+	mi := &file_groupkv_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3529,7 +3445,7 @@ func (x *ExecTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecTxnRequest.ProtoReflect.Descriptor instead.
 func (*ExecTxnRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{55}
+	return file_groupkv_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ExecTxnRequest) GetCompares() []*Compare {
@@ -3567,7 +3483,7 @@ type TxnOpResult struct {
 
 func (x *TxnOpResult) Reset() {
 	*x = TxnOpResult{}
-	mi := &file_groupkv_proto_msgTypes[56]
+	mi := &file_groupkv_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3579,7 +3495,7 @@ func (x *TxnOpResult) String() string {
 func (*TxnOpResult) ProtoMessage() {}
 
 func (x *TxnOpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[56]
+	mi := &file_groupkv_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3592,7 +3508,7 @@ func (x *TxnOpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnOpResult.ProtoReflect.Descriptor instead.
 func (*TxnOpResult) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{56}
+	return file_groupkv_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *TxnOpResult) GetFound() bool {
@@ -3637,7 +3553,7 @@ type ExecTxnResponse struct {
 
 func (x *ExecTxnResponse) Reset() {
 	*x = ExecTxnResponse{}
-	mi := &file_groupkv_proto_msgTypes[57]
+	mi := &file_groupkv_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3649,7 +3565,7 @@ func (x *ExecTxnResponse) String() string {
 func (*ExecTxnResponse) ProtoMessage() {}
 
 func (x *ExecTxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[57]
+	mi := &file_groupkv_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3662,7 +3578,7 @@ func (x *ExecTxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecTxnResponse.ProtoReflect.Descriptor instead.
 func (*ExecTxnResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{57}
+	return file_groupkv_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ExecTxnResponse) GetSucceeded() bool {
@@ -3703,7 +3619,7 @@ type CreateGroupRequest struct {
 
 func (x *CreateGroupRequest) Reset() {
 	*x = CreateGroupRequest{}
-	mi := &file_groupkv_proto_msgTypes[58]
+	mi := &file_groupkv_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3715,7 +3631,7 @@ func (x *CreateGroupRequest) String() string {
 func (*CreateGroupRequest) ProtoMessage() {}
 
 func (x *CreateGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[58]
+	mi := &file_groupkv_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3728,7 +3644,7 @@ func (x *CreateGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGroupRequest.ProtoReflect.Descriptor instead.
 func (*CreateGroupRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{58}
+	return file_groupkv_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *CreateGroupRequest) GetId() string {
@@ -3772,7 +3688,7 @@ type GroupRefusal struct {
 
 func (x *GroupRefusal) Reset() {
 	*x = GroupRefusal{}
-	mi := &file_groupkv_proto_msgTypes[59]
+	mi := &file_groupkv_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3784,7 +3700,7 @@ func (x *GroupRefusal) String() string {
 func (*GroupRefusal) ProtoMessage() {}
 
 func (x *GroupRefusal) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[59]
+	mi := &file_groupkv_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3797,7 +3713,7 @@ func (x *GroupRefusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupRefusal.ProtoReflect.Descriptor instead.
 func (*GroupRefusal) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{59}
+	return file_groupkv_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GroupRefusal) GetCollection() string {
@@ -3834,7 +3750,7 @@ type CreateGroupResponse struct {
 
 func (x *CreateGroupResponse) Reset() {
 	*x = CreateGroupResponse{}
-	mi := &file_groupkv_proto_msgTypes[60]
+	mi := &file_groupkv_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3846,7 +3762,7 @@ func (x *CreateGroupResponse) String() string {
 func (*CreateGroupResponse) ProtoMessage() {}
 
 func (x *CreateGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[60]
+	mi := &file_groupkv_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3859,7 +3775,7 @@ func (x *CreateGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGroupResponse.ProtoReflect.Descriptor instead.
 func (*CreateGroupResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{60}
+	return file_groupkv_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *CreateGroupResponse) GetId() string {
@@ -3892,7 +3808,7 @@ type DescribeGroupRequest struct {
 
 func (x *DescribeGroupRequest) Reset() {
 	*x = DescribeGroupRequest{}
-	mi := &file_groupkv_proto_msgTypes[61]
+	mi := &file_groupkv_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3904,7 +3820,7 @@ func (x *DescribeGroupRequest) String() string {
 func (*DescribeGroupRequest) ProtoMessage() {}
 
 func (x *DescribeGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[61]
+	mi := &file_groupkv_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3917,7 +3833,7 @@ func (x *DescribeGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeGroupRequest.ProtoReflect.Descriptor instead.
 func (*DescribeGroupRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{61}
+	return file_groupkv_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *DescribeGroupRequest) GetId() string {
@@ -3949,7 +3865,7 @@ type GroupInfo struct {
 
 func (x *GroupInfo) Reset() {
 	*x = GroupInfo{}
-	mi := &file_groupkv_proto_msgTypes[62]
+	mi := &file_groupkv_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3961,7 +3877,7 @@ func (x *GroupInfo) String() string {
 func (*GroupInfo) ProtoMessage() {}
 
 func (x *GroupInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[62]
+	mi := &file_groupkv_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3974,7 +3890,7 @@ func (x *GroupInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupInfo.ProtoReflect.Descriptor instead.
 func (*GroupInfo) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{62}
+	return file_groupkv_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *GroupInfo) GetId() string {
@@ -4034,7 +3950,7 @@ type ListGroupsRequest struct {
 
 func (x *ListGroupsRequest) Reset() {
 	*x = ListGroupsRequest{}
-	mi := &file_groupkv_proto_msgTypes[63]
+	mi := &file_groupkv_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4046,7 +3962,7 @@ func (x *ListGroupsRequest) String() string {
 func (*ListGroupsRequest) ProtoMessage() {}
 
 func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[63]
+	mi := &file_groupkv_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4059,7 +3975,7 @@ func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ListGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{63}
+	return file_groupkv_proto_rawDescGZIP(), []int{62}
 }
 
 type ListGroupsResponse struct {
@@ -4071,7 +3987,7 @@ type ListGroupsResponse struct {
 
 func (x *ListGroupsResponse) Reset() {
 	*x = ListGroupsResponse{}
-	mi := &file_groupkv_proto_msgTypes[64]
+	mi := &file_groupkv_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4083,7 +3999,7 @@ func (x *ListGroupsResponse) String() string {
 func (*ListGroupsResponse) ProtoMessage() {}
 
 func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[64]
+	mi := &file_groupkv_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4096,7 +4012,7 @@ func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupsResponse.ProtoReflect.Descriptor instead.
 func (*ListGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{64}
+	return file_groupkv_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListGroupsResponse) GetGroups() []*GroupInfo {
@@ -4115,7 +4031,7 @@ type DeleteGroupRequest struct {
 
 func (x *DeleteGroupRequest) Reset() {
 	*x = DeleteGroupRequest{}
-	mi := &file_groupkv_proto_msgTypes[65]
+	mi := &file_groupkv_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4127,7 +4043,7 @@ func (x *DeleteGroupRequest) String() string {
 func (*DeleteGroupRequest) ProtoMessage() {}
 
 func (x *DeleteGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[65]
+	mi := &file_groupkv_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4140,7 +4056,7 @@ func (x *DeleteGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroupRequest.ProtoReflect.Descriptor instead.
 func (*DeleteGroupRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{65}
+	return file_groupkv_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *DeleteGroupRequest) GetId() string {
@@ -4158,7 +4074,7 @@ type DeleteGroupResponse struct {
 
 func (x *DeleteGroupResponse) Reset() {
 	*x = DeleteGroupResponse{}
-	mi := &file_groupkv_proto_msgTypes[66]
+	mi := &file_groupkv_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4170,7 +4086,7 @@ func (x *DeleteGroupResponse) String() string {
 func (*DeleteGroupResponse) ProtoMessage() {}
 
 func (x *DeleteGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[66]
+	mi := &file_groupkv_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4183,7 +4099,7 @@ func (x *DeleteGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroupResponse.ProtoReflect.Descriptor instead.
 func (*DeleteGroupResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{66}
+	return file_groupkv_proto_rawDescGZIP(), []int{65}
 }
 
 // BeginGroupTxnRequest begins a group transaction attempt: the fields of
@@ -4202,7 +4118,7 @@ type BeginGroupTxnRequest struct {
 
 func (x *BeginGroupTxnRequest) Reset() {
 	*x = BeginGroupTxnRequest{}
-	mi := &file_groupkv_proto_msgTypes[67]
+	mi := &file_groupkv_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4214,7 +4130,7 @@ func (x *BeginGroupTxnRequest) String() string {
 func (*BeginGroupTxnRequest) ProtoMessage() {}
 
 func (x *BeginGroupTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[67]
+	mi := &file_groupkv_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4227,7 +4143,7 @@ func (x *BeginGroupTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginGroupTxnRequest.ProtoReflect.Descriptor instead.
 func (*BeginGroupTxnRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{67}
+	return file_groupkv_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *BeginGroupTxnRequest) GetGroup() string {
@@ -4271,7 +4187,7 @@ type ExecGroupTxnRequest struct {
 
 func (x *ExecGroupTxnRequest) Reset() {
 	*x = ExecGroupTxnRequest{}
-	mi := &file_groupkv_proto_msgTypes[68]
+	mi := &file_groupkv_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4283,7 +4199,7 @@ func (x *ExecGroupTxnRequest) String() string {
 func (*ExecGroupTxnRequest) ProtoMessage() {}
 
 func (x *ExecGroupTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[68]
+	mi := &file_groupkv_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4296,7 +4212,7 @@ func (x *ExecGroupTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecGroupTxnRequest.ProtoReflect.Descriptor instead.
 func (*ExecGroupTxnRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{68}
+	return file_groupkv_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ExecGroupTxnRequest) GetGroup() string {
@@ -4512,23 +4428,14 @@ const file_groupkv_proto_rawDesc = "" +
 	"collection\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\fR\x03key\x12*\n" +
 	"\x05begin\x18\x04 \x01(\v2\x14.groupkv.v1.TxnBeginR\x05begin\x12%\n" +
-	"\x0egroup_snapshot\x18\x05 \x01(\bR\rgroupSnapshot\"\xb7\x01\n" +
+	"\x0egroup_snapshot\x18\x05 \x01(\bR\rgroupSnapshot\"\xb2\x01\n" +
 	"\x0eTxnGetResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x12\n" +
 	"\x04tags\x18\x03 \x03(\tR\x04tags\x12\x18\n" +
 	"\aversion\x18\x04 \x01(\x04R\aversion\x12\x10\n" +
-	"\x03txn\x18\x05 \x01(\tR\x03txn\x129\n" +
-	"\bsnapshot\x18\x06 \x03(\v2\x1d.groupkv.v1.TxnSnapshotRecordR\bsnapshot\"\x9f\x01\n" +
-	"\x11TxnSnapshotRecord\x12\x1e\n" +
-	"\n" +
-	"collection\x18\x01 \x01(\tR\n" +
-	"collection\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
-	"\x05found\x18\x03 \x01(\bR\x05found\x12\x14\n" +
-	"\x05value\x18\x04 \x01(\fR\x05value\x12\x12\n" +
-	"\x04tags\x18\x05 \x03(\tR\x04tags\x12\x18\n" +
-	"\aversion\x18\x06 \x01(\x04R\aversion\"}\n" +
+	"\x03txn\x18\x05 \x01(\tR\x03txn\x124\n" +
+	"\bsnapshot\x18\x06 \x03(\v2\x18.groupkv.v1.BatchGetItemR\bsnapshot\"}\n" +
 	"\rTxnPutRequest\x12\x10\n" +
 	"\x03txn\x18\x01 \x01(\tR\x03txn\x12\x1e\n" +
 	"\n" +
@@ -4701,7 +4608,7 @@ func file_groupkv_proto_rawDescGZIP() []byte {
 	return file_groupkv_proto_rawDescData
 }
 
-var file_groupkv_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
+var file_groupkv_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
 var file_groupkv_proto_goTypes = []any{
 	(*ErrorDetail)(nil),               // 0: groupkv.v1.ErrorDetail
 	(*CreateCollectionRequest)(nil),   // 1: groupkv.v1.CreateCollectionRequest
@@ -4743,35 +4650,34 @@ var file_groupkv_proto_goTypes = []any{
 	(*BeginTxnResponse)(nil),          // 37: groupkv.v1.BeginTxnResponse
 	(*TxnGetRequest)(nil),             // 38: groupkv.v1.TxnGetRequest
 	(*TxnGetResponse)(nil),            // 39: groupkv.v1.TxnGetResponse
-	(*TxnSnapshotRecord)(nil),         // 40: groupkv.v1.TxnSnapshotRecord
-	(*TxnPutRequest)(nil),             // 41: groupkv.v1.TxnPutRequest
-	(*TxnPutResponse)(nil),            // 42: groupkv.v1.TxnPutResponse
-	(*TxnDeleteRequest)(nil),          // 43: groupkv.v1.TxnDeleteRequest
-	(*TxnDeleteResponse)(nil),         // 44: groupkv.v1.TxnDeleteResponse
-	(*TxnWriteRequest)(nil),           // 45: groupkv.v1.TxnWriteRequest
-	(*TxnWriteResponse)(nil),          // 46: groupkv.v1.TxnWriteResponse
-	(*TxnScanRequest)(nil),            // 47: groupkv.v1.TxnScanRequest
-	(*TxnTagQuery)(nil),               // 48: groupkv.v1.TxnTagQuery
-	(*CommitTxnRequest)(nil),          // 49: groupkv.v1.CommitTxnRequest
-	(*CommitTxnResponse)(nil),         // 50: groupkv.v1.CommitTxnResponse
-	(*AbortTxnRequest)(nil),           // 51: groupkv.v1.AbortTxnRequest
-	(*AbortTxnResponse)(nil),          // 52: groupkv.v1.AbortTxnResponse
-	(*Compare)(nil),                   // 53: groupkv.v1.Compare
-	(*TxnOp)(nil),                     // 54: groupkv.v1.TxnOp
-	(*ExecTxnRequest)(nil),            // 55: groupkv.v1.ExecTxnRequest
-	(*TxnOpResult)(nil),               // 56: groupkv.v1.TxnOpResult
-	(*ExecTxnResponse)(nil),           // 57: groupkv.v1.ExecTxnResponse
-	(*CreateGroupRequest)(nil),        // 58: groupkv.v1.CreateGroupRequest
-	(*GroupRefusal)(nil),              // 59: groupkv.v1.GroupRefusal
-	(*CreateGroupResponse)(nil),       // 60: groupkv.v1.CreateGroupResponse
-	(*DescribeGroupRequest)(nil),      // 61: groupkv.v1.DescribeGroupRequest
-	(*GroupInfo)(nil),                 // 62: groupkv.v1.GroupInfo
-	(*ListGroupsRequest)(nil),         // 63: groupkv.v1.ListGroupsRequest
-	(*ListGroupsResponse)(nil),        // 64: groupkv.v1.ListGroupsResponse
-	(*DeleteGroupRequest)(nil),        // 65: groupkv.v1.DeleteGroupRequest
-	(*DeleteGroupResponse)(nil),       // 66: groupkv.v1.DeleteGroupResponse
-	(*BeginGroupTxnRequest)(nil),      // 67: groupkv.v1.BeginGroupTxnRequest
-	(*ExecGroupTxnRequest)(nil),       // 68: groupkv.v1.ExecGroupTxnRequest
+	(*TxnPutRequest)(nil),             // 40: groupkv.v1.TxnPutRequest
+	(*TxnPutResponse)(nil),            // 41: groupkv.v1.TxnPutResponse
+	(*TxnDeleteRequest)(nil),          // 42: groupkv.v1.TxnDeleteRequest
+	(*TxnDeleteResponse)(nil),         // 43: groupkv.v1.TxnDeleteResponse
+	(*TxnWriteRequest)(nil),           // 44: groupkv.v1.TxnWriteRequest
+	(*TxnWriteResponse)(nil),          // 45: groupkv.v1.TxnWriteResponse
+	(*TxnScanRequest)(nil),            // 46: groupkv.v1.TxnScanRequest
+	(*TxnTagQuery)(nil),               // 47: groupkv.v1.TxnTagQuery
+	(*CommitTxnRequest)(nil),          // 48: groupkv.v1.CommitTxnRequest
+	(*CommitTxnResponse)(nil),         // 49: groupkv.v1.CommitTxnResponse
+	(*AbortTxnRequest)(nil),           // 50: groupkv.v1.AbortTxnRequest
+	(*AbortTxnResponse)(nil),          // 51: groupkv.v1.AbortTxnResponse
+	(*Compare)(nil),                   // 52: groupkv.v1.Compare
+	(*TxnOp)(nil),                     // 53: groupkv.v1.TxnOp
+	(*ExecTxnRequest)(nil),            // 54: groupkv.v1.ExecTxnRequest
+	(*TxnOpResult)(nil),               // 55: groupkv.v1.TxnOpResult
+	(*ExecTxnResponse)(nil),           // 56: groupkv.v1.ExecTxnResponse
+	(*CreateGroupRequest)(nil),        // 57: groupkv.v1.CreateGroupRequest
+	(*GroupRefusal)(nil),              // 58: groupkv.v1.GroupRefusal
+	(*CreateGroupResponse)(nil),       // 59: groupkv.v1.CreateGroupResponse
+	(*DescribeGroupRequest)(nil),      // 60: groupkv.v1.DescribeGroupRequest
+	(*GroupInfo)(nil),                 // 61: groupkv.v1.GroupInfo
+	(*ListGroupsRequest)(nil),         // 62: groupkv.v1.ListGroupsRequest
+	(*ListGroupsResponse)(nil),        // 63: groupkv.v1.ListGroupsResponse
+	(*DeleteGroupRequest)(nil),        // 64: groupkv.v1.DeleteGroupRequest
+	(*DeleteGroupResponse)(nil),       // 65: groupkv.v1.DeleteGroupResponse
+	(*BeginGroupTxnRequest)(nil),      // 66: groupkv.v1.BeginGroupTxnRequest
+	(*ExecGroupTxnRequest)(nil),       // 67: groupkv.v1.ExecGroupTxnRequest
 }
 var file_groupkv_proto_depIdxs = []int32{
 	2,  // 0: groupkv.v1.CollectionInfo.shards:type_name -> groupkv.v1.ShardInfo
@@ -4784,28 +4690,28 @@ var file_groupkv_proto_depIdxs = []int32{
 	24, // 7: groupkv.v1.BatchErrorDetail.applied:type_name -> groupkv.v1.WriteResult
 	29, // 8: groupkv.v1.ScanResponse.items:type_name -> groupkv.v1.Record
 	36, // 9: groupkv.v1.TxnGetRequest.begin:type_name -> groupkv.v1.TxnBegin
-	40, // 10: groupkv.v1.TxnGetResponse.snapshot:type_name -> groupkv.v1.TxnSnapshotRecord
+	19, // 10: groupkv.v1.TxnGetResponse.snapshot:type_name -> groupkv.v1.BatchGetItem
 	36, // 11: groupkv.v1.TxnWriteRequest.begin:type_name -> groupkv.v1.TxnBegin
-	54, // 12: groupkv.v1.TxnWriteRequest.writes:type_name -> groupkv.v1.TxnOp
+	53, // 12: groupkv.v1.TxnWriteRequest.writes:type_name -> groupkv.v1.TxnOp
 	36, // 13: groupkv.v1.TxnScanRequest.begin:type_name -> groupkv.v1.TxnBegin
 	36, // 14: groupkv.v1.TxnTagQuery.begin:type_name -> groupkv.v1.TxnBegin
 	36, // 15: groupkv.v1.CommitTxnRequest.begin:type_name -> groupkv.v1.TxnBegin
-	54, // 16: groupkv.v1.CommitTxnRequest.writes:type_name -> groupkv.v1.TxnOp
+	53, // 16: groupkv.v1.CommitTxnRequest.writes:type_name -> groupkv.v1.TxnOp
 	17, // 17: groupkv.v1.CommitTxnRequest.snapshot_reads:type_name -> groupkv.v1.KeyRef
-	53, // 18: groupkv.v1.ExecTxnRequest.compares:type_name -> groupkv.v1.Compare
-	54, // 19: groupkv.v1.ExecTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
-	54, // 20: groupkv.v1.ExecTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
-	56, // 21: groupkv.v1.ExecTxnResponse.results:type_name -> groupkv.v1.TxnOpResult
+	52, // 18: groupkv.v1.ExecTxnRequest.compares:type_name -> groupkv.v1.Compare
+	53, // 19: groupkv.v1.ExecTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
+	53, // 20: groupkv.v1.ExecTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
+	55, // 21: groupkv.v1.ExecTxnResponse.results:type_name -> groupkv.v1.TxnOpResult
 	17, // 22: groupkv.v1.CreateGroupRequest.leader:type_name -> groupkv.v1.KeyRef
 	17, // 23: groupkv.v1.CreateGroupRequest.members:type_name -> groupkv.v1.KeyRef
 	17, // 24: groupkv.v1.CreateGroupResponse.joined:type_name -> groupkv.v1.KeyRef
-	59, // 25: groupkv.v1.CreateGroupResponse.refused:type_name -> groupkv.v1.GroupRefusal
+	58, // 25: groupkv.v1.CreateGroupResponse.refused:type_name -> groupkv.v1.GroupRefusal
 	17, // 26: groupkv.v1.GroupInfo.leader:type_name -> groupkv.v1.KeyRef
 	17, // 27: groupkv.v1.GroupInfo.members:type_name -> groupkv.v1.KeyRef
-	62, // 28: groupkv.v1.ListGroupsResponse.groups:type_name -> groupkv.v1.GroupInfo
-	53, // 29: groupkv.v1.ExecGroupTxnRequest.compares:type_name -> groupkv.v1.Compare
-	54, // 30: groupkv.v1.ExecGroupTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
-	54, // 31: groupkv.v1.ExecGroupTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
+	61, // 28: groupkv.v1.ListGroupsResponse.groups:type_name -> groupkv.v1.GroupInfo
+	52, // 29: groupkv.v1.ExecGroupTxnRequest.compares:type_name -> groupkv.v1.Compare
+	53, // 30: groupkv.v1.ExecGroupTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
+	53, // 31: groupkv.v1.ExecGroupTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
 	1,  // 32: groupkv.v1.GroupKV.CreateCollection:input_type -> groupkv.v1.CreateCollectionRequest
 	4,  // 33: groupkv.v1.GroupKV.ListCollections:input_type -> groupkv.v1.ListCollectionsRequest
 	6,  // 34: groupkv.v1.GroupKV.DescribeCollection:input_type -> groupkv.v1.DescribeCollectionRequest
@@ -4823,20 +4729,20 @@ var file_groupkv_proto_depIdxs = []int32{
 	15, // 46: groupkv.v1.GroupKV.Ready:input_type -> groupkv.v1.ReadyRequest
 	35, // 47: groupkv.v1.GroupKV.BeginTxn:input_type -> groupkv.v1.BeginTxnRequest
 	38, // 48: groupkv.v1.GroupKV.TxnGet:input_type -> groupkv.v1.TxnGetRequest
-	41, // 49: groupkv.v1.GroupKV.TxnPut:input_type -> groupkv.v1.TxnPutRequest
-	43, // 50: groupkv.v1.GroupKV.TxnDelete:input_type -> groupkv.v1.TxnDeleteRequest
-	45, // 51: groupkv.v1.GroupKV.TxnWrite:input_type -> groupkv.v1.TxnWriteRequest
-	47, // 52: groupkv.v1.GroupKV.TxnScan:input_type -> groupkv.v1.TxnScanRequest
-	48, // 53: groupkv.v1.GroupKV.TxnGetByTags:input_type -> groupkv.v1.TxnTagQuery
-	49, // 54: groupkv.v1.GroupKV.CommitTxn:input_type -> groupkv.v1.CommitTxnRequest
-	51, // 55: groupkv.v1.GroupKV.AbortTxn:input_type -> groupkv.v1.AbortTxnRequest
-	55, // 56: groupkv.v1.GroupKV.ExecTxn:input_type -> groupkv.v1.ExecTxnRequest
-	58, // 57: groupkv.v1.GroupKV.CreateGroup:input_type -> groupkv.v1.CreateGroupRequest
-	61, // 58: groupkv.v1.GroupKV.DescribeGroup:input_type -> groupkv.v1.DescribeGroupRequest
-	63, // 59: groupkv.v1.GroupKV.ListGroups:input_type -> groupkv.v1.ListGroupsRequest
-	65, // 60: groupkv.v1.GroupKV.DeleteGroup:input_type -> groupkv.v1.DeleteGroupRequest
-	67, // 61: groupkv.v1.GroupKV.BeginGroupTxn:input_type -> groupkv.v1.BeginGroupTxnRequest
-	68, // 62: groupkv.v1.GroupKV.ExecGroupTxn:input_type -> groupkv.v1.ExecGroupTxnRequest
+	40, // 49: groupkv.v1.GroupKV.TxnPut:input_type -> groupkv.v1.TxnPutRequest
+	42, // 50: groupkv.v1.GroupKV.TxnDelete:input_type -> groupkv.v1.TxnDeleteRequest
+	44, // 51: groupkv.v1.GroupKV.TxnWrite:input_type -> groupkv.v1.TxnWriteRequest
+	46, // 52: groupkv.v1.GroupKV.TxnScan:input_type -> groupkv.v1.TxnScanRequest
+	47, // 53: groupkv.v1.GroupKV.TxnGetByTags:input_type -> groupkv.v1.TxnTagQuery
+	48, // 54: groupkv.v1.GroupKV.CommitTxn:input_type -> groupkv.v1.CommitTxnRequest
+	50, // 55: groupkv.v1.GroupKV.AbortTxn:input_type -> groupkv.v1.AbortTxnRequest
+	54, // 56: groupkv.v1.GroupKV.ExecTxn:input_type -> groupkv.v1.ExecTxnRequest
+	57, // 57: groupkv.v1.GroupKV.CreateGroup:input_type -> groupkv.v1.CreateGroupRequest
+	60, // 58: groupkv.v1.GroupKV.DescribeGroup:input_type -> groupkv.v1.DescribeGroupRequest
+	62, // 59: groupkv.v1.GroupKV.ListGroups:input_type -> groupkv.v1.ListGroupsRequest
+	64, // 60: groupkv.v1.GroupKV.DeleteGroup:input_type -> groupkv.v1.DeleteGroupRequest
+	66, // 61: groupkv.v1.GroupKV.BeginGroupTxn:input_type -> groupkv.v1.BeginGroupTxnRequest
+	67, // 62: groupkv.v1.GroupKV.ExecGroupTxn:input_type -> groupkv.v1.ExecGroupTxnRequest
 	3,  // 63: groupkv.v1.GroupKV.CreateCollection:output_type -> groupkv.v1.CollectionInfo
 	5,  // 64: groupkv.v1.GroupKV.ListCollections:output_type -> groupkv.v1.ListCollectionsResponse
 	3,  // 65: groupkv.v1.GroupKV.DescribeCollection:output_type -> groupkv.v1.CollectionInfo
@@ -4854,20 +4760,20 @@ var file_groupkv_proto_depIdxs = []int32{
 	16, // 77: groupkv.v1.GroupKV.Ready:output_type -> groupkv.v1.ReadyResponse
 	37, // 78: groupkv.v1.GroupKV.BeginTxn:output_type -> groupkv.v1.BeginTxnResponse
 	39, // 79: groupkv.v1.GroupKV.TxnGet:output_type -> groupkv.v1.TxnGetResponse
-	42, // 80: groupkv.v1.GroupKV.TxnPut:output_type -> groupkv.v1.TxnPutResponse
-	44, // 81: groupkv.v1.GroupKV.TxnDelete:output_type -> groupkv.v1.TxnDeleteResponse
-	46, // 82: groupkv.v1.GroupKV.TxnWrite:output_type -> groupkv.v1.TxnWriteResponse
+	41, // 80: groupkv.v1.GroupKV.TxnPut:output_type -> groupkv.v1.TxnPutResponse
+	43, // 81: groupkv.v1.GroupKV.TxnDelete:output_type -> groupkv.v1.TxnDeleteResponse
+	45, // 82: groupkv.v1.GroupKV.TxnWrite:output_type -> groupkv.v1.TxnWriteResponse
 	31, // 83: groupkv.v1.GroupKV.TxnScan:output_type -> groupkv.v1.ScanResponse
 	31, // 84: groupkv.v1.GroupKV.TxnGetByTags:output_type -> groupkv.v1.ScanResponse
-	50, // 85: groupkv.v1.GroupKV.CommitTxn:output_type -> groupkv.v1.CommitTxnResponse
-	52, // 86: groupkv.v1.GroupKV.AbortTxn:output_type -> groupkv.v1.AbortTxnResponse
-	57, // 87: groupkv.v1.GroupKV.ExecTxn:output_type -> groupkv.v1.ExecTxnResponse
-	60, // 88: groupkv.v1.GroupKV.CreateGroup:output_type -> groupkv.v1.CreateGroupResponse
-	62, // 89: groupkv.v1.GroupKV.DescribeGroup:output_type -> groupkv.v1.GroupInfo
-	64, // 90: groupkv.v1.GroupKV.ListGroups:output_type -> groupkv.v1.ListGroupsResponse
-	66, // 91: groupkv.v1.GroupKV.DeleteGroup:output_type -> groupkv.v1.DeleteGroupResponse
+	49, // 85: groupkv.v1.GroupKV.CommitTxn:output_type -> groupkv.v1.CommitTxnResponse
+	51, // 86: groupkv.v1.GroupKV.AbortTxn:output_type -> groupkv.v1.AbortTxnResponse
+	56, // 87: groupkv.v1.GroupKV.ExecTxn:output_type -> groupkv.v1.ExecTxnResponse
+	59, // 88: groupkv.v1.GroupKV.CreateGroup:output_type -> groupkv.v1.CreateGroupResponse
+	61, // 89: groupkv.v1.GroupKV.DescribeGroup:output_type -> groupkv.v1.GroupInfo
+	63, // 90: groupkv.v1.GroupKV.ListGroups:output_type -> groupkv.v1.ListGroupsResponse
+	65, // 91: groupkv.v1.GroupKV.DeleteGroup:output_type -> groupkv.v1.DeleteGroupResponse
 	37, // 92: groupkv.v1.GroupKV.BeginGroupTxn:output_type -> groupkv.v1.BeginTxnResponse
-	57, // 93: groupkv.v1.GroupKV.ExecGroupTxn:output_type -> groupkv.v1.ExecTxnResponse
+	56, // 93: groupkv.v1.GroupKV.ExecGroupTxn:output_type -> groupkv.v1.ExecTxnResponse
 	63, // [63:94] is the sub-list for method output_type
 	32, // [32:63] is the sub-list for method input_type
 	32, // [32:32] is the sub-list for extension type_name
@@ -4883,7 +4789,7 @@ func file_groupkv_proto_init() {
 	file_groupkv_proto_msgTypes[9].OneofWrappers = []any{}
 	file_groupkv_proto_msgTypes[13].OneofWrappers = []any{}
 	file_groupkv_proto_msgTypes[21].OneofWrappers = []any{}
-	file_groupkv_proto_msgTypes[53].OneofWrappers = []any{
+	file_groupkv_proto_msgTypes[52].OneofWrappers = []any{
 		(*Compare_Version)(nil),
 		(*Compare_Value)(nil),
 	}
@@ -4893,7 +4799,7 @@ func file_groupkv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_groupkv_proto_rawDesc), len(file_groupkv_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   69,
+			NumMessages:   68,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
