@@ -24,7 +24,7 @@ type groupsBenchFlags struct {
 	clients, modes       string
 	w                    bench.GroupsWorkload
 	opts                 bench.Options
-	loadClients          int
+	loadClients, rounds  int
 	load, progress       bool
 	out, version, system string
 	table                string
@@ -80,6 +80,11 @@ latency and rate, the moves' latency and rate, and the mean latency per
 operation with a game's creation and deletion amortized over its moves + 2,
 whose ratio grouped/ungrouped is the overhead of groups.
 
+--rounds N runs both modes N times at each client count, alternating
+their order (grouped then ungrouped, then ungrouped then grouped, ...), so
+that the machine's other load and the compactions that follow a load weigh
+on both alike; the overhead is then the median of the rounds'.
+
 --load empties the collection and loads the players first (--load-clients
 clients, --load-batch players per batch put).`,
 		Example: `  groupkv bench groups --addr 127.0.0.1:7070 --players 1000000 --load --clients 1,4,16 --out results.json
@@ -101,6 +106,7 @@ clients, --load-batch players per batch put).`,
 	fs.IntVar(&f.w.OpsPerGroup, "ops-per-group", 50, "moves of a game (group transactions)")
 	fs.DurationVar(&f.w.Think, "think", 10*time.Millisecond, "least think time before a move, drawn from [think, 2×think); 0 for none")
 	fs.StringVar(&f.modes, "mode", "grouped,ungrouped", "grouped (games in key groups), ungrouped (plain gets and puts), or both, run in this order")
+	fs.IntVar(&f.rounds, "rounds", 1, "times each mode runs at each client count, the modes' order alternating; the overhead is the median of the rounds'")
 	fs.StringVar(&f.clients, "clients", "1,4,16", "concurrent clients, each playing one game at a time; a comma-separated list runs each")
 	fs.DurationVar(&f.opts.Duration, "duration", 15*time.Second, "measured time of each run")
 	fs.DurationVar(&f.opts.Warmup, "warmup", 3*time.Second, "unmeasured time before each run's measured time")
@@ -132,6 +138,9 @@ func runGroupsBench(cmd *cobra.Command, f groupsBenchFlags) error {
 	w.EnsureDefaults()
 	if err := w.Validate(); err != nil {
 		return usagef("%v", err)
+	}
+	if f.rounds < 1 {
+		return usagef("--rounds %d: need at least 1", f.rounds)
 	}
 	if f.loadClients < 1 {
 		return usagef("--load-clients %d: need at least 1", f.loadClients)
@@ -193,11 +202,18 @@ func runGroupsBench(cmd *cobra.Command, f groupsBenchFlags) error {
 		if err != nil {
 			return err
 		}
-		for _, m := range modes {
-			w.Mode = m
+		for i := range f.rounds * len(modes) {
+			round, m := i/len(modes), i%len(modes)
+			if round%2 == 1 {
+				m = len(modes) - 1 - m // every other round in the other order
+			}
+			w.Mode = modes[m]
 			res, err := r.Run(ctx, w)
 			if err != nil {
 				return err
+			}
+			if f.rounds > 1 {
+				res.Params.Round = round + 1
 			}
 			res.Load, loaded = loaded, nil
 			if f.version != "" {

@@ -50,6 +50,41 @@ func TestBenchGroupsEmbedded(t *testing.T) {
 	}
 }
 
+// TestBenchGroupsRounds runs the modes in three rounds, alternating their
+// order, and reports the median of the rounds' overheads.
+func TestBenchGroupsRounds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("opens a node")
+	}
+	dir := t.TempDir()
+	results := filepath.Join(dir, "results.json")
+	out, err := runBench(t, "groups", "--embedded", filepath.Join(dir, "node"), "--players", "300", "--load",
+		"--group-size", "3", "--ops-per-group", "3", "--think", "1ms", "--clients", "2", "--rounds", "3",
+		"--duration", "300ms", "--warmup", "50ms", "--seed", "4", "--out", results)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	rs, err := bench.ReadResultsFile(results)
+	if err != nil || len(rs) != 6 {
+		t.Fatalf("%d results: %v", len(rs), err)
+	}
+	g, u := bench.GroupsModeGrouped, bench.GroupsModeUngrouped
+	want := []struct {
+		round int
+		mode  string
+	}{{1, g}, {1, u}, {2, u}, {2, g}, {3, g}, {3, u}}
+	for i, r := range rs {
+		if r.Params.Round != want[i].round || r.Params.GroupMode != want[i].mode || r.Errors != 0 {
+			t.Errorf("result %d: round %d mode %s errors %d, want round %d mode %s", i, r.Params.Round, r.Params.GroupMode, r.Errors, want[i].round, want[i].mode)
+		}
+	}
+	for _, want := range []string{"| 2 | grouped, round 1 |", "| 2 | ungrouped, round 3 |", "each figure is the median of the rounds'", "| 3: "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 func TestBenchGroupsUsage(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -61,6 +96,7 @@ func TestBenchGroupsUsage(t *testing.T) {
 		{[]string{"--group-size", "1"}, "group size 1"},
 		{[]string{"--think", "-1ms"}, "think time"},
 		{[]string{"--load-clients", "0"}, "--load-clients"},
+		{[]string{"--rounds", "0"}, "--rounds"},
 		{[]string{"--addr", ","}, "--addr"},
 	} {
 		_, err := runBench(t, append([]string{"groups"}, c.args...)...)

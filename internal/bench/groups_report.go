@@ -89,6 +89,7 @@ func (a groupsConfig) less(b groupsConfig) bool {
 type groupsCell struct {
 	cfg     groupsConfig
 	clients int
+	round   int
 	mode    string
 }
 
@@ -97,12 +98,13 @@ func groupsCellOf(r Result) groupsCell {
 	return groupsCell{
 		cfg:     groupsConfig{r.System, p.GroupMembers, p.Records, p.GroupSize, p.OpsPerGroup, p.GroupSizeStddev, p.ThinkMs},
 		clients: p.Clients,
+		round:   p.Round,
 		mode:    p.GroupMode,
 	}
 }
 
 // latestGroups keeps the last groups result of each configuration, client
-// count and mode.
+// count, round and mode.
 func latestGroups(rs []Result) map[groupsCell]Result {
 	out := map[groupsCell]Result{}
 	for _, r := range rs {
@@ -118,6 +120,7 @@ func latestGroups(rs []Result) map[groupsCell]Result {
 // runs, with (Amortized) and without (Move) the creations and deletions.
 type GroupsOverhead struct {
 	config                          groupsConfig
+	round                           int
 	System, Members                 string
 	Players, GroupSize, OpsPerGroup int
 	ThinkMs                         float64
@@ -129,6 +132,12 @@ type GroupsOverhead struct {
 	GroupedMoveUs, UngroupedMoveUs float64
 	MoveRatio                      float64
 	GroupedErrors, UngroupedErrors int64
+	// Rounds are the ratios of the means of each round, in round order,
+	// when the modes ran in rounds (--rounds): the latencies and ratios
+	// above are then the medians of the rounds', and the errors their
+	// sums. A round's two runs are close in time, so the machine's load
+	// moves them alike; the median leaves out a round that met a stall.
+	Rounds []float64
 	// GoalApplies when OpsPerGroup >= GroupsGoalMinOps; Met when it
 	// applies, both Ratio and P50Ratio are at most GroupsOverheadGoal (a
 	// mean alone is moved by a few stalls of either run: the medians
@@ -137,41 +146,31 @@ type GroupsOverhead struct {
 }
 
 // GroupsOverheads answers the overhead of every configuration and client
-// count of rs that has both a grouped and an ungrouped run, ordered by
-// configuration then clients.
+// count of rs that has both a grouped and an ungrouped run (in a round,
+// when they ran in rounds), ordered by configuration then clients.
 func GroupsOverheads(rs []Result) []GroupsOverhead {
 	cells := latestGroups(rs)
-	var out []GroupsOverhead
+	type key struct {
+		cfg     groupsConfig
+		clients int
+	}
+	rounds := map[key][]GroupsOverhead{}
 	for c, g := range cells {
 		if c.mode != GroupsModeGrouped {
 			continue
 		}
-		u, ok := cells[groupsCell{c.cfg, c.clients, GroupsModeUngrouped}]
+		u, ok := cells[groupsCell{c.cfg, c.clients, c.round, GroupsModeUngrouped}]
 		if !ok {
 			continue
 		}
-		ga, ua := g.Latency[GroupsOpAmortized], u.Latency[GroupsOpAmortized]
-		gm, um := g.Latency[GroupsOpMove], u.Latency[GroupsOpMove]
-		if ga.Count == 0 || ua.Count == 0 {
-			continue
+		if o, ok := groupsOverhead(c, g, u); ok {
+			k := key{c.cfg, c.clients}
+			rounds[k] = append(rounds[k], o)
 		}
-		o := GroupsOverhead{
-			config: c.cfg,
-			System: c.cfg.system, Members: c.cfg.members, Players: c.cfg.players, GroupSize: c.cfg.size,
-			OpsPerGroup: c.cfg.ops, ThinkMs: c.cfg.thinkMs, Clients: c.clients,
-			GroupedUs: ga.MeanUs, UngroupedUs: ua.MeanUs, Ratio: ga.MeanUs / ua.MeanUs,
-			GroupedMoveUs: gm.MeanUs, UngroupedMoveUs: um.MeanUs,
-			GroupedErrors: g.Errors, UngroupedErrors: u.Errors,
-			GoalApplies: c.cfg.ops >= GroupsGoalMinOps,
-		}
-		if um.MeanUs > 0 {
-			o.MoveRatio = gm.MeanUs / um.MeanUs
-		}
-		if ua.P50Us > 0 {
-			o.P50Ratio = ga.P50Us / ua.P50Us
-		}
-		o.Met = o.GoalApplies && o.Ratio <= GroupsOverheadGoal && o.P50Ratio <= GroupsOverheadGoal && g.Errors == 0
-		out = append(out, o)
+	}
+	var out []GroupsOverhead
+	for _, os := range rounds {
+		out = append(out, medianOverhead(os))
 	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
@@ -181,6 +180,80 @@ func GroupsOverheads(rs []Result) []GroupsOverhead {
 		return a.Clients < b.Clients
 	})
 	return out
+}
+
+// groupsOverhead is the overhead of one grouped run g over its ungrouped
+// run u, of cell c.
+func groupsOverhead(c groupsCell, g, u Result) (GroupsOverhead, bool) {
+	ga, ua := g.Latency[GroupsOpAmortized], u.Latency[GroupsOpAmortized]
+	gm, um := g.Latency[GroupsOpMove], u.Latency[GroupsOpMove]
+	if ga.Count == 0 || ua.Count == 0 {
+		return GroupsOverhead{}, false
+	}
+	o := GroupsOverhead{
+		config: c.cfg, round: c.round,
+		System: c.cfg.system, Members: c.cfg.members, Players: c.cfg.players, GroupSize: c.cfg.size,
+		OpsPerGroup: c.cfg.ops, ThinkMs: c.cfg.thinkMs, Clients: c.clients,
+		GroupedUs: ga.MeanUs, UngroupedUs: ua.MeanUs, Ratio: ga.MeanUs / ua.MeanUs,
+		GroupedMoveUs: gm.MeanUs, UngroupedMoveUs: um.MeanUs,
+		GroupedErrors: g.Errors, UngroupedErrors: u.Errors,
+		GoalApplies: c.cfg.ops >= GroupsGoalMinOps,
+	}
+	if um.MeanUs > 0 {
+		o.MoveRatio = gm.MeanUs / um.MeanUs
+	}
+	if ua.P50Us > 0 {
+		o.P50Ratio = ga.P50Us / ua.P50Us
+	}
+	if c.round > 0 {
+		o.Rounds = []float64{o.Ratio}
+	}
+	o.Met = o.GoalApplies && o.Ratio <= GroupsOverheadGoal && o.P50Ratio <= GroupsOverheadGoal && g.Errors == 0
+	return o, true
+}
+
+// medianOverhead combines the overheads of the rounds of one
+// configuration and client count (each with one entry in Rounds): the
+// medians of their latencies and ratios, the sums of their errors.
+func medianOverhead(os []GroupsOverhead) GroupsOverhead {
+	if len(os) == 1 {
+		return os[0]
+	}
+	sort.Slice(os, func(i, j int) bool { return os[i].round < os[j].round })
+	o := os[0]
+	med := func(f func(GroupsOverhead) float64) float64 {
+		vs := make([]float64, len(os))
+		for i, x := range os {
+			vs[i] = f(x)
+		}
+		return median(vs)
+	}
+	o.GroupedUs = med(func(x GroupsOverhead) float64 { return x.GroupedUs })
+	o.UngroupedUs = med(func(x GroupsOverhead) float64 { return x.UngroupedUs })
+	o.Ratio = med(func(x GroupsOverhead) float64 { return x.Ratio })
+	o.P50Ratio = med(func(x GroupsOverhead) float64 { return x.P50Ratio })
+	o.GroupedMoveUs = med(func(x GroupsOverhead) float64 { return x.GroupedMoveUs })
+	o.UngroupedMoveUs = med(func(x GroupsOverhead) float64 { return x.UngroupedMoveUs })
+	o.MoveRatio = med(func(x GroupsOverhead) float64 { return x.MoveRatio })
+	o.Rounds, o.GroupedErrors, o.UngroupedErrors = nil, 0, 0
+	for _, x := range os {
+		o.Rounds = append(o.Rounds, x.Ratio)
+		o.GroupedErrors += x.GroupedErrors
+		o.UngroupedErrors += x.UngroupedErrors
+	}
+	o.Met = o.GoalApplies && o.Ratio <= GroupsOverheadGoal && o.P50Ratio <= GroupsOverheadGoal && o.GroupedErrors == 0
+	return o
+}
+
+// median answers the median of vs (the mean of the middle two for an even
+// count), which it sorts.
+func median(vs []float64) float64 {
+	sort.Float64s(vs)
+	n := len(vs)
+	if n%2 == 1 {
+		return vs[n/2]
+	}
+	return (vs[n/2-1] + vs[n/2]) / 2
 }
 
 // WriteGroupsMarkdown writes Markdown tables of the groups workload's
@@ -204,6 +277,9 @@ func WriteGroupsMarkdown(w io.Writer, rs []Result) error {
 		}
 		if a.clients != b.clients {
 			return a.clients < b.clients
+		}
+		if a.round != b.round {
+			return a.round < b.round
 		}
 		return a.mode < b.mode // grouped before ungrouped
 	})
@@ -233,17 +309,21 @@ func WriteGroupsMarkdown(w io.Writer, rs []Result) error {
 			}
 			return ms(us)
 		}
+		mode := c.mode
+		if c.round > 0 {
+			mode = fmt.Sprintf("%s, round %d", c.mode, c.round)
+		}
 		fmt.Fprintf(&b, "| %d | %s | %.1f | %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %d | %d |\n",
-			c.clients, c.mode, g.CreatesPerSec, lat(cr, cr.P50Us), lat(cr, cr.P99Us), g.MovesPerSec,
+			c.clients, mode, g.CreatesPerSec, lat(cr, cr.P50Us), lat(cr, cr.P99Us), g.MovesPerSec,
 			lat(mv, mv.P50Us), lat(mv, mv.P99Us), lat(am, am.P50Us), lat(am, am.P99Us), lat(am, am.MeanUs),
 			lat(de, de.P50Us), lat(de, de.P99Us), g.Refused, r.Errors)
 	}
 
 	if os := GroupsOverheads(rs); len(os) > 0 {
-		fmt.Fprintf(&b, "\nOverhead of groups: mean latency per operation grouped / ungrouped, the creation and deletion amortized over the game (the goal: at most %.2f× with %d moves or more per game, the medians' ratio too), the same of the medians, and of the moves alone (mean):\n\n",
+		fmt.Fprintf(&b, "\nOverhead of groups: mean latency per operation grouped / ungrouped, the creation and deletion amortized over the game (the goal: at most %.2f× with %d moves or more per game, the medians' ratio too), the same of the medians, and of the moves alone (mean); where the modes ran in rounds, alternating, each figure is the median of the rounds' and the last column gives each round's ratio of the means:\n\n",
 			GroupsOverheadGoal, GroupsGoalMinOps)
-		b.WriteString("| system | players | moves/game | clients | grouped ms/op | ungrouped ms/op | grouped / ungrouped | medians: grouped / ungrouped | moves alone: grouped / ungrouped | goal met |\n")
-		b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
+		b.WriteString("| system | players | moves/game | clients | grouped ms/op | ungrouped ms/op | grouped / ungrouped | medians: grouped / ungrouped | moves alone: grouped / ungrouped | goal met | rounds |\n")
+		b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|---|---|\n")
 		for _, o := range os {
 			met := "n/a (fewer moves)"
 			switch {
@@ -255,8 +335,16 @@ func WriteGroupsMarkdown(w io.Writer, rs []Result) error {
 			default:
 				met = "no"
 			}
-			fmt.Fprintf(&b, "| %s | %d | %d | %d | %s | %s | %.2f× | %.2f× | %.2f× | %s |\n",
-				o.System, o.Players, o.OpsPerGroup, o.Clients, ms(o.GroupedUs), ms(o.UngroupedUs), o.Ratio, o.P50Ratio, o.MoveRatio, met)
+			rounds := "1"
+			if len(o.Rounds) > 1 {
+				rs := make([]string, len(o.Rounds))
+				for i, r := range o.Rounds {
+					rs[i] = fmt.Sprintf("%.2f×", r)
+				}
+				rounds = fmt.Sprintf("%d: %s", len(o.Rounds), strings.Join(rs, ", "))
+			}
+			fmt.Fprintf(&b, "| %s | %d | %d | %d | %s | %s | %.2f× | %.2f× | %.2f× | %s | %s |\n",
+				o.System, o.Players, o.OpsPerGroup, o.Clients, ms(o.GroupedUs), ms(o.UngroupedUs), o.Ratio, o.P50Ratio, o.MoveRatio, met, rounds)
 		}
 	}
 	_, err := io.WriteString(w, b.String())

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -305,5 +306,50 @@ func TestGroupsOverheads(t *testing.T) {
 	}
 	if err := WriteGroupsMarkdown(&b, nil); !errors.Is(err, ErrNoResults) {
 		t.Errorf("no results: %v", err)
+	}
+}
+
+// TestGroupsOverheadsRounds: runs in rounds give, per client count, the
+// median of the rounds' figures, each round's ratio in round order, and
+// the errors of every round.
+func TestGroupsOverheadsRounds(t *testing.T) {
+	run := func(round int, mode string, meanUs, p50Us float64, errs int64) Result {
+		return Result{System: "groupkv", Workload: GroupsWorkloadName, Groups: &GroupsStats{Games: 10}, Errors: errs,
+			Params: Params{Records: 1000, Clients: 4, GroupMode: mode, GroupSize: 10, GroupMembers: MembersContiguous, OpsPerGroup: 50, ThinkMs: 10, Round: round},
+			Latency: map[string]Latency{
+				GroupsOpAmortized: {Count: 10, MeanUs: meanUs, P50Us: p50Us},
+				GroupsOpMove:      {Count: 500, MeanUs: meanUs, P50Us: p50Us},
+			}}
+	}
+	g, u := GroupsModeGrouped, GroupsModeUngrouped
+	rs := []Result{
+		run(1, g, 1050, 1000, 0), run(1, u, 1000, 1000, 0),
+		run(2, u, 1000, 1000, 1), run(2, g, 3000, 3000, 0), // a stall
+		run(3, g, 1000, 1080, 0), run(3, u, 1000, 1000, 0),
+	}
+	os := GroupsOverheads(rs)
+	if len(os) != 1 {
+		t.Fatalf("overheads %+v", os)
+	}
+	o := os[0]
+	if o.Ratio != 1.05 || o.P50Ratio != 1.08 || o.GroupedUs != 1050 || o.UngroupedUs != 1000 || !o.Met {
+		t.Errorf("median of the rounds: %+v", o)
+	}
+	if !slices.Equal(o.Rounds, []float64{1.05, 3, 1}) || o.UngroupedErrors != 1 || o.GroupedErrors != 0 {
+		t.Errorf("rounds %v, errors %d/%d", o.Rounds, o.GroupedErrors, o.UngroupedErrors)
+	}
+	// A grouped error in any round fails the goal.
+	rs[4].Errors = 2
+	if o := GroupsOverheads(rs)[0]; o.Met || o.GroupedErrors != 2 {
+		t.Errorf("with a grouped error: %+v", o)
+	}
+	var b bytes.Buffer
+	if err := WriteGroupsMarkdown(&b, rs); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| 4 | grouped, round 2 |", "| 3: 1.05×, 3.00×, 1.00× |"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, b.String())
+		}
 	}
 }

@@ -89,6 +89,10 @@ type Params struct {
 	GroupMembers    string  `json:"group_members,omitempty"`
 	OpsPerGroup     int     `json:"ops_per_group,omitempty"`
 	ThinkMs         float64 `json:"think_ms,omitempty"`
+	// Round numbers, from 1, the runs of a groups benchmark that ran
+	// each mode several times, alternating them (--rounds); 0 for a run
+	// of one round.
+	Round int `json:"round,omitempty"`
 }
 
 // Host describes the machine that ran the benchmark client.
