@@ -70,6 +70,26 @@ func ReadOnly() TxnOption {
 	return func(o *kv.TxnOptions) { o.ReadOnly = true }
 }
 
+// WithCachedSnapshot lets a group transaction (Group.Transact) of a
+// remote DB read from the snapshot of the group that the DB kept from its
+// last such transaction of the group: each commit brings back the group's
+// snapshot as its leader holds it once the commit applied, and the next
+// transaction answers its reads of members from it and sends only its
+// commit, which names those reads with their versions. The group's leader
+// validates them as it validates any read, and does so even for a
+// transaction that wrote nothing; one that read a member changed since
+// fails validation and runs again on a fresh snapshot (as a transaction
+// of the group that fails validation does). A transaction that reads and
+// writes members of a group that no other client writes in between costs
+// one round trip instead of two; one that reads only may run again, which
+// it never does without the option. A transaction that must ask the
+// server anything before its commit (a get of a key that is not a member,
+// a scan, writes too large to keep) runs again without the snapshot. It
+// changes nothing for an embedded DB, nor for DB.Transact.
+func WithCachedSnapshot() TxnOption {
+	return func(o *kv.TxnOptions) { o.CachedSnapshot = true }
+}
+
 // Errors of transactions.
 var (
 	// ErrTxnAborted matches the error of an operation of an attempt that

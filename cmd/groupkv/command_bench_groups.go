@@ -26,6 +26,7 @@ type groupsBenchFlags struct {
 	opts                 bench.Options
 	loadClients, rounds  int
 	load, progress       bool
+	noCache              bool
 	out, version, system string
 	table                string
 }
@@ -106,6 +107,7 @@ clients, --load-batch players per batch put).`,
 	fs.IntVar(&f.w.OpsPerGroup, "ops-per-group", 50, "moves of a game (group transactions)")
 	fs.DurationVar(&f.w.Think, "think", 10*time.Millisecond, "least think time before a move, drawn from [think, 2×think); 0 for none")
 	fs.StringVar(&f.modes, "mode", "grouped,ungrouped", "grouped (games in key groups), ungrouped (plain gets and puts), or both, run in this order")
+	fs.BoolVar(&f.noCache, "no-cached-snapshot", false, "make each move read the group's snapshot from its leader, instead of from the one the game's previous move brought back (groupkv.WithCachedSnapshot)")
 	fs.IntVar(&f.rounds, "rounds", 1, "times each mode runs at each client count, the modes' order alternating; the overhead is the median of the rounds'")
 	fs.StringVar(&f.clients, "clients", "1,4,16", "concurrent clients, each playing one game at a time; a comma-separated list runs each")
 	fs.DurationVar(&f.opts.Duration, "duration", 15*time.Second, "measured time of each run")
@@ -161,7 +163,7 @@ func runGroupsBench(cmd *cobra.Command, f groupsBenchFlags) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	dopts := bench.DriverOptions{Table: f.table, Shards: opts.Shards, Replicas: opts.Replicas}
+	dopts := bench.DriverOptions{Table: f.table, Shards: opts.Shards, Replicas: opts.Replicas, NoCachedSnapshot: f.noCache}
 	var d *bench.GroupKVGroups
 	if f.embedded != "" {
 		// The node logs through the default logger: warnings and errors
@@ -215,6 +217,7 @@ func runGroupsBench(cmd *cobra.Command, f groupsBenchFlags) error {
 			if f.rounds > 1 {
 				res.Params.Round = round + 1
 			}
+			res.Params.NoCachedSnapshot = f.noCache && w.Mode == bench.GroupsModeGrouped
 			res.Load, loaded = loaded, nil
 			if f.version != "" {
 				res.Version = f.version

@@ -163,6 +163,21 @@ func SnapshotReadsFromPB(m []*pb.KeyRef) ([]kv.KeyRef, error) {
 	return out, nil
 }
 
+// CachedReadsFromPB validates the cached_reads of a commit: each names a
+// key, and the version and presence it was read at (its value and tags,
+// if sent, are ignored).
+func CachedReadsFromPB(m []*pb.BatchGetItem) ([]kv.BatchGetItem, error) {
+	out := make([]kv.BatchGetItem, len(m))
+	for i, r := range m {
+		ref, err := keyRefFromPB(r.GetCollection(), r.GetKey())
+		if err != nil {
+			return nil, kv.Errorf(kv.CodeInvalidArgument, "cached_reads[%d]: %s", i, kv.AsError(err).Message)
+		}
+		out[i] = kv.BatchGetItem{Collection: ref.Collection, Key: ref.Key, Found: r.GetFound(), Version: r.GetVersion()}
+	}
+	return out, nil
+}
+
 // TxnPutRequestFromPB validates a put in an attempt: its key and tags.
 func TxnPutRequestFromPB(m *pb.TxnPutRequest) (string, kv.PutItem, error) {
 	if err := checkTxnID(m.GetTxn()); err != nil {

@@ -328,16 +328,30 @@ func (s *grpcService) CommitTxn(ctx context.Context, req *pb.CommitTxnRequest) (
 	if err != nil {
 		return nil, s.fail(ctx, err)
 	}
+	cached, err := CachedReadsFromPB(req.GetCachedReads())
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
 	gs, _ := tb.(kv.GroupSnapshotter)
 	if len(reads) > 0 && (gs == nil || req.GetTxn() == "") {
 		return nil, s.fail(ctx, kv.Errorf(kv.CodeInvalidArgument, "snapshot_reads name reads from a group snapshot a get of this attempt answered: an attempt begun by its commit has none"))
+	}
+	if len(cached) > 0 && len(reads) > 0 {
+		return nil, s.fail(ctx, kv.Errorf(kv.CodeInvalidArgument, "a commit names reads from the attempt's snapshot (snapshot_reads) or from one its client kept (cached_reads), not both"))
+	}
+	if len(cached) > 0 && gs == nil {
+		return nil, s.fail(ctx, kv.Errorf(kv.CodeInvalidArgument, "cached_reads name reads from a snapshot of a key group: this server has no group transactions"))
 	}
 	a, err := s.attemptOf(ctx, tb, req.GetTxn(), req.GetBegin())
 	if err != nil {
 		return nil, s.fail(ctx, err)
 	}
-	if len(reads) > 0 {
-		if err := gs.TxnGroupReads(ctx, a.id, reads); err != nil {
+	if len(reads) > 0 || len(cached) > 0 {
+		err := gs.TxnGroupReads(ctx, a.id, reads)
+		if err == nil {
+			err = gs.TxnGroupCachedReads(ctx, a.id, cached)
+		}
+		if err != nil {
 			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortBegunTimeout)
 			_ = tb.AbortTxn(actx, a.id) // a failed abort leaves the attempt to expire
 			cancel()
@@ -355,6 +369,13 @@ func (s *grpcService) CommitTxn(ctx context.Context, req *pb.CommitTxnRequest) (
 			cancel()
 		}
 		return nil, s.failIn(ctx, tb, a, err, false)
+	}
+	if gs != nil && req.GetGroupSnapshot() {
+		v, snap, err := gs.TxnGroupCommit(ctx, a.id, maxSnapshotBytes)
+		if err != nil {
+			return nil, s.failIn(ctx, tb, a, err, false)
+		}
+		return &pb.CommitTxnResponse{Version: v, Txn: a.resp(), Snapshot: BatchGetItemsToPB(snap)}, nil
 	}
 	v, err := tb.CommitTxn(ctx, a.id)
 	if err != nil {

@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -41,8 +42,19 @@ import (
 // snapshot too (TxnGetRequest.group_snapshot), and gets of members not
 // kept are answered from it, the members read so named in the commit
 // (CommitTxnRequest.snapshot_reads) for the leader's validation: reading
-// n members and writing costs 2 round trips. Its methods may be called
-// from several goroutines.
+// n members and writing costs 2 round trips. With
+// kv.TxnOptions.CachedSnapshot, a group attempt's commit asks for the
+// group's snapshot after it (CommitTxnRequest.group_snapshot), which the
+// TxnClient keeps; the group's next such attempt answers its gets of
+// members from that snapshot, sends nothing before its commit, and names
+// those reads with their versions in it (cached_reads), validated even
+// when it writes nothing: reading and writing members costs 1 round trip
+// while no other client writes the group. A commit that fails drops the
+// snapshot kept; so does a get the snapshot cannot answer, or writes
+// sent before the commit, which fail the attempt with txn_aborted (the
+// transaction runs again on a snapshot of the server's, so that no
+// attempt reads from two). Its methods may be called from several
+// goroutines.
 //
 // A request that carried the begin and failed names the attempt it began
 // in its trailer (TxnTrailer), and the attempt goes on in it. If that
@@ -90,8 +102,12 @@ type TxnAttempt struct {
 	// one is not taken.
 	snapshot      map[string]kv.BatchGetItem
 	askedSnapshot bool
-	snapReads     map[string]kv.KeyRef
+	snapReads     map[string]kv.BatchGetItem
 	flushes       int
+	// cached: snapshot is the one the TxnClient kept for the group
+	// (kv.TxnOptions.CachedSnapshot), and the reads from it are sent as
+	// cached_reads.
+	cached bool
 }
 
 // maxKeptBytes bounds the keys, values and tags of the writes an attempt
@@ -103,7 +119,23 @@ const maxKeptBytes = kv.DefaultMaxValueSize
 // NewAttempt returns an attempt of a transaction with opts, of the key
 // group group, or a general one when group is "". It sends nothing.
 func (t *TxnClient) NewAttempt(group string, opts kv.TxnOptions) *TxnAttempt {
-	return &TxnAttempt{t: t, group: group, opts: opts}
+	a := &TxnAttempt{t: t, group: group, opts: opts}
+	if group != "" && opts.CachedSnapshot && opts.RetryOf == "" {
+		// A retry reads the server's snapshot: with priority, it cannot
+		// fail validation again, while a snapshot kept could be stale.
+		if snap := t.keptSnapshot(group); snap != nil {
+			a.snapshot, a.askedSnapshot, a.cached = snap, true, true
+		}
+	}
+	return a
+}
+
+// errCachedMiss fails an attempt reading from a kept snapshot that must
+// ask the server (a get of a key the snapshot lacks, writes sent before
+// the commit): the server's snapshot may be another.
+func (a *TxnAttempt) errCachedMiss(what string) error {
+	a.t.forgetSnapshot(a.group)
+	return kv.Errorf(kv.CodeTxnAborted, "group transaction %s read from the snapshot of group %q this client kept, and %s: it runs again on the server's snapshot", a.name(), a.group, what)
 }
 
 // ID returns the attempt's id, "" while no request has begun it.
@@ -143,15 +175,19 @@ func (a *TxnAttempt) Get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, e
 	sr, fromSnap := a.snapshot[kk]
 	if fromSnap && !kept {
 		if a.snapReads == nil {
-			a.snapReads = make(map[string]kv.KeyRef)
+			a.snapReads = make(map[string]kv.BatchGetItem)
 		}
-		a.snapReads[kk] = kv.KeyRef{Collection: ref.Collection, Key: bytes.Clone(ref.Key)}
+		a.snapReads[kk] = kv.BatchGetItem{Collection: ref.Collection, Key: bytes.Clone(ref.Key), Found: sr.Found, Version: sr.Version}
 	}
 	ask := a.group != "" && !a.askedSnapshot
 	a.askedSnapshot = true
 	flushes := a.flushes
+	cached := a.cached
 	a.mu.Unlock()
 	a.sendMu.Unlock()
+	if cached && !kept && !fromSnap {
+		return kv.Record{}, false, a.errCachedMiss(fmt.Sprintf("key %q of collection %q is not in it", ref.Key, ref.Collection))
+	}
 	switch {
 	case kept && w.Op == kv.TxnOpDelete:
 		return kv.Record{}, false, nil
@@ -303,9 +339,13 @@ func (a *TxnAttempt) Flush(ctx context.Context) error {
 		return nil
 	}
 	a.mu.Lock()
+	cached := a.cached
 	a.snapshot = nil
 	a.flushes++
 	a.mu.Unlock()
+	if cached {
+		return a.errCachedMiss("its writes must reach the server before its commit")
+	}
 	return a.run(ctx, false, func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
 		m, err := a.t.c.TxnWrite(ctx, &pb.TxnWriteRequest{Txn: txn, Begin: begin, Writes: TxnWritesToPB(writes)}, opts...)
 		return m.GetTxn(), err
@@ -341,6 +381,12 @@ func (a *TxnAttempt) GetByTags(ctx context.Context, q kv.TagQuery) (kv.ScanResul
 // readPage sends the writes kept, then reads a page with call in the
 // attempt.
 func (a *TxnAttempt) readPage(ctx context.Context, call func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (*pb.ScanResponse, error)) (kv.ScanResult, error) {
+	a.mu.Lock()
+	cached := a.cached
+	a.mu.Unlock()
+	if cached {
+		return kv.ScanResult{}, a.errCachedMiss("it reads a page from the server")
+	}
 	if err := a.Flush(ctx); err != nil {
 		return kv.ScanResult{}, err
 	}
@@ -365,18 +411,39 @@ func (a *TxnAttempt) Commit(ctx context.Context) (uint64, error) {
 	a.sendMu.Lock()
 	defer a.sendMu.Unlock()
 	writes := a.take()
+	req := &pb.CommitTxnRequest{Writes: TxnWritesToPB(writes)}
 	a.mu.Lock()
-	reads := make([]kv.KeyRef, 0, len(a.snapReads))
-	for _, r := range a.snapReads {
-		reads = append(reads, r)
+	if a.cached {
+		reads := make([]kv.BatchGetItem, 0, len(a.snapReads))
+		for _, r := range a.snapReads {
+			reads = append(reads, r)
+		}
+		req.CachedReads = BatchGetItemsToPB(reads)
+	} else {
+		reads := make([]kv.KeyRef, 0, len(a.snapReads))
+		for _, r := range a.snapReads {
+			reads = append(reads, kv.KeyRef{Collection: r.Collection, Key: r.Key})
+		}
+		req.SnapshotReads = KeyRefsToPB(reads)
 	}
 	a.mu.Unlock()
+	keep := a.group != "" && a.opts.CachedSnapshot
+	req.GroupSnapshot = keep
 	var v uint64
+	var snap []*pb.BatchGetItem
 	err := a.run(ctx, true, func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
-		m, err := a.t.c.CommitTxn(ctx, &pb.CommitTxnRequest{Txn: txn, Begin: begin, Writes: TxnWritesToPB(writes), SnapshotReads: KeyRefsToPB(reads)}, opts...)
-		v = m.GetVersion()
+		req.Txn, req.Begin = txn, begin
+		m, err := a.t.c.CommitTxn(ctx, req, opts...)
+		v, snap = m.GetVersion(), m.GetSnapshot()
 		return m.GetTxn(), err
 	})
+	switch {
+	case !keep:
+	case err == nil && len(snap) > 0:
+		a.t.keepSnapshot(a.group, BatchGetItemsFromPB(snap))
+	default:
+		a.t.forgetSnapshot(a.group)
+	}
 	return v, err
 }
 

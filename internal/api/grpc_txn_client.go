@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/peer"
@@ -33,6 +34,50 @@ type TxnClient struct {
 	// fail turns the error of an RPC into the caller's; sent says whether
 	// a call that may change the store reached a connection.
 	fail func(err error, sent bool) error
+
+	// snaps are the snapshots of groups kept from the commits of
+	// attempts with kv.TxnOptions.CachedSnapshot, by group id, each by
+	// keptKey; never changed once kept (attempts read them unlocked).
+	snapMu sync.Mutex
+	snaps  map[string]map[string]kv.BatchGetItem
+}
+
+// maxKeptSnapshots bounds the groups whose snapshot a TxnClient keeps; a
+// new one past it replaces one of them.
+const maxKeptSnapshots = 1024
+
+// keptSnapshot answers the snapshot of group kept, nil if none.
+func (t *TxnClient) keptSnapshot(group string) map[string]kv.BatchGetItem {
+	t.snapMu.Lock()
+	defer t.snapMu.Unlock()
+	return t.snaps[group]
+}
+
+// keepSnapshot keeps items as the snapshot of group.
+func (t *TxnClient) keepSnapshot(group string, items []kv.BatchGetItem) {
+	snap := make(map[string]kv.BatchGetItem, len(items))
+	for _, it := range items {
+		snap[keptKey(it.Collection, it.Key)] = it
+	}
+	t.snapMu.Lock()
+	defer t.snapMu.Unlock()
+	if t.snaps == nil {
+		t.snaps = make(map[string]map[string]kv.BatchGetItem)
+	}
+	if _, ok := t.snaps[group]; !ok && len(t.snaps) >= maxKeptSnapshots {
+		for g := range t.snaps {
+			delete(t.snaps, g)
+			break
+		}
+	}
+	t.snaps[group] = snap
+}
+
+// forgetSnapshot drops the snapshot of group kept, if any.
+func (t *TxnClient) forgetSnapshot(group string) {
+	t.snapMu.Lock()
+	defer t.snapMu.Unlock()
+	delete(t.snaps, group)
 }
 
 var (
@@ -184,6 +229,7 @@ func (t *TxnClient) ListGroups(ctx context.Context) ([]kv.GroupInfo, error) {
 }
 
 func (t *TxnClient) DeleteGroup(ctx context.Context, id string) error {
+	t.forgetSnapshot(id)
 	var p peer.Peer
 	if _, err := t.c.DeleteGroup(ctx, &pb.DeleteGroupRequest{Id: id}, grpc.Peer(&p)); err != nil {
 		return t.fail(err, p.Addr != nil)

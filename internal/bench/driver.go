@@ -57,6 +57,10 @@ type DriverOptions struct {
 	Conns int
 	// DialTimeout bounds connecting; 0 means 10 seconds.
 	DialTimeout time.Duration
+	// NoCachedSnapshot makes the groups driver's group transactions read
+	// the group's snapshot from its leader each time, instead of from
+	// the one their last commit brought back (groupkv.WithCachedSnapshot).
+	NoCachedSnapshot bool
 }
 
 // EnsureDefaults fills the defaults of zero fields.

@@ -122,10 +122,19 @@ func (g *GroupKVGroups) DeleteGroup(ctx context.Context, id string) error {
 	return g.dbFor(ctx).DeleteGroup(ctx, id)
 }
 
+// GroupTransact runs fn in a transaction of group id, with
+// groupkv.WithCachedSnapshot unless the options say NoCachedSnapshot: a
+// game's client is the only one writing its group, so its moves read the
+// snapshot the previous move's commit brought back and cost one round
+// trip.
 func (g *GroupKVGroups) GroupTransact(ctx context.Context, id string, fn func(ctx context.Context, tx Tx) error) error {
+	var opts []groupkv.TxnOption
+	if !g.opts.NoCachedSnapshot {
+		opts = append(opts, groupkv.WithCachedSnapshot())
+	}
 	return g.dbFor(ctx).Group(id).Transact(ctx, func(tx *groupkv.Tx) error {
 		return fn(ctx, groupkvGroupTx{tx, g.opts.Table})
-	})
+	}, opts...)
 }
 
 // groupkvGroupTx is one attempt of a group transaction.

@@ -93,6 +93,11 @@ type Params struct {
 	// each mode several times, alternating them (--rounds); 0 for a run
 	// of one round.
 	Round int `json:"round,omitempty"`
+	// NoCachedSnapshot: the grouped games' moves read the group's
+	// snapshot from its leader each time (bench groups
+	// --no-cached-snapshot), not from the one the previous move's commit
+	// brought back.
+	NoCachedSnapshot bool `json:"no_cached_snapshot,omitempty"`
 }
 
 // Host describes the machine that ran the benchmark client.

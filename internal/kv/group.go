@@ -102,11 +102,25 @@ type GroupSnapshotter interface {
 	// answered, when txn is not a group attempt, when it has writes (the
 	// snapshot is of the group before them), or when the members' keys,
 	// values and tags pass maxBytes.
-	// Each member is a BatchGetItem (its collection and key, and when
-	// Found its value, tags and version).
+	// Each member is a BatchGetItem (its collection, key and version,
+	// and when Found its value and tags).
 	TxnGroupSnapshot(ctx context.Context, txn string, maxBytes int) (members []BatchGetItem, ok bool, err error)
 	// TxnGroupReads records that group attempt txn read refs from its
 	// snapshot: its commit validates them as reads by TxnGet. A key that
 	// is not a member answers invalid_argument.
 	TxnGroupReads(ctx context.Context, txn string, refs []KeyRef) error
+	// TxnGroupCachedReads records that group attempt txn read reads (each
+	// a member's key, Found and Version) from a snapshot its client kept
+	// from an earlier transaction of the group (TxnGroupCommit): they are
+	// validated as reads at those versions, at once against the group's
+	// current state and again by the commit, even when the attempt
+	// writes nothing. A read no longer current fails the attempt with
+	// txn_aborted; a key that is not a member answers invalid_argument.
+	TxnGroupCachedReads(ctx context.Context, txn string, reads []BatchGetItem) error
+	// TxnGroupCommit commits txn as TxnBackend.CommitTxn does and, for a
+	// group attempt, answers a snapshot of the group once the commit
+	// applied (as TxnGroupSnapshot answers one: nil when it passes
+	// maxBytes or cannot be told), from which a later transaction of the
+	// group may read (TxnGroupCachedReads).
+	TxnGroupCommit(ctx context.Context, txn string, maxBytes int) (version uint64, members []BatchGetItem, err error)
 }

@@ -32,6 +32,11 @@ type TxnOptions struct {
 	// ReadOnly transactions read at a snapshot timestamp and take no
 	// locks; a write in one fails with invalid_argument.
 	ReadOnly bool
+	// CachedSnapshot (a remote client's, in group transactions only; not
+	// sent) lets an attempt read from the snapshot of the group its
+	// client kept from an earlier transaction of the group, its commit
+	// validating those reads (api.TxnAttempt).
+	CachedSnapshot bool
 }
 
 // Compare is one condition of a one-shot transaction: the key's current

@@ -52,6 +52,10 @@ type groupTxn struct {
 	members map[group.Key]memberWire
 	reads   map[group.Key]uint64
 	writes  []group.Write
+	// cached: reads of the attempt came from a snapshot its client kept
+	// from an earlier transaction (TxnGroupCachedReads): they are
+	// validated even when the attempt writes nothing.
+	cached bool
 	// done: committed (err nil, at version) or not (err says why).
 	done    bool
 	err     error
@@ -297,14 +301,17 @@ func keepsPlacement(ctx context.Context, n *Node, ref kv.KeyRef, tags []string, 
 
 // commit sends the attempt to the group's leader. Once begun, it runs to
 // its end whatever becomes of the request, as a general transaction's
-// commit does (txnSession.commit), bounded by a timeout of its own.
-func (s *groupTxn) commit(ctx context.Context, n *Node) (uint64, error) {
+// commit does (txnSession.commit), bounded by a timeout of its own. With
+// snap, it also answers the group's joined members as its leader holds
+// them once the commit applied (for an attempt that wrote nothing, as its
+// snapshot has them), nil when it cannot tell.
+func (s *groupTxn) commit(ctx context.Context, n *Node, snap bool) (uint64, []memberWire, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.opts.RequestTimeout)
 	defer cancel()
 	if s.snap == nil && len(s.writes) == 0 {
-		return 0, nil // it did nothing
+		return 0, nil, nil // it did nothing
 	}
-	req := &groupCommitRequest{Shard: s.shard, ID: s.group, Attempt: s.id}
+	req := &groupCommitRequest{Shard: s.shard, ID: s.group, Attempt: s.id, Snapshot: snap}
 	for _, w := range s.writes {
 		req.Writes = append(req.Writes, writeWire{Key: groupKeyWire{Collection: w.Key.Collection, Key: []byte(w.Key.Key)}, Value: w.Value, Delete: w.Delete, Tags: w.Tags.List})
 	}
@@ -319,15 +326,31 @@ func (s *groupTxn) commit(ctx context.Context, n *Node) (uint64, error) {
 		for _, m := range s.members {
 			v = max(v, m.Version)
 		}
-		return v, nil
+		var members []memberWire
+		if snap {
+			members = joinedMembers(s.snap.Members)
+		}
+		return v, members, nil
 	}
 	out, err := n.atGroupLeader(ctx, s.shard, "GroupCommit", req, func(ctx context.Context) (any, error) {
 		return n.groupCommitHere(ctx, req)
 	})
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	return out.(*groupCommitResponse).Version, nil
+	resp := out.(*groupCommitResponse)
+	return resp.Version, resp.Members, nil
+}
+
+// joinedMembers answers the joined members of ms.
+func joinedMembers(ms []memberWire) []memberWire {
+	out := make([]memberWire, 0, len(ms))
+	for _, m := range ms {
+		if group.MemberStatus(m.Status) == group.Joined {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // releasePriorityAt gives back s's priority token (an empty commit).
@@ -352,6 +375,9 @@ type groupCommitRequest struct {
 	Writes  []writeWire `json:"writes,omitempty"`
 	Reads   []readWire  `json:"reads,omitempty"`
 	Release bool        `json:"release,omitempty"`
+	// Snapshot asks for the group's joined members once the commit
+	// applied (groupCommitResponse.Members).
+	Snapshot bool `json:"snapshot,omitempty"`
 }
 
 type writeWire struct {
@@ -362,8 +388,9 @@ type writeWire struct {
 }
 
 type groupCommitResponse struct {
-	Version uint64     `json:"version,omitempty"`
-	Error   *peerError `json:"error,omitempty"`
+	Version uint64       `json:"version,omitempty"`
+	Members []memberWire `json:"members,omitempty"`
+	Error   *peerError   `json:"error,omitempty"`
 }
 
 func (n *Node) handleGroupCommit(ctx context.Context, req *groupCommitRequest) (*groupCommitResponse, error) {
@@ -432,7 +459,24 @@ func (n *Node) groupCommitHere(ctx context.Context, req *groupCommitRequest) (*g
 			return nil, groupError(r.Err, req.ID)
 		}
 	}
-	return &groupCommitResponse{Version: res.Version}, nil
+	out := &groupCommitResponse{Version: res.Version}
+	if req.Snapshot {
+		// The group as applied now: this commit and whatever applied
+		// before it or since, one state of the group.
+		sm.WithGroups(func(l *group.Leader, _ *group.Follower) {
+			g, ok := l.Group(req.ID)
+			if !ok {
+				return
+			}
+			for _, m := range g.Members {
+				if m.Status == group.Joined {
+					out.Members = append(out.Members, memberWire{Key: groupKeyWire{Collection: m.Key.Collection, Key: []byte(m.Key.Key), Shard: uint64(m.Shard)},
+						Status: uint8(m.Status), Value: m.Value, Absent: m.Absent, Tags: m.Tags.List, KeepTags: m.Tags.Keep, Version: m.Version})
+				}
+			}
+		})
+	}
+	return out, nil
 }
 
 func (n *Node) groupTxnGet(ctx context.Context, id string, ref kv.KeyRef) (kv.Record, bool, error) {
@@ -462,24 +506,89 @@ func (n *Node) TxnGroupSnapshot(ctx context.Context, txn string, maxBytes int) (
 	if s.snap == nil || len(s.writes) > 0 {
 		return nil, false, nil
 	}
+	items, ok := n.snapshotItems(joinedMembers(s.snap.Members), maxBytes)
+	return items, ok, nil
+}
+
+// snapshotItems answers members as BatchGetItems (the version also of a
+// member absent), or ok false when their keys, values and tags pass
+// maxBytes. The values are the members' own: read-only.
+func (n *Node) snapshotItems(members []memberWire, maxBytes int) ([]kv.BatchGetItem, bool) {
 	size := 0
-	recs := make([]kv.BatchGetItem, 0, len(s.members))
-	for k, m := range s.members {
-		ref := n.keyRef(k)
-		r := kv.BatchGetItem{Collection: ref.Collection, Key: ref.Key, Found: !m.Absent}
+	items := make([]kv.BatchGetItem, 0, len(members))
+	for _, m := range members {
+		ref := n.keyRef(m.Key.key())
+		r := kv.BatchGetItem{Collection: ref.Collection, Key: ref.Key, Found: !m.Absent, Version: m.Version}
 		if r.Found {
-			r.Value, r.Tags, r.Version = m.Value, m.tags(nil), m.Version
+			r.Value, r.Tags = m.Value, m.tags(nil)
 		}
 		size += len(ref.Collection) + len(ref.Key) + len(r.Value)
 		for _, t := range r.Tags {
 			size += len(t)
 		}
 		if size > maxBytes {
-			return nil, false, nil
+			return nil, false
 		}
-		recs = append(recs, r)
+		items = append(items, r)
 	}
-	return recs, true, nil
+	return items, true
+}
+
+// TxnGroupCommit implements kv.GroupSnapshotter.
+func (n *Node) TxnGroupCommit(ctx context.Context, txn string, maxBytes int) (uint64, []kv.BatchGetItem, error) {
+	if !isGroupAttempt(txn) {
+		v, err := n.CommitTxn(ctx, txn)
+		return v, nil, err
+	}
+	ctx, done, err := n.begin(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer done()
+	v, members, err := n.groupTxnCommitSnapshot(ctx, txn, true)
+	if err != nil || members == nil {
+		return v, nil, err
+	}
+	items, _ := n.snapshotItems(members, maxBytes)
+	return v, items, nil
+}
+
+// TxnGroupCachedReads implements kv.GroupSnapshotter. The attempt reads
+// the group (its snapshot, if it has none yet) and compares: a read whose
+// version is no longer the member's fails the attempt at once, as its
+// commit's validation would.
+func (n *Node) TxnGroupCachedReads(ctx context.Context, txn string, reads []kv.BatchGetItem) error {
+	if len(reads) == 0 {
+		return nil
+	}
+	if !isGroupAttempt(txn) {
+		return kv.Errorf(kv.CodeInvalidArgument, "transaction %s is not a group transaction: it cannot have read from a snapshot of a group", txn)
+	}
+	s, err := n.groupSession(txn)
+	if err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	if err := s.load(ctx, n); err != nil {
+		if kv.CodeOf(err) == kv.CodeTxnAborted {
+			n.endGroupTxn(s, 0, err)
+		}
+		return err
+	}
+	for _, r := range reads {
+		k, m, err := s.member(n, kv.KeyRef{Collection: r.Collection, Key: r.Key})
+		if err != nil {
+			return err
+		}
+		if m.Version != r.Version || m.Absent == r.Found {
+			err := kv.Errorf(kv.CodeTxnAborted, "group transaction %s read key %q of collection %q at version %d from a snapshot its client kept; the group has it at version %d now: retry it", txn, r.Key, r.Collection, r.Version, m.Version)
+			n.endGroupTxn(s, 0, err)
+			return err
+		}
+		s.reads[k] = r.Version
+	}
+	s.cached = true
+	return nil
 }
 
 // TxnGroupReads implements kv.GroupSnapshotter. An attempt that ended is
@@ -523,16 +632,24 @@ func (n *Node) groupTxnWrite(ctx context.Context, id string, ref kv.KeyRef, valu
 }
 
 func (n *Node) groupTxnCommit(ctx context.Context, id string) (uint64, error) {
+	v, _, err := n.groupTxnCommitSnapshot(ctx, id, false)
+	return v, err
+}
+
+// groupTxnCommitSnapshot commits group attempt id and, with snap,
+// answers the group's joined members after the commit (groupTxn.commit).
+func (n *Node) groupTxnCommitSnapshot(ctx context.Context, id string, snap bool) (uint64, []memberWire, error) {
 	s, o := n.findGroupSession(id)
 	switch {
 	case o != nil:
 		// It ended: a commit sent again answers what the first one did.
-		return o.answer()
+		v, err := o.answer()
+		return v, nil, err
 	case s == nil:
-		return 0, kv.Errorf(kv.CodeCommitUnknown, "group transaction %s is not known to node %d: it was begun elsewhere, or it ended more than %v ago and the node no longer remembers whether it committed; read what it wrote before running it again", id, n.id, n.opts.TxnIdleTimeout)
+		return 0, nil, kv.Errorf(kv.CodeCommitUnknown, "group transaction %s is not known to node %d: it was begun elsewhere, or it ended more than %v ago and the node no longer remembers whether it committed; read what it wrote before running it again", id, n.id, n.opts.TxnIdleTimeout)
 	}
 	defer s.mu.Unlock()
-	v, err := s.commit(ctx, n)
+	v, members, err := s.commit(ctx, n, snap)
 	if err != nil && kv.CodeOf(err) != kv.CodeTxnAborted && kv.CodeOf(err) != kv.CodeCommitUnknown {
 		// Not committed (the group leader refused before proposing, or
 		// was unreachable): the client may retry the attempt afresh.
@@ -541,7 +658,7 @@ func (n *Node) groupTxnCommit(ctx context.Context, id string) (uint64, error) {
 		}
 	}
 	n.endGroupTxn(s, v, err)
-	return v, err
+	return v, members, err
 }
 
 func (n *Node) groupTxnAbort(ctx context.Context, id string) error {
@@ -622,7 +739,7 @@ func (e groupExec) del(ctx context.Context, ref kv.KeyRef) error {
 }
 
 func (e groupExec) commit(ctx context.Context) (uint64, error) {
-	v, err := e.s.commit(ctx, e.n)
+	v, _, err := e.s.commit(ctx, e.n, false)
 	e.n.endGroupTxn(e.s, v, err)
 	return v, err
 }
@@ -752,7 +869,8 @@ func (n *Node) groupPlainWrite(ctx context.Context, homeShard uint64, ref kv.Key
 			if err := s.write(ctx, n, ref, value, tags, del); err != nil {
 				return 0, err
 			}
-			return s.commit(ctx, n)
+			v, _, err := s.commit(ctx, n, false)
+			return v, err
 		}()
 		if !s.done {
 			if err != nil && s.priority && s.snap != nil {

@@ -3032,6 +3032,17 @@ type CommitTxnRequest struct {
 	// attempt at the snapshot's versions. A server that never answered a
 	// snapshot is never sent any.
 	SnapshotReads []*KeyRef `protobuf:"bytes,4,rep,name=snapshot_reads,json=snapshotReads,proto3" json:"snapshot_reads,omitempty"`
+	// cached_reads, in a group transaction attempt, are the members the
+	// client read from a snapshot of the group it kept from an earlier
+	// transaction (CommitTxnResponse.snapshot), each with the version it
+	// read (found false: read absent, at that version): the commit
+	// validates them as reads of the attempt at those versions, even when
+	// the attempt wrote nothing, and fails with txn_aborted when one is no
+	// longer the member's version. Not with snapshot_reads.
+	CachedReads []*BatchGetItem `protobuf:"bytes,5,rep,name=cached_reads,json=cachedReads,proto3" json:"cached_reads,omitempty"`
+	// group_snapshot, in a group transaction attempt, asks the commit to
+	// answer the group's snapshot after it (CommitTxnResponse.snapshot).
+	GroupSnapshot bool `protobuf:"varint,6,opt,name=group_snapshot,json=groupSnapshot,proto3" json:"group_snapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3094,12 +3105,34 @@ func (x *CommitTxnRequest) GetSnapshotReads() []*KeyRef {
 	return nil
 }
 
+func (x *CommitTxnRequest) GetCachedReads() []*BatchGetItem {
+	if x != nil {
+		return x.CachedReads
+	}
+	return nil
+}
+
+func (x *CommitTxnRequest) GetGroupSnapshot() bool {
+	if x != nil {
+		return x.GroupSnapshot
+	}
+	return false
+}
+
 type CommitTxnResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// version is the commit version.
 	Version uint64 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
 	// txn is the id of the attempt the request began (begin), else empty.
-	Txn           string `protobuf:"bytes,2,opt,name=txn,proto3" json:"txn,omitempty"`
+	Txn string `protobuf:"bytes,2,opt,name=txn,proto3" json:"txn,omitempty"`
+	// snapshot, answered to the commit of a group transaction attempt that
+	// asked for it (group_snapshot) when the group's values are small
+	// enough (at most 64 KiB), is a snapshot of the group taken by its
+	// leader once the commit applied: every member as a get would read it
+	// then (its version also when not found). A later transaction of the
+	// group may read from it and name those reads in its commit
+	// (cached_reads). Empty when not asked for, or too large.
+	Snapshot      []*BatchGetItem `protobuf:"bytes,3,rep,name=snapshot,proto3" json:"snapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3146,6 +3179,13 @@ func (x *CommitTxnResponse) GetTxn() string {
 		return x.Txn
 	}
 	return ""
+}
+
+func (x *CommitTxnResponse) GetSnapshot() []*BatchGetItem {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
 }
 
 type AbortTxnRequest struct {
@@ -4478,15 +4518,18 @@ const file_groupkv_proto_rawDesc = "" +
 	"\x03any\x18\x04 \x03(\tR\x03any\x12\x14\n" +
 	"\x05limit\x18\x05 \x01(\x03R\x05limit\x12\x12\n" +
 	"\x04page\x18\x06 \x01(\tR\x04page\x12*\n" +
-	"\x05begin\x18\a \x01(\v2\x14.groupkv.v1.TxnBeginR\x05begin\"\xb6\x01\n" +
+	"\x05begin\x18\a \x01(\v2\x14.groupkv.v1.TxnBeginR\x05begin\"\x9a\x02\n" +
 	"\x10CommitTxnRequest\x12\x10\n" +
 	"\x03txn\x18\x01 \x01(\tR\x03txn\x12*\n" +
 	"\x05begin\x18\x02 \x01(\v2\x14.groupkv.v1.TxnBeginR\x05begin\x12)\n" +
 	"\x06writes\x18\x03 \x03(\v2\x11.groupkv.v1.TxnOpR\x06writes\x129\n" +
-	"\x0esnapshot_reads\x18\x04 \x03(\v2\x12.groupkv.v1.KeyRefR\rsnapshotReads\"?\n" +
+	"\x0esnapshot_reads\x18\x04 \x03(\v2\x12.groupkv.v1.KeyRefR\rsnapshotReads\x12;\n" +
+	"\fcached_reads\x18\x05 \x03(\v2\x18.groupkv.v1.BatchGetItemR\vcachedReads\x12%\n" +
+	"\x0egroup_snapshot\x18\x06 \x01(\bR\rgroupSnapshot\"u\n" +
 	"\x11CommitTxnResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x10\n" +
-	"\x03txn\x18\x02 \x01(\tR\x03txn\"#\n" +
+	"\x03txn\x18\x02 \x01(\tR\x03txn\x124\n" +
+	"\bsnapshot\x18\x03 \x03(\v2\x18.groupkv.v1.BatchGetItemR\bsnapshot\"#\n" +
 	"\x0fAbortTxnRequest\x12\x10\n" +
 	"\x03txn\x18\x01 \x01(\tR\x03txn\"\x12\n" +
 	"\x10AbortTxnResponse\"|\n" +
@@ -4698,87 +4741,89 @@ var file_groupkv_proto_depIdxs = []int32{
 	36, // 15: groupkv.v1.CommitTxnRequest.begin:type_name -> groupkv.v1.TxnBegin
 	53, // 16: groupkv.v1.CommitTxnRequest.writes:type_name -> groupkv.v1.TxnOp
 	17, // 17: groupkv.v1.CommitTxnRequest.snapshot_reads:type_name -> groupkv.v1.KeyRef
-	52, // 18: groupkv.v1.ExecTxnRequest.compares:type_name -> groupkv.v1.Compare
-	53, // 19: groupkv.v1.ExecTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
-	53, // 20: groupkv.v1.ExecTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
-	55, // 21: groupkv.v1.ExecTxnResponse.results:type_name -> groupkv.v1.TxnOpResult
-	17, // 22: groupkv.v1.CreateGroupRequest.leader:type_name -> groupkv.v1.KeyRef
-	17, // 23: groupkv.v1.CreateGroupRequest.members:type_name -> groupkv.v1.KeyRef
-	17, // 24: groupkv.v1.CreateGroupResponse.joined:type_name -> groupkv.v1.KeyRef
-	58, // 25: groupkv.v1.CreateGroupResponse.refused:type_name -> groupkv.v1.GroupRefusal
-	17, // 26: groupkv.v1.GroupInfo.leader:type_name -> groupkv.v1.KeyRef
-	17, // 27: groupkv.v1.GroupInfo.members:type_name -> groupkv.v1.KeyRef
-	61, // 28: groupkv.v1.ListGroupsResponse.groups:type_name -> groupkv.v1.GroupInfo
-	52, // 29: groupkv.v1.ExecGroupTxnRequest.compares:type_name -> groupkv.v1.Compare
-	53, // 30: groupkv.v1.ExecGroupTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
-	53, // 31: groupkv.v1.ExecGroupTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
-	1,  // 32: groupkv.v1.GroupKV.CreateCollection:input_type -> groupkv.v1.CreateCollectionRequest
-	4,  // 33: groupkv.v1.GroupKV.ListCollections:input_type -> groupkv.v1.ListCollectionsRequest
-	6,  // 34: groupkv.v1.GroupKV.DescribeCollection:input_type -> groupkv.v1.DescribeCollectionRequest
-	7,  // 35: groupkv.v1.GroupKV.DropCollection:input_type -> groupkv.v1.DropCollectionRequest
-	9,  // 36: groupkv.v1.GroupKV.Put:input_type -> groupkv.v1.PutRequest
-	11, // 37: groupkv.v1.GroupKV.Get:input_type -> groupkv.v1.GetRequest
-	13, // 38: groupkv.v1.GroupKV.Delete:input_type -> groupkv.v1.DeleteRequest
-	18, // 39: groupkv.v1.GroupKV.BatchGet:input_type -> groupkv.v1.BatchGetRequest
-	22, // 40: groupkv.v1.GroupKV.BatchPut:input_type -> groupkv.v1.BatchPutRequest
-	23, // 41: groupkv.v1.GroupKV.BatchDelete:input_type -> groupkv.v1.BatchDeleteRequest
-	27, // 42: groupkv.v1.GroupKV.DeleteRange:input_type -> groupkv.v1.DeleteRangeRequest
-	30, // 43: groupkv.v1.GroupKV.Scan:input_type -> groupkv.v1.ScanRequest
-	32, // 44: groupkv.v1.GroupKV.GetByTags:input_type -> groupkv.v1.TagQuery
-	33, // 45: groupkv.v1.GroupKV.Watch:input_type -> groupkv.v1.WatchRequest
-	15, // 46: groupkv.v1.GroupKV.Ready:input_type -> groupkv.v1.ReadyRequest
-	35, // 47: groupkv.v1.GroupKV.BeginTxn:input_type -> groupkv.v1.BeginTxnRequest
-	38, // 48: groupkv.v1.GroupKV.TxnGet:input_type -> groupkv.v1.TxnGetRequest
-	40, // 49: groupkv.v1.GroupKV.TxnPut:input_type -> groupkv.v1.TxnPutRequest
-	42, // 50: groupkv.v1.GroupKV.TxnDelete:input_type -> groupkv.v1.TxnDeleteRequest
-	44, // 51: groupkv.v1.GroupKV.TxnWrite:input_type -> groupkv.v1.TxnWriteRequest
-	46, // 52: groupkv.v1.GroupKV.TxnScan:input_type -> groupkv.v1.TxnScanRequest
-	47, // 53: groupkv.v1.GroupKV.TxnGetByTags:input_type -> groupkv.v1.TxnTagQuery
-	48, // 54: groupkv.v1.GroupKV.CommitTxn:input_type -> groupkv.v1.CommitTxnRequest
-	50, // 55: groupkv.v1.GroupKV.AbortTxn:input_type -> groupkv.v1.AbortTxnRequest
-	54, // 56: groupkv.v1.GroupKV.ExecTxn:input_type -> groupkv.v1.ExecTxnRequest
-	57, // 57: groupkv.v1.GroupKV.CreateGroup:input_type -> groupkv.v1.CreateGroupRequest
-	60, // 58: groupkv.v1.GroupKV.DescribeGroup:input_type -> groupkv.v1.DescribeGroupRequest
-	62, // 59: groupkv.v1.GroupKV.ListGroups:input_type -> groupkv.v1.ListGroupsRequest
-	64, // 60: groupkv.v1.GroupKV.DeleteGroup:input_type -> groupkv.v1.DeleteGroupRequest
-	66, // 61: groupkv.v1.GroupKV.BeginGroupTxn:input_type -> groupkv.v1.BeginGroupTxnRequest
-	67, // 62: groupkv.v1.GroupKV.ExecGroupTxn:input_type -> groupkv.v1.ExecGroupTxnRequest
-	3,  // 63: groupkv.v1.GroupKV.CreateCollection:output_type -> groupkv.v1.CollectionInfo
-	5,  // 64: groupkv.v1.GroupKV.ListCollections:output_type -> groupkv.v1.ListCollectionsResponse
-	3,  // 65: groupkv.v1.GroupKV.DescribeCollection:output_type -> groupkv.v1.CollectionInfo
-	8,  // 66: groupkv.v1.GroupKV.DropCollection:output_type -> groupkv.v1.DropCollectionResponse
-	10, // 67: groupkv.v1.GroupKV.Put:output_type -> groupkv.v1.PutResponse
-	12, // 68: groupkv.v1.GroupKV.Get:output_type -> groupkv.v1.GetResponse
-	14, // 69: groupkv.v1.GroupKV.Delete:output_type -> groupkv.v1.DeleteResponse
-	20, // 70: groupkv.v1.GroupKV.BatchGet:output_type -> groupkv.v1.BatchGetResponse
-	25, // 71: groupkv.v1.GroupKV.BatchPut:output_type -> groupkv.v1.BatchWriteResponse
-	25, // 72: groupkv.v1.GroupKV.BatchDelete:output_type -> groupkv.v1.BatchWriteResponse
-	28, // 73: groupkv.v1.GroupKV.DeleteRange:output_type -> groupkv.v1.DeleteRangeResponse
-	31, // 74: groupkv.v1.GroupKV.Scan:output_type -> groupkv.v1.ScanResponse
-	31, // 75: groupkv.v1.GroupKV.GetByTags:output_type -> groupkv.v1.ScanResponse
-	34, // 76: groupkv.v1.GroupKV.Watch:output_type -> groupkv.v1.Event
-	16, // 77: groupkv.v1.GroupKV.Ready:output_type -> groupkv.v1.ReadyResponse
-	37, // 78: groupkv.v1.GroupKV.BeginTxn:output_type -> groupkv.v1.BeginTxnResponse
-	39, // 79: groupkv.v1.GroupKV.TxnGet:output_type -> groupkv.v1.TxnGetResponse
-	41, // 80: groupkv.v1.GroupKV.TxnPut:output_type -> groupkv.v1.TxnPutResponse
-	43, // 81: groupkv.v1.GroupKV.TxnDelete:output_type -> groupkv.v1.TxnDeleteResponse
-	45, // 82: groupkv.v1.GroupKV.TxnWrite:output_type -> groupkv.v1.TxnWriteResponse
-	31, // 83: groupkv.v1.GroupKV.TxnScan:output_type -> groupkv.v1.ScanResponse
-	31, // 84: groupkv.v1.GroupKV.TxnGetByTags:output_type -> groupkv.v1.ScanResponse
-	49, // 85: groupkv.v1.GroupKV.CommitTxn:output_type -> groupkv.v1.CommitTxnResponse
-	51, // 86: groupkv.v1.GroupKV.AbortTxn:output_type -> groupkv.v1.AbortTxnResponse
-	56, // 87: groupkv.v1.GroupKV.ExecTxn:output_type -> groupkv.v1.ExecTxnResponse
-	59, // 88: groupkv.v1.GroupKV.CreateGroup:output_type -> groupkv.v1.CreateGroupResponse
-	61, // 89: groupkv.v1.GroupKV.DescribeGroup:output_type -> groupkv.v1.GroupInfo
-	63, // 90: groupkv.v1.GroupKV.ListGroups:output_type -> groupkv.v1.ListGroupsResponse
-	65, // 91: groupkv.v1.GroupKV.DeleteGroup:output_type -> groupkv.v1.DeleteGroupResponse
-	37, // 92: groupkv.v1.GroupKV.BeginGroupTxn:output_type -> groupkv.v1.BeginTxnResponse
-	56, // 93: groupkv.v1.GroupKV.ExecGroupTxn:output_type -> groupkv.v1.ExecTxnResponse
-	63, // [63:94] is the sub-list for method output_type
-	32, // [32:63] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	19, // 18: groupkv.v1.CommitTxnRequest.cached_reads:type_name -> groupkv.v1.BatchGetItem
+	19, // 19: groupkv.v1.CommitTxnResponse.snapshot:type_name -> groupkv.v1.BatchGetItem
+	52, // 20: groupkv.v1.ExecTxnRequest.compares:type_name -> groupkv.v1.Compare
+	53, // 21: groupkv.v1.ExecTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
+	53, // 22: groupkv.v1.ExecTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
+	55, // 23: groupkv.v1.ExecTxnResponse.results:type_name -> groupkv.v1.TxnOpResult
+	17, // 24: groupkv.v1.CreateGroupRequest.leader:type_name -> groupkv.v1.KeyRef
+	17, // 25: groupkv.v1.CreateGroupRequest.members:type_name -> groupkv.v1.KeyRef
+	17, // 26: groupkv.v1.CreateGroupResponse.joined:type_name -> groupkv.v1.KeyRef
+	58, // 27: groupkv.v1.CreateGroupResponse.refused:type_name -> groupkv.v1.GroupRefusal
+	17, // 28: groupkv.v1.GroupInfo.leader:type_name -> groupkv.v1.KeyRef
+	17, // 29: groupkv.v1.GroupInfo.members:type_name -> groupkv.v1.KeyRef
+	61, // 30: groupkv.v1.ListGroupsResponse.groups:type_name -> groupkv.v1.GroupInfo
+	52, // 31: groupkv.v1.ExecGroupTxnRequest.compares:type_name -> groupkv.v1.Compare
+	53, // 32: groupkv.v1.ExecGroupTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
+	53, // 33: groupkv.v1.ExecGroupTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
+	1,  // 34: groupkv.v1.GroupKV.CreateCollection:input_type -> groupkv.v1.CreateCollectionRequest
+	4,  // 35: groupkv.v1.GroupKV.ListCollections:input_type -> groupkv.v1.ListCollectionsRequest
+	6,  // 36: groupkv.v1.GroupKV.DescribeCollection:input_type -> groupkv.v1.DescribeCollectionRequest
+	7,  // 37: groupkv.v1.GroupKV.DropCollection:input_type -> groupkv.v1.DropCollectionRequest
+	9,  // 38: groupkv.v1.GroupKV.Put:input_type -> groupkv.v1.PutRequest
+	11, // 39: groupkv.v1.GroupKV.Get:input_type -> groupkv.v1.GetRequest
+	13, // 40: groupkv.v1.GroupKV.Delete:input_type -> groupkv.v1.DeleteRequest
+	18, // 41: groupkv.v1.GroupKV.BatchGet:input_type -> groupkv.v1.BatchGetRequest
+	22, // 42: groupkv.v1.GroupKV.BatchPut:input_type -> groupkv.v1.BatchPutRequest
+	23, // 43: groupkv.v1.GroupKV.BatchDelete:input_type -> groupkv.v1.BatchDeleteRequest
+	27, // 44: groupkv.v1.GroupKV.DeleteRange:input_type -> groupkv.v1.DeleteRangeRequest
+	30, // 45: groupkv.v1.GroupKV.Scan:input_type -> groupkv.v1.ScanRequest
+	32, // 46: groupkv.v1.GroupKV.GetByTags:input_type -> groupkv.v1.TagQuery
+	33, // 47: groupkv.v1.GroupKV.Watch:input_type -> groupkv.v1.WatchRequest
+	15, // 48: groupkv.v1.GroupKV.Ready:input_type -> groupkv.v1.ReadyRequest
+	35, // 49: groupkv.v1.GroupKV.BeginTxn:input_type -> groupkv.v1.BeginTxnRequest
+	38, // 50: groupkv.v1.GroupKV.TxnGet:input_type -> groupkv.v1.TxnGetRequest
+	40, // 51: groupkv.v1.GroupKV.TxnPut:input_type -> groupkv.v1.TxnPutRequest
+	42, // 52: groupkv.v1.GroupKV.TxnDelete:input_type -> groupkv.v1.TxnDeleteRequest
+	44, // 53: groupkv.v1.GroupKV.TxnWrite:input_type -> groupkv.v1.TxnWriteRequest
+	46, // 54: groupkv.v1.GroupKV.TxnScan:input_type -> groupkv.v1.TxnScanRequest
+	47, // 55: groupkv.v1.GroupKV.TxnGetByTags:input_type -> groupkv.v1.TxnTagQuery
+	48, // 56: groupkv.v1.GroupKV.CommitTxn:input_type -> groupkv.v1.CommitTxnRequest
+	50, // 57: groupkv.v1.GroupKV.AbortTxn:input_type -> groupkv.v1.AbortTxnRequest
+	54, // 58: groupkv.v1.GroupKV.ExecTxn:input_type -> groupkv.v1.ExecTxnRequest
+	57, // 59: groupkv.v1.GroupKV.CreateGroup:input_type -> groupkv.v1.CreateGroupRequest
+	60, // 60: groupkv.v1.GroupKV.DescribeGroup:input_type -> groupkv.v1.DescribeGroupRequest
+	62, // 61: groupkv.v1.GroupKV.ListGroups:input_type -> groupkv.v1.ListGroupsRequest
+	64, // 62: groupkv.v1.GroupKV.DeleteGroup:input_type -> groupkv.v1.DeleteGroupRequest
+	66, // 63: groupkv.v1.GroupKV.BeginGroupTxn:input_type -> groupkv.v1.BeginGroupTxnRequest
+	67, // 64: groupkv.v1.GroupKV.ExecGroupTxn:input_type -> groupkv.v1.ExecGroupTxnRequest
+	3,  // 65: groupkv.v1.GroupKV.CreateCollection:output_type -> groupkv.v1.CollectionInfo
+	5,  // 66: groupkv.v1.GroupKV.ListCollections:output_type -> groupkv.v1.ListCollectionsResponse
+	3,  // 67: groupkv.v1.GroupKV.DescribeCollection:output_type -> groupkv.v1.CollectionInfo
+	8,  // 68: groupkv.v1.GroupKV.DropCollection:output_type -> groupkv.v1.DropCollectionResponse
+	10, // 69: groupkv.v1.GroupKV.Put:output_type -> groupkv.v1.PutResponse
+	12, // 70: groupkv.v1.GroupKV.Get:output_type -> groupkv.v1.GetResponse
+	14, // 71: groupkv.v1.GroupKV.Delete:output_type -> groupkv.v1.DeleteResponse
+	20, // 72: groupkv.v1.GroupKV.BatchGet:output_type -> groupkv.v1.BatchGetResponse
+	25, // 73: groupkv.v1.GroupKV.BatchPut:output_type -> groupkv.v1.BatchWriteResponse
+	25, // 74: groupkv.v1.GroupKV.BatchDelete:output_type -> groupkv.v1.BatchWriteResponse
+	28, // 75: groupkv.v1.GroupKV.DeleteRange:output_type -> groupkv.v1.DeleteRangeResponse
+	31, // 76: groupkv.v1.GroupKV.Scan:output_type -> groupkv.v1.ScanResponse
+	31, // 77: groupkv.v1.GroupKV.GetByTags:output_type -> groupkv.v1.ScanResponse
+	34, // 78: groupkv.v1.GroupKV.Watch:output_type -> groupkv.v1.Event
+	16, // 79: groupkv.v1.GroupKV.Ready:output_type -> groupkv.v1.ReadyResponse
+	37, // 80: groupkv.v1.GroupKV.BeginTxn:output_type -> groupkv.v1.BeginTxnResponse
+	39, // 81: groupkv.v1.GroupKV.TxnGet:output_type -> groupkv.v1.TxnGetResponse
+	41, // 82: groupkv.v1.GroupKV.TxnPut:output_type -> groupkv.v1.TxnPutResponse
+	43, // 83: groupkv.v1.GroupKV.TxnDelete:output_type -> groupkv.v1.TxnDeleteResponse
+	45, // 84: groupkv.v1.GroupKV.TxnWrite:output_type -> groupkv.v1.TxnWriteResponse
+	31, // 85: groupkv.v1.GroupKV.TxnScan:output_type -> groupkv.v1.ScanResponse
+	31, // 86: groupkv.v1.GroupKV.TxnGetByTags:output_type -> groupkv.v1.ScanResponse
+	49, // 87: groupkv.v1.GroupKV.CommitTxn:output_type -> groupkv.v1.CommitTxnResponse
+	51, // 88: groupkv.v1.GroupKV.AbortTxn:output_type -> groupkv.v1.AbortTxnResponse
+	56, // 89: groupkv.v1.GroupKV.ExecTxn:output_type -> groupkv.v1.ExecTxnResponse
+	59, // 90: groupkv.v1.GroupKV.CreateGroup:output_type -> groupkv.v1.CreateGroupResponse
+	61, // 91: groupkv.v1.GroupKV.DescribeGroup:output_type -> groupkv.v1.GroupInfo
+	63, // 92: groupkv.v1.GroupKV.ListGroups:output_type -> groupkv.v1.ListGroupsResponse
+	65, // 93: groupkv.v1.GroupKV.DeleteGroup:output_type -> groupkv.v1.DeleteGroupResponse
+	37, // 94: groupkv.v1.GroupKV.BeginGroupTxn:output_type -> groupkv.v1.BeginTxnResponse
+	56, // 95: groupkv.v1.GroupKV.ExecGroupTxn:output_type -> groupkv.v1.ExecTxnResponse
+	65, // [65:96] is the sub-list for method output_type
+	34, // [34:65] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_groupkv_proto_init() }
