@@ -249,7 +249,10 @@ $GROUP_SIZE (standard deviation a quarter of it, at least 2) and K $MEMBERS
 players, creates an atomic group of them led by the first (a creation
 refused because a player is in another client's game is counted and the
 client draws again), plays $OPS moves, each a group transaction
-(\`Group.Transact\`) that reads one or two players and updates one, after a
+(\`Group.Transact\` with \`WithCachedSnapshot\`: a move reads the snapshot
+of the group the game's previous move brought back with its commit, and
+sends only its commit, which the group's leader validates) that reads one
+or two players and updates one, after a
 think time drawn from [$THINK, 2×$THINK), and deletes the group. The
 ungrouped baseline plays the same games (the same seed: the same sizes,
 players and moves) with plain gets and puts and no guarantee; its create
