@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"reflect"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -314,57 +313,15 @@ func TestGroupTransactRemoteKeepsWrites(t *testing.T) {
 // member read so and changed by another transaction before the commit
 // fails validation, and the function runs again on the new value.
 func TestGroupTransactRemoteSnapshotReads(t *testing.T) {
-	s := startTxnServer(t, 0)
-	var gets atomic.Int64
-	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if strings.HasSuffix(method, "/TxnGet") {
-			gets.Add(1)
-		}
-		return invoker(ctx, method, req, reply, cc, opts...)
-	}
-	remote, err := groupkv.Dial(s.Addr(), groupkv.WithGRPCDialOptions(grpc.WithChainUnaryInterceptor(count)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer remote.Close()
-	embedded := groupkv.EmbeddedForTest(s.Node)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := remote.CreateCollection(ctx, groupkv.CollectionOptions{Name: "g", Shards: 2}); err != nil {
-		t.Fatal(err)
-	}
-	var members []groupkv.KeyRef
-	for i := range 4 {
-		k := []byte(fmt.Sprintf("m%d", i))
-		members = append(members, groupkv.KeyRef{Collection: "g", Key: k})
-		if i == 3 {
-			continue // m3 is absent
-		}
-		if err := whileUnavailable(func() error {
-			_, err := remote.Put(ctx, groupkv.PutRequest{Collection: "g", Key: k, Value: []byte("1")})
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := whileUnavailable(func() error {
-		_, err := remote.CreateGroup(ctx, groupkv.GroupSpec{ID: "room", Leader: members[0], Members: members[1:]})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	get := func(tx *groupkv.Tx, key string) (string, error) {
-		rec, err := tx.Get(ctx, groupkv.GetRequest{Collection: "g", Key: []byte(key)})
-		if errors.Is(err, groupkv.ErrNotFound) {
-			return "absent", nil
-		}
-		return string(rec.Value), err
-	}
+	remote, embedded, rpcs, _ := startCachedGroup(t, ctx)
+	get := func(tx *groupkv.Tx, key string) (string, error) { return getString(ctx, tx, key) }
 
 	// The same reads, remote and embedded, see the same.
 	var saw [2][]string
 	for i, db := range []groupkv.DB{remote, embedded} {
-		gets.Store(0)
+		rpcs.take()
 		err := db.Group("room").Transact(ctx, func(tx *groupkv.Tx) error {
 			saw[i] = nil
 			for _, k := range []string{"m0", "m1", "m3", "m2", "m1"} {
@@ -379,8 +336,8 @@ func TestGroupTransactRemoteSnapshotReads(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if i == 0 && gets.Load() != 1 {
-			t.Fatalf("a remote group transaction reading 5 members sent %d TxnGet, want 1 (the rest from its snapshot)", gets.Load())
+		if n := rpcs.take()["TxnGet"]; i == 0 && n != 1 {
+			t.Fatalf("a remote group transaction reading 5 members sent %d TxnGet, want 1 (the rest from its snapshot)", n)
 		}
 	}
 	if !reflect.DeepEqual(saw[0], saw[1]) {
@@ -390,7 +347,7 @@ func TestGroupTransactRemoteSnapshotReads(t *testing.T) {
 	// m0 := m1 + m2, with m1 changed by another transaction between the
 	// read (from the snapshot) and the commit, in the first run only.
 	runs := 0
-	err = remote.Group("room").Transact(ctx, func(tx *groupkv.Tx) error {
+	err := remote.Group("room").Transact(ctx, func(tx *groupkv.Tx) error {
 		runs++
 		if _, err := get(tx, "m2"); err != nil { // the first get: the snapshot
 			return err
@@ -428,7 +385,7 @@ func TestGroupTransactRemoteSnapshotReads(t *testing.T) {
 		Members: []groupkv.KeyRef{{Collection: "g", Key: []byte("h1")}, {Collection: "g", Key: []byte("h2")}}}); err != nil {
 		t.Fatal(err)
 	}
-	gets.Store(0)
+	rpcs.take()
 	err = remote.Group("hall").Transact(ctx, func(tx *groupkv.Tx) error {
 		for _, k := range []string{"h1", "big", "h2"} {
 			v, err := get(tx, k)
@@ -444,8 +401,8 @@ func TestGroupTransactRemoteSnapshotReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if gets.Load() != 3 {
-		t.Fatalf("a group past the snapshot's bound: 3 reads sent %d TxnGet, want 3", gets.Load())
+	if n := rpcs.take()["TxnGet"]; n != 3 {
+		t.Fatalf("a group past the snapshot's bound: 3 reads sent %d TxnGet, want 3", n)
 	}
 }
 
