@@ -638,16 +638,26 @@ func (n *Node) RunGC(ctx context.Context) {
 	}
 	n.mu.RUnlock()
 	for _, id := range ids {
-		if !n.host.Ready(id) {
-			continue
+		// In chunks of gcChunkEntries entries, each its own proposal, so
+		// that no Apply walks a whole large shard while every other
+		// shard's entries wait for the loop.
+		chunk := &shard.GCChunk{Limit: gcChunkEntries}
+		for chunk != nil && n.host.Ready(id) {
+			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			res, err := n.host.Propose(ctx, id, shard.EncodeGCChunk(threshold, *chunk))
+			cancel()
+			if err != nil {
+				n.log.Warn("garbage collection of old versions failed", "shard", id, "err", err)
+				break
+			}
+			chunk = res.GCNext
 		}
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		if _, err := n.host.Propose(ctx, id, shard.EncodeGC(threshold)); err != nil {
-			n.log.Warn("garbage collection of old versions failed", "shard", id, "err", err)
-		}
-		cancel()
 	}
 }
+
+// gcChunkEntries bounds the entries one GC proposal visits (about a
+// millisecond of Apply).
+const gcChunkEntries = 2000
 
 // Ready reports whether the node serves requests: the meta shard and every
 // local shard have a ready leader and the oracle issues timestamps.

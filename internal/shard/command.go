@@ -22,6 +22,8 @@ const (
 	KindWrite CommandKind = 1
 	// KindGC drops versions shadowed at or below a threshold.
 	KindGC CommandKind = 2
+	// KindGCChunk does a part of the same (EncodeGCChunk).
+	KindGCChunk CommandKind = 31
 	// KindCreateCollection adds a collection to the catalog (meta shard).
 	KindCreateCollection CommandKind = 3
 	// KindDropCollection removes a collection from the catalog (meta shard).
@@ -74,6 +76,8 @@ type Command struct {
 	Ops     []Op
 	// Threshold is the GC threshold (KindGC) or the high-water mark (KindTSO).
 	Threshold uint64
+	// GC is where a KindGCChunk starts and how much it does.
+	GC *GCChunk
 	// Collection is the options of KindCreateCollection (with Nodes) or the
 	// name of KindDropCollection.
 	Collection kv.CollectionOptions
@@ -260,9 +264,30 @@ func IsWrite(cmd []byte) bool {
 	return false
 }
 
-// EncodeGC encodes a GC command.
+// EncodeGC encodes a GC command that collects the whole shard in one
+// Apply.
 func EncodeGC(threshold uint64) []byte {
 	return binary.AppendUvarint([]byte{byte(KindGC)}, threshold)
+}
+
+// GCChunk is the part of a garbage collection one KindGC does: from
+// Phase and Key (the zero value: the start, which also raises the
+// shard's GC threshold) for about Limit entries, stopping between keys.
+// Phases: the data versions, the tag index entries, the change log.
+type GCChunk struct {
+	Phase uint8
+	Key   []byte
+	Limit uint64
+}
+
+// EncodeGCChunk encodes a GC command that does chunk of the collection at
+// threshold; its Result.GCNext says where the next one starts (nil once
+// the collection is done).
+func EncodeGCChunk(threshold uint64, chunk GCChunk) []byte {
+	b := binary.AppendUvarint([]byte{byte(KindGCChunk)}, threshold)
+	b = append(b, chunk.Phase)
+	b = appendBytes(b, chunk.Key)
+	return binary.AppendUvarint(b, chunk.Limit)
 }
 
 // EncodeTSO encodes a TSO high-water mark command.
@@ -474,6 +499,16 @@ func DecodeCommand(b []byte) (Command, error) {
 		return c, decodeTxn(&c, d.b[8:])
 	case KindGC, KindTSO:
 		c.Threshold = d.uvarint()
+	case KindGCChunk:
+		c.Threshold = d.uvarint()
+		ch := &GCChunk{Phase: d.byte(), Key: d.bytes(), Limit: d.uvarint()}
+		if d.err == nil && (ch.Phase > gcPhaseChanges || ch.Limit == 0) {
+			d.err = ErrCorruptCommand
+		}
+		if len(ch.Key) == 0 {
+			ch.Key = nil // the start
+		}
+		c.GC = ch
 	case KindChecksum:
 		c.ChecksumID = d.uvarint()
 	case KindCreateCollection:

@@ -246,7 +246,7 @@ func validEncodings() [][]byte {
 		out = append(out, b)
 	}
 	return append(out,
-		EncodeGC(0), EncodeGC(1<<50), EncodeTSO(300), EncodeTSO(math.MaxUint64),
+		EncodeGC(0), EncodeGC(1<<50), EncodeGCChunk(7, GCChunk{Phase: gcPhaseTags, Key: []byte("k"), Limit: 3}), EncodeGCChunk(8, GCChunk{Limit: 2000}), EncodeTSO(300), EncodeTSO(math.MaxUint64),
 		EncodeCreateCollection(kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionHash, Shards: 4}, []uint64{1}),
 		EncodeCreateCollection(kv.CollectionOptions{Name: "r", Partitioning: kv.PartitionRange, Shards: 3,
 			SplitPoints: [][]byte{[]byte("g"), []byte("p")}}, []uint64{1, 2, 3}),
@@ -358,6 +358,8 @@ func reencode(c Command) []byte {
 		return b
 	case KindGC:
 		return EncodeGC(c.Threshold)
+	case KindGCChunk:
+		return EncodeGCChunk(c.Threshold, *c.GC)
 	case KindTSO:
 		return EncodeTSO(c.Threshold)
 	case KindCreateCollection:

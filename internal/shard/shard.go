@@ -108,6 +108,9 @@ type Result struct {
 	// Group are the effects of a group record (group.go): Send and Reply
 	// effects for the raft leader replica to act on.
 	Group []group.Effect
+	// GCNext is where the next chunk of a garbage collection done in
+	// chunks (EncodeGCChunk) starts; nil once it is done.
+	GCNext *GCChunk
 }
 
 // Shard is the state machine of one shard replica. It is not safe for
@@ -303,15 +306,15 @@ func (s *Shard) Apply(b *pebble.Batch, index, term uint64, data []byte) (Result,
 		switch cmd.Kind {
 		case KindWrite, KindDeleteRange, KindPlace, KindSplitTrigger, KindMergeTrigger, KindTxnPrepare, KindTxnForget, KindTxnRecord, KindTxnResolve:
 			return s.frozenRefusal(), s.SetApplied(b, index, term)
-		case KindGC:
+		case KindGC, KindGCChunk:
 			return Result{}, s.SetApplied(b, index, term)
 		}
 	}
 	switch cmd.Kind {
 	case KindWrite:
 		res, err = s.applyWrite(b, cmd)
-	case KindGC:
-		err = s.applyGC(b, cmd.Threshold)
+	case KindGC, KindGCChunk:
+		res.GCNext, err = s.applyGC(b, cmd.Threshold, cmd.GC)
 	case KindTSO:
 		err = s.applyTSO(b, cmd.Threshold)
 		res.Version = s.tsoHWM
@@ -639,74 +642,151 @@ func (d Desc) ownsStored(bucket uint16, key []byte) bool {
 	return d.OwnsBucket(bucket)
 }
 
+// GC phases (GCChunk.Phase).
+const (
+	gcPhaseData uint8 = iota
+	gcPhaseTags
+	gcPhaseChanges
+)
+
 // applyGC drops, for every key, the versions that no read at or above
 // threshold can see: everything below the newest version at or below
 // threshold, and that version too when it is a tombstone. It does the same
 // for tag index entries, and drops change log entries below threshold.
-func (s *Shard) applyGC(b *pebble.Batch, threshold uint64) error {
-	if threshold <= s.gcThreshold || s.desc.IsMeta() {
-		return nil
+//
+// With chunk nil it does all of it. Else it does chunk's part: about
+// chunk.Limit entries visited from chunk's phase and key (whole keys: a
+// key's versions are never split between chunks), and answers where the
+// next chunk starts, nil once the collection is done, so that no Apply
+// walks a whole large shard while the others' entries wait. The first
+// chunk (no key) raises the shard's GC threshold before it drops
+// anything, so that no read below the threshold meets a collection half
+// done; later chunks of the same threshold go on with it.
+func (s *Shard) applyGC(b *pebble.Batch, threshold uint64, chunk *GCChunk) (*GCChunk, error) {
+	if s.desc.IsMeta() || threshold == 0 {
+		return nil, nil
+	}
+	var limit uint64
+	phase, from := gcPhaseData, []byte(nil)
+	if chunk != nil {
+		limit, phase, from = chunk.Limit, chunk.Phase, chunk.Key
+	}
+	if len(from) == 0 {
+		if threshold <= s.gcThreshold {
+			return nil, nil
+		}
+		s.gcThreshold = threshold
+		if err := storage.PutUint64(b, storage.ShardStateKey(s.desc.ShardID, stateGCThreshold), threshold); err != nil {
+			return nil, err
+		}
+	} else if threshold > s.gcThreshold {
+		// The chunk that raised the threshold is not in this replica's
+		// state (it cannot be: it precedes this one in the log, and a
+		// snapshot carries the threshold); collect nothing.
+		return nil, nil
 	}
 	var toDelete [][]byte
-	// Data versions.
-	start, end := s.desc.Span()
-	dropLatest := func(k []byte) {
-		if dk, err := storage.DecodeDataKey(k); err == nil {
-			toDelete = append(toDelete, storage.LatestKey(nil, s.desc.Collection, dk.UserKey))
+	var visited uint64
+	var next []byte
+	var err error
+	for ; phase <= gcPhaseChanges && next == nil && err == nil; phase, from = phase+1, nil {
+		switch phase {
+		case gcPhaseData:
+			start, end := s.desc.Span()
+			dropLatest := func(k []byte) {
+				if dk, err := storage.DecodeDataKey(k); err == nil {
+					toDelete = append(toDelete, storage.LatestKey(nil, s.desc.Collection, dk.UserKey))
+				}
+			}
+			next, err = s.gcVersions(b, maxKey(start, from), end, threshold, dropLatest, func(k, raw []byte) (prefix []byte, owned, dead bool, err error) {
+				dk, err := storage.DecodeDataKey(k)
+				if err != nil {
+					return nil, false, false, err
+				}
+				bucket, err := storage.ValueBucket(raw)
+				if err != nil {
+					return nil, false, false, err
+				}
+				return k[:len(k)-8], s.desc.ownsStored(bucket, dk.UserKey), storage.IsTombstone(raw), nil
+			}, &toDelete, limit, &visited)
+		case gcPhaseTags:
+			start, end := storage.TagIndexSpan(s.desc.Collection)
+			next, err = s.gcVersions(b, maxKey(start, from), end, threshold, nil, func(k, raw []byte) (prefix []byte, owned, dead bool, err error) {
+				_, _, key, _, err := storage.DecodeTagIndexKey(k)
+				if err != nil {
+					return nil, false, false, err
+				}
+				return k[:len(k)-8], s.desc.ownsStored(tagEntryBucket(raw), key), !tagEntryPresent(raw), nil
+			}, &toDelete, limit, &visited)
+		case gcPhaseChanges:
+			next, err = s.gcChanges(b, from, threshold, &toDelete, limit, &visited)
 		}
 	}
-	if err := s.gcVersions(b, start, end, threshold, dropLatest, func(k, raw []byte) (prefix []byte, owned, dead bool, err error) {
-		dk, err := storage.DecodeDataKey(k)
-		if err != nil {
-			return nil, false, false, err
-		}
-		bucket, err := storage.ValueBucket(raw)
-		if err != nil {
-			return nil, false, false, err
-		}
-		return k[:len(k)-8], s.desc.ownsStored(bucket, dk.UserKey), storage.IsTombstone(raw), nil
-	}, &toDelete); err != nil {
-		return err
-	}
-	// Tag index entries.
-	start, end = storage.TagIndexSpan(s.desc.Collection)
-	if err := s.gcVersions(b, start, end, threshold, nil, func(k, raw []byte) (prefix []byte, owned, dead bool, err error) {
-		_, _, key, _, err := storage.DecodeTagIndexKey(k)
-		if err != nil {
-			return nil, false, false, err
-		}
-		return k[:len(k)-8], s.desc.ownsStored(tagEntryBucket(raw), key), !tagEntryPresent(raw), nil
-	}, &toDelete); err != nil {
-		return err
-	}
-	// Change log entries below the threshold.
-	err := Changes(b, s.desc.Collection, 0, threshold-1, nil, func(c Change) bool {
-		if s.desc.ownsStored(c.Bucket, c.Key) {
-			toDelete = append(toDelete, storage.ChangeKey(nil, s.desc.Collection, c.Version, c.Key))
-		}
-		return true
-	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, k := range toDelete {
 		if err := b.Delete(k, nil); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	s.gcThreshold = threshold
-	return storage.PutUint64(b, storage.ShardStateKey(s.desc.ShardID, stateGCThreshold), threshold)
+	if next == nil {
+		return nil, nil
+	}
+	return &GCChunk{Phase: phase - 1, Key: next, Limit: limit}, nil
+}
+
+// maxKey answers the greater of a and b (nil is the least).
+func maxKey(a, b []byte) []byte {
+	if bytes.Compare(a, b) < 0 {
+		return b
+	}
+	return a
+}
+
+// gcChanges collects the change log entries below threshold the shard
+// owns, from key from (nil: the first), counting each entry visited in
+// *visited; past limit (0: none) it stops and answers the key to go on
+// from.
+func (s *Shard) gcChanges(b *pebble.Batch, from []byte, threshold uint64, out *[][]byte, limit uint64, visited *uint64) ([]byte, error) {
+	lower, upper := storage.ChangeSpan(s.desc.Collection, 0, threshold-1)
+	it, err := b.NewIter(&pebble.IterOptions{LowerBound: maxKey(lower, from), UpperBound: upper})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	for valid := it.First(); valid; valid = it.Next() {
+		if limit > 0 && *visited >= limit {
+			return bytes.Clone(it.Key()), nil
+		}
+		*visited++
+		_, _, key, err := storage.DecodeChangeKey(it.Key())
+		if err != nil {
+			return nil, err
+		}
+		raw := it.Value()
+		var bucket uint16
+		if len(raw) == 2 {
+			bucket = uint16(raw[0])<<8 | uint16(raw[1])
+		}
+		if s.desc.ownsStored(bucket, key) {
+			*out = append(*out, bytes.Clone(it.Key()))
+		}
+	}
+	return nil, it.Error()
 }
 
 // gcVersions walks versioned entries (prefix + ^version, newest first per
 // prefix) in [start, end) and collects the ones GC drops. dropNewest, when
 // set, is called for a prefix whose newest version is dropped (nothing of
-// it is left).
+// it is left). It counts each entry visited in *visited; past limit (0:
+// none) it stops before a new prefix and answers its first key, to go on
+// from.
 func (s *Shard) gcVersions(b *pebble.Batch, start, end []byte, threshold uint64, dropNewest func(k []byte),
-	classify func(k, raw []byte) (prefix []byte, owned, dead bool, err error), out *[][]byte) error {
+	classify func(k, raw []byte) (prefix []byte, owned, dead bool, err error), out *[][]byte, limit uint64, visited *uint64) ([]byte, error) {
 	it, err := b.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: end})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer it.Close()
 	var (
@@ -716,23 +796,27 @@ func (s *Shard) gcVersions(b *pebble.Batch, start, end []byte, threshold uint64,
 	for valid := it.First(); valid; valid = it.Next() {
 		k := it.Key()
 		if len(k) < 8 {
-			return storage.ErrCorruptKey
+			return nil, storage.ErrCorruptKey
 		}
 		version := ^binary.BigEndian.Uint64(k[len(k)-8:])
 		raw, err := it.ValueAndErr()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		prefix, owned, dead, err := classify(k, raw)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		newest := false
 		if cur == nil || !bytes.Equal(prefix, cur) {
+			if limit > 0 && *visited >= limit {
+				return bytes.Clone(k), nil
+			}
 			cur = append(cur[:0], prefix...)
 			keptOne = false
 			newest = true
 		}
+		*visited++
 		if !owned || version > threshold {
 			continue
 		}
@@ -746,7 +830,7 @@ func (s *Shard) gcVersions(b *pebble.Batch, start, end []byte, threshold uint64,
 		}
 		keptOne = true
 	}
-	return it.Error()
+	return nil, it.Error()
 }
 
 func (s *Shard) applyTSO(b *pebble.Batch, hwm uint64) error {
