@@ -102,3 +102,39 @@ func TestGCInChunks(t *testing.T) {
 		}
 	}
 }
+
+// TestGCNothingToCollect: a collection at a threshold below every write
+// of the shard's collection raises the threshold and changes nothing else,
+// without walking the shard.
+func TestGCNothingToCollect(t *testing.T) {
+	e := newSnapEnv(t, 1)
+	e.createCollections()
+	c := e.colls[0]
+	e.version = 100
+	for i := range 20 {
+		key := []byte{'k', byte('a' + i%5)}
+		bucket, id := route(c, key)
+		e.writeAt(id, e.nextVersion(), Op{Type: OpPut, Bucket: bucket, Key: key, Value: []byte{byte(i)}})
+	}
+	before := rawDump(t, e.db)
+	for _, s := range c.Shards {
+		// With a limit of 1 entry, a walk would answer a next chunk.
+		if res := e.apply(s.ID, EncodeGCChunk(50, GCChunk{Limit: 1})); res.GCNext != nil {
+			t.Fatalf("shard %d walked its entries (next chunk %+v) with nothing to collect", s.ID, res.GCNext)
+		}
+		if got := e.shards[s.ID].GCThreshold(); got != 50 {
+			t.Fatalf("shard %d's threshold is %d, want 50", s.ID, got)
+		}
+	}
+	after := rawDump(t, e.db)
+	for _, s := range c.Shards {
+		for _, name := range []string{stateApplied, stateGCThreshold} {
+			k := string(storage.ShardStateKey(s.ID, name))
+			delete(before, k)
+			delete(after, k)
+		}
+	}
+	if diffs := diffDumps(before, after); len(diffs) > 0 {
+		t.Fatalf("a collection below every write changed the DB:\n%v", diffs)
+	}
+}

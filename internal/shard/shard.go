@@ -679,6 +679,24 @@ func (s *Shard) applyGC(b *pebble.Batch, threshold uint64, chunk *GCChunk) (*GCC
 		if err := storage.PutUint64(b, storage.ShardStateKey(s.desc.ShardID, stateGCThreshold), threshold); err != nil {
 			return nil, err
 		}
+		// Every version, tag index entry and tombstone is written with a
+		// change log entry at its version (writeVersion), which GC drops
+		// only below its threshold: when the collection's change log has
+		// nothing at or below threshold, no write the earlier collections
+		// left can be shadowed or dead at threshold, and there is nothing
+		// to walk (a shard written only within the retention window).
+		lo, hi := storage.ChangeSpan(s.desc.Collection, 0, threshold)
+		it, err := b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+		if err != nil {
+			return nil, err
+		}
+		any := it.First()
+		if err := it.Close(); err != nil {
+			return nil, err
+		}
+		if !any {
+			return nil, nil
+		}
 	} else if threshold > s.gcThreshold {
 		// The chunk that raised the threshold is not in this replica's
 		// state (it cannot be: it precedes this one in the log, and a
