@@ -690,11 +690,11 @@ func (s *Shard) applyGC(b *pebble.Batch, threshold uint64, chunk *GCChunk) (*GCC
 		if err != nil {
 			return nil, err
 		}
-		any := it.First()
+		collectable := it.First()
 		if err := it.Close(); err != nil {
 			return nil, err
 		}
-		if !any {
+		if !collectable {
 			return nil, nil
 		}
 	} else if threshold > s.gcThreshold {
