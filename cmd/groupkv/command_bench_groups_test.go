@@ -53,9 +53,6 @@ func TestBenchGroupsEmbedded(t *testing.T) {
 // TestBenchGroupsRounds runs the modes in three rounds, alternating their
 // order, and reports the median of the rounds' overheads.
 func TestBenchGroupsRounds(t *testing.T) {
-	if testing.Short() {
-		t.Skip("opens a node")
-	}
 	dir := t.TempDir()
 	results := filepath.Join(dir, "results.json")
 	out, err := runBench(t, "groups", "--embedded", filepath.Join(dir, "node"), "--players", "300", "--load",
