@@ -1004,7 +1004,7 @@ func (n *Node) CreateGroup(ctx context.Context, spec kv.GroupSpec) (kv.GroupCrea
 				undo := &groupDeleteRequest{Shard: leaderShard, ID: spec.ID}
 				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 				_, _ = n.atGroupLeader(dctx, leaderShard, "GroupDelete", undo, func(ctx context.Context) (any, error) {
-					return &groupDeleteResponse{}, n.groupDeleteHere(ctx, undo)
+					return n.groupDeleteHere(ctx, undo)
 				})
 				cancel()
 			}
@@ -1285,6 +1285,9 @@ type groupDeleteRequest struct {
 
 type groupDeleteResponse struct {
 	Error *peerError `json:"error,omitempty"`
+	// Unregistered: the leader removed the registration of RegVersion, or
+	// found it gone or replaced; the deleter need not look at it again.
+	Unregistered bool `json:"unregistered,omitempty"`
 }
 
 // DeleteGroup implements kv.GroupBackend.
@@ -1306,16 +1309,19 @@ func (n *Node) DeleteGroup(ctx context.Context, id string) error {
 		return err
 	}
 	req := &groupDeleteRequest{Shard: shardID, ID: id, RegVersion: regVersion}
-	_, err = n.atGroupLeader(ctx, shardID, "GroupDelete", req, func(ctx context.Context) (any, error) {
-		return &groupDeleteResponse{}, n.groupDeleteHere(ctx, req)
+	out, err := n.atGroupLeader(ctx, shardID, "GroupDelete", req, func(ctx context.Context) (any, error) {
+		return n.groupDeleteHere(ctx, req)
 	})
 	if err != nil && kv.CodeOf(err) != kv.CodeNotFound {
 		return err
 	}
 	n.forgetRegistration(id)
-	// The leader removed the registration meanwhile, unless it could not
-	// (or the group was gone, or its deletion asked before): remove it
-	// here, the one read, not a newer one.
+	if resp, ok := out.(*groupDeleteResponse); ok && err == nil && resp.Unregistered {
+		return nil
+	}
+	// The leader did not remove the registration (it could not, or the
+	// group was gone, or its deletion was asked before): remove it here,
+	// the one read, not a newer one.
 	if _, v, err := n.registration(ctx, id); err == nil && v == regVersion {
 		if _, err := n.Delete(systemContext(ctx), kv.DeleteRequest{Collection: groupsCollection, Key: []byte(id), IfVersion: &v}); err != nil &&
 			kv.CodeOf(err) != kv.CodeNotFound && kv.CodeOf(err) != kv.CodeConditionFailed {
@@ -1336,15 +1342,19 @@ func (n *Node) handleGroupDelete(ctx context.Context, req *groupDeleteRequest) (
 	if !n.host.Ready(req.Shard) {
 		return &groupDeleteResponse{Error: toPeerError(kv.Errorf(kv.CodeNotLeader, "node %d does not lead shard %d", n.id, req.Shard))}, nil
 	}
-	return &groupDeleteResponse{Error: toPeerError(n.groupDeleteHere(ctx, req))}, nil
+	resp, err := n.groupDeleteHere(ctx, req)
+	if err != nil {
+		return &groupDeleteResponse{Error: toPeerError(err)}, nil
+	}
+	return resp, nil
 }
 
 // groupDeleteHere deletes a group on the leader of its leader shard (this
 // node) and waits until every member is released.
-func (n *Node) groupDeleteHere(ctx context.Context, req *groupDeleteRequest) error {
+func (n *Node) groupDeleteHere(ctx context.Context, req *groupDeleteRequest) (*groupDeleteResponse, error) {
 	sm := n.host.StateMachine(req.Shard)
 	if sm == nil {
-		return kv.Errorf(kv.CodeNotLeader, "node %d holds no replica of shard %d", n.id, req.Shard)
+		return nil, kv.Errorf(kv.CodeNotLeader, "node %d holds no replica of shard %d", n.id, req.Shard)
 	}
 	var g group.Group
 	var ok bool
@@ -1357,33 +1367,34 @@ func (n *Node) groupDeleteHere(ctx context.Context, req *groupDeleteRequest) err
 		}
 	})
 	if !ok {
-		return kv.Errorf(kv.CodeNotFound, "no group %q", req.ID)
+		return nil, kv.Errorf(kv.CodeNotFound, "no group %q", req.ID)
 	}
 	if err != nil {
-		return groupError(err, req.ID)
+		return nil, groupError(err, req.ID)
 	}
 	var unregistered chan struct{}
+	var unregErr error // set before unregistered is closed
 	for _, e := range effs {
 		if l, ok := e.(group.Log); ok {
 			res, err := n.host.Propose(ctx, req.Shard, shard.EncodeGroupRecord(l.Record))
 			if err != nil {
-				return err
+				return nil, err
 			}
 			if res.Err != nil {
-				return res.Err
+				return nil, res.Err
 			}
 			if req.RegVersion != 0 {
 				// The deletion is logged: it finishes whatever comes.
 				// The id's registration goes while the members are
 				// released, not after (the deleter removes it if this
-				// fails).
+				// fails: the answer says whether it did).
 				unregistered = make(chan struct{})
 				go func() {
 					defer close(unregistered)
 					rctx, cancel := context.WithTimeout(systemContext(context.WithoutCancel(ctx)), time.Minute)
 					defer cancel()
 					v := req.RegVersion
-					_, _ = n.Delete(rctx, kv.DeleteRequest{Collection: groupsCollection, Key: []byte(req.ID), IfVersion: &v})
+					_, unregErr = n.Delete(rctx, kv.DeleteRequest{Collection: groupsCollection, Key: []byte(req.ID), IfVersion: &v})
 					n.forgetRegistration(req.ID)
 				}()
 			}
@@ -1415,13 +1426,18 @@ func (n *Node) groupDeleteHere(ctx context.Context, req *groupDeleteRequest) err
 			})
 		}
 		if gone || g.State == group.Deleting && n.released(g) {
+			out := &groupDeleteResponse{}
 			if unregistered != nil {
 				select {
 				case <-unregistered:
+					// Removed, or gone or replaced since it was read
+					// (another deleter's, a newer group's).
+					c := kv.CodeOf(unregErr)
+					out.Unregistered = unregErr == nil || c == kv.CodeNotFound || c == kv.CodeConditionFailed
 				case <-ctx.Done():
 				}
 			}
-			return nil
+			return out, nil
 		}
 		// A change of the group's state is applied, or a DA noted (both
 		// close changed); the timer backs up a leader whose state moved
@@ -1435,11 +1451,11 @@ func (n *Node) groupDeleteHere(ctx context.Context, req *groupDeleteRequest) err
 		}
 		t.Stop()
 		if ctx.Err() != nil {
-			return kv.Errorf(kv.CodeUnavailable, "group %q: the deletion did not finish before the request ended; it goes on, delete it again to wait for it", req.ID)
+			return nil, kv.Errorf(kv.CodeUnavailable, "group %q: the deletion did not finish before the request ended; it goes on, delete it again to wait for it", req.ID)
 		}
 		select {
 		case <-n.stop:
-			return kv.Errorf(kv.CodeUnavailable, "node is shutting down")
+			return nil, kv.Errorf(kv.CodeUnavailable, "node is shutting down")
 		default:
 		}
 	}

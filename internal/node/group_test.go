@@ -845,25 +845,51 @@ func TestGroupDeleteRemovesRegistration(t *testing.T) {
 		t.Fatalf("creating g again: %v", err)
 	}
 
+	// The leader says when it removed the registration, so that the
+	// deleter need not read it again.
+	v, ok := registered("g")
+	if !ok {
+		t.Fatal("g is not registered")
+	}
+	gShard := func(id string) uint64 {
+		t.Helper()
+		reg, _, err := n.registration(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, shardID, err := n.groupKey(ctx, kv.KeyRef{Collection: reg.Collection, Key: reg.Key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return shardID
+	}
+	resp, err := n.groupDeleteHere(ctx, &groupDeleteRequest{Shard: gShard("g"), ID: "g", RegVersion: v})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp.Unregistered {
+		t.Fatal("the leader removed g's registration and does not say so")
+	}
+	if _, ok := registered("g"); ok {
+		t.Fatal("g is registered after its leader said it was not")
+	}
+
 	// A leader asked with another version of the registration leaves it;
 	// the deleter, which read it, removes it.
 	if _, err := n.CreateGroup(ctx, spec("h")); err != nil {
 		t.Fatal(err)
 	}
-	v, ok := registered("h")
+	v, ok = registered("h")
 	if !ok {
 		t.Fatal("h is not registered")
 	}
-	reg, _, err := n.registration(ctx, "h")
+	resp, err = n.groupDeleteHere(ctx, &groupDeleteRequest{Shard: gShard("h"), ID: "h", RegVersion: v + 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, shardID, err := n.groupKey(ctx, kv.KeyRef{Collection: reg.Collection, Key: reg.Key})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.groupDeleteHere(ctx, &groupDeleteRequest{Shard: shardID, ID: "h", RegVersion: v + 1000}); err != nil {
-		t.Fatal(err)
+	if !resp.Unregistered {
+		// Not of that version: nothing of it for the deleter to remove.
+		t.Fatal("a leader asked to remove another version of h's registration answers that it is still there")
 	}
 	if v2, ok := registered("h"); !ok || v2 != v {
 		t.Fatalf("a leader asked to remove another version of h's registration removed it (%d, %v)", v2, ok)
