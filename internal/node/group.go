@@ -60,7 +60,10 @@ const groupTick = 100 * time.Millisecond
 
 // groupState is the node's volatile Key Groups state.
 type groupState struct {
-	out chan outMsg
+	// out queues messages to send, those of one effect list together
+	// (groupSends), so that they go in one call and their receiver
+	// handles them together.
+	out chan []outMsg
 	// sent, set by tests only, sees every message sent, and drops those
 	// it answers true for.
 	sent atomic.Pointer[func(group.Message) bool]
@@ -113,7 +116,7 @@ const replyTTL = 2 * time.Minute
 // initGroups makes the node's Key Groups state, before the host starts
 // (its records may apply at once).
 func (n *Node) initGroups() {
-	n.groups.out = make(chan outMsg, 4096)
+	n.groups.out = make(chan []outMsg, 4096)
 	n.groups.mu.replies = make(map[replyKey]replyEntry)
 	n.groups.mu.changed = make(chan struct{})
 	n.groups.mu.prio = make(map[string]*prioToken)
@@ -231,6 +234,7 @@ func (n *Node) shipGroupNow(shardID uint64, id string) {
 // groupSends queues the Send effects of effs (never blocks: a full queue
 // drops, the protocol retries).
 func (n *Node) groupSends(effs []group.Effect) {
+	var out []outMsg
 	for _, e := range effs {
 		s, ok := e.(group.Send)
 		if !ok {
@@ -242,10 +246,14 @@ func (n *Node) groupSends(effs []group.Effect) {
 		if s.Msg.Type == group.MsgDA && n.unpinAfterDA(s.Msg) {
 			continue // sent once the key's placement is unpinned
 		}
-		select {
-		case n.groups.out <- outMsg{to: uint64(s.Msg.To), msg: group.EncodeMessage(s.Msg)}:
-		default:
-		}
+		out = append(out, outMsg{to: uint64(s.Msg.To), msg: group.EncodeMessage(s.Msg)})
+	}
+	if len(out) == 0 {
+		return
+	}
+	select {
+	case n.groups.out <- out:
+	default:
 	}
 }
 
@@ -336,14 +344,14 @@ func (n *Node) groupSender() {
 		select {
 		case <-n.stop:
 			return
-		case m := <-n.groups.out:
-			batch = append(batch, m)
+		case ms := <-n.groups.out:
+			batch = append(batch, ms...)
 		}
 	more:
 		for len(batch) < 512 {
 			select {
-			case m := <-n.groups.out:
-				batch = append(batch, m)
+			case ms := <-n.groups.out:
+				batch = append(batch, ms...)
 			default:
 				break more
 			}
@@ -407,9 +415,11 @@ func (n *Node) handleGroupMessages(ctx context.Context, req *groupMessages) (*gr
 
 // deliverGroupMessages handles messages to shards led here; a replica
 // that does not lead forwards them to the leader it knows (a bounded
-// number of hops); others are dropped (their senders retry).
+// number of hops); others are dropped (their senders retry). The messages
+// to one shard are handled together (deliverToShard).
 func (n *Node) deliverGroupMessages(ctx context.Context, req *groupMessages) {
-	var wg sync.WaitGroup
+	byShard := make(map[uint64][]group.Message)
+	var order []uint64
 	for _, raw := range req.Messages {
 		m, err := group.DecodeMessage(raw)
 		if err != nil {
@@ -420,25 +430,35 @@ func (n *Node) deliverGroupMessages(ctx context.Context, req *groupMessages) {
 			// Not led here: a replica forwards it to the leader it knows.
 			if l := n.leaderOfAnywhere(to); l != 0 && l != n.id && req.Hops < maxGroupHops {
 				select {
-				case n.groups.out <- outMsg{to: to, msg: raw, hops: req.Hops + 1}:
+				case n.groups.out <- []outMsg{{to: to, msg: raw, hops: req.Hops + 1}}:
 				default:
 				}
 			}
 			continue
 		}
+		if byShard[uint64(m.To)] == nil {
+			order = append(order, uint64(m.To))
+		}
+		byShard[uint64(m.To)] = append(byShard[uint64(m.To)], m)
+	}
+	var wg sync.WaitGroup
+	for _, id := range order {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
-			n.deliverGroupMessage(mctx, m)
+			n.deliverToShard(mctx, id, byShard[id])
 		}()
 	}
 	wg.Wait()
 }
 
-func (n *Node) deliverGroupMessage(ctx context.Context, m group.Message) {
-	id := uint64(m.To)
+// deliverToShard handles msgs, to shard id led here. The records they
+// log go in as few proposals as they can (groupAct): the Js' yields
+// together once every J's key is checked (concurrently), the others
+// together at once.
+func (n *Node) deliverToShard(ctx context.Context, id uint64, msgs []group.Message) {
 	if !n.host.Ready(id) {
 		return
 	}
@@ -446,41 +466,67 @@ func (n *Node) deliverGroupMessage(ctx context.Context, m group.Message) {
 	if sm == nil {
 		return
 	}
-	if m.Type == group.MsgJ {
-		n.groupJoin(ctx, id, sm, m)
-		return
+	var joins struct {
+		sync.Mutex
+		effs     []group.Effect
+		releases []func()
 	}
+	var wg sync.WaitGroup
 	var effs []group.Effect
-	sm.WithGroups(func(l *group.Leader, f *group.Follower) {
-		switch m.Type {
-		case group.MsgJAA:
-			effs = f.OnJAA(m)
-		case group.MsgD:
-			effs = f.OnD(m)
-		case group.MsgShip:
-			effs = f.OnShip(m)
-		case group.MsgJA:
-			effs = l.OnJA(m)
-		case group.MsgDA:
-			effs = l.OnDA(m)
-		case group.MsgShipAck:
-			effs = l.OnShipAck(m)
+	for _, m := range msgs {
+		if m.Type == group.MsgJ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				e, release := n.groupJoin(ctx, id, sm, m)
+				joins.Lock()
+				joins.effs = append(joins.effs, e...)
+				if release != nil {
+					joins.releases = append(joins.releases, release)
+				}
+				joins.Unlock()
+			}()
+			continue
 		}
-	})
-	if m.Type == group.MsgDA && len(effs) > 0 {
-		n.noteFreed(m) // a member releasing with m's yield
+		var e []group.Effect
+		sm.WithGroups(func(l *group.Leader, f *group.Follower) {
+			switch m.Type {
+			case group.MsgJAA:
+				e = f.OnJAA(m)
+			case group.MsgD:
+				e = f.OnD(m)
+			case group.MsgShip:
+				e = f.OnShip(m)
+			case group.MsgJA:
+				e = l.OnJA(m)
+			case group.MsgDA:
+				e = l.OnDA(m)
+			case group.MsgShipAck:
+				e = l.OnShipAck(m)
+			}
+		})
+		if m.Type == group.MsgDA && len(e) > 0 {
+			n.noteFreed(m) // a member releasing with m's yield
+		}
+		effs = append(effs, e...)
 	}
 	n.groupAct(ctx, id, effs)
+	wg.Wait()
+	n.groupAct(ctx, id, joins.effs)
+	for _, release := range joins.releases {
+		release()
+	}
 }
 
-// groupJoin answers a J on the follower shard's leader: the key is
-// checked (intent, lock, value) while an exclusive lock on it is held, and
-// held until the yield is proposed and applied, so that no write or
+// groupJoin checks, for a J on the follower shard's leader, the key (intent,
+// lock, value) while an exclusive lock on it is held, and answers the J's
+// effects and a func that releases the lock (nil if none is held), to be
+// called once the yield is proposed and applied, so that no write or
 // intent lands in between.
-func (n *Node) groupJoin(ctx context.Context, id uint64, sm *shard.Shard, m group.Message) {
+func (n *Node) groupJoin(ctx context.Context, id uint64, sm *shard.Shard, m group.Message) ([]group.Effect, func()) {
 	lt := n.lockTable(id)
 	if lt == nil {
-		return
+		return nil, nil
 	}
 	// A J that comes again while the first is being handled (a retry, a
 	// duplicate) is dropped: the first one's JA answers both. Handled
@@ -492,35 +538,43 @@ func (n *Node) groupJoin(ctx context.Context, id uint64, sm *shard.Shard, m grou
 	n.groups.mu.yielding[yk] = true
 	n.groups.mu.Unlock()
 	if busy {
-		return
+		return nil, nil
 	}
-	defer func() {
+	var held *txn.Meta
+	release := func() {
+		if held != nil {
+			lt.Release(held.ID)
+		}
 		n.groups.mu.Lock()
 		delete(n.groups.mu.yielding, yk)
 		n.groups.mu.Unlock()
-	}()
+	}
 	key := []byte(m.Key.Key)
 	meta := &txn.Meta{ID: "yield-" + n.plainSeq(), Priority: txn.PlainPriority, Plain: true}
 	var kc group.KeyCheck
 	ok, err := lt.TryAcquireAll(meta, []txn.Target{{Collection: m.Key.Collection, Key: key}})
 	if err != nil {
-		return
+		release()
+		return nil, nil
 	}
 	if ok {
-		defer lt.Release(meta.ID)
+		held = meta
 		in, has, err := shard.ReadIntent(n.eng.DB, m.Key.Collection, key)
 		if err != nil {
-			return
+			release()
+			return nil, nil
 		}
 		kc.Intent = has && in.Meta.ID != ""
 		if d := n.collectionByID(m.Key.Collection); !kc.Intent && d != nil && d.Partitioning == kv.PartitionTag {
 			if kc.Refused, err = n.pinForGroup(ctx, d, id, sm, m); err != nil {
-				return // the protocol retries
+				release()
+				return nil, nil // the protocol retries
 			}
 		}
 		val, version, found, err := shard.ReadRecord(n.eng.DB, m.Key.Collection, key, shard.Latest)
 		if err != nil {
-			return
+			release()
+			return nil, nil
 		}
 		if found {
 			kc.Value, kc.Version, kc.Tags.List = val.Value, version, val.Tags
@@ -532,7 +586,7 @@ func (n *Node) groupJoin(ctx context.Context, id uint64, sm *shard.Shard, m grou
 	}
 	var effs []group.Effect
 	sm.WithGroups(func(_ *group.Leader, f *group.Follower) { effs = f.OnJ(m, kc) })
-	n.groupAct(ctx, id, effs)
+	return effs, release
 }
 
 // collectionByID returns the collection of id, nil if the catalog here
@@ -635,7 +689,7 @@ func (n *Node) unpinAfterDA(m group.Message) bool {
 			return
 		}
 		select {
-		case n.groups.out <- outMsg{to: uint64(m.To), msg: group.EncodeMessage(m)}:
+		case n.groups.out <- []outMsg{{to: uint64(m.To), msg: group.EncodeMessage(m)}}:
 		default:
 		}
 	}()
@@ -732,16 +786,21 @@ func (n *Node) released(g group.Group) bool {
 	return true
 }
 
-// groupAct proposes the Log effects of effs in shardID (led here) and
-// queues its Send effects. The effects of the records' application come
-// through onApplied.
+// groupAct proposes the Log effects of effs in shardID (led here), in as
+// few commands as they go in (shard.EncodeGroupRecords), and queues its
+// Send effects. The effects of the records' application come through
+// onApplied.
 func (n *Node) groupAct(ctx context.Context, shardID uint64, effs []group.Effect) {
 	n.groupSends(effs)
+	var recs []group.Record
 	for _, e := range effs {
 		if l, ok := e.(group.Log); ok {
-			if _, err := n.host.Propose(ctx, shardID, shard.EncodeGroupRecord(l.Record)); err != nil {
-				return // lost: the protocol retries
-			}
+			recs = append(recs, l.Record)
+		}
+	}
+	for _, cmd := range shard.EncodeGroupRecords(recs) {
+		if _, err := n.host.Propose(ctx, shardID, cmd); err != nil {
+			return // lost: the protocol retries
 		}
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/groupkv/groupkv/internal/group"
 	"github.com/groupkv/groupkv/internal/kv"
 )
@@ -1232,4 +1234,44 @@ func TestGroupDeleteAnswersOnceFree(t *testing.T) {
 			t.Fatalf("round %d: describe after the delete: %v, want not_found", round, err)
 		}
 	}
+}
+
+// TestGroupProtocolBatched: the records that the messages of one step of
+// the protocol log in a shard (the yields of a creation's Js, the joins
+// of their JAs, the frees of a deletion's Ds, ...) go in one proposal per
+// shard, not one per member: creating and deleting a group of 16 keys in
+// two shards takes a few proposals, where one per member per step would
+// take at least 48 (16 yields, joins and frees) before the delete answers.
+func TestGroupProtocolBatched(t *testing.T) {
+	n, ctx := openWithCollection(t)
+	spec := func(id string) kv.GroupSpec {
+		s := kv.GroupSpec{ID: id, Leader: kv.KeyRef{Collection: "c", Key: []byte(id + "-0")}}
+		for i := 1; i < 16; i++ {
+			s.Members = append(s.Members, kv.KeyRef{Collection: "c", Key: []byte(fmt.Sprintf("%s-%d", id, i))})
+		}
+		return s
+	}
+	// The first group creates the groups' collection.
+	if _, err := n.CreateGroup(ctx, spec("warm")); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.DeleteGroup(ctx, "warm"); err != nil {
+		t.Fatal(err)
+	}
+	before := testutil.ToFloat64(n.metrics.repl.Proposals)
+	created, err := n.CreateGroup(ctx, spec("g"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(created.Joined) != 16 {
+		t.Fatalf("joined %d keys, want 16", len(created.Joined))
+	}
+	if err := n.DeleteGroup(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	proposals := testutil.ToFloat64(n.metrics.repl.Proposals) - before
+	if proposals > 32 {
+		t.Fatalf("creating and deleting a group of 16 keys took %v proposals", proposals)
+	}
+	t.Logf("%v proposals", proposals)
 }

@@ -106,8 +106,8 @@ type Command struct {
 	Split  SplitCmd
 	Merge  MergeCmd
 	// Transaction commands (txn.go).
-	// GroupBody is the body of KindGroup and KindGroupWrite (the latter
-	// with its version first).
+	// GroupBody is the body of KindGroup and KindGroupWrite, and of their
+	// batches (the versioned ones with their version first).
 	GroupBody  []byte
 	TxnRecord  txn.RecordCmd
 	TxnPrepare *TxnPrepareCmd
@@ -258,7 +258,7 @@ func IsWrite(cmd []byte) bool {
 		return false
 	}
 	switch CommandKind(cmd[0]) {
-	case KindWrite, KindDeleteRange, KindFreeze, KindTxnPrepare, KindTxnResolve, KindGroupWrite:
+	case KindWrite, KindDeleteRange, KindFreeze, KindTxnPrepare, KindTxnResolve, KindGroupWrite, KindGroupWriteBatch:
 		return true
 	}
 	return false
@@ -482,13 +482,22 @@ func DecodeCommand(b []byte) (Command, error) {
 		c.Ops = ops
 	case KindTxnRecord, KindTxnForget:
 		return c, decodeTxn(&c, d.b)
-	case KindGroup, KindGroupWrite:
+	case KindGroup, KindGroupWrite, KindGroupBatch, KindGroupWriteBatch:
 		c.GroupBody = d.b
-		if c.Kind == KindGroupWrite {
+		body := d.b
+		if c.Kind == KindGroupWrite || c.Kind == KindGroupWriteBatch {
 			if len(d.b) < 8 {
 				return c, ErrCorruptCommand
 			}
 			c.Version = binary.BigEndian.Uint64(d.b)
+			body = d.b[8:]
+		}
+		if c.Kind == KindGroupBatch || c.Kind == KindGroupWriteBatch {
+			// The records are the group package's; the framing is this
+			// package's.
+			if _, err := decodeGroupBatch(body); err != nil {
+				return c, err
+			}
 		}
 		return c, nil
 	case KindTxnPrepare, KindTxnResolve:

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/groupkv/groupkv/internal/cluster"
+	"github.com/groupkv/groupkv/internal/group"
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/txn"
 )
@@ -258,6 +259,15 @@ func validEncodings() [][]byte {
 		EncodeSetPreferred("c", 7, 2),
 		EncodeSplitShard("r", 3, []byte("m"), 0), EncodeSplitTrigger(9, nil, 1234),
 		EncodeMergeShards("r", 3), EncodeFreeze(2), versioned(EncodeFreeze(math.MaxUint64), 77),
+		EncodeGroupRecords([]group.Record{
+			{Kind: group.RecConfirm, Group: group.Ref{ID: "g", Leader: 5, Inc: 1}, Key: group.Key{Collection: 7, Key: "k"}, Yield: 2},
+			{Kind: group.RecConfirm, Group: group.Ref{ID: "g", Leader: 5, Inc: 1}, Key: group.Key{Collection: 7, Key: "l"}, Yield: 3},
+		})[0],
+		versioned(EncodeGroupRecords([]group.Record{
+			{Kind: group.RecFree, Group: group.Ref{ID: "g", Leader: 5, Inc: 1}, Key: group.Key{Collection: 7, Key: "k"}, Yield: 2,
+				Entries: []group.Entry{{Seq: 4, Write: group.Write{Key: group.Key{Collection: 7, Key: "k"}, Value: []byte("v")}}}},
+			{Kind: group.RecRelease, Group: group.Ref{ID: "h", Leader: 5, Inc: 2}, Key: group.Key{Collection: 7, Key: "l"}, Yield: 3},
+		})[0], 78),
 		EncodeMergeTrigger(Desc{ShardID: 4, Start: []byte("g"), End: []byte("p")}, FrozenState{Into: 3, Index: 12, MaxVersion: 1 << 40, GCThreshold: 9}),
 		EncodeMergeTrigger(Desc{ShardID: 4, Start: []byte("g")}, FrozenState{Into: 3}),
 		EncodeMergeTrigger(Desc{ShardID: 5, BucketStart: 100, BucketEnd: kv.NumBuckets}, FrozenState{Into: 1, Index: 1}),
@@ -398,7 +408,7 @@ func reencode(c Command) []byte {
 			return EncodeRejoinNode(c.Node)
 		}
 		return EncodeAddNode(c.Node, c.AssignMeta)
-	case KindGroup, KindGroupWrite:
+	case KindGroup, KindGroupWrite, KindGroupBatch, KindGroupWriteBatch:
 		// The body is the group package's (internal/group encoding tests).
 		return append([]byte{byte(c.Kind)}, c.GroupBody...)
 	case KindTxnPrepare:

@@ -25,6 +25,9 @@ import (
 //     a group transaction's commit at the leader (validated in Apply
 //     against the versions it read), and the application of shipped group
 //     writes at a follower, which stores them as versions of the keys.
+//   - KindGroupBatch and KindGroupWriteBatch: several records, applied in
+//     order in one Apply (EncodeGroupRecords), those of a batch of
+//     protocol messages that one shard handles together.
 //
 // Both states are kept in the shard's state span, in parts (group.Part):
 // under stateGroupLeaderParts, a header and, per group, an item for the
@@ -57,7 +60,19 @@ var groupOptions = group.Options{ShipTicks: 3}
 const (
 	KindGroup      CommandKind = 23
 	KindGroupWrite CommandKind = 24
+	// KindGroupBatch carries several group records, applied in order in
+	// one Apply as if each were its own command (EncodeGroupRecords): what
+	// a node's handler of a batch of protocol messages logs in one shard,
+	// one proposal instead of one per message. KindGroupWriteBatch is the
+	// same with a version, which the records that store writes share
+	// (their keys apart, as a write's keys).
+	KindGroupBatch      CommandKind = 32
+	KindGroupWriteBatch CommandKind = 33
 )
+
+// maxGroupBatchBytes bounds the records EncodeGroupRecords puts in one
+// command (a single larger record goes alone).
+const maxGroupBatchBytes = 1 << 20
 
 // Names of the group state items (storage.ShardStateKey). The part
 // prefixes are not prefixes of the names of the whole states, nor these of
@@ -95,13 +110,113 @@ type groupState struct {
 // a version, for a group write or an application of shipped writes;
 // KindGroup otherwise.
 func EncodeGroupRecord(rec group.Record) []byte {
-	body := group.EncodeRecord(rec)
 	if storesWrites(rec) {
+		return groupCommand(KindGroupWrite, group.EncodeRecord(rec))
+	}
+	return groupCommand(KindGroup, group.EncodeRecord(rec))
+}
+
+// EncodeGroupRecords encodes recs, to be applied in their order, as few
+// commands as it can: one per record (EncodeGroupRecord) when they are
+// alone, else batches (KindGroupBatch, KindGroupWriteBatch) of at most
+// maxGroupBatchBytes in which no two records that store writes touch the
+// same key (they share the batch's version). Proposed one after the
+// other, the commands apply as the records would, one command each.
+func EncodeGroupRecords(recs []group.Record) [][]byte {
+	var out [][]byte
+	var batch [][]byte
+	var size int
+	var writes bool
+	stored := make(map[group.Key]bool)
+	flush := func() {
+		switch len(batch) {
+		case 0:
+		case 1:
+			kind := KindGroup
+			if writes {
+				kind = KindGroupWrite
+			}
+			out = append(out, groupCommand(kind, batch[0]))
+		default:
+			kind := KindGroupBatch
+			if writes {
+				kind = KindGroupWriteBatch
+			}
+			body := binary.AppendUvarint(nil, uint64(len(batch)))
+			for _, r := range batch {
+				body = appendBytes(body, r)
+			}
+			out = append(out, groupCommand(kind, body))
+		}
+		batch, size, writes = nil, 0, false
+		clear(stored)
+	}
+	for _, rec := range recs {
+		body := group.EncodeRecord(rec)
+		keys := storedKeys(rec)
+		clash := false
+		for _, k := range keys {
+			clash = clash || stored[k]
+		}
+		if clash || len(batch) > 0 && size+len(body) > maxGroupBatchBytes {
+			flush()
+		}
+		batch = append(batch, body)
+		size += len(body)
+		if len(keys) > 0 {
+			writes = true
+			for _, k := range keys {
+				stored[k] = true
+			}
+		}
+	}
+	flush()
+	return out
+}
+
+// groupCommand makes a command of kind from body, with room for a version
+// if kind is versioned.
+func groupCommand(kind CommandKind, body []byte) []byte {
+	if kind == KindGroupWrite || kind == KindGroupWriteBatch {
 		b := make([]byte, 9, 9+len(body))
-		b[0] = byte(KindGroupWrite)
+		b[0] = byte(kind)
 		return append(b, body...)
 	}
-	return append([]byte{byte(KindGroup)}, body...)
+	return append([]byte{byte(kind)}, body...)
+}
+
+// storedKeys returns the keys whose writes rec may store (none if it
+// stores none).
+func storedKeys(rec group.Record) []group.Key {
+	if !storesWrites(rec) {
+		return nil
+	}
+	var keys []group.Key
+	for _, w := range rec.Writes {
+		keys = append(keys, w.Key)
+	}
+	for _, e := range rec.Entries {
+		keys = append(keys, e.Key)
+	}
+	return keys
+}
+
+// decodeGroupBatch splits the body of a batch (past its version) into its
+// records' encodings.
+func decodeGroupBatch(body []byte) ([][]byte, error) {
+	d := decoder{b: body}
+	n := d.uvarint()
+	if d.err != nil || n < 2 || n > uint64(len(body)) {
+		return nil, ErrCorruptCommand
+	}
+	recs := make([][]byte, 0, n)
+	for range n {
+		recs = append(recs, d.bytes())
+	}
+	if d.err != nil || len(d.b) != 0 {
+		return nil, ErrCorruptCommand
+	}
+	return recs, nil
 }
 
 // storesWrites reports whether rec stores writes, at a version: a group
@@ -271,30 +386,75 @@ func (s *Shard) groupHolds(start, end []byte) ([]byte, group.Yielded, bool) {
 
 func (s *Shard) applyGroup(b *pebble.Batch, index uint64, kind CommandKind, body []byte) (Result, error) {
 	var version uint64
-	if kind == KindGroupWrite {
+	versioned := kind == KindGroupWrite || kind == KindGroupWriteBatch
+	if versioned {
 		if len(body) < 8 {
 			return Result{}, ErrCorruptCommand
 		}
 		version, body = binary.BigEndian.Uint64(body), body[8:]
 	}
-	rec, err := group.DecodeRecord(body)
-	if err != nil {
-		return Result{}, fmt.Errorf("%w: %v", ErrCorruptCommand, err)
+	bodies := [][]byte{body}
+	if kind == KindGroupBatch || kind == KindGroupWriteBatch {
+		var err error
+		if bodies, err = decodeGroupBatch(body); err != nil {
+			return Result{}, err
+		}
 	}
-	if (kind == KindGroupWrite) != storesWrites(rec) {
-		return Result{}, fmt.Errorf("%w: group record %s in a command of kind %d", ErrCorruptCommand, rec.Kind, kind)
+	recs := make([]group.Record, len(bodies))
+	writes := false
+	for i, body := range bodies {
+		rec, err := group.DecodeRecord(body)
+		if err != nil {
+			return Result{}, fmt.Errorf("%w: %v", ErrCorruptCommand, err)
+		}
+		if kind == KindGroup || kind == KindGroupWrite {
+			if versioned != storesWrites(rec) {
+				return Result{}, fmt.Errorf("%w: group record %s in a command of kind %d", ErrCorruptCommand, rec.Kind, kind)
+			}
+		} else if storesWrites(rec) && !versioned {
+			return Result{}, fmt.Errorf("%w: group record %s in a command of kind %d", ErrCorruptCommand, rec.Kind, kind)
+		}
+		writes = writes || storesWrites(rec)
+		recs[i] = rec
 	}
-	if kind == KindGroupWrite {
+	if versioned && !writes {
+		return Result{}, fmt.Errorf("%w: a group command of kind %d stores no write", ErrCorruptCommand, kind)
+	}
+	if versioned {
 		if err := s.checkVersion(version); err != nil {
 			return Result{Err: err}, nil
 		}
-		rec.Version = version
 	}
 	s.groups.mu.Lock()
 	defer s.groups.mu.Unlock()
 	s.groups.index = index
 	var effs []group.Effect
+	for _, rec := range recs {
+		var v uint64
+		if storesWrites(rec) {
+			rec.Version, v = version, version
+		}
+		e, err := s.applyGroupRecord(b, rec, v)
+		if err != nil {
+			return Result{}, err
+		}
+		effs = append(effs, e...)
+	}
+	if versioned {
+		if err := s.setMaxVersion(b, version); err != nil {
+			return Result{}, err
+		}
+	}
+	return Result{Version: version, Group: effs}, nil
+}
+
+// applyGroupRecord applies one group record (s.groups.mu held): to the
+// leader's or the follower's state, whose changed parts it writes, and
+// the writes it stores at version.
+func (s *Shard) applyGroupRecord(b *pebble.Batch, rec group.Record, version uint64) ([]group.Effect, error) {
+	var effs []group.Effect
 	var parts []group.Part
+	var err error
 	if rec.Kind.ForLeader() {
 		l := s.groups.leader
 		effs = l.Apply(rec)
@@ -313,7 +473,7 @@ func (s *Shard) applyGroup(b *pebble.Batch, index uint64, kind CommandKind, body
 			// storing the last group's writes, applied in the same cycle).
 			val, version, found, err := s.latest(b, []byte(rec.Key.Key))
 			if err != nil {
-				return Result{}, err
+				return nil, err
 			}
 			rec.Value, rec.Version, rec.Absent, rec.Tags = nil, 0, !found, group.Tags{}
 			if found {
@@ -329,7 +489,7 @@ func (s *Shard) applyGroup(b *pebble.Batch, index uint64, kind CommandKind, body
 		err = s.writeGroupParts(b, stateGroupFollowerParts, stateGroupFollower, &s.groups.oldFollower, parts)
 	}
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	for _, e := range effs {
 		st, ok := e.(group.Store)
@@ -337,15 +497,10 @@ func (s *Shard) applyGroup(b *pebble.Batch, index uint64, kind CommandKind, body
 			continue
 		}
 		if err := s.storeGroupWrite(b, st.Write, version); err != nil {
-			return Result{}, err
+			return nil, err
 		}
 	}
-	if kind == KindGroupWrite {
-		if err := s.setMaxVersion(b, version); err != nil {
-			return Result{}, err
-		}
-	}
-	return Result{Version: version, Group: effs}, nil
+	return effs, nil
 }
 
 // storeGroupWrite writes a shipped group write into the key's data at

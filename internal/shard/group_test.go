@@ -180,6 +180,14 @@ type groupShard struct {
 	value []byte
 	// batchBytes is the size of the last batch committed.
 	batchBytes int
+	// batched: run applies the records logged by each round of effects
+	// together, as few commands as EncodeGroupRecords makes of them, after
+	// it has delivered the round's messages (as a node does with the
+	// messages it gets together); commands counts those applied.
+	batched  bool
+	commands int
+	// writeBatches counts the versioned batches applied.
+	writeBatches int
 }
 
 func newGroupShard(tb testing.TB) *groupShard {
@@ -210,7 +218,7 @@ func (g *groupShard) apply(recs ...group.Record) []group.Effect {
 	var effs []group.Effect
 	for _, rec := range recs {
 		cmd := EncodeGroupRecord(rec)
-		if rec.Kind == group.RecWrite || rec.Kind == group.RecApplyShip {
+		if IsWrite(cmd) {
 			g.version++
 			SetVersion(cmd, g.version)
 		}
@@ -242,9 +250,15 @@ func (g *groupShard) run(effs []group.Effect, check func()) {
 	g.tb.Helper()
 	for len(effs) > 0 {
 		var next []group.Effect
+		var logs []group.Record
 		for _, e := range effs {
 			switch e := e.(type) {
 			case group.Log:
+				if g.batched {
+					logs = append(logs, e.Record)
+					continue
+				}
+				g.commands++
 				next = append(next, g.apply(e.Record)...)
 				check()
 			case group.Send:
@@ -268,8 +282,48 @@ func (g *groupShard) run(effs []group.Effect, check func()) {
 				})
 			}
 		}
+		if len(logs) > 0 {
+			next = append(next, g.applyCommands(EncodeGroupRecords(logs))...)
+			check()
+		}
 		effs = next
 	}
+}
+
+// applyCommands applies group commands in one batch, versioning those
+// that need it, and returns the effects of them all.
+func (g *groupShard) applyCommands(cmds [][]byte) []group.Effect {
+	g.tb.Helper()
+	b := g.db.NewIndexedBatch()
+	defer b.Close()
+	var effs []group.Effect
+	for _, cmd := range cmds {
+		if IsWrite(cmd) {
+			g.version++
+			SetVersion(cmd, g.version)
+		}
+		index, _ := g.s.Applied()
+		res, err := g.s.Apply(b, index+1, 1, cmd)
+		if err != nil {
+			g.tb.Fatal(err)
+		}
+		if res.Err != nil {
+			g.tb.Fatalf("command of kind %d: %v", cmd[0], res.Err)
+		}
+		g.commands++
+		if CommandKind(cmd[0]) == KindGroupWriteBatch {
+			g.writeBatches++
+		}
+		effs = append(effs, res.Group...)
+	}
+	if err := g.s.FinishBatch(b); err != nil {
+		g.tb.Fatal(err)
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		g.tb.Fatal(err)
+	}
+	g.s.Committed()
+	return effs
 }
 
 // tick ticks the group state machines until their retries have run.

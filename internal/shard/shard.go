@@ -354,7 +354,7 @@ func (s *Shard) Apply(b *pebble.Batch, index, term uint64, data []byte) (Result,
 		res, err = s.applyTxnResolve(b, cmd.Version, cmd.TxnResolve)
 	case KindTxnForget:
 		res, err = s.applyTxnForget(b, cmd.TxnForget)
-	case KindGroup, KindGroupWrite:
+	case KindGroup, KindGroupWrite, KindGroupBatch, KindGroupWriteBatch:
 		res, err = s.applyGroup(b, index, cmd.Kind, cmd.GroupBody)
 	}
 	if err != nil {
