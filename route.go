@@ -320,15 +320,29 @@ func (d *routedDB) Group(id string) *Group {
 	return g
 }
 
+// CreateGroup asks the node leading the shard of the group's leader key,
+// where the group is created, saving the dialed node's hop (a creation
+// asked again goes on with the group the first one created).
 func (d *routedDB) CreateGroup(ctx context.Context, spec GroupSpec) (GroupCreated, error) {
-	created, err := d.remoteDB.CreateGroup(ctx, spec)
+	created, err := routed(d, spec.Leader.Collection, spec.Leader.Key, func(db *remoteDB) (GroupCreated, error) {
+		return db.CreateGroup(ctx, spec)
+	})
 	if err == nil {
 		d.r.setGroupLeader(spec.ID, spec.Leader)
 	}
 	return created, err
 }
 
+// DeleteGroup asks the node leading the group, if the client knows its
+// leader key, else the dialed node.
 func (d *routedDB) DeleteGroup(ctx context.Context, id string) error {
+	key, ok := d.r.groupLeader(id)
 	d.r.forgetGroup(id)
-	return d.remoteDB.DeleteGroup(ctx, id)
+	if !ok {
+		return d.remoteDB.DeleteGroup(ctx, id)
+	}
+	_, err := routed(d, key.Collection, key.Key, func(db *remoteDB) (struct{}, error) {
+		return struct{}{}, db.DeleteGroup(ctx, id)
+	})
+	return err
 }

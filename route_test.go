@@ -264,4 +264,39 @@ func TestDialRoutesGroupTransactions(t *testing.T) {
 	if string(x.Value) != strconv.Itoa(10-done) || string(y.Value) != strconv.Itoa(10+done) {
 		t.Fatalf("after %d transfers: %s=%s %s=%s", done, a, x.Value, b, y.Value)
 	}
+
+	// Creations and deletions go to the node leading the leader key's
+	// shard too, not through the dialed node.
+	groupOps := func() float64 {
+		return requests(regs[0], func(op string) bool { return op == "group_create" || op == "group_delete" })
+	}
+	if err := db.DeleteGroup(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	for try := 0; ; try++ {
+		gid := fmt.Sprint("again", try)
+		dialed := groupOps()
+		if err := whileUnavailable(func() error {
+			_, err := db.CreateGroup(ctx, groupkv.GroupSpec{ID: gid, Leader: groupkv.KeyRef{Collection: "p", Key: a},
+				Members: []groupkv.KeyRef{{Collection: "p", Key: b}}})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		info, err := db.DescribeGroup(ctx, gid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := whileUnavailable(func() error { return db.DeleteGroup(ctx, gid) }); err != nil {
+			t.Fatal(err)
+		}
+		served := groupOps() - dialed
+		if served == 0 && info.LeaderNode != 1 {
+			break
+		}
+		if try == 20 {
+			t.Fatalf("the dialed node served %v creations and deletions of a group led by node %d", served, info.LeaderNode)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -260,13 +260,17 @@ func (n *Node) groupSends(effs []group.Effect) {
 // groupTick ticks the Leader and Follower of every shard led here and
 // forgets old replies.
 func (n *Node) groupTick() {
+	// The messages of every shard's tick go together: those to one shard
+	// (the shipments of groups led by several shards here) are handled
+	// there together, in one proposal.
+	var effs []group.Effect
 	n.eachLed(func(_ uint64, sm *shard.Shard) {
-		var effs []group.Effect
 		sm.WithGroups(func(l *group.Leader, f *group.Follower) {
-			effs = append(l.Tick(), f.Tick()...)
+			effs = append(effs, l.Tick()...)
+			effs = append(effs, f.Tick()...)
 		})
-		n.groupSends(effs)
 	})
+	n.groupSends(effs)
 	now := time.Now()
 	n.groups.mu.Lock()
 	for k, r := range n.groups.mu.replies {
