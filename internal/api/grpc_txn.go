@@ -349,7 +349,7 @@ func (s *grpcService) CommitTxn(ctx context.Context, req *pb.CommitTxnRequest) (
 	if len(reads) > 0 || len(cached) > 0 {
 		err := gs.TxnGroupReads(ctx, a.id, reads)
 		if err == nil {
-			err = gs.TxnGroupCachedReads(ctx, a.id, cached)
+			err = gs.TxnGroupCachedReads(ctx, a.id, cached, len(writes) > 0)
 		}
 		if err != nil {
 			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortBegunTimeout)

@@ -116,7 +116,11 @@ type GroupSnapshotter interface {
 	// current state and again by the commit, even when the attempt
 	// writes nothing. A read no longer current fails the attempt with
 	// txn_aborted; a key that is not a member answers invalid_argument.
-	TxnGroupCachedReads(ctx context.Context, txn string, reads []BatchGetItem) error
+	// With writes (the commit that follows writes, so that the group's
+	// leader validates the reads in Apply), the comparison at once may use
+	// the group's state as this node has it, without first confirming
+	// with a quorum that it still leads: it only saves a doomed commit.
+	TxnGroupCachedReads(ctx context.Context, txn string, reads []BatchGetItem, writes bool) error
 	// TxnGroupCommit commits txn as TxnBackend.CommitTxn does and, for a
 	// group attempt, answers a snapshot of the group once the commit
 	// applied (as TxnGroupSnapshot answers one: nil when it passes

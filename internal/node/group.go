@@ -1593,6 +1593,9 @@ type groupReadRequest struct {
 	// Ship asks the leader to ship the group's writes not shipped yet at
 	// once: the reader waits for them to reach their keys.
 	Ship bool `json:"ship,omitempty"`
+	// NoBarrier: the group as the leader replica has applied it, without
+	// confirming it still leads (a read whose use is validated in Apply).
+	NoBarrier bool `json:"no_barrier,omitempty"`
 }
 
 type groupReadResponse struct {
@@ -1653,30 +1656,34 @@ func (r *groupReadResponse) info(n *Node) kv.GroupInfo {
 
 // readGroup reads group id's state where it is led.
 func (n *Node) readGroup(ctx context.Context, id string, reg groupRegistration, priority string) (*groupReadResponse, error) {
-	return n.readGroupShipping(ctx, id, reg, priority, false)
+	return n.readGroupOpts(ctx, id, reg, groupReadRequest{Priority: priority})
 }
 
-// readGroupShipping is readGroup asking, with ship, that the group's
-// writes not shipped yet be shipped at once.
-func (n *Node) readGroupShipping(ctx context.Context, id string, reg groupRegistration, priority string, ship bool) (*groupReadResponse, error) {
+// readGroupOpts is readGroup with the options of opts (its Priority,
+// Ship and NoBarrier).
+func (n *Node) readGroupOpts(ctx context.Context, id string, reg groupRegistration, opts groupReadRequest) (*groupReadResponse, error) {
 	_, shardID, err := n.groupKey(ctx, kv.KeyRef{Collection: reg.Collection, Key: reg.Key})
 	if err != nil {
 		return nil, err
 	}
-	return n.readGroupAt(ctx, id, shardID, priority, ship)
+	opts.Shard, opts.ID = shardID, id
+	return n.readGroupReq(ctx, &opts)
 }
 
 // readGroupAt reads group id at the leader of shardID, the group's leader
 // shard (as a member's yield names it: without the registration, which a
 // deletion removes while its members are being released).
 func (n *Node) readGroupAt(ctx context.Context, id string, shardID uint64, priority string, ship bool) (*groupReadResponse, error) {
-	req := &groupReadRequest{Shard: shardID, ID: id, Priority: priority, Ship: ship}
-	out, err := n.atGroupLeader(ctx, shardID, "GroupRead", req, func(ctx context.Context) (any, error) {
+	return n.readGroupReq(ctx, &groupReadRequest{Shard: shardID, ID: id, Priority: priority, Ship: ship})
+}
+
+func (n *Node) readGroupReq(ctx context.Context, req *groupReadRequest) (*groupReadResponse, error) {
+	out, err := n.atGroupLeader(ctx, req.Shard, "GroupRead", req, func(ctx context.Context) (any, error) {
 		return n.groupReadHere(ctx, req)
 	})
 	if err != nil {
 		if kv.CodeOf(err) == kv.CodeNotFound {
-			n.forgetRegistration(id)
+			n.forgetRegistration(req.ID)
 		}
 		return nil, err
 	}
@@ -1705,8 +1712,10 @@ func (n *Node) groupReadHere(ctx context.Context, req *groupReadRequest) (*group
 			return nil, err
 		}
 	}
-	if err := n.host.ReadBarrier(ctx, req.Shard); err != nil {
-		return nil, err
+	if !req.NoBarrier {
+		if err := n.host.ReadBarrier(ctx, req.Shard); err != nil {
+			return nil, err
+		}
 	}
 	sm := n.host.StateMachine(req.Shard)
 	if sm == nil {

@@ -1275,3 +1275,57 @@ func TestGroupProtocolBatched(t *testing.T) {
 	}
 	t.Logf("%v proposals", proposals)
 }
+
+// TestGroupCachedReadsValidatedInApply: the reads a writing attempt took
+// from a snapshot its client kept are compared with the group as its
+// leader replica has it, without a read barrier (TxnGroupCachedReads with
+// writes). What makes that safe is the commit's validation in Apply, which
+// fails a read made stale between the comparison and the commit; a read
+// stale already is refused at once, with writes or without.
+func TestGroupCachedReadsValidatedInApply(t *testing.T) {
+	n, ctx := openWithCollection(t)
+	ref := func(k string) kv.KeyRef { return kv.KeyRef{Collection: "c", Key: []byte(k)} }
+	if _, err := n.CreateGroup(ctx, kv.GroupSpec{ID: "g", Leader: ref("a"), Members: []kv.KeyRef{ref("b")}}); err != nil {
+		t.Fatal(err)
+	}
+	write := func(k, v string) uint64 {
+		t.Helper()
+		version, _, err := groupTransact(ctx, n, "g", func(a string) error {
+			return n.TxnPut(ctx, a, kv.PutItem{Collection: "c", Key: []byte(k), Value: []byte(v)})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return version
+	}
+	read := func(version uint64) []kv.BatchGetItem {
+		return []kv.BatchGetItem{{Collection: "c", Key: []byte("a"), Found: true, Value: []byte("1"), Version: version}}
+	}
+	va := write("a", "1")
+	for _, writes := range []bool{true, false} {
+		a, err := n.BeginGroupTxn(ctx, "g", kv.TxnOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.TxnGroupCachedReads(ctx, a, read(va-1), writes); kv.CodeOf(err) != kv.CodeTxnAborted {
+			t.Fatalf("a stale cached read (writes %v): %v, want txn_aborted", writes, err)
+		}
+	}
+	a, err := n.BeginGroupTxn(ctx, "g", kv.TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.TxnGroupCachedReads(ctx, a, read(va), true); err != nil {
+		t.Fatal(err)
+	}
+	write("a", "2")
+	if err := n.TxnPut(ctx, a, kv.PutItem{Collection: "c", Key: []byte("b"), Value: []byte("from a stale read")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.CommitTxn(ctx, a); kv.CodeOf(err) != kv.CodeTxnAborted {
+		t.Fatalf("commit of an attempt whose cached read went stale after it was compared: %v, want txn_aborted", err)
+	}
+	if rec, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte("b")}); kv.CodeOf(err) != kv.CodeNotFound {
+		t.Fatalf("b is %q (%v) after the attempt failed", rec.Value, err)
+	}
+}

@@ -168,6 +168,13 @@ func (n *Node) endGroupTxn(s *groupTxn, v uint64, err error) {
 
 // load reads the group's snapshot at the attempt's first operation.
 func (s *groupTxn) load(ctx context.Context, n *Node) error {
+	return s.loadBarrier(ctx, n, true)
+}
+
+// loadBarrier is load, without the leader's read barrier unless barrier
+// (the snapshot may then lag the group's last commits, if the leader
+// replica it is read from was deposed).
+func (s *groupTxn) loadBarrier(ctx context.Context, n *Node, barrier bool) error {
 	if s.snap != nil {
 		return nil
 	}
@@ -175,7 +182,7 @@ func (s *groupTxn) load(ctx context.Context, n *Node) error {
 	if s.priority {
 		prio = s.id
 	}
-	snap, err := n.readGroup(ctx, s.group, s.reg, prio)
+	snap, err := n.readGroupOpts(ctx, s.group, s.reg, groupReadRequest{Priority: prio, NoBarrier: !barrier})
 	if err != nil {
 		if kv.CodeOf(err) == kv.CodeNotFound {
 			return kv.Errorf(kv.CodeTxnAborted, "group %q is gone", s.group)
@@ -556,8 +563,12 @@ func (n *Node) TxnGroupCommit(ctx context.Context, txn string, maxBytes int) (ui
 // TxnGroupCachedReads implements kv.GroupSnapshotter. The attempt reads
 // the group (its snapshot, if it has none yet) and compares: a read whose
 // version is no longer the member's fails the attempt at once, as its
-// commit's validation would.
-func (n *Node) TxnGroupCachedReads(ctx context.Context, txn string, reads []kv.BatchGetItem) error {
+// commit's validation would. With writes, the snapshot is the group as
+// its leader replica here has applied it, without a read barrier (a
+// quorum round in a cluster): the commit's validation in Apply is what
+// decides, and a stale snapshot (a leader deposed) costs at worst an
+// attempt run again.
+func (n *Node) TxnGroupCachedReads(ctx context.Context, txn string, reads []kv.BatchGetItem, writes bool) error {
 	if len(reads) == 0 {
 		return nil
 	}
@@ -569,7 +580,7 @@ func (n *Node) TxnGroupCachedReads(ctx context.Context, txn string, reads []kv.B
 		return err
 	}
 	defer s.mu.Unlock()
-	if err := s.load(ctx, n); err != nil {
+	if err := s.loadBarrier(ctx, n, !writes); err != nil {
 		if kv.CodeOf(err) == kv.CodeTxnAborted {
 			n.endGroupTxn(s, 0, err)
 		}
