@@ -210,37 +210,16 @@ func (g *groupShard) reload() {
 	g.s = s
 }
 
-// apply applies recs in one batch and returns the effects of the last.
+// apply applies recs in one batch, one command each, and returns the
+// effects of the last.
 func (g *groupShard) apply(recs ...group.Record) []group.Effect {
 	g.tb.Helper()
-	b := g.db.NewIndexedBatch()
-	defer b.Close()
-	var effs []group.Effect
-	for _, rec := range recs {
-		cmd := EncodeGroupRecord(rec)
-		if IsWrite(cmd) {
-			g.version++
-			SetVersion(cmd, g.version)
-		}
-		index, _ := g.s.Applied()
-		res, err := g.s.Apply(b, index+1, 1, cmd)
-		if err != nil {
-			g.tb.Fatal(err)
-		}
-		if res.Err != nil {
-			g.tb.Fatalf("%s: %v", rec, res.Err)
-		}
-		effs = res.Group
+	cmds := make([][]byte, len(recs))
+	for i, rec := range recs {
+		cmds[i] = EncodeGroupRecord(rec)
 	}
-	if err := g.s.FinishBatch(b); err != nil {
-		g.tb.Fatal(err)
-	}
-	g.batchBytes = b.Len()
-	if err := b.Commit(pebble.NoSync); err != nil {
-		g.tb.Fatal(err)
-	}
-	g.s.Committed()
-	return effs
+	effs := g.applyCommands(cmds)
+	return effs[len(effs)-1]
 }
 
 // run applies the records effs log and delivers the messages they send,
@@ -258,7 +237,6 @@ func (g *groupShard) run(effs []group.Effect, check func()) {
 					logs = append(logs, e.Record)
 					continue
 				}
-				g.commands++
 				next = append(next, g.apply(e.Record)...)
 				check()
 			case group.Send:
@@ -283,7 +261,9 @@ func (g *groupShard) run(effs []group.Effect, check func()) {
 			}
 		}
 		if len(logs) > 0 {
-			next = append(next, g.applyCommands(EncodeGroupRecords(logs))...)
+			for _, e := range g.applyCommands(EncodeGroupRecords(logs)) {
+				next = append(next, e...)
+			}
 			check()
 		}
 		effs = next
@@ -291,12 +271,12 @@ func (g *groupShard) run(effs []group.Effect, check func()) {
 }
 
 // applyCommands applies group commands in one batch, versioning those
-// that need it, and returns the effects of them all.
-func (g *groupShard) applyCommands(cmds [][]byte) []group.Effect {
+// that need it, and returns the effects of each.
+func (g *groupShard) applyCommands(cmds [][]byte) [][]group.Effect {
 	g.tb.Helper()
 	b := g.db.NewIndexedBatch()
 	defer b.Close()
-	var effs []group.Effect
+	var effs [][]group.Effect
 	for _, cmd := range cmds {
 		if IsWrite(cmd) {
 			g.version++
@@ -314,11 +294,12 @@ func (g *groupShard) applyCommands(cmds [][]byte) []group.Effect {
 		if CommandKind(cmd[0]) == KindGroupWriteBatch {
 			g.writeBatches++
 		}
-		effs = append(effs, res.Group...)
+		effs = append(effs, res.Group)
 	}
 	if err := g.s.FinishBatch(b); err != nil {
 		g.tb.Fatal(err)
 	}
+	g.batchBytes = b.Len()
 	if err := b.Commit(pebble.NoSync); err != nil {
 		g.tb.Fatal(err)
 	}
