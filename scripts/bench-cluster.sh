@@ -50,9 +50,11 @@ OUT_MD=${OUT_MD:-docs/benchmarks.md}
 KEEP_TMP=${KEEP_TMP:-}
 
 # Loopback ports: the first free ones from these bases, off the systems'
-# defaults (7070/7071, 2379/2380) and off scripts/bench-peers.sh's bases.
-GROUPKV_PORT_BASE=${GROUPKV_PORT_BASE:-37070}
-ETCD_PORT_BASE=${ETCD_PORT_BASE:-33790}
+# defaults (7070/7071, 2379/2380), off the other scripts' bases, and below
+# Linux's ephemeral range (32768 up), where a port found free can be taken
+# by an outgoing connection before the server binds it.
+GROUPKV_PORT_BASE=${GROUPKV_PORT_BASE:-30070}
+ETCD_PORT_BASE=${ETCD_PORT_BASE:-31790}
 
 NODES=3
 START_MARK='<!-- cluster-bench:start -->'

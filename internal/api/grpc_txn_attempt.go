@@ -212,10 +212,7 @@ func (a *TxnAttempt) Get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, e
 	if snap := m.GetSnapshot(); ask && len(snap) > 0 {
 		a.mu.Lock()
 		if a.flushes == flushes {
-			a.snapshot = make(map[string]kv.BatchGetItem, len(snap))
-			for _, r := range BatchGetItemsFromPB(snap) {
-				a.snapshot[keptKey(r.Collection, r.Key)] = r
-			}
+			a.snapshot = snapshotMap(BatchGetItemsFromPB(snap))
 		}
 		a.mu.Unlock()
 	}

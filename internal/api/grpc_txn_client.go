@@ -53,12 +53,18 @@ func (t *TxnClient) keptSnapshot(group string) map[string]kv.BatchGetItem {
 	return t.snaps[group]
 }
 
-// keepSnapshot keeps items as the snapshot of group.
-func (t *TxnClient) keepSnapshot(group string, items []kv.BatchGetItem) {
+// snapshotMap maps the items of a group's snapshot by keptKey.
+func snapshotMap(items []kv.BatchGetItem) map[string]kv.BatchGetItem {
 	snap := make(map[string]kv.BatchGetItem, len(items))
 	for _, it := range items {
 		snap[keptKey(it.Collection, it.Key)] = it
 	}
+	return snap
+}
+
+// keepSnapshot keeps items as the snapshot of group.
+func (t *TxnClient) keepSnapshot(group string, items []kv.BatchGetItem) {
+	snap := snapshotMap(items)
 	t.snapMu.Lock()
 	defer t.snapMu.Unlock()
 	if t.snaps == nil {
