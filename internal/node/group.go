@@ -1086,6 +1086,12 @@ func (n *Node) CreateGroup(ctx context.Context, spec kv.GroupSpec) (kv.GroupCrea
 		}
 		return kv.GroupCreated{}, err
 	}
+	// The group's transactions, which a routed client sends to this node
+	// (it leads the group's leader shard), begin without reading the
+	// registration again.
+	n.groups.mu.Lock()
+	n.groups.mu.regs[spec.ID] = cachedReg{groupRegistration{Collection: spec.Leader.Collection, Key: spec.Leader.Key, Spec: sum}, time.Now()}
+	n.groups.mu.Unlock()
 	created := kv.GroupCreated{ID: spec.ID}
 	for _, k := range out.Joined {
 		created.Joined = append(created.Joined, n.keyRef(k.key()))

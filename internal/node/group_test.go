@@ -1329,3 +1329,28 @@ func TestGroupCachedReadsValidatedInApply(t *testing.T) {
 		t.Fatalf("b is %q (%v) after the attempt failed", rec.Value, err)
 	}
 }
+
+// TestGroupCreateKeepsRegistration: a node that created a group knows its
+// registration: the group's first transaction there begins without
+// reading it (here, with the registration's record removed behind the
+// node's back, it still begins; a node that did not create the group
+// reads it, and finds none).
+func TestGroupCreateKeepsRegistration(t *testing.T) {
+	n, ctx := openWithCollection(t)
+	ref := func(k string) kv.KeyRef { return kv.KeyRef{Collection: "c", Key: []byte(k)} }
+	if _, err := n.CreateGroup(ctx, kv.GroupSpec{ID: "g", Leader: ref("a"), Members: []kv.KeyRef{ref("b")}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Delete(systemContext(ctx), kv.DeleteRequest{Collection: groupsCollection, Key: []byte("g")}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := n.BeginGroupTxn(ctx, "g", kv.TxnOptions{})
+	if err != nil {
+		t.Fatalf("the first transaction of a group created here: %v", err)
+	}
+	_ = n.AbortTxn(ctx, a)
+	n.forgetRegistration("g")
+	if _, err := n.BeginGroupTxn(ctx, "g", kv.TxnOptions{}); kv.CodeOf(err) != kv.CodeNotFound {
+		t.Fatalf("a transaction of a group whose registration is gone, not known here: %v, want not_found", err)
+	}
+}
