@@ -334,15 +334,21 @@ func (d *routedDB) CreateGroup(ctx context.Context, spec GroupSpec) (GroupCreate
 }
 
 // DeleteGroup asks the node leading the group, if the client knows its
-// leader key, else the dialed node.
+// leader key, else the dialed node. Only a refusal (not_leader) is asked
+// again through the dialed node: an unavailable deletion may have begun,
+// and asked again after its registration is gone it would answer
+// not_found, not wait for it.
 func (d *routedDB) DeleteGroup(ctx context.Context, id string) error {
 	key, ok := d.r.groupLeader(id)
 	d.r.forgetGroup(id)
 	if !ok {
 		return d.remoteDB.DeleteGroup(ctx, id)
 	}
-	_, err := routed(d, key.Collection, key.Key, func(db *remoteDB) (struct{}, error) {
-		return struct{}{}, db.DeleteGroup(ctx, id)
-	})
+	t := d.r.target(key.Collection, key.Key)
+	err := t.DeleteGroup(ctx, id)
+	if err != nil && t != d.r.seed && kv.CodeOf(err) == kv.CodeNotLeader {
+		d.r.stale()
+		return d.remoteDB.DeleteGroup(ctx, id)
+	}
 	return err
 }

@@ -183,11 +183,12 @@ func TestDialRoutesGroupTransactions(t *testing.T) {
 	// A group led by a key whose shard another node leads.
 	var id string
 	var a, b []byte
-	for i := 0; id == "" && i < 40; i += 2 {
-		gid := fmt.Sprint("g", i)
-		lead, member := groupkv.KeyRef{Collection: "p", Key: key(i)}, groupkv.KeyRef{Collection: "p", Key: key(i + 1)}
+	// create creates group gid of keys lead and member, and describes it.
+	create := func(gid string, lead, member []byte) groupkv.GroupInfo {
+		t.Helper()
 		if err := whileUnavailable(func() error {
-			_, err := db.CreateGroup(ctx, groupkv.GroupSpec{ID: gid, Leader: lead, Members: []groupkv.KeyRef{member}})
+			_, err := db.CreateGroup(ctx, groupkv.GroupSpec{ID: gid, Leader: groupkv.KeyRef{Collection: "p", Key: lead},
+				Members: []groupkv.KeyRef{{Collection: "p", Key: member}}})
 			if groupkv.CodeOf(err) == groupkv.CodeAlreadyExists {
 				return nil // an unavailable answer whose creation went on
 			}
@@ -199,8 +200,12 @@ func TestDialRoutesGroupTransactions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.LeaderNode != 1 {
-			id, a, b = gid, lead.Key, member.Key
+		return info
+	}
+	for i := 0; id == "" && i < 40; i += 2 {
+		gid := fmt.Sprint("g", i)
+		if info := create(gid, key(i), key(i+1)); info.LeaderNode != 1 {
+			id, a, b = gid, key(i), key(i+1)
 		}
 	}
 	if id == "" {
@@ -276,17 +281,7 @@ func TestDialRoutesGroupTransactions(t *testing.T) {
 	for try := 0; ; try++ {
 		gid := fmt.Sprint("again", try)
 		dialed := groupOps()
-		if err := whileUnavailable(func() error {
-			_, err := db.CreateGroup(ctx, groupkv.GroupSpec{ID: gid, Leader: groupkv.KeyRef{Collection: "p", Key: a},
-				Members: []groupkv.KeyRef{{Collection: "p", Key: b}}})
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		info, err := db.DescribeGroup(ctx, gid)
-		if err != nil {
-			t.Fatal(err)
-		}
+		info := create(gid, a, b)
 		if err := whileUnavailable(func() error { return db.DeleteGroup(ctx, gid) }); err != nil {
 			t.Fatal(err)
 		}

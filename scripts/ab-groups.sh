@@ -12,6 +12,11 @@
 #
 #   scripts/ab-groups.sh OLD-BINARY NEW-BINARY [ROUNDS]
 #   CLIENTS=4 OPS=100 scripts/ab-groups.sh /tmp/old /tmp/new 3
+#   NODES=3 PLAYERS=50000 CLIENTS=4 scripts/ab-groups.sh /tmp/old /tmp/new
+#
+# With NODES=3 each binary runs a three-node "groupkv cluster local"
+# instead of one server, the players collection with 3 replicas, client i
+# talking to node i mod 3.
 #
 # The machine's other load moves single runs a lot: compare the medians of
 # several rounds.
@@ -19,13 +24,34 @@ set -euo pipefail
 [ $# -ge 2 ] || { sed -n 2,17p "$0"; exit 2; }
 A=$1 B=$2 ROUNDS=${3:-2}
 PLAYERS=${PLAYERS:-100000} CLIENTS=${CLIENTS:-16} OPS=${OPS:-50} THINK=${THINK:-10ms}
-DURATION=${DURATION:-15s} WARMUP=${WARMUP:-3s}
-PORT=${PORT:-57570}
+DURATION=${DURATION:-15s} WARMUP=${WARMUP:-3s} NODES=${NODES:-1}
+# Below Linux's ephemeral range (32768 up), off the other scripts' ports.
+PORT=${PORT:-29370}
 . "$(dirname "$0")/ab-lib.sh"
+# ab_start_cluster BIN DIR: a three-node cluster on PORT, PORT+10 and
+# PORT+20 (and the ports above them), its log in DIR/cluster.log.
+ab_start_cluster() {
+	local bin=$1 dir=$2
+	rm -rf "$dir" && mkdir -p "$dir"
+	"$bin" cluster local --nodes 3 --dir "$dir/c" --base-port "$PORT" >"$dir/cluster.log" 2>&1 &
+	AB_PID=$!
+	for _ in $(seq 600); do
+		curl -sf "http://127.0.0.1:$((PORT + 20))/healthz" >/dev/null 2>&1 && return 0
+		sleep 0.1
+	done
+	echo "ab: the cluster of $bin did not start (see $dir/cluster.log)" >&2
+	return 1
+}
 run() {
-	local bin=$1 label=$2 dir=$WORK/$2
-	ab_start "$bin" "$dir"
-	"$bin" bench groups --addr 127.0.0.1:$PORT --players "$PLAYERS" --load --clients "$CLIENTS" --ops-per-group "$OPS" \
+	local bin=$1 label=$2 dir=$WORK/$2 addr=127.0.0.1:$PORT extra=()
+	if [ "$NODES" = 3 ]; then
+		ab_start_cluster "$bin" "$dir"
+		addr=127.0.0.1:$PORT,127.0.0.1:$((PORT + 10)),127.0.0.1:$((PORT + 20))
+		extra=(--replicas 3)
+	else
+		ab_start "$bin" "$dir"
+	fi
+	"$bin" bench groups --addr "$addr" "${extra[@]}" --players "$PLAYERS" --load --clients "$CLIENTS" --ops-per-group "$OPS" \
 		--think "$THINK" --duration "$DURATION" --warmup "$WARMUP" --seed 1 >"$dir/out.txt" 2>&1
 	ab_stop
 	# The report's tables: per mode (columns: clients, mode, creates/s,

@@ -163,11 +163,9 @@ func EncodeGroupRecords(recs []group.Record) [][]byte {
 		}
 		batch = append(batch, body)
 		size += len(body)
-		if len(keys) > 0 {
-			writes = true
-			for _, k := range keys {
-				stored[k] = true
-			}
+		writes = writes || storesWrites(rec)
+		for _, k := range keys {
+			stored[k] = true
 		}
 	}
 	flush()

@@ -47,6 +47,10 @@ func TestEncodeGroupRecords(t *testing.T) {
 		{"same key stored twice", []group.Record{free("a", "v"), free("b", "w"), free("a", "x")},
 			fmt.Sprint(KindGroupWriteBatch, " ", KindGroupWrite)},
 		{"same key, one storing", []group.Record{free("a", "v"), free("a", "")}, fmt.Sprint(KindGroupWriteBatch)},
+		// A record of a kind that stores writes is versioned even with
+		// none to store, as EncodeGroupRecord makes it.
+		{"shipment of nothing", []group.Record{{Kind: group.RecApplyShip, Group: ref}}, fmt.Sprint(KindGroupWrite)},
+		{"shipment of nothing and a yield", []group.Record{{Kind: group.RecApplyShip, Group: ref}, yield("a")}, fmt.Sprint(KindGroupWriteBatch)},
 	} {
 		cmds := EncodeGroupRecords(tc.recs)
 		if got := kinds(cmds); got != tc.want {
