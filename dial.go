@@ -115,6 +115,7 @@ func Dial(addr string, opts ...DialOption) (DB, error) {
 	db := &remoteDB{conn: conn, c: pb.NewGroupKVClient(conn)}
 	db.txn = api.NewTxnClient(db.c, db.fail)
 	db.gets.direct, db.gets.batch = db.getOne, db.getMany
+	db.pipe.c = db.c
 	if o.noRouting {
 		return db, nil
 	}
@@ -138,7 +139,8 @@ func waitConnected(conn *grpc.ClientConn, timeout time.Duration) error {
 }
 
 // remoteDB is the DB that Dial returns: each method is one RPC of the
-// groupkv.v1.GroupKV service.
+// groupkv.v1.GroupKV service, but Get, Put and Delete, which are messages
+// of its Pipeline stream (pipeline.go).
 type remoteDB struct {
 	conn *grpc.ClientConn
 	c    pb.GroupKVClient
@@ -148,6 +150,8 @@ type remoteDB struct {
 	closed atomic.Bool
 	// gets coalesces concurrent gets (getbatch.go).
 	gets getBatcher
+	// pipe carries puts and deletes (pipeline.go).
+	pipe pipeline
 }
 
 var _ DB = (*remoteDB)(nil)
@@ -160,6 +164,15 @@ func (r *remoteDB) fail(err error, sent bool) error {
 		return kv.Errorf(kv.CodeUnavailable, "the DB is closed: Dial again")
 	}
 	return api.ErrorFromStatus(err, sent)
+}
+
+// failPiped is fail for the error of a pipelined request, which the
+// pipeline has already turned into the caller's error.
+func (r *remoteDB) failPiped(err error) error {
+	if r.closed.Load() {
+		return kv.Errorf(kv.CodeUnavailable, "the DB is closed: Dial again")
+	}
+	return err
 }
 
 func (r *remoteDB) CreateCollection(ctx context.Context, opts CollectionOptions) (CollectionInfo, error) {
@@ -195,7 +208,20 @@ func (r *remoteDB) DropCollection(ctx context.Context, name string) error {
 	return nil
 }
 
+// Put goes as a message of the pipeline, but a large value goes as an RPC
+// of its own (pipelineMaxValue).
 func (r *remoteDB) Put(ctx context.Context, req PutRequest) (uint64, error) {
+	var err error = errPipelineOff
+	var resp *pb.PipelineResponse
+	if len(req.Value) <= pipelineMaxValue {
+		resp, err = r.pipe.call(ctx, &pb.PipelineRequest{Op: &pb.PipelineRequest_Put{Put: api.PutRequestToPB(req)}}, true)
+	}
+	if err != errPipelineOff {
+		if err != nil {
+			return 0, r.failPiped(err)
+		}
+		return resp.GetPut().GetVersion(), nil
+	}
 	var p peer.Peer
 	m, err := r.c.Put(ctx, api.PutRequestToPB(req), grpc.Peer(&p))
 	if err != nil {
@@ -204,9 +230,17 @@ func (r *remoteDB) Put(ctx context.Context, req PutRequest) (uint64, error) {
 	return m.GetVersion(), nil
 }
 
-// Get shares a BatchGet with other gets when the connection is busy (see
-// getDirectLimit); a get of an older version goes alone.
+// Get goes as a message of the pipeline. Against a server without one, it
+// shares a BatchGet with other gets when the connection is busy (see
+// getDirectLimit), and a get of an older version goes alone.
 func (r *remoteDB) Get(ctx context.Context, req GetRequest) (Record, error) {
+	resp, err := r.pipe.call(ctx, &pb.PipelineRequest{Op: &pb.PipelineRequest_Get{Get: api.GetRequestToPB(req)}}, false)
+	if err != errPipelineOff {
+		if err != nil {
+			return Record{}, r.failPiped(err)
+		}
+		return api.RecordFromPB(resp.GetGet()), nil
+	}
 	if req.Version != 0 {
 		return r.getOne(ctx, req)
 	}
@@ -232,6 +266,13 @@ func (r *remoteDB) getOne(ctx context.Context, req GetRequest) (Record, error) {
 }
 
 func (r *remoteDB) Delete(ctx context.Context, req DeleteRequest) (uint64, error) {
+	resp, err := r.pipe.call(ctx, &pb.PipelineRequest{Op: &pb.PipelineRequest_Delete{Delete: api.DeleteRequestToPB(req)}}, true)
+	if err != errPipelineOff {
+		if err != nil {
+			return 0, r.failPiped(err)
+		}
+		return resp.GetDelete().GetVersion(), nil
+	}
 	var p peer.Peer
 	m, err := r.c.Delete(ctx, api.DeleteRequestToPB(req), grpc.Peer(&p))
 	if err != nil {
@@ -418,5 +459,6 @@ func (r *remoteDB) Close() error {
 	if r.closed.Swap(true) {
 		return nil
 	}
+	r.pipe.close()
 	return r.conn.Close()
 }

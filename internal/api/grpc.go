@@ -30,11 +30,30 @@ import (
 // kv.Code rides in an ErrorDetail and in the CodeTrailer trailer, the
 // message is the status message.
 func NewGRPCServer(b kv.Backend, opts ...grpc.ServerOption) *grpc.Server {
+	return NewGRPCServerWith(b, GRPCConfig{}, opts...)
+}
+
+// GRPCConfig is what NewGRPCServerWith adds to NewGRPCServer.
+type GRPCConfig struct {
+	// Observe, when set, is called once per request of a Pipeline stream,
+	// as GRPCMetricsInterceptor calls it once per unary RPC (op "put",
+	// "get" or "delete").
+	Observe func(op string, code kv.Code, seconds float64)
+	// Draining, when closed, ends the Pipeline streams: each answers the
+	// requests it is serving, serves no more, and ends with an
+	// UNAVAILABLE status whose ErrorDetail says the client's requests not
+	// answered were not served (PipelineDrained). Close it before
+	// GracefulStop, which would otherwise wait for them.
+	Draining <-chan struct{}
+}
+
+// NewGRPCServerWith is NewGRPCServer with cfg.
+func NewGRPCServerWith(b kv.Backend, cfg GRPCConfig, opts ...grpc.ServerOption) *grpc.Server {
 	all := make([]grpc.ServerOption, 0, 2+len(opts))
 	all = append(all, grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize))
 	all = append(all, opts...)
 	s := grpc.NewServer(all...)
-	pb.RegisterGroupKVServer(s, &grpcService{b: b})
+	pb.RegisterGroupKVServer(s, &grpcService{b: b, workers: newWorkerPool(), observe: cfg.Observe, draining: cfg.Draining})
 	return s
 }
 
@@ -104,6 +123,10 @@ func grpcOp(fullMethod string) string {
 type grpcService struct {
 	pb.UnimplementedGroupKVServer
 	b kv.Backend
+	// workers serve the requests of Pipeline streams.
+	workers  *workerPool
+	observe  func(op string, code kv.Code, seconds float64)
+	draining <-chan struct{}
 }
 
 var _ pb.GroupKVServer = (*grpcService)(nil)

@@ -619,11 +619,17 @@ func (f *grpcFake) Watch(ctx context.Context, req kv.WatchRequest, fn func(kv.Ev
 // server; the server stops when the test ends.
 func grpcServe(t *testing.T, b kv.Backend, opts ...grpc.ServerOption) (string, *grpc.Server) {
 	t.Helper()
+	return grpcServeWith(t, b, api.GRPCConfig{}, opts...)
+}
+
+// grpcServeWith is grpcServe with NewGRPCServerWith's cfg.
+func grpcServeWith(t *testing.T, b kv.Backend, cfg api.GRPCConfig, opts ...grpc.ServerOption) (string, *grpc.Server) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := api.NewGRPCServer(b, opts...)
+	srv := api.NewGRPCServerWith(b, cfg, opts...)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -1079,7 +1085,10 @@ func TestGRPCMetricsInterceptor(t *testing.T) {
 		defer mu.Unlock()
 		got = append(got, obs{op, code})
 	}
-	_, db := grpcStart(t, grpc.ChainUnaryInterceptor(api.GRPCMetricsInterceptor(record)))
+	// Puts and gets go through the Pipeline stream: its requests are
+	// observed one by one, as unary RPCs are.
+	addr, _ := grpcServeWith(t, newGRPCFake(), api.GRPCConfig{Observe: record}, grpc.ChainUnaryInterceptor(api.GRPCMetricsInterceptor(record)))
+	db := grpcDial(t, addr)
 
 	ctx := context.Background()
 	_, _ = db.CreateCollection(ctx, kv.CollectionOptions{Name: "c"})

@@ -15,6 +15,7 @@ import (
 	"net/http/pprof"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -57,6 +58,9 @@ type Server struct {
 	serveErr chan error
 	// cancelRequests ends every request in flight (Close).
 	cancelRequests context.CancelFunc
+	// draining, closed by Close, ends the Pipeline streams.
+	draining  chan struct{}
+	drainOnce sync.Once
 }
 
 // maxMessage is the largest gRPC message: a request of the largest value
@@ -100,7 +104,8 @@ func Start(cfg Config) (*Server, error) {
 	// (watch streams), which Shutdown alone would wait for.
 	baseCtx, cancelRequests := context.WithCancel(context.Background())
 	s.cancelRequests = cancelRequests
-	s.grpcSrv = api.NewGRPCServer(n,
+	s.draining = make(chan struct{})
+	s.grpcSrv = api.NewGRPCServerWith(n, api.GRPCConfig{Observe: metrics.Observe, Draining: s.draining},
 		grpc.MaxRecvMsgSize(maxMessage), grpc.MaxSendMsgSize(maxMessage),
 		// Reused workers keep their grown stacks; a goroutine per request
 		// would grow its stack anew on every deep read. A request that
@@ -183,6 +188,9 @@ func (s *Server) PeerAddr() string { return s.peerL.Addr().String() }
 // deadline, then closes the node.
 func (s *Server) Close(ctx context.Context) error {
 	s.mux.Close()
+	// Pipeline streams answer what they serve and end (GracefulStop
+	// would wait for them): their clients send again elsewhere.
+	s.drainOnce.Do(func() { close(s.draining) })
 	// Requests in flight get a moment to finish; streams that would not
 	// (watches) are then cancelled, so Shutdown does not wait for them.
 	drained := make(chan struct{})

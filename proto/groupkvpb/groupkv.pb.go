@@ -904,6 +904,310 @@ func (x *DeleteResponse) GetVersion() uint64 {
 	return 0
 }
 
+type PipelineRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id names the request in its response; the client picks it, unique among
+	// its requests in flight on the stream.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// timeout_micros, when non-zero, bounds the request on the server as a
+	// unary RPC's deadline would (microseconds from its arrival).
+	TimeoutMicros uint64 `protobuf:"varint,2,opt,name=timeout_micros,json=timeoutMicros,proto3" json:"timeout_micros,omitempty"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*PipelineRequest_Put
+	//	*PipelineRequest_Get
+	//	*PipelineRequest_Delete
+	Op            isPipelineRequest_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PipelineRequest) Reset() {
+	*x = PipelineRequest{}
+	mi := &file_groupkv_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PipelineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PipelineRequest) ProtoMessage() {}
+
+func (x *PipelineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PipelineRequest.ProtoReflect.Descriptor instead.
+func (*PipelineRequest) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *PipelineRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *PipelineRequest) GetTimeoutMicros() uint64 {
+	if x != nil {
+		return x.TimeoutMicros
+	}
+	return 0
+}
+
+func (x *PipelineRequest) GetOp() isPipelineRequest_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *PipelineRequest) GetPut() *PutRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineRequest_Put); ok {
+			return x.Put
+		}
+	}
+	return nil
+}
+
+func (x *PipelineRequest) GetGet() *GetRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineRequest_Get); ok {
+			return x.Get
+		}
+	}
+	return nil
+}
+
+func (x *PipelineRequest) GetDelete() *DeleteRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineRequest_Delete); ok {
+			return x.Delete
+		}
+	}
+	return nil
+}
+
+type isPipelineRequest_Op interface {
+	isPipelineRequest_Op()
+}
+
+type PipelineRequest_Put struct {
+	Put *PutRequest `protobuf:"bytes,3,opt,name=put,proto3,oneof"`
+}
+
+type PipelineRequest_Get struct {
+	Get *GetRequest `protobuf:"bytes,4,opt,name=get,proto3,oneof"`
+}
+
+type PipelineRequest_Delete struct {
+	Delete *DeleteRequest `protobuf:"bytes,5,opt,name=delete,proto3,oneof"`
+}
+
+func (*PipelineRequest_Put) isPipelineRequest_Op() {}
+
+func (*PipelineRequest_Get) isPipelineRequest_Op() {}
+
+func (*PipelineRequest_Delete) isPipelineRequest_Op() {}
+
+type PipelineResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*PipelineResponse_Put
+	//	*PipelineResponse_Get
+	//	*PipelineResponse_Delete
+	//	*PipelineResponse_Error
+	Result        isPipelineResponse_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PipelineResponse) Reset() {
+	*x = PipelineResponse{}
+	mi := &file_groupkv_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PipelineResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PipelineResponse) ProtoMessage() {}
+
+func (x *PipelineResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PipelineResponse.ProtoReflect.Descriptor instead.
+func (*PipelineResponse) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *PipelineResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *PipelineResponse) GetResult() isPipelineResponse_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *PipelineResponse) GetPut() *PutResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResponse_Put); ok {
+			return x.Put
+		}
+	}
+	return nil
+}
+
+func (x *PipelineResponse) GetGet() *GetResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResponse_Get); ok {
+			return x.Get
+		}
+	}
+	return nil
+}
+
+func (x *PipelineResponse) GetDelete() *DeleteResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResponse_Delete); ok {
+			return x.Delete
+		}
+	}
+	return nil
+}
+
+func (x *PipelineResponse) GetError() *PipelineError {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResponse_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isPipelineResponse_Result interface {
+	isPipelineResponse_Result()
+}
+
+type PipelineResponse_Put struct {
+	Put *PutResponse `protobuf:"bytes,2,opt,name=put,proto3,oneof"`
+}
+
+type PipelineResponse_Get struct {
+	Get *GetResponse `protobuf:"bytes,3,opt,name=get,proto3,oneof"`
+}
+
+type PipelineResponse_Delete struct {
+	Delete *DeleteResponse `protobuf:"bytes,4,opt,name=delete,proto3,oneof"`
+}
+
+type PipelineResponse_Error struct {
+	Error *PipelineError `protobuf:"bytes,5,opt,name=error,proto3,oneof"`
+}
+
+func (*PipelineResponse_Put) isPipelineResponse_Result() {}
+
+func (*PipelineResponse_Get) isPipelineResponse_Result() {}
+
+func (*PipelineResponse_Delete) isPipelineResponse_Result() {}
+
+func (*PipelineResponse_Error) isPipelineResponse_Result() {}
+
+// PipelineError is a pipelined request's failure: the groupkv error code
+// ("" for a request whose context ended: see grpc_code) and message, as a
+// unary RPC's ErrorDetail and status message carry them.
+type PipelineError struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Code    string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// grpc_code is the gRPC status code the unary RPC would have answered.
+	GrpcCode      uint32 `protobuf:"varint,3,opt,name=grpc_code,json=grpcCode,proto3" json:"grpc_code,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PipelineError) Reset() {
+	*x = PipelineError{}
+	mi := &file_groupkv_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PipelineError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PipelineError) ProtoMessage() {}
+
+func (x *PipelineError) ProtoReflect() protoreflect.Message {
+	mi := &file_groupkv_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PipelineError.ProtoReflect.Descriptor instead.
+func (*PipelineError) Descriptor() ([]byte, []int) {
+	return file_groupkv_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *PipelineError) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *PipelineError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *PipelineError) GetGrpcCode() uint32 {
+	if x != nil {
+		return x.GrpcCode
+	}
+	return 0
+}
+
 type ReadyRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -912,7 +1216,7 @@ type ReadyRequest struct {
 
 func (x *ReadyRequest) Reset() {
 	*x = ReadyRequest{}
-	mi := &file_groupkv_proto_msgTypes[15]
+	mi := &file_groupkv_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1228,7 @@ func (x *ReadyRequest) String() string {
 func (*ReadyRequest) ProtoMessage() {}
 
 func (x *ReadyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[15]
+	mi := &file_groupkv_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1241,7 @@ func (x *ReadyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadyRequest.ProtoReflect.Descriptor instead.
 func (*ReadyRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{15}
+	return file_groupkv_proto_rawDescGZIP(), []int{18}
 }
 
 type ReadyResponse struct {
@@ -948,7 +1252,7 @@ type ReadyResponse struct {
 
 func (x *ReadyResponse) Reset() {
 	*x = ReadyResponse{}
-	mi := &file_groupkv_proto_msgTypes[16]
+	mi := &file_groupkv_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +1264,7 @@ func (x *ReadyResponse) String() string {
 func (*ReadyResponse) ProtoMessage() {}
 
 func (x *ReadyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[16]
+	mi := &file_groupkv_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +1277,7 @@ func (x *ReadyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadyResponse.ProtoReflect.Descriptor instead.
 func (*ReadyResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{16}
+	return file_groupkv_proto_rawDescGZIP(), []int{19}
 }
 
 // KeyRef names a key of a collection.
@@ -987,7 +1291,7 @@ type KeyRef struct {
 
 func (x *KeyRef) Reset() {
 	*x = KeyRef{}
-	mi := &file_groupkv_proto_msgTypes[17]
+	mi := &file_groupkv_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -999,7 +1303,7 @@ func (x *KeyRef) String() string {
 func (*KeyRef) ProtoMessage() {}
 
 func (x *KeyRef) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[17]
+	mi := &file_groupkv_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1012,7 +1316,7 @@ func (x *KeyRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyRef.ProtoReflect.Descriptor instead.
 func (*KeyRef) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{17}
+	return file_groupkv_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *KeyRef) GetCollection() string {
@@ -1044,7 +1348,7 @@ type BatchGetRequest struct {
 
 func (x *BatchGetRequest) Reset() {
 	*x = BatchGetRequest{}
-	mi := &file_groupkv_proto_msgTypes[18]
+	mi := &file_groupkv_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1056,7 +1360,7 @@ func (x *BatchGetRequest) String() string {
 func (*BatchGetRequest) ProtoMessage() {}
 
 func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[18]
+	mi := &file_groupkv_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1069,7 +1373,7 @@ func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetRequest.ProtoReflect.Descriptor instead.
 func (*BatchGetRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{18}
+	return file_groupkv_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BatchGetRequest) GetKeys() []*KeyRef {
@@ -1102,7 +1406,7 @@ type BatchGetItem struct {
 
 func (x *BatchGetItem) Reset() {
 	*x = BatchGetItem{}
-	mi := &file_groupkv_proto_msgTypes[19]
+	mi := &file_groupkv_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1114,7 +1418,7 @@ func (x *BatchGetItem) String() string {
 func (*BatchGetItem) ProtoMessage() {}
 
 func (x *BatchGetItem) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[19]
+	mi := &file_groupkv_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1127,7 +1431,7 @@ func (x *BatchGetItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetItem.ProtoReflect.Descriptor instead.
 func (*BatchGetItem) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{19}
+	return file_groupkv_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *BatchGetItem) GetCollection() string {
@@ -1184,7 +1488,7 @@ type BatchGetResponse struct {
 
 func (x *BatchGetResponse) Reset() {
 	*x = BatchGetResponse{}
-	mi := &file_groupkv_proto_msgTypes[20]
+	mi := &file_groupkv_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1196,7 +1500,7 @@ func (x *BatchGetResponse) String() string {
 func (*BatchGetResponse) ProtoMessage() {}
 
 func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[20]
+	mi := &file_groupkv_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1209,7 +1513,7 @@ func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetResponse.ProtoReflect.Descriptor instead.
 func (*BatchGetResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{20}
+	return file_groupkv_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BatchGetResponse) GetItems() []*BatchGetItem {
@@ -1242,7 +1546,7 @@ type PutItem struct {
 
 func (x *PutItem) Reset() {
 	*x = PutItem{}
-	mi := &file_groupkv_proto_msgTypes[21]
+	mi := &file_groupkv_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +1558,7 @@ func (x *PutItem) String() string {
 func (*PutItem) ProtoMessage() {}
 
 func (x *PutItem) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[21]
+	mi := &file_groupkv_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +1571,7 @@ func (x *PutItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutItem.ProtoReflect.Descriptor instead.
 func (*PutItem) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{21}
+	return file_groupkv_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PutItem) GetCollection() string {
@@ -1314,7 +1618,7 @@ type BatchPutRequest struct {
 
 func (x *BatchPutRequest) Reset() {
 	*x = BatchPutRequest{}
-	mi := &file_groupkv_proto_msgTypes[22]
+	mi := &file_groupkv_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1326,7 +1630,7 @@ func (x *BatchPutRequest) String() string {
 func (*BatchPutRequest) ProtoMessage() {}
 
 func (x *BatchPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[22]
+	mi := &file_groupkv_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1339,7 +1643,7 @@ func (x *BatchPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchPutRequest.ProtoReflect.Descriptor instead.
 func (*BatchPutRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{22}
+	return file_groupkv_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *BatchPutRequest) GetItems() []*PutItem {
@@ -1358,7 +1662,7 @@ type BatchDeleteRequest struct {
 
 func (x *BatchDeleteRequest) Reset() {
 	*x = BatchDeleteRequest{}
-	mi := &file_groupkv_proto_msgTypes[23]
+	mi := &file_groupkv_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1370,7 +1674,7 @@ func (x *BatchDeleteRequest) String() string {
 func (*BatchDeleteRequest) ProtoMessage() {}
 
 func (x *BatchDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[23]
+	mi := &file_groupkv_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1383,7 +1687,7 @@ func (x *BatchDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchDeleteRequest.ProtoReflect.Descriptor instead.
 func (*BatchDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{23}
+	return file_groupkv_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *BatchDeleteRequest) GetKeys() []*KeyRef {
@@ -1405,7 +1709,7 @@ type WriteResult struct {
 
 func (x *WriteResult) Reset() {
 	*x = WriteResult{}
-	mi := &file_groupkv_proto_msgTypes[24]
+	mi := &file_groupkv_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1417,7 +1721,7 @@ func (x *WriteResult) String() string {
 func (*WriteResult) ProtoMessage() {}
 
 func (x *WriteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[24]
+	mi := &file_groupkv_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1430,7 +1734,7 @@ func (x *WriteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResult.ProtoReflect.Descriptor instead.
 func (*WriteResult) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{24}
+	return file_groupkv_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WriteResult) GetCollection() string {
@@ -1464,7 +1768,7 @@ type BatchWriteResponse struct {
 
 func (x *BatchWriteResponse) Reset() {
 	*x = BatchWriteResponse{}
-	mi := &file_groupkv_proto_msgTypes[25]
+	mi := &file_groupkv_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1476,7 +1780,7 @@ func (x *BatchWriteResponse) String() string {
 func (*BatchWriteResponse) ProtoMessage() {}
 
 func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[25]
+	mi := &file_groupkv_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1489,7 +1793,7 @@ func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteResponse.ProtoReflect.Descriptor instead.
 func (*BatchWriteResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{25}
+	return file_groupkv_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *BatchWriteResponse) GetResults() []*WriteResult {
@@ -1511,7 +1815,7 @@ type BatchErrorDetail struct {
 
 func (x *BatchErrorDetail) Reset() {
 	*x = BatchErrorDetail{}
-	mi := &file_groupkv_proto_msgTypes[26]
+	mi := &file_groupkv_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1827,7 @@ func (x *BatchErrorDetail) String() string {
 func (*BatchErrorDetail) ProtoMessage() {}
 
 func (x *BatchErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[26]
+	mi := &file_groupkv_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1840,7 @@ func (x *BatchErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchErrorDetail.ProtoReflect.Descriptor instead.
 func (*BatchErrorDetail) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{26}
+	return file_groupkv_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *BatchErrorDetail) GetApplied() []*WriteResult {
@@ -1559,7 +1863,7 @@ type DeleteRangeRequest struct {
 
 func (x *DeleteRangeRequest) Reset() {
 	*x = DeleteRangeRequest{}
-	mi := &file_groupkv_proto_msgTypes[27]
+	mi := &file_groupkv_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1571,7 +1875,7 @@ func (x *DeleteRangeRequest) String() string {
 func (*DeleteRangeRequest) ProtoMessage() {}
 
 func (x *DeleteRangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[27]
+	mi := &file_groupkv_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1584,7 +1888,7 @@ func (x *DeleteRangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRangeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRangeRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{27}
+	return file_groupkv_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeleteRangeRequest) GetCollection() string {
@@ -1618,7 +1922,7 @@ type DeleteRangeResponse struct {
 
 func (x *DeleteRangeResponse) Reset() {
 	*x = DeleteRangeResponse{}
-	mi := &file_groupkv_proto_msgTypes[28]
+	mi := &file_groupkv_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1630,7 +1934,7 @@ func (x *DeleteRangeResponse) String() string {
 func (*DeleteRangeResponse) ProtoMessage() {}
 
 func (x *DeleteRangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[28]
+	mi := &file_groupkv_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1643,7 +1947,7 @@ func (x *DeleteRangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRangeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRangeResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{28}
+	return file_groupkv_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DeleteRangeResponse) GetDeleted() int64 {
@@ -1666,7 +1970,7 @@ type Record struct {
 
 func (x *Record) Reset() {
 	*x = Record{}
-	mi := &file_groupkv_proto_msgTypes[29]
+	mi := &file_groupkv_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1678,7 +1982,7 @@ func (x *Record) String() string {
 func (*Record) ProtoMessage() {}
 
 func (x *Record) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[29]
+	mi := &file_groupkv_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1691,7 +1995,7 @@ func (x *Record) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Record.ProtoReflect.Descriptor instead.
 func (*Record) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{29}
+	return file_groupkv_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Record) GetKey() []byte {
@@ -1742,7 +2046,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_groupkv_proto_msgTypes[30]
+	mi := &file_groupkv_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1754,7 +2058,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[30]
+	mi := &file_groupkv_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1767,7 +2071,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{30}
+	return file_groupkv_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ScanRequest) GetCollection() string {
@@ -1836,7 +2140,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_groupkv_proto_msgTypes[31]
+	mi := &file_groupkv_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1848,7 +2152,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[31]
+	mi := &file_groupkv_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1861,7 +2165,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{31}
+	return file_groupkv_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ScanResponse) GetItems() []*Record {
@@ -1908,7 +2212,7 @@ type TagQuery struct {
 
 func (x *TagQuery) Reset() {
 	*x = TagQuery{}
-	mi := &file_groupkv_proto_msgTypes[32]
+	mi := &file_groupkv_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1920,7 +2224,7 @@ func (x *TagQuery) String() string {
 func (*TagQuery) ProtoMessage() {}
 
 func (x *TagQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[32]
+	mi := &file_groupkv_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1933,7 +2237,7 @@ func (x *TagQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TagQuery.ProtoReflect.Descriptor instead.
 func (*TagQuery) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{32}
+	return file_groupkv_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TagQuery) GetCollection() string {
@@ -1994,7 +2298,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_groupkv_proto_msgTypes[33]
+	mi := &file_groupkv_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2006,7 +2310,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[33]
+	mi := &file_groupkv_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2019,7 +2323,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{33}
+	return file_groupkv_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WatchRequest) GetCollection() string {
@@ -2073,7 +2377,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_groupkv_proto_msgTypes[34]
+	mi := &file_groupkv_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2085,7 +2389,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[34]
+	mi := &file_groupkv_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2098,7 +2402,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{34}
+	return file_groupkv_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Event) GetType() string {
@@ -2152,7 +2456,7 @@ type BeginTxnRequest struct {
 
 func (x *BeginTxnRequest) Reset() {
 	*x = BeginTxnRequest{}
-	mi := &file_groupkv_proto_msgTypes[35]
+	mi := &file_groupkv_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2164,7 +2468,7 @@ func (x *BeginTxnRequest) String() string {
 func (*BeginTxnRequest) ProtoMessage() {}
 
 func (x *BeginTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[35]
+	mi := &file_groupkv_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2177,7 +2481,7 @@ func (x *BeginTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginTxnRequest.ProtoReflect.Descriptor instead.
 func (*BeginTxnRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{35}
+	return file_groupkv_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *BeginTxnRequest) GetIsolation() string {
@@ -2218,7 +2522,7 @@ type TxnBegin struct {
 
 func (x *TxnBegin) Reset() {
 	*x = TxnBegin{}
-	mi := &file_groupkv_proto_msgTypes[36]
+	mi := &file_groupkv_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2230,7 +2534,7 @@ func (x *TxnBegin) String() string {
 func (*TxnBegin) ProtoMessage() {}
 
 func (x *TxnBegin) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[36]
+	mi := &file_groupkv_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2243,7 +2547,7 @@ func (x *TxnBegin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnBegin.ProtoReflect.Descriptor instead.
 func (*TxnBegin) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{36}
+	return file_groupkv_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TxnBegin) GetIsolation() string {
@@ -2285,7 +2589,7 @@ type BeginTxnResponse struct {
 
 func (x *BeginTxnResponse) Reset() {
 	*x = BeginTxnResponse{}
-	mi := &file_groupkv_proto_msgTypes[37]
+	mi := &file_groupkv_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2297,7 +2601,7 @@ func (x *BeginTxnResponse) String() string {
 func (*BeginTxnResponse) ProtoMessage() {}
 
 func (x *BeginTxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[37]
+	mi := &file_groupkv_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2310,7 +2614,7 @@ func (x *BeginTxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginTxnResponse.ProtoReflect.Descriptor instead.
 func (*BeginTxnResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{37}
+	return file_groupkv_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *BeginTxnResponse) GetTxn() string {
@@ -2336,7 +2640,7 @@ type TxnGetRequest struct {
 
 func (x *TxnGetRequest) Reset() {
 	*x = TxnGetRequest{}
-	mi := &file_groupkv_proto_msgTypes[38]
+	mi := &file_groupkv_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2348,7 +2652,7 @@ func (x *TxnGetRequest) String() string {
 func (*TxnGetRequest) ProtoMessage() {}
 
 func (x *TxnGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[38]
+	mi := &file_groupkv_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2361,7 +2665,7 @@ func (x *TxnGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnGetRequest.ProtoReflect.Descriptor instead.
 func (*TxnGetRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{38}
+	return file_groupkv_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *TxnGetRequest) GetTxn() string {
@@ -2426,7 +2730,7 @@ type TxnGetResponse struct {
 
 func (x *TxnGetResponse) Reset() {
 	*x = TxnGetResponse{}
-	mi := &file_groupkv_proto_msgTypes[39]
+	mi := &file_groupkv_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2438,7 +2742,7 @@ func (x *TxnGetResponse) String() string {
 func (*TxnGetResponse) ProtoMessage() {}
 
 func (x *TxnGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[39]
+	mi := &file_groupkv_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2451,7 +2755,7 @@ func (x *TxnGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnGetResponse.ProtoReflect.Descriptor instead.
 func (*TxnGetResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{39}
+	return file_groupkv_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TxnGetResponse) GetFound() bool {
@@ -2510,7 +2814,7 @@ type TxnPutRequest struct {
 
 func (x *TxnPutRequest) Reset() {
 	*x = TxnPutRequest{}
-	mi := &file_groupkv_proto_msgTypes[40]
+	mi := &file_groupkv_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2522,7 +2826,7 @@ func (x *TxnPutRequest) String() string {
 func (*TxnPutRequest) ProtoMessage() {}
 
 func (x *TxnPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[40]
+	mi := &file_groupkv_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2535,7 +2839,7 @@ func (x *TxnPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnPutRequest.ProtoReflect.Descriptor instead.
 func (*TxnPutRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{40}
+	return file_groupkv_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TxnPutRequest) GetTxn() string {
@@ -2581,7 +2885,7 @@ type TxnPutResponse struct {
 
 func (x *TxnPutResponse) Reset() {
 	*x = TxnPutResponse{}
-	mi := &file_groupkv_proto_msgTypes[41]
+	mi := &file_groupkv_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2593,7 +2897,7 @@ func (x *TxnPutResponse) String() string {
 func (*TxnPutResponse) ProtoMessage() {}
 
 func (x *TxnPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[41]
+	mi := &file_groupkv_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2606,7 +2910,7 @@ func (x *TxnPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnPutResponse.ProtoReflect.Descriptor instead.
 func (*TxnPutResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{41}
+	return file_groupkv_proto_rawDescGZIP(), []int{44}
 }
 
 // TxnDeleteRequest deletes a key in the attempt; deleting an absent key is
@@ -2622,7 +2926,7 @@ type TxnDeleteRequest struct {
 
 func (x *TxnDeleteRequest) Reset() {
 	*x = TxnDeleteRequest{}
-	mi := &file_groupkv_proto_msgTypes[42]
+	mi := &file_groupkv_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2634,7 +2938,7 @@ func (x *TxnDeleteRequest) String() string {
 func (*TxnDeleteRequest) ProtoMessage() {}
 
 func (x *TxnDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[42]
+	mi := &file_groupkv_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2647,7 +2951,7 @@ func (x *TxnDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnDeleteRequest.ProtoReflect.Descriptor instead.
 func (*TxnDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{42}
+	return file_groupkv_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TxnDeleteRequest) GetTxn() string {
@@ -2679,7 +2983,7 @@ type TxnDeleteResponse struct {
 
 func (x *TxnDeleteResponse) Reset() {
 	*x = TxnDeleteResponse{}
-	mi := &file_groupkv_proto_msgTypes[43]
+	mi := &file_groupkv_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2691,7 +2995,7 @@ func (x *TxnDeleteResponse) String() string {
 func (*TxnDeleteResponse) ProtoMessage() {}
 
 func (x *TxnDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[43]
+	mi := &file_groupkv_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2704,7 +3008,7 @@ func (x *TxnDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnDeleteResponse.ProtoReflect.Descriptor instead.
 func (*TxnDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{43}
+	return file_groupkv_proto_rawDescGZIP(), []int{46}
 }
 
 // TxnWriteRequest applies writes in an attempt: each a TxnOp whose op is
@@ -2721,7 +3025,7 @@ type TxnWriteRequest struct {
 
 func (x *TxnWriteRequest) Reset() {
 	*x = TxnWriteRequest{}
-	mi := &file_groupkv_proto_msgTypes[44]
+	mi := &file_groupkv_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2733,7 +3037,7 @@ func (x *TxnWriteRequest) String() string {
 func (*TxnWriteRequest) ProtoMessage() {}
 
 func (x *TxnWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[44]
+	mi := &file_groupkv_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2746,7 +3050,7 @@ func (x *TxnWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnWriteRequest.ProtoReflect.Descriptor instead.
 func (*TxnWriteRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{44}
+	return file_groupkv_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TxnWriteRequest) GetTxn() string {
@@ -2780,7 +3084,7 @@ type TxnWriteResponse struct {
 
 func (x *TxnWriteResponse) Reset() {
 	*x = TxnWriteResponse{}
-	mi := &file_groupkv_proto_msgTypes[45]
+	mi := &file_groupkv_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2792,7 +3096,7 @@ func (x *TxnWriteResponse) String() string {
 func (*TxnWriteResponse) ProtoMessage() {}
 
 func (x *TxnWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[45]
+	mi := &file_groupkv_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2805,7 +3109,7 @@ func (x *TxnWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnWriteResponse.ProtoReflect.Descriptor instead.
 func (*TxnWriteResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{45}
+	return file_groupkv_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TxnWriteResponse) GetTxn() string {
@@ -2834,7 +3138,7 @@ type TxnScanRequest struct {
 
 func (x *TxnScanRequest) Reset() {
 	*x = TxnScanRequest{}
-	mi := &file_groupkv_proto_msgTypes[46]
+	mi := &file_groupkv_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2846,7 +3150,7 @@ func (x *TxnScanRequest) String() string {
 func (*TxnScanRequest) ProtoMessage() {}
 
 func (x *TxnScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[46]
+	mi := &file_groupkv_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2859,7 +3163,7 @@ func (x *TxnScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnScanRequest.ProtoReflect.Descriptor instead.
 func (*TxnScanRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{46}
+	return file_groupkv_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *TxnScanRequest) GetTxn() string {
@@ -2935,7 +3239,7 @@ type TxnTagQuery struct {
 
 func (x *TxnTagQuery) Reset() {
 	*x = TxnTagQuery{}
-	mi := &file_groupkv_proto_msgTypes[47]
+	mi := &file_groupkv_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2947,7 +3251,7 @@ func (x *TxnTagQuery) String() string {
 func (*TxnTagQuery) ProtoMessage() {}
 
 func (x *TxnTagQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[47]
+	mi := &file_groupkv_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2960,7 +3264,7 @@ func (x *TxnTagQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnTagQuery.ProtoReflect.Descriptor instead.
 func (*TxnTagQuery) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{47}
+	return file_groupkv_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *TxnTagQuery) GetTxn() string {
@@ -3049,7 +3353,7 @@ type CommitTxnRequest struct {
 
 func (x *CommitTxnRequest) Reset() {
 	*x = CommitTxnRequest{}
-	mi := &file_groupkv_proto_msgTypes[48]
+	mi := &file_groupkv_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3061,7 +3365,7 @@ func (x *CommitTxnRequest) String() string {
 func (*CommitTxnRequest) ProtoMessage() {}
 
 func (x *CommitTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[48]
+	mi := &file_groupkv_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3074,7 +3378,7 @@ func (x *CommitTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitTxnRequest.ProtoReflect.Descriptor instead.
 func (*CommitTxnRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{48}
+	return file_groupkv_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CommitTxnRequest) GetTxn() string {
@@ -3139,7 +3443,7 @@ type CommitTxnResponse struct {
 
 func (x *CommitTxnResponse) Reset() {
 	*x = CommitTxnResponse{}
-	mi := &file_groupkv_proto_msgTypes[49]
+	mi := &file_groupkv_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3151,7 +3455,7 @@ func (x *CommitTxnResponse) String() string {
 func (*CommitTxnResponse) ProtoMessage() {}
 
 func (x *CommitTxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[49]
+	mi := &file_groupkv_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3164,7 +3468,7 @@ func (x *CommitTxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitTxnResponse.ProtoReflect.Descriptor instead.
 func (*CommitTxnResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{49}
+	return file_groupkv_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CommitTxnResponse) GetVersion() uint64 {
@@ -3197,7 +3501,7 @@ type AbortTxnRequest struct {
 
 func (x *AbortTxnRequest) Reset() {
 	*x = AbortTxnRequest{}
-	mi := &file_groupkv_proto_msgTypes[50]
+	mi := &file_groupkv_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3209,7 +3513,7 @@ func (x *AbortTxnRequest) String() string {
 func (*AbortTxnRequest) ProtoMessage() {}
 
 func (x *AbortTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[50]
+	mi := &file_groupkv_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3222,7 +3526,7 @@ func (x *AbortTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortTxnRequest.ProtoReflect.Descriptor instead.
 func (*AbortTxnRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{50}
+	return file_groupkv_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *AbortTxnRequest) GetTxn() string {
@@ -3240,7 +3544,7 @@ type AbortTxnResponse struct {
 
 func (x *AbortTxnResponse) Reset() {
 	*x = AbortTxnResponse{}
-	mi := &file_groupkv_proto_msgTypes[51]
+	mi := &file_groupkv_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3252,7 +3556,7 @@ func (x *AbortTxnResponse) String() string {
 func (*AbortTxnResponse) ProtoMessage() {}
 
 func (x *AbortTxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[51]
+	mi := &file_groupkv_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3265,7 +3569,7 @@ func (x *AbortTxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortTxnResponse.ProtoReflect.Descriptor instead.
 func (*AbortTxnResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{51}
+	return file_groupkv_proto_rawDescGZIP(), []int{54}
 }
 
 // Compare is a condition of a one-shot transaction: the key's current
@@ -3286,7 +3590,7 @@ type Compare struct {
 
 func (x *Compare) Reset() {
 	*x = Compare{}
-	mi := &file_groupkv_proto_msgTypes[52]
+	mi := &file_groupkv_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3298,7 +3602,7 @@ func (x *Compare) String() string {
 func (*Compare) ProtoMessage() {}
 
 func (x *Compare) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[52]
+	mi := &file_groupkv_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3311,7 +3615,7 @@ func (x *Compare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Compare.ProtoReflect.Descriptor instead.
 func (*Compare) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{52}
+	return file_groupkv_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *Compare) GetCollection() string {
@@ -3384,7 +3688,7 @@ type TxnOp struct {
 
 func (x *TxnOp) Reset() {
 	*x = TxnOp{}
-	mi := &file_groupkv_proto_msgTypes[53]
+	mi := &file_groupkv_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3396,7 +3700,7 @@ func (x *TxnOp) String() string {
 func (*TxnOp) ProtoMessage() {}
 
 func (x *TxnOp) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[53]
+	mi := &file_groupkv_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3409,7 +3713,7 @@ func (x *TxnOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnOp.ProtoReflect.Descriptor instead.
 func (*TxnOp) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{53}
+	return file_groupkv_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *TxnOp) GetOp() string {
@@ -3460,7 +3764,7 @@ type ExecTxnRequest struct {
 
 func (x *ExecTxnRequest) Reset() {
 	*x = ExecTxnRequest{}
-	mi := &file_groupkv_proto_msgTypes[54]
+	mi := &file_groupkv_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3472,7 +3776,7 @@ func (x *ExecTxnRequest) String() string {
 func (*ExecTxnRequest) ProtoMessage() {}
 
 func (x *ExecTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[54]
+	mi := &file_groupkv_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3485,7 +3789,7 @@ func (x *ExecTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecTxnRequest.ProtoReflect.Descriptor instead.
 func (*ExecTxnRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{54}
+	return file_groupkv_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ExecTxnRequest) GetCompares() []*Compare {
@@ -3523,7 +3827,7 @@ type TxnOpResult struct {
 
 func (x *TxnOpResult) Reset() {
 	*x = TxnOpResult{}
-	mi := &file_groupkv_proto_msgTypes[55]
+	mi := &file_groupkv_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3535,7 +3839,7 @@ func (x *TxnOpResult) String() string {
 func (*TxnOpResult) ProtoMessage() {}
 
 func (x *TxnOpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[55]
+	mi := &file_groupkv_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3548,7 +3852,7 @@ func (x *TxnOpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnOpResult.ProtoReflect.Descriptor instead.
 func (*TxnOpResult) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{55}
+	return file_groupkv_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *TxnOpResult) GetFound() bool {
@@ -3593,7 +3897,7 @@ type ExecTxnResponse struct {
 
 func (x *ExecTxnResponse) Reset() {
 	*x = ExecTxnResponse{}
-	mi := &file_groupkv_proto_msgTypes[56]
+	mi := &file_groupkv_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3605,7 +3909,7 @@ func (x *ExecTxnResponse) String() string {
 func (*ExecTxnResponse) ProtoMessage() {}
 
 func (x *ExecTxnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[56]
+	mi := &file_groupkv_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3618,7 +3922,7 @@ func (x *ExecTxnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecTxnResponse.ProtoReflect.Descriptor instead.
 func (*ExecTxnResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{56}
+	return file_groupkv_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ExecTxnResponse) GetSucceeded() bool {
@@ -3659,7 +3963,7 @@ type CreateGroupRequest struct {
 
 func (x *CreateGroupRequest) Reset() {
 	*x = CreateGroupRequest{}
-	mi := &file_groupkv_proto_msgTypes[57]
+	mi := &file_groupkv_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3671,7 +3975,7 @@ func (x *CreateGroupRequest) String() string {
 func (*CreateGroupRequest) ProtoMessage() {}
 
 func (x *CreateGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[57]
+	mi := &file_groupkv_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3684,7 +3988,7 @@ func (x *CreateGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGroupRequest.ProtoReflect.Descriptor instead.
 func (*CreateGroupRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{57}
+	return file_groupkv_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *CreateGroupRequest) GetId() string {
@@ -3728,7 +4032,7 @@ type GroupRefusal struct {
 
 func (x *GroupRefusal) Reset() {
 	*x = GroupRefusal{}
-	mi := &file_groupkv_proto_msgTypes[58]
+	mi := &file_groupkv_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3740,7 +4044,7 @@ func (x *GroupRefusal) String() string {
 func (*GroupRefusal) ProtoMessage() {}
 
 func (x *GroupRefusal) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[58]
+	mi := &file_groupkv_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3753,7 +4057,7 @@ func (x *GroupRefusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupRefusal.ProtoReflect.Descriptor instead.
 func (*GroupRefusal) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{58}
+	return file_groupkv_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *GroupRefusal) GetCollection() string {
@@ -3790,7 +4094,7 @@ type CreateGroupResponse struct {
 
 func (x *CreateGroupResponse) Reset() {
 	*x = CreateGroupResponse{}
-	mi := &file_groupkv_proto_msgTypes[59]
+	mi := &file_groupkv_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3802,7 +4106,7 @@ func (x *CreateGroupResponse) String() string {
 func (*CreateGroupResponse) ProtoMessage() {}
 
 func (x *CreateGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[59]
+	mi := &file_groupkv_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3815,7 +4119,7 @@ func (x *CreateGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGroupResponse.ProtoReflect.Descriptor instead.
 func (*CreateGroupResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{59}
+	return file_groupkv_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *CreateGroupResponse) GetId() string {
@@ -3848,7 +4152,7 @@ type DescribeGroupRequest struct {
 
 func (x *DescribeGroupRequest) Reset() {
 	*x = DescribeGroupRequest{}
-	mi := &file_groupkv_proto_msgTypes[60]
+	mi := &file_groupkv_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3860,7 +4164,7 @@ func (x *DescribeGroupRequest) String() string {
 func (*DescribeGroupRequest) ProtoMessage() {}
 
 func (x *DescribeGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[60]
+	mi := &file_groupkv_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3873,7 +4177,7 @@ func (x *DescribeGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeGroupRequest.ProtoReflect.Descriptor instead.
 func (*DescribeGroupRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{60}
+	return file_groupkv_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *DescribeGroupRequest) GetId() string {
@@ -3905,7 +4209,7 @@ type GroupInfo struct {
 
 func (x *GroupInfo) Reset() {
 	*x = GroupInfo{}
-	mi := &file_groupkv_proto_msgTypes[61]
+	mi := &file_groupkv_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3917,7 +4221,7 @@ func (x *GroupInfo) String() string {
 func (*GroupInfo) ProtoMessage() {}
 
 func (x *GroupInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[61]
+	mi := &file_groupkv_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3930,7 +4234,7 @@ func (x *GroupInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupInfo.ProtoReflect.Descriptor instead.
 func (*GroupInfo) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{61}
+	return file_groupkv_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *GroupInfo) GetId() string {
@@ -3990,7 +4294,7 @@ type ListGroupsRequest struct {
 
 func (x *ListGroupsRequest) Reset() {
 	*x = ListGroupsRequest{}
-	mi := &file_groupkv_proto_msgTypes[62]
+	mi := &file_groupkv_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4002,7 +4306,7 @@ func (x *ListGroupsRequest) String() string {
 func (*ListGroupsRequest) ProtoMessage() {}
 
 func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[62]
+	mi := &file_groupkv_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4015,7 +4319,7 @@ func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ListGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{62}
+	return file_groupkv_proto_rawDescGZIP(), []int{65}
 }
 
 type ListGroupsResponse struct {
@@ -4027,7 +4331,7 @@ type ListGroupsResponse struct {
 
 func (x *ListGroupsResponse) Reset() {
 	*x = ListGroupsResponse{}
-	mi := &file_groupkv_proto_msgTypes[63]
+	mi := &file_groupkv_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4039,7 +4343,7 @@ func (x *ListGroupsResponse) String() string {
 func (*ListGroupsResponse) ProtoMessage() {}
 
 func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[63]
+	mi := &file_groupkv_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4052,7 +4356,7 @@ func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupsResponse.ProtoReflect.Descriptor instead.
 func (*ListGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{63}
+	return file_groupkv_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListGroupsResponse) GetGroups() []*GroupInfo {
@@ -4071,7 +4375,7 @@ type DeleteGroupRequest struct {
 
 func (x *DeleteGroupRequest) Reset() {
 	*x = DeleteGroupRequest{}
-	mi := &file_groupkv_proto_msgTypes[64]
+	mi := &file_groupkv_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4083,7 +4387,7 @@ func (x *DeleteGroupRequest) String() string {
 func (*DeleteGroupRequest) ProtoMessage() {}
 
 func (x *DeleteGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[64]
+	mi := &file_groupkv_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4096,7 +4400,7 @@ func (x *DeleteGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroupRequest.ProtoReflect.Descriptor instead.
 func (*DeleteGroupRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{64}
+	return file_groupkv_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *DeleteGroupRequest) GetId() string {
@@ -4114,7 +4418,7 @@ type DeleteGroupResponse struct {
 
 func (x *DeleteGroupResponse) Reset() {
 	*x = DeleteGroupResponse{}
-	mi := &file_groupkv_proto_msgTypes[65]
+	mi := &file_groupkv_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4126,7 +4430,7 @@ func (x *DeleteGroupResponse) String() string {
 func (*DeleteGroupResponse) ProtoMessage() {}
 
 func (x *DeleteGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[65]
+	mi := &file_groupkv_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4139,7 +4443,7 @@ func (x *DeleteGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroupResponse.ProtoReflect.Descriptor instead.
 func (*DeleteGroupResponse) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{65}
+	return file_groupkv_proto_rawDescGZIP(), []int{68}
 }
 
 // BeginGroupTxnRequest begins a group transaction attempt: the fields of
@@ -4158,7 +4462,7 @@ type BeginGroupTxnRequest struct {
 
 func (x *BeginGroupTxnRequest) Reset() {
 	*x = BeginGroupTxnRequest{}
-	mi := &file_groupkv_proto_msgTypes[66]
+	mi := &file_groupkv_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4170,7 +4474,7 @@ func (x *BeginGroupTxnRequest) String() string {
 func (*BeginGroupTxnRequest) ProtoMessage() {}
 
 func (x *BeginGroupTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[66]
+	mi := &file_groupkv_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4183,7 +4487,7 @@ func (x *BeginGroupTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginGroupTxnRequest.ProtoReflect.Descriptor instead.
 func (*BeginGroupTxnRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{66}
+	return file_groupkv_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *BeginGroupTxnRequest) GetGroup() string {
@@ -4227,7 +4531,7 @@ type ExecGroupTxnRequest struct {
 
 func (x *ExecGroupTxnRequest) Reset() {
 	*x = ExecGroupTxnRequest{}
-	mi := &file_groupkv_proto_msgTypes[67]
+	mi := &file_groupkv_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4239,7 +4543,7 @@ func (x *ExecGroupTxnRequest) String() string {
 func (*ExecGroupTxnRequest) ProtoMessage() {}
 
 func (x *ExecGroupTxnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_groupkv_proto_msgTypes[67]
+	mi := &file_groupkv_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4252,7 +4556,7 @@ func (x *ExecGroupTxnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecGroupTxnRequest.ProtoReflect.Descriptor instead.
 func (*ExecGroupTxnRequest) Descriptor() ([]byte, []int) {
-	return file_groupkv_proto_rawDescGZIP(), []int{67}
+	return file_groupkv_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ExecGroupTxnRequest) GetGroup() string {
@@ -4352,7 +4656,25 @@ const file_groupkv_proto_rawDesc = "" +
 	"if_version\x18\x03 \x01(\x04H\x00R\tifVersion\x88\x01\x01B\r\n" +
 	"\v_if_version\"*\n" +
 	"\x0eDeleteResponse\x12\x18\n" +
-	"\aversion\x18\x01 \x01(\x04R\aversion\"\x0e\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\"\xdb\x01\n" +
+	"\x0fPipelineRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12%\n" +
+	"\x0etimeout_micros\x18\x02 \x01(\x04R\rtimeoutMicros\x12*\n" +
+	"\x03put\x18\x03 \x01(\v2\x16.groupkv.v1.PutRequestH\x00R\x03put\x12*\n" +
+	"\x03get\x18\x04 \x01(\v2\x16.groupkv.v1.GetRequestH\x00R\x03get\x123\n" +
+	"\x06delete\x18\x05 \x01(\v2\x19.groupkv.v1.DeleteRequestH\x00R\x06deleteB\x04\n" +
+	"\x02op\"\xef\x01\n" +
+	"\x10PipelineResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12+\n" +
+	"\x03put\x18\x02 \x01(\v2\x17.groupkv.v1.PutResponseH\x00R\x03put\x12+\n" +
+	"\x03get\x18\x03 \x01(\v2\x17.groupkv.v1.GetResponseH\x00R\x03get\x124\n" +
+	"\x06delete\x18\x04 \x01(\v2\x1a.groupkv.v1.DeleteResponseH\x00R\x06delete\x121\n" +
+	"\x05error\x18\x05 \x01(\v2\x19.groupkv.v1.PipelineErrorH\x00R\x05errorB\b\n" +
+	"\x06result\"Z\n" +
+	"\rPipelineError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1b\n" +
+	"\tgrpc_code\x18\x03 \x01(\rR\bgrpcCode\"\x0e\n" +
 	"\fReadyRequest\"\x0f\n" +
 	"\rReadyResponse\":\n" +
 	"\x06KeyRef\x12\x1e\n" +
@@ -4604,7 +4926,7 @@ const file_groupkv_proto_rawDesc = "" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12/\n" +
 	"\bcompares\x18\x02 \x03(\v2\x13.groupkv.v1.CompareR\bcompares\x12,\n" +
 	"\bthen_ops\x18\x03 \x03(\v2\x11.groupkv.v1.TxnOpR\athenOps\x12,\n" +
-	"\belse_ops\x18\x04 \x03(\v2\x11.groupkv.v1.TxnOpR\aelseOps2\xc3\x11\n" +
+	"\belse_ops\x18\x04 \x03(\v2\x11.groupkv.v1.TxnOpR\aelseOps2\x8e\x12\n" +
 	"\aGroupKV\x12S\n" +
 	"\x10CreateCollection\x12#.groupkv.v1.CreateCollectionRequest\x1a\x1a.groupkv.v1.CollectionInfo\x12Z\n" +
 	"\x0fListCollections\x12\".groupkv.v1.ListCollectionsRequest\x1a#.groupkv.v1.ListCollectionsResponse\x12W\n" +
@@ -4619,7 +4941,8 @@ const file_groupkv_proto_rawDesc = "" +
 	"\vDeleteRange\x12\x1e.groupkv.v1.DeleteRangeRequest\x1a\x1f.groupkv.v1.DeleteRangeResponse\x129\n" +
 	"\x04Scan\x12\x17.groupkv.v1.ScanRequest\x1a\x18.groupkv.v1.ScanResponse\x12;\n" +
 	"\tGetByTags\x12\x14.groupkv.v1.TagQuery\x1a\x18.groupkv.v1.ScanResponse\x126\n" +
-	"\x05Watch\x12\x18.groupkv.v1.WatchRequest\x1a\x11.groupkv.v1.Event0\x01\x12<\n" +
+	"\x05Watch\x12\x18.groupkv.v1.WatchRequest\x1a\x11.groupkv.v1.Event0\x01\x12I\n" +
+	"\bPipeline\x12\x1b.groupkv.v1.PipelineRequest\x1a\x1c.groupkv.v1.PipelineResponse(\x010\x01\x12<\n" +
 	"\x05Ready\x12\x18.groupkv.v1.ReadyRequest\x1a\x19.groupkv.v1.ReadyResponse\x12E\n" +
 	"\bBeginTxn\x12\x1b.groupkv.v1.BeginTxnRequest\x1a\x1c.groupkv.v1.BeginTxnResponse\x12?\n" +
 	"\x06TxnGet\x12\x19.groupkv.v1.TxnGetRequest\x1a\x1a.groupkv.v1.TxnGetResponse\x12?\n" +
@@ -4651,7 +4974,7 @@ func file_groupkv_proto_rawDescGZIP() []byte {
 	return file_groupkv_proto_rawDescData
 }
 
-var file_groupkv_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_groupkv_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
 var file_groupkv_proto_goTypes = []any{
 	(*ErrorDetail)(nil),               // 0: groupkv.v1.ErrorDetail
 	(*CreateCollectionRequest)(nil),   // 1: groupkv.v1.CreateCollectionRequest
@@ -4668,162 +4991,174 @@ var file_groupkv_proto_goTypes = []any{
 	(*GetResponse)(nil),               // 12: groupkv.v1.GetResponse
 	(*DeleteRequest)(nil),             // 13: groupkv.v1.DeleteRequest
 	(*DeleteResponse)(nil),            // 14: groupkv.v1.DeleteResponse
-	(*ReadyRequest)(nil),              // 15: groupkv.v1.ReadyRequest
-	(*ReadyResponse)(nil),             // 16: groupkv.v1.ReadyResponse
-	(*KeyRef)(nil),                    // 17: groupkv.v1.KeyRef
-	(*BatchGetRequest)(nil),           // 18: groupkv.v1.BatchGetRequest
-	(*BatchGetItem)(nil),              // 19: groupkv.v1.BatchGetItem
-	(*BatchGetResponse)(nil),          // 20: groupkv.v1.BatchGetResponse
-	(*PutItem)(nil),                   // 21: groupkv.v1.PutItem
-	(*BatchPutRequest)(nil),           // 22: groupkv.v1.BatchPutRequest
-	(*BatchDeleteRequest)(nil),        // 23: groupkv.v1.BatchDeleteRequest
-	(*WriteResult)(nil),               // 24: groupkv.v1.WriteResult
-	(*BatchWriteResponse)(nil),        // 25: groupkv.v1.BatchWriteResponse
-	(*BatchErrorDetail)(nil),          // 26: groupkv.v1.BatchErrorDetail
-	(*DeleteRangeRequest)(nil),        // 27: groupkv.v1.DeleteRangeRequest
-	(*DeleteRangeResponse)(nil),       // 28: groupkv.v1.DeleteRangeResponse
-	(*Record)(nil),                    // 29: groupkv.v1.Record
-	(*ScanRequest)(nil),               // 30: groupkv.v1.ScanRequest
-	(*ScanResponse)(nil),              // 31: groupkv.v1.ScanResponse
-	(*TagQuery)(nil),                  // 32: groupkv.v1.TagQuery
-	(*WatchRequest)(nil),              // 33: groupkv.v1.WatchRequest
-	(*Event)(nil),                     // 34: groupkv.v1.Event
-	(*BeginTxnRequest)(nil),           // 35: groupkv.v1.BeginTxnRequest
-	(*TxnBegin)(nil),                  // 36: groupkv.v1.TxnBegin
-	(*BeginTxnResponse)(nil),          // 37: groupkv.v1.BeginTxnResponse
-	(*TxnGetRequest)(nil),             // 38: groupkv.v1.TxnGetRequest
-	(*TxnGetResponse)(nil),            // 39: groupkv.v1.TxnGetResponse
-	(*TxnPutRequest)(nil),             // 40: groupkv.v1.TxnPutRequest
-	(*TxnPutResponse)(nil),            // 41: groupkv.v1.TxnPutResponse
-	(*TxnDeleteRequest)(nil),          // 42: groupkv.v1.TxnDeleteRequest
-	(*TxnDeleteResponse)(nil),         // 43: groupkv.v1.TxnDeleteResponse
-	(*TxnWriteRequest)(nil),           // 44: groupkv.v1.TxnWriteRequest
-	(*TxnWriteResponse)(nil),          // 45: groupkv.v1.TxnWriteResponse
-	(*TxnScanRequest)(nil),            // 46: groupkv.v1.TxnScanRequest
-	(*TxnTagQuery)(nil),               // 47: groupkv.v1.TxnTagQuery
-	(*CommitTxnRequest)(nil),          // 48: groupkv.v1.CommitTxnRequest
-	(*CommitTxnResponse)(nil),         // 49: groupkv.v1.CommitTxnResponse
-	(*AbortTxnRequest)(nil),           // 50: groupkv.v1.AbortTxnRequest
-	(*AbortTxnResponse)(nil),          // 51: groupkv.v1.AbortTxnResponse
-	(*Compare)(nil),                   // 52: groupkv.v1.Compare
-	(*TxnOp)(nil),                     // 53: groupkv.v1.TxnOp
-	(*ExecTxnRequest)(nil),            // 54: groupkv.v1.ExecTxnRequest
-	(*TxnOpResult)(nil),               // 55: groupkv.v1.TxnOpResult
-	(*ExecTxnResponse)(nil),           // 56: groupkv.v1.ExecTxnResponse
-	(*CreateGroupRequest)(nil),        // 57: groupkv.v1.CreateGroupRequest
-	(*GroupRefusal)(nil),              // 58: groupkv.v1.GroupRefusal
-	(*CreateGroupResponse)(nil),       // 59: groupkv.v1.CreateGroupResponse
-	(*DescribeGroupRequest)(nil),      // 60: groupkv.v1.DescribeGroupRequest
-	(*GroupInfo)(nil),                 // 61: groupkv.v1.GroupInfo
-	(*ListGroupsRequest)(nil),         // 62: groupkv.v1.ListGroupsRequest
-	(*ListGroupsResponse)(nil),        // 63: groupkv.v1.ListGroupsResponse
-	(*DeleteGroupRequest)(nil),        // 64: groupkv.v1.DeleteGroupRequest
-	(*DeleteGroupResponse)(nil),       // 65: groupkv.v1.DeleteGroupResponse
-	(*BeginGroupTxnRequest)(nil),      // 66: groupkv.v1.BeginGroupTxnRequest
-	(*ExecGroupTxnRequest)(nil),       // 67: groupkv.v1.ExecGroupTxnRequest
+	(*PipelineRequest)(nil),           // 15: groupkv.v1.PipelineRequest
+	(*PipelineResponse)(nil),          // 16: groupkv.v1.PipelineResponse
+	(*PipelineError)(nil),             // 17: groupkv.v1.PipelineError
+	(*ReadyRequest)(nil),              // 18: groupkv.v1.ReadyRequest
+	(*ReadyResponse)(nil),             // 19: groupkv.v1.ReadyResponse
+	(*KeyRef)(nil),                    // 20: groupkv.v1.KeyRef
+	(*BatchGetRequest)(nil),           // 21: groupkv.v1.BatchGetRequest
+	(*BatchGetItem)(nil),              // 22: groupkv.v1.BatchGetItem
+	(*BatchGetResponse)(nil),          // 23: groupkv.v1.BatchGetResponse
+	(*PutItem)(nil),                   // 24: groupkv.v1.PutItem
+	(*BatchPutRequest)(nil),           // 25: groupkv.v1.BatchPutRequest
+	(*BatchDeleteRequest)(nil),        // 26: groupkv.v1.BatchDeleteRequest
+	(*WriteResult)(nil),               // 27: groupkv.v1.WriteResult
+	(*BatchWriteResponse)(nil),        // 28: groupkv.v1.BatchWriteResponse
+	(*BatchErrorDetail)(nil),          // 29: groupkv.v1.BatchErrorDetail
+	(*DeleteRangeRequest)(nil),        // 30: groupkv.v1.DeleteRangeRequest
+	(*DeleteRangeResponse)(nil),       // 31: groupkv.v1.DeleteRangeResponse
+	(*Record)(nil),                    // 32: groupkv.v1.Record
+	(*ScanRequest)(nil),               // 33: groupkv.v1.ScanRequest
+	(*ScanResponse)(nil),              // 34: groupkv.v1.ScanResponse
+	(*TagQuery)(nil),                  // 35: groupkv.v1.TagQuery
+	(*WatchRequest)(nil),              // 36: groupkv.v1.WatchRequest
+	(*Event)(nil),                     // 37: groupkv.v1.Event
+	(*BeginTxnRequest)(nil),           // 38: groupkv.v1.BeginTxnRequest
+	(*TxnBegin)(nil),                  // 39: groupkv.v1.TxnBegin
+	(*BeginTxnResponse)(nil),          // 40: groupkv.v1.BeginTxnResponse
+	(*TxnGetRequest)(nil),             // 41: groupkv.v1.TxnGetRequest
+	(*TxnGetResponse)(nil),            // 42: groupkv.v1.TxnGetResponse
+	(*TxnPutRequest)(nil),             // 43: groupkv.v1.TxnPutRequest
+	(*TxnPutResponse)(nil),            // 44: groupkv.v1.TxnPutResponse
+	(*TxnDeleteRequest)(nil),          // 45: groupkv.v1.TxnDeleteRequest
+	(*TxnDeleteResponse)(nil),         // 46: groupkv.v1.TxnDeleteResponse
+	(*TxnWriteRequest)(nil),           // 47: groupkv.v1.TxnWriteRequest
+	(*TxnWriteResponse)(nil),          // 48: groupkv.v1.TxnWriteResponse
+	(*TxnScanRequest)(nil),            // 49: groupkv.v1.TxnScanRequest
+	(*TxnTagQuery)(nil),               // 50: groupkv.v1.TxnTagQuery
+	(*CommitTxnRequest)(nil),          // 51: groupkv.v1.CommitTxnRequest
+	(*CommitTxnResponse)(nil),         // 52: groupkv.v1.CommitTxnResponse
+	(*AbortTxnRequest)(nil),           // 53: groupkv.v1.AbortTxnRequest
+	(*AbortTxnResponse)(nil),          // 54: groupkv.v1.AbortTxnResponse
+	(*Compare)(nil),                   // 55: groupkv.v1.Compare
+	(*TxnOp)(nil),                     // 56: groupkv.v1.TxnOp
+	(*ExecTxnRequest)(nil),            // 57: groupkv.v1.ExecTxnRequest
+	(*TxnOpResult)(nil),               // 58: groupkv.v1.TxnOpResult
+	(*ExecTxnResponse)(nil),           // 59: groupkv.v1.ExecTxnResponse
+	(*CreateGroupRequest)(nil),        // 60: groupkv.v1.CreateGroupRequest
+	(*GroupRefusal)(nil),              // 61: groupkv.v1.GroupRefusal
+	(*CreateGroupResponse)(nil),       // 62: groupkv.v1.CreateGroupResponse
+	(*DescribeGroupRequest)(nil),      // 63: groupkv.v1.DescribeGroupRequest
+	(*GroupInfo)(nil),                 // 64: groupkv.v1.GroupInfo
+	(*ListGroupsRequest)(nil),         // 65: groupkv.v1.ListGroupsRequest
+	(*ListGroupsResponse)(nil),        // 66: groupkv.v1.ListGroupsResponse
+	(*DeleteGroupRequest)(nil),        // 67: groupkv.v1.DeleteGroupRequest
+	(*DeleteGroupResponse)(nil),       // 68: groupkv.v1.DeleteGroupResponse
+	(*BeginGroupTxnRequest)(nil),      // 69: groupkv.v1.BeginGroupTxnRequest
+	(*ExecGroupTxnRequest)(nil),       // 70: groupkv.v1.ExecGroupTxnRequest
 }
 var file_groupkv_proto_depIdxs = []int32{
 	2,  // 0: groupkv.v1.CollectionInfo.shards:type_name -> groupkv.v1.ShardInfo
 	3,  // 1: groupkv.v1.ListCollectionsResponse.collections:type_name -> groupkv.v1.CollectionInfo
-	17, // 2: groupkv.v1.BatchGetRequest.keys:type_name -> groupkv.v1.KeyRef
-	19, // 3: groupkv.v1.BatchGetResponse.items:type_name -> groupkv.v1.BatchGetItem
-	21, // 4: groupkv.v1.BatchPutRequest.items:type_name -> groupkv.v1.PutItem
-	17, // 5: groupkv.v1.BatchDeleteRequest.keys:type_name -> groupkv.v1.KeyRef
-	24, // 6: groupkv.v1.BatchWriteResponse.results:type_name -> groupkv.v1.WriteResult
-	24, // 7: groupkv.v1.BatchErrorDetail.applied:type_name -> groupkv.v1.WriteResult
-	29, // 8: groupkv.v1.ScanResponse.items:type_name -> groupkv.v1.Record
-	36, // 9: groupkv.v1.TxnGetRequest.begin:type_name -> groupkv.v1.TxnBegin
-	19, // 10: groupkv.v1.TxnGetResponse.snapshot:type_name -> groupkv.v1.BatchGetItem
-	36, // 11: groupkv.v1.TxnWriteRequest.begin:type_name -> groupkv.v1.TxnBegin
-	53, // 12: groupkv.v1.TxnWriteRequest.writes:type_name -> groupkv.v1.TxnOp
-	36, // 13: groupkv.v1.TxnScanRequest.begin:type_name -> groupkv.v1.TxnBegin
-	36, // 14: groupkv.v1.TxnTagQuery.begin:type_name -> groupkv.v1.TxnBegin
-	36, // 15: groupkv.v1.CommitTxnRequest.begin:type_name -> groupkv.v1.TxnBegin
-	53, // 16: groupkv.v1.CommitTxnRequest.writes:type_name -> groupkv.v1.TxnOp
-	17, // 17: groupkv.v1.CommitTxnRequest.snapshot_reads:type_name -> groupkv.v1.KeyRef
-	19, // 18: groupkv.v1.CommitTxnRequest.cached_reads:type_name -> groupkv.v1.BatchGetItem
-	19, // 19: groupkv.v1.CommitTxnResponse.snapshot:type_name -> groupkv.v1.BatchGetItem
-	52, // 20: groupkv.v1.ExecTxnRequest.compares:type_name -> groupkv.v1.Compare
-	53, // 21: groupkv.v1.ExecTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
-	53, // 22: groupkv.v1.ExecTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
-	55, // 23: groupkv.v1.ExecTxnResponse.results:type_name -> groupkv.v1.TxnOpResult
-	17, // 24: groupkv.v1.CreateGroupRequest.leader:type_name -> groupkv.v1.KeyRef
-	17, // 25: groupkv.v1.CreateGroupRequest.members:type_name -> groupkv.v1.KeyRef
-	17, // 26: groupkv.v1.CreateGroupResponse.joined:type_name -> groupkv.v1.KeyRef
-	58, // 27: groupkv.v1.CreateGroupResponse.refused:type_name -> groupkv.v1.GroupRefusal
-	17, // 28: groupkv.v1.GroupInfo.leader:type_name -> groupkv.v1.KeyRef
-	17, // 29: groupkv.v1.GroupInfo.members:type_name -> groupkv.v1.KeyRef
-	61, // 30: groupkv.v1.ListGroupsResponse.groups:type_name -> groupkv.v1.GroupInfo
-	52, // 31: groupkv.v1.ExecGroupTxnRequest.compares:type_name -> groupkv.v1.Compare
-	53, // 32: groupkv.v1.ExecGroupTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
-	53, // 33: groupkv.v1.ExecGroupTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
-	1,  // 34: groupkv.v1.GroupKV.CreateCollection:input_type -> groupkv.v1.CreateCollectionRequest
-	4,  // 35: groupkv.v1.GroupKV.ListCollections:input_type -> groupkv.v1.ListCollectionsRequest
-	6,  // 36: groupkv.v1.GroupKV.DescribeCollection:input_type -> groupkv.v1.DescribeCollectionRequest
-	7,  // 37: groupkv.v1.GroupKV.DropCollection:input_type -> groupkv.v1.DropCollectionRequest
-	9,  // 38: groupkv.v1.GroupKV.Put:input_type -> groupkv.v1.PutRequest
-	11, // 39: groupkv.v1.GroupKV.Get:input_type -> groupkv.v1.GetRequest
-	13, // 40: groupkv.v1.GroupKV.Delete:input_type -> groupkv.v1.DeleteRequest
-	18, // 41: groupkv.v1.GroupKV.BatchGet:input_type -> groupkv.v1.BatchGetRequest
-	22, // 42: groupkv.v1.GroupKV.BatchPut:input_type -> groupkv.v1.BatchPutRequest
-	23, // 43: groupkv.v1.GroupKV.BatchDelete:input_type -> groupkv.v1.BatchDeleteRequest
-	27, // 44: groupkv.v1.GroupKV.DeleteRange:input_type -> groupkv.v1.DeleteRangeRequest
-	30, // 45: groupkv.v1.GroupKV.Scan:input_type -> groupkv.v1.ScanRequest
-	32, // 46: groupkv.v1.GroupKV.GetByTags:input_type -> groupkv.v1.TagQuery
-	33, // 47: groupkv.v1.GroupKV.Watch:input_type -> groupkv.v1.WatchRequest
-	15, // 48: groupkv.v1.GroupKV.Ready:input_type -> groupkv.v1.ReadyRequest
-	35, // 49: groupkv.v1.GroupKV.BeginTxn:input_type -> groupkv.v1.BeginTxnRequest
-	38, // 50: groupkv.v1.GroupKV.TxnGet:input_type -> groupkv.v1.TxnGetRequest
-	40, // 51: groupkv.v1.GroupKV.TxnPut:input_type -> groupkv.v1.TxnPutRequest
-	42, // 52: groupkv.v1.GroupKV.TxnDelete:input_type -> groupkv.v1.TxnDeleteRequest
-	44, // 53: groupkv.v1.GroupKV.TxnWrite:input_type -> groupkv.v1.TxnWriteRequest
-	46, // 54: groupkv.v1.GroupKV.TxnScan:input_type -> groupkv.v1.TxnScanRequest
-	47, // 55: groupkv.v1.GroupKV.TxnGetByTags:input_type -> groupkv.v1.TxnTagQuery
-	48, // 56: groupkv.v1.GroupKV.CommitTxn:input_type -> groupkv.v1.CommitTxnRequest
-	50, // 57: groupkv.v1.GroupKV.AbortTxn:input_type -> groupkv.v1.AbortTxnRequest
-	54, // 58: groupkv.v1.GroupKV.ExecTxn:input_type -> groupkv.v1.ExecTxnRequest
-	57, // 59: groupkv.v1.GroupKV.CreateGroup:input_type -> groupkv.v1.CreateGroupRequest
-	60, // 60: groupkv.v1.GroupKV.DescribeGroup:input_type -> groupkv.v1.DescribeGroupRequest
-	62, // 61: groupkv.v1.GroupKV.ListGroups:input_type -> groupkv.v1.ListGroupsRequest
-	64, // 62: groupkv.v1.GroupKV.DeleteGroup:input_type -> groupkv.v1.DeleteGroupRequest
-	66, // 63: groupkv.v1.GroupKV.BeginGroupTxn:input_type -> groupkv.v1.BeginGroupTxnRequest
-	67, // 64: groupkv.v1.GroupKV.ExecGroupTxn:input_type -> groupkv.v1.ExecGroupTxnRequest
-	3,  // 65: groupkv.v1.GroupKV.CreateCollection:output_type -> groupkv.v1.CollectionInfo
-	5,  // 66: groupkv.v1.GroupKV.ListCollections:output_type -> groupkv.v1.ListCollectionsResponse
-	3,  // 67: groupkv.v1.GroupKV.DescribeCollection:output_type -> groupkv.v1.CollectionInfo
-	8,  // 68: groupkv.v1.GroupKV.DropCollection:output_type -> groupkv.v1.DropCollectionResponse
-	10, // 69: groupkv.v1.GroupKV.Put:output_type -> groupkv.v1.PutResponse
-	12, // 70: groupkv.v1.GroupKV.Get:output_type -> groupkv.v1.GetResponse
-	14, // 71: groupkv.v1.GroupKV.Delete:output_type -> groupkv.v1.DeleteResponse
-	20, // 72: groupkv.v1.GroupKV.BatchGet:output_type -> groupkv.v1.BatchGetResponse
-	25, // 73: groupkv.v1.GroupKV.BatchPut:output_type -> groupkv.v1.BatchWriteResponse
-	25, // 74: groupkv.v1.GroupKV.BatchDelete:output_type -> groupkv.v1.BatchWriteResponse
-	28, // 75: groupkv.v1.GroupKV.DeleteRange:output_type -> groupkv.v1.DeleteRangeResponse
-	31, // 76: groupkv.v1.GroupKV.Scan:output_type -> groupkv.v1.ScanResponse
-	31, // 77: groupkv.v1.GroupKV.GetByTags:output_type -> groupkv.v1.ScanResponse
-	34, // 78: groupkv.v1.GroupKV.Watch:output_type -> groupkv.v1.Event
-	16, // 79: groupkv.v1.GroupKV.Ready:output_type -> groupkv.v1.ReadyResponse
-	37, // 80: groupkv.v1.GroupKV.BeginTxn:output_type -> groupkv.v1.BeginTxnResponse
-	39, // 81: groupkv.v1.GroupKV.TxnGet:output_type -> groupkv.v1.TxnGetResponse
-	41, // 82: groupkv.v1.GroupKV.TxnPut:output_type -> groupkv.v1.TxnPutResponse
-	43, // 83: groupkv.v1.GroupKV.TxnDelete:output_type -> groupkv.v1.TxnDeleteResponse
-	45, // 84: groupkv.v1.GroupKV.TxnWrite:output_type -> groupkv.v1.TxnWriteResponse
-	31, // 85: groupkv.v1.GroupKV.TxnScan:output_type -> groupkv.v1.ScanResponse
-	31, // 86: groupkv.v1.GroupKV.TxnGetByTags:output_type -> groupkv.v1.ScanResponse
-	49, // 87: groupkv.v1.GroupKV.CommitTxn:output_type -> groupkv.v1.CommitTxnResponse
-	51, // 88: groupkv.v1.GroupKV.AbortTxn:output_type -> groupkv.v1.AbortTxnResponse
-	56, // 89: groupkv.v1.GroupKV.ExecTxn:output_type -> groupkv.v1.ExecTxnResponse
-	59, // 90: groupkv.v1.GroupKV.CreateGroup:output_type -> groupkv.v1.CreateGroupResponse
-	61, // 91: groupkv.v1.GroupKV.DescribeGroup:output_type -> groupkv.v1.GroupInfo
-	63, // 92: groupkv.v1.GroupKV.ListGroups:output_type -> groupkv.v1.ListGroupsResponse
-	65, // 93: groupkv.v1.GroupKV.DeleteGroup:output_type -> groupkv.v1.DeleteGroupResponse
-	37, // 94: groupkv.v1.GroupKV.BeginGroupTxn:output_type -> groupkv.v1.BeginTxnResponse
-	56, // 95: groupkv.v1.GroupKV.ExecGroupTxn:output_type -> groupkv.v1.ExecTxnResponse
-	65, // [65:96] is the sub-list for method output_type
-	34, // [34:65] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	9,  // 2: groupkv.v1.PipelineRequest.put:type_name -> groupkv.v1.PutRequest
+	11, // 3: groupkv.v1.PipelineRequest.get:type_name -> groupkv.v1.GetRequest
+	13, // 4: groupkv.v1.PipelineRequest.delete:type_name -> groupkv.v1.DeleteRequest
+	10, // 5: groupkv.v1.PipelineResponse.put:type_name -> groupkv.v1.PutResponse
+	12, // 6: groupkv.v1.PipelineResponse.get:type_name -> groupkv.v1.GetResponse
+	14, // 7: groupkv.v1.PipelineResponse.delete:type_name -> groupkv.v1.DeleteResponse
+	17, // 8: groupkv.v1.PipelineResponse.error:type_name -> groupkv.v1.PipelineError
+	20, // 9: groupkv.v1.BatchGetRequest.keys:type_name -> groupkv.v1.KeyRef
+	22, // 10: groupkv.v1.BatchGetResponse.items:type_name -> groupkv.v1.BatchGetItem
+	24, // 11: groupkv.v1.BatchPutRequest.items:type_name -> groupkv.v1.PutItem
+	20, // 12: groupkv.v1.BatchDeleteRequest.keys:type_name -> groupkv.v1.KeyRef
+	27, // 13: groupkv.v1.BatchWriteResponse.results:type_name -> groupkv.v1.WriteResult
+	27, // 14: groupkv.v1.BatchErrorDetail.applied:type_name -> groupkv.v1.WriteResult
+	32, // 15: groupkv.v1.ScanResponse.items:type_name -> groupkv.v1.Record
+	39, // 16: groupkv.v1.TxnGetRequest.begin:type_name -> groupkv.v1.TxnBegin
+	22, // 17: groupkv.v1.TxnGetResponse.snapshot:type_name -> groupkv.v1.BatchGetItem
+	39, // 18: groupkv.v1.TxnWriteRequest.begin:type_name -> groupkv.v1.TxnBegin
+	56, // 19: groupkv.v1.TxnWriteRequest.writes:type_name -> groupkv.v1.TxnOp
+	39, // 20: groupkv.v1.TxnScanRequest.begin:type_name -> groupkv.v1.TxnBegin
+	39, // 21: groupkv.v1.TxnTagQuery.begin:type_name -> groupkv.v1.TxnBegin
+	39, // 22: groupkv.v1.CommitTxnRequest.begin:type_name -> groupkv.v1.TxnBegin
+	56, // 23: groupkv.v1.CommitTxnRequest.writes:type_name -> groupkv.v1.TxnOp
+	20, // 24: groupkv.v1.CommitTxnRequest.snapshot_reads:type_name -> groupkv.v1.KeyRef
+	22, // 25: groupkv.v1.CommitTxnRequest.cached_reads:type_name -> groupkv.v1.BatchGetItem
+	22, // 26: groupkv.v1.CommitTxnResponse.snapshot:type_name -> groupkv.v1.BatchGetItem
+	55, // 27: groupkv.v1.ExecTxnRequest.compares:type_name -> groupkv.v1.Compare
+	56, // 28: groupkv.v1.ExecTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
+	56, // 29: groupkv.v1.ExecTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
+	58, // 30: groupkv.v1.ExecTxnResponse.results:type_name -> groupkv.v1.TxnOpResult
+	20, // 31: groupkv.v1.CreateGroupRequest.leader:type_name -> groupkv.v1.KeyRef
+	20, // 32: groupkv.v1.CreateGroupRequest.members:type_name -> groupkv.v1.KeyRef
+	20, // 33: groupkv.v1.CreateGroupResponse.joined:type_name -> groupkv.v1.KeyRef
+	61, // 34: groupkv.v1.CreateGroupResponse.refused:type_name -> groupkv.v1.GroupRefusal
+	20, // 35: groupkv.v1.GroupInfo.leader:type_name -> groupkv.v1.KeyRef
+	20, // 36: groupkv.v1.GroupInfo.members:type_name -> groupkv.v1.KeyRef
+	64, // 37: groupkv.v1.ListGroupsResponse.groups:type_name -> groupkv.v1.GroupInfo
+	55, // 38: groupkv.v1.ExecGroupTxnRequest.compares:type_name -> groupkv.v1.Compare
+	56, // 39: groupkv.v1.ExecGroupTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
+	56, // 40: groupkv.v1.ExecGroupTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
+	1,  // 41: groupkv.v1.GroupKV.CreateCollection:input_type -> groupkv.v1.CreateCollectionRequest
+	4,  // 42: groupkv.v1.GroupKV.ListCollections:input_type -> groupkv.v1.ListCollectionsRequest
+	6,  // 43: groupkv.v1.GroupKV.DescribeCollection:input_type -> groupkv.v1.DescribeCollectionRequest
+	7,  // 44: groupkv.v1.GroupKV.DropCollection:input_type -> groupkv.v1.DropCollectionRequest
+	9,  // 45: groupkv.v1.GroupKV.Put:input_type -> groupkv.v1.PutRequest
+	11, // 46: groupkv.v1.GroupKV.Get:input_type -> groupkv.v1.GetRequest
+	13, // 47: groupkv.v1.GroupKV.Delete:input_type -> groupkv.v1.DeleteRequest
+	21, // 48: groupkv.v1.GroupKV.BatchGet:input_type -> groupkv.v1.BatchGetRequest
+	25, // 49: groupkv.v1.GroupKV.BatchPut:input_type -> groupkv.v1.BatchPutRequest
+	26, // 50: groupkv.v1.GroupKV.BatchDelete:input_type -> groupkv.v1.BatchDeleteRequest
+	30, // 51: groupkv.v1.GroupKV.DeleteRange:input_type -> groupkv.v1.DeleteRangeRequest
+	33, // 52: groupkv.v1.GroupKV.Scan:input_type -> groupkv.v1.ScanRequest
+	35, // 53: groupkv.v1.GroupKV.GetByTags:input_type -> groupkv.v1.TagQuery
+	36, // 54: groupkv.v1.GroupKV.Watch:input_type -> groupkv.v1.WatchRequest
+	15, // 55: groupkv.v1.GroupKV.Pipeline:input_type -> groupkv.v1.PipelineRequest
+	18, // 56: groupkv.v1.GroupKV.Ready:input_type -> groupkv.v1.ReadyRequest
+	38, // 57: groupkv.v1.GroupKV.BeginTxn:input_type -> groupkv.v1.BeginTxnRequest
+	41, // 58: groupkv.v1.GroupKV.TxnGet:input_type -> groupkv.v1.TxnGetRequest
+	43, // 59: groupkv.v1.GroupKV.TxnPut:input_type -> groupkv.v1.TxnPutRequest
+	45, // 60: groupkv.v1.GroupKV.TxnDelete:input_type -> groupkv.v1.TxnDeleteRequest
+	47, // 61: groupkv.v1.GroupKV.TxnWrite:input_type -> groupkv.v1.TxnWriteRequest
+	49, // 62: groupkv.v1.GroupKV.TxnScan:input_type -> groupkv.v1.TxnScanRequest
+	50, // 63: groupkv.v1.GroupKV.TxnGetByTags:input_type -> groupkv.v1.TxnTagQuery
+	51, // 64: groupkv.v1.GroupKV.CommitTxn:input_type -> groupkv.v1.CommitTxnRequest
+	53, // 65: groupkv.v1.GroupKV.AbortTxn:input_type -> groupkv.v1.AbortTxnRequest
+	57, // 66: groupkv.v1.GroupKV.ExecTxn:input_type -> groupkv.v1.ExecTxnRequest
+	60, // 67: groupkv.v1.GroupKV.CreateGroup:input_type -> groupkv.v1.CreateGroupRequest
+	63, // 68: groupkv.v1.GroupKV.DescribeGroup:input_type -> groupkv.v1.DescribeGroupRequest
+	65, // 69: groupkv.v1.GroupKV.ListGroups:input_type -> groupkv.v1.ListGroupsRequest
+	67, // 70: groupkv.v1.GroupKV.DeleteGroup:input_type -> groupkv.v1.DeleteGroupRequest
+	69, // 71: groupkv.v1.GroupKV.BeginGroupTxn:input_type -> groupkv.v1.BeginGroupTxnRequest
+	70, // 72: groupkv.v1.GroupKV.ExecGroupTxn:input_type -> groupkv.v1.ExecGroupTxnRequest
+	3,  // 73: groupkv.v1.GroupKV.CreateCollection:output_type -> groupkv.v1.CollectionInfo
+	5,  // 74: groupkv.v1.GroupKV.ListCollections:output_type -> groupkv.v1.ListCollectionsResponse
+	3,  // 75: groupkv.v1.GroupKV.DescribeCollection:output_type -> groupkv.v1.CollectionInfo
+	8,  // 76: groupkv.v1.GroupKV.DropCollection:output_type -> groupkv.v1.DropCollectionResponse
+	10, // 77: groupkv.v1.GroupKV.Put:output_type -> groupkv.v1.PutResponse
+	12, // 78: groupkv.v1.GroupKV.Get:output_type -> groupkv.v1.GetResponse
+	14, // 79: groupkv.v1.GroupKV.Delete:output_type -> groupkv.v1.DeleteResponse
+	23, // 80: groupkv.v1.GroupKV.BatchGet:output_type -> groupkv.v1.BatchGetResponse
+	28, // 81: groupkv.v1.GroupKV.BatchPut:output_type -> groupkv.v1.BatchWriteResponse
+	28, // 82: groupkv.v1.GroupKV.BatchDelete:output_type -> groupkv.v1.BatchWriteResponse
+	31, // 83: groupkv.v1.GroupKV.DeleteRange:output_type -> groupkv.v1.DeleteRangeResponse
+	34, // 84: groupkv.v1.GroupKV.Scan:output_type -> groupkv.v1.ScanResponse
+	34, // 85: groupkv.v1.GroupKV.GetByTags:output_type -> groupkv.v1.ScanResponse
+	37, // 86: groupkv.v1.GroupKV.Watch:output_type -> groupkv.v1.Event
+	16, // 87: groupkv.v1.GroupKV.Pipeline:output_type -> groupkv.v1.PipelineResponse
+	19, // 88: groupkv.v1.GroupKV.Ready:output_type -> groupkv.v1.ReadyResponse
+	40, // 89: groupkv.v1.GroupKV.BeginTxn:output_type -> groupkv.v1.BeginTxnResponse
+	42, // 90: groupkv.v1.GroupKV.TxnGet:output_type -> groupkv.v1.TxnGetResponse
+	44, // 91: groupkv.v1.GroupKV.TxnPut:output_type -> groupkv.v1.TxnPutResponse
+	46, // 92: groupkv.v1.GroupKV.TxnDelete:output_type -> groupkv.v1.TxnDeleteResponse
+	48, // 93: groupkv.v1.GroupKV.TxnWrite:output_type -> groupkv.v1.TxnWriteResponse
+	34, // 94: groupkv.v1.GroupKV.TxnScan:output_type -> groupkv.v1.ScanResponse
+	34, // 95: groupkv.v1.GroupKV.TxnGetByTags:output_type -> groupkv.v1.ScanResponse
+	52, // 96: groupkv.v1.GroupKV.CommitTxn:output_type -> groupkv.v1.CommitTxnResponse
+	54, // 97: groupkv.v1.GroupKV.AbortTxn:output_type -> groupkv.v1.AbortTxnResponse
+	59, // 98: groupkv.v1.GroupKV.ExecTxn:output_type -> groupkv.v1.ExecTxnResponse
+	62, // 99: groupkv.v1.GroupKV.CreateGroup:output_type -> groupkv.v1.CreateGroupResponse
+	64, // 100: groupkv.v1.GroupKV.DescribeGroup:output_type -> groupkv.v1.GroupInfo
+	66, // 101: groupkv.v1.GroupKV.ListGroups:output_type -> groupkv.v1.ListGroupsResponse
+	68, // 102: groupkv.v1.GroupKV.DeleteGroup:output_type -> groupkv.v1.DeleteGroupResponse
+	40, // 103: groupkv.v1.GroupKV.BeginGroupTxn:output_type -> groupkv.v1.BeginTxnResponse
+	59, // 104: groupkv.v1.GroupKV.ExecGroupTxn:output_type -> groupkv.v1.ExecTxnResponse
+	73, // [73:105] is the sub-list for method output_type
+	41, // [41:73] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_groupkv_proto_init() }
@@ -4833,8 +5168,19 @@ func file_groupkv_proto_init() {
 	}
 	file_groupkv_proto_msgTypes[9].OneofWrappers = []any{}
 	file_groupkv_proto_msgTypes[13].OneofWrappers = []any{}
-	file_groupkv_proto_msgTypes[21].OneofWrappers = []any{}
-	file_groupkv_proto_msgTypes[52].OneofWrappers = []any{
+	file_groupkv_proto_msgTypes[15].OneofWrappers = []any{
+		(*PipelineRequest_Put)(nil),
+		(*PipelineRequest_Get)(nil),
+		(*PipelineRequest_Delete)(nil),
+	}
+	file_groupkv_proto_msgTypes[16].OneofWrappers = []any{
+		(*PipelineResponse_Put)(nil),
+		(*PipelineResponse_Get)(nil),
+		(*PipelineResponse_Delete)(nil),
+		(*PipelineResponse_Error)(nil),
+	}
+	file_groupkv_proto_msgTypes[24].OneofWrappers = []any{}
+	file_groupkv_proto_msgTypes[55].OneofWrappers = []any{
 		(*Compare_Version)(nil),
 		(*Compare_Value)(nil),
 	}
@@ -4844,7 +5190,7 @@ func file_groupkv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_groupkv_proto_rawDesc), len(file_groupkv_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   68,
+			NumMessages:   71,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

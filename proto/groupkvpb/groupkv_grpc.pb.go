@@ -73,6 +73,7 @@ const (
 	GroupKV_Scan_FullMethodName               = "/groupkv.v1.GroupKV/Scan"
 	GroupKV_GetByTags_FullMethodName          = "/groupkv.v1.GroupKV/GetByTags"
 	GroupKV_Watch_FullMethodName              = "/groupkv.v1.GroupKV/Watch"
+	GroupKV_Pipeline_FullMethodName           = "/groupkv.v1.GroupKV/Pipeline"
 	GroupKV_Ready_FullMethodName              = "/groupkv.v1.GroupKV/Ready"
 	GroupKV_BeginTxn_FullMethodName           = "/groupkv.v1.GroupKV/BeginTxn"
 	GroupKV_TxnGet_FullMethodName             = "/groupkv.v1.GroupKV/TxnGet"
@@ -110,6 +111,17 @@ type GroupKVClient interface {
 	Scan(ctx context.Context, in *ScanRequest, opts ...grpc.CallOption) (*ScanResponse, error)
 	GetByTags(ctx context.Context, in *TagQuery, opts ...grpc.CallOption) (*ScanResponse, error)
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error)
+	// Pipeline carries single-key puts, gets and deletes over one stream: each
+	// PipelineRequest is answered by one PipelineResponse with its id, in the
+	// order they complete (not the order they were sent). A request is served
+	// as the unary RPC of the same name serves it; its error comes back in its
+	// response (PipelineError), not as the stream's status, and the stream
+	// goes on. The stream ends when the client closes its side (once every
+	// request sent has been answered) or with a status for the stream as a
+	// whole (the server shutting down, a malformed request). Remote Go clients
+	// send their writes this way when the connection is busy: a message on an
+	// open stream costs both sides a fraction of a unary RPC.
+	Pipeline(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PipelineRequest, PipelineResponse], error)
 	// Ready answers OK when the node serves requests (kv.Backend.Ready), and
 	// the error that says why not otherwise.
 	Ready(ctx context.Context, in *ReadyRequest, opts ...grpc.CallOption) (*ReadyResponse, error)
@@ -327,6 +339,19 @@ func (c *groupKVClient) Watch(ctx context.Context, in *WatchRequest, opts ...grp
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type GroupKV_WatchClient = grpc.ServerStreamingClient[Event]
 
+func (c *groupKVClient) Pipeline(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PipelineRequest, PipelineResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &GroupKV_ServiceDesc.Streams[1], GroupKV_Pipeline_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[PipelineRequest, PipelineResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type GroupKV_PipelineClient = grpc.BidiStreamingClient[PipelineRequest, PipelineResponse]
+
 func (c *groupKVClient) Ready(ctx context.Context, in *ReadyRequest, opts ...grpc.CallOption) (*ReadyResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ReadyResponse)
@@ -515,6 +540,17 @@ type GroupKVServer interface {
 	Scan(context.Context, *ScanRequest) (*ScanResponse, error)
 	GetByTags(context.Context, *TagQuery) (*ScanResponse, error)
 	Watch(*WatchRequest, grpc.ServerStreamingServer[Event]) error
+	// Pipeline carries single-key puts, gets and deletes over one stream: each
+	// PipelineRequest is answered by one PipelineResponse with its id, in the
+	// order they complete (not the order they were sent). A request is served
+	// as the unary RPC of the same name serves it; its error comes back in its
+	// response (PipelineError), not as the stream's status, and the stream
+	// goes on. The stream ends when the client closes its side (once every
+	// request sent has been answered) or with a status for the stream as a
+	// whole (the server shutting down, a malformed request). Remote Go clients
+	// send their writes this way when the connection is busy: a message on an
+	// open stream costs both sides a fraction of a unary RPC.
+	Pipeline(grpc.BidiStreamingServer[PipelineRequest, PipelineResponse]) error
 	// Ready answers OK when the node serves requests (kv.Backend.Ready), and
 	// the error that says why not otherwise.
 	Ready(context.Context, *ReadyRequest) (*ReadyResponse, error)
@@ -624,6 +660,9 @@ func (UnimplementedGroupKVServer) GetByTags(context.Context, *TagQuery) (*ScanRe
 }
 func (UnimplementedGroupKVServer) Watch(*WatchRequest, grpc.ServerStreamingServer[Event]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
+}
+func (UnimplementedGroupKVServer) Pipeline(grpc.BidiStreamingServer[PipelineRequest, PipelineResponse]) error {
+	return status.Error(codes.Unimplemented, "method Pipeline not implemented")
 }
 func (UnimplementedGroupKVServer) Ready(context.Context, *ReadyRequest) (*ReadyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Ready not implemented")
@@ -941,6 +980,13 @@ func _GroupKV_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type GroupKV_WatchServer = grpc.ServerStreamingServer[Event]
+
+func _GroupKV_Pipeline_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(GroupKVServer).Pipeline(&grpc.GenericServerStream[PipelineRequest, PipelineResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type GroupKV_PipelineServer = grpc.BidiStreamingServer[PipelineRequest, PipelineResponse]
 
 func _GroupKV_Ready_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReadyRequest)
@@ -1381,6 +1427,12 @@ var GroupKV_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Watch",
 			Handler:       _GroupKV_Watch_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "Pipeline",
+			Handler:       _GroupKV_Pipeline_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "groupkv.proto",

@@ -1,0 +1,222 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/groupkv/groupkv/internal/kv"
+	pb "github.com/groupkv/groupkv/proto/groupkvpb"
+)
+
+// PipelineDrained is the code of the ErrorDetail of the status that ends a
+// Pipeline stream the server closed on purpose (GRPCConfig.Draining): every
+// request it read was answered before it, so a request the client has no
+// answer to was not served. A stream that ended any other way (a broken
+// connection, a server stopped hard) may have served a request whose
+// answer was lost.
+const PipelineDrained = "pipeline_drained"
+
+// Pipeline serves a stream of single-key requests (see the RPC's comment in
+// proto/groupkv.proto): each request runs on a worker and is answered when
+// it completes, in any order. The stream ends after the client closed its
+// side and every request it sent was answered, or when the server drains.
+func (s *grpcService) Pipeline(st pb.GroupKV_PipelineServer) error {
+	ctx := st.Context()
+	var (
+		wg      sync.WaitGroup
+		sendMu  sync.Mutex
+		sendErr error
+	)
+	send := func(resp *pb.PipelineResponse) {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		if sendErr == nil {
+			sendErr = st.Send(resp)
+		}
+	}
+	// Requests are read on a goroutine of their own so that draining
+	// need not wait for the next one; what it reads after the handler
+	// stopped taking them is dropped unserved, as the drained status says.
+	reqs := make(chan *pb.PipelineRequest)
+	recvErr := make(chan error, 1)
+	stopRecv := make(chan struct{})
+	defer close(stopRecv)
+	go func() {
+		for {
+			req, err := st.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-stopRecv:
+				return
+			}
+		}
+	}()
+	finish := func(err error) error {
+		wg.Wait() // no Send may follow the handler's return
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		if err == nil {
+			err = sendErr
+		}
+		return err
+	}
+	for {
+		select {
+		case req := <-reqs:
+			wg.Add(1)
+			s.workers.run(func() {
+				defer wg.Done()
+				send(s.pipelined(ctx, req))
+			})
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				err = nil
+			}
+			return finish(err)
+		case <-s.draining:
+			if err := finish(nil); err != nil {
+				return err
+			}
+			st, _ := status.New(codes.Unavailable, "the node is shutting down; requests not answered on this stream were not served").
+				WithDetails(&pb.ErrorDetail{Code: PipelineDrained})
+			return st.Err()
+		}
+	}
+}
+
+// pipelined serves one request of a Pipeline stream as the unary RPC of
+// the same name serves it.
+func (s *grpcService) pipelined(ctx context.Context, req *pb.PipelineRequest) *pb.PipelineResponse {
+	start := time.Now()
+	if t := req.GetTimeoutMicros(); t != 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(t)*time.Microsecond)
+		defer cancel()
+	}
+	resp := &pb.PipelineResponse{Id: req.GetId()}
+	var (
+		op  string
+		err error
+	)
+	switch r := req.GetOp().(type) {
+	case *pb.PipelineRequest_Put:
+		op = "put"
+		var v uint64
+		if v, err = s.b.Put(ctx, PutRequestFromPB(r.Put)); err == nil {
+			resp.Result = &pb.PipelineResponse_Put{Put: &pb.PutResponse{Version: v}}
+		}
+	case *pb.PipelineRequest_Get:
+		op = "get"
+		var rec kv.Record
+		if rec, err = s.b.Get(ctx, GetRequestFromPB(r.Get)); err == nil {
+			resp.Result = &pb.PipelineResponse_Get{Get: RecordToPB(rec)}
+		}
+	case *pb.PipelineRequest_Delete:
+		op = "delete"
+		var v uint64
+		if v, err = s.b.Delete(ctx, DeleteRequestFromPB(r.Delete)); err == nil {
+			resp.Result = &pb.PipelineResponse_Delete{Delete: &pb.DeleteResponse{Version: v}}
+		}
+	default:
+		op = "pipeline"
+		err = kv.Errorf(kv.CodeInvalidArgument, "pipelined request %d names no operation: give put, get or delete", req.GetId())
+	}
+	var code kv.Code
+	if err != nil {
+		e := pipelineErrorToPB(err)
+		resp.Result = &pb.PipelineResponse_Error{Error: e}
+		code = kv.Code(e.GetCode())
+		if code == "" {
+			code = kv.CodeUnavailable // the request's context ended, as GRPCMetricsInterceptor counts it
+		}
+	}
+	if s.observe != nil {
+		s.observe(op, code, time.Since(start).Seconds())
+	}
+	return resp
+}
+
+// pipelineErrorToPB is what StatusFromError makes of err, as a
+// PipelineError.
+func pipelineErrorToPB(err error) *pb.PipelineError {
+	st, code := StatusFromError(err)
+	return &pb.PipelineError{Code: string(code), Message: st.Message(), GrpcCode: uint32(st.Code())}
+}
+
+// PipelineErrorFromPB is the error ErrorFromStatus gives for the unary
+// RPC's failure that e describes.
+func PipelineErrorFromPB(e *pb.PipelineError, mayHaveRun bool) error {
+	if e.GetCode() != "" {
+		return &kv.Error{Code: kv.Code(e.GetCode()), Message: e.GetMessage()}
+	}
+	return ErrorFromStatus(status.Error(codes.Code(e.GetGrpcCode()), e.GetMessage()), mayHaveRun)
+}
+
+// PipelineEnd is the error of a request in flight on a Pipeline stream
+// that ended with err (its Recv's error): unavailable when the server
+// drained it (the request was not served), else what ErrorFromStatus
+// makes of err with mayHaveRun.
+func PipelineEnd(err error, mayHaveRun bool) error {
+	if st, ok := status.FromError(err); ok {
+		for _, d := range st.Details() {
+			if d, ok := d.(*pb.ErrorDetail); ok && d.GetCode() == PipelineDrained {
+				return kv.Errorf(kv.CodeUnavailable, "%s", st.Message())
+			}
+		}
+	}
+	return ErrorFromStatus(err, mayHaveRun)
+}
+
+// IsUnimplemented reports whether err is the status of an RPC the server
+// does not know.
+func IsUnimplemented(err error) bool {
+	return status.Code(err) == codes.Unimplemented
+}
+
+// workerPool runs functions on goroutines that outlive them: a worker
+// keeps the stack it grew serving a request for the next one, where a
+// goroutine per request would grow a new stack each time (runtime.newstack
+// took a tenth of a node's CPU under a write load that way). A function
+// that finds no idle worker gets a new one; a worker idle for
+// workerIdleTimeout exits.
+type workerPool struct {
+	work chan func()
+}
+
+const workerIdleTimeout = 30 * time.Second
+
+func newWorkerPool() *workerPool { return &workerPool{work: make(chan func())} }
+
+// run runs f on an idle worker, or on a new one.
+func (p *workerPool) run(f func()) {
+	select {
+	case p.work <- f:
+	default:
+		go p.worker(f)
+	}
+}
+
+func (p *workerPool) worker(f func()) {
+	f()
+	t := time.NewTimer(workerIdleTimeout)
+	defer t.Stop()
+	for {
+		select {
+		case f := <-p.work:
+			f()
+			t.Reset(workerIdleTimeout)
+		case <-t.C:
+			return
+		}
+	}
+}
