@@ -150,7 +150,7 @@ type remoteDB struct {
 	closed atomic.Bool
 	// gets coalesces concurrent gets (getbatch.go).
 	gets getBatcher
-	// pipe carries puts and deletes (pipeline.go).
+	// pipe carries gets, puts and deletes (pipeline.go).
 	pipe pipeline
 }
 
@@ -166,13 +166,18 @@ func (r *remoteDB) fail(err error, sent bool) error {
 	return api.ErrorFromStatus(err, sent)
 }
 
-// failPiped is fail for the error of a pipelined request, which the
-// pipeline has already turned into the caller's error.
-func (r *remoteDB) failPiped(err error) error {
-	if r.closed.Load() {
-		return kv.Errorf(kv.CodeUnavailable, "the DB is closed: Dial again")
+// piped sends req as a message of the pipeline and answers its response,
+// with ok true; ok is false when the server has no Pipeline RPC, and req
+// must go as a unary RPC. write says whether req writes.
+func (r *remoteDB) piped(ctx context.Context, req *pb.PipelineRequest, write bool) (resp *pb.PipelineResponse, ok bool, err error) {
+	resp, err = r.pipe.call(ctx, req, write)
+	switch {
+	case err == errPipelineOff:
+		return nil, false, nil
+	case err != nil && r.closed.Load():
+		return nil, true, kv.Errorf(kv.CodeUnavailable, "the DB is closed: Dial again")
 	}
-	return err
+	return resp, true, err
 }
 
 func (r *remoteDB) CreateCollection(ctx context.Context, opts CollectionOptions) (CollectionInfo, error) {
@@ -211,16 +216,10 @@ func (r *remoteDB) DropCollection(ctx context.Context, name string) error {
 // Put goes as a message of the pipeline, but a large value goes as an RPC
 // of its own (pipelineMaxValue).
 func (r *remoteDB) Put(ctx context.Context, req PutRequest) (uint64, error) {
-	var err error = errPipelineOff
-	var resp *pb.PipelineResponse
 	if len(req.Value) <= pipelineMaxValue {
-		resp, err = r.pipe.call(ctx, &pb.PipelineRequest{Op: &pb.PipelineRequest_Put{Put: api.PutRequestToPB(req)}}, true)
-	}
-	if err != errPipelineOff {
-		if err != nil {
-			return 0, r.failPiped(err)
+		if resp, ok, err := r.piped(ctx, &pb.PipelineRequest{Op: &pb.PipelineRequest_Put{Put: api.PutRequestToPB(req)}}, true); ok {
+			return resp.GetPut().GetVersion(), err
 		}
-		return resp.GetPut().GetVersion(), nil
 	}
 	var p peer.Peer
 	m, err := r.c.Put(ctx, api.PutRequestToPB(req), grpc.Peer(&p))
@@ -234,10 +233,9 @@ func (r *remoteDB) Put(ctx context.Context, req PutRequest) (uint64, error) {
 // shares a BatchGet with other gets when the connection is busy (see
 // getDirectLimit), and a get of an older version goes alone.
 func (r *remoteDB) Get(ctx context.Context, req GetRequest) (Record, error) {
-	resp, err := r.pipe.call(ctx, &pb.PipelineRequest{Op: &pb.PipelineRequest_Get{Get: api.GetRequestToPB(req)}}, false)
-	if err != errPipelineOff {
+	if resp, ok, err := r.piped(ctx, &pb.PipelineRequest{Op: &pb.PipelineRequest_Get{Get: api.GetRequestToPB(req)}}, false); ok {
 		if err != nil {
-			return Record{}, r.failPiped(err)
+			return Record{}, err
 		}
 		return api.RecordFromPB(resp.GetGet()), nil
 	}
@@ -266,12 +264,8 @@ func (r *remoteDB) getOne(ctx context.Context, req GetRequest) (Record, error) {
 }
 
 func (r *remoteDB) Delete(ctx context.Context, req DeleteRequest) (uint64, error) {
-	resp, err := r.pipe.call(ctx, &pb.PipelineRequest{Op: &pb.PipelineRequest_Delete{Delete: api.DeleteRequestToPB(req)}}, true)
-	if err != errPipelineOff {
-		if err != nil {
-			return 0, r.failPiped(err)
-		}
-		return resp.GetDelete().GetVersion(), nil
+	if resp, ok, err := r.piped(ctx, &pb.PipelineRequest{Op: &pb.PipelineRequest_Delete{Delete: api.DeleteRequestToPB(req)}}, true); ok {
+		return resp.GetDelete().GetVersion(), err
 	}
 	var p peer.Peer
 	m, err := r.c.Delete(ctx, api.DeleteRequestToPB(req), grpc.Peer(&p))
