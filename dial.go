@@ -113,10 +113,9 @@ func Dial(addr string, opts ...DialOption) (DB, error) {
 		}
 	}
 	db := &remoteDB{conn: conn, c: pb.NewGroupKVClient(conn)}
-	db.pipe.C = db.c
 	db.txn = api.NewTxnClient(db.c, db.fail)
-	db.txn.Pipe = &db.pipe
 	db.gets.direct, db.gets.batch = db.getOne, db.getMany
+	db.pipe.c = db.c
 	if o.noRouting {
 		return db, nil
 	}
@@ -141,7 +140,7 @@ func waitConnected(conn *grpc.ClientConn, timeout time.Duration) error {
 
 // remoteDB is the DB that Dial returns: each method is one RPC of the
 // groupkv.v1.GroupKV service, but Get, Put and Delete, which are messages
-// of its Pipeline stream (api.Pipeline).
+// of its Pipeline stream (pipeline.go).
 type remoteDB struct {
 	conn *grpc.ClientConn
 	c    pb.GroupKVClient
@@ -151,8 +150,8 @@ type remoteDB struct {
 	closed atomic.Bool
 	// gets coalesces concurrent gets (getbatch.go).
 	gets getBatcher
-	// pipe carries gets, puts and deletes.
-	pipe api.Pipeline
+	// pipe carries gets, puts and deletes (pipeline.go).
+	pipe pipeline
 }
 
 var _ DB = (*remoteDB)(nil)
@@ -171,15 +170,14 @@ func (r *remoteDB) fail(err error, sent bool) error {
 // with ok true; ok is false when the server has no Pipeline RPC, and req
 // must go as a unary RPC. write says whether req writes.
 func (r *remoteDB) piped(ctx context.Context, req *pb.PipelineRequest, write bool) (resp *pb.PipelineResponse, ok bool, err error) {
-	var p peer.Peer
-	resp, err = r.pipe.Invoke(ctx, req, grpc.Peer(&p))
+	resp, err = r.pipe.call(ctx, req, write)
 	switch {
-	case err == api.ErrPipelineOff:
+	case err == errPipelineOff:
 		return nil, false, nil
-	case err != nil:
-		return nil, true, r.fail(err, write && p.Addr != nil)
+	case err != nil && r.closed.Load():
+		return nil, true, kv.Errorf(kv.CodeUnavailable, "the DB is closed: Dial again")
 	}
-	return resp, true, nil
+	return resp, true, err
 }
 
 func (r *remoteDB) CreateCollection(ctx context.Context, opts CollectionOptions) (CollectionInfo, error) {
@@ -216,9 +214,9 @@ func (r *remoteDB) DropCollection(ctx context.Context, name string) error {
 }
 
 // Put goes as a message of the pipeline, but a large value goes as an RPC
-// of its own (api.PipelineMaxValue).
+// of its own (pipelineMaxValue).
 func (r *remoteDB) Put(ctx context.Context, req PutRequest) (uint64, error) {
-	if len(req.Value) <= api.PipelineMaxValue {
+	if len(req.Value) <= pipelineMaxValue {
 		if resp, ok, err := r.piped(ctx, &pb.PipelineRequest{Op: &pb.PipelineRequest_Put{Put: api.PutRequestToPB(req)}}, true); ok {
 			return resp.GetPut().GetVersion(), err
 		}
@@ -455,6 +453,6 @@ func (r *remoteDB) Close() error {
 	if r.closed.Swap(true) {
 		return nil
 	}
-	r.pipe.Close()
+	r.pipe.close()
 	return r.conn.Close()
 }

@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/groupkv/groupkv"
-	"github.com/groupkv/groupkv/internal/api"
 	pb "github.com/groupkv/groupkv/proto/groupkvpb"
 )
 
@@ -32,30 +31,6 @@ func (c *rpcCounter) intercept(ctx context.Context, method string, req, reply an
 	c.n[method[strings.LastIndex(method, "/")+1:]]++
 	c.mu.Unlock()
 	return invoker(ctx, method, req, reply, cc, opts...)
-}
-
-// interceptStream counts the requests sent on Pipeline streams under the
-// names of their unary RPCs.
-func (c *rpcCounter) interceptStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	s, err := streamer(ctx, desc, cc, method, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return countingStream{ClientStream: s, c: c}, nil
-}
-
-type countingStream struct {
-	grpc.ClientStream
-	c *rpcCounter
-}
-
-func (s countingStream) SendMsg(m any) error {
-	if req, ok := m.(*pb.PipelineRequest); ok {
-		s.c.mu.Lock()
-		s.c.n[api.PipelinedMethod(req)]++
-		s.c.mu.Unlock()
-	}
-	return s.ClientStream.SendMsg(m)
 }
 
 // take answers the counts so far and starts again.
@@ -74,7 +49,7 @@ func startCachedGroup(t *testing.T, ctx context.Context) (groupkv.DB, groupkv.DB
 	t.Helper()
 	s := startTxnServer(t, 0)
 	c := &rpcCounter{n: map[string]int{}}
-	remote, err := groupkv.Dial(s.Addr(), groupkv.WithGRPCDialOptions(grpc.WithChainUnaryInterceptor(c.intercept), grpc.WithChainStreamInterceptor(c.interceptStream)))
+	remote, err := groupkv.Dial(s.Addr(), groupkv.WithGRPCDialOptions(grpc.WithChainUnaryInterceptor(c.intercept)))
 	if err != nil {
 		t.Fatal(err)
 	}

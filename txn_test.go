@@ -15,12 +15,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/groupkv/groupkv/internal/api"
 	"github.com/groupkv/groupkv/internal/kv"
-	pb "github.com/groupkv/groupkv/proto/groupkvpb"
 )
 
 // These tests run Transact and Exec against txnFake, an in-memory
@@ -692,94 +689,38 @@ func TestTransactCommitUnknown(t *testing.T) {
 // connection breaks after it was sent is a *CommitUnknownError: the server
 // commits, then stops (closing every connection) before it answers.
 func TestTransactCommitConnectionLost(t *testing.T) {
-	// The commit happens on the server and its answer is lost: the server
-	// stops before it answers, whether the commit went as a unary RPC (to
-	// a server without Pipeline) or as a message of the pipeline.
-	for _, piped := range []bool{false, true} {
-		t.Run(map[bool]string{false: "unary", true: "pipelined"}[piped], func(t *testing.T) {
-			f := newTxnFake()
-			var srv *grpc.Server
-			stopped := make(chan struct{})
-			lose := func(ctx context.Context) {
-				go func() {
-					srv.Stop()
-					close(stopped)
-				}()
-				<-ctx.Done() // Stop ends the call before it answers
-			}
-			dropCommitAnswer := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-				if !strings.HasSuffix(info.FullMethod, "/CommitTxn") {
-					return handler(ctx, req)
-				}
-				resp, err := handler(ctx, req) // the commit happens, its answer is lost
-				lose(ctx)
-				return resp, err
-			}
-			pipeline := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-				if !piped && info.FullMethod == "/groupkv.v1.GroupKV/Pipeline" {
-					return status.Error(codes.Unimplemented, "unknown method Pipeline")
-				}
-				return h(srv, sendHook{ServerStream: ss, before: func(m any) {
-					if r, ok := m.(*pb.PipelineResponse); ok && r.GetCommitTxn() != nil {
-						lose(ss.Context())
-					}
-				}})
-			}
-			addr, s := serveGRPC(t, f, nil, grpc.ChainUnaryInterceptor(dropCommitAnswer), grpc.ChainStreamInterceptor(pipeline))
-			srv = s
-			db := dialTest(t, addr)
-			err := db.Transact(context.Background(), func(tx *Tx) error {
-				return tx.Put(context.Background(), PutRequest{Collection: "c", Key: []byte("k"), Value: []byte("v")})
-			})
-			<-stopped
-			var cu *CommitUnknownError
-			if !errors.As(err, &cu) || !errors.Is(err, ErrCommitUnknown) {
-				t.Fatalf("Transact = %v, want a *CommitUnknownError", err)
-			}
-			if n := len(f.callsOf("BeginTxn")); n != 1 {
-				t.Fatalf("%d attempts, want 1", n)
-			}
-			if _, ok := f.record("c", "k"); !ok {
-				t.Fatal("the commit did not happen on the server")
-			}
-		})
+	f := newTxnFake()
+	var srv *grpc.Server
+	stopped := make(chan struct{})
+	dropCommitAnswer := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if !strings.HasSuffix(info.FullMethod, "/CommitTxn") {
+			return handler(ctx, req)
+		}
+		resp, err := handler(ctx, req) // the commit happens, its answer is lost
+		go func() {
+			srv.Stop()
+			close(stopped)
+		}()
+		<-ctx.Done() // Stop ends the call before it answers
+		return resp, err
 	}
-}
-
-// sendHook is a server stream that calls before with each message it is
-// about to send.
-type sendHook struct {
-	grpc.ServerStream
-	before func(m any)
-}
-
-func (s sendHook) SendMsg(m any) error {
-	s.before(m)
-	if err := s.Context().Err(); err != nil {
-		return err
+	addr, s := serveGRPC(t, f, nil, grpc.ChainUnaryInterceptor(dropCommitAnswer))
+	srv = s
+	db := dialTest(t, addr)
+	err := db.Transact(context.Background(), func(tx *Tx) error {
+		return tx.Put(context.Background(), PutRequest{Collection: "c", Key: []byte("k"), Value: []byte("v")})
+	})
+	<-stopped
+	var cu *CommitUnknownError
+	if !errors.As(err, &cu) || !errors.Is(err, ErrCommitUnknown) {
+		t.Fatalf("Transact = %v, want a *CommitUnknownError", err)
 	}
-	return s.ServerStream.SendMsg(m)
-}
-
-// countPipelined is a stream interceptor that calls record with the name
-// of the unary RPC each request received on a Pipeline stream stands for.
-func countPipelined(record func(method string)) grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		return h(srv, recvHook{ServerStream: ss, record: record})
+	if n := len(f.callsOf("BeginTxn")); n != 1 {
+		t.Fatalf("%d attempts, want 1", n)
 	}
-}
-
-type recvHook struct {
-	grpc.ServerStream
-	record func(method string)
-}
-
-func (s recvHook) RecvMsg(m any) error {
-	err := s.ServerStream.RecvMsg(m)
-	if req, ok := m.(*pb.PipelineRequest); ok && err == nil {
-		s.record(api.PipelinedMethod(req))
+	if _, ok := f.record("c", "k"); !ok {
+		t.Fatal("the commit did not happen on the server")
 	}
-	return err
 }
 
 func TestTxOperationChecks(t *testing.T) {
@@ -924,17 +865,13 @@ func TestTransactRemoteRoundTrips(t *testing.T) {
 	f := newTxnFake()
 	var mu sync.Mutex
 	var rpcs []string
-	record := func(method string) {
-		mu.Lock()
-		rpcs = append(rpcs, method)
-		mu.Unlock()
-	}
 	count := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		record(info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:])
+		mu.Lock()
+		rpcs = append(rpcs, info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:])
+		mu.Unlock()
 		return h(ctx, req)
 	}
-	// Requests sent as messages of the pipeline count as their RPCs.
-	addr, _ := serveGRPC(t, f, nil, grpc.ChainUnaryInterceptor(count), grpc.ChainStreamInterceptor(countPipelined(record)))
+	addr, _ := serveGRPC(t, f, nil, grpc.ChainUnaryInterceptor(count))
 	db := dialTest(t, addr)
 	ctx := context.Background()
 	take := func() []string {

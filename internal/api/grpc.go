@@ -134,7 +134,11 @@ var _ pb.GroupKVServer = (*grpcService)(nil)
 // fail turns an error of the Backend into the status error the handler
 // returns, and sets the CodeTrailer trailer when it carries a kv.Code.
 func (s *grpcService) fail(ctx context.Context, err error) error {
-	return failWith(err, func(md metadata.MD) { setTrailer(ctx, md) })
+	return failWith(err, func(md metadata.MD) {
+		// SetTrailer fails only outside a handler's context; the detail
+		// still carries the code then.
+		_ = grpc.SetTrailer(ctx, md)
+	})
 }
 
 // failWith is fail with the way to set the trailer given: unary handlers set

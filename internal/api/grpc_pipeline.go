@@ -7,9 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/groupkv/groupkv/internal/kv"
@@ -107,9 +105,8 @@ func (s *grpcService) pipelined(ctx context.Context, req *pb.PipelineRequest) *p
 	}
 	resp := &pb.PipelineResponse{Id: req.GetId()}
 	var (
-		op      string
-		err     error
-		trailer metadata.MD
+		op  string
+		err error
 	)
 	switch r := req.GetOp().(type) {
 	case *pb.PipelineRequest_Put:
@@ -130,26 +127,13 @@ func (s *grpcService) pipelined(ctx context.Context, req *pb.PipelineRequest) *p
 		if v, err = s.b.Delete(ctx, DeleteRequestFromPB(r.Delete)); err == nil {
 			resp.Result = &pb.PipelineResponse_Delete{Delete: &pb.DeleteResponse{Version: v}}
 		}
-	case *pb.PipelineRequest_TxnGet:
-		// The unary handlers, their trailers caught (trailerSink).
-		op = opTxnGet
-		var m *pb.TxnGetResponse
-		if m, err = s.TxnGet(withTrailerSink(ctx, &trailer), r.TxnGet); err == nil {
-			resp.Result = &pb.PipelineResponse_TxnGet{TxnGet: m}
-		}
-	case *pb.PipelineRequest_CommitTxn:
-		op = opTxnCommit
-		var m *pb.CommitTxnResponse
-		if m, err = s.CommitTxn(withTrailerSink(ctx, &trailer), r.CommitTxn); err == nil {
-			resp.Result = &pb.PipelineResponse_CommitTxn{CommitTxn: m}
-		}
 	default:
 		op = "pipeline"
-		err = kv.Errorf(kv.CodeInvalidArgument, "pipelined request %d names no operation: give put, get, delete, txn_get or commit_txn", req.GetId())
+		err = kv.Errorf(kv.CodeInvalidArgument, "pipelined request %d names no operation: give put, get or delete", req.GetId())
 	}
 	var code kv.Code
 	if err != nil {
-		e := pipelineErrorToPB(err, trailer)
+		e := pipelineErrorToPB(err)
 		resp.Result = &pb.PipelineResponse_Error{Error: e}
 		code = kv.Code(e.GetCode())
 		if code == "" {
@@ -162,44 +146,41 @@ func (s *grpcService) pipelined(ctx context.Context, req *pb.PipelineRequest) *p
 	return resp
 }
 
-// pipelineErrorToPB is the PipelineError of a request that failed with
-// err: a Backend's error (as StatusFromError makes it a status), or the
-// status error of a unary handler with the trailer it set.
-func pipelineErrorToPB(err error, trailer metadata.MD) *pb.PipelineError {
-	if st, ok := status.FromError(err); ok {
-		e := &pb.PipelineError{Message: st.Message(), GrpcCode: uint32(st.Code())}
-		for _, d := range st.Details() {
-			if d, ok := d.(*pb.ErrorDetail); ok && e.Code == "" {
-				e.Code = d.GetCode()
-			}
-		}
-		if ids := trailer.Get(TxnTrailer); len(ids) > 0 {
-			e.Txn = ids[0]
-		}
-		return e
-	}
+// pipelineErrorToPB is what StatusFromError makes of err, as a
+// PipelineError.
+func pipelineErrorToPB(err error) *pb.PipelineError {
 	st, code := StatusFromError(err)
 	return &pb.PipelineError{Code: string(code), Message: st.Message(), GrpcCode: uint32(st.Code())}
 }
 
-// trailerSink is the context key under which a unary handler called for a
-// pipelined request finds where its trailer goes (setTrailer).
-type trailerSink struct{}
-
-func withTrailerSink(ctx context.Context, md *metadata.MD) context.Context {
-	return context.WithValue(ctx, trailerSink{}, md)
+// PipelineErrorFromPB is the error ErrorFromStatus gives for the unary
+// RPC's failure that e describes.
+func PipelineErrorFromPB(e *pb.PipelineError, mayHaveRun bool) error {
+	if e.GetCode() != "" {
+		return &kv.Error{Code: kv.Code(e.GetCode()), Message: e.GetMessage()}
+	}
+	return ErrorFromStatus(status.Error(codes.Code(e.GetGrpcCode()), e.GetMessage()), mayHaveRun)
 }
 
-// setTrailer sets a unary handler's trailer: on its RPC, or, for a
-// pipelined request, in the sink its caller reads (withTrailerSink).
-func setTrailer(ctx context.Context, md metadata.MD) {
-	if sink, ok := ctx.Value(trailerSink{}).(*metadata.MD); ok {
-		*sink = metadata.Join(*sink, md)
-		return
+// PipelineEnd is the error of a request in flight on a Pipeline stream
+// that ended with err (its Recv's error): unavailable when the server
+// drained it (the request was not served), else what ErrorFromStatus
+// makes of err with mayHaveRun.
+func PipelineEnd(err error, mayHaveRun bool) error {
+	if st, ok := status.FromError(err); ok {
+		for _, d := range st.Details() {
+			if d, ok := d.(*pb.ErrorDetail); ok && d.GetCode() == PipelineDrained {
+				return kv.Errorf(kv.CodeUnavailable, "%s", st.Message())
+			}
+		}
 	}
-	// SetTrailer fails only outside a handler's context; the detail
-	// still carries the code then.
-	_ = grpc.SetTrailer(ctx, md)
+	return ErrorFromStatus(err, mayHaveRun)
+}
+
+// IsUnimplemented reports whether err is the status of an RPC the server
+// does not know.
+func IsUnimplemented(err error) bool {
+	return status.Code(err) == codes.Unimplemented
 }
 
 // workerPool runs functions on goroutines that outlive them: a worker
@@ -238,23 +219,4 @@ func (p *workerPool) worker(f func()) {
 			return
 		}
 	}
-}
-
-// PipelinedMethod answers the name of the unary RPC a pipelined request
-// stands for ("Put", "TxnGet", ...), or "" for a request that names no
-// operation.
-func PipelinedMethod(req *pb.PipelineRequest) string {
-	switch req.GetOp().(type) {
-	case *pb.PipelineRequest_Put:
-		return "Put"
-	case *pb.PipelineRequest_Get:
-		return "Get"
-	case *pb.PipelineRequest_Delete:
-		return "Delete"
-	case *pb.PipelineRequest_TxnGet:
-		return "TxnGet"
-	case *pb.PipelineRequest_CommitTxn:
-		return "CommitTxn"
-	}
-	return ""
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/groupkv/groupkv/internal/kv"
@@ -136,7 +137,7 @@ func (s *grpcService) attemptOf(ctx context.Context, tb kv.TxnBackend, txn strin
 // abort is false (a commit was under way: its outcome is the backend's).
 func (s *grpcService) failIn(ctx context.Context, tb kv.TxnBackend, a attempt, err error, abort bool) error {
 	if a.began {
-		setTrailer(ctx, metadata.Pairs(TxnTrailer, a.id))
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(TxnTrailer, a.id))
 		if abort && ctx.Err() != nil {
 			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortBegunTimeout)
 			_ = tb.AbortTxn(actx, a.id)

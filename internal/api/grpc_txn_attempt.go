@@ -158,38 +158,6 @@ func (a *TxnAttempt) Begin(ctx context.Context) (string, error) {
 	return a.ID(), err
 }
 
-// txnGet sends a TxnGet on the pipeline, or as an RPC of its own.
-func (t *TxnClient) txnGet(ctx context.Context, req *pb.TxnGetRequest, opts []grpc.CallOption) (*pb.TxnGetResponse, error) {
-	if t.Pipe != nil {
-		m, err := t.Pipe.Invoke(ctx, &pb.PipelineRequest{Op: &pb.PipelineRequest_TxnGet{TxnGet: req}}, opts...)
-		if err != ErrPipelineOff {
-			return m.GetTxnGet(), err
-		}
-	}
-	return t.c.TxnGet(ctx, req, opts...)
-}
-
-// commitTxn sends a CommitTxn on the pipeline, or as an RPC of its own
-// when it carries a large value or there is no pipeline.
-func (t *TxnClient) commitTxn(ctx context.Context, req *pb.CommitTxnRequest, opts []grpc.CallOption) (*pb.CommitTxnResponse, error) {
-	if t.Pipe != nil && writesBytes(req.GetWrites()) <= PipelineMaxValue {
-		m, err := t.Pipe.Invoke(ctx, &pb.PipelineRequest{Op: &pb.PipelineRequest_CommitTxn{CommitTxn: req}}, opts...)
-		if err != ErrPipelineOff {
-			return m.GetCommitTxn(), err
-		}
-	}
-	return t.c.CommitTxn(ctx, req, opts...)
-}
-
-// writesBytes counts the values of writes.
-func writesBytes(writes []*pb.TxnOp) int {
-	n := 0
-	for _, w := range writes {
-		n += len(w.GetValue())
-	}
-	return n
-}
-
 func keptKey(coll string, key []byte) string { return coll + "\x00" + string(key) }
 
 // Get reads a key in the attempt: from the writes kept when it is one of
@@ -235,7 +203,7 @@ func (a *TxnAttempt) Get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, e
 	var m *pb.TxnGetResponse
 	err := a.run(ctx, false, func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
 		var err error
-		m, err = a.t.txnGet(ctx, &pb.TxnGetRequest{Txn: txn, Begin: begin, Collection: ref.Collection, Key: ref.Key, GroupSnapshot: ask}, opts)
+		m, err = a.t.c.TxnGet(ctx, &pb.TxnGetRequest{Txn: txn, Begin: begin, Collection: ref.Collection, Key: ref.Key, GroupSnapshot: ask}, opts...)
 		return m.GetTxn(), err
 	})
 	if err != nil {
@@ -462,7 +430,7 @@ func (a *TxnAttempt) Commit(ctx context.Context) (uint64, error) {
 	var snap []*pb.BatchGetItem
 	err := a.run(ctx, true, func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
 		req.Txn, req.Begin = txn, begin
-		m, err := a.t.commitTxn(ctx, req, opts)
+		m, err := a.t.c.CommitTxn(ctx, req, opts...)
 		v, snap = m.GetVersion(), m.GetSnapshot()
 		return m.GetTxn(), err
 	})

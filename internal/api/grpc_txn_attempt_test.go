@@ -29,37 +29,13 @@ type rpcCounter struct {
 	n  []string
 }
 
-// interceptors count the unary RPCs and the requests on Pipeline streams,
-// each under the name of its RPC.
-func (c *rpcCounter) interceptors() []grpc.ServerOption {
-	return []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			c.add(info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:])
-			return h(ctx, req)
-		}),
-		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-			return h(srv, countedStream{ServerStream: ss, c: c})
-		}),
-	}
-}
-
-func (c *rpcCounter) add(method string) {
-	c.mu.Lock()
-	c.n = append(c.n, method)
-	c.mu.Unlock()
-}
-
-type countedStream struct {
-	grpc.ServerStream
-	c *rpcCounter
-}
-
-func (s countedStream) RecvMsg(m any) error {
-	err := s.ServerStream.RecvMsg(m)
-	if req, ok := m.(*pb.PipelineRequest); ok && err == nil {
-		s.c.add(PipelinedMethod(req))
-	}
-	return err
+func (c *rpcCounter) interceptor() grpc.ServerOption {
+	return grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		c.mu.Lock()
+		c.n = append(c.n, info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:])
+		c.mu.Unlock()
+		return h(ctx, req)
+	})
 }
 
 // take returns the RPCs received since the last take.
@@ -221,49 +197,28 @@ func TestGRPCTxnBeginBadInput(t *testing.T) {
 
 // TestGRPCTxnBeginFailure checks that an operation that began its attempt
 // and failed names the attempt in its trailer, and that a failed begin
-// names none: as a unary RPC, and as a message of a Pipeline stream, whose
-// Invoke fills the same trailer.
+// names none.
 func TestGRPCTxnBeginFailure(t *testing.T) {
-	for _, piped := range []bool{false, true} {
-		t.Run(map[bool]string{false: "unary", true: "pipelined"}[piped], func(t *testing.T) {
-			ctx := context.Background()
-			gf, c, tc := newGRPCGroupFake(t)
-			txnGet := func(req *pb.TxnGetRequest, md *metadata.MD) error {
-				if !piped {
-					_, err := c.TxnGet(ctx, req, grpc.Trailer(md))
-					return err
-				}
-				_, err := tc.Pipe.Invoke(ctx, &pb.PipelineRequest{Op: &pb.PipelineRequest_TxnGet{TxnGet: req}}, grpc.Trailer(md))
-				return err
-			}
-			commit := func(req *pb.CommitTxnRequest, md *metadata.MD) error {
-				if !piped {
-					_, err := c.CommitTxn(ctx, req, grpc.Trailer(md))
-					return err
-				}
-				_, err := tc.Pipe.Invoke(ctx, &pb.PipelineRequest{Op: &pb.PipelineRequest_CommitTxn{CommitTxn: req}}, grpc.Trailer(md))
-				return err
-			}
-			tf := gf.txnFake
-			tf.errs["TxnGet"] = kv.Errorf(kv.CodeTxnAborted, "wounded")
-			var md metadata.MD
-			err := txnGet(&pb.TxnGetRequest{Begin: &pb.TxnBegin{}, Collection: "c", Key: []byte("k")}, &md)
-			if kv.CodeOf(ErrorFromStatus(err, false)) != kv.CodeTxnAborted || !reflect.DeepEqual(md.Get(TxnTrailer), []string{"t1"}) {
-				t.Fatalf("TxnGet = %v, trailer %v", err, md)
-			}
-			delete(tf.errs, "TxnGet")
-			takeCalls(tf)
-
-			tf.errs["BeginTxn"] = kv.Errorf(kv.CodeUnavailable, "no oracle")
-			md = nil
-			err = commit(&pb.CommitTxnRequest{Begin: &pb.TxnBegin{}, Writes: []*pb.TxnOp{{Op: "put", Collection: "c", Key: []byte("k")}}}, &md)
-			if kv.CodeOf(ErrorFromStatus(err, false)) != kv.CodeUnavailable || len(md.Get(TxnTrailer)) != 0 || len(md.Get(CodeTrailer)) != 1 {
-				t.Fatalf("CommitTxn = %v, trailer %v", err, md)
-			}
-			wantCalls(t, tf, txnCall{"BeginTxn", "", kv.TxnOptions{Isolation: kv.IsolationSerializable}})
-			delete(tf.errs, "BeginTxn")
-		})
+	ctx := context.Background()
+	gf, c, _ := newGRPCGroupFake(t)
+	tf := gf.txnFake
+	tf.errs["TxnGet"] = kv.Errorf(kv.CodeTxnAborted, "wounded")
+	var md metadata.MD
+	_, err := c.TxnGet(ctx, &pb.TxnGetRequest{Begin: &pb.TxnBegin{}, Collection: "c", Key: []byte("k")}, grpc.Trailer(&md))
+	if kv.CodeOf(ErrorFromStatus(err, false)) != kv.CodeTxnAborted || !reflect.DeepEqual(md.Get(TxnTrailer), []string{"t1"}) {
+		t.Fatalf("TxnGet = %v, trailer %v", err, md)
 	}
+	delete(tf.errs, "TxnGet")
+	takeCalls(tf)
+
+	tf.errs["BeginTxn"] = kv.Errorf(kv.CodeUnavailable, "no oracle")
+	md = nil
+	_, err = c.CommitTxn(ctx, &pb.CommitTxnRequest{Begin: &pb.TxnBegin{}, Writes: []*pb.TxnOp{{Op: "put", Collection: "c", Key: []byte("k")}}}, grpc.Trailer(&md))
+	if kv.CodeOf(ErrorFromStatus(err, false)) != kv.CodeUnavailable || len(md.Get(TxnTrailer)) != 0 || len(md.Get(CodeTrailer)) != 1 {
+		t.Fatalf("CommitTxn = %v, trailer %v", err, md)
+	}
+	wantCalls(t, tf, txnCall{"BeginTxn", "", kv.TxnOptions{Isolation: kv.IsolationSerializable}})
+	delete(tf.errs, "BeginTxn")
 }
 
 // TestGRPCCommitWritesFail checks that a write of a commit that fails
@@ -317,7 +272,7 @@ func TestTxnAttempt(t *testing.T) {
 	ctx := context.Background()
 	var rpcs rpcCounter
 	gf := &groupFake{txnFake: newTxnFake()}
-	_, tc := grpcTxnServe(t, gf, rpcs.interceptors()...)
+	_, tc := grpcTxnServe(t, gf, rpcs.interceptor())
 	tf := gf.txnFake
 	ser := kv.TxnOptions{Isolation: kv.IsolationSerializable}
 	wantRPCs := func(want ...string) {
@@ -479,7 +434,7 @@ func TestTxnAttemptChecksWrites(t *testing.T) {
 	ctx := context.Background()
 	var rpcs rpcCounter
 	gf := &groupFake{txnFake: newTxnFake()}
-	_, tc := grpcTxnServe(t, gf, rpcs.interceptors()...)
+	_, tc := grpcTxnServe(t, gf, rpcs.interceptor())
 	a := tc.NewAttempt("", kv.TxnOptions{})
 	ro := tc.NewAttempt("", kv.TxnOptions{ReadOnly: true})
 	g := tc.NewAttempt("g", kv.TxnOptions{})

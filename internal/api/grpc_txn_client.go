@@ -34,10 +34,6 @@ type TxnClient struct {
 	// fail turns the error of an RPC into the caller's; sent says whether
 	// a call that may change the store reached a connection.
 	fail func(err error, sent bool) error
-	// Pipe, when set, carries the attempts' gets and commits (TxnGet,
-	// CommitTxn) as messages of its stream; without it, or against a
-	// server without Pipeline, they are unary RPCs.
-	Pipe *Pipeline
 
 	// snaps are the snapshots of groups kept from the commits of
 	// attempts with kv.TxnOptions.CachedSnapshot, by group id, each by

@@ -26,8 +26,7 @@ import (
 // answer what the test set up.
 
 // grpcTxnServe serves the gRPC service of b on a port of 127.0.0.1 until
-// the test ends and answers a bare client of it and a TxnClient over it,
-// which sends its gets and commits on a Pipeline stream as Dial's does.
+// the test ends and answers a bare client of it and a TxnClient over it.
 func grpcTxnServe(t *testing.T, b kv.Backend, opts ...grpc.ServerOption) (pb.GroupKVClient, *TxnClient) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -50,10 +49,7 @@ func grpcTxnServe(t *testing.T, b kv.Backend, opts ...grpc.ServerOption) (pb.Gro
 		<-done
 	})
 	c := pb.NewGroupKVClient(conn)
-	tc := NewTxnClient(c, nil)
-	tc.Pipe = &Pipeline{C: c}
-	t.Cleanup(tc.Pipe.Close)
-	return c, tc
+	return c, NewTxnClient(c, nil)
 }
 
 func newGRPCGroupFake(t *testing.T) (*groupFake, pb.GroupKVClient, *TxnClient) {

@@ -111,8 +111,7 @@ type GroupKVClient interface {
 	Scan(ctx context.Context, in *ScanRequest, opts ...grpc.CallOption) (*ScanResponse, error)
 	GetByTags(ctx context.Context, in *TagQuery, opts ...grpc.CallOption) (*ScanResponse, error)
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error)
-	// Pipeline carries single-key puts, gets and deletes, and the gets and
-	// commits of transactions (TxnGet, CommitTxn), over one stream: each
+	// Pipeline carries single-key puts, gets and deletes over one stream: each
 	// PipelineRequest is answered by one PipelineResponse with its id, in the
 	// order they complete (not the order they were sent). A request is served
 	// as the unary RPC of the same name serves it; its error comes back in its
@@ -541,8 +540,7 @@ type GroupKVServer interface {
 	Scan(context.Context, *ScanRequest) (*ScanResponse, error)
 	GetByTags(context.Context, *TagQuery) (*ScanResponse, error)
 	Watch(*WatchRequest, grpc.ServerStreamingServer[Event]) error
-	// Pipeline carries single-key puts, gets and deletes, and the gets and
-	// commits of transactions (TxnGet, CommitTxn), over one stream: each
+	// Pipeline carries single-key puts, gets and deletes over one stream: each
 	// PipelineRequest is answered by one PipelineResponse with its id, in the
 	// order they complete (not the order they were sent). A request is served
 	// as the unary RPC of the same name serves it; its error comes back in its
