@@ -7,9 +7,14 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	groupkv "github.com/groupkv/groupkv"
 	"github.com/groupkv/groupkv/internal/kv"
@@ -97,10 +102,31 @@ func BenchmarkHTTPGet(b *testing.B) {
 	})
 }
 
-func BenchmarkGRPCPut(b *testing.B) { benchGRPCPut(b, startBench(b)) }
+// The gRPC benchmarks run through groupkv.Dial twice: as it sends gets and
+// puts (on a Pipeline stream), and as it does to a server without Pipeline
+// (unary RPCs, gets sharing BatchGets).
+var grpcForms = []struct {
+	name string
+	opts []groupkv.DialOption
+}{
+	{"pipelined", nil},
+	{"unary", []groupkv.DialOption{groupkv.WithGRPCDialOptions(grpc.WithChainStreamInterceptor(
+		func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			if strings.HasSuffix(method, "/Pipeline") {
+				return nil, status.Error(codes.Unimplemented, "no Pipeline (benchmark of the unary form)")
+			}
+			return streamer(ctx, desc, cc, method, opts...)
+		}))}},
+}
 
-func benchGRPCPut(b *testing.B, s *Server) {
-	db, err := groupkv.Dial(s.Addr())
+func BenchmarkGRPCPut(b *testing.B) {
+	for _, f := range grpcForms {
+		b.Run(f.name, func(b *testing.B) { benchGRPCPut(b, startBench(b), f.opts...) })
+	}
+}
+
+func benchGRPCPut(b *testing.B, s *Server, opts ...groupkv.DialOption) {
+	db, err := groupkv.Dial(s.Addr(), opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -121,8 +147,14 @@ func benchGRPCPut(b *testing.B, s *Server) {
 }
 
 func BenchmarkGRPCGet(b *testing.B) {
+	for _, f := range grpcForms {
+		b.Run(f.name, func(b *testing.B) { benchGRPCGet(b, f.opts...) })
+	}
+}
+
+func benchGRPCGet(b *testing.B, opts ...groupkv.DialOption) {
 	s := startBench(b)
-	db, err := groupkv.Dial(s.Addr())
+	db, err := groupkv.Dial(s.Addr(), opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
