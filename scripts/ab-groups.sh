@@ -35,12 +35,7 @@ ab_start_cluster() {
 	rm -rf "$dir" && mkdir -p "$dir"
 	"$bin" cluster local --nodes 3 --dir "$dir/c" --base-port "$PORT" >"$dir/cluster.log" 2>&1 &
 	AB_PID=$!
-	for _ in $(seq 600); do
-		curl -sf "http://127.0.0.1:$((PORT + 20))/healthz" >/dev/null 2>&1 && return 0
-		sleep 0.1
-	done
-	echo "ab: the cluster of $bin did not start (see $dir/cluster.log)" >&2
-	return 1
+	ab_wait "http://127.0.0.1:$((PORT + 20))/healthz" "the cluster of $bin (see $dir/cluster.log)"
 }
 run() {
 	local bin=$1 label=$2 dir=$WORK/$2 addr=127.0.0.1:$PORT extra=()

@@ -7,6 +7,8 @@
 #                      and PORT+1, waits until it answers /healthz, and
 #                      sets AB_PID
 #   ab_stop            stops it
+#   ab_wait URL WHAT   waits up to a minute for URL to answer, else says
+#                      that WHAT did not start and fails
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
@@ -16,11 +18,16 @@ ab_start() {
 	rm -rf "$dir" && mkdir -p "$dir"
 	"$bin" server --data-dir "$dir/d" --listen 127.0.0.1:$PORT --peer-listen 127.0.0.1:$((PORT + 1)) --log-level warn >"$dir/server.log" 2>&1 &
 	AB_PID=$!
-	for _ in $(seq 100); do
-		curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 && return 0
+	ab_wait "http://127.0.0.1:$PORT/healthz" "the server of $bin (see $dir/server.log)"
+}
+
+ab_wait() {
+	local url=$1 what=$2
+	for _ in $(seq 600); do
+		curl -sf "$url" >/dev/null 2>&1 && return 0
 		sleep 0.1
 	done
-	echo "ab: the server of $bin did not answer on 127.0.0.1:$PORT (see $dir/server.log)" >&2
+	echo "ab: $what did not start" >&2
 	return 1
 }
 
