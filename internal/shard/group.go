@@ -507,6 +507,7 @@ func (s *Shard) storeGroupWrite(b *pebble.Batch, w group.Write, version uint64) 
 	if version == 0 || w.Key.Collection != s.desc.Collection {
 		return fmt.Errorf("%w: a group write of %s at version %d in shard %d", ErrCorruptCommand, w.Key, version, s.desc.ShardID)
 	}
+	s.blindWrite = max(s.blindWrite, version)
 	key := []byte(w.Key.Key)
 	val, _, found, err := s.latest(b, key)
 	if err != nil {

@@ -259,6 +259,7 @@ func (s *Shard) applyMergeTrigger(b *pebble.Batch, c MergeCmd) (Result, error) {
 			return Result{}, err
 		}
 	}
+	s.blindWrite = s.maxVersion
 	if c.Frozen.GCThreshold > s.gcThreshold {
 		s.gcThreshold = c.Frozen.GCThreshold
 		if err := storage.PutUint64(b, storage.ShardStateKey(d.ShardID, stateGCThreshold), s.gcThreshold); err != nil {

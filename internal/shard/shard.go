@@ -153,6 +153,14 @@ type Shard struct {
 	// The flag only saves reads: a replica with it set writes what one
 	// without it writes.
 	untagged bool
+	// blindWrite is the highest version at which the shard wrote keys
+	// without first looking for their intents (delete ranges, group
+	// writes) or took in keys whose history it does not know (Load, a
+	// merge). Every other write refuses a key holding an intent, and
+	// versions only grow, so the key of an intent prepared above
+	// blindWrite holds no version above the prepare until the intent is
+	// resolved (resolveNeedsLatest).
+	blindWrite uint64
 
 	scratch []byte
 	// valueBuf holds the latest pointer writeVersion writes.
@@ -195,6 +203,7 @@ func Load(r pebble.Reader, desc Desc) (*Shard, error) {
 	if s.gcThreshold, err = storage.GetUint64(r, storage.ShardStateKey(desc.ShardID, stateGCThreshold)); err != nil {
 		return nil, err
 	}
+	s.blindWrite = s.maxVersion
 	if err := s.loadPrepared(r); err != nil {
 		return nil, err
 	}
@@ -551,6 +560,7 @@ func (s *Shard) applyDeleteRange(b *pebble.Batch, cmd Command) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	s.blindWrite = cmd.Version
 	for _, v := range victims {
 		if err := s.writeVersion(b, v.key, v.bucket, cmd.Version, true, nil, nil, v.tags); err != nil {
 			return Result{}, err

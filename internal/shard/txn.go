@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -457,12 +458,33 @@ type txnState struct {
 	// keys stay counted until the batch is committed (Committed), as a
 	// reader outside the loop still finds their intents in storage.
 	gone []string
+
+	// held keeps, per prepared entry written by a prepare this shard
+	// applied since it was loaded, the intents that prepare wrote, by
+	// key: its resolve takes them from here instead of reading them back.
+	// Only the prepare writes an intent and only the resolve of its
+	// entry deletes it, so an intent held here is the one in storage; a
+	// key not held is looked up. Owned by the apply loop.
+	held map[string]map[string]*txn.Intent
+}
+
+// maxHeldBytes bounds the intent values of one prepare kept in memory
+// until its resolve (txnState.held); a larger prepare's are read back.
+const maxHeldBytes = 1 << 20
+
+// hold keeps the intents of id's prepare, by key, for its resolve.
+func (t *txnState) hold(id string, intents map[string]*txn.Intent) {
+	if t.held == nil {
+		t.held = map[string]map[string]*txn.Intent{}
+	}
+	t.held[id] = intents
 }
 
 // setEntry records prepared entry id at version, writing keys, in place
 // of any entry id had.
 func (t *txnState) setEntry(id string, version uint64, keys []txn.Target) {
 	t.prepared[id] = version
+	delete(t.held, id)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.dropKeysLocked(id)
@@ -481,6 +503,7 @@ func (t *txnState) setEntry(id string, version uint64, keys []txn.Target) {
 // committed (published).
 func (t *txnState) dropEntry(id string) {
 	delete(t.prepared, id)
+	delete(t.held, id)
 	t.gone = append(t.gone, id)
 }
 
@@ -513,6 +536,7 @@ func (t *txnState) dropKeysLocked(id string) {
 func (t *txnState) reset() {
 	t.prepared = map[string]uint64{}
 	t.gone = nil
+	t.held = nil
 	t.mu.Lock()
 	t.intents, t.writes = map[string]int{}, map[string][]string{}
 	t.mu.Unlock()
@@ -875,6 +899,14 @@ func (s *Shard) applyTxnPrepare(b *pebble.Batch, version, term uint64, p *TxnPre
 	}
 	var e preparedEntry
 	e.Meta, e.Version, e.Reads = p.Meta, version, p.Reads
+	var size int
+	for i := range p.Writes {
+		size += len(p.Writes[i].Value)
+	}
+	var held map[string]*txn.Intent
+	if size <= maxHeldBytes {
+		held = make(map[string]*txn.Intent, len(p.Writes))
+	}
 	for i := range p.Writes {
 		op := &p.Writes[i]
 		in := txn.Intent{Bucket: op.Bucket, Meta: p.Meta, PrepareVersion: version, Delete: op.Type == OpDelete, Tags: op.Tags, Value: op.Value}
@@ -882,6 +914,10 @@ func (s *Shard) applyTxnPrepare(b *pebble.Batch, version, term uint64, p *TxnPre
 			return Result{}, err
 		}
 		e.Writes = append(e.Writes, txn.Target{Collection: s.desc.Collection, Key: op.Key})
+		if held != nil {
+			in.Tags, in.Value = slices.Clone(in.Tags), bytes.Clone(in.Value)
+			held[string(op.Key)] = &in
+		}
 	}
 	js, err := json.Marshal(e)
 	if err != nil {
@@ -891,6 +927,9 @@ func (s *Shard) applyTxnPrepare(b *pebble.Batch, version, term uint64, p *TxnPre
 		return Result{}, err
 	}
 	s.txns.setEntry(p.Meta.ID, version, e.Writes)
+	if held != nil {
+		s.txns.hold(p.Meta.ID, held)
+	}
 	s.txns.recompute()
 	if err := s.setMaxVersion(b, version); err != nil {
 		return Result{}, err
@@ -975,21 +1014,31 @@ func (s *Shard) applyTxnResolve(b *pebble.Batch, version uint64, r *TxnResolveCm
 			keys = append(keys, TxnKey{Key: []byte(k)})
 		}
 	}
+	held := s.txns.held[r.ID]
 	for _, k := range keys {
 		if !s.txns.mayHold(k.Key) {
 			continue // no intent here
 		}
-		in, ok, err := ReadIntent(b, coll, k.Key)
-		if err != nil {
-			return Result{}, err
-		}
-		if !ok || in.Meta.ID != r.ID {
-			continue // resolved before
+		var in txn.Intent
+		if h, ok := held[string(k.Key)]; ok {
+			in = *h
+		} else {
+			var err error
+			if in, ok, err = ReadIntent(b, coll, k.Key); err != nil {
+				return Result{}, err
+			}
+			if !ok || in.Meta.ID != r.ID {
+				continue // resolved before
+			}
 		}
 		if !s.desc.Owns(in.Bucket, k.Key) {
 			continue // another shard resolves it
 		}
-		if r.Commit {
+		if r.Commit && !s.resolveNeedsLatest(&in, r.CommitTS) {
+			if err := s.writeVersion(b, k.Key, in.Bucket, r.CommitTS, false, nil, in.Value, nil); err != nil {
+				return Result{}, err
+			}
+		} else if r.Commit {
 			cur, curVersion, found, err := s.latest(b, k.Key)
 			if err != nil {
 				return Result{}, err
@@ -1029,6 +1078,20 @@ func (s *Shard) applyTxnResolve(b *pebble.Batch, version uint64, r *TxnResolveCm
 		st = txn.Committed
 	}
 	return Result{Version: version, Txn: &TxnResult{ID: r.ID, Status: st, CommitTS: r.CommitTS}}, nil
+}
+
+// resolveNeedsLatest reports whether committing intent in at commitTS
+// must read the key's newest version first: for the tags it replaces,
+// for whether a delete finds the key, or because a version at or above
+// commitTS may be there (an intent prepared again after its first resolve,
+// or a key written without regard to intents since the prepare). A put
+// without tags, in a shard whose keys have none (untagged), prepared
+// after the last blind write and at or below its commit (the highest of
+// its prepares' versions), need not: every version of its key is below
+// the prepare.
+func (s *Shard) resolveNeedsLatest(in *txn.Intent, commitTS uint64) bool {
+	return !s.untagged || in.Delete || len(in.Tags) > 0 || s.desc.Partitioning == kv.PartitionTag ||
+		in.PrepareVersion <= s.blindWrite || in.PrepareVersion > commitTS
 }
 
 // TxnCommandID returns the transaction a prepare or resolve command names
