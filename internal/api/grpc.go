@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/groupkv/groupkv/internal/kv"
+	"github.com/groupkv/groupkv/internal/workpool"
 	pb "github.com/groupkv/groupkv/proto/groupkvpb"
 )
 
@@ -53,7 +54,7 @@ func NewGRPCServerWith(b kv.Backend, cfg GRPCConfig, opts ...grpc.ServerOption) 
 	all = append(all, grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize))
 	all = append(all, opts...)
 	s := grpc.NewServer(all...)
-	pb.RegisterGroupKVServer(s, &grpcService{b: b, workers: newWorkerPool(), observe: cfg.Observe, draining: cfg.Draining})
+	pb.RegisterGroupKVServer(s, &grpcService{b: b, workers: workpool.New(), observe: cfg.Observe, draining: cfg.Draining})
 	return s
 }
 
@@ -124,7 +125,7 @@ type grpcService struct {
 	pb.UnimplementedGroupKVServer
 	b kv.Backend
 	// workers serve the requests of Pipeline streams.
-	workers  *workerPool
+	workers  *workpool.Pool
 	observe  func(op string, code kv.Code, seconds float64)
 	draining <-chan struct{}
 }

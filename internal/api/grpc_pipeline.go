@@ -74,7 +74,7 @@ func (s *grpcService) Pipeline(st pb.GroupKV_PipelineServer) error {
 		select {
 		case req := <-reqs:
 			wg.Add(1)
-			s.workers.run(func() {
+			s.workers.Go(func() {
 				defer wg.Done()
 				send(s.pipelined(ctx, req))
 			})
@@ -181,42 +181,4 @@ func PipelineEnd(err error, mayHaveRun bool) error {
 // does not know.
 func IsUnimplemented(err error) bool {
 	return status.Code(err) == codes.Unimplemented
-}
-
-// workerPool runs functions on goroutines that outlive them: a worker
-// keeps the stack it grew serving a request for the next one, where a
-// goroutine per request would grow a new stack each time (runtime.newstack
-// took a tenth of a node's CPU under a write load that way). A function
-// that finds no idle worker gets a new one; a worker idle for
-// workerIdleTimeout exits.
-type workerPool struct {
-	work chan func()
-}
-
-const workerIdleTimeout = 30 * time.Second
-
-func newWorkerPool() *workerPool { return &workerPool{work: make(chan func())} }
-
-// run runs f on an idle worker, or on a new one.
-func (p *workerPool) run(f func()) {
-	select {
-	case p.work <- f:
-	default:
-		go p.worker(f)
-	}
-}
-
-func (p *workerPool) worker(f func()) {
-	f()
-	t := time.NewTimer(workerIdleTimeout)
-	defer t.Stop()
-	for {
-		select {
-		case f := <-p.work:
-			f()
-			t.Reset(workerIdleTimeout)
-		case <-t.C:
-			return
-		}
-	}
 }

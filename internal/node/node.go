@@ -22,6 +22,7 @@ import (
 	"github.com/groupkv/groupkv/internal/shard"
 	"github.com/groupkv/groupkv/internal/storage"
 	"github.com/groupkv/groupkv/internal/transport"
+	"github.com/groupkv/groupkv/internal/workpool"
 )
 
 // Node-local metadata items (storage.NodeKey).
@@ -120,8 +121,11 @@ type Node struct {
 		cutShard atomic.Pointer[shardCut]
 	}
 
-	stop     chan struct{}
-	bg       sync.WaitGroup
+	stop chan struct{}
+	bg   sync.WaitGroup
+	// workers run the fan-outs of transactions (prepares, resolves) on
+	// goroutines that keep their stacks.
+	workers  *workpool.Pool
 	closeMu  sync.Mutex
 	closed   bool
 	reconcil chan struct{}
@@ -144,7 +148,7 @@ func Open(opts Options) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{opts: opts, eng: eng, log: opts.Logger, stop: make(chan struct{}), reconcil: make(chan struct{}, 1), stepKick: make(chan struct{}, 1)}
+	n := &Node{opts: opts, eng: eng, log: opts.Logger, stop: make(chan struct{}), workers: workpool.New(), reconcil: make(chan struct{}, 1), stepKick: make(chan struct{}, 1)}
 	n.initGroups()
 	n.mu.catalog = make(map[string]*cluster.CollectionDesc)
 	n.mu.replicas = make(map[uint64]localReplica)

@@ -1041,13 +1041,13 @@ func (s *txnSession) commit(ctx context.Context) (uint64, error) {
 	}
 	out := make(chan prepared, len(s.parts))
 	for _, p := range s.parts {
-		go func(p *participant) {
+		n.workers.Go(func() {
 			res, err := n.propose(ctx, p.shard, shard.EncodeTxnPrepare(&shard.TxnPrepareCmd{Meta: s.meta, LockTerm: p.term, ReadTS: s.readTS, Writes: p.writes, Reads: p.reads}))
 			if err == nil && res.Err != nil {
 				err = res.Err
 			}
 			out <- prepared{p, res.Version, err}
-		}(p)
+		})
 	}
 	var commitTS uint64
 	var failed error
@@ -1209,7 +1209,7 @@ func (n *Node) resolveAsync(m txn.Meta, parts map[uint64]*participant, rec shard
 		cmd := shard.EncodeTxnResolve(&shard.TxnResolveCmd{ID: id, Commit: rec.Status == txn.Committed, CommitTS: rec.CommitTS, Keys: keys})
 		shardID := p.shard
 		n.bg.Add(1)
-		go func() {
+		n.workers.Go(func() {
 			defer n.bg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 4*n.retryWindow())
 			defer cancel()
@@ -1236,7 +1236,7 @@ func (n *Node) resolveAsync(m txn.Meta, parts map[uint64]*participant, rec shard
 				}
 			}
 			resolved(false)
-		}()
+		})
 	}
 }
 
