@@ -100,6 +100,10 @@ type txnSession struct {
 	// victims' retries wait for it, following links), even where a commit
 	// needs none.
 	wounded, linked bool
+	// epoch is the shards' load number when the attempt began
+	// (shard.TxnRecordEpoch), before its id was known to anyone: a shard
+	// loaded since may hold its record without knowing.
+	epoch uint64
 }
 
 // mustRecord reports whether the attempt must leave a decided record.
@@ -168,7 +172,8 @@ func (n *Node) beginSession(ctx context.Context, opts kv.TxnOptions, client bool
 		return nil, err
 	}
 	s := &txnSession{n: n, iso: iso, readOnly: opts.ReadOnly, writes: map[string]*bufferedWrite{},
-		parts: map[uint64]*participant{}, lastUsed: time.Now(), stopHB: make(chan struct{}), client: client}
+		parts: map[uint64]*participant{}, lastUsed: time.Now(), stopHB: make(chan struct{}), client: client,
+		epoch: shard.TxnRecordEpoch()}
 	s.meta = txn.Meta{ID: txn.NewID(priority, attempt), Priority: priority, Attempt: attempt, Start: now}
 	if opts.ReadOnly || iso == kv.IsolationSnapshot {
 		s.readTS = now
@@ -515,7 +520,7 @@ func (s *txnSession) lock(ctx context.Context, shardID uint64, targets []txn.Tar
 		anchorHere = true
 	}
 	p := s.part(shardID)
-	resp, err := n.txnLock(ctx, &txnLockRequest{Shard: shardID, Meta: s.meta, Targets: targets, Mode: mode, Read: read, CheckRecord: read && anchorHere})
+	resp, err := n.txnLock(ctx, &txnLockRequest{Shard: shardID, Meta: s.meta, Targets: targets, Mode: mode, Read: read, CheckRecord: read && anchorHere, epoch: s.epoch})
 	if err != nil {
 		return nil, err
 	}
@@ -530,7 +535,7 @@ func (s *txnSession) lock(ctx context.Context, shardID uint64, targets []txn.Tar
 	if read {
 		st := resp.Status
 		if !anchorHere {
-			rec, err := n.readRecord(ctx, &s.meta)
+			rec, err := n.readOwnRecord(ctx, &s.meta, s.epoch)
 			if err != nil {
 				return nil, err
 			}

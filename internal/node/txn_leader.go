@@ -256,9 +256,17 @@ func (n *Node) anchorShard(a txn.Anchor) (uint64, error) {
 // shard after a ReadIndex round, here or on a node that holds one. A
 // shard that split or merged away meanwhile is routed again.
 func (n *Node) readRecord(ctx context.Context, m *txn.Meta) (shard.TxnResult, error) {
+	return n.readOwnRecord(ctx, m, 0)
+}
+
+// readOwnRecord is readRecord for the coordinator of m, which began at
+// load number epoch (shard.TxnRecordEpoch; 0: unknown): a local replica of
+// the record's shard that knows no record of m was written answers
+// PENDING without looking it up.
+func (n *Node) readOwnRecord(ctx context.Context, m *txn.Meta, epoch uint64) (shard.TxnResult, error) {
 	deadline := time.Now().Add(n.retryWindow())
 	for attempt := 0; ; attempt++ {
-		res, err := n.readRecordOnce(ctx, m)
+		res, err := n.readRecordOnce(ctx, m, epoch)
 		if err == nil || !retryable(err) || ctx.Err() != nil {
 			return res, err
 		}
@@ -268,7 +276,7 @@ func (n *Node) readRecord(ctx context.Context, m *txn.Meta) (shard.TxnResult, er
 	}
 }
 
-func (n *Node) readRecordOnce(ctx context.Context, m *txn.Meta) (shard.TxnResult, error) {
+func (n *Node) readRecordOnce(ctx context.Context, m *txn.Meta, epoch uint64) (shard.TxnResult, error) {
 	id, err := n.anchorShard(m.Anchor)
 	if err != nil {
 		return shard.TxnResult{}, err
@@ -279,6 +287,9 @@ func (n *Node) readRecordOnce(ctx context.Context, m *txn.Meta) (shard.TxnResult
 	}
 	if err := n.readBarrier(ctx, id); err != nil {
 		return shard.TxnResult{}, err
+	}
+	if n.host.NoTxnRecord(id, m, epoch) {
+		return *shard.RecordResult(txn.Record{}), nil
 	}
 	rec, _, err := shard.ReadTxnRecord(n.eng.DB, m)
 	if err != nil {
@@ -335,6 +346,9 @@ type txnLockRequest struct {
 	// CheckRecord asks, after the read, for the requester's own record
 	// (its anchor is in this shard).
 	CheckRecord bool `json:"check_record,omitempty"`
+	// epoch is the requester's load number (shard.TxnRecordEpoch) when it
+	// asks in its own process; 0 from another node.
+	epoch uint64
 }
 
 type lockedRecord struct {
@@ -497,7 +511,7 @@ func (n *Node) txnLockLocal(ctx context.Context, req *txnLockRequest) (*txnLockR
 			resp.Records = append(resp.Records, rec)
 		}
 	}
-	if req.CheckRecord {
+	if req.CheckRecord && !n.host.NoTxnRecord(req.Shard, &req.Meta, req.epoch) {
 		rec, _, err := shard.ReadTxnRecord(n.eng.DB, &req.Meta)
 		if err != nil {
 			return nil, kv.Errorf(kv.CodeInternal, "reading the record of %s: %v", req.Meta.ID, err)

@@ -18,6 +18,7 @@ import (
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/shard"
 	"github.com/groupkv/groupkv/internal/storage"
+	"github.com/groupkv/groupkv/internal/txn"
 )
 
 // Config configures a Host. The zero value of every optional field means its
@@ -860,6 +861,20 @@ func (h *Host) MayHoldIntent(shardID uint64, key []byte) bool {
 		return sm.MayHoldIntent(key)
 	}
 	return true
+}
+
+// NoTxnRecord reports whether the replica of shardID here knows that
+// transaction m, begun at load number epoch, has no record
+// (shard.Shard.NoTxnRecord); false means look it up.
+func (h *Host) NoTxnRecord(shardID uint64, m *txn.Meta, epoch uint64) bool {
+	g := h.group(shardID)
+	if g == nil {
+		return false
+	}
+	if sm := g.smRef.Load(); sm != nil {
+		return sm.NoTxnRecord(m, epoch)
+	}
+	return false
 }
 
 // AppliedNotify returns a channel that is closed after the next cycle that

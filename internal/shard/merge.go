@@ -270,5 +270,6 @@ func (s *Shard) applyMergeTrigger(b *pebble.Batch, c MergeCmd) (Result, error) {
 		return Result{}, err
 	}
 	s.desc = d
+	s.recs.reload(d)
 	return Result{Merge: &MergeResult{Right: c.Right, Desc: d}}, nil
 }

@@ -153,6 +153,9 @@ type Shard struct {
 	// The flag only saves reads: a replica with it set writes what one
 	// without it writes.
 	untagged bool
+	// recs lists the transaction records written since the shard was
+	// loaded (NoTxnRecord).
+	recs txnRecords
 	// blindWrite is the highest version at which the shard wrote keys
 	// without first looking for their intents (delete ranges, group
 	// writes) or took in keys whose history it does not know (Load, a
@@ -204,6 +207,7 @@ func Load(r pebble.Reader, desc Desc) (*Shard, error) {
 		return nil, err
 	}
 	s.blindWrite = s.maxVersion
+	s.recs.reload(desc)
 	if err := s.loadPrepared(r); err != nil {
 		return nil, err
 	}

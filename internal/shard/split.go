@@ -156,6 +156,7 @@ func (s *Shard) applySplitTrigger(b *pebble.Batch, c SplitCmd) (Result, error) {
 		return Result{}, err
 	}
 	s.desc = d
+	s.recs.reload(d)
 	if s.childHere != nil && s.childHere(child.ShardID) {
 		return Result{Split: &SplitResult{Child: child, Existing: true}}, nil
 	}

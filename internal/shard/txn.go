@@ -666,6 +666,75 @@ func Intents(r pebble.Reader, collection uint32, start, end []byte, fn func(key 
 	return it.Error()
 }
 
+// loads numbers the times shards of this process took their state from
+// storage or took in keys they did not write (Load, a split, a merge):
+// a shard knows, from its own applies, of every transaction record written
+// in its span since its number (txnRecords).
+var loads atomic.Uint64
+
+// TxnRecordEpoch returns the current load number. A transaction that takes
+// it when it begins may ask NoTxnRecord of a shard with it.
+func TxnRecordEpoch() uint64 { return loads.Load() }
+
+// txnRecords are the transactions whose records the shard wrote since
+// it was loaded, so that the common question "has my record been
+// written (by a wound, an expiry, a heartbeat)?" is answered without a
+// point lookup. Apply adds an id before the batch holding the record is
+// committed, so a record in storage is always listed here.
+type txnRecords struct {
+	mu sync.Mutex
+	// since is the load number of the shard's state: records written
+	// before it may be in storage without being listed.
+	since uint64
+	desc  Desc
+	ids   map[string]struct{}
+}
+
+// reload starts the list over for the span of desc (nothing listed,
+// records written before now unknown).
+func (r *txnRecords) reload(desc Desc) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.since, r.desc, r.ids = loads.Add(1), desc, map[string]struct{}{}
+}
+
+// maxListedRecords bounds the records a shard lists: past it, the list
+// starts over (as at a load), records kept forever (a negative
+// --txn-record-retention) do not grow it without end.
+const maxListedRecords = 1 << 20
+
+func (r *txnRecords) add(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.ids) >= maxListedRecords {
+		r.since, r.ids = loads.Add(1), map[string]struct{}{}
+	}
+	r.ids[id] = struct{}{}
+}
+
+func (r *txnRecords) remove(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.ids, id)
+}
+
+// NoTxnRecord reports whether the shard knows that transaction m, begun
+// at load number epoch (TxnRecordEpoch), has no record in storage: the
+// shard owns its anchor, was loaded before the transaction began, and has
+// written no record for it since. False means look it up. The caller
+// reads after a read barrier, as it would read storage. Safe for
+// concurrent use.
+func (s *Shard) NoTxnRecord(m *txn.Meta, epoch uint64) bool {
+	r := &s.recs
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ids == nil || r.since > epoch || r.desc.IsMeta() || m.Anchor.Collection != r.desc.Collection || !r.desc.Owns(m.Anchor.Bucket, m.Anchor.Key) {
+		return false
+	}
+	_, ok := r.ids[m.ID]
+	return !ok
+}
+
 // ReadTxnRecord reads the record of transaction m as stored in r.
 func ReadTxnRecord(r pebble.Reader, m *txn.Meta) (txn.Record, bool, error) {
 	v, closer, err := r.Get(storage.TxnRecordKey(m.Anchor.Collection, m.Anchor.Key, m.ID))
@@ -714,6 +783,7 @@ func (s *Shard) applyTxnForget(b *pebble.Batch, c *TxnForgetCmd) (Result, error)
 		if err := b.Delete(key, nil); err != nil {
 			return Result{}, err
 		}
+		s.recs.remove(r.ID)
 		removed++
 	}
 	return Result{Count: removed}, nil
@@ -823,6 +893,7 @@ func (s *Shard) applyTxnRecord(b *pebble.Batch, c txn.RecordCmd) (Result, error)
 	}
 	next, write := txn.Transition(cur, exists, c)
 	if write {
+		s.recs.add(c.Meta.ID)
 		if err := b.Set(storage.TxnRecordKey(a.Collection, a.Key, c.Meta.ID), txn.EncodeRecord(next, a.Bucket), nil); err != nil {
 			return Result{}, err
 		}
@@ -982,6 +1053,7 @@ func (s *Shard) commitOnePhase(b *pebble.Batch, version uint64, p *TxnPrepareCmd
 		// leave it COMMITTED, so that a late wound finds it so.
 		// Its writes are in place: no participant holds it prepared.
 		rec = txn.Record{Status: txn.Committed, CommitTS: version, Heartbeat: rec.Heartbeat, Listed: true}
+		s.recs.add(p.Meta.ID)
 		if err := b.Set(storage.TxnRecordKey(a.Collection, a.Key, p.Meta.ID), txn.EncodeRecord(rec, a.Bucket), nil); err != nil {
 			return Result{}, err
 		}
