@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -986,8 +985,7 @@ func (s *Shard) applyTxnPrepare(b *pebble.Batch, version, term uint64, p *TxnPre
 		}
 		e.Writes = append(e.Writes, txn.Target{Collection: s.desc.Collection, Key: op.Key})
 		if held != nil {
-			in.Tags, in.Value = slices.Clone(in.Tags), bytes.Clone(in.Value)
-			held[string(op.Key)] = &in
+			held[string(op.Key)] = &in // a decoded prepare's values are its own (DecodeCommand copies)
 		}
 	}
 	js, err := json.Marshal(e)

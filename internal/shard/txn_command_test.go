@@ -113,7 +113,8 @@ func TestTxnCommandsTruncated(t *testing.T) {
 }
 
 // TestTxnPrepareDecodedCopies: a decoded prepare does not alias the entry
-// (its targets go into the lock table, which outlives it).
+// (its targets go into the lock table, its writes into the intents a shard
+// holds until their resolve, both of which outlive it).
 func TestTxnPrepareDecodedCopies(t *testing.T) {
 	enc := EncodeTxnPrepare(testPrepare())
 	c, err := DecodeCommand(enc)
@@ -123,7 +124,8 @@ func TestTxnPrepareDecodedCopies(t *testing.T) {
 	for i := range enc {
 		enc[i] = 0xEE
 	}
-	if string(c.TxnPrepare.Writes[0].Key) != "a" || string(c.TxnPrepare.Reads[1].End) != "t" || string(c.TxnPrepare.Meta.Anchor.Key) != "anchor" {
+	if string(c.TxnPrepare.Writes[0].Key) != "a" || string(c.TxnPrepare.Writes[0].Value) != "va" || c.TxnPrepare.Writes[0].Tags[1] != "t2" ||
+		string(c.TxnPrepare.Reads[1].End) != "t" || string(c.TxnPrepare.Meta.Anchor.Key) != "anchor" {
 		t.Fatalf("the decoded prepare changed with its entry: %+v", *c.TxnPrepare)
 	}
 }
