@@ -271,5 +271,6 @@ func (s *Shard) applyMergeTrigger(b *pebble.Batch, c MergeCmd) (Result, error) {
 	}
 	s.desc = d
 	s.recs.reload(d)
+	s.txns.held = nil // intents the right shard resolved may be held here
 	return Result{Merge: &MergeResult{Right: c.Right, Desc: d}}, nil
 }

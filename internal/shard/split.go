@@ -157,6 +157,7 @@ func (s *Shard) applySplitTrigger(b *pebble.Batch, c SplitCmd) (Result, error) {
 	}
 	s.desc = d
 	s.recs.reload(d)
+	s.txns.held = nil // the child resolves the intents it took, from storage
 	if s.childHere != nil && s.childHere(child.ShardID) {
 		return Result{Split: &SplitResult{Child: child, Existing: true}}, nil
 	}

@@ -459,11 +459,13 @@ type txnState struct {
 	gone []string
 
 	// held keeps, per prepared entry written by a prepare this shard
-	// applied since it was loaded, the intents that prepare wrote, by
-	// key: its resolve takes them from here instead of reading them back.
-	// Only the prepare writes an intent and only the resolve of its
-	// entry deletes it, so an intent held here is the one in storage; a
-	// key not held is looked up. Owned by the apply loop.
+	// applied since it was loaded, split or merged, the intents that
+	// prepare wrote, by key: its resolve takes them from here instead of
+	// reading them back. Only the prepare writes an intent and only the
+	// resolve of its entry deletes it (a split's child resolves those it
+	// took, hence the forgetting at splits and merges), so an intent held
+	// here is the one in storage; a key not held is looked up. Owned by
+	// the apply loop.
 	held map[string]map[string]*txn.Intent
 }
 

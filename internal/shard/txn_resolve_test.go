@@ -84,3 +84,51 @@ func TestResolveCommit(t *testing.T) {
 		})
 	}
 }
+
+// TestResolveAfterSplitAndMerge: a prepare's intent that a split gave to
+// the new shard, which resolved it there, is not written again by the
+// resolve of the shard that prepared it once the two merged back, even
+// though that shard applied the prepare and the key is its own again:
+// the key keeps the version written after the first resolve.
+func TestResolveAfterSplitAndMerge(t *testing.T) {
+	db := memDB(t)
+	leftDesc := Desc{ShardID: 2, Collection: 1, Partitioning: kv.PartitionRange}
+	rightDesc := Desc{ShardID: 3, Collection: 1, Partitioning: kv.PartitionRange, Start: []byte("g")}
+	id := txn.NewID(1, 1)
+	left, err := Load(db, leftDesc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply := func(s *Shard, version uint64, cmd []byte) Result {
+		t.Helper()
+		if version != 0 {
+			SetVersion(cmd, version)
+		}
+		res := applyOne(t, db, s, cmd)
+		if res.Err != nil {
+			t.Fatalf("version %d: %v", version, res.Err)
+		}
+		return res
+	}
+	put := func(s *Shard, version uint64, value string) {
+		t.Helper()
+		apply(s, version, EncodeWrite([]Op{{Type: OpPut, Key: []byte("m"), Value: []byte(value)}}))
+	}
+	put(left, 10, "old")
+	apply(left, 20, EncodeTxnPrepare(&TxnPrepareCmd{Meta: txn.Meta{ID: id, Priority: 1}, LockTerm: 1,
+		Writes: []Op{{Type: OpPut, Key: []byte("m"), Value: []byte("new")}}}))
+	apply(left, 0, EncodeSplitTrigger(rightDesc.ShardID, rightDesc.Start, 0))
+	right, err := Load(db, rightDesc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply(right, 30, EncodeTxnResolve(&TxnResolveCmd{ID: id, Commit: true, CommitTS: 25}))
+	put(right, 40, "newer")
+	f := apply(right, 45, EncodeFreeze(leftDesc.ShardID))
+	apply(left, 0, EncodeMergeTrigger(rightDesc, *f.Freeze))
+	apply(left, 50, EncodeTxnResolve(&TxnResolveCmd{ID: id, Commit: true, CommitTS: 25}))
+	val, version, found, err := ReadRecord(db, 1, []byte("m"), Latest)
+	if err != nil || !found || string(val.Value) != "newer" || version != 40 {
+		t.Fatalf("m = %q@%d (found %v, %v), want \"newer\"@40", val.Value, version, found, err)
+	}
+}
