@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 
@@ -181,7 +180,7 @@ func (n *Node) clearReplica(r localReplica) error {
 	if err := b.Delete(replicaKey(r.Desc.ShardID), nil); err != nil {
 		return err
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := n.commitDropping(b); err != nil {
 		return err
 	}
 	n.log.Info("removed a replica that moved away", "shard", r.Desc.ShardID, "replica", r.ReplicaID)

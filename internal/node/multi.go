@@ -98,7 +98,7 @@ func (n *Node) BatchGet(ctx context.Context, keys []kv.KeyRef) (kv.BatchGetResul
 	}
 	res := kv.BatchGetResult{Version: version, Items: make([]kv.BatchGetItem, len(keys))}
 	for i, k := range keys {
-		val, v, found, err := shard.ReadRecord(n.eng.DB, descs[i].ID, k.Key, version)
+		val, v, found, err := n.readKey(descs[i].ID, k.Key, version)
 		if err != nil {
 			return kv.BatchGetResult{}, kv.Errorf(kv.CodeInternal, "reading %q: %v", k.Key, err)
 		}
@@ -625,7 +625,7 @@ func (n *Node) queryTags(d *cluster.CollectionDesc, version uint64, tags []strin
 	var items []kv.Record
 	more := false
 	take := func(key []byte) (bool, error) {
-		val, v, found, err := shard.ReadRecord(n.eng.DB, d.ID, key, version)
+		val, v, found, err := n.readKey(d.ID, key, version)
 		if err != nil {
 			return false, err
 		}

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -125,10 +126,12 @@ type Node struct {
 	bg   sync.WaitGroup
 	// workers run the fan-outs of transactions (prepares, resolves) on
 	// goroutines that keep their stacks.
-	workers  *workpool.Pool
-	closeMu  sync.Mutex
-	closed   bool
-	reconcil chan struct{}
+	workers *workpool.Pool
+	// latestCache caches keys' newest versions for reads (nil: none).
+	latestCache *shard.LatestCache
+	closeMu     sync.Mutex
+	closed      bool
+	reconcil    chan struct{}
 	// stepKick wakes the cluster loop to take the next step of a split or
 	// a merge now instead of at its next tick (kickSteps).
 	stepKick chan struct{}
@@ -196,7 +199,11 @@ func (n *Node) start() error {
 	n.tr = transport.NewGRPC(transport.Options{Resolver: n.resolve, Logger: n.log,
 		SnapshotSent: func(shardID, to uint64, ok bool) { n.host.ReportSnapshot(shardID, to, ok) },
 		DialOptions:  n.dialOptions(grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxPeerMessage)))})
+	if n.opts.LatestCacheBytes >= 0 {
+		n.latestCache = shard.NewLatestCache(cmp.Or(n.opts.LatestCacheBytes, 64<<20))
+	}
 	n.host = replication.NewHost(replication.Config{
+		LatestCache:   n.latestCache,
 		NodeID:        id,
 		Engine:        n.eng,
 		Versions:      n.versions,
@@ -606,6 +613,18 @@ func (n *Node) destroyReplica(r localReplica) error {
 	}
 	if err := b.Delete(replicaKey(r.Desc.ShardID), nil); err != nil {
 		return err
+	}
+	return n.commitDropping(b)
+}
+
+// commitDropping commits b, which deletes keys wholesale (a replica
+// cleared, a collection dropped), with the cache of newest versions
+// cleared before (no read begun before fills it) and after (none filled
+// before stays).
+func (n *Node) commitDropping(b *pebble.Batch) error {
+	if n.latestCache != nil {
+		n.latestCache.Clear()
+		defer n.latestCache.Clear()
 	}
 	return b.Commit(pebble.Sync)
 }
@@ -1080,6 +1099,16 @@ func (n *Node) write(ctx context.Context, shardID uint64, cmd []byte) (uint64, e
 }
 
 // Get implements kv.Backend.
+// readKey reads key of collection id as of asOf from this node's
+// committed state, the latest value through the cache of newest versions.
+// The caller made the read linearizable (or stable, at asOf) first.
+func (n *Node) readKey(id uint32, key []byte, asOf uint64) (storage.MVCCValue, uint64, bool, error) {
+	if asOf == shard.Latest {
+		return shard.ReadLatestCached(n.latestCache, n.eng.DB, id, key)
+	}
+	return shard.ReadRecord(n.eng.DB, id, key, asOf)
+}
+
 func (n *Node) Get(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
 	ctx, done, err := n.begin(ctx)
 	if err != nil {
@@ -1175,7 +1204,7 @@ func (n *Node) Get(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
 	if err := n.settleIntents(ctx, shards, d.ID, req.Key, keyEnd(req.Key), asOf); err != nil {
 		return kv.Record{}, err
 	}
-	val, version, found, err := shard.ReadRecord(n.eng.DB, d.ID, req.Key, asOf)
+	val, version, found, err := n.readKey(d.ID, req.Key, asOf)
 	if err != nil {
 		return kv.Record{}, kv.Errorf(kv.CodeInternal, "reading %q: %v", req.Key, err)
 	}

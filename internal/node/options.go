@@ -30,6 +30,10 @@ type Options struct {
 	// TruncateAfter is the number of applied entries a shard's raft log
 	// keeps before truncation; 0 means 10,000.
 	TruncateAfter uint64
+	// LatestCacheBytes bounds the cache of keys' newest versions that
+	// reads of the latest value use (shard.LatestCache); 0 means 64 MiB, a
+	// negative value no cache.
+	LatestCacheBytes int
 	// Retention is how long old versions stay readable; 0 means 1 hour,
 	// long enough for a reader of a version or a resuming watcher to catch up.
 	Retention time.Duration

@@ -500,7 +500,7 @@ func (n *Node) txnLockLocal(ctx context.Context, req *txnLockRequest) (*txnLockR
 				resp.Records = append(resp.Records, lockedRecord{})
 				continue
 			}
-			val, version, found, err := shard.ReadRecord(n.eng.DB, t.Collection, t.Key, shard.Latest)
+			val, version, found, err := n.readKey(t.Collection, t.Key, shard.Latest)
 			if err != nil {
 				return nil, kv.Errorf(kv.CodeInternal, "reading %q: %v", t.Key, err)
 			}

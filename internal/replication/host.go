@@ -51,6 +51,10 @@ type Config struct {
 	// Transport carries raft messages to the replicas of other nodes; nil
 	// on a single node, whose groups have one voter and send nothing.
 	Transport Transport
+	// LatestCache, when set, is the node's cache of newest versions: the
+	// shards invalidate it as they write, and a restored snapshot clears
+	// it (see shard.LatestCache).
+	LatestCache *shard.LatestCache
 	// Metrics may be nil.
 	Metrics *Metrics
 	Logger  *slog.Logger
@@ -359,6 +363,7 @@ func (h *Host) AddGroupWith(desc shard.Desc, replicaID uint64, opts GroupOptions
 		return err
 	}
 	sm.SetChildHere(h.childHere)
+	sm.SetLatestCache(h.cfg.LatestCache)
 	applied, _ := sm.Applied()
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:                        replicaID,
@@ -1298,8 +1303,17 @@ func (h *Host) restoreSnapshot(b *pebble.Batch, g *group, snap raftpb.Snapshot) 
 // persistWithSnapshots commits and syncs b, which restores snapshots, and
 // reloads the state machines the snapshots replaced.
 func (h *Host) persistWithSnapshots(b *pebble.Batch, rgs, snaps []readyGroup) error {
+	// The snapshots replace keys wholesale: no read begun before the
+	// commit fills the cache, and none filled before it stays (cleared
+	// again before the restored shards publish their applied index).
+	if c := h.cfg.LatestCache; c != nil {
+		c.Clear()
+	}
 	if err := b.Commit(pebble.Sync); err != nil {
 		return err
+	}
+	if c := h.cfg.LatestCache; c != nil {
+		c.Clear()
 	}
 	for _, r := range snaps {
 		g, meta := r.g, r.rd.Snapshot.Metadata
@@ -1315,6 +1329,7 @@ func (h *Host) persistWithSnapshots(b *pebble.Batch, rgs, snaps []readyGroup) er
 			return fmt.Errorf("replication: shard %d: loading a restored snapshot: %w", g.id, err)
 		}
 		sm.SetChildHere(h.childHere)
+		sm.SetLatestCache(h.cfg.LatestCache)
 		g.sm = sm
 		g.smRef.Store(sm)
 		g.singleVoter.Store(isSingleVoter(meta.ConfState, g.replicaID))

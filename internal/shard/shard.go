@@ -153,6 +153,12 @@ type Shard struct {
 	// The flag only saves reads: a replica with it set writes what one
 	// without it writes.
 	untagged bool
+	// latestCache, when set, is the node's cache of newest versions,
+	// which the shard invalidates for every latest pointer it writes (or
+	// deletes): at once, and again, for the keys in latestDirty, once the
+	// batch is committed (Committed).
+	latestCache *LatestCache
+	latestDirty []string
 	// recs lists the transaction records written since the shard was
 	// loaded (NoTxnRecord).
 	recs txnRecords
@@ -180,8 +186,23 @@ func (s *Shard) latest(b *pebble.Batch, key []byte) (storage.MVCCValue, uint64, 
 
 // EndBatch releases what the shard holds of the batch it applied into; the
 // caller calls it before closing a batch it does not commit. (The shard
-// holds nothing today: its reads are point lookups.)
+// holds nothing today: its reads are point lookups. The keys it
+// invalidates again at the next Committed stay: once more is harmless.)
 func (s *Shard) EndBatch() {}
+
+// SetLatestCache makes the shard invalidate c's keys as it writes their
+// latest pointers (see LatestCache).
+func (s *Shard) SetLatestCache(c *LatestCache) { s.latestCache = c }
+
+// latestWritten invalidates key's cached newest version: now, and again
+// once the batch is committed.
+func (s *Shard) latestWritten(key []byte) {
+	if s.latestCache == nil {
+		return
+	}
+	s.latestCache.Invalidate(s.desc.Collection, key)
+	s.latestDirty = append(s.latestDirty, string(key))
+}
 
 // Load returns the state machine of desc as persisted in r.
 func Load(r pebble.Reader, desc Desc) (*Shard, error) {
@@ -495,6 +516,7 @@ func (s *Shard) writeVersion(b *pebble.Batch, key []byte, bucket uint16, version
 	if err := b.Set(s.scratch, ptr, nil); err != nil {
 		return err
 	}
+	s.latestWritten(key)
 	// Tag index: an entry for every tag added, a removal for every tag gone.
 	for _, t := range mv.Tags {
 		if !contains(oldTags, t) {
@@ -728,6 +750,7 @@ func (s *Shard) applyGC(b *pebble.Batch, threshold uint64, chunk *GCChunk) (*GCC
 			dropLatest := func(k []byte) {
 				if dk, err := storage.DecodeDataKey(k); err == nil {
 					toDelete = append(toDelete, storage.LatestKey(nil, s.desc.Collection, dk.UserKey))
+					s.latestWritten(dk.UserKey)
 				}
 			}
 			next, err = s.gcVersions(b, maxKey(start, from), end, threshold, dropLatest, func(k, raw []byte) (prefix []byte, owned, dead bool, err error) {

@@ -570,6 +570,10 @@ func (t *txnState) recompute() {
 // transactions resolved in it stop holding back its resolved timestamp.
 // The owner calls it after every committed batch.
 func (s *Shard) Committed() {
+	for _, k := range s.latestDirty {
+		s.latestCache.Invalidate(s.desc.Collection, []byte(k))
+	}
+	s.latestDirty = s.latestDirty[:0]
 	if s.txns.stale {
 		s.txns.stale = false
 		s.txns.recompute()

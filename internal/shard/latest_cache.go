@@ -1,0 +1,163 @@
+package shard
+
+import (
+	"encoding/binary"
+	"hash/maphash"
+	"slices"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/groupkv/groupkv/internal/storage"
+)
+
+// LatestCache keeps the newest version of keys read recently, so that a
+// read of the latest value (ReadLatestCached) is a map lookup instead of a
+// Pebble point lookup (most of a get's CPU on a node).
+//
+// It holds only what storage holds. Every writer of a latest pointer
+// invalidates the key twice: when it writes the pointer into its batch, and
+// again after the batch is committed (Shard.writeVersion and the GC, then
+// Shard.Committed; a snapshot restored, a replica cleared or a collection
+// dropped clears the whole cache before and after). A reader fills the
+// cache with what it read from storage only if no invalidation touched
+// the key's stripe since it began: a value read before a commit and filled
+// after it is refused, one filled before the commit is removed by the
+// second invalidation. The replication loop commits, invalidates, and only
+// then publishes the applied index and answers proposers, so a read that
+// must see a write (after its ack, or after a read barrier that covers it)
+// finds the new value or nothing. Reads of the latest value in the apply
+// loop, through its batch, do not use the cache.
+//
+// Safe for concurrent use.
+type LatestCache struct {
+	seed      maphash.Seed
+	perStripe int // bytes
+	stripes   [latestStripes]latestStripe
+}
+
+const (
+	latestStripes = 64
+	// maxCachedValue bounds the value of a cached version; a larger one is
+	// read from storage each time.
+	maxCachedValue = 4 << 10
+	// latestEntryOverhead approximates a map entry's bytes beyond its key
+	// and value.
+	latestEntryOverhead = 96
+)
+
+type latestStripe struct {
+	mu sync.Mutex
+	// gen counts the invalidations of the stripe's keys.
+	gen   uint64
+	bytes int
+	m     map[string]latestEntry
+}
+
+type latestEntry struct {
+	val     storage.MVCCValue
+	version uint64
+	found   bool
+}
+
+func (e *latestEntry) size(key string) int {
+	n := len(key) + len(e.val.Value) + latestEntryOverhead
+	for _, t := range e.val.Tags {
+		n += len(t) + 16
+	}
+	return n
+}
+
+// NewLatestCache returns a cache of at most about maxBytes.
+func NewLatestCache(maxBytes int) *LatestCache {
+	c := &LatestCache{seed: maphash.MakeSeed(), perStripe: max(maxBytes/latestStripes, 1)}
+	for i := range c.stripes {
+		c.stripes[i].m = map[string]latestEntry{}
+	}
+	return c
+}
+
+// cacheKey is the map key of (collection, key), built in buf.
+func cacheKey(buf []byte, collection uint32, key []byte) []byte {
+	return append(binary.BigEndian.AppendUint32(buf[:0], collection), key...)
+}
+
+func (c *LatestCache) stripe(k []byte) *latestStripe {
+	return &c.stripes[maphash.Bytes(c.seed, k)%latestStripes]
+}
+
+// Invalidate forgets key of collection and refuses the fills of reads
+// begun before.
+func (c *LatestCache) Invalidate(collection uint32, key []byte) {
+	var buf [64]byte
+	k := cacheKey(buf[:0], collection, key)
+	st := c.stripe(k)
+	st.mu.Lock()
+	st.gen++
+	if e, ok := st.m[string(k)]; ok {
+		st.bytes -= e.size(string(k))
+		delete(st.m, string(k))
+	}
+	st.mu.Unlock()
+}
+
+// Clear forgets every key and refuses the fills of reads begun before.
+func (c *LatestCache) Clear() {
+	for i := range c.stripes {
+		st := &c.stripes[i]
+		st.mu.Lock()
+		st.gen++
+		st.bytes = 0
+		clear(st.m)
+		st.mu.Unlock()
+	}
+}
+
+// ReadLatestCached is ReadRecord(r, collection, key, Latest) answered from
+// c where it can, r being the node's committed state (not a batch being
+// applied, nor a snapshot). A nil c reads r.
+func ReadLatestCached(c *LatestCache, r pebble.Reader, collection uint32, key []byte) (val storage.MVCCValue, version uint64, found bool, err error) {
+	if c == nil {
+		return readLatest(r, collection, key)
+	}
+	var buf [64]byte
+	k := cacheKey(buf[:0], collection, key)
+	st := c.stripe(k)
+	st.mu.Lock()
+	e, hit := st.m[string(k)]
+	gen := st.gen
+	st.mu.Unlock()
+	if hit {
+		v := e.val
+		v.Value = slices.Clone(v.Value)
+		v.Tags = slices.Clone(v.Tags)
+		return v, e.version, e.found, nil
+	}
+	val, version, found, err = readLatest(r, collection, key)
+	if err != nil || len(val.Value) > maxCachedValue {
+		return val, version, found, err
+	}
+	e = latestEntry{val: val, version: version, found: found}
+	e.val.Value = slices.Clone(val.Value)
+	e.val.Tags = slices.Clone(val.Tags)
+	size := e.size(string(k))
+	st.mu.Lock()
+	if st.gen == gen {
+		if old, ok := st.m[string(k)]; ok {
+			st.bytes -= old.size(string(k))
+		}
+		for other, o := range st.m {
+			if st.bytes+size <= c.perStripe {
+				break
+			}
+			st.bytes -= o.size(other)
+			delete(st.m, other) // map order is random: a random victim
+		}
+		if size <= c.perStripe {
+			st.m[string(k)] = e
+			st.bytes += size
+		}
+	}
+	st.mu.Unlock()
+	return val, version, found, nil
+}

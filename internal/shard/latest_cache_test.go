@@ -1,0 +1,183 @@
+package shard
+
+import (
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/groupkv/groupkv/internal/kv"
+)
+
+// getHook is a reader that runs a function before each point lookup.
+type getHook struct {
+	pebble.Reader
+	before func()
+}
+
+func (r getHook) Get(key []byte) ([]byte, io.Closer, error) {
+	r.before()
+	return r.Reader.Get(key)
+}
+
+func readCached(t *testing.T, c *LatestCache, r pebble.Reader, key string) string {
+	t.Helper()
+	val, _, found, err := ReadLatestCached(c, r, 1, []byte(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !found {
+		return "<absent>"
+	}
+	return string(val.Value)
+}
+
+// TestLatestCacheFollowsWrites: reads through the cache see every write
+// once its batch is committed and the shard told (Committed), as the
+// replication loop does before it answers the writer or publishes the
+// applied index: including a read that filled the cache with the old value
+// while the batch was being applied, and reads of a key the GC dropped.
+// A value handed out is the reader's own.
+func TestLatestCacheFollowsWrites(t *testing.T) {
+	db := memDB(t)
+	c := NewLatestCache(1 << 20)
+	s, err := Load(db, Desc{ShardID: 2, Collection: 1, Partitioning: kv.PartitionRange})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetLatestCache(c)
+	version := uint64(10)
+	write := func(value string) *pebble.Batch {
+		t.Helper()
+		version++
+		cmd := EncodeWrite([]Op{{Type: OpPut, Key: []byte("k"), Value: []byte(value)}})
+		if value == "" {
+			cmd = EncodeWrite([]Op{{Type: OpDelete, Key: []byte("k")}})
+		}
+		SetVersion(cmd, version)
+		b := db.NewIndexedBatch()
+		index, _ := s.Applied()
+		if res, err := s.Apply(b, index+1, 1, cmd); err != nil || res.Err != nil {
+			t.Fatal(err, res.Err)
+		}
+		if err := s.FinishBatch(b); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	commit := func(b *pebble.Batch) {
+		t.Helper()
+		if err := b.Commit(pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+		b.Close()
+		s.Committed()
+	}
+	if got := readCached(t, c, db, "k"); got != "<absent>" {
+		t.Fatalf("k = %s before any write", got)
+	}
+	commit(write("v1"))
+	if got := readCached(t, c, db, "k"); got != "v1" {
+		t.Fatalf("k = %s after v1 was committed", got)
+	}
+	val, _, _, _ := ReadLatestCached(c, db, 1, []byte("k"))
+	val.Value[0] = 'X' // the reader's own copy
+	if got := readCached(t, c, db, "k"); got != "v1" {
+		t.Fatalf("k = %s after a reader changed its copy", got)
+	}
+	// A read while the batch is applied, before it is committed, fills
+	// the cache with the old value; the commit's invalidation removes it.
+	b := write("v2")
+	if got := readCached(t, c, db, "k"); got != "v1" {
+		t.Fatalf("k = %s before v2 was committed", got)
+	}
+	commit(b)
+	if got := readCached(t, c, db, "k"); got != "v2" {
+		t.Fatalf("k = %s after v2 was committed (a stale entry stayed)", got)
+	}
+	// A read whose lookup a write's invalidation overtakes fills nothing.
+	b = write("v3")
+	raced := getHook{Reader: db, before: func() {}}
+	raced.before = func() {
+		if err := b.Commit(pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+		b.Close()
+		s.Committed()
+	}
+	if got := readCached(t, c, raced, "k"); got != "v3" {
+		t.Fatalf("k = %s read after v3 committed", got)
+	}
+	commit(write(""))
+	if got := readCached(t, c, db, "k"); got != "<absent>" {
+		t.Fatalf("k = %s after its delete", got)
+	}
+}
+
+// TestLatestCacheRefusesOvertakenFill: a read whose point lookup began
+// before an invalidation of its key does not fill the cache with what it
+// read.
+func TestLatestCacheRefusesOvertakenFill(t *testing.T) {
+	db := memDB(t)
+	c := NewLatestCache(1 << 20)
+	s, err := Load(db, Desc{ShardID: 2, Collection: 1, Partitioning: kv.PartitionRange})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(version uint64, value string) {
+		cmd := EncodeWrite([]Op{{Type: OpPut, Key: []byte("k"), Value: []byte(value)}})
+		SetVersion(cmd, version)
+		applyOne(t, db, s, cmd)
+	}
+	put(10, "old")
+	// The shard writes without the cache here; the test invalidates by
+	// hand, in the middle of the lookup, as a concurrent writer would.
+	r := getHook{Reader: db, before: func() { c.Invalidate(1, []byte("k")) }}
+	if got := readCached(t, c, r, "k"); got != "old" {
+		t.Fatalf("k = %s", got)
+	}
+	put(20, "new")
+	if got := readCached(t, c, db, "k"); got != "new" {
+		t.Fatalf("k = %s: the overtaken read filled the cache with %q", got, "old")
+	}
+}
+
+// TestLatestCacheBounded: the cache stays within its size, whatever is
+// read, and a value too large to cache is read from storage each time.
+func TestLatestCacheBounded(t *testing.T) {
+	db := memDB(t)
+	const limit = 64 << 10
+	c := NewLatestCache(limit)
+	s, err := Load(db, Desc{ShardID: 2, Collection: 1, Partitioning: kv.PartitionRange})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ops []Op
+	for i := range 2000 {
+		ops = append(ops, Op{Type: OpPut, Key: fmt.Appendf(nil, "k%05d", i), Value: make([]byte, 100)})
+	}
+	ops = append(ops, Op{Type: OpPut, Key: []byte("large"), Value: make([]byte, maxCachedValue+1)})
+	cmd := EncodeWrite(ops)
+	SetVersion(cmd, 10)
+	applyOne(t, db, s, cmd)
+	for _, op := range ops {
+		if _, _, found, err := ReadLatestCached(c, db, 1, op.Key); err != nil || !found {
+			t.Fatalf("%s: found %v, %v", op.Key, found, err)
+		}
+	}
+	total, entries := 0, 0
+	for i := range c.stripes {
+		total += c.stripes[i].bytes
+		entries += len(c.stripes[i].m)
+		if c.stripes[i].bytes > c.perStripe {
+			t.Fatalf("stripe %d holds %d bytes, more than its %d", i, c.stripes[i].bytes, c.perStripe)
+		}
+		if _, ok := c.stripes[i].m[string(cacheKey(nil, 1, []byte("large")))]; ok {
+			t.Fatalf("a value of %d bytes was cached", maxCachedValue+1)
+		}
+	}
+	if total > limit || entries == 0 || entries >= len(ops) {
+		t.Fatalf("%d entries, %d bytes cached of %d keys read (limit %d)", entries, total, len(ops), limit)
+	}
+}
