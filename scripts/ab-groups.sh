@@ -28,15 +28,6 @@ DURATION=${DURATION:-15s} WARMUP=${WARMUP:-3s} NODES=${NODES:-1}
 # Below Linux's ephemeral range (32768 up), off the other scripts' ports.
 PORT=${PORT:-29370}
 . "$(dirname "$0")/ab-lib.sh"
-# ab_start_cluster BIN DIR: a three-node cluster on PORT, PORT+10 and
-# PORT+20 (and the ports above them), its log in DIR/cluster.log.
-ab_start_cluster() {
-	local bin=$1 dir=$2
-	rm -rf "$dir" && mkdir -p "$dir"
-	"$bin" cluster local --nodes 3 --dir "$dir/c" --base-port "$PORT" >"$dir/cluster.log" 2>&1 &
-	AB_PID=$!
-	ab_wait "http://127.0.0.1:$((PORT + 20))/healthz" "the cluster of $bin (see $dir/cluster.log)"
-}
 run() {
 	local bin=$1 label=$2 dir=$WORK/$2 addr=127.0.0.1:$PORT extra=()
 	if [ "$NODES" = 3 ]; then

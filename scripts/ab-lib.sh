@@ -6,6 +6,11 @@
 #                      DIR (its log in DIR/server.log), on 127.0.0.1:PORT
 #                      and PORT+1, waits until it answers /healthz, and
 #                      sets AB_PID
+#   ab_start_cluster BIN DIR
+#                      starts a three-node "BIN cluster local" under DIR
+#                      (its log in DIR/cluster.log) on PORT, PORT+10 and
+#                      PORT+20 (and the ports above them), waits until its
+#                      last node answers, and sets AB_PID
 #   ab_stop            stops it
 #   ab_wait URL WHAT   waits up to a minute for URL to answer, else says
 #                      that WHAT did not start and fails
@@ -19,6 +24,14 @@ ab_start() {
 	"$bin" server --data-dir "$dir/d" --listen 127.0.0.1:$PORT --peer-listen 127.0.0.1:$((PORT + 1)) --log-level warn >"$dir/server.log" 2>&1 &
 	AB_PID=$!
 	ab_wait "http://127.0.0.1:$PORT/healthz" "the server of $bin (see $dir/server.log)"
+}
+
+ab_start_cluster() {
+	local bin=$1 dir=$2
+	rm -rf "$dir" && mkdir -p "$dir"
+	"$bin" cluster local --nodes 3 --dir "$dir/c" --base-port "$PORT" >"$dir/cluster.log" 2>&1 &
+	AB_PID=$!
+	ab_wait "http://127.0.0.1:$((PORT + 20))/healthz" "the cluster of $bin (see $dir/cluster.log)"
 }
 
 ab_wait() {

@@ -9,21 +9,32 @@
 #
 #   scripts/ab-ycsb.sh OLD-BINARY NEW-BINARY [ROUNDS]
 #   WORKLOAD=c CLIENTS=16 scripts/ab-ycsb.sh /tmp/old /tmp/new 5
+#   NODES=3 WORKLOAD=c scripts/ab-ycsb.sh /tmp/old /tmp/new 2
+#
+# With NODES=3 each binary runs a three-node "groupkv cluster local" and
+# the collection has three replicas; the clients spread over the nodes and
+# the CPU column is the three servers' together.
 #
 # The machine's other load moves single runs a lot: compare the medians of
 # several rounds, and the CPU column before the rate.
 set -euo pipefail
 [ $# -ge 2 ] || { sed -n 2,14p "$0"; exit 2; }
 A=$1 B=$2 ROUNDS=${3:-3}
-WORKLOAD=${WORKLOAD:-a} RECORDS=${RECORDS:-50000} CLIENTS=${CLIENTS:-64} DURATION=${DURATION:-15s} WARMUP=${WARMUP:-2s}
+NODES=${NODES:-1} WORKLOAD=${WORKLOAD:-a} RECORDS=${RECORDS:-50000} CLIENTS=${CLIENTS:-64} DURATION=${DURATION:-15s} WARMUP=${WARMUP:-2s}
 PORT=${PORT:-57470}
 . "$(dirname "$0")/ab-lib.sh"
 run() {
-	local bin=$1 label=$2 dir=$WORK/$2
-	ab_start "$bin" "$dir"
-	"$bin" bench --target groupkv --addr 127.0.0.1:$PORT --workload "$WORKLOAD" --records "$RECORDS" --load --clients "$CLIENTS" \
+	local bin=$1 label=$2 dir=$WORK/$2 addr=127.0.0.1:$PORT extra=()
+	if [ "$NODES" = 3 ]; then
+		ab_start_cluster "$bin" "$dir"
+		addr=127.0.0.1:$PORT,127.0.0.1:$((PORT + 10)),127.0.0.1:$((PORT + 20))
+		extra=(--replicas 3)
+	else
+		ab_start "$bin" "$dir"
+	fi
+	"$bin" bench --target groupkv --addr "$addr" "${extra[@]}" --workload "$WORKLOAD" --records "$RECORDS" --load --clients "$CLIENTS" \
 		--duration 1s --warmup 0s --seed 1 >/dev/null
-	"$bin" bench --target groupkv --addr 127.0.0.1:$PORT --workload "$WORKLOAD" --records "$RECORDS" --clients "$CLIENTS" \
+	"$bin" bench --target groupkv --addr "$addr" "${extra[@]}" --workload "$WORKLOAD" --records "$RECORDS" --clients "$CLIENTS" \
 		--duration "$DURATION" --warmup "$WARMUP" --seed 2 >"$dir/out.txt"
 	ab_stop
 	awk -v l="$label" '
