@@ -51,13 +51,16 @@ func TestBenchGroupsEmbedded(t *testing.T) {
 }
 
 // TestBenchGroupsRounds runs the modes in three rounds, alternating their
-// order, and reports the median of the rounds' overheads.
+// order, and reports the median of the rounds' overheads. Each round must
+// play at least one game of each mode for its ratio to be reported, so a
+// round lasts long enough that a stall of a loaded machine does not leave
+// one empty.
 func TestBenchGroupsRounds(t *testing.T) {
 	dir := t.TempDir()
 	results := filepath.Join(dir, "results.json")
 	out, err := runBench(t, "groups", "--embedded", filepath.Join(dir, "node"), "--players", "300", "--load",
 		"--group-size", "3", "--ops-per-group", "3", "--think", "1ms", "--clients", "2", "--rounds", "3",
-		"--duration", "300ms", "--warmup", "50ms", "--seed", "4", "--out", results)
+		"--duration", "800ms", "--warmup", "100ms", "--seed", "4", "--out", results)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
