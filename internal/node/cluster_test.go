@@ -22,6 +22,7 @@ import (
 	"github.com/groupkv/groupkv/internal/cluster"
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/linearizability"
+	"github.com/groupkv/groupkv/internal/shard"
 )
 
 // faultNet is the network between in-process test nodes: every peer
@@ -417,6 +418,14 @@ func TestClusterFollowerCatchesUpBySnapshot(t *testing.T) {
 			return err
 		})
 	}
+	// A GC while the follower is away: the snapshot carries the new
+	// threshold, which the follower's readers must then check against.
+	leader.n.RunGC(ctx)
+	gcShard := info.Shards[0].ID
+	threshold, err := shard.ReadGCThreshold(leader.n.eng.DB, gcShard)
+	if err != nil || threshold == 0 {
+		t.Fatalf("shard %d's GC threshold on its leader: %d (%v)", gcShard, threshold, err)
+	}
 	c.net.heal(follower.id)
 	c.eventually(60*time.Second, "the follower serves every write", func() error {
 		for i := 0; i < keys; i++ {
@@ -432,6 +441,9 @@ func TestClusterFollowerCatchesUpBySnapshot(t *testing.T) {
 	})
 	if got := testutil.ToFloat64(follower.n.metrics.repl.SnapshotsApplied); got == 0 {
 		t.Fatalf("the follower caught up without a snapshot; the test does not exercise snapshots")
+	}
+	if got, err := follower.n.gcThresholds.Get(follower.n.eng.DB, gcShard); err != nil || got < threshold {
+		t.Fatalf("after catching up, the follower checks reads of shard %d against GC threshold %d (%v), want %d", gcShard, got, err, threshold)
 	}
 	var streamed uint64
 	for _, tn := range c.nodes {

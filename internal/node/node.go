@@ -129,9 +129,13 @@ type Node struct {
 	workers *workpool.Pool
 	// latestCache caches keys' newest versions for reads (nil: none).
 	latestCache *shard.LatestCache
-	closeMu     sync.Mutex
-	closed      bool
-	reconcil    chan struct{}
+	// gcThresholds is the node's view of its shards' GC thresholds, which
+	// reads check after they read (checkRetained).
+	gcThresholds *shard.GCThresholds
+
+	closeMu  sync.Mutex
+	closed   bool
+	reconcil chan struct{}
 	// stepKick wakes the cluster loop to take the next step of a split or
 	// a merge now instead of at its next tick (kickSteps).
 	stepKick chan struct{}
@@ -202,8 +206,10 @@ func (n *Node) start() error {
 	if n.opts.LatestCacheBytes >= 0 {
 		n.latestCache = shard.NewLatestCache(cmp.Or(n.opts.LatestCacheBytes, 64<<20))
 	}
+	n.gcThresholds = shard.NewGCThresholds()
 	n.host = replication.NewHost(replication.Config{
 		LatestCache:   n.latestCache,
+		GCThresholds:  n.gcThresholds,
 		NodeID:        id,
 		Engine:        n.eng,
 		Versions:      n.versions,
@@ -1283,7 +1289,7 @@ func (n *Node) snapshotRead(ctx context.Context, shards []uint64, version uint64
 // its effect.
 func (n *Node) checkRetained(shards []uint64, version uint64) error {
 	for _, id := range n.withMerging(shards) {
-		gc, err := shard.ReadGCThreshold(n.eng.DB, id)
+		gc, err := n.gcThresholds.Get(n.eng.DB, id)
 		if err != nil {
 			return kv.Errorf(kv.CodeInternal, "reading the GC threshold: %v", err)
 		}

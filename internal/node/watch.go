@@ -224,7 +224,7 @@ func (n *Node) watchHere(ctx context.Context, d *cluster.CollectionDesc, shards 
 // have been garbage-collected from any of shards.
 func (n *Node) checkWatchRetained(shards []uint64, version uint64) error {
 	for _, id := range shards {
-		gc, err := shard.ReadGCThreshold(n.eng.DB, id)
+		gc, err := n.gcThresholds.Get(n.eng.DB, id)
 		if err != nil {
 			return kv.Errorf(kv.CodeInternal, "reading the GC threshold: %v", err)
 		}

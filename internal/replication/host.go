@@ -55,6 +55,11 @@ type Config struct {
 	// shards invalidate it as they write, and a restored snapshot clears
 	// it (see shard.LatestCache).
 	LatestCache *shard.LatestCache
+	// GCThresholds, when set, is the node's view of its shards' GC
+	// thresholds: the shards raise it as they apply, and a restored
+	// snapshot holds its shard there over the commit that replaces the
+	// threshold (see shard.GCThresholds).
+	GCThresholds *shard.GCThresholds
 	// Metrics may be nil.
 	Metrics *Metrics
 	Logger  *slog.Logger
@@ -364,6 +369,7 @@ func (h *Host) AddGroupWith(desc shard.Desc, replicaID uint64, opts GroupOptions
 	}
 	sm.SetChildHere(h.childHere)
 	sm.SetLatestCache(h.cfg.LatestCache)
+	sm.SetGCThresholds(h.cfg.GCThresholds)
 	applied, _ := sm.Applied()
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:                        replicaID,
@@ -1309,6 +1315,12 @@ func (h *Host) persistWithSnapshots(b *pebble.Batch, rgs, snaps []readyGroup) er
 	if c := h.cfg.LatestCache; c != nil {
 		c.Clear()
 	}
+	// Readers of a restored shard's GC threshold read it from storage
+	// until the shard is loaded again (released below; a commit that
+	// fails leaves them reading storage).
+	for _, r := range snaps {
+		h.cfg.GCThresholds.Hold(r.g.id)
+	}
 	if err := b.Commit(pebble.Sync); err != nil {
 		return err
 	}
@@ -1330,6 +1342,8 @@ func (h *Host) persistWithSnapshots(b *pebble.Batch, rgs, snaps []readyGroup) er
 		}
 		sm.SetChildHere(h.childHere)
 		sm.SetLatestCache(h.cfg.LatestCache)
+		sm.SetGCThresholds(h.cfg.GCThresholds)
+		h.cfg.GCThresholds.Release(g.id, sm.GCThreshold())
 		g.sm = sm
 		g.smRef.Store(sm)
 		g.singleVoter.Store(isSingleVoter(meta.ConfState, g.replicaID))

@@ -262,6 +262,7 @@ func (s *Shard) applyMergeTrigger(b *pebble.Batch, c MergeCmd) (Result, error) {
 	s.blindWrite = s.maxVersion
 	if c.Frozen.GCThreshold > s.gcThreshold {
 		s.gcThreshold = c.Frozen.GCThreshold
+		s.gcView.Raise(d.ShardID, s.gcThreshold) // before the batch commits
 		if err := storage.PutUint64(b, storage.ShardStateKey(d.ShardID, stateGCThreshold), s.gcThreshold); err != nil {
 			return Result{}, err
 		}

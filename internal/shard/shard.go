@@ -159,6 +159,9 @@ type Shard struct {
 	// batch is committed (Committed).
 	latestCache *LatestCache
 	latestDirty []string
+	// gcView, when set, is the node's view of GC thresholds for readers,
+	// raised with every threshold the shard writes (GCThresholds).
+	gcView *GCThresholds
 	// recs lists the transaction records written since the shard was
 	// loaded (NoTxnRecord).
 	recs txnRecords
@@ -193,6 +196,13 @@ func (s *Shard) EndBatch() {}
 // SetLatestCache makes the shard invalidate c's keys as it writes their
 // latest pointers (see LatestCache).
 func (s *Shard) SetLatestCache(c *LatestCache) { s.latestCache = c }
+
+// SetGCThresholds publishes the shard's GC threshold in t, and makes the
+// shard raise it there as it raises its own.
+func (s *Shard) SetGCThresholds(t *GCThresholds) {
+	s.gcView = t
+	t.Loaded(s.desc.ShardID, s.gcThreshold)
+}
 
 // latestWritten invalidates key's cached newest version: now, and again
 // once the batch is committed.
@@ -712,6 +722,7 @@ func (s *Shard) applyGC(b *pebble.Batch, threshold uint64, chunk *GCChunk) (*GCC
 			return nil, nil
 		}
 		s.gcThreshold = threshold
+		s.gcView.Raise(s.desc.ShardID, threshold) // before the batch commits
 		if err := storage.PutUint64(b, storage.ShardStateKey(s.desc.ShardID, stateGCThreshold), threshold); err != nil {
 			return nil, err
 		}

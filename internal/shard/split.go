@@ -164,6 +164,7 @@ func (s *Shard) applySplitTrigger(b *pebble.Batch, c SplitCmd) (Result, error) {
 	if err := writeSpan(b, child); err != nil {
 		return Result{}, err
 	}
+	s.gcView.Raise(child.ShardID, s.gcThreshold) // before the batch commits
 	if err := storage.PutUint64(b, storage.ShardStateKey(child.ShardID, stateGCThreshold), s.gcThreshold); err != nil {
 		return Result{}, err
 	}
