@@ -500,15 +500,16 @@ func (n *Node) Scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResult, err
 	if err := n.settleIntents(ctx, n.expandLocal(shards), d.ID, start, end, version); err != nil {
 		return kv.ScanResult{}, err
 	}
-	res := kv.ScanResult{Version: version}
+	res := kv.ScanResult{Version: version, Items: scanItems(limit)}
 	more := false
+	var arena copyArena
 	err = shard.Scan(n.eng.DB, shard.ScanOptions{Collection: d.ID, Start: start, End: end, AsOf: version, Reverse: req.Reverse, Limit: limit + 1},
 		func(r shard.ScanRecord) bool {
 			if len(res.Items) == limit {
 				more = true
 				return false
 			}
-			res.Items = append(res.Items, kv.Record{Key: clone(r.Key), Value: clone(r.Value), Tags: cloneTags(r.Tags), Version: r.Version})
+			res.Items = append(res.Items, kv.Record{Key: arena.clone(r.Key), Value: arena.clone(r.Value), Tags: cloneTags(r.Tags), Version: r.Version})
 			return true
 		})
 	if err != nil {
@@ -529,6 +530,35 @@ func clone(b []byte) []byte {
 	}
 	return append([]byte(nil), b...)
 }
+
+// copyArena copies the keys and values of one answer's records into a few
+// shared allocations instead of two per record. What it returns keeps its
+// chunk alive: it serves one answer, whose records live and die together.
+type copyArena struct{ buf []byte }
+
+const (
+	copyArenaChunk = 8 << 10
+	// copyArenaMax: larger slices get allocations of their own.
+	copyArenaMax = 1 << 10
+)
+
+// clone is clone(b), from the arena.
+func (a *copyArena) clone(b []byte) []byte {
+	if b == nil || len(b) > copyArenaMax {
+		return clone(b)
+	}
+	if cap(a.buf)-len(a.buf) < len(b) {
+		a.buf = make([]byte, 0, copyArenaChunk)
+	}
+	n := len(a.buf)
+	a.buf = append(a.buf, b...)
+	return a.buf[n:len(a.buf):len(a.buf)]
+}
+
+// scanItems is the capacity an answer of at most limit records starts
+// with: enough for most pages without regrowing, and no more for a large
+// limit that a short answer would never fill.
+func scanItems(limit int) []kv.Record { return make([]kv.Record, 0, min(limit, 128)) }
 
 func cloneTags(t []string) []string {
 	if len(t) == 0 {

@@ -505,14 +505,15 @@ func (n *Node) covers(d *cluster.CollectionDesc, spans []shardSpan) bool {
 // [req.Start, req.End), at most req.Limit, and reports whether there are
 // more.
 func (n *Node) scanSpans(d *cluster.CollectionDesc, req *shardReadRequest) ([]kv.Record, bool, error) {
-	var items []kv.Record
+	items := scanItems(req.Limit)
 	more := false
+	var arena copyArena
 	take := func(r shard.ScanRecord) bool {
 		if len(items) == req.Limit {
 			more = true
 			return false
 		}
-		items = append(items, kv.Record{Key: clone(r.Key), Value: clone(r.Value), Tags: cloneTags(r.Tags), Version: r.Version})
+		items = append(items, kv.Record{Key: arena.clone(r.Key), Value: arena.clone(r.Value), Tags: cloneTags(r.Tags), Version: r.Version})
 		return true
 	}
 	if d.Partitioning != kv.PartitionRange {

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -124,6 +125,18 @@ type ScanOptions struct {
 	Owned func(bucket uint16) bool
 }
 
+// scanStepsBeforeSeek is how many older versions of a key a forward scan
+// steps over before it seeks to the next key instead: a step costs far
+// less than a seek, and most keys have few versions.
+const scanStepsBeforeSeek = 4
+
+// sameKey reports whether data key k is a version of the key whose prefix
+// is prefix (an escaped key ends with a terminator that occurs nowhere
+// else in it: no other key's prefix starts with it).
+func sameKey(k, prefix []byte) bool {
+	return len(k) == len(prefix)+8 && bytes.HasPrefix(k, prefix)
+}
+
 // Scan calls fn for every live record visible at opts.AsOf in key order
 // (descending with Reverse) until fn returns false or the limit is reached.
 // Slices passed to fn are valid only during the call.
@@ -160,31 +173,42 @@ func Scan(r pebble.Reader, opts ScanOptions, fn func(ScanRecord) bool) error {
 		return opts.Limit == 0 || n < opts.Limit, nil
 	}
 	if !opts.Reverse {
-		// Forward: for each key, seek to its newest version <= AsOf.
+		// Forward: for each key, its newest version <= AsOf, reached by
+		// seeking when the key has newer ones; then past its older
+		// versions, stepping over a few before seeking to the next key.
+		// A data key is the key's prefix (its every version's) and 8
+		// bytes of version.
+		var prefix, seek []byte
 		for valid := it.First(); valid; {
-			dk, err := storage.DecodeDataKey(it.Key())
-			if err != nil {
-				return err
+			k := it.Key()
+			if len(k) < 5+2+8 {
+				return storage.ErrCorruptKey
 			}
-			prefix := storage.DataKeyPrefix(nil, opts.Collection, dk.UserKey)
-			if dk.Version > opts.AsOf {
-				valid = it.SeekGE(storage.DataKey(nil, opts.Collection, dk.UserKey, opts.AsOf))
-				if !valid {
+			prefix = append(prefix[:0], k[:len(k)-8]...)
+			version := ^binary.BigEndian.Uint64(k[len(k)-8:])
+			if version > opts.AsOf {
+				seek = binary.BigEndian.AppendUint64(append(seek[:0], prefix...), ^opts.AsOf)
+				if valid = it.SeekGE(seek); !valid {
 					break
 				}
-				if !bytes.HasPrefix(it.Key(), prefix) || len(it.Key()) != len(prefix)+8 {
+				if k = it.Key(); !sameKey(k, prefix) {
 					continue // no version of this key at or below AsOf
 				}
-				if dk, err = storage.DecodeDataKey(it.Key()); err != nil {
-					return err
-				}
+				version = ^binary.BigEndian.Uint64(k[len(k)-8:])
 			}
-			more, err := emit(it.Key(), it.Value(), dk.Version)
+			more, err := emit(k, it.Value(), version)
 			if err != nil || !more {
 				return err
 			}
-			// Skip the older versions of this key.
-			valid = it.SeekGE(storage.PrefixEnd(prefix))
+			valid = it.Next()
+			for steps := 0; valid && sameKey(it.Key(), prefix); steps++ {
+				if steps == scanStepsBeforeSeek {
+					seek = storage.AppendPrefixEnd(seek[:0], prefix)
+					valid = len(seek) > 0 && it.SeekGE(seek)
+					break
+				}
+				valid = it.Next()
+			}
 		}
 		return it.Error()
 	}

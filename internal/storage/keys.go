@@ -329,15 +329,20 @@ func UnescapeKey(b []byte) (key, rest []byte, err error) {
 }
 
 // prefixEnd returns the smallest key above every key with prefix p.
-func prefixEnd(p []byte) []byte {
-	end := append([]byte(nil), p...)
-	for i := len(end) - 1; i >= 0; i-- {
+func prefixEnd(p []byte) []byte { return AppendPrefixEnd(nil, p) }
+
+// AppendPrefixEnd appends to dst the smallest key above every key that
+// starts with p, and answers dst unchanged when there is none (p is all
+// 0xFF).
+func AppendPrefixEnd(dst, p []byte) []byte {
+	end := append(dst, p...)
+	for i := len(end) - 1; i >= len(dst); i-- {
 		if end[i] != 0xFF {
 			end[i]++
 			return end[:i+1]
 		}
 	}
-	return nil // p is all 0xFF: no upper bound
+	return dst[:len(dst):len(dst)]
 }
 
 // IntentKey is the key of the write intent on userKey.
