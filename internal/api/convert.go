@@ -368,8 +368,12 @@ func TagQueryFromPB(m *pb.TagQuery) kv.TagQuery {
 // ScanResultToPB converts a page of a scan or tag query.
 func ScanResultToPB(r kv.ScanResult) *pb.ScanResponse {
 	m := &pb.ScanResponse{Items: make([]*pb.Record, len(r.Items)), NextPage: r.NextPage, Version: r.Version}
+	// One allocation for the answer's messages, not one each.
+	recs := make([]pb.Record, len(r.Items))
 	for i, rec := range r.Items {
-		m.Items[i] = &pb.Record{Key: rec.Key, Value: rec.Value, Tags: rec.Tags, Version: rec.Version}
+		p := &recs[i]
+		p.Key, p.Value, p.Tags, p.Version = rec.Key, rec.Value, rec.Tags, rec.Version
+		m.Items[i] = p
 	}
 	return m
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -956,7 +957,7 @@ func (n *Node) localShardsOf(coll uint32) []uint64 {
 		}
 	}
 	ids = kept
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	slices.Sort(ids)
 	return ids
 }
 
@@ -964,18 +965,24 @@ func (n *Node) localShardsOf(coll uint32) []uint64 {
 // collections (see withLocalShards).
 func (n *Node) expandLocal(shards []uint64) []uint64 {
 	shards = n.liveShards(shards)
-	colls := map[uint32]bool{}
+	var colls []uint32 // nearly always one
 	n.mu.RLock()
 	for _, id := range shards {
+		var c uint32
 		if r, ok := n.mu.replicas[id]; ok {
-			colls[r.Desc.Collection] = true
+			c = r.Desc.Collection
 		} else if ref, ok := n.mu.shards[id]; ok {
-			colls[ref.coll.ID] = true
+			c = ref.coll.ID
+		} else {
+			continue
+		}
+		if !slices.Contains(colls, c) {
+			colls = append(colls, c)
 		}
 	}
 	n.mu.RUnlock()
 	out := shards
-	for c := range colls {
+	for _, c := range colls {
 		out = n.withLocalShards(c, out)
 	}
 	return out
