@@ -70,13 +70,19 @@ func (s *grpcService) Pipeline(st pb.GroupKV_PipelineServer) error {
 		}
 		return err
 	}
+	var deadlines sharedDeadlines
+	defer deadlines.release()
 	for {
 		select {
 		case req := <-reqs:
+			rctx := ctx
+			if t := req.GetTimeoutMicros(); t != 0 {
+				rctx = deadlines.context(ctx, time.Duration(t)*time.Microsecond)
+			}
 			wg.Add(1)
 			s.workers.Go(func() {
 				defer wg.Done()
-				send(s.pipelined(ctx, req))
+				send(s.pipelined(rctx, req))
 			})
 		case err := <-recvErr:
 			if errors.Is(err, io.EOF) {
@@ -94,15 +100,41 @@ func (s *grpcService) Pipeline(st pb.GroupKV_PipelineServer) error {
 	}
 }
 
+// sharedDeadlines gives the requests of a stream their timeouts without a
+// timer each: requests whose deadlines fall within deadlineSlack of one
+// another share one context, whose deadline is at most 2×deadlineSlack
+// later than each asked for (never earlier). A context replaced ends at its
+// deadline, or with the stream's. Owned by the stream's receiving loop.
+type sharedDeadlines struct {
+	ctx      context.Context
+	cancel   context.CancelFunc
+	deadline time.Time
+}
+
+// deadlineSlack bounds how much later than asked a request's deadline
+// falls, and how often a stream makes a timer.
+const deadlineSlack = 20 * time.Millisecond
+
+func (d *sharedDeadlines) context(parent context.Context, timeout time.Duration) context.Context {
+	want := time.Now().Add(timeout)
+	if d.ctx != nil && !want.After(d.deadline) && d.deadline.Sub(want) <= 2*deadlineSlack {
+		return d.ctx
+	}
+	d.deadline = want.Add(deadlineSlack)
+	d.ctx, d.cancel = context.WithDeadline(parent, d.deadline)
+	return d.ctx
+}
+
+func (d *sharedDeadlines) release() {
+	if d.cancel != nil {
+		d.cancel()
+	}
+}
+
 // pipelined serves one request of a Pipeline stream as the unary RPC of
 // the same name serves it.
 func (s *grpcService) pipelined(ctx context.Context, req *pb.PipelineRequest) *pb.PipelineResponse {
 	start := time.Now()
-	if t := req.GetTimeoutMicros(); t != 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Duration(t)*time.Microsecond)
-		defer cancel()
-	}
 	resp := &pb.PipelineResponse{Id: req.GetId()}
 	var (
 		op  string
