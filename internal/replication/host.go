@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -238,7 +239,11 @@ type Host struct {
 	// create a split's child replica (see CreateEmpty).
 	createMu sync.Mutex
 
-	mu struct {
+	// groupsView is a copy of mu.groups, replaced whenever it changes,
+	// for the lookups of every read and write (group) without the lock
+	// the proposal queue takes.
+	groupsView atomic.Pointer[map[uint64]*group]
+	mu         struct {
 		sync.Mutex
 		groups  map[uint64]*group
 		queue   []*proposal
@@ -429,6 +434,7 @@ func (h *Host) AddGroupWith(desc shard.Desc, replicaID uint64, opts GroupOptions
 		return fmt.Errorf("replication: shard %d already running", desc.ShardID)
 	}
 	h.mu.groups[desc.ShardID] = g
+	h.publishGroupsLocked()
 	h.signal()
 	return nil
 }
@@ -473,9 +479,17 @@ func (h *Host) signal() {
 }
 
 func (h *Host) group(shardID uint64) *group {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.mu.groups[shardID]
+	if m := h.groupsView.Load(); m != nil {
+		return (*m)[shardID]
+	}
+	return nil
+}
+
+// publishGroupsLocked replaces groupsView by a copy of mu.groups; h.mu is
+// held.
+func (h *Host) publishGroupsLocked() {
+	m := maps.Clone(h.mu.groups)
+	h.groupsView.Store(&m)
 }
 
 // Propose hands cmd to shardID's raft group and waits until it is applied.
@@ -2095,6 +2109,7 @@ func (h *Host) removeGroup(id uint64) {
 	h.mu.Lock()
 	g := h.mu.groups[id]
 	delete(h.mu.groups, id)
+	h.publishGroupsLocked()
 	h.mu.Unlock()
 	if g == nil {
 		return
