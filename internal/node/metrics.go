@@ -13,6 +13,10 @@ type metrics struct {
 	// orphans counts the prepares their coordinators left that shards
 	// led here resolved (txn_orphans.go).
 	orphans prometheus.Counter
+	// resolveBatches counts the batches of resolves proposed, and
+	// resolvesBatched the resolves in them (txn_resolves.go).
+	resolveBatches  prometheus.Counter
+	resolvesBatched prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry, eng *storage.Engine) *metrics {
@@ -20,6 +24,14 @@ func newMetrics(reg *prometheus.Registry, eng *storage.Engine) *metrics {
 	m.orphans = registerCounter(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "groupkv_txn_orphaned_prepares_resolved_total",
 		Help: "Prepared transactions their coordinator left (it stopped before resolving them) that the leader of their shard resolved from their record.",
+	})).(prometheus.Counter)
+	m.resolveBatches = registerCounter(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "groupkv_txn_resolve_batches_total",
+		Help: "Resolves of several transactions proposed to a shard as one raft entry.",
+	})).(prometheus.Counter)
+	m.resolvesBatched = registerCounter(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "groupkv_txn_resolves_batched_total",
+		Help: "Resolves proposed in batches of several (groupkv_txn_resolve_batches_total).",
 	})).(prometheus.Counter)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), pebbleCollector{eng})
 	return m

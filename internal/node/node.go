@@ -118,6 +118,9 @@ type Node struct {
 		// committed attempts' intents (and so from marking their
 		// records), as if they stopped right after the commit point.
 		skipResolves atomic.Bool
+		// resolveGather, when not 0, replaces resolveGather (a
+		// duration).
+		resolveGather atomic.Int64
 		// cutShard, when set, drops the raft messages of one shard
 		// between this node and one node (both ways if set on both).
 		cutShard atomic.Pointer[shardCut]
@@ -128,6 +131,8 @@ type Node struct {
 	// workers run the fan-outs of transactions (prepares, resolves) on
 	// goroutines that keep their stacks.
 	workers *workpool.Pool
+	// resolves gathers the resolves sent to each shard (txn_resolves.go).
+	resolves resolveQueue
 	// latestCache caches keys' newest versions for reads (nil: none).
 	latestCache *shard.LatestCache
 	// gcThresholds is the node's view of its shards' GC thresholds, which
@@ -376,7 +381,7 @@ func (n *Node) onApplied(shardID uint64, kind shard.CommandKind, res shard.Resul
 		n.onGroupApplied(shardID, res.Group) // group.go
 		return
 	}
-	if res.Txn != nil {
+	if res.Txn != nil || len(res.Resolved) > 0 {
 		n.onTxnApplied(shardID, kind, res) // txn_leader.go
 		return
 	}

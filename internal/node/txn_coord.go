@@ -1211,37 +1211,7 @@ func (n *Node) resolveAsync(m txn.Meta, parts map[uint64]*participant, rec shard
 		for _, w := range p.writes {
 			keys = append(keys, shard.TxnKey{Bucket: w.Bucket, Key: w.Key})
 		}
-		cmd := shard.EncodeTxnResolve(&shard.TxnResolveCmd{ID: id, Commit: rec.Status == txn.Committed, CommitTS: rec.CommitTS, Keys: keys})
-		shardID := p.shard
-		n.bg.Add(1)
-		n.workers.Go(func() {
-			defer n.bg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 4*n.retryWindow())
-			defer cancel()
-			for attempt := 0; ctx.Err() == nil; attempt++ {
-				res, err := n.propose(ctx, shardID, cmd)
-				if err == nil && res.Err == nil {
-					resolved(true)
-					return
-				}
-				// A shard frozen for a merge refuses resolves: once the
-				// shard taking it in has applied the merge here, resolve
-				// there (it holds the prepare now). Elsewhere the attempt
-				// fails, and the record stays for that shard's leader to
-				// settle.
-				if into, ok := n.mergedSuccessor(shardID); ok {
-					shardID = into
-					continue
-				}
-				select {
-				case <-n.stop:
-					resolved(false)
-					return
-				case <-time.After(time.Duration(min(attempt+1, 20)) * 10 * time.Millisecond):
-				}
-			}
-			resolved(false)
-		})
+		n.queueResolve(p.shard, &shard.TxnResolveCmd{ID: id, Commit: rec.Status == txn.Committed, CommitTS: rec.CommitTS, Keys: keys}, resolved)
 	}
 }
 

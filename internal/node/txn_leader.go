@@ -97,6 +97,14 @@ func (n *Node) closeLockTable(shardID uint64) {
 
 // onTxnApplied updates the lock table when a prepare or resolve applied.
 func (n *Node) onTxnApplied(shardID uint64, kind shard.CommandKind, res shard.Result) {
+	if kind == shard.KindTxnResolveBatch {
+		if lt := n.lockTable(shardID); lt != nil {
+			for _, id := range res.Resolved {
+				lt.Release(id)
+			}
+		}
+		return
+	}
 	if res.Txn == nil || res.Txn.ID == "" {
 		return
 	}

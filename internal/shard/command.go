@@ -112,7 +112,9 @@ type Command struct {
 	TxnRecord  txn.RecordCmd
 	TxnPrepare *TxnPrepareCmd
 	TxnResolve *TxnResolveCmd
-	TxnForget  *TxnForgetCmd
+	// TxnResolves is the body of a KindTxnResolveBatch.
+	TxnResolves []*TxnResolveCmd
+	TxnForget   *TxnForgetCmd
 }
 
 // Placement is a change of a key's placement tag: from Old (HasOld false:
@@ -258,7 +260,7 @@ func IsWrite(cmd []byte) bool {
 		return false
 	}
 	switch CommandKind(cmd[0]) {
-	case KindWrite, KindDeleteRange, KindFreeze, KindTxnPrepare, KindTxnResolve, KindGroupWrite, KindGroupWriteBatch:
+	case KindWrite, KindDeleteRange, KindFreeze, KindTxnPrepare, KindTxnResolve, KindTxnResolveBatch, KindGroupWrite, KindGroupWriteBatch:
 		return true
 	}
 	return false
@@ -500,7 +502,7 @@ func DecodeCommand(b []byte) (Command, error) {
 			}
 		}
 		return c, nil
-	case KindTxnPrepare, KindTxnResolve:
+	case KindTxnPrepare, KindTxnResolve, KindTxnResolveBatch:
 		if len(d.b) < 8 {
 			return c, ErrCorruptCommand
 		}

@@ -97,6 +97,8 @@ type Result struct {
 	Node *cluster.NodeDesc
 	// Txn is what a transaction command left.
 	Txn *TxnResult
+	// Resolved are the transactions a KindTxnResolveBatch resolved.
+	Resolved []string
 	// Split is what a KindSplitTrigger left.
 	Split *SplitResult
 	// Freeze is the frozen state a KindFreeze left; Merge what a
@@ -348,7 +350,7 @@ func (s *Shard) Apply(b *pebble.Batch, index, term uint64, data []byte) (Result,
 	var res Result
 	if s.frozen != nil {
 		switch cmd.Kind {
-		case KindWrite, KindDeleteRange, KindPlace, KindSplitTrigger, KindMergeTrigger, KindTxnPrepare, KindTxnForget, KindTxnRecord, KindTxnResolve:
+		case KindWrite, KindDeleteRange, KindPlace, KindSplitTrigger, KindMergeTrigger, KindTxnPrepare, KindTxnForget, KindTxnRecord, KindTxnResolve, KindTxnResolveBatch:
 			return s.frozenRefusal(), s.SetApplied(b, index, term)
 		case KindGC, KindGCChunk:
 			return Result{}, s.SetApplied(b, index, term)
@@ -396,6 +398,8 @@ func (s *Shard) Apply(b *pebble.Batch, index, term uint64, data []byte) (Result,
 		res, err = s.applyTxnPrepare(b, cmd.Version, term, cmd.TxnPrepare)
 	case KindTxnResolve:
 		res, err = s.applyTxnResolve(b, cmd.Version, cmd.TxnResolve)
+	case KindTxnResolveBatch:
+		res, err = s.applyTxnResolveBatch(b, cmd.Version, cmd.TxnResolves)
 	case KindTxnForget:
 		res, err = s.applyTxnForget(b, cmd.TxnForget)
 	case KindGroup, KindGroupWrite, KindGroupBatch, KindGroupWriteBatch:

@@ -31,6 +31,9 @@ import (
 //   - KindTxnResolve: the outcome, at a version of its own: the intents of a
 //     committed transaction become versions at its commit timestamp, those
 //     of an aborted one vanish.
+//   - KindTxnResolveBatch: resolves of several transactions in one entry,
+//     at one version, each as its own KindTxnResolve would (the resolves
+//     of a shard that come close together, proposed once).
 //   - KindTxnForget: marks records of finished transactions, decided and
 //     resolved everywhere, with the time after which they may go (After),
 //     or removes them (docs/transactions.md, "Records of finished
@@ -49,7 +52,12 @@ const (
 	KindTxnPrepare CommandKind = 21
 	KindTxnResolve CommandKind = 22
 	KindTxnForget  CommandKind = 25
+	// KindTxnResolveBatch is 26.
+	KindTxnResolveBatch CommandKind = 26
 )
+
+// MaxResolveBatch bounds the resolves of one KindTxnResolveBatch.
+const MaxResolveBatch = 256
 
 // TxnPrepareCmd is the body of a KindTxnPrepare.
 type TxnPrepareCmd struct {
@@ -289,13 +297,39 @@ func EncodeTxnPrepare(c *TxnPrepareCmd) []byte {
 
 // EncodeTxnResolve encodes a resolve with version 0.
 func EncodeTxnResolve(c *TxnResolveCmd) []byte {
+	b := make([]byte, 1+8, resolveSize(c)+10)
+	b[0] = byte(KindTxnResolve)
+	b = append(b, txnFormatBinary)
+	return appendResolve(b, c)
+}
+
+// EncodeTxnResolveBatch encodes resolves of several transactions (at most
+// MaxResolveBatch) as one command, with version 0.
+func EncodeTxnResolveBatch(cs []*TxnResolveCmd) []byte {
+	n := 1 + 8 + 1 + binary.MaxVarintLen64
+	for _, c := range cs {
+		n += binary.MaxVarintLen64 + resolveSize(c)
+	}
+	b := make([]byte, 1+8, n)
+	b[0] = byte(KindTxnResolveBatch)
+	b = append(b, txnFormatBinary)
+	b = binary.AppendUvarint(b, uint64(len(cs)))
+	for _, c := range cs {
+		b = appendBytes(b, appendResolve(nil, c))
+	}
+	return b
+}
+
+func resolveSize(c *TxnResolveCmd) int {
 	n := 32 + len(c.ID)
 	for _, k := range c.Keys {
 		n += 4 + len(k.Key)
 	}
-	b := make([]byte, 1+8, n)
-	b[0] = byte(KindTxnResolve)
-	b = append(b, txnFormatBinary)
+	return n
+}
+
+// appendResolve appends the binary body of c (after the format byte).
+func appendResolve(b []byte, c *TxnResolveCmd) []byte {
 	b = appendBytes(b, []byte(c.ID))
 	var commit byte
 	if c.Commit {
@@ -309,6 +343,28 @@ func EncodeTxnResolve(c *TxnResolveCmd) []byte {
 		b = appendBytes(b, k.Key)
 	}
 	return b
+}
+
+// decodeTxnResolveBatch decodes a binary resolve batch body (after its
+// format byte).
+func decodeTxnResolveBatch(body []byte) ([]*TxnResolveCmd, error) {
+	d := decoder{b: body}
+	n := d.count(MaxResolveBatch)
+	if d.err != nil || n == 0 {
+		return nil, ErrCorruptCommand
+	}
+	cs := make([]*TxnResolveCmd, 0, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		c, err := decodeTxnResolve(d.bytes())
+		if err != nil {
+			return nil, err
+		}
+		cs = append(cs, c)
+	}
+	if d.err != nil || len(d.b) != 0 {
+		return nil, ErrCorruptCommand
+	}
+	return cs, nil
 }
 
 // decodeTxnPrepare decodes a binary prepare body (after its format byte).
@@ -419,6 +475,11 @@ func decodeTxn(c *Command, body []byte) error {
 		}
 		c.TxnResolve = new(TxnResolveCmd)
 		err = json.Unmarshal(body, c.TxnResolve)
+	case KindTxnResolveBatch:
+		if len(body) == 0 || body[0] != txnFormatBinary {
+			return fmt.Errorf("%w: a resolve batch in an unknown format", ErrCorruptCommand)
+		}
+		c.TxnResolves, err = decodeTxnResolveBatch(body[1:])
 	case KindTxnForget:
 		c.TxnForget = new(TxnForgetCmd)
 		err = json.Unmarshal(body, c.TxnForget)
@@ -1072,6 +1133,40 @@ func (s *Shard) applyTxnResolve(b *pebble.Batch, version uint64, r *TxnResolveCm
 	if err := s.checkVersion(version); err != nil {
 		return Result{Err: err}, nil
 	}
+	res, err := s.resolve(b, r)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := s.setMaxVersion(b, version); err != nil {
+		return Result{}, err
+	}
+	res.Version = version
+	return res, nil
+}
+
+// applyTxnResolveBatch applies each resolve of rs as applyTxnResolve
+// would, at one version.
+func (s *Shard) applyTxnResolveBatch(b *pebble.Batch, version uint64, rs []*TxnResolveCmd) (Result, error) {
+	if err := s.checkVersion(version); err != nil {
+		return Result{Err: err}, nil
+	}
+	out := Result{Version: version, Resolved: make([]string, 0, len(rs))}
+	for _, r := range rs {
+		if _, err := s.resolve(b, r); err != nil {
+			return Result{}, err
+		}
+		out.Resolved = append(out.Resolved, r.ID)
+	}
+	if err := s.setMaxVersion(b, version); err != nil {
+		return Result{}, err
+	}
+	return out, nil
+}
+
+// resolve writes the outcome of r's transaction into b: its intents here
+// become versions at its commit timestamp or vanish, its prepared entry
+// goes.
+func (s *Shard) resolve(b *pebble.Batch, r *TxnResolveCmd) (Result, error) {
 	coll := s.desc.Collection
 	// Resolve every intent the transaction prepared here, not only the
 	// keys named (its prepared entry and its locks go with this resolve),
@@ -1146,14 +1241,11 @@ func (s *Shard) applyTxnResolve(b *pebble.Batch, version uint64, r *TxnResolveCm
 		// timestamp must not pass them.
 		s.txns.stale = true
 	}
-	if err := s.setMaxVersion(b, version); err != nil {
-		return Result{}, err
-	}
 	st := txn.Aborted
 	if r.Commit {
 		st = txn.Committed
 	}
-	return Result{Version: version, Txn: &TxnResult{ID: r.ID, Status: st, CommitTS: r.CommitTS}}, nil
+	return Result{Txn: &TxnResult{ID: r.ID, Status: st, CommitTS: r.CommitTS}}, nil
 }
 
 // resolveNeedsLatest reports whether committing intent in at commitTS

@@ -129,3 +129,44 @@ func TestTxnPrepareDecodedCopies(t *testing.T) {
 		t.Fatalf("the decoded prepare changed with its entry: %+v", *c.TxnPrepare)
 	}
 }
+
+// TestResolveBatchEncoding: a batch of resolves decodes to what was
+// encoded; an empty, truncated, oversized or trailing-bytes batch is
+// refused as corrupt.
+func TestResolveBatchEncoding(t *testing.T) {
+	rs := []*TxnResolveCmd{
+		{ID: txn.NewID(7, 3), Commit: true, CommitTS: 555, Keys: []TxnKey{{Bucket: 1, Key: []byte("a")}, {Bucket: 65535, Key: []byte("zz")}}},
+		{ID: txn.NewID(8, 1)},
+	}
+	enc := EncodeTxnResolveBatch(rs)
+	SetVersion(enc, 44)
+	c, err := DecodeCommand(enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Kind != KindTxnResolveBatch || c.Version != 44 || len(c.TxnResolves) != 2 {
+		t.Fatalf("decoded %+v", c)
+	}
+	for i := range rs {
+		if !reflect.DeepEqual(c.TxnResolves[i], rs[i]) {
+			t.Fatalf("resolve %d:\n got %+v\nwant %+v", i, *c.TxnResolves[i], *rs[i])
+		}
+	}
+	if !IsWrite(enc) {
+		t.Fatal("a resolve batch takes no version")
+	}
+	many := make([]*TxnResolveCmd, MaxResolveBatch+1)
+	for i := range many {
+		many[i] = &TxnResolveCmd{ID: txn.NewID(uint64(i+1), 1)}
+	}
+	for name, bad := range map[string][]byte{
+		"empty":     EncodeTxnResolveBatch(nil),
+		"truncated": enc[:len(enc)-1],
+		"trailing":  append(append([]byte(nil), enc...), 0),
+		"oversized": EncodeTxnResolveBatch(many),
+	} {
+		if _, err := DecodeCommand(bad); !errors.Is(err, ErrCorruptCommand) {
+			t.Errorf("%s batch: %v, want a corrupt command", name, err)
+		}
+	}
+}

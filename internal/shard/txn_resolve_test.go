@@ -132,3 +132,68 @@ func TestResolveAfterSplitAndMerge(t *testing.T) {
 		t.Fatalf("m = %q@%d (found %v, %v), want \"newer\"@40", val.Value, version, found, err)
 	}
 }
+
+// TestResolveBatch: a batch of resolves applies each as a resolve of its
+// own would — a commit's intent becomes a version at its commit
+// timestamp, an abort's vanishes, a transaction resolved before is left
+// as it is — at the batch's one version, and names the transactions
+// resolved; a batch at a version the shard passed applies nothing.
+func TestResolveBatch(t *testing.T) {
+	db := memDB(t)
+	s, err := Load(db, Desc{ShardID: 2, Collection: 1, Partitioning: kv.PartitionRange})
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply := func(version uint64, cmd []byte) Result {
+		t.Helper()
+		SetVersion(cmd, version)
+		return applyOne(t, db, s, cmd)
+	}
+	a, b, c := txn.NewID(1, 1), txn.NewID(2, 1), txn.NewID(3, 1)
+	prepare := func(version uint64, id, key, value string) {
+		t.Helper()
+		p := &TxnPrepareCmd{Meta: txn.Meta{ID: id, Priority: 1}, LockTerm: 1, Writes: []Op{{Type: OpPut, Key: []byte(key), Value: []byte(value)}}}
+		if res := apply(version, EncodeTxnPrepare(p)); res.Err != nil {
+			t.Fatalf("prepare %s: %v", key, res.Err)
+		}
+	}
+	apply(10, EncodeWrite([]Op{{Type: OpPut, Key: []byte("b"), Value: []byte("old")}}))
+	prepare(20, a, "a", "va")
+	prepare(21, b, "b", "vb")
+	prepare(22, c, "c", "vc")
+	if res := apply(30, EncodeTxnResolve(&TxnResolveCmd{ID: c, Commit: true, CommitTS: 25})); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	apply(31, EncodeWrite([]Op{{Type: OpPut, Key: []byte("c"), Value: []byte("newer")}}))
+	batch := EncodeTxnResolveBatch([]*TxnResolveCmd{
+		{ID: a, Commit: true, CommitTS: 26, Keys: []TxnKey{{Key: []byte("a")}}},
+		{ID: b, Keys: []TxnKey{{Key: []byte("b")}}},
+		{ID: c, Commit: true, CommitTS: 25, Keys: []TxnKey{{Key: []byte("c")}}},
+	})
+	stale := append([]byte(nil), batch...)
+	if res := apply(31, stale); res.Err == nil {
+		t.Fatal("a batch at a version the shard passed applied")
+	}
+	if s.MinPrepared() == 0 {
+		t.Fatal("a refused batch resolved transactions")
+	}
+	res := apply(40, batch)
+	if res.Err != nil || res.Version != 40 || len(res.Resolved) != 3 || res.Resolved[0] != a || res.Resolved[1] != b || res.Resolved[2] != c {
+		t.Fatalf("batch: %+v", res)
+	}
+	for _, w := range []struct {
+		key, value string
+		version    uint64
+	}{{"a", "va", 26}, {"b", "old", 10}, {"c", "newer", 31}} {
+		val, version, found, err := ReadRecord(db, 1, []byte(w.key), Latest)
+		if err != nil || !found || string(val.Value) != w.value || version != w.version {
+			t.Fatalf("%s = %q@%d (found %v, %v), want %q@%d", w.key, val.Value, version, found, err, w.value, w.version)
+		}
+		if _, held, err := ReadIntent(db, 1, []byte(w.key)); held || err != nil {
+			t.Fatalf("%s still holds an intent (%v)", w.key, err)
+		}
+	}
+	if s.MinPrepared() != 0 || s.MaxVersion() != 40 {
+		t.Fatalf("after the batch: min prepared %d, max version %d", s.MinPrepared(), s.MaxVersion())
+	}
+}
