@@ -544,8 +544,8 @@ const (
 
 // clone is clone(b), from the arena.
 func (a *copyArena) clone(b []byte) []byte {
-	if b == nil || len(b) > copyArenaMax {
-		return clone(b)
+	if len(b) == 0 || len(b) > copyArenaMax {
+		return clone(b) // an empty value stays a non-nil empty slice
 	}
 	if cap(a.buf)-len(a.buf) < len(b) {
 		a.buf = make([]byte, 0, copyArenaChunk)
