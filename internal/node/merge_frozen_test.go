@@ -145,8 +145,9 @@ func TestClusterMergeFrozenResolveLagging(t *testing.T) {
 	var id string
 	var rec txn.Record
 	f := holdFrozenMerge(ctx, t, c, func(_, right uint64) {
-		// x first: the record is kept in the right shard, which prepares
-		// x; coordinated by its leader, which has the record at once.
+		// The right shard prepares x (the record is kept in a
+		// collection of its own: commitUnresolved); coordinated by the
+		// right shard's leader.
 		var coord *testNode
 		c.eventually(30*time.Second, "a leader of the right shard", func() error {
 			for _, tn := range c.nodes {

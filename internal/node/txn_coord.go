@@ -1038,14 +1038,23 @@ func (s *txnSession) commit(ctx context.Context) (uint64, error) {
 		}
 		return res.Version, nil
 	}
-	// Two phases: prepare every participant.
+	// Two phases: prepare every participant. When the record's shard is
+	// one of them, it goes last: once every other one prepared, one
+	// proposal there commits its writes and the record together (Last),
+	// with no intent and no resolve of its own.
+	last := s.parts[anchor]
 	type prepared struct {
 		p       *participant
 		version uint64
 		err     error
 	}
 	out := make(chan prepared, len(s.parts))
+	sent := 0
 	for _, p := range s.parts {
+		if p == last {
+			continue
+		}
+		sent++
 		n.workers.Go(func() {
 			res, err := n.propose(ctx, p.shard, shard.EncodeTxnPrepare(&shard.TxnPrepareCmd{Meta: s.meta, LockTerm: p.term, ReadTS: s.readTS, Writes: p.writes, Reads: p.reads}))
 			if err == nil && res.Err != nil {
@@ -1056,7 +1065,7 @@ func (s *txnSession) commit(ctx context.Context) (uint64, error) {
 	}
 	var commitTS uint64
 	var failed error
-	for range s.parts {
+	for range sent {
 		r := <-out
 		if r.err != nil {
 			if failed == nil || kv.CodeOf(r.err) == kv.CodeTxnAborted {
@@ -1078,9 +1087,14 @@ func (s *txnSession) commit(ctx context.Context) (uint64, error) {
 	// before it marks the record (txn_forget.go).
 	participants := make([]uint64, 0, len(s.parts))
 	for _, p := range s.parts {
-		participants = append(participants, p.shard)
+		if p != last {
+			participants = append(participants, p.shard)
+		}
 	}
 	slices.Sort(participants)
+	if last != nil {
+		return s.commitLast(ctx, last, participants, commitTS, deadline)
+	}
 	var rec shard.TxnResult
 	for attempt := 0; ; attempt++ {
 		rec, err = n.recordCAS(ctx, txn.RecordCmd{Op: txn.OpCommit, Meta: s.meta, TS: commitTS, Deadline: deadline, Participants: participants, Listed: true})
@@ -1099,6 +1113,42 @@ func (s *txnSession) commit(ctx context.Context) (uint64, error) {
 	s.finish(rec.CommitTS)
 	n.resolveAsync(s.meta, s.parts, rec)
 	return rec.CommitTS, nil
+}
+
+// commitLast commits the attempt in the shard of its record, every other
+// participant (others) prepared below commitTS: the record's shard
+// commits its writes and the record, listing the others, in one proposal
+// at a version above commitTS — the commit point — and the others resolve.
+func (s *txnSession) commitLast(ctx context.Context, last *participant, others []uint64, commitTS, deadline uint64) (uint64, error) {
+	n := s.n
+	res, err := n.propose(ctx, last.shard, shard.EncodeTxnPrepare(&shard.TxnPrepareCmd{Meta: s.meta, LockTerm: last.term, OnePhase: true,
+		Last: true, MinCommit: commitTS, Participants: others, Deadline: deadline, ReadTS: s.readTS, Writes: last.writes, Reads: last.reads}))
+	if err == nil && res.Err != nil {
+		err = res.Err
+	} else if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil) {
+		// The wait ended, not the proposal: it may be queued or in
+		// flight, and commit.
+		return 0, s.unknown(err)
+	}
+	if err != nil {
+		if c := kv.CodeOf(err); c == kv.CodeTxnAborted || c == kv.CodeUnavailable || c == kv.CodeNotLeader {
+			// Refused by the shard, or before it was proposed: the
+			// attempt did not commit; the others resolve it away.
+			err = kv.Errorf(kv.CodeTxnAborted, "transaction %s could not commit: %v", s.meta.ID, err)
+			s.abortPrepared(ctx, err)
+			return 0, err
+		}
+		return 0, s.unknown(err)
+	}
+	s.finish(res.Version)
+	rest := make(map[uint64]*participant, len(s.parts)-1)
+	for id, p := range s.parts {
+		if p != last {
+			rest[id] = p
+		}
+	}
+	n.resolveAsync(s.meta, rest, shard.TxnResult{Status: txn.Committed, CommitTS: res.Version})
+	return res.Version, nil
 }
 
 // pastDeadline reports whether the attempt began more than MaxTxnDuration

@@ -461,11 +461,12 @@ func TestTxnReadPastDeadlineAborts(t *testing.T) {
 // resolves nor marks the record). The leader of the record's shard removes
 // the record only once neither participant holds the attempt prepared.
 func TestTxnUnmarkedCommittedRecordForgotten(t *testing.T) {
-	n, ctx, d := openUnswept(t, 4)
+	n, ctx, _ := openUnswept(t, 4)
 	keys := keysInTwoShards(t, n, "c")
 	id, rec := commitUnresolved(ctx, t, n, "c", keys)
+	ad := anchorCollection(ctx, t, n)
 	if !rec.Listed || len(rec.Participants) != 2 || rec.ForgetAfter != 0 {
-		t.Fatalf("the committed record: %s %+v, want it unmarked, listing two participants\n%s", id, rec, describeTxnRecords(t, n, d.ID))
+		t.Fatalf("the committed record: %s %+v, want it unmarked, listing two participants\n%s", id, rec, describeTxnRecords(t, n, ad.ID))
 	}
 	sweep := func() {
 		t.Helper()
@@ -477,7 +478,7 @@ func TestTxnUnmarkedCommittedRecordForgotten(t *testing.T) {
 	}
 	exists := func() bool {
 		found := false
-		eachTxnRecord(t, n, d.ID, func(i string, _ txn.Record) { found = found || i == id })
+		eachTxnRecord(t, n, ad.ID, func(i string, _ txn.Record) { found = found || i == id })
 		return found
 	}
 	sweep()

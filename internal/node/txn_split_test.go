@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/groupkv/groupkv/internal/cluster"
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/shard"
 	"github.com/groupkv/groupkv/internal/txn"
@@ -62,7 +63,7 @@ func TestTxnPreparedAcrossSplit(t *testing.T) {
 	if err := n.resolvePrepared(ctx, od.Shards[0].ID, id, res); err != nil {
 		t.Fatal(err)
 	}
-	sweep := func() bool { return sweptRecordStays(t, n, id, d.ID, od.ID) }
+	sweep := func() bool { return sweptRecordStays(t, n, id, anchorCollection(ctx, t, n).ID) }
 	if !sweep() {
 		t.Fatal("the record was removed while the split child held the transaction prepared")
 	}
@@ -143,13 +144,16 @@ func keysInTwoShards(t *testing.T, n *Node, coll string) []string {
 // commitUnresolved commits, on n, one transaction writing "v"+key to each
 // of keys of collection coll (of others) and leaves its intents unresolved
 // and its record unmarked, as a coordinator that stopped right after the
-// commit point would. It returns the attempt's id and record, looked up in
-// collection coll.
+// commit point would. The record is anchored in a collection of its own
+// (anchorCollection), whose shard commits as the last participant: every
+// shard of coll and of others holds the transaction prepared. It returns
+// the attempt's id and record.
 func commitUnresolved(ctx context.Context, t *testing.T, n *Node, coll string, keys []string, others ...kv.PutItem) (string, txn.Record) {
 	t.Helper()
+	ad := anchorCollection(ctx, t, n)
 	n.knobs.skipResolves.Store(true)
 	defer n.knobs.skipResolves.Store(false)
-	var items []kv.PutItem // coll's first: the record is anchored there
+	items := []kv.PutItem{{Collection: ad.Name, Key: []byte("anchor"), Value: []byte("v")}} // first: the record is anchored there
 	for _, k := range keys {
 		items = append(items, kv.PutItem{Collection: coll, Key: []byte(k), Value: []byte("v" + k)})
 	}
@@ -164,21 +168,39 @@ func commitUnresolved(ctx context.Context, t *testing.T, n *Node, coll string, k
 	}); err != nil {
 		t.Fatal(err)
 	}
-	d, err := n.collection(coll)
+	var id string
+	var rec txn.Record
+	// In a cluster, n's replica of the record's shard may apply the
+	// commit a little after its leader answered.
+	for deadline := time.Now().Add(30 * time.Second); id == ""; time.Sleep(10 * time.Millisecond) {
+		eachTxnRecord(t, n, ad.ID, func(i string, r txn.Record) {
+			if r.Status == txn.Committed && r.ForgetAfter == 0 {
+				id, rec = i, r
+			}
+		})
+		if id == "" && time.Now().After(deadline) {
+			t.Fatalf("no committed record in %q\n%s", ad.Name, describeTxnRecords(t, n, ad.ID))
+		}
+	}
+	return id, rec
+}
+
+// anchorCollection is the collection, one shard, that commitUnresolved
+// anchors records in; it creates it on first use.
+func anchorCollection(ctx context.Context, t *testing.T, n *Node) *cluster.CollectionDesc {
+	t.Helper()
+	const name = "txn-anchor"
+	if d, err := n.collection(name); err == nil {
+		return d
+	}
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: name, Partitioning: kv.PartitionRange}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := n.collection(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var id string
-	var rec txn.Record
-	eachTxnRecord(t, n, d.ID, func(i string, r txn.Record) {
-		if r.Status == txn.Committed {
-			id, rec = i, r
-		}
-	})
-	if id == "" {
-		t.Fatalf("no committed record in %q\n%s", coll, describeTxnRecords(t, n, d.ID))
-	}
-	return id, rec
+	return d
 }
 
 // TestTxnPreparedAcrossMerge: a transaction prepared in two shards that
@@ -217,7 +239,7 @@ func TestTxnPreparedAcrossMerge(t *testing.T) {
 	// The record lists both shards as its participants; the right one is
 	// gone, its prepare the left one's: the record stays while the left
 	// one holds the transaction prepared, and goes once it does not.
-	sweep := func() bool { return sweptRecordStays(t, n, id, d.ID) }
+	sweep := func() bool { return sweptRecordStays(t, n, id, anchorCollection(ctx, t, n).ID) }
 	if !sweep() {
 		t.Fatal("the record was removed while the merged shard held the transaction prepared")
 	}

@@ -1827,7 +1827,7 @@ func (h *Host) proposeWaiting(g *group) {
 		var assigned *uint64 // the previous lastAssigned, if p got a version
 		if shard.IsWrite(p.cmd) {
 			g.mu.Lock()
-			floor := max(g.mu.lastAssigned, g.mu.readWatermark)
+			floor := max(g.mu.lastAssigned, g.mu.readWatermark, shard.MinVersion(p.cmd))
 			g.mu.Unlock()
 			var (
 				v  uint64

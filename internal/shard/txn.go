@@ -75,9 +75,18 @@ type TxnPrepareCmd struct {
 	Deadline uint64 `json:"deadline,omitempty"`
 	// ReadTS, for snapshot isolation, refuses the prepare if a written key
 	// has a version above it (first committer wins).
-	ReadTS uint64       `json:"read_ts,omitempty"`
-	Writes []Op         `json:"writes,omitempty"`
-	Reads  []txn.Target `json:"reads,omitempty"`
+	ReadTS uint64 `json:"read_ts,omitempty"`
+	// Last (with OnePhase) commits the transaction in the shard of its
+	// record as its last participant: every other one, listed in
+	// Participants, prepared at a version below MinCommit, and the
+	// proposal gets a version above it (MinVersion), at which the shard
+	// commits its writes and the record, COMMITTED and listing the
+	// others, at once.
+	Last         bool         `json:"last,omitempty"`
+	MinCommit    uint64       `json:"min_commit,omitempty"`
+	Participants []uint64     `json:"participants,omitempty"`
+	Writes       []Op         `json:"writes,omitempty"`
+	Reads        []txn.Target `json:"reads,omitempty"`
 }
 
 // TxnKey is a key of a resolve.
@@ -243,6 +252,9 @@ const (
 	prepareOnePhase = 1 << 0
 	prepareRecord   = 1 << 1
 	preparePlain    = 1 << 2
+	// prepareLast: MinCommit follows the flags, 8 bytes at a fixed
+	// offset (MinVersion), and the participants the reads.
+	prepareLast = 1 << 3
 )
 
 // Flags of a target of a binary prepare's read set.
@@ -273,7 +285,13 @@ func EncodeTxnPrepare(c *TxnPrepareCmd) []byte {
 	if c.Meta.Plain {
 		flags |= preparePlain
 	}
+	if c.Last {
+		flags |= prepareLast
+	}
 	b = append(b, flags)
+	if c.Last {
+		b = binary.BigEndian.AppendUint64(b, c.MinCommit)
+	}
 	b = txn.AppendMeta(b, &c.Meta)
 	b = binary.AppendUvarint(b, c.LockTerm)
 	b = binary.AppendUvarint(b, c.Deadline)
@@ -290,6 +308,12 @@ func EncodeTxnPrepare(c *TxnPrepareCmd) []byte {
 		b = appendBytes(b, t.Key)
 		if t.IsSpan {
 			b = appendBytes(b, t.End)
+		}
+	}
+	if c.Last {
+		b = binary.AppendUvarint(b, uint64(len(c.Participants)))
+		for _, id := range c.Participants {
+			b = binary.AppendUvarint(b, id)
 		}
 	}
 	return b
@@ -374,10 +398,18 @@ func decodeTxnPrepare(body []byte) (*TxnPrepareCmd, error) {
 	c := new(TxnPrepareCmd)
 	d := decoder{b: body}
 	flags := d.byte()
-	if d.err != nil || flags&^(prepareOnePhase|prepareRecord|preparePlain) != 0 {
+	if d.err != nil || flags&^(prepareOnePhase|prepareRecord|preparePlain|prepareLast) != 0 ||
+		flags&prepareLast != 0 && flags&prepareOnePhase == 0 {
 		return nil, ErrCorruptCommand
 	}
-	c.OnePhase, c.Record = flags&prepareOnePhase != 0, flags&prepareRecord != 0
+	c.OnePhase, c.Record, c.Last = flags&prepareOnePhase != 0, flags&prepareRecord != 0, flags&prepareLast != 0
+	if c.Last {
+		if len(d.b) < 8 {
+			return nil, ErrCorruptCommand
+		}
+		c.MinCommit = binary.BigEndian.Uint64(d.b)
+		d.b = d.b[8:]
+	}
 	m, rest, err := txn.DecodeMeta(d.b)
 	if err != nil {
 		return nil, ErrCorruptCommand
@@ -414,10 +446,26 @@ func decodeTxnPrepare(body []byte) (*TxnPrepareCmd, error) {
 		}
 		c.Reads = append(c.Reads, t)
 	}
+	if c.Last {
+		n := d.count(1 << 20)
+		for i := 0; i < n && d.err == nil; i++ {
+			c.Participants = append(c.Participants, d.uvarint())
+		}
+	}
 	if d.err != nil || len(d.b) != 0 {
 		return nil, ErrCorruptCommand
 	}
 	return c, nil
+}
+
+// MinVersion answers the version a proposal of cmd must be above: a
+// last participant's commit's MinCommit, 0 for any other command.
+func MinVersion(cmd []byte) uint64 {
+	const at = 1 + 8 + 1 + 1 // kind, version, format, flags
+	if len(cmd) < at+8 || CommandKind(cmd[0]) != KindTxnPrepare || cmd[9] != txnFormatBinary || cmd[10]&prepareLast == 0 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(cmd[at:])
 }
 
 // decodeTxnResolve decodes a binary resolve body (after its format byte).
@@ -1092,6 +1140,10 @@ func (s *Shard) commitOnePhase(b *pebble.Batch, version uint64, p *TxnPrepareCmd
 	if p.Deadline != 0 && version > p.Deadline {
 		return Result{Err: aborted("transaction %s ran past its deadline", p.Meta.ID)}, nil
 	}
+	if p.Last && version <= p.MinCommit {
+		// The proposal's version is drawn above MinCommit; never here.
+		return Result{Err: aborted("transaction %s would commit at %d, not above its other participants' prepares (%d)", p.Meta.ID, version, p.MinCommit)}, nil
+	}
 	for i := range p.Writes {
 		op := &p.Writes[i]
 		var cur storage.MVCCValue
@@ -1113,11 +1165,12 @@ func (s *Shard) commitOnePhase(b *pebble.Batch, version uint64, p *TxnPrepareCmd
 			return Result{}, err
 		}
 	}
-	if exists || p.Record {
+	if exists || p.Record || p.Last {
 		// The record was written (a heartbeat), or victims wait for it:
 		// leave it COMMITTED, so that a late wound finds it so.
-		// Its writes are in place: no participant holds it prepared.
-		rec = txn.Record{Status: txn.Committed, CommitTS: version, Heartbeat: rec.Heartbeat, Listed: true}
+		// Its writes are in place: no participant holds it prepared
+		// but the others of a last participant, which it lists.
+		rec = txn.Record{Status: txn.Committed, CommitTS: version, Heartbeat: rec.Heartbeat, Listed: true, Participants: p.Participants}
 		s.recs.add(p.Meta.ID)
 		if err := b.Set(storage.TxnRecordKey(a.Collection, a.Key, p.Meta.ID), txn.EncodeRecord(rec, a.Bucket), nil); err != nil {
 			return Result{}, err

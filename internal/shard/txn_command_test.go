@@ -30,7 +30,9 @@ func testPrepare() *TxnPrepareCmd {
 func TestTxnCommandsRoundTrip(t *testing.T) {
 	plain := testPrepare()
 	plain.Meta.Plain, plain.OnePhase, plain.Record, plain.Reads = true, false, false, nil
-	for _, p := range []*TxnPrepareCmd{testPrepare(), plain, {Meta: txn.Meta{ID: txn.NewID(1, 1)}}} {
+	last := testPrepare()
+	last.Last, last.MinCommit, last.Participants = true, 1<<62+5, []uint64{3, 9, 1 << 40}
+	for _, p := range []*TxnPrepareCmd{testPrepare(), plain, last, {Meta: txn.Meta{ID: txn.NewID(1, 1)}}} {
 		for name, enc := range map[string][]byte{"binary": EncodeTxnPrepare(p), "json": encodeJSON(KindTxnPrepare, true, p)} {
 			SetVersion(enc, 42)
 			c, err := DecodeCommand(enc)
@@ -168,5 +170,36 @@ func TestResolveBatchEncoding(t *testing.T) {
 		if _, err := DecodeCommand(bad); !errors.Is(err, ErrCorruptCommand) {
 			t.Errorf("%s batch: %v, want a corrupt command", name, err)
 		}
+	}
+}
+
+// TestLastPrepareEncoding: a last participant's commit carries MinCommit
+// where the host finds it without decoding (MinVersion), and its
+// participants; no other command has a minimum version; the flag without
+// a one-phase commit, or a truncated minimum, is corrupt.
+func TestLastPrepareEncoding(t *testing.T) {
+	last := testPrepare()
+	last.Last, last.MinCommit, last.Participants = true, 777, []uint64{4, 5}
+	enc := EncodeTxnPrepare(last)
+	SetVersion(enc, 900)
+	if got := MinVersion(enc); got != 777 {
+		t.Fatalf("MinVersion = %d, want 777", got)
+	}
+	c, err := DecodeCommand(enc)
+	if err != nil || !c.TxnPrepare.Last || c.TxnPrepare.MinCommit != 777 || !reflect.DeepEqual(c.TxnPrepare.Participants, []uint64{4, 5}) {
+		t.Fatalf("decoded %+v, %v", c.TxnPrepare, err)
+	}
+	for _, other := range [][]byte{EncodeTxnPrepare(testPrepare()), EncodeTxnResolve(&TxnResolveCmd{ID: "x"}), EncodeWrite([]Op{{Type: OpPut, Key: []byte("k")}})} {
+		if got := MinVersion(other); got != 0 {
+			t.Fatalf("MinVersion of a command %d = %d, want 0", other[0], got)
+		}
+	}
+	bad := append([]byte(nil), enc...)
+	bad[10] &^= prepareOnePhase
+	if _, err := DecodeCommand(bad); !errors.Is(err, ErrCorruptCommand) {
+		t.Fatalf("last without one-phase: %v, want a corrupt command", err)
+	}
+	if _, err := DecodeCommand(enc[:15]); !errors.Is(err, ErrCorruptCommand) {
+		t.Fatalf("truncated: %v, want a corrupt command", err)
 	}
 }

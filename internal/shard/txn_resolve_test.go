@@ -197,3 +197,60 @@ func TestResolveBatch(t *testing.T) {
 		t.Fatalf("after the batch: min prepared %d, max version %d", s.MinPrepared(), s.MaxVersion())
 	}
 }
+
+// TestCommitLast: the record's shard, as the last participant, commits
+// its writes at the proposal's version with no intent, and leaves the
+// record COMMITTED listing the other participants; it refuses, writing
+// nothing, a version not above the others' prepares, or a record a wound
+// aborted.
+func TestCommitLast(t *testing.T) {
+	desc := Desc{ShardID: 2, Collection: 1, Partitioning: kv.PartitionRange}
+	anchor := txn.Anchor{Collection: 1, Key: []byte("a")}
+	cmd := func(id string, minCommit uint64) []byte {
+		return EncodeTxnPrepare(&TxnPrepareCmd{Meta: txn.Meta{ID: id, Priority: 1, Anchor: anchor}, LockTerm: 1, OnePhase: true,
+			Last: true, MinCommit: minCommit, Participants: []uint64{5, 7}, Writes: []Op{{Type: OpPut, Key: []byte("a"), Value: []byte("new")}}})
+	}
+	db := memDB(t)
+	s, err := Load(db, desc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply := func(version uint64, c []byte) Result {
+		t.Helper()
+		SetVersion(c, version)
+		return applyOne(t, db, s, c)
+	}
+	apply(10, EncodeWrite([]Op{{Type: OpPut, Key: []byte("a"), Value: []byte("old")}}))
+	id := txn.NewID(1, 1)
+	if res := apply(20, cmd(id, 20)); res.Err == nil {
+		t.Fatal("a commit at its others' prepare version applied")
+	}
+	if val, v, _, _ := ReadRecord(db, 1, []byte("a"), Latest); string(val.Value) != "old" || v != 10 {
+		t.Fatalf("a refused commit wrote a = %q@%d", val.Value, v)
+	}
+	res := apply(30, cmd(id, 25))
+	if res.Err != nil || res.Version != 30 || res.Txn == nil || res.Txn.Status != txn.Committed {
+		t.Fatalf("commit: %+v", res)
+	}
+	if val, v, _, _ := ReadRecord(db, 1, []byte("a"), Latest); string(val.Value) != "new" || v != 30 {
+		t.Fatalf("a = %q@%d, want new@30", val.Value, v)
+	}
+	if _, held, _ := ReadIntent(db, 1, []byte("a")); held || s.MinPrepared() != 0 {
+		t.Fatal("the last participant left an intent or a prepare")
+	}
+	rec, ok, err := ReadTxnRecord(db, &txn.Meta{ID: id, Anchor: anchor})
+	if err != nil || !ok || rec.Status != txn.Committed || rec.CommitTS != 30 || !rec.Listed || len(rec.Participants) != 2 {
+		t.Fatalf("record %+v (found %v, %v), want COMMITTED at 30 listing [5 7]", rec, ok, err)
+	}
+	// A wounded transaction's last participant commits nothing.
+	wounded := txn.NewID(2, 1)
+	if r := applyOne(t, db, s, EncodeTxnRecord(txn.RecordCmd{Op: txn.OpAbort, Meta: txn.Meta{ID: wounded, Priority: 2, Anchor: anchor}, Reason: "wounded"})); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if r := apply(50, cmd(wounded, 45)); r.Err == nil || kv.CodeOf(r.Err) != kv.CodeTxnAborted {
+		t.Fatalf("the wounded transaction's commit: %+v", r)
+	}
+	if val, v, _, _ := ReadRecord(db, 1, []byte("a"), Latest); string(val.Value) != "new" || v != 30 {
+		t.Fatalf("after the refused commit a = %q@%d, want new@30", val.Value, v)
+	}
+}
