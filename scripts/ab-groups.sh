@@ -29,15 +29,9 @@ DURATION=${DURATION:-15s} WARMUP=${WARMUP:-3s} NODES=${NODES:-1}
 PORT=${PORT:-29370}
 . "$(dirname "$0")/ab-lib.sh"
 run() {
-	local bin=$1 label=$2 dir=$WORK/$2 addr=127.0.0.1:$PORT extra=()
-	if [ "$NODES" = 3 ]; then
-		ab_start_cluster "$bin" "$dir"
-		addr=127.0.0.1:$PORT,127.0.0.1:$((PORT + 10)),127.0.0.1:$((PORT + 20))
-		extra=(--replicas 3)
-	else
-		ab_start "$bin" "$dir"
-	fi
-	"$bin" bench groups --addr "$addr" "${extra[@]}" --players "$PLAYERS" --load --clients "$CLIENTS" --ops-per-group "$OPS" \
+	local bin=$1 label=$2 dir=$WORK/$2
+	ab_start_nodes "$bin" "$dir"
+	"$bin" bench groups --addr "$AB_ADDR" "${AB_EXTRA[@]}" --players "$PLAYERS" --load --clients "$CLIENTS" --ops-per-group "$OPS" \
 		--think "$THINK" --duration "$DURATION" --warmup "$WARMUP" --seed 1 >"$dir/out.txt" 2>&1
 	ab_stop
 	# The report's tables: per mode (columns: clients, mode, creates/s,

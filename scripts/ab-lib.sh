@@ -11,6 +11,10 @@
 #                      (its log in DIR/cluster.log) on PORT, PORT+10 and
 #                      PORT+20 (and the ports above them), waits until its
 #                      last node answers, and sets AB_PID
+#   ab_start_nodes BIN DIR
+#                      ab_start_cluster with NODES=3, else ab_start; sets
+#                      AB_ADDR to the address(es) for --addr and AB_EXTRA
+#                      to the bench flags the cluster needs (--replicas 3)
 #   ab_stop            stops it
 #   ab_wait URL WHAT   waits up to a minute for URL to answer, else says
 #                      that WHAT did not start and fails
@@ -32,6 +36,17 @@ ab_start_cluster() {
 	"$bin" cluster local --nodes 3 --dir "$dir/c" --base-port "$PORT" >"$dir/cluster.log" 2>&1 &
 	AB_PID=$!
 	ab_wait "http://127.0.0.1:$((PORT + 20))/healthz" "the cluster of $bin (see $dir/cluster.log)"
+}
+
+ab_start_nodes() {
+	AB_ADDR=127.0.0.1:$PORT AB_EXTRA=()
+	if [ "${NODES:-1}" = 3 ]; then
+		ab_start_cluster "$1" "$2"
+		AB_ADDR=127.0.0.1:$PORT,127.0.0.1:$((PORT + 10)),127.0.0.1:$((PORT + 20))
+		AB_EXTRA=(--replicas 3)
+	else
+		ab_start "$1" "$2"
+	fi
 }
 
 ab_wait() {

@@ -24,17 +24,11 @@ NODES=${NODES:-1} WORKLOAD=${WORKLOAD:-a} RECORDS=${RECORDS:-50000} CLIENTS=${CL
 PORT=${PORT:-57470}
 . "$(dirname "$0")/ab-lib.sh"
 run() {
-	local bin=$1 label=$2 dir=$WORK/$2 addr=127.0.0.1:$PORT extra=()
-	if [ "$NODES" = 3 ]; then
-		ab_start_cluster "$bin" "$dir"
-		addr=127.0.0.1:$PORT,127.0.0.1:$((PORT + 10)),127.0.0.1:$((PORT + 20))
-		extra=(--replicas 3)
-	else
-		ab_start "$bin" "$dir"
-	fi
-	"$bin" bench --target groupkv --addr "$addr" "${extra[@]}" --workload "$WORKLOAD" --records "$RECORDS" --load --clients "$CLIENTS" \
+	local bin=$1 label=$2 dir=$WORK/$2
+	ab_start_nodes "$bin" "$dir"
+	"$bin" bench --target groupkv --addr "$AB_ADDR" "${AB_EXTRA[@]}" --workload "$WORKLOAD" --records "$RECORDS" --load --clients "$CLIENTS" \
 		--duration 1s --warmup 0s --seed 1 >/dev/null
-	"$bin" bench --target groupkv --addr "$addr" "${extra[@]}" --workload "$WORKLOAD" --records "$RECORDS" --clients "$CLIENTS" \
+	"$bin" bench --target groupkv --addr "$AB_ADDR" "${AB_EXTRA[@]}" --workload "$WORKLOAD" --records "$RECORDS" --clients "$CLIENTS" \
 		--duration "$DURATION" --warmup "$WARMUP" --seed 2 >"$dir/out.txt"
 	ab_stop
 	awk -v l="$label" '

@@ -45,24 +45,10 @@ func TestGCThresholdsRaisedBeforeCommit(t *testing.T) {
 		if version != 0 {
 			SetVersion(cmd, version)
 		}
-		b := db.NewIndexedBatch()
-		defer b.Close()
-		index, _ := s.Applied()
-		res, err := s.Apply(b, index+1, 1, cmd)
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := applyOneThen(t, db, s, cmd, func(b *pebble.Batch) { check(b, "before the commit") })
 		if res.Err != nil {
 			t.Fatalf("version %d: %v", version, res.Err)
 		}
-		if err := s.FinishBatch(b); err != nil {
-			t.Fatal(err)
-		}
-		check(b, "before the commit")
-		if err := b.Commit(pebble.Sync); err != nil {
-			t.Fatal(err)
-		}
-		s.Committed()
 		check(db, "after the commit")
 		return res
 	}

@@ -24,6 +24,13 @@ func memDB(t *testing.T) *pebble.DB {
 // its own that it commits, as the replication loop does.
 func applyOne(t *testing.T, db *pebble.DB, s *Shard, cmd []byte) Result {
 	t.Helper()
+	return applyOneThen(t, db, s, cmd, nil)
+}
+
+// applyOneThen is applyOne calling beforeCommit, when set, with the
+// finished batch before it commits.
+func applyOneThen(t *testing.T, db *pebble.DB, s *Shard, cmd []byte, beforeCommit func(*pebble.Batch)) Result {
+	t.Helper()
 	b := db.NewIndexedBatch()
 	defer b.Close()
 	index, _ := s.Applied()
@@ -33,6 +40,9 @@ func applyOne(t *testing.T, db *pebble.DB, s *Shard, cmd []byte) Result {
 	}
 	if err := s.FinishBatch(b); err != nil {
 		t.Fatal(err)
+	}
+	if beforeCommit != nil {
+		beforeCommit(b)
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
 		t.Fatal(err)
