@@ -125,11 +125,6 @@ type ScanOptions struct {
 	Owned func(bucket uint16) bool
 }
 
-// scanStepsBeforeSeek is how many older versions of a key a forward scan
-// steps over before it seeks to the next key instead: a step costs far
-// less than a seek, and most keys have few versions.
-const scanStepsBeforeSeek = 4
-
 // sameKey reports whether data key k is a version of the key whose prefix
 // is prefix (an escaped key ends with a terminator that occurs nowhere
 // else in it: no other key's prefix starts with it).
@@ -140,123 +135,94 @@ func sameKey(k, prefix []byte) bool {
 // Scan calls fn for every live record visible at opts.AsOf in key order
 // (descending with Reverse) until fn returns false or the limit is reached.
 // Slices passed to fn are valid only during the call.
+//
+// A scan walks the keys' latest-version pointers, one per key whatever
+// the number of versions it keeps, and answers from a pointer when its
+// version is at or below opts.AsOf: it is then the key's newest version,
+// and the pointer carries its value. Only a key written after opts.AsOf,
+// or a pointer of format 2 (no value), costs a seek among the key's
+// versions, on a clone of the pointers' iterator, so that both read the
+// same state.
 func Scan(r pebble.Reader, opts ScanOptions, fn func(ScanRecord) bool) error {
-	lower, upper := storage.CollectionSpan(opts.Collection)
+	lower, upper := storage.LatestSpan(opts.Collection)
 	if opts.Start != nil {
-		lower = storage.DataKeyStart(opts.Collection, opts.Start)
+		lower = storage.LatestKey(nil, opts.Collection, opts.Start)
 	}
 	if opts.End != nil {
-		upper = storage.DataKeyStart(opts.Collection, opts.End)
+		upper = storage.LatestKey(nil, opts.Collection, opts.End)
 	}
 	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return err
 	}
 	defer it.Close()
+	var versions *pebble.Iterator
+	defer func() {
+		if versions != nil {
+			versions.Close()
+		}
+	}()
+	var seek []byte
 	n := 0
-	emit := func(k, raw []byte, version uint64) (bool, error) {
+	valid := it.First()
+	if opts.Reverse {
+		valid = it.Last()
+	}
+	for ; valid; valid = scanStep(it, opts.Reverse) {
+		key, err := storage.DecodeLatestKey(it.Key())
+		if err != nil {
+			return fmt.Errorf("shard: latest pointer %x: %w", it.Key(), err)
+		}
+		version, _, raw, err := storage.DecodeLatest(it.Value())
+		if err != nil {
+			return fmt.Errorf("shard: latest pointer of %q: %w", key, err)
+		}
+		if version > opts.AsOf || raw == nil {
+			// The newest version at or below AsOf, among the key's
+			// versions (newest first).
+			if versions == nil {
+				lo, hi := storage.CollectionSpan(opts.Collection)
+				if versions, err = it.Clone(pebble.CloneOptions{IterOptions: &pebble.IterOptions{LowerBound: lo, UpperBound: hi}}); err != nil {
+					return err
+				}
+			}
+			seek = storage.DataKey(seek[:0], opts.Collection, key, opts.AsOf)
+			if !versions.SeekGE(seek) {
+				if err := versions.Error(); err != nil {
+					return err
+				}
+				continue
+			}
+			k := versions.Key()
+			if !sameKey(k, seek[:len(seek)-8]) {
+				continue // no version of this key at or below AsOf
+			}
+			version = ^binary.BigEndian.Uint64(k[len(k)-8:])
+			raw = versions.Value()
+		}
 		v, err := storage.DecodeValue(raw)
 		if err != nil {
-			return false, fmt.Errorf("shard: record %x: %w", k, err)
+			return fmt.Errorf("shard: record %q@%d: %w", key, version, err)
 		}
 		if v.Tombstone || opts.Owned != nil && !opts.Owned(v.Bucket) {
-			return true, nil
+			continue
 		}
 		n++
-		dk, err := storage.DecodeDataKey(k)
-		if err != nil {
-			return false, err
+		if !fn(ScanRecord{Key: key, Value: v.Value, Tags: v.Tags, Version: version, Bucket: v.Bucket}) {
+			return nil
 		}
-		if !fn(ScanRecord{Key: dk.UserKey, Value: v.Value, Tags: v.Tags, Version: version, Bucket: v.Bucket}) {
-			return false, nil
-		}
-		return opts.Limit == 0 || n < opts.Limit, nil
-	}
-	if !opts.Reverse {
-		// Forward: for each key, its newest version <= AsOf, reached by
-		// seeking when the key has newer ones; then past its older
-		// versions, stepping over a few before seeking to the next key.
-		// A data key is the key's prefix (its every version's) and 8
-		// bytes of version.
-		var prefix, seek []byte
-		for valid := it.First(); valid; {
-			k := it.Key()
-			if len(k) < 5+2+8 {
-				return storage.ErrCorruptKey
-			}
-			prefix = append(prefix[:0], k[:len(k)-8]...)
-			version := ^binary.BigEndian.Uint64(k[len(k)-8:])
-			if version > opts.AsOf {
-				seek = binary.BigEndian.AppendUint64(append(seek[:0], prefix...), ^opts.AsOf)
-				if valid = it.SeekGE(seek); !valid {
-					break
-				}
-				if k = it.Key(); !sameKey(k, prefix) {
-					continue // no version of this key at or below AsOf
-				}
-				version = ^binary.BigEndian.Uint64(k[len(k)-8:])
-			}
-			more, err := emit(k, it.Value(), version)
-			if err != nil || !more {
-				return err
-			}
-			valid = it.Next()
-			for steps := 0; valid && sameKey(it.Key(), prefix); steps++ {
-				if steps == scanStepsBeforeSeek {
-					seek = storage.AppendPrefixEnd(seek[:0], prefix)
-					valid = len(seek) > 0 && it.SeekGE(seek)
-					break
-				}
-				valid = it.Next()
-			}
-		}
-		return it.Error()
-	}
-	// Reverse: versions of a key come newest first, so walking backwards
-	// meets the oldest version first; keep the last one <= AsOf seen before
-	// the key changes.
-	var (
-		curPrefix []byte
-		bestKey   []byte
-		bestVal   []byte
-		bestVer   uint64
-	)
-	flush := func() (bool, error) {
-		if bestKey == nil {
-			return true, nil
-		}
-		more, err := emit(bestKey, bestVal, bestVer)
-		bestKey = nil
-		return more, err
-	}
-	for valid := it.Last(); valid; valid = it.Prev() {
-		k := it.Key()
-		if len(k) < 8 {
-			return storage.ErrCorruptKey
-		}
-		p := k[:len(k)-8]
-		if curPrefix == nil || !bytes.Equal(p, curPrefix) {
-			more, err := flush()
-			if err != nil || !more {
-				return err
-			}
-			curPrefix = append(curPrefix[:0], p...)
-		}
-		dk, err := storage.DecodeDataKey(k)
-		if err != nil {
-			return err
-		}
-		if dk.Version <= opts.AsOf {
-			bestKey = append(bestKey[:0], k...)
-			bestVal = append(bestVal[:0], it.Value()...)
-			bestVer = dk.Version
+		if opts.Limit > 0 && n >= opts.Limit {
+			return nil
 		}
 	}
-	if err := it.Error(); err != nil {
-		return err
+	return it.Error()
+}
+
+func scanStep(it *pebble.Iterator, reverse bool) bool {
+	if reverse {
+		return it.Prev()
 	}
-	_, err = flush()
-	return err
+	return it.Next()
 }
 
 // TagMember reports whether key carries tag as of version asOf according to

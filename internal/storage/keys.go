@@ -261,6 +261,23 @@ func LatestKey(dst []byte, collection uint32, userKey []byte) []byte {
 	return EscapeKey(dst, userKey)
 }
 
+// DecodeLatestKey returns the user key of a latest-version pointer's key.
+// It returns ErrCorruptKey for anything LatestKey could not have produced.
+// The key aliases k when it needed no unescaping.
+func DecodeLatestKey(k []byte) ([]byte, error) {
+	if len(k) < 5+2 || k[0] != prefixLatest {
+		return nil, ErrCorruptKey
+	}
+	uk, rest, err := UnescapeKey(k[5:])
+	if err != nil {
+		return nil, err
+	}
+	if len(rest) != 0 {
+		return nil, ErrCorruptKey
+	}
+	return uk, nil
+}
+
 // LatestSpan is the span of a collection's latest-version pointers.
 func LatestSpan(collection uint32) (start, end []byte) {
 	start = binary.BigEndian.AppendUint32([]byte{prefixLatest}, collection)

@@ -71,9 +71,17 @@ func TestIndexKeysRoundTrip(t *testing.T) {
 		if err != nil || coll != 9 || tag != c.tag || !bytes.Equal(key, c.key) || v != c.version {
 			t.Fatalf("tag index round trip %+v: %d %q %q %d %v", c, coll, tag, key, v, err)
 		}
+		if key, err := DecodeLatestKey(LatestKey(nil, 9, c.key)); err != nil || !bytes.Equal(key, c.key) {
+			t.Fatalf("latest key round trip %q: %q %v", c.key, key, err)
+		}
 		coll, v, key, err = DecodeChangeKey(ChangeKey(nil, 9, c.version, c.key))
 		if err != nil || coll != 9 || !bytes.Equal(key, c.key) || v != c.version {
 			t.Fatalf("change key round trip %+v: %d %q %d %v", c, coll, key, v, err)
+		}
+	}
+	for _, bad := range [][]byte{DataKey(nil, 9, []byte("k"), 1), append(LatestKey(nil, 9, []byte("k")), 0), LatestKey(nil, 9, []byte("k"))[:6]} {
+		if _, err := DecodeLatestKey(bad); err == nil {
+			t.Fatalf("DecodeLatestKey(%x) accepted", bad)
 		}
 	}
 	// Change log entries sort by version, then key; ChangeSpan bounds them.
