@@ -140,24 +140,57 @@ func ReadLatestCached(c *LatestCache, r pebble.Reader, collection uint32, key []
 	e = latestEntry{val: val, version: version, found: found}
 	e.val.Value = slices.Clone(val.Value)
 	e.val.Tags = slices.Clone(val.Tags)
-	size := e.size(string(k))
 	st.mu.Lock()
 	if st.gen == gen {
-		if old, ok := st.m[string(k)]; ok {
-			st.bytes -= old.size(string(k))
-		}
-		for other, o := range st.m {
-			if st.bytes+size <= c.perStripe {
-				break
-			}
-			st.bytes -= o.size(other)
-			delete(st.m, other) // map order is random: a random victim
-		}
-		if size <= c.perStripe {
-			st.m[string(k)] = e
-			st.bytes += size
-		}
+		st.put(c.perStripe, string(k), e)
 	}
 	st.mu.Unlock()
 	return val, version, found, nil
+}
+
+// put stores e as k's entry, evicting others to stay within limit bytes.
+// The caller holds st.mu.
+func (st *latestStripe) put(limit int, k string, e latestEntry) {
+	size := e.size(k)
+	if old, ok := st.m[k]; ok {
+		st.bytes -= old.size(k)
+		delete(st.m, k)
+	}
+	for other, o := range st.m {
+		if st.bytes+size <= limit {
+			break
+		}
+		st.bytes -= o.size(other)
+		delete(st.m, other) // map order is random: a random victim
+	}
+	if size <= limit {
+		st.m[k] = e
+		st.bytes += size
+	}
+}
+
+// wrote makes version, with its encoded value (storage.EncodeValue), key's
+// cached newest version, once the batch that wrote it is committed, and
+// refuses the fills of reads begun before. The entry is what
+// ReadLatestCached would read from storage.
+func (c *LatestCache) wrote(collection uint32, key []byte, version uint64, encoded []byte) {
+	var buf [64]byte
+	k := cacheKey(buf[:0], collection, key)
+	st := c.stripe(k)
+	v, err := storage.DecodeValue(encoded)
+	st.mu.Lock()
+	st.gen++
+	if err != nil || len(v.Value) > maxCachedValue {
+		// (It encoded the value itself: an error cannot happen.)
+		if old, ok := st.m[string(k)]; ok {
+			st.bytes -= old.size(string(k))
+			delete(st.m, string(k))
+		}
+	} else {
+		if len(v.Value) == 0 {
+			v.Value = nil // as readLatest answers
+		}
+		st.put(c.perStripe, string(k), latestEntry{val: v, version: version, found: !v.Tombstone})
+	}
+	st.mu.Unlock()
 }

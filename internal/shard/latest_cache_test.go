@@ -1,9 +1,13 @@
 package shard
 
 import (
+	"bytes"
 	"fmt"
 	"io"
+	"math/rand/v2"
+	"reflect"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -103,8 +107,8 @@ func TestLatestCacheFollowsWrites(t *testing.T) {
 		t.Fatalf("k = %s read after v3 committed", got)
 	}
 	k := cacheKey(nil, 1, []byte("k"))
-	if _, ok := c.stripe(k).m[string(k)]; ok {
-		t.Fatal("a read overtaken by an invalidation filled the cache")
+	if e, ok := c.stripe(k).m[string(k)]; !ok || string(e.val.Value) != "v3" || e.version != version {
+		t.Fatalf("k's entry after v3 was committed: %+v (present %v); want v3 at %d, filled by the commit", e, ok, version)
 	}
 	commit(write(""))
 	if got := readCached(t, c, db, "k"); got != "<absent>" {
@@ -176,5 +180,104 @@ func TestLatestCacheBounded(t *testing.T) {
 	}
 	if total > limit || entries == 0 || entries >= len(ops) {
 		t.Fatalf("%d entries, %d bytes cached of %d keys read (limit %d)", entries, total, len(ops), limit)
+	}
+}
+
+// TestLatestCacheFilledByWrites: once a batch is committed, the cache
+// holds, for every key it wrote, exactly what a read of storage answers
+// (values with and without tags, empty values, deletes, several writes of
+// a key in one batch; a value too large to cache is not kept), and a
+// batch that was not committed fills nothing.
+func TestLatestCacheFilledByWrites(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 3))
+	db := memDB(t)
+	c := NewLatestCache(1 << 20)
+	s, err := Load(db, Desc{ShardID: 2, Collection: 1, Partitioning: kv.PartitionRange})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetLatestCache(c)
+	keys := []string{"a", "b", "c", "d", "e"}
+	version := uint64(10)
+	apply := func() (*pebble.Batch, map[string]bool) {
+		b := db.NewIndexedBatch()
+		written := map[string]bool{}
+		for range 1 + rng.IntN(6) {
+			k := keys[rng.IntN(len(keys))]
+			op := Op{Type: OpPut, Key: []byte(k)}
+			switch rng.IntN(6) {
+			case 0:
+				op = Op{Type: OpDelete, Key: []byte(k)}
+			case 1:
+				op.Value = []byte{} // empty
+			case 2:
+				op.Value = bytes.Repeat([]byte{'x'}, maxCachedValue+1)
+			case 3:
+				op.Value, op.Tags = []byte(fmt.Sprintf("%s@%d", k, version)), []string{"t1", fmt.Sprintf("t%d", rng.IntN(3))}
+			default:
+				op.Value = []byte(fmt.Sprintf("%s@%d", k, version))
+			}
+			// A delete of an absent key writes nothing.
+			_, _, exists, err := readLatest(b, 1, op.Key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			version++
+			cmd := EncodeWrite([]Op{op})
+			SetVersion(cmd, version)
+			index, _ := s.Applied()
+			if res, err := s.Apply(b, index+1, 1, cmd); err != nil || res.Err != nil {
+				t.Fatalf("seed %d: %v %v", seed, err, res.Err)
+			}
+			written[k] = written[k] || op.Type != OpDelete || exists
+		}
+		if err := s.FinishBatch(b); err != nil {
+			t.Fatal(err)
+		}
+		return b, written
+	}
+	filled, aborted := 0, 0
+	for i := range 200 {
+		b, written := apply()
+		if rng.IntN(5) == 0 {
+			// Not committed: its writes must not reach the cache.
+			// (The shard's applied index moves on in memory only: the
+			// test does not reload it.)
+			s.EndBatch()
+			b.Close()
+			aborted++
+			continue
+		}
+		if err := b.Commit(pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+		b.Close()
+		s.Committed()
+		for _, k := range keys {
+			ck := cacheKey(nil, 1, []byte(k))
+			e, ok := c.stripe(ck).m[string(ck)]
+			val, v, found, err := readLatest(db, 1, []byte(k))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				if written[k] && len(val.Value) <= maxCachedValue {
+					t.Fatalf("seed %d, batch %d: %q written and committed but not cached", seed, i, k)
+				}
+				continue
+			}
+			want := latestEntry{val: val, version: v, found: found}
+			if !reflect.DeepEqual(e, want) {
+				t.Fatalf("seed %d, batch %d: cached %q = %+v, storage has %+v", seed, i, k, e, want)
+			}
+			if written[k] {
+				filled++
+			}
+		}
+	}
+	if filled == 0 || aborted == 0 {
+		t.Fatalf("seed %d: %d writes filled the cache, %d batches not committed; the test must reach both", seed, filled, aborted)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -157,10 +158,11 @@ type Shard struct {
 	untagged bool
 	// latestCache, when set, is the node's cache of newest versions,
 	// which the shard invalidates for every latest pointer it writes (or
-	// deletes): at once, and again, for the keys in latestDirty, once the
-	// batch is committed (Committed).
+	// deletes): at once; then, once the batch is committed (Committed),
+	// it fills the cache with the version each write left (or invalidates
+	// again, for a pointer deleted), in the order of latestDirty.
 	latestCache *LatestCache
-	latestDirty []string
+	latestDirty []latestWrite
 	// gcView, when set, is the node's view of GC thresholds for readers,
 	// raised with every threshold the shard writes (GCThresholds).
 	gcView *GCThresholds
@@ -190,10 +192,15 @@ func (s *Shard) latest(b *pebble.Batch, key []byte) (storage.MVCCValue, uint64, 
 }
 
 // EndBatch releases what the shard holds of the batch it applied into; the
-// caller calls it before closing a batch it does not commit. (The shard
-// holds nothing today: its reads are point lookups. The keys it
-// invalidates again at the next Committed stay: once more is harmless.)
-func (s *Shard) EndBatch() {}
+// caller calls it before closing a batch it does not commit. The versions
+// the batch wrote are not filled into the cache of newest versions: their
+// keys are only invalidated again at the next Committed (once more is
+// harmless).
+func (s *Shard) EndBatch() {
+	for i := range s.latestDirty {
+		s.latestDirty[i].encoded = nil
+	}
+}
 
 // SetLatestCache makes the shard invalidate c's keys as it writes their
 // latest pointers (see LatestCache).
@@ -206,6 +213,15 @@ func (s *Shard) SetGCThresholds(t *GCThresholds) {
 	t.Loaded(s.desc.ShardID, s.gcThreshold)
 }
 
+// latestWrite is a latest pointer written into the batch being applied:
+// the key, and the version and encoded value it now points to (encoded
+// nil for a pointer deleted, or a value too large to cache).
+type latestWrite struct {
+	key     string
+	version uint64
+	encoded []byte
+}
+
 // latestWritten invalidates key's cached newest version: now, and again
 // once the batch is committed.
 func (s *Shard) latestWritten(key []byte) {
@@ -213,7 +229,23 @@ func (s *Shard) latestWritten(key []byte) {
 		return
 	}
 	s.latestCache.Invalidate(s.desc.Collection, key)
-	s.latestDirty = append(s.latestDirty, string(key))
+	s.latestDirty = append(s.latestDirty, latestWrite{key: string(key)})
+}
+
+// latestSet invalidates key's cached newest version now, and once the
+// batch is committed fills the cache with version, whose encoded value
+// the batch wrote: the next read of the key (often the next operation
+// on a hot key) finds it there.
+func (s *Shard) latestSet(key []byte, version uint64, encoded []byte) {
+	if s.latestCache == nil {
+		return
+	}
+	s.latestCache.Invalidate(s.desc.Collection, key)
+	w := latestWrite{key: string(key), version: version}
+	if len(encoded) <= maxCachedValue+64 {
+		w.encoded = slices.Clone(encoded)
+	}
+	s.latestDirty = append(s.latestDirty, w)
 }
 
 // Load returns the state machine of desc as persisted in r.
@@ -316,7 +348,6 @@ func (s *Shard) SetApplied(b *pebble.Batch, index, term uint64) error {
 // applied entries into b, before committing b: then the applied index is
 // persisted in the same batch as the state it describes.
 func (s *Shard) FinishBatch(b *pebble.Batch) error {
-	s.EndBatch()
 	if !s.dirty {
 		return nil
 	}
@@ -530,7 +561,7 @@ func (s *Shard) writeVersion(b *pebble.Batch, key []byte, bucket uint16, version
 	if err := b.Set(s.scratch, ptr, nil); err != nil {
 		return err
 	}
-	s.latestWritten(key)
+	s.latestSet(key, version, ptr[10:])
 	// Tag index: an entry for every tag added, a removal for every tag gone.
 	for _, t := range mv.Tags {
 		if !contains(oldTags, t) {

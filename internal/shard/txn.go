@@ -679,8 +679,13 @@ func (t *txnState) recompute() {
 // transactions resolved in it stop holding back its resolved timestamp.
 // The owner calls it after every committed batch.
 func (s *Shard) Committed() {
-	for _, k := range s.latestDirty {
-		s.latestCache.Invalidate(s.desc.Collection, []byte(k))
+	for i, w := range s.latestDirty {
+		if w.encoded == nil {
+			s.latestCache.Invalidate(s.desc.Collection, []byte(w.key))
+		} else {
+			s.latestCache.wrote(s.desc.Collection, []byte(w.key), w.version, w.encoded)
+		}
+		s.latestDirty[i] = latestWrite{}
 	}
 	s.latestDirty = s.latestDirty[:0]
 	if s.txns.stale {
