@@ -16,14 +16,16 @@ import (
 // Pebble point lookup (most of a get's CPU on a node).
 //
 // It holds only what storage holds. Every writer of a latest pointer
-// invalidates the key twice: when it writes the pointer into its batch, and
-// again after the batch is committed (Shard.writeVersion and the GC, then
-// Shard.Committed; a snapshot restored, a replica cleared or a collection
-// dropped clears the whole cache before and after). A reader fills the
-// cache with what it read from storage only if no invalidation touched
-// the key's stripe since it began: a value read before a commit and filled
-// after it is refused, one filled before the commit is removed by the
-// second invalidation. The replication loop commits, invalidates, and only
+// invalidates the key when it writes the pointer into its batch, and again
+// after the batch is committed, this time filling the key with the version
+// the batch wrote (Shard.writeVersion and the GC, then Shard.Committed; a
+// pointer deleted or a value too large is only invalidated, and a batch not
+// committed fills nothing; a snapshot restored, a replica cleared or a
+// collection dropped clears the whole cache before and after). A reader
+// fills the cache with what it read from storage only if no invalidation
+// touched the key's stripe since it began: a value read before a commit
+// and filled after it is refused, one filled before the commit is replaced
+// by the commit's. The replication loop commits, invalidates, and only
 // then publishes the applied index and answers proposers, so a read that
 // must see a write (after its ack, or after a read barrier that covers it)
 // finds the new value or nothing. Reads of the latest value in the apply
