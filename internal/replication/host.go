@@ -260,6 +260,9 @@ type Host struct {
 		// write to any shard.
 		applied chan struct{}
 	}
+	// changes holds the change log entries of the batch being applied,
+	// for all its shards (shard.ChangeBuffer; loop-owned).
+	changes *shard.ChangeBuffer
 	// lastAnswered is the number of proposals the last cycle answered
 	// (loop-owned).
 	lastAnswered int
@@ -281,7 +284,7 @@ type Host struct {
 // NewHost returns a Host with no groups; Start runs its loop.
 func NewHost(cfg Config) *Host {
 	cfg.ensureDefaults()
-	h := &Host{cfg: cfg, db: cfg.Engine.DB, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	h := &Host{cfg: cfg, db: cfg.Engine.DB, changes: &shard.ChangeBuffer{}, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	h.seqVersions, _ = cfg.Versions.(SequencedVersionSource)
 	h.pendingSnaps = make(map[uint64]pendingSnap)
 	h.mu.groups = make(map[uint64]*group)
@@ -375,6 +378,7 @@ func (h *Host) AddGroupWith(desc shard.Desc, replicaID uint64, opts GroupOptions
 	sm.SetChildHere(h.childHere)
 	sm.SetLatestCache(h.cfg.LatestCache)
 	sm.SetGCThresholds(h.cfg.GCThresholds)
+	sm.SetChangeBuffer(h.changes)
 	applied, _ := sm.Applied()
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:                        replicaID,
@@ -1357,6 +1361,7 @@ func (h *Host) persistWithSnapshots(b *pebble.Batch, rgs, snaps []readyGroup) er
 		sm.SetChildHere(h.childHere)
 		sm.SetLatestCache(h.cfg.LatestCache)
 		sm.SetGCThresholds(h.cfg.GCThresholds)
+		sm.SetChangeBuffer(h.changes)
 		h.cfg.GCThresholds.Release(g.id, sm.GCThreshold())
 		g.sm = sm
 		g.smRef.Store(sm)

@@ -181,6 +181,9 @@ type Shard struct {
 	scratch []byte
 	// valueBuf holds the latest pointer writeVersion writes.
 	valueBuf []byte
+	// changes holds the change log entries written since the last
+	// FinishBatch, not yet in the batch.
+	changes *ChangeBuffer
 	// dirty: applied or maxVersion changed since the last FinishBatch.
 	dirty bool
 }
@@ -192,15 +195,20 @@ func (s *Shard) latest(b *pebble.Batch, key []byte) (storage.MVCCValue, uint64, 
 }
 
 // EndBatch releases what the shard holds of the batch it applied into; the
-// caller calls it before closing a batch it does not commit. The versions
-// the batch wrote are not filled into the cache of newest versions: their
-// keys are only invalidated again at the next Committed (once more is
-// harmless).
+// caller calls it before closing a batch it does not commit. The change
+// log entries held for it are dropped, and the versions the batch wrote
+// are not filled into the cache of newest versions: their keys are only
+// invalidated again at the next Committed (once more is harmless).
 func (s *Shard) EndBatch() {
+	s.changes.reset()
 	for i := range s.latestDirty {
 		s.latestDirty[i].encoded = nil
 	}
 }
+
+// SetChangeBuffer makes the shard keep its change log entries in c, which
+// the other shards applying into the same batches share.
+func (s *Shard) SetChangeBuffer(c *ChangeBuffer) { s.changes = c }
 
 // SetLatestCache makes the shard invalidate c's keys as it writes their
 // latest pointers (see LatestCache).
@@ -254,7 +262,7 @@ func Load(r pebble.Reader, desc Desc) (*Shard, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shard %d: corrupt span: %w", desc.ShardID, err)
 	}
-	s := &Shard{desc: desc}
+	s := &Shard{desc: desc, changes: &ChangeBuffer{}}
 	v, ok, err := storage.GetValue(r, storage.ShardStateKey(desc.ShardID, stateApplied))
 	if err != nil {
 		return nil, err
@@ -342,12 +350,16 @@ func (s *Shard) SetApplied(b *pebble.Batch, index, term uint64) error {
 	return nil
 }
 
-// FinishBatch writes into b the applied index and the highest version of
-// the entries applied into it since the last FinishBatch, and releases
-// what the shard holds of b. The caller calls it, for every shard that
-// applied entries into b, before committing b: then the applied index is
-// persisted in the same batch as the state it describes.
+// FinishBatch writes into b the change log entries still held
+// (ChangeBuffer), the applied index and the highest version of the
+// entries applied into it since the last FinishBatch. The caller calls
+// it, for every shard that applied entries into b, before committing b:
+// then the applied index is persisted in the same batch as the state it
+// describes.
 func (s *Shard) FinishBatch(b *pebble.Batch) error {
+	if err := s.changes.write(b); err != nil {
+		return err
+	}
 	if !s.dirty {
 		return nil
 	}
@@ -377,6 +389,11 @@ func (s *Shard) Apply(b *pebble.Batch, index, term uint64, data []byte) (Result,
 	cmd, err := DecodeCommand(data)
 	if err != nil {
 		return Result{}, fmt.Errorf("shard %d: entry %d: %w", s.desc.ShardID, index, err)
+	}
+	if !defersChanges(cmd.Kind) {
+		if err := s.changes.write(b); err != nil {
+			return Result{}, err
+		}
 	}
 	var res Result
 	if s.frozen != nil {
@@ -579,8 +596,69 @@ func (s *Shard) writeVersion(b *pebble.Batch, key []byte, bucket uint16, version
 			}
 		}
 	}
-	s.scratch = storage.ChangeKey(s.scratch[:0], coll, version, key)
-	return b.Set(s.scratch, []byte{byte(bucket >> 8), byte(bucket)}, nil)
+	s.changes.add(coll, version, key, bucket)
+	return nil
+}
+
+// ChangeBuffer holds the change log entries of the batch being applied
+// until FinishBatch (or a command that may read the change log) writes
+// them into it, one after the other. Written in version order, together,
+// each lands next to the one before in Pebble's memtable, where the
+// inserter's cached position finds its place at once; interleaved with
+// each write's data key and latest pointer, as they were, each cost a
+// search from the top of the memtable's skiplist.
+//
+// The shards that apply into one batch share one buffer
+// (SetChangeBuffer), so that a command that reads or replaces the change
+// log, in whichever shard, finds every entry written before it in the
+// batch. It belongs to the loop that applies; a shard loaded alone has
+// its own.
+type ChangeBuffer struct {
+	keys []byte // the entries' keys, one after the other
+	ends []int  // where each key ends in keys
+	vals []byte // the entries' values, 2 bytes each (the bucket)
+}
+
+func (p *ChangeBuffer) add(coll uint32, version uint64, key []byte, bucket uint16) {
+	p.keys = storage.ChangeKey(p.keys, coll, version, key)
+	p.ends = append(p.ends, len(p.keys))
+	p.vals = append(p.vals, byte(bucket>>8), byte(bucket))
+}
+
+// write writes the pending entries into b, in the order they were added.
+// (A Shard not loaded, which only writes its applied index, has no
+// buffer.)
+func (p *ChangeBuffer) write(b *pebble.Batch) error {
+	if p == nil {
+		return nil
+	}
+	start := 0
+	for i, end := range p.ends {
+		if err := b.Set(p.keys[start:end], p.vals[2*i:2*i+2], nil); err != nil {
+			return err
+		}
+		start = end
+	}
+	p.reset()
+	return nil
+}
+
+func (p *ChangeBuffer) reset() {
+	if p == nil {
+		return
+	}
+	p.keys, p.ends, p.vals = p.keys[:0], p.ends[:0], p.vals[:0]
+}
+
+// defersChanges reports whether a command of kind k neither reads the
+// change log nor replaces the shard's keys wholesale, so that the change
+// log entries of the commands before it may wait for FinishBatch.
+func defersChanges(k CommandKind) bool {
+	switch k {
+	case KindWrite, KindTSO, KindTxnRecord, KindTxnPrepare, KindTxnResolve, KindTxnResolveBatch, KindTxnForget:
+		return true
+	}
+	return false
 }
 
 func contains(tags []string, t string) bool {
