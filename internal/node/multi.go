@@ -503,7 +503,8 @@ func (n *Node) Scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResult, err
 	res := kv.ScanResult{Version: version, Items: scanItems(limit)}
 	more := false
 	var arena copyArena
-	err = shard.Scan(n.eng.DB, shard.ScanOptions{Collection: d.ID, Start: start, End: end, AsOf: version, Reverse: req.Reverse, Limit: limit + 1},
+	err = shard.Scan(n.eng.DB, shard.ScanOptions{Collection: d.ID, Start: start, End: end, AsOf: version, Reverse: req.Reverse, Limit: limit + 1,
+		Moves: d.Partitioning == kv.PartitionTag},
 		func(r shard.ScanRecord) bool {
 			if len(res.Items) == limit {
 				more = true

@@ -518,7 +518,7 @@ func (n *Node) scanSpans(d *cluster.CollectionDesc, req *shardReadRequest) ([]kv
 	}
 	if d.Partitioning != kv.PartitionRange {
 		err := shard.Scan(n.eng.DB, shard.ScanOptions{Collection: d.ID, Start: req.Start, End: req.End, AsOf: req.Version,
-			Reverse: req.Reverse, Limit: req.Limit + 1, Owned: ownedBy(req.Spans)}, take)
+			Reverse: req.Reverse, Limit: req.Limit + 1, Owned: ownedBy(req.Spans), Moves: d.Partitioning == kv.PartitionTag}, take)
 		return items, more, err
 	}
 	// A range collection: each span's part of [Start, End), in order.

@@ -123,6 +123,14 @@ type ScanOptions struct {
 	// Owned, when set, keeps only records whose bucket it accepts (the
 	// buckets of the shards read).
 	Owned func(bucket uint16) bool
+	// Moves tells that the collection's keys may move between shards (a
+	// tag collection: see the notes on checksums). A key then has
+	// versions in two shards that share one latest pointer, which names
+	// the version applied last on this node: not the newest when the
+	// shard the key moved from applied its last writes late. A pointer
+	// to a tombstone, or to a bucket not owned, is then checked against
+	// the key's versions instead of skipping the key.
+	Moves bool
 }
 
 // sameKey reports whether data key k is a version of the key whose prefix
@@ -140,9 +148,10 @@ func sameKey(k, prefix []byte) bool {
 // the number of versions it keeps, and answers from a pointer when its
 // version is at or below opts.AsOf: it is then the key's newest version,
 // and the pointer carries its value. Only a key written after opts.AsOf,
-// or a pointer of format 2 (no value), costs a seek among the key's
-// versions, on a clone of the pointers' iterator, so that both read the
-// same state.
+// a pointer of format 2 (no value), or in a collection whose keys move
+// (opts.Moves) a pointer that is not to a live version of a bucket owned,
+// costs a seek among the key's versions, on a clone of the pointers'
+// iterator, so that both read the same state.
 func Scan(r pebble.Reader, opts ScanOptions, fn func(ScanRecord) bool) error {
 	lower, upper := storage.LatestSpan(opts.Collection)
 	if opts.Start != nil {
@@ -173,11 +182,18 @@ func Scan(r pebble.Reader, opts ScanOptions, fn func(ScanRecord) bool) error {
 		if err != nil {
 			return fmt.Errorf("shard: latest pointer %x: %w", it.Key(), err)
 		}
-		version, _, raw, err := storage.DecodeLatest(it.Value())
+		version, bucket, raw, err := storage.DecodeLatest(it.Value())
 		if err != nil {
 			return fmt.Errorf("shard: latest pointer of %q: %w", key, err)
 		}
-		if version > opts.AsOf || raw == nil {
+		fromVersions := version > opts.AsOf || raw == nil
+		if !fromVersions && (storage.IsTombstone(raw) || opts.Owned != nil && !opts.Owned(bucket)) {
+			if !opts.Moves {
+				continue // deleted, or another shard's
+			}
+			fromVersions = true
+		}
+		if fromVersions {
 			// The newest version at or below AsOf, among the key's
 			// versions (newest first).
 			if versions == nil {
