@@ -37,13 +37,10 @@ func readCached(t *testing.T, c *LatestCache, r pebble.Reader, key string) strin
 	return string(val.Value)
 }
 
-// TestLatestCacheFollowsWrites: reads through the cache see every write
-// once its batch is committed and the shard told (Committed), as the
-// replication loop does before it answers the writer or publishes the
-// applied index: including a read that filled the cache with the old value
-// while the batch was being applied, and reads of a key the GC dropped.
-// A value handed out is the reader's own.
-func TestLatestCacheFollowsWrites(t *testing.T) {
+// cachedShard returns a range shard of collection 1 on a fresh database,
+// writing through a cache of newest versions of 1 MiB.
+func cachedShard(t *testing.T) (*pebble.DB, *LatestCache, *Shard) {
+	t.Helper()
 	db := memDB(t)
 	c := NewLatestCache(1 << 20)
 	s, err := Load(db, Desc{ShardID: 2, Collection: 1, Partitioning: kv.PartitionRange})
@@ -51,6 +48,17 @@ func TestLatestCacheFollowsWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.SetLatestCache(c)
+	return db, c, s
+}
+
+// TestLatestCacheFollowsWrites: reads through the cache see every write
+// once its batch is committed and the shard told (Committed), as the
+// replication loop does before it answers the writer or publishes the
+// applied index: including a read that filled the cache with the old value
+// while the batch was being applied, and reads of a key the GC dropped.
+// A value handed out is the reader's own.
+func TestLatestCacheFollowsWrites(t *testing.T) {
+	db, c, s := cachedShard(t)
 	version := uint64(10)
 	write := func(value string) *pebble.Batch {
 		t.Helper()
@@ -192,13 +200,7 @@ func TestLatestCacheFilledByWrites(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 3))
-	db := memDB(t)
-	c := NewLatestCache(1 << 20)
-	s, err := Load(db, Desc{ShardID: 2, Collection: 1, Partitioning: kv.PartitionRange})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.SetLatestCache(c)
+	db, c, s := cachedShard(t)
 	keys := []string{"a", "b", "c", "d", "e"}
 	version := uint64(10)
 	apply := func() (*pebble.Batch, map[string]bool) {
