@@ -169,6 +169,11 @@ func newConsistencyState(n *Node) *consistencyState {
 
 // registerCounter registers c on reg, or returns the collector already
 // registered under its name.
+// counter registers (or finds, when registered before) the counter name.
+func counter(reg *prometheus.Registry, name, help string) prometheus.Counter {
+	return registerCounter(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})).(prometheus.Counter)
+}
+
 func registerCounter(reg *prometheus.Registry, c prometheus.Collector) prometheus.Collector {
 	if err := reg.Register(c); err != nil {
 		var are prometheus.AlreadyRegisteredError

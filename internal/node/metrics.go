@@ -21,18 +21,15 @@ type metrics struct {
 
 func newMetrics(reg *prometheus.Registry, eng *storage.Engine) *metrics {
 	m := &metrics{repl: replication.NewMetrics(reg)}
-	m.orphans = registerCounter(reg, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "groupkv_txn_orphaned_prepares_resolved_total",
-		Help: "Prepared transactions their coordinator left (it stopped before resolving them) that the leader of their shard resolved from their record.",
-	})).(prometheus.Counter)
-	m.resolveBatches = registerCounter(reg, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "groupkv_txn_resolve_batches_total",
-		Help: "Resolves of several transactions proposed to a shard as one raft entry.",
-	})).(prometheus.Counter)
-	m.resolvesBatched = registerCounter(reg, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "groupkv_txn_resolves_batched_total",
-		Help: "Resolves proposed in batches of several (groupkv_txn_resolve_batches_total).",
-	})).(prometheus.Counter)
+	m.orphans = counter(reg,
+		"groupkv_txn_orphaned_prepares_resolved_total",
+		"Prepared transactions their coordinator left (it stopped before resolving them) that the leader of their shard resolved from their record.")
+	m.resolveBatches = counter(reg,
+		"groupkv_txn_resolve_batches_total",
+		"Resolves of several transactions proposed to a shard as one raft entry.")
+	m.resolvesBatched = counter(reg,
+		"groupkv_txn_resolves_batched_total",
+		"Resolves proposed in batches of several (groupkv_txn_resolve_batches_total).")
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), pebbleCollector{eng})
 	return m
 }

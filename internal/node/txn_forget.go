@@ -87,22 +87,18 @@ type forgetEntry struct {
 
 func newRecordForgetter(reg *prometheus.Registry) *recordForgetter {
 	f := &recordForgetter{}
-	f.forgotten = registerCounter(reg, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "groupkv_txn_records_forgotten_total",
-		Help: "Records of finished transactions this node removed, as the leader of their shard, once their retention passed.",
-	})).(prometheus.Counter)
-	f.marked = registerCounter(reg, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "groupkv_txn_records_marked_total",
-		Help: "Records of finished transactions this node marked removable once their retention passes.",
-	})).(prometheus.Counter)
-	f.unmarked = registerCounter(reg, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "groupkv_txn_records_unmarked_forgotten_total",
-		Help: "Records of finished transactions that nobody marked removable (their coordinator, or whoever aborted them, stopped first) this node removed, as the leader of their shard: a committed one once no participant held it prepared.",
-	})).(prometheus.Counter)
-	f.kept = registerCounter(reg, prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "groupkv_txn_records_kept_total",
-		Help: "Records of finished transactions this node could not mark or remove (its queue was full, or the proposal failed); they stay in storage.",
-	})).(prometheus.Counter)
+	f.forgotten = counter(reg,
+		"groupkv_txn_records_forgotten_total",
+		"Records of finished transactions this node removed, as the leader of their shard, once their retention passed.")
+	f.marked = counter(reg,
+		"groupkv_txn_records_marked_total",
+		"Records of finished transactions this node marked removable once their retention passes.")
+	f.unmarked = counter(reg,
+		"groupkv_txn_records_unmarked_forgotten_total",
+		"Records of finished transactions that nobody marked removable (their coordinator, or whoever aborted them, stopped first) this node removed, as the leader of their shard: a committed one once no participant held it prepared.")
+	f.kept = counter(reg,
+		"groupkv_txn_records_kept_total",
+		"Records of finished transactions this node could not mark or remove (its queue was full, or the proposal failed); they stay in storage.")
 	f.waiting = registerCounter(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "groupkv_txn_records_to_forget",
 		Help: "Records of finished transactions waiting for this node to mark them removable.",

@@ -27,6 +27,13 @@ func applyOne(t *testing.T, db *pebble.DB, s *Shard, cmd []byte) Result {
 	return applyOneThen(t, db, s, cmd, nil)
 }
 
+// applyAt is applyOne of cmd at version.
+func applyAt(t *testing.T, db *pebble.DB, s *Shard, version uint64, cmd []byte) Result {
+	t.Helper()
+	SetVersion(cmd, version)
+	return applyOne(t, db, s, cmd)
+}
+
 // applyOneThen is applyOne calling beforeCommit, when set, with the
 // finished batch before it commits.
 func applyOneThen(t *testing.T, db *pebble.DB, s *Shard, cmd []byte, beforeCommit func(*pebble.Batch)) Result {

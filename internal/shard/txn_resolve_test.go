@@ -146,8 +146,7 @@ func TestResolveBatch(t *testing.T) {
 	}
 	apply := func(version uint64, cmd []byte) Result {
 		t.Helper()
-		SetVersion(cmd, version)
-		return applyOne(t, db, s, cmd)
+		return applyAt(t, db, s, version, cmd)
 	}
 	a, b, c := txn.NewID(1, 1), txn.NewID(2, 1), txn.NewID(3, 1)
 	prepare := func(version uint64, id, key, value string) {
@@ -215,10 +214,9 @@ func TestCommitLast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	apply := func(version uint64, c []byte) Result {
+	apply := func(version uint64, cmd []byte) Result {
 		t.Helper()
-		SetVersion(c, version)
-		return applyOne(t, db, s, c)
+		return applyAt(t, db, s, version, cmd)
 	}
 	apply(10, EncodeWrite([]Op{{Type: OpPut, Key: []byte("a"), Value: []byte("old")}}))
 	id := txn.NewID(1, 1)
