@@ -2,9 +2,12 @@ package groupkv
 
 import (
 	"context"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/groupkv/groupkv/internal/api"
@@ -40,7 +43,12 @@ type pipeStream struct {
 	s      pb.GroupKV_PipelineClient
 	cancel context.CancelFunc
 
-	sendMu sync.Mutex
+	// sends coalesces the requests of concurrent calls; batches says the
+	// server announced that it reads batches (in the stream's header),
+	// after which the requests queued while a send was under way go in
+	// one message.
+	sends   api.Coalescer[*pb.PipelineRequest]
+	batches atomic.Bool
 
 	mu      sync.Mutex
 	nextID  uint64
@@ -93,10 +101,7 @@ func (p *pipeline) call(ctx context.Context, req *pb.PipelineRequest, write bool
 		ps.mu.Unlock()
 		p.forget(ps)
 	}
-	ps.sendMu.Lock()
-	err := ps.s.Send(req)
-	ps.sendMu.Unlock()
-	if err != nil {
+	if err := ps.sends.Add(req, ps.send); err != nil {
 		// The stream ended; its receiver answers every call in flight
 		// (this one with them) with the reason.
 		ps.cancel()
@@ -153,7 +158,7 @@ func (p *pipeline) open(ctx context.Context) (*pipeStream, error) {
 		// The stream outlives the request that opens it: its context ends
 		// when the stream is forgotten or the DB closed.
 		sctx, cancel := context.WithCancel(context.Background())
-		s, err := p.c.Pipeline(sctx)
+		s, err := p.c.Pipeline(metadata.AppendToOutgoingContext(sctx, api.PipelineBatchKey, "1"))
 		p.mu.Lock()
 		p.opening = nil
 		close(ch)
@@ -194,9 +199,29 @@ func (p *pipeline) forget(ps *pipeStream) {
 	p.mu.Unlock()
 }
 
+// send sends the requests queued on ps (api.Coalescer): as one batch when
+// the server reads them.
+func (ps *pipeStream) send(q []*pb.PipelineRequest) error {
+	if len(q) > 1 && ps.batches.Load() {
+		return ps.s.Send(&pb.PipelineRequest{Batch: q})
+	}
+	for _, req := range q {
+		if err := ps.s.Send(req); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // receive hands ps's answers to their calls until it ends, then answers
-// the calls still in flight on it with the reason and forgets it.
+// the calls still in flight on it with the reason and forgets it. It reads
+// the stream's header first: a server that reads batches says so there
+// (an older one sends its header with its first answer, and until then
+// the requests go one per message).
 func (p *pipeline) receive(ps *pipeStream) {
+	if md, err := ps.s.Header(); err == nil && slices.Contains(md.Get(api.PipelineBatchKey), "1") {
+		ps.batches.Store(true)
+	}
 	for {
 		resp, err := ps.s.Recv()
 		if err != nil {
@@ -216,14 +241,25 @@ func (p *pipeline) receive(ps *pipeStream) {
 			}
 			return
 		}
-		ps.mu.Lock()
-		c := ps.pending[resp.GetId()]
-		delete(ps.pending, resp.GetId())
-		ps.mu.Unlock()
-		if c != nil { // nil: its caller gave up waiting
-			c.resp = resp
-			close(c.done)
+		if len(resp.GetBatch()) == 0 {
+			ps.answer(resp)
+			continue
 		}
+		for _, r := range resp.GetBatch() {
+			ps.answer(r)
+		}
+	}
+}
+
+// answer hands resp to its call.
+func (ps *pipeStream) answer(resp *pb.PipelineResponse) {
+	ps.mu.Lock()
+	c := ps.pending[resp.GetId()]
+	delete(ps.pending, resp.GetId())
+	ps.mu.Unlock()
+	if c != nil { // nil: its caller gave up waiting
+		c.resp = resp
+		close(c.done)
 	}
 }
 

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/groupkv/groupkv/internal/kv"
@@ -28,17 +30,32 @@ const PipelineDrained = "pipeline_drained"
 // side and every request it sent was answered, or when the server drains.
 func (s *grpcService) Pipeline(st pb.GroupKV_PipelineServer) error {
 	ctx := st.Context()
-	var (
-		wg      sync.WaitGroup
-		sendMu  sync.Mutex
-		sendErr error
-	)
-	send := func(resp *pb.PipelineResponse) {
-		sendMu.Lock()
-		defer sendMu.Unlock()
-		if sendErr == nil {
-			sendErr = st.Send(resp)
+	batches := false
+	if md, ok := metadata.FromIncomingContext(ctx); ok && slices.Contains(md.Get(PipelineBatchKey), "1") {
+		// Announced before anything else, so that the client's first
+		// requests find it (its receiver reads the header first).
+		if err := st.SendHeader(metadata.Pairs(PipelineBatchKey, "1")); err != nil {
+			return err
 		}
+		batches = true
+	}
+	var (
+		wg    sync.WaitGroup
+		sends Coalescer[*pb.PipelineResponse]
+	)
+	sendQueued := func(q []*pb.PipelineResponse) error {
+		if batches && len(q) > 1 {
+			return st.Send(&pb.PipelineResponse{Batch: q})
+		}
+		for _, resp := range q {
+			if err := st.Send(resp); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	send := func(resp *pb.PipelineResponse) {
+		_ = sends.Add(resp, sendQueued) // a failed send ends the stream (finish)
 	}
 	// Requests are read on a goroutine of their own so that draining
 	// need not wait for the next one; what it reads after the handler
@@ -50,6 +67,9 @@ func (s *grpcService) Pipeline(st pb.GroupKV_PipelineServer) error {
 	go func() {
 		for {
 			req, err := st.Recv()
+			if err == nil {
+				err = checkPipelineBatch(req)
+			}
 			if err != nil {
 				recvErr <- err
 				return
@@ -63,27 +83,34 @@ func (s *grpcService) Pipeline(st pb.GroupKV_PipelineServer) error {
 	}()
 	finish := func(err error) error {
 		wg.Wait() // no Send may follow the handler's return
-		sendMu.Lock()
-		defer sendMu.Unlock()
 		if err == nil {
-			err = sendErr
+			err = sends.Err()
 		}
 		return err
 	}
 	var deadlines sharedDeadlines
 	defer deadlines.release()
+	serve := func(req *pb.PipelineRequest) {
+		rctx := ctx
+		if t := req.GetTimeoutMicros(); t != 0 {
+			rctx = deadlines.context(ctx, time.Duration(t)*time.Microsecond)
+		}
+		wg.Add(1)
+		s.workers.Go(func() {
+			defer wg.Done()
+			send(s.pipelined(rctx, req))
+		})
+	}
 	for {
 		select {
 		case req := <-reqs:
-			rctx := ctx
-			if t := req.GetTimeoutMicros(); t != 0 {
-				rctx = deadlines.context(ctx, time.Duration(t)*time.Microsecond)
+			if len(req.GetBatch()) == 0 {
+				serve(req)
+				break
 			}
-			wg.Add(1)
-			s.workers.Go(func() {
-				defer wg.Done()
-				send(s.pipelined(rctx, req))
-			})
+			for _, r := range req.GetBatch() {
+				serve(r)
+			}
 		case err := <-recvErr:
 			if errors.Is(err, io.EOF) {
 				err = nil
@@ -98,6 +125,21 @@ func (s *grpcService) Pipeline(st pb.GroupKV_PipelineServer) error {
 			return st.Err()
 		}
 	}
+}
+
+// PipelineBatchKey is the metadata key by which a Pipeline client asks for
+// batched responses and a server announces that it reads batched requests
+// (see the RPC's comment in proto/groupkv.proto).
+const PipelineBatchKey = "groupkv-pipeline-batch"
+
+// checkPipelineBatch refuses a request whose batch holds a batch.
+func checkPipelineBatch(req *pb.PipelineRequest) error {
+	for _, r := range req.GetBatch() {
+		if len(r.GetBatch()) > 0 {
+			return status.Error(codes.InvalidArgument, "a request in a Pipeline batch holds a batch of its own")
+		}
+	}
+	return nil
 }
 
 // sharedDeadlines gives the requests of a stream their timeouts without a

@@ -121,6 +121,14 @@ type GroupKVClient interface {
 	// whole (the server shutting down, a malformed request). Remote Go clients
 	// send their writes this way when the connection is busy: a message on an
 	// open stream costs both sides a fraction of a unary RPC.
+	//
+	// Batches: a client that opens the stream with the metadata
+	// "groupkv-pipeline-batch: 1" may be answered in batches (a
+	// PipelineResponse whose batch holds the responses), and a server that
+	// reads batches says so with the same key in the stream's header, after
+	// which the client may send them (a PipelineRequest whose batch holds the
+	// requests). Neither side sends a batch to a peer that did not say it
+	// reads them; each side batches only what queued up while it was sending.
 	Pipeline(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PipelineRequest, PipelineResponse], error)
 	// Ready answers OK when the node serves requests (kv.Backend.Ready), and
 	// the error that says why not otherwise.
@@ -550,6 +558,14 @@ type GroupKVServer interface {
 	// whole (the server shutting down, a malformed request). Remote Go clients
 	// send their writes this way when the connection is busy: a message on an
 	// open stream costs both sides a fraction of a unary RPC.
+	//
+	// Batches: a client that opens the stream with the metadata
+	// "groupkv-pipeline-batch: 1" may be answered in batches (a
+	// PipelineResponse whose batch holds the responses), and a server that
+	// reads batches says so with the same key in the stream's header, after
+	// which the client may send them (a PipelineRequest whose batch holds the
+	// requests). Neither side sends a batch to a peer that did not say it
+	// reads them; each side batches only what queued up while it was sending.
 	Pipeline(grpc.BidiStreamingServer[PipelineRequest, PipelineResponse]) error
 	// Ready answers OK when the node serves requests (kv.Backend.Ready), and
 	// the error that says why not otherwise.
