@@ -143,7 +143,61 @@ type preparedEntry struct {
 	Reads   []txn.Target `json:"reads,omitempty"`
 }
 
-const statePrepared = "txn/" // + transaction id -> preparedEntry JSON
+const statePrepared = "txn/" // + transaction id -> preparedEntry (encodePrepared)
+
+// encodePrepared encodes e: txnFormatBinary, flags (preparePlain), the
+// meta, the version, the writes and the reads. Entries written before this
+// form are JSON (they begin with '{'), and still decode.
+func encodePrepared(e *preparedEntry) []byte {
+	n := 48 + len(e.Meta.ID) + len(e.Meta.Anchor.Key)
+	for _, t := range e.Writes {
+		n += 8 + len(t.Key)
+	}
+	for _, t := range e.Reads {
+		n += 8 + len(t.Key) + len(t.End)
+	}
+	b := make([]byte, 0, n)
+	var flags byte
+	if e.Meta.Plain {
+		flags |= preparePlain
+	}
+	b = append(b, txnFormatBinary, flags)
+	b = txn.AppendMeta(b, &e.Meta)
+	b = binary.AppendUvarint(b, e.Version)
+	b = appendTargets(b, e.Writes)
+	return appendTargets(b, e.Reads)
+}
+
+// decodePrepared decodes what encodePrepared encoded, or the JSON of an
+// older entry.
+func decodePrepared(v []byte) (preparedEntry, error) {
+	var e preparedEntry
+	if len(v) > 0 && v[0] == '{' {
+		err := json.Unmarshal(v, &e)
+		return e, err
+	}
+	if len(v) < 2 || v[0] != txnFormatBinary || v[1]&^preparePlain != 0 {
+		return e, ErrCorruptCommand
+	}
+	m, rest, err := txn.DecodeMeta(v[2:])
+	if err != nil {
+		return e, ErrCorruptCommand
+	}
+	e.Meta = m
+	e.Meta.Plain = v[1]&preparePlain != 0
+	d := decoder{b: rest}
+	e.Version = d.uvarint()
+	if e.Writes, err = d.targets(); err != nil {
+		return e, err
+	}
+	if e.Reads, err = d.targets(); err != nil {
+		return e, err
+	}
+	if d.err != nil || len(d.b) != 0 {
+		return e, ErrCorruptCommand
+	}
+	return e, nil
+}
 
 // inheritPrepared gives split child the transactions prepared in the shard
 // whose intents are now the child's: a prepared entry of its own with
@@ -175,12 +229,9 @@ func (s *Shard) inheritPrepared(b *pebble.Batch, child Desc) error {
 	if err != nil {
 		return err
 	}
-	for _, e := range entries {
-		js, err := json.Marshal(e)
-		if err != nil {
-			return err
-		}
-		if err := b.Set(storage.ShardStateKey(child.ShardID, statePrepared+e.Meta.ID), js, nil); err != nil {
+	for i := range entries {
+		e := &entries[i]
+		if err := b.Set(storage.ShardStateKey(child.ShardID, statePrepared+e.Meta.ID), encodePrepared(e), nil); err != nil {
 			return err
 		}
 	}
@@ -209,19 +260,15 @@ func (s *Shard) inheritMergedPrepared(b *pebble.Batch, right uint64) error {
 		if v, ok, err := storage.GetValue(b, key); err != nil {
 			return err
 		} else if ok {
-			var own preparedEntry
-			if err := json.Unmarshal(v, &own); err != nil {
+			own, err := decodePrepared(v)
+			if err != nil {
 				return fmt.Errorf("shard %d: corrupt prepared entry of %s: %w", s.desc.ShardID, e.Meta.ID, err)
 			}
 			e.Version = min(e.Version, own.Version)
 			e.Writes = append(own.Writes, e.Writes...)
 			e.Reads = append(own.Reads, e.Reads...)
 		}
-		js, err := json.Marshal(e)
-		if err != nil {
-			return err
-		}
-		if err := b.Set(key, js, nil); err != nil {
+		if err := b.Set(key, encodePrepared(&e), nil); err != nil {
 			return err
 		}
 		s.txns.setEntry(e.Meta.ID, e.Version, e.Writes)
@@ -260,6 +307,51 @@ const (
 // Flags of a target of a binary prepare's read set.
 const targetSpan = 1 << 0
 
+// appendTargets appends ts: their count, then each one's collection, flags
+// (targetSpan), key, and end if it is a span.
+func appendTargets(b []byte, ts []txn.Target) []byte {
+	b = binary.AppendUvarint(b, uint64(len(ts)))
+	for _, t := range ts {
+		b = binary.BigEndian.AppendUint32(b, t.Collection)
+		var tf byte
+		if t.IsSpan {
+			tf |= targetSpan
+		}
+		b = append(b, tf)
+		b = appendBytes(b, t.Key)
+		if t.IsSpan {
+			b = appendBytes(b, t.End)
+		}
+	}
+	return b
+}
+
+// targets decodes what appendTargets appended, copying the keys.
+func (d *decoder) targets() ([]txn.Target, error) {
+	n := d.count(1 << 20)
+	var ts []txn.Target
+	if n > 0 && d.err == nil {
+		ts = make([]txn.Target, 0, n)
+	}
+	for i := 0; i < n && d.err == nil; i++ {
+		var t txn.Target
+		t.Collection = d.uint32()
+		tf := d.byte()
+		if tf&^targetSpan != 0 {
+			return nil, ErrCorruptCommand
+		}
+		t.Key = bytes.Clone(d.bytes())
+		if t.IsSpan = tf&targetSpan != 0; t.IsSpan {
+			t.End = bytes.Clone(d.bytes())
+		}
+		ts = append(ts, t)
+	}
+	if d.err != nil {
+		return nil, ErrCorruptCommand
+	}
+	return ts, nil
+}
+
 // EncodeTxnPrepare encodes a prepare with version 0; the leader assigns it.
 func EncodeTxnPrepare(c *TxnPrepareCmd) []byte {
 	n := 64 + len(c.Meta.ID) + len(c.Meta.Anchor.Key)
@@ -297,19 +389,7 @@ func EncodeTxnPrepare(c *TxnPrepareCmd) []byte {
 	b = binary.AppendUvarint(b, c.Deadline)
 	b = binary.AppendUvarint(b, c.ReadTS)
 	b = appendOps(b, c.Writes)
-	b = binary.AppendUvarint(b, uint64(len(c.Reads)))
-	for _, t := range c.Reads {
-		b = binary.BigEndian.AppendUint32(b, t.Collection)
-		var tf byte
-		if t.IsSpan {
-			tf |= targetSpan
-		}
-		b = append(b, tf)
-		b = appendBytes(b, t.Key)
-		if t.IsSpan {
-			b = appendBytes(b, t.End)
-		}
-	}
+	b = appendTargets(b, c.Reads)
 	if c.Last {
 		b = binary.AppendUvarint(b, uint64(len(c.Participants)))
 		for _, id := range c.Participants {
@@ -432,19 +512,8 @@ func decodeTxnPrepare(body []byte) (*TxnPrepareCmd, error) {
 			w.Value = bytes.Clone(w.Value)
 		}
 	}
-	n := d.count(1 << 20)
-	for i := 0; i < n && d.err == nil; i++ {
-		var t txn.Target
-		t.Collection = d.uint32()
-		tf := d.byte()
-		if tf&^targetSpan != 0 {
-			return nil, ErrCorruptCommand
-		}
-		t.Key = bytes.Clone(d.bytes())
-		if t.IsSpan = tf&targetSpan != 0; t.IsSpan {
-			t.End = bytes.Clone(d.bytes())
-		}
-		c.Reads = append(c.Reads, t)
+	if c.Reads, err = d.targets(); err != nil {
+		return nil, err
 	}
 	if c.Last {
 		n := d.count(1 << 20)
@@ -725,8 +794,8 @@ func EachPrepared(r pebble.Reader, shardID uint64, fn func(m txn.Meta, version u
 	}
 	defer it.Close()
 	for ok := it.First(); ok; ok = it.Next() {
-		var e preparedEntry
-		if err := json.Unmarshal(it.Value(), &e); err != nil {
+		e, err := decodePrepared(it.Value())
+		if err != nil {
 			return fmt.Errorf("shard %d: corrupt prepared entry %q: %w", shardID, it.Key(), err)
 		}
 		if err := fn(e.Meta, e.Version, e.Writes, e.Reads); err != nil {
@@ -1108,11 +1177,7 @@ func (s *Shard) applyTxnPrepare(b *pebble.Batch, version, term uint64, p *TxnPre
 			held[string(op.Key)] = &in // a decoded prepare's values are its own (DecodeCommand copies)
 		}
 	}
-	js, err := json.Marshal(e)
-	if err != nil {
-		return Result{}, err
-	}
-	if err := b.Set(storage.ShardStateKey(s.desc.ShardID, statePrepared+p.Meta.ID), js, nil); err != nil {
+	if err := b.Set(storage.ShardStateKey(s.desc.ShardID, statePrepared+p.Meta.ID), encodePrepared(&e), nil); err != nil {
 		return Result{}, err
 	}
 	s.txns.setEntry(p.Meta.ID, version, e.Writes)
