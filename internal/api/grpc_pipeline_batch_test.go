@@ -12,7 +12,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -28,12 +27,7 @@ import (
 func TestGRPCPipelineBatchWire(t *testing.T) {
 	ctx := context.Background()
 	addr, _ := grpcServe(t, newGRPCFake())
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := pb.NewGroupKVClient(conn)
+	c := grpcBare(t, addr)
 	if _, err := c.CreateCollection(ctx, &pb.CreateCollectionRequest{Name: "c"}); err != nil {
 		t.Fatal(err)
 	}
@@ -66,30 +60,9 @@ func TestGRPCPipelineBatchWire(t *testing.T) {
 		if err := s.Send(&pb.PipelineRequest{Id: 4, Op: &pb.PipelineRequest_Get{Get: &pb.GetRequest{Collection: "c", Key: []byte("k")}}}); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.CloseSend(); err != nil {
-			t.Fatal(err)
-		}
-		got := map[uint64]*pb.PipelineResponse{}
-		for {
-			resp, err := s.Recv()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatalf("Recv: %v", err)
-			}
-			if len(resp.GetBatch()) > 0 && !ask {
-				t.Errorf("a batch of answers to a client that did not ask for them: %v", resp)
-			}
-			for _, r := range append([]*pb.PipelineResponse{resp}, resp.GetBatch()...) {
-				if r.GetResult() == nil {
-					continue // the carrier of a batch
-				}
-				if got[r.GetId()] != nil {
-					t.Errorf("request %d answered twice", r.GetId())
-				}
-				got[r.GetId()] = r
-			}
+		got, batches := closeAndReceive(t, s)
+		if batches > 0 && !ask {
+			t.Errorf("%d batches of answers to a client that did not ask for them", batches)
 		}
 		if len(got) != 4 {
 			t.Fatalf("answers %v, want one per request", got)
@@ -117,6 +90,37 @@ func TestGRPCPipelineBatchWire(t *testing.T) {
 	}
 	if _, err := s.Recv(); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("a batch within a batch: %v, want InvalidArgument", err)
+	}
+}
+
+// closeAndReceive closes the sending side of s and receives its answers
+// until it ends, by id, the answers of batches among them; it counts the
+// batches.
+func closeAndReceive(t *testing.T, s pb.GroupKV_PipelineClient) (got map[uint64]*pb.PipelineResponse, batches int) {
+	t.Helper()
+	if err := s.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	got = map[uint64]*pb.PipelineResponse{}
+	for {
+		resp, err := s.Recv()
+		if errors.Is(err, io.EOF) {
+			return got, batches
+		}
+		if err != nil {
+			t.Fatalf("Recv: %v", err)
+		}
+		answers := []*pb.PipelineResponse{resp}
+		if len(resp.GetBatch()) > 0 {
+			answers = resp.GetBatch()
+			batches++
+		}
+		for _, r := range answers {
+			if got[r.GetId()] != nil {
+				t.Errorf("request %d answered twice", r.GetId())
+			}
+			got[r.GetId()] = r
+		}
 	}
 }
 

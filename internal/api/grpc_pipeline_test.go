@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"reflect"
 	"sync"
 	"testing"
@@ -13,7 +12,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	groupkv "github.com/groupkv/groupkv"
@@ -345,12 +343,7 @@ func TestGRPCPipelineDrain(t *testing.T) {
 func TestGRPCPipelineWire(t *testing.T) {
 	ctx := context.Background()
 	addr, _ := grpcServe(t, newGRPCFake())
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := pb.NewGroupKVClient(conn)
+	c := grpcBare(t, addr)
 	if _, err := c.CreateCollection(ctx, &pb.CreateCollectionRequest{Name: "c"}); err != nil {
 		t.Fatal(err)
 	}
@@ -368,20 +361,7 @@ func TestGRPCPipelineWire(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
-	got := map[uint64]*pb.PipelineResponse{}
-	for {
-		resp, err := s.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("Recv: %v", err)
-		}
-		got[resp.GetId()] = resp
-	}
+	got, _ := closeAndReceive(t, s)
 	if len(got) != 4 {
 		t.Fatalf("answers %v, want one per request", got)
 	}

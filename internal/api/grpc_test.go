@@ -642,6 +642,18 @@ func grpcServeWith(t *testing.T, b kv.Backend, cfg api.GRPCConfig, opts ...grpc.
 	return lis.Addr().String(), srv
 }
 
+// grpcBare dials addr with a bare gRPC client, as a client in another
+// language would, and closes it when the test ends.
+func grpcBare(t *testing.T, addr string) pb.GroupKVClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return pb.NewGroupKVClient(conn)
+}
+
 // grpcDial dials addr with groupkv.Dial and closes the DB when the test ends.
 func grpcDial(t *testing.T, addr string, opts ...groupkv.DialOption) groupkv.DB {
 	t.Helper()
@@ -905,12 +917,7 @@ func TestGRPCErrorCodesRoundTrip(t *testing.T) {
 // the gRPC code, the message, the ErrorDetail and the trailer.
 func TestGRPCWireErrors(t *testing.T) {
 	addr, _ := grpcServe(t, newGRPCFake())
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := pb.NewGroupKVClient(conn)
+	c := grpcBare(t, addr)
 	for _, tc := range grpcCodes {
 		var trailer metadata.MD
 		_, err := c.Get(context.Background(), &pb.GetRequest{Collection: "fail", Key: []byte(tc.kv)}, grpc.Trailer(&trailer))
@@ -927,7 +934,7 @@ func TestGRPCWireErrors(t *testing.T) {
 	}
 	// A context error has no kv code: no detail, no trailer.
 	var trailer metadata.MD
-	_, err = c.Get(context.Background(), &pb.GetRequest{Collection: "fail", Key: []byte("ctx-deadline")}, grpc.Trailer(&trailer))
+	_, err := c.Get(context.Background(), &pb.GetRequest{Collection: "fail", Key: []byte("ctx-deadline")}, grpc.Trailer(&trailer))
 	if st := status.Convert(err); st.Code() != codes.DeadlineExceeded || len(st.Details()) != 0 || len(trailer.Get(api.CodeTrailer)) != 0 {
 		t.Errorf("context error on the wire: %v, details %v, trailer %v", st, st.Details(), trailer)
 	}
@@ -1276,13 +1283,9 @@ func TestGRPCBatchErrorWire(t *testing.T) {
 	if _, err := f.CreateCollection(context.Background(), kv.CollectionOptions{Name: "users"}); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	c := grpcBare(t, addr)
 	var trailer metadata.MD
-	_, err = pb.NewGroupKVClient(conn).BatchPut(context.Background(), &pb.BatchPutRequest{Items: []*pb.PutItem{
+	_, err := c.BatchPut(context.Background(), &pb.BatchPutRequest{Items: []*pb.PutItem{
 		{Collection: "users", Key: []byte("a")},
 		{Collection: "fail", Key: []byte(kv.CodeCommitUnknown)},
 	}}, grpc.Trailer(&trailer))
@@ -1608,12 +1611,8 @@ func TestGRPCWatchErrors(t *testing.T) {
 	// The wire carries the status of unary errors: OUT_OF_RANGE, the detail
 	// and the trailer.
 	addr, _ := grpcServe(t, f)
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	stream, err := pb.NewGroupKVClient(conn).Watch(ctx, &pb.WatchRequest{Collection: "c", FromVersion: 1})
+	c := grpcBare(t, addr)
+	stream, err := c.Watch(ctx, &pb.WatchRequest{Collection: "c", FromVersion: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1714,12 +1713,7 @@ func TestGRPCIndependentBatchGet(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr, _ := grpcServe(t, snapshotless{f, t})
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := pb.NewGroupKVClient(conn)
+	c := grpcBare(t, addr)
 	res, err := c.BatchGet(ctx, &pb.BatchGetRequest{Independent: true, Keys: []*pb.KeyRef{{Collection: "c", Key: []byte("a")}, {Collection: "c", Key: []byte("b")}}})
 	if err != nil {
 		t.Fatal(err)
