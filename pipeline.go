@@ -199,18 +199,10 @@ func (p *pipeline) forget(ps *pipeStream) {
 	p.mu.Unlock()
 }
 
-// send sends the requests queued on ps (api.Coalescer): as one batch when
+// send sends the requests queued on ps (api.Coalescer): in batches when
 // the server reads them.
 func (ps *pipeStream) send(q []*pb.PipelineRequest) error {
-	if len(q) > 1 && ps.batches.Load() {
-		return ps.s.Send(&pb.PipelineRequest{Batch: q})
-	}
-	for _, req := range q {
-		if err := ps.s.Send(req); err != nil {
-			return err
-		}
-	}
-	return nil
+	return api.SendRequests(ps.s, q, ps.batches.Load())
 }
 
 // receive hands ps's answers to their calls until it ends, then answers

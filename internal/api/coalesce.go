@@ -76,3 +76,45 @@ func (c *Coalescer[T]) Err() error {
 	defer c.mu.Unlock()
 	return c.err
 }
+
+// maxBatchBytes bounds the encoded size of a Pipeline batch: far below
+// MaxMessageSize, which a batch of large values could pass, and large
+// enough that the batches of small requests are never cut.
+const maxBatchBytes = 1 << 20
+
+// sendBatched sends q as batches of consecutive items whose sizes add up
+// to at most limit: batch sends a run of two or more, one a run of one
+// (an item larger than limit goes alone). With limit 0 every item goes
+// alone.
+func sendBatched[T any](q []T, limit int, size func(T) int, one func(T) error, batch func([]T) error) error {
+	if limit <= 0 {
+		for _, it := range q {
+			if err := one(it); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for len(q) > 0 {
+		n, total := 1, size(q[0])
+		for n < len(q) {
+			s := size(q[n])
+			if total+s > limit {
+				break
+			}
+			total += s
+			n++
+		}
+		var err error
+		if n == 1 {
+			err = one(q[0])
+		} else {
+			err = batch(q[:n])
+		}
+		if err != nil {
+			return err
+		}
+		q = q[n:]
+	}
+	return nil
+}

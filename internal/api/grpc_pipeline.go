@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/groupkv/groupkv/internal/kv"
 	pb "github.com/groupkv/groupkv/proto/groupkvpb"
@@ -44,15 +45,13 @@ func (s *grpcService) Pipeline(st pb.GroupKV_PipelineServer) error {
 		sends Coalescer[*pb.PipelineResponse]
 	)
 	sendQueued := func(q []*pb.PipelineResponse) error {
-		if batches && len(q) > 1 {
+		limit := maxBatchBytes
+		if !batches {
+			limit = 0 // each alone
+		}
+		return sendBatched(q, limit, responseSize, st.Send, func(q []*pb.PipelineResponse) error {
 			return st.Send(&pb.PipelineResponse{Batch: q})
-		}
-		for _, resp := range q {
-			if err := st.Send(resp); err != nil {
-				return err
-			}
-		}
-		return nil
+		})
 	}
 	send := func(resp *pb.PipelineResponse) {
 		_ = sends.Add(resp, sendQueued) // a failed send ends the stream (finish)
@@ -125,6 +124,21 @@ func (s *grpcService) Pipeline(st pb.GroupKV_PipelineServer) error {
 			return st.Err()
 		}
 	}
+}
+
+func responseSize(r *pb.PipelineResponse) int { return proto.Size(r) }
+
+// SendRequests sends the requests q on a client's Pipeline stream s: in
+// batches of at most maxBatchBytes when batches (the server announced
+// them), else one per message.
+func SendRequests(s pb.GroupKV_PipelineClient, q []*pb.PipelineRequest, batches bool) error {
+	limit := maxBatchBytes
+	if !batches {
+		limit = 0
+	}
+	return sendBatched(q, limit, func(r *pb.PipelineRequest) int { return proto.Size(r) }, s.Send, func(q []*pb.PipelineRequest) error {
+		return s.Send(&pb.PipelineRequest{Batch: q})
+	})
 }
 
 // PipelineBatchKey is the metadata key by which a Pipeline client asks for

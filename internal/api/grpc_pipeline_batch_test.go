@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/groupkv/groupkv/internal/api"
 	"github.com/groupkv/groupkv/internal/kv"
@@ -133,6 +135,9 @@ type pipelineWatch struct {
 	batchesIn, batchesOut  atomic.Int64
 	requests, requestsIn   atomic.Int64
 	answersOut, messageOut atomic.Int64
+	// largestBatchOut is the encoded size of the largest batch of
+	// answers sent, less 16 bytes an answer for the batch's framing.
+	largestBatchOut atomic.Int64
 }
 
 func (w *pipelineWatch) intercept(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
@@ -177,6 +182,9 @@ func (s *watchedStream) SendMsg(m any) error {
 		if n := len(resp.GetBatch()); n > 0 {
 			s.w.batchesOut.Add(1)
 			s.w.answersOut.Add(int64(n))
+			size := int64(proto.Size(resp) - 16*n)
+			for old := s.w.largestBatchOut.Load(); size > old && !s.w.largestBatchOut.CompareAndSwap(old, size); old = s.w.largestBatchOut.Load() {
+			}
 		} else {
 			s.w.answersOut.Add(1)
 		}
@@ -236,5 +244,49 @@ func TestGRPCPipelineBatches(t *testing.T) {
 				t.Errorf("%d requests, %d answers", w.requests.Load(), w.answersOut.Load())
 			}
 		})
+	}
+}
+
+// TestGRPCPipelineBatchesOfLargeValues: answers of large values go in
+// batches no larger than api.MaxBatchBytes (a batch of many could pass the
+// largest message a client takes), and each is answered whole.
+func TestGRPCPipelineBatchesOfLargeValues(t *testing.T) {
+	ctx := context.Background()
+	w := &pipelineWatch{}
+	addr, _ := grpcServe(t, newGRPCFake(), grpc.ChainStreamInterceptor(w.intercept))
+	db := grpcDial(t, addr)
+	if _, err := db.CreateCollection(ctx, kv.CollectionOptions{Name: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	const keys, size = 8, 400 << 10
+	for i := range keys {
+		v := bytes.Repeat([]byte{byte('a' + i)}, size)
+		if _, err := db.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte(fmt.Sprint(i)), Value: v}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for round := 0; round < 20 && w.batchesOut.Load() == 0; round++ {
+		var wg sync.WaitGroup
+		for g := range 32 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				k := g % keys
+				rec, err := db.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte(fmt.Sprint(k))})
+				if err != nil || len(rec.Value) != size || rec.Value[0] != byte('a'+k) || rec.Value[size-1] != byte('a'+k) {
+					t.Errorf("get %d: %d bytes, %v", k, len(rec.Value), err)
+				}
+			}()
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+	}
+	if w.batchesOut.Load() == 0 {
+		t.Fatalf("no batch of answers in 20 rounds of 32 concurrent gets")
+	}
+	if n := w.largestBatchOut.Load(); n > api.MaxBatchBytes {
+		t.Errorf("a batch of %d bytes of answers, more than %d", n, api.MaxBatchBytes)
 	}
 }

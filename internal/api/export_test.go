@@ -1,0 +1,4 @@
+package api
+
+// MaxBatchBytes is maxBatchBytes, for the tests of package api_test.
+const MaxBatchBytes = maxBatchBytes
