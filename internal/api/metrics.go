@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -18,6 +19,14 @@ type Metrics struct {
 	requests *prometheus.CounterVec
 	// duration is groupkv_request_duration_seconds{op}.
 	duration *prometheus.HistogramVec
+	// ok holds the series of each op's successful requests (its ok count
+	// and its duration), by op, so that most requests look up no labels.
+	ok sync.Map // string -> *okSeries
+}
+
+type okSeries struct {
+	requests prometheus.Counter
+	duration prometheus.Observer
 }
 
 // codeOK is the code label of a request that succeeded. It is a metrics
@@ -76,10 +85,16 @@ func (m *Metrics) Observe(op string, code kv.Code, seconds float64) {
 	if m == nil {
 		return
 	}
-	label := string(code)
-	if label == "" {
-		label = codeOK
+	if code == "" {
+		v, found := m.ok.Load(op)
+		if !found {
+			v, _ = m.ok.LoadOrStore(op, &okSeries{requests: m.requests.WithLabelValues(op, codeOK), duration: m.duration.WithLabelValues(op)})
+		}
+		s := v.(*okSeries)
+		s.requests.Inc()
+		s.duration.Observe(seconds)
+		return
 	}
-	m.requests.WithLabelValues(op, label).Inc()
+	m.requests.WithLabelValues(op, string(code)).Inc()
 	m.duration.WithLabelValues(op).Observe(seconds)
 }

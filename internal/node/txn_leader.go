@@ -607,24 +607,34 @@ func (n *Node) plainLocks(ctx context.Context, shardID uint64, cmd []byte) (func
 	if lt == nil {
 		return func() {}, nil
 	}
-	c, err := shard.DecodeCommand(cmd)
-	if err != nil {
-		return nil, kv.Errorf(kv.CodeInternal, "decoding a write: %v", err)
-	}
 	d, ok := n.descOf(shardID)
 	if !ok {
 		return func() {}, nil
 	}
-	m := &txn.Meta{ID: "plain-" + n.plainSeq(), Priority: txn.PlainPriority, Plain: true}
-	r := leaderResolver{n: n, shard: shardID}
-	targets := make([]txn.Target, len(c.Ops))
-	for i := range c.Ops {
-		targets[i] = txn.Target{Collection: d.Collection, Key: c.Ops[i].Key}
-	}
-	switch c.Kind {
+	var targets []txn.Target
+	switch shard.CommandKind(cmd[0]) {
+	case shard.KindWrite:
+		// The common case: the keys alone, the values not decoded.
+		var buf [4][]byte
+		keys, err := shard.WriteKeys(cmd, buf[:0])
+		if err != nil {
+			return nil, kv.Errorf(kv.CodeInternal, "decoding a write: %v", err)
+		}
+		targets = make([]txn.Target, len(keys))
+		for i, k := range keys {
+			targets[i] = txn.Target{Collection: d.Collection, Key: k}
+		}
 	case shard.KindDeleteRange:
+		c, err := shard.DecodeCommand(cmd)
+		if err != nil {
+			return nil, kv.Errorf(kv.CodeInternal, "decoding a range delete: %v", err)
+		}
 		targets = []txn.Target{{Collection: d.Collection, Key: c.Start, IsSpan: true, End: c.End}}
 	case shard.KindPlace:
+		c, err := shard.DecodeCommand(cmd)
+		if err != nil {
+			return nil, kv.Errorf(kv.CodeInternal, "decoding a placement: %v", err)
+		}
 		// The placement of a key of a tag collection, in its home shard:
 		// transactions that read or write the key lock it there, so that
 		// it does not move under them (txn_tag.go).
@@ -643,6 +653,8 @@ func (n *Node) plainLocks(ctx context.Context, shardID uint64, cmd []byte) (func
 		}
 		targets = []txn.Target{t}
 	}
+	m := &txn.Meta{ID: "plain-" + n.plainSeq(), Priority: txn.PlainPriority, Plain: true}
+	r := leaderResolver{n: n, shard: shardID}
 	if err := lt.AcquireAll(ctx, m, targets, r); err != nil {
 		if errors.Is(err, txn.ErrLocksLost) {
 			return nil, kv.Errorf(kv.CodeNotLeader, "shard %d changed leader", shardID)

@@ -403,32 +403,64 @@ func (d *decoder) ops() ([]Op, error) {
 	ops := make([]Op, 0, min(n, len(d.b)/5+1))
 	for i := 0; i < n && d.err == nil; i++ {
 		var op Op
-		op.Type = OpType(d.byte())
-		flags := d.byte()
-		if d.err == nil && (op.Type != OpPut && op.Type != OpDelete || flags&^(opFlagCond|opFlagMustExist) != 0) {
-			return nil, fmt.Errorf("%w: op %d has type %d flags %d", ErrCorruptCommand, i, op.Type, flags)
-		}
-		op.HasCond = flags&opFlagCond != 0
-		op.MustExist = flags&opFlagMustExist != 0
-		if op.HasCond {
-			op.CondVersion = d.uvarint()
-		}
-		op.Bucket = d.uint16()
-		op.Key = d.bytes()
-		if op.Type == OpPut {
-			nt := d.count(kv.MaxTags)
-			for j := 0; j < nt && d.err == nil; j++ {
-				t := d.bytes()
-				if !utf8.Valid(t) {
-					d.err = ErrCorruptCommand
-				}
-				op.Tags = append(op.Tags, string(t))
-			}
-			op.Value = d.bytes()
+		if err := d.op(i, &op, true); err != nil {
+			return nil, err
 		}
 		ops = append(ops, op)
 	}
 	return ops, d.err
+}
+
+// op decodes op i of what appendOps encoded into op, its tags only with
+// tags (else they are skipped).
+func (d *decoder) op(i int, op *Op, tags bool) error {
+	op.Type = OpType(d.byte())
+	flags := d.byte()
+	if d.err == nil && (op.Type != OpPut && op.Type != OpDelete || flags&^(opFlagCond|opFlagMustExist) != 0) {
+		return fmt.Errorf("%w: op %d has type %d flags %d", ErrCorruptCommand, i, op.Type, flags)
+	}
+	op.HasCond = flags&opFlagCond != 0
+	op.MustExist = flags&opFlagMustExist != 0
+	if op.HasCond {
+		op.CondVersion = d.uvarint()
+	}
+	op.Bucket = d.uint16()
+	op.Key = d.bytes()
+	if op.Type == OpPut {
+		nt := d.count(kv.MaxTags)
+		for j := 0; j < nt && d.err == nil; j++ {
+			t := d.bytes()
+			if !utf8.Valid(t) {
+				d.err = ErrCorruptCommand
+			}
+			if tags {
+				op.Tags = append(op.Tags, string(t))
+			}
+		}
+		op.Value = d.bytes()
+	}
+	return nil
+}
+
+// WriteKeys appends to keys the key of every op of cmd, an encoded write
+// (KindWrite), without decoding the rest: the keys alias cmd.
+func WriteKeys(cmd []byte, keys [][]byte) ([][]byte, error) {
+	if len(cmd) < 1+8 || CommandKind(cmd[0]) != KindWrite {
+		return keys, ErrCorruptCommand
+	}
+	d := decoder{b: cmd[1+8:]}
+	n := d.count(1 << 20)
+	for i := 0; i < n && d.err == nil; i++ {
+		var op Op
+		if err := d.op(i, &op, false); err != nil {
+			return keys, err
+		}
+		keys = append(keys, op.Key)
+	}
+	if d.err != nil || len(d.b) != 0 {
+		return keys, ErrCorruptCommand
+	}
+	return keys, nil
 }
 
 // uint16 decodes a big-endian uint16.

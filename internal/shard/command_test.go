@@ -120,6 +120,38 @@ func TestWriteRoundTrip(t *testing.T) {
 	}
 }
 
+// TestWriteKeys: the keys of an encoded write are those of its ops, in
+// order; a truncated or extended write, or another command, is refused.
+func TestWriteKeys(t *testing.T) {
+	for _, tc := range writeCases {
+		b := EncodeWrite(tc.ops)
+		SetVersion(b, tc.version)
+		keys, err := WriteKeys(b, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if len(keys) != len(tc.ops) {
+			t.Fatalf("%s: %d keys of %d ops", tc.name, len(keys), len(tc.ops))
+		}
+		for i, op := range tc.ops {
+			if !bytes.Equal(keys[i], op.Key) {
+				t.Errorf("%s: key %d is %q, want %q", tc.name, i, keys[i], op.Key)
+			}
+		}
+		for n := range len(b) {
+			if _, err := WriteKeys(b[:n], nil); err == nil {
+				t.Errorf("%s cut to %d of %d bytes: keys answered", tc.name, n, len(b))
+			}
+		}
+		if _, err := WriteKeys(append(bytes.Clone(b), 0), nil); err == nil {
+			t.Errorf("%s with a byte more: keys answered", tc.name)
+		}
+	}
+	if _, err := WriteKeys(EncodeDeleteRange([]byte("a"), []byte("b")), nil); err == nil {
+		t.Error("keys answered for a range delete")
+	}
+}
+
 func TestSetVersion(t *testing.T) {
 	b := EncodeWrite([]Op{{Type: OpPut, Key: []byte("k"), Value: []byte("v")}})
 	tail := slices.Clone(b[1+8:])
