@@ -54,25 +54,12 @@ type latestStripe struct {
 	gen   uint64
 	bytes int
 	m     map[string]latestEntry
-	// order lists the keys put, oldest first from head, each with the
-	// seq of its put: the oldest is evicted first. A key put again, or
-	// forgotten, leaves its earlier places behind, skipped (their seq is
-	// not the entry's) and dropped from time to time (tidy).
-	order []placed
-	head  int
-	seq   uint64
-}
-
-type placed struct {
-	key string
-	seq uint64
 }
 
 type latestEntry struct {
 	val     storage.MVCCValue
 	version uint64
 	found   bool
-	seq     uint64 // of its place in order
 }
 
 func (e *latestEntry) size(key string) int {
@@ -124,7 +111,6 @@ func (c *LatestCache) Clear() {
 		st.gen++
 		st.bytes = 0
 		clear(st.m)
-		st.order, st.head = nil, 0
 		st.mu.Unlock()
 	}
 }
@@ -164,49 +150,28 @@ func ReadLatestCached(c *LatestCache, r pebble.Reader, collection uint32, key []
 	return val, version, found, nil
 }
 
-// put stores e as k's entry, evicting the entries put longest ago to stay
-// within limit bytes. The caller holds st.mu.
+// put stores e as k's entry, evicting others to stay within limit bytes.
+// The caller holds st.mu.
 func (st *latestStripe) put(limit int, k string, e latestEntry) {
 	size := e.size(k)
 	if old, ok := st.m[k]; ok {
 		st.bytes -= old.size(k)
 		delete(st.m, k)
 	}
-	for st.bytes+size > limit && st.head < len(st.order) {
-		p := st.order[st.head]
-		st.order[st.head] = placed{}
-		st.head++
-		if o, ok := st.m[p.key]; ok && o.seq == p.seq {
-			st.bytes -= o.size(p.key)
-			delete(st.m, p.key)
+	if st.bytes+size > limit {
+		// Only when full: beginning a range over a large map costs a
+		// random probe of its table, which every put used to pay.
+		for other, o := range st.m {
+			if st.bytes+size <= limit {
+				break
+			}
+			st.bytes -= o.size(other)
+			delete(st.m, other) // map order is random: a random victim
 		}
 	}
 	if size <= limit {
-		st.seq++
-		e.seq = st.seq
 		st.m[k] = e
 		st.bytes += size
-		st.order = append(st.order, placed{k, e.seq})
-	}
-	st.tidy()
-}
-
-// tidy drops the places of order that no entry holds once they outnumber
-// the entries, and the room before head once it is most of order: each
-// costs a pass over order, after as many puts as the pass is long.
-func (st *latestStripe) tidy() {
-	live := len(st.order) - st.head
-	switch {
-	case live > 2*len(st.m)+64:
-		kept := make([]placed, 0, 2*len(st.m)+64)
-		for _, p := range st.order[st.head:] {
-			if o, ok := st.m[p.key]; ok && o.seq == p.seq {
-				kept = append(kept, p)
-			}
-		}
-		st.order, st.head = kept, 0
-	case st.head > 64 && st.head > live:
-		st.order, st.head = append(make([]placed, 0, 2*live+64), st.order[st.head:]...), 0
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/groupkv/groupkv/internal/kv"
-	"github.com/groupkv/groupkv/internal/storage"
 )
 
 // getHook is a reader that runs a function before each point lookup.
@@ -271,7 +270,7 @@ func TestLatestCacheFilledByWrites(t *testing.T) {
 				}
 				continue
 			}
-			want := latestEntry{val: val, version: v, found: found, seq: e.seq}
+			want := latestEntry{val: val, version: v, found: found}
 			if !reflect.DeepEqual(e, want) {
 				t.Fatalf("seed %d, batch %d: cached %q = %+v, storage has %+v", seed, i, k, e, want)
 			}
@@ -282,45 +281,5 @@ func TestLatestCacheFilledByWrites(t *testing.T) {
 	}
 	if filled == 0 || aborted == 0 {
 		t.Fatalf("seed %d: %d writes filled the cache, %d batches not committed; the test must reach both", seed, filled, aborted)
-	}
-}
-
-// TestLatestStripeEvictsOldest: a full stripe evicts the entry put longest
-// ago (a key put again counts from its last put), stays within its bytes,
-// and its list of places stays proportional to its entries however often
-// keys are put again or forgotten.
-func TestLatestStripeEvictsOldest(t *testing.T) {
-	st := latestStripe{m: map[string]latestEntry{}}
-	e := latestEntry{val: storage.MVCCValue{Value: make([]byte, 4)}, found: true}
-	size := e.size("k000")
-	limit := 10 * size
-	for i := range 10 {
-		st.put(limit, fmt.Sprintf("k%03d", i), e)
-	}
-	// k000 put again: k001 is now the oldest, then k002.
-	st.put(limit, "k000", e)
-	st.put(limit, "k010", e)
-	st.put(limit, "k011", e)
-	for k, want := range map[string]bool{"k000": true, "k001": false, "k002": false, "k003": true, "k011": true} {
-		if _, ok := st.m[k]; ok != want {
-			t.Errorf("%s cached: %v, want %v", k, ok, want)
-		}
-	}
-	for i := range 100000 {
-		k := fmt.Sprintf("k%03d", i%20)
-		if i%7 == 0 {
-			if old, ok := st.m[k]; ok { // as Invalidate forgets a key
-				st.bytes -= old.size(k)
-				delete(st.m, k)
-			}
-			continue
-		}
-		st.put(limit, k, e)
-		if st.bytes > limit || len(st.m) > 10 {
-			t.Fatalf("put %d: %d entries of %d bytes, limit %d", i, len(st.m), st.bytes, limit)
-		}
-		if n := len(st.order); n > 2*len(st.m)+64+1 || st.head > n {
-			t.Fatalf("put %d: %d places (head %d) for %d entries", i, n, st.head, len(st.m))
-		}
 	}
 }
