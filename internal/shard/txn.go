@@ -255,27 +255,56 @@ func (s *Shard) inheritMergedPrepared(b *pebble.Batch, right uint64) error {
 	if err != nil {
 		return err
 	}
-	for _, e := range entries {
-		key := storage.ShardStateKey(s.desc.ShardID, statePrepared+e.Meta.ID)
-		if v, ok, err := storage.GetValue(b, key); err != nil {
+	for i := range entries {
+		if err := s.putPrepared(b, &entries[i]); err != nil {
 			return err
-		} else if ok {
+		}
+	}
+	if len(entries) > 0 {
+		s.txns.recompute()
+	}
+	return nil
+}
+
+// putPrepared writes prepared entry e of the shard, joined with the entry
+// its transaction has here already: one prepared in the right shard of a
+// merge, or whose intents a split gave this shard, or a prepare applied
+// twice. A transaction has one entry per shard, and its resolve resolves
+// every intent the entry names; replaced, the earlier entry's intents
+// would be named by none, and neither resolved nor counted (mayHold). The
+// joined entry keeps the lower version, each write once, and both read
+// sets.
+func (s *Shard) putPrepared(b *pebble.Batch, e *preparedEntry) error {
+	key := storage.ShardStateKey(s.desc.ShardID, statePrepared+e.Meta.ID)
+	if _, ok := s.txns.prepared[e.Meta.ID]; ok {
+		v, found, err := storage.GetValue(b, key)
+		if err != nil {
+			return err
+		}
+		if found {
 			own, err := decodePrepared(v)
 			if err != nil {
 				return fmt.Errorf("shard %d: corrupt prepared entry of %s: %w", s.desc.ShardID, e.Meta.ID, err)
 			}
 			e.Version = min(e.Version, own.Version)
-			e.Writes = append(own.Writes, e.Writes...)
+			had := make(map[string]bool, len(own.Writes))
+			for _, w := range own.Writes {
+				had[string(w.Key)] = true
+			}
+			writes := own.Writes
+			for _, w := range e.Writes {
+				if !had[string(w.Key)] {
+					writes = append(writes, w)
+				}
+			}
+			e.Writes = writes
 			e.Reads = append(own.Reads, e.Reads...)
 		}
-		if err := b.Set(key, encodePrepared(&e), nil); err != nil {
-			return err
-		}
-		s.txns.setEntry(e.Meta.ID, e.Version, e.Writes)
 	}
-	if len(entries) > 0 {
-		s.txns.recompute()
+	if err := b.Set(key, encodePrepared(e), nil); err != nil {
+		return err
 	}
+	s.txns.setEntry(e.Meta.ID, e.Version, e.Writes)
 	return nil
 }
 
@@ -1177,10 +1206,9 @@ func (s *Shard) applyTxnPrepare(b *pebble.Batch, version, term uint64, p *TxnPre
 			held[string(op.Key)] = &in // a decoded prepare's values are its own (DecodeCommand copies)
 		}
 	}
-	if err := b.Set(storage.ShardStateKey(s.desc.ShardID, statePrepared+p.Meta.ID), encodePrepared(&e), nil); err != nil {
+	if err := s.putPrepared(b, &e); err != nil {
 		return Result{}, err
 	}
-	s.txns.setEntry(p.Meta.ID, version, e.Writes)
 	if held != nil {
 		s.txns.hold(p.Meta.ID, held)
 	}
@@ -1213,6 +1241,22 @@ func (s *Shard) commitOnePhase(b *pebble.Batch, version uint64, p *TxnPrepareCmd
 	if p.Last && version <= p.MinCommit {
 		// The proposal's version is drawn above MinCommit; never here.
 		return Result{Err: aborted("transaction %s would commit at %d, not above its other participants' prepares (%d)", p.Meta.ID, version, p.MinCommit)}, nil
+	}
+	if _, ok := s.txns.prepared[p.Meta.ID]; ok {
+		// The transaction is prepared here too: in the right shard of a
+		// merge this shard took in, or in a shard whose keys a split gave
+		// this one. This proposal is its commit point, so those intents
+		// are resolved in it, at its version. Left for a later resolve,
+		// they would be committed with no lock left on their keys (the
+		// commit releases the transaction's locks here), and a reader
+		// would read past them.
+		written := make(map[string]bool, len(p.Writes))
+		for i := range p.Writes {
+			written[string(p.Writes[i].Key)] = true
+		}
+		if _, err := s.resolve(b, &TxnResolveCmd{ID: p.Meta.ID, Commit: true, CommitTS: version}, written); err != nil {
+			return Result{}, err
+		}
 	}
 	for i := range p.Writes {
 		op := &p.Writes[i]
@@ -1256,7 +1300,7 @@ func (s *Shard) applyTxnResolve(b *pebble.Batch, version uint64, r *TxnResolveCm
 	if err := s.checkVersion(version); err != nil {
 		return Result{Err: err}, nil
 	}
-	res, err := s.resolve(b, r)
+	res, err := s.resolve(b, r, nil)
 	if err != nil {
 		return Result{}, err
 	}
@@ -1275,7 +1319,7 @@ func (s *Shard) applyTxnResolveBatch(b *pebble.Batch, version uint64, rs []*TxnR
 	}
 	out := Result{Version: version, Resolved: make([]string, 0, len(rs))}
 	for _, r := range rs {
-		if _, err := s.resolve(b, r); err != nil {
+		if _, err := s.resolve(b, r, nil); err != nil {
 			return Result{}, err
 		}
 		out.Resolved = append(out.Resolved, r.ID)
@@ -1288,8 +1332,9 @@ func (s *Shard) applyTxnResolveBatch(b *pebble.Batch, version uint64, rs []*TxnR
 
 // resolve writes the outcome of r's transaction into b: its intents here
 // become versions at its commit timestamp or vanish, its prepared entry
-// goes.
-func (s *Shard) resolve(b *pebble.Batch, r *TxnResolveCmd) (Result, error) {
+// goes. The intents on the keys in superseded vanish even in a commit:
+// the caller writes those keys at the commit timestamp.
+func (s *Shard) resolve(b *pebble.Batch, r *TxnResolveCmd, superseded map[string]bool) (Result, error) {
 	coll := s.desc.Collection
 	// Resolve every intent the transaction prepared here, not only the
 	// keys named (its prepared entry and its locks go with this resolve),
@@ -1328,7 +1373,9 @@ func (s *Shard) resolve(b *pebble.Batch, r *TxnResolveCmd) (Result, error) {
 		if !s.desc.Owns(in.Bucket, k.Key) {
 			continue // another shard resolves it
 		}
-		if r.Commit && !s.resolveNeedsLatest(&in, r.CommitTS) {
+		if r.Commit && superseded[string(k.Key)] {
+			// Written by the caller instead.
+		} else if r.Commit && !s.resolveNeedsLatest(&in, r.CommitTS) {
 			if err := s.writeVersion(b, k.Key, in.Bucket, r.CommitTS, false, nil, in.Value, nil); err != nil {
 				return Result{}, err
 			}

@@ -1,7 +1,10 @@
 package shard
 
 import (
+	"fmt"
 	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/txn"
@@ -251,4 +254,133 @@ func TestCommitLast(t *testing.T) {
 	if val, v, _, _ := ReadRecord(db, 1, []byte("a"), Latest); string(val.Value) != "new" || v != 30 {
 		t.Fatalf("after the refused commit a = %q@%d, want new@30", val.Value, v)
 	}
+}
+
+// TestOneEntryPerTransaction: a transaction prepared in a shard that
+// already holds an entry of it — taken in from the right shard of a
+// merge, or from the parent of a split, or written by an earlier prepare —
+// keeps one entry naming every intent, so that its resolve resolves them
+// all; and when the shard is the record's, its last participant's commit
+// resolves them itself, at the commit version: the commit releases the
+// transaction's locks, so an intent left for later would be read past.
+func TestOneEntryPerTransaction(t *testing.T) {
+	leftDesc := Desc{ShardID: 2, Collection: 1, Partitioning: kv.PartitionRange, End: []byte("g")}
+	rightDesc := Desc{ShardID: 3, Collection: 1, Partitioning: kv.PartitionRange, Start: []byte("g")}
+	anchor := txn.Anchor{Collection: 1, Key: []byte("a")}
+	id := txn.NewID(1, 1)
+	meta := txn.Meta{ID: id, Priority: 1, Anchor: anchor}
+	prepare := func(key, value string) []byte {
+		return EncodeTxnPrepare(&TxnPrepareCmd{Meta: meta, LockTerm: 1, Writes: []Op{{Type: OpPut, Key: []byte(key), Value: []byte(value)}}})
+	}
+	last := func(minCommit uint64, writes ...Op) []byte {
+		return EncodeTxnPrepare(&TxnPrepareCmd{Meta: meta, LockTerm: 1, OnePhase: true, Last: true, MinCommit: minCommit, Participants: []uint64{3}, Writes: writes})
+	}
+	put := func(key, value string) Op { return Op{Type: OpPut, Key: []byte(key), Value: []byte(value)} }
+	type state struct {
+		db          *pebble.DB
+		left, right *Shard
+	}
+	apply := func(t *testing.T, st *state, s *Shard, version uint64, cmd []byte) Result {
+		t.Helper()
+		if version != 0 {
+			SetVersion(cmd, version)
+		}
+		res := applyOne(t, st.db, s, cmd)
+		if res.Err != nil {
+			t.Fatalf("version %d: %v", version, res.Err)
+		}
+		return res
+	}
+	// merged: the transaction prepared "h" in the right shard, which the
+	// left one took in.
+	merged := func(t *testing.T) *state {
+		st := &state{db: memDB(t)}
+		var err error
+		if st.left, err = Load(st.db, leftDesc); err != nil {
+			t.Fatal(err)
+		}
+		if st.right, err = Load(st.db, rightDesc); err != nil {
+			t.Fatal(err)
+		}
+		apply(t, st, st.right, 20, prepare("h", "vh"))
+		f := apply(t, st, st.right, 21, EncodeFreeze(leftDesc.ShardID))
+		apply(t, st, st.left, 0, EncodeMergeTrigger(rightDesc, *f.Freeze))
+		return st
+	}
+	// split: the transaction prepared "h" in the whole range; a split
+	// gave "h" to the right shard, whose record ("i") it is.
+	split := func(t *testing.T) *state {
+		st := &state{db: memDB(t)}
+		var err error
+		whole := leftDesc
+		whole.End = nil
+		if st.left, err = Load(st.db, whole); err != nil {
+			t.Fatal(err)
+		}
+		apply(t, st, st.left, 20, prepare("h", "vh"))
+		apply(t, st, st.left, 0, EncodeSplitTrigger(rightDesc.ShardID, rightDesc.Start, 0))
+		if st.right, err = Load(st.db, rightDesc); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	want := func(t *testing.T, st *state, s *Shard, key, value string, version uint64) {
+		t.Helper()
+		val, v, found, err := ReadRecord(st.db, 1, []byte(key), Latest)
+		if err != nil || !found || string(val.Value) != value || v != version {
+			t.Fatalf("%s = %q@%d (found %v, %v), want %q@%d", key, val.Value, v, found, err, value, version)
+		}
+		if _, held, err := ReadIntent(st.db, 1, []byte(key)); held || err != nil {
+			t.Fatalf("%s still holds an intent (%v)", key, err)
+		}
+		if s.MayHoldIntent([]byte(key)) {
+			t.Fatalf("%s still counted as holding an intent", key)
+		}
+	}
+	noEntry := func(t *testing.T, st *state, s *Shard) {
+		t.Helper()
+		if s.MinPrepared() != 0 {
+			t.Fatalf("shard %d: min prepared %d after the resolve", s.Desc().ShardID, s.MinPrepared())
+		}
+		err := EachPrepared(st.db, s.Desc().ShardID, func(m txn.Meta, _ uint64, _, _ []txn.Target) error {
+			return fmt.Errorf("shard %d still holds %s prepared", s.Desc().ShardID, m.ID)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("merged, then prepared again", func(t *testing.T) {
+		st := merged(t)
+		apply(t, st, st.left, 30, prepare("b", "vb"))
+		apply(t, st, st.left, 40, EncodeTxnResolve(&TxnResolveCmd{ID: id, Commit: true, CommitTS: 35, Keys: []TxnKey{{Key: []byte("b")}}}))
+		want(t, st, st.left, "b", "vb", 35)
+		want(t, st, st.left, "h", "vh", 35)
+		noEntry(t, st, st.left)
+	})
+	t.Run("merged, then committed last", func(t *testing.T) {
+		st := merged(t)
+		res := apply(t, st, st.left, 30, last(25, put("a", "va")))
+		if res.Txn == nil || res.Txn.Status != txn.Committed {
+			t.Fatalf("commit: %+v", res)
+		}
+		want(t, st, st.left, "a", "va", 30)
+		want(t, st, st.left, "h", "vh", 30)
+		noEntry(t, st, st.left)
+	})
+	t.Run("merged, then committed last over its own intent", func(t *testing.T) {
+		st := merged(t)
+		apply(t, st, st.left, 30, last(25, put("h", "newer")))
+		want(t, st, st.left, "h", "newer", 30)
+		noEntry(t, st, st.left)
+	})
+	t.Run("split, then committed last", func(t *testing.T) {
+		st := split(t)
+		meta.Anchor = txn.Anchor{Collection: 1, Key: []byte("i")}
+		defer func() { meta.Anchor = anchor }()
+		apply(t, st, st.right, 30, last(25, put("i", "vi")))
+		want(t, st, st.right, "i", "vi", 30)
+		want(t, st, st.right, "h", "vh", 30)
+		noEntry(t, st, st.right)
+	})
 }
