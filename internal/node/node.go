@@ -118,6 +118,10 @@ type Node struct {
 		// committed attempts' intents (and so from marking their
 		// records), as if they stopped right after the commit point.
 		skipResolves atomic.Bool
+		// beforeLast, when set, runs in a commit after every other
+		// participant prepared and before the record's shard commits
+		// last.
+		beforeLast atomic.Pointer[func()]
 		// resolveGather, when not 0, replaces resolveGather (a
 		// duration).
 		resolveGather atomic.Int64

@@ -1093,6 +1093,9 @@ func (s *txnSession) commit(ctx context.Context) (uint64, error) {
 	}
 	slices.Sort(participants)
 	if last != nil {
+		if f := n.knobs.beforeLast.Load(); f != nil {
+			(*f)()
+		}
 		return s.commitLast(ctx, last, participants, commitTS, deadline)
 	}
 	var rec shard.TxnResult

@@ -130,3 +130,77 @@ func explainBalances(t *testing.T, n *Node, coll string, committed []transfer) {
 		}
 	}
 }
+
+// TestTxnCommitLastAfterMerge: a transaction prepared in the right shard
+// of a range collection, which is then merged into the left shard that
+// holds its record, commits there as the last participant. That commit
+// releases the transaction's locks in the left shard, the locks on the
+// merged keys included, so it must resolve the intents the merge brought
+// in: the next transaction to lock such a key reads the committed value,
+// not the one before it. (Left unresolved, with the coordinator's own
+// resolves held back here, the next transaction read the old value and
+// overwrote the commit: a lost update.)
+func TestTxnCommitLastAfterMerge(t *testing.T) {
+	c := startCluster(t, 1, nil)
+	n := c.node(1).n
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionRange}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"1", "5"} {
+		if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte(k), Value: []byte("old")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	info, err := n.SplitShard(ctx, "c", []byte("3"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := info.Shards[0].ID
+	merged := false
+	merge := func() {
+		if merged {
+			return
+		}
+		merged = true
+		if _, err := n.MergeShards(ctx, "c", left); err != nil {
+			t.Errorf("merge: %v", err)
+		}
+	}
+	n.knobs.beforeLast.Store(&merge)
+	n.knobs.skipResolves.Store(true)
+	_, attempts, err := transact(ctx, n, kv.TxnOptions{}, func(id string) error {
+		// "1" first: the record is anchored in the left shard.
+		for _, k := range []string{"1", "5"} {
+			if err := n.TxnPut(ctx, id, kv.PutItem{Collection: "c", Key: []byte(k), Value: []byte("new")}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	n.knobs.beforeLast.Store(nil)
+	n.knobs.skipResolves.Store(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !merged || attempts != 1 {
+		t.Fatalf("merged %v, %d attempts: the commit did not run across the merge", merged, attempts)
+	}
+	d, err := n.collection("c")
+	if err != nil || len(d.Shards) != 1 {
+		t.Fatalf("after the merge: %+v, %v", d, err)
+	}
+	if _, _, err := transact(ctx, n, kv.TxnOptions{}, func(id string) error {
+		rec, found, err := n.TxnGet(ctx, id, kv.KeyRef{Collection: "c", Key: []byte("5")})
+		if err != nil {
+			return err
+		}
+		if !found || string(rec.Value) != "new" {
+			t.Errorf("a transaction after the commit read 5 = %q (found %v), want \"new\"", rec.Value, found)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
