@@ -1,6 +1,7 @@
 package groupkv
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"net"
@@ -172,7 +173,7 @@ func (r *remoteDB) fail(err error, sent bool) error {
 func (r *remoteDB) piped(ctx context.Context, req *pb.PipelineRequest, write bool) (resp *pb.PipelineResponse, ok bool, err error) {
 	resp, err = r.pipe.call(ctx, req, write)
 	switch {
-	case err == errPipelineOff:
+	case err == errPipelineOff, err == errPipelineNoScan:
 		return nil, false, nil
 	case err != nil && r.closed.Load():
 		return nil, true, kv.Errorf(kv.CodeUnavailable, "the DB is closed: Dial again")
@@ -314,6 +315,14 @@ func (r *remoteDB) DeleteRange(ctx context.Context, req DeleteRangeRequest) (Del
 }
 
 func (r *remoteDB) Scan(ctx context.Context, req ScanRequest) (ScanResult, error) {
+	if limit := cmp.Or(req.Limit, kv.DefaultPageSize); limit > 0 && limit <= pipelineMaxScan {
+		if resp, ok, err := r.piped(ctx, &pb.PipelineRequest{Op: &pb.PipelineRequest_Scan{Scan: api.ScanRequestToPB(req)}}, false); ok {
+			if err != nil {
+				return ScanResult{}, err
+			}
+			return api.ScanResultFromPB(resp.GetScan()), nil
+		}
+	}
 	m, err := r.c.Scan(ctx, api.ScanRequestToPB(req))
 	if err != nil {
 		return ScanResult{}, r.fail(err, false)

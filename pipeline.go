@@ -15,8 +15,9 @@ import (
 	pb "github.com/groupkv/groupkv/proto/groupkvpb"
 )
 
-// pipeline sends a remote DB's single-key requests (Get, Put, Delete) as
-// messages of one Pipeline stream instead of unary RPCs: a message on an
+// pipeline sends a remote DB's single-key requests (Get, Put, Delete), and
+// its short scans where the server serves them there, as messages of one
+// Pipeline stream instead of unary RPCs: a message on an
 // open stream costs client and server a fraction of an RPC (no stream to
 // open, no headers and trailers to encode and parse). The requests in
 // flight on it are answered as each completes.
@@ -49,6 +50,9 @@ type pipeStream struct {
 	// one message.
 	sends   api.Coalescer[*pb.PipelineRequest]
 	batches atomic.Bool
+	// scans says the server announced that it serves scans on the stream
+	// (in its header); until then a scan goes as a unary RPC.
+	scans atomic.Bool
 
 	mu      sync.Mutex
 	nextID  uint64
@@ -67,8 +71,17 @@ type pipeCall struct {
 // hold up the requests behind it while it is sent.
 const pipelineMaxValue = 64 << 10
 
+// pipelineMaxScan is the largest page a scan asks for on the pipeline: as
+// with values (pipelineMaxValue), a long answer would hold up the answers
+// behind it.
+const pipelineMaxScan = 128
+
 // errPipelineOff says the server has no Pipeline RPC: send a unary RPC.
 var errPipelineOff = kv.Errorf(kv.CodeUnimplemented, "the server has no Pipeline RPC")
+
+// errPipelineNoScan says the stream's server has not announced scans: send
+// the scan as a unary RPC.
+var errPipelineNoScan = kv.Errorf(kv.CodeUnimplemented, "the server serves no scans on its Pipeline stream")
 
 // call sends req and waits for its answer. write says whether req writes:
 // if the stream breaks after it was sent, its outcome is unknown.
@@ -87,6 +100,9 @@ func (p *pipeline) call(ctx context.Context, req *pb.PipelineRequest, write bool
 		var err error
 		if ps, err = p.open(ctx); err != nil {
 			return nil, err
+		}
+		if req.GetScan() != nil && !ps.scans.Load() {
+			return nil, errPipelineNoScan
 		}
 		ps.mu.Lock()
 		if ps.err == nil {
@@ -158,7 +174,7 @@ func (p *pipeline) open(ctx context.Context) (*pipeStream, error) {
 		// The stream outlives the request that opens it: its context ends
 		// when the stream is forgotten or the DB closed.
 		sctx, cancel := context.WithCancel(context.Background())
-		s, err := p.c.Pipeline(metadata.AppendToOutgoingContext(sctx, api.PipelineBatchKey, "1"))
+		s, err := p.c.Pipeline(metadata.AppendToOutgoingContext(sctx, api.PipelineBatchKey, "1", api.PipelineOpsKey, api.PipelineOpScan))
 		p.mu.Lock()
 		p.opening = nil
 		close(ch)
@@ -207,12 +223,13 @@ func (ps *pipeStream) send(q []*pb.PipelineRequest) error {
 
 // receive hands ps's answers to their calls until it ends, then answers
 // the calls still in flight on it with the reason and forgets it. It reads
-// the stream's header first: a server that reads batches says so there
-// (an older one sends its header with its first answer, and until then
-// the requests go one per message).
+// the stream's header first: a server that reads batches, or serves scans,
+// says so there (an older one sends its header with its first answer, and
+// until then the requests go one per message, and scans as unary RPCs).
 func (p *pipeline) receive(ps *pipeStream) {
-	if md, err := ps.s.Header(); err == nil && slices.Contains(md.Get(api.PipelineBatchKey), "1") {
-		ps.batches.Store(true)
+	if md, err := ps.s.Header(); err == nil {
+		ps.batches.Store(slices.Contains(md.Get(api.PipelineBatchKey), "1"))
+		ps.scans.Store(slices.Contains(md.Get(api.PipelineOpsKey), api.PipelineOpScan))
 	}
 	for {
 		resp, err := ps.s.Recv()

@@ -32,13 +32,22 @@ const PipelineDrained = "pipeline_drained"
 func (s *grpcService) Pipeline(st pb.GroupKV_PipelineServer) error {
 	ctx := st.Context()
 	batches := false
-	if md, ok := metadata.FromIncomingContext(ctx); ok && slices.Contains(md.Get(PipelineBatchKey), "1") {
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		// Announced before anything else, so that the client's first
 		// requests find it (its receiver reads the header first).
-		if err := st.SendHeader(metadata.Pairs(PipelineBatchKey, "1")); err != nil {
-			return err
+		var header metadata.MD
+		if slices.Contains(md.Get(PipelineBatchKey), "1") {
+			header = metadata.Join(header, metadata.Pairs(PipelineBatchKey, "1"))
+			batches = true
 		}
-		batches = true
+		if slices.Contains(md.Get(PipelineOpsKey), PipelineOpScan) {
+			header = metadata.Join(header, metadata.Pairs(PipelineOpsKey, PipelineOpScan))
+		}
+		if header != nil {
+			if err := st.SendHeader(header); err != nil {
+				return err
+			}
+		}
 	}
 	var (
 		wg    sync.WaitGroup
@@ -146,6 +155,14 @@ func SendRequests(s pb.GroupKV_PipelineClient, q []*pb.PipelineRequest, batches 
 // (see the RPC's comment in proto/groupkv.proto).
 const PipelineBatchKey = "groupkv-pipeline-batch"
 
+// PipelineOpsKey is the metadata key by which a Pipeline client asks which
+// of the operations beyond get, put and delete the server serves on the
+// stream, and the server names those it does, in the stream's header.
+const PipelineOpsKey = "groupkv-pipeline-ops"
+
+// PipelineOpScan names scans (PipelineRequest.scan) under PipelineOpsKey.
+const PipelineOpScan = "scan"
+
 // checkPipelineBatch refuses a request whose batch holds a batch.
 func checkPipelineBatch(req *pb.PipelineRequest) error {
 	for _, r := range req.GetBatch() {
@@ -215,9 +232,15 @@ func (s *grpcService) pipelined(ctx context.Context, req *pb.PipelineRequest) *p
 		if v, err = s.b.Delete(ctx, DeleteRequestFromPB(r.Delete)); err == nil {
 			resp.Result = &pb.PipelineResponse_Delete{Delete: &pb.DeleteResponse{Version: v}}
 		}
+	case *pb.PipelineRequest_Scan:
+		op = "scan"
+		var res kv.ScanResult
+		if res, err = s.b.Scan(ctx, ScanRequestFromPB(r.Scan)); err == nil {
+			resp.Result = &pb.PipelineResponse_Scan{Scan: ScanResultToPB(res)}
+		}
 	default:
 		op = "pipeline"
-		err = kv.Errorf(kv.CodeInvalidArgument, "pipelined request %d names no operation: give put, get or delete", req.GetId())
+		err = kv.Errorf(kv.CodeInvalidArgument, "pipelined request %d names no operation: give put, get, delete or scan", req.GetId())
 	}
 	var code kv.Code
 	if err != nil {

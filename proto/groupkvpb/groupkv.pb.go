@@ -917,6 +917,7 @@ type PipelineRequest struct {
 	//	*PipelineRequest_Put
 	//	*PipelineRequest_Get
 	//	*PipelineRequest_Delete
+	//	*PipelineRequest_Scan
 	Op isPipelineRequest_Op `protobuf_oneof:"op"`
 	// batch, when not empty, makes the message a carrier of the requests in
 	// it, each served as if it came in a message of its own; the carrier's
@@ -1006,6 +1007,15 @@ func (x *PipelineRequest) GetDelete() *DeleteRequest {
 	return nil
 }
 
+func (x *PipelineRequest) GetScan() *ScanRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineRequest_Scan); ok {
+			return x.Scan
+		}
+	}
+	return nil
+}
+
 func (x *PipelineRequest) GetBatch() []*PipelineRequest {
 	if x != nil {
 		return x.Batch
@@ -1029,11 +1039,19 @@ type PipelineRequest_Delete struct {
 	Delete *DeleteRequest `protobuf:"bytes,5,opt,name=delete,proto3,oneof"`
 }
 
+type PipelineRequest_Scan struct {
+	// scan is sent only to a server that announced scans (see the
+	// Pipeline RPC).
+	Scan *ScanRequest `protobuf:"bytes,7,opt,name=scan,proto3,oneof"`
+}
+
 func (*PipelineRequest_Put) isPipelineRequest_Op() {}
 
 func (*PipelineRequest_Get) isPipelineRequest_Op() {}
 
 func (*PipelineRequest_Delete) isPipelineRequest_Op() {}
+
+func (*PipelineRequest_Scan) isPipelineRequest_Op() {}
 
 type PipelineResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1044,6 +1062,7 @@ type PipelineResponse struct {
 	//	*PipelineResponse_Get
 	//	*PipelineResponse_Delete
 	//	*PipelineResponse_Error
+	//	*PipelineResponse_Scan
 	Result isPipelineResponse_Result `protobuf_oneof:"result"`
 	// batch, when not empty, makes the message a carrier of the responses in
 	// it; its own id and result are not read. Sent only to a client that
@@ -1133,6 +1152,15 @@ func (x *PipelineResponse) GetError() *PipelineError {
 	return nil
 }
 
+func (x *PipelineResponse) GetScan() *ScanResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResponse_Scan); ok {
+			return x.Scan
+		}
+	}
+	return nil
+}
+
 func (x *PipelineResponse) GetBatch() []*PipelineResponse {
 	if x != nil {
 		return x.Batch
@@ -1160,6 +1188,10 @@ type PipelineResponse_Error struct {
 	Error *PipelineError `protobuf:"bytes,5,opt,name=error,proto3,oneof"`
 }
 
+type PipelineResponse_Scan struct {
+	Scan *ScanResponse `protobuf:"bytes,7,opt,name=scan,proto3,oneof"`
+}
+
 func (*PipelineResponse_Put) isPipelineResponse_Result() {}
 
 func (*PipelineResponse_Get) isPipelineResponse_Result() {}
@@ -1167,6 +1199,8 @@ func (*PipelineResponse_Get) isPipelineResponse_Result() {}
 func (*PipelineResponse_Delete) isPipelineResponse_Result() {}
 
 func (*PipelineResponse_Error) isPipelineResponse_Result() {}
+
+func (*PipelineResponse_Scan) isPipelineResponse_Result() {}
 
 // PipelineError is a pipelined request's failure: the groupkv error code
 // ("" for a request whose context ended: see grpc_code) and message, as a
@@ -4680,21 +4714,23 @@ const file_groupkv_proto_rawDesc = "" +
 	"if_version\x18\x03 \x01(\x04H\x00R\tifVersion\x88\x01\x01B\r\n" +
 	"\v_if_version\"*\n" +
 	"\x0eDeleteResponse\x12\x18\n" +
-	"\aversion\x18\x01 \x01(\x04R\aversion\"\x8e\x02\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\"\xbd\x02\n" +
 	"\x0fPipelineRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12%\n" +
 	"\x0etimeout_micros\x18\x02 \x01(\x04R\rtimeoutMicros\x12*\n" +
 	"\x03put\x18\x03 \x01(\v2\x16.groupkv.v1.PutRequestH\x00R\x03put\x12*\n" +
 	"\x03get\x18\x04 \x01(\v2\x16.groupkv.v1.GetRequestH\x00R\x03get\x123\n" +
-	"\x06delete\x18\x05 \x01(\v2\x19.groupkv.v1.DeleteRequestH\x00R\x06delete\x121\n" +
+	"\x06delete\x18\x05 \x01(\v2\x19.groupkv.v1.DeleteRequestH\x00R\x06delete\x12-\n" +
+	"\x04scan\x18\a \x01(\v2\x17.groupkv.v1.ScanRequestH\x00R\x04scan\x121\n" +
 	"\x05batch\x18\x06 \x03(\v2\x1b.groupkv.v1.PipelineRequestR\x05batchB\x04\n" +
-	"\x02op\"\xa3\x02\n" +
+	"\x02op\"\xd3\x02\n" +
 	"\x10PipelineResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12+\n" +
 	"\x03put\x18\x02 \x01(\v2\x17.groupkv.v1.PutResponseH\x00R\x03put\x12+\n" +
 	"\x03get\x18\x03 \x01(\v2\x17.groupkv.v1.GetResponseH\x00R\x03get\x124\n" +
 	"\x06delete\x18\x04 \x01(\v2\x1a.groupkv.v1.DeleteResponseH\x00R\x06delete\x121\n" +
-	"\x05error\x18\x05 \x01(\v2\x19.groupkv.v1.PipelineErrorH\x00R\x05error\x122\n" +
+	"\x05error\x18\x05 \x01(\v2\x19.groupkv.v1.PipelineErrorH\x00R\x05error\x12.\n" +
+	"\x04scan\x18\a \x01(\v2\x18.groupkv.v1.ScanResponseH\x00R\x04scan\x122\n" +
 	"\x05batch\x18\x06 \x03(\v2\x1c.groupkv.v1.PipelineResponseR\x05batchB\b\n" +
 	"\x06result\"Z\n" +
 	"\rPipelineError\x12\x12\n" +
@@ -5080,113 +5116,115 @@ var file_groupkv_proto_depIdxs = []int32{
 	9,  // 2: groupkv.v1.PipelineRequest.put:type_name -> groupkv.v1.PutRequest
 	11, // 3: groupkv.v1.PipelineRequest.get:type_name -> groupkv.v1.GetRequest
 	13, // 4: groupkv.v1.PipelineRequest.delete:type_name -> groupkv.v1.DeleteRequest
-	15, // 5: groupkv.v1.PipelineRequest.batch:type_name -> groupkv.v1.PipelineRequest
-	10, // 6: groupkv.v1.PipelineResponse.put:type_name -> groupkv.v1.PutResponse
-	12, // 7: groupkv.v1.PipelineResponse.get:type_name -> groupkv.v1.GetResponse
-	14, // 8: groupkv.v1.PipelineResponse.delete:type_name -> groupkv.v1.DeleteResponse
-	17, // 9: groupkv.v1.PipelineResponse.error:type_name -> groupkv.v1.PipelineError
-	16, // 10: groupkv.v1.PipelineResponse.batch:type_name -> groupkv.v1.PipelineResponse
-	20, // 11: groupkv.v1.BatchGetRequest.keys:type_name -> groupkv.v1.KeyRef
-	22, // 12: groupkv.v1.BatchGetResponse.items:type_name -> groupkv.v1.BatchGetItem
-	24, // 13: groupkv.v1.BatchPutRequest.items:type_name -> groupkv.v1.PutItem
-	20, // 14: groupkv.v1.BatchDeleteRequest.keys:type_name -> groupkv.v1.KeyRef
-	27, // 15: groupkv.v1.BatchWriteResponse.results:type_name -> groupkv.v1.WriteResult
-	27, // 16: groupkv.v1.BatchErrorDetail.applied:type_name -> groupkv.v1.WriteResult
-	32, // 17: groupkv.v1.ScanResponse.items:type_name -> groupkv.v1.Record
-	39, // 18: groupkv.v1.TxnGetRequest.begin:type_name -> groupkv.v1.TxnBegin
-	22, // 19: groupkv.v1.TxnGetResponse.snapshot:type_name -> groupkv.v1.BatchGetItem
-	39, // 20: groupkv.v1.TxnWriteRequest.begin:type_name -> groupkv.v1.TxnBegin
-	56, // 21: groupkv.v1.TxnWriteRequest.writes:type_name -> groupkv.v1.TxnOp
-	39, // 22: groupkv.v1.TxnScanRequest.begin:type_name -> groupkv.v1.TxnBegin
-	39, // 23: groupkv.v1.TxnTagQuery.begin:type_name -> groupkv.v1.TxnBegin
-	39, // 24: groupkv.v1.CommitTxnRequest.begin:type_name -> groupkv.v1.TxnBegin
-	56, // 25: groupkv.v1.CommitTxnRequest.writes:type_name -> groupkv.v1.TxnOp
-	20, // 26: groupkv.v1.CommitTxnRequest.snapshot_reads:type_name -> groupkv.v1.KeyRef
-	22, // 27: groupkv.v1.CommitTxnRequest.cached_reads:type_name -> groupkv.v1.BatchGetItem
-	22, // 28: groupkv.v1.CommitTxnResponse.snapshot:type_name -> groupkv.v1.BatchGetItem
-	55, // 29: groupkv.v1.ExecTxnRequest.compares:type_name -> groupkv.v1.Compare
-	56, // 30: groupkv.v1.ExecTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
-	56, // 31: groupkv.v1.ExecTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
-	58, // 32: groupkv.v1.ExecTxnResponse.results:type_name -> groupkv.v1.TxnOpResult
-	20, // 33: groupkv.v1.CreateGroupRequest.leader:type_name -> groupkv.v1.KeyRef
-	20, // 34: groupkv.v1.CreateGroupRequest.members:type_name -> groupkv.v1.KeyRef
-	20, // 35: groupkv.v1.CreateGroupResponse.joined:type_name -> groupkv.v1.KeyRef
-	61, // 36: groupkv.v1.CreateGroupResponse.refused:type_name -> groupkv.v1.GroupRefusal
-	20, // 37: groupkv.v1.GroupInfo.leader:type_name -> groupkv.v1.KeyRef
-	20, // 38: groupkv.v1.GroupInfo.members:type_name -> groupkv.v1.KeyRef
-	64, // 39: groupkv.v1.ListGroupsResponse.groups:type_name -> groupkv.v1.GroupInfo
-	55, // 40: groupkv.v1.ExecGroupTxnRequest.compares:type_name -> groupkv.v1.Compare
-	56, // 41: groupkv.v1.ExecGroupTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
-	56, // 42: groupkv.v1.ExecGroupTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
-	1,  // 43: groupkv.v1.GroupKV.CreateCollection:input_type -> groupkv.v1.CreateCollectionRequest
-	4,  // 44: groupkv.v1.GroupKV.ListCollections:input_type -> groupkv.v1.ListCollectionsRequest
-	6,  // 45: groupkv.v1.GroupKV.DescribeCollection:input_type -> groupkv.v1.DescribeCollectionRequest
-	7,  // 46: groupkv.v1.GroupKV.DropCollection:input_type -> groupkv.v1.DropCollectionRequest
-	9,  // 47: groupkv.v1.GroupKV.Put:input_type -> groupkv.v1.PutRequest
-	11, // 48: groupkv.v1.GroupKV.Get:input_type -> groupkv.v1.GetRequest
-	13, // 49: groupkv.v1.GroupKV.Delete:input_type -> groupkv.v1.DeleteRequest
-	21, // 50: groupkv.v1.GroupKV.BatchGet:input_type -> groupkv.v1.BatchGetRequest
-	25, // 51: groupkv.v1.GroupKV.BatchPut:input_type -> groupkv.v1.BatchPutRequest
-	26, // 52: groupkv.v1.GroupKV.BatchDelete:input_type -> groupkv.v1.BatchDeleteRequest
-	30, // 53: groupkv.v1.GroupKV.DeleteRange:input_type -> groupkv.v1.DeleteRangeRequest
-	33, // 54: groupkv.v1.GroupKV.Scan:input_type -> groupkv.v1.ScanRequest
-	35, // 55: groupkv.v1.GroupKV.GetByTags:input_type -> groupkv.v1.TagQuery
-	36, // 56: groupkv.v1.GroupKV.Watch:input_type -> groupkv.v1.WatchRequest
-	15, // 57: groupkv.v1.GroupKV.Pipeline:input_type -> groupkv.v1.PipelineRequest
-	18, // 58: groupkv.v1.GroupKV.Ready:input_type -> groupkv.v1.ReadyRequest
-	38, // 59: groupkv.v1.GroupKV.BeginTxn:input_type -> groupkv.v1.BeginTxnRequest
-	41, // 60: groupkv.v1.GroupKV.TxnGet:input_type -> groupkv.v1.TxnGetRequest
-	43, // 61: groupkv.v1.GroupKV.TxnPut:input_type -> groupkv.v1.TxnPutRequest
-	45, // 62: groupkv.v1.GroupKV.TxnDelete:input_type -> groupkv.v1.TxnDeleteRequest
-	47, // 63: groupkv.v1.GroupKV.TxnWrite:input_type -> groupkv.v1.TxnWriteRequest
-	49, // 64: groupkv.v1.GroupKV.TxnScan:input_type -> groupkv.v1.TxnScanRequest
-	50, // 65: groupkv.v1.GroupKV.TxnGetByTags:input_type -> groupkv.v1.TxnTagQuery
-	51, // 66: groupkv.v1.GroupKV.CommitTxn:input_type -> groupkv.v1.CommitTxnRequest
-	53, // 67: groupkv.v1.GroupKV.AbortTxn:input_type -> groupkv.v1.AbortTxnRequest
-	57, // 68: groupkv.v1.GroupKV.ExecTxn:input_type -> groupkv.v1.ExecTxnRequest
-	60, // 69: groupkv.v1.GroupKV.CreateGroup:input_type -> groupkv.v1.CreateGroupRequest
-	63, // 70: groupkv.v1.GroupKV.DescribeGroup:input_type -> groupkv.v1.DescribeGroupRequest
-	65, // 71: groupkv.v1.GroupKV.ListGroups:input_type -> groupkv.v1.ListGroupsRequest
-	67, // 72: groupkv.v1.GroupKV.DeleteGroup:input_type -> groupkv.v1.DeleteGroupRequest
-	69, // 73: groupkv.v1.GroupKV.BeginGroupTxn:input_type -> groupkv.v1.BeginGroupTxnRequest
-	70, // 74: groupkv.v1.GroupKV.ExecGroupTxn:input_type -> groupkv.v1.ExecGroupTxnRequest
-	3,  // 75: groupkv.v1.GroupKV.CreateCollection:output_type -> groupkv.v1.CollectionInfo
-	5,  // 76: groupkv.v1.GroupKV.ListCollections:output_type -> groupkv.v1.ListCollectionsResponse
-	3,  // 77: groupkv.v1.GroupKV.DescribeCollection:output_type -> groupkv.v1.CollectionInfo
-	8,  // 78: groupkv.v1.GroupKV.DropCollection:output_type -> groupkv.v1.DropCollectionResponse
-	10, // 79: groupkv.v1.GroupKV.Put:output_type -> groupkv.v1.PutResponse
-	12, // 80: groupkv.v1.GroupKV.Get:output_type -> groupkv.v1.GetResponse
-	14, // 81: groupkv.v1.GroupKV.Delete:output_type -> groupkv.v1.DeleteResponse
-	23, // 82: groupkv.v1.GroupKV.BatchGet:output_type -> groupkv.v1.BatchGetResponse
-	28, // 83: groupkv.v1.GroupKV.BatchPut:output_type -> groupkv.v1.BatchWriteResponse
-	28, // 84: groupkv.v1.GroupKV.BatchDelete:output_type -> groupkv.v1.BatchWriteResponse
-	31, // 85: groupkv.v1.GroupKV.DeleteRange:output_type -> groupkv.v1.DeleteRangeResponse
-	34, // 86: groupkv.v1.GroupKV.Scan:output_type -> groupkv.v1.ScanResponse
-	34, // 87: groupkv.v1.GroupKV.GetByTags:output_type -> groupkv.v1.ScanResponse
-	37, // 88: groupkv.v1.GroupKV.Watch:output_type -> groupkv.v1.Event
-	16, // 89: groupkv.v1.GroupKV.Pipeline:output_type -> groupkv.v1.PipelineResponse
-	19, // 90: groupkv.v1.GroupKV.Ready:output_type -> groupkv.v1.ReadyResponse
-	40, // 91: groupkv.v1.GroupKV.BeginTxn:output_type -> groupkv.v1.BeginTxnResponse
-	42, // 92: groupkv.v1.GroupKV.TxnGet:output_type -> groupkv.v1.TxnGetResponse
-	44, // 93: groupkv.v1.GroupKV.TxnPut:output_type -> groupkv.v1.TxnPutResponse
-	46, // 94: groupkv.v1.GroupKV.TxnDelete:output_type -> groupkv.v1.TxnDeleteResponse
-	48, // 95: groupkv.v1.GroupKV.TxnWrite:output_type -> groupkv.v1.TxnWriteResponse
-	34, // 96: groupkv.v1.GroupKV.TxnScan:output_type -> groupkv.v1.ScanResponse
-	34, // 97: groupkv.v1.GroupKV.TxnGetByTags:output_type -> groupkv.v1.ScanResponse
-	52, // 98: groupkv.v1.GroupKV.CommitTxn:output_type -> groupkv.v1.CommitTxnResponse
-	54, // 99: groupkv.v1.GroupKV.AbortTxn:output_type -> groupkv.v1.AbortTxnResponse
-	59, // 100: groupkv.v1.GroupKV.ExecTxn:output_type -> groupkv.v1.ExecTxnResponse
-	62, // 101: groupkv.v1.GroupKV.CreateGroup:output_type -> groupkv.v1.CreateGroupResponse
-	64, // 102: groupkv.v1.GroupKV.DescribeGroup:output_type -> groupkv.v1.GroupInfo
-	66, // 103: groupkv.v1.GroupKV.ListGroups:output_type -> groupkv.v1.ListGroupsResponse
-	68, // 104: groupkv.v1.GroupKV.DeleteGroup:output_type -> groupkv.v1.DeleteGroupResponse
-	40, // 105: groupkv.v1.GroupKV.BeginGroupTxn:output_type -> groupkv.v1.BeginTxnResponse
-	59, // 106: groupkv.v1.GroupKV.ExecGroupTxn:output_type -> groupkv.v1.ExecTxnResponse
-	75, // [75:107] is the sub-list for method output_type
-	43, // [43:75] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	33, // 5: groupkv.v1.PipelineRequest.scan:type_name -> groupkv.v1.ScanRequest
+	15, // 6: groupkv.v1.PipelineRequest.batch:type_name -> groupkv.v1.PipelineRequest
+	10, // 7: groupkv.v1.PipelineResponse.put:type_name -> groupkv.v1.PutResponse
+	12, // 8: groupkv.v1.PipelineResponse.get:type_name -> groupkv.v1.GetResponse
+	14, // 9: groupkv.v1.PipelineResponse.delete:type_name -> groupkv.v1.DeleteResponse
+	17, // 10: groupkv.v1.PipelineResponse.error:type_name -> groupkv.v1.PipelineError
+	34, // 11: groupkv.v1.PipelineResponse.scan:type_name -> groupkv.v1.ScanResponse
+	16, // 12: groupkv.v1.PipelineResponse.batch:type_name -> groupkv.v1.PipelineResponse
+	20, // 13: groupkv.v1.BatchGetRequest.keys:type_name -> groupkv.v1.KeyRef
+	22, // 14: groupkv.v1.BatchGetResponse.items:type_name -> groupkv.v1.BatchGetItem
+	24, // 15: groupkv.v1.BatchPutRequest.items:type_name -> groupkv.v1.PutItem
+	20, // 16: groupkv.v1.BatchDeleteRequest.keys:type_name -> groupkv.v1.KeyRef
+	27, // 17: groupkv.v1.BatchWriteResponse.results:type_name -> groupkv.v1.WriteResult
+	27, // 18: groupkv.v1.BatchErrorDetail.applied:type_name -> groupkv.v1.WriteResult
+	32, // 19: groupkv.v1.ScanResponse.items:type_name -> groupkv.v1.Record
+	39, // 20: groupkv.v1.TxnGetRequest.begin:type_name -> groupkv.v1.TxnBegin
+	22, // 21: groupkv.v1.TxnGetResponse.snapshot:type_name -> groupkv.v1.BatchGetItem
+	39, // 22: groupkv.v1.TxnWriteRequest.begin:type_name -> groupkv.v1.TxnBegin
+	56, // 23: groupkv.v1.TxnWriteRequest.writes:type_name -> groupkv.v1.TxnOp
+	39, // 24: groupkv.v1.TxnScanRequest.begin:type_name -> groupkv.v1.TxnBegin
+	39, // 25: groupkv.v1.TxnTagQuery.begin:type_name -> groupkv.v1.TxnBegin
+	39, // 26: groupkv.v1.CommitTxnRequest.begin:type_name -> groupkv.v1.TxnBegin
+	56, // 27: groupkv.v1.CommitTxnRequest.writes:type_name -> groupkv.v1.TxnOp
+	20, // 28: groupkv.v1.CommitTxnRequest.snapshot_reads:type_name -> groupkv.v1.KeyRef
+	22, // 29: groupkv.v1.CommitTxnRequest.cached_reads:type_name -> groupkv.v1.BatchGetItem
+	22, // 30: groupkv.v1.CommitTxnResponse.snapshot:type_name -> groupkv.v1.BatchGetItem
+	55, // 31: groupkv.v1.ExecTxnRequest.compares:type_name -> groupkv.v1.Compare
+	56, // 32: groupkv.v1.ExecTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
+	56, // 33: groupkv.v1.ExecTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
+	58, // 34: groupkv.v1.ExecTxnResponse.results:type_name -> groupkv.v1.TxnOpResult
+	20, // 35: groupkv.v1.CreateGroupRequest.leader:type_name -> groupkv.v1.KeyRef
+	20, // 36: groupkv.v1.CreateGroupRequest.members:type_name -> groupkv.v1.KeyRef
+	20, // 37: groupkv.v1.CreateGroupResponse.joined:type_name -> groupkv.v1.KeyRef
+	61, // 38: groupkv.v1.CreateGroupResponse.refused:type_name -> groupkv.v1.GroupRefusal
+	20, // 39: groupkv.v1.GroupInfo.leader:type_name -> groupkv.v1.KeyRef
+	20, // 40: groupkv.v1.GroupInfo.members:type_name -> groupkv.v1.KeyRef
+	64, // 41: groupkv.v1.ListGroupsResponse.groups:type_name -> groupkv.v1.GroupInfo
+	55, // 42: groupkv.v1.ExecGroupTxnRequest.compares:type_name -> groupkv.v1.Compare
+	56, // 43: groupkv.v1.ExecGroupTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
+	56, // 44: groupkv.v1.ExecGroupTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
+	1,  // 45: groupkv.v1.GroupKV.CreateCollection:input_type -> groupkv.v1.CreateCollectionRequest
+	4,  // 46: groupkv.v1.GroupKV.ListCollections:input_type -> groupkv.v1.ListCollectionsRequest
+	6,  // 47: groupkv.v1.GroupKV.DescribeCollection:input_type -> groupkv.v1.DescribeCollectionRequest
+	7,  // 48: groupkv.v1.GroupKV.DropCollection:input_type -> groupkv.v1.DropCollectionRequest
+	9,  // 49: groupkv.v1.GroupKV.Put:input_type -> groupkv.v1.PutRequest
+	11, // 50: groupkv.v1.GroupKV.Get:input_type -> groupkv.v1.GetRequest
+	13, // 51: groupkv.v1.GroupKV.Delete:input_type -> groupkv.v1.DeleteRequest
+	21, // 52: groupkv.v1.GroupKV.BatchGet:input_type -> groupkv.v1.BatchGetRequest
+	25, // 53: groupkv.v1.GroupKV.BatchPut:input_type -> groupkv.v1.BatchPutRequest
+	26, // 54: groupkv.v1.GroupKV.BatchDelete:input_type -> groupkv.v1.BatchDeleteRequest
+	30, // 55: groupkv.v1.GroupKV.DeleteRange:input_type -> groupkv.v1.DeleteRangeRequest
+	33, // 56: groupkv.v1.GroupKV.Scan:input_type -> groupkv.v1.ScanRequest
+	35, // 57: groupkv.v1.GroupKV.GetByTags:input_type -> groupkv.v1.TagQuery
+	36, // 58: groupkv.v1.GroupKV.Watch:input_type -> groupkv.v1.WatchRequest
+	15, // 59: groupkv.v1.GroupKV.Pipeline:input_type -> groupkv.v1.PipelineRequest
+	18, // 60: groupkv.v1.GroupKV.Ready:input_type -> groupkv.v1.ReadyRequest
+	38, // 61: groupkv.v1.GroupKV.BeginTxn:input_type -> groupkv.v1.BeginTxnRequest
+	41, // 62: groupkv.v1.GroupKV.TxnGet:input_type -> groupkv.v1.TxnGetRequest
+	43, // 63: groupkv.v1.GroupKV.TxnPut:input_type -> groupkv.v1.TxnPutRequest
+	45, // 64: groupkv.v1.GroupKV.TxnDelete:input_type -> groupkv.v1.TxnDeleteRequest
+	47, // 65: groupkv.v1.GroupKV.TxnWrite:input_type -> groupkv.v1.TxnWriteRequest
+	49, // 66: groupkv.v1.GroupKV.TxnScan:input_type -> groupkv.v1.TxnScanRequest
+	50, // 67: groupkv.v1.GroupKV.TxnGetByTags:input_type -> groupkv.v1.TxnTagQuery
+	51, // 68: groupkv.v1.GroupKV.CommitTxn:input_type -> groupkv.v1.CommitTxnRequest
+	53, // 69: groupkv.v1.GroupKV.AbortTxn:input_type -> groupkv.v1.AbortTxnRequest
+	57, // 70: groupkv.v1.GroupKV.ExecTxn:input_type -> groupkv.v1.ExecTxnRequest
+	60, // 71: groupkv.v1.GroupKV.CreateGroup:input_type -> groupkv.v1.CreateGroupRequest
+	63, // 72: groupkv.v1.GroupKV.DescribeGroup:input_type -> groupkv.v1.DescribeGroupRequest
+	65, // 73: groupkv.v1.GroupKV.ListGroups:input_type -> groupkv.v1.ListGroupsRequest
+	67, // 74: groupkv.v1.GroupKV.DeleteGroup:input_type -> groupkv.v1.DeleteGroupRequest
+	69, // 75: groupkv.v1.GroupKV.BeginGroupTxn:input_type -> groupkv.v1.BeginGroupTxnRequest
+	70, // 76: groupkv.v1.GroupKV.ExecGroupTxn:input_type -> groupkv.v1.ExecGroupTxnRequest
+	3,  // 77: groupkv.v1.GroupKV.CreateCollection:output_type -> groupkv.v1.CollectionInfo
+	5,  // 78: groupkv.v1.GroupKV.ListCollections:output_type -> groupkv.v1.ListCollectionsResponse
+	3,  // 79: groupkv.v1.GroupKV.DescribeCollection:output_type -> groupkv.v1.CollectionInfo
+	8,  // 80: groupkv.v1.GroupKV.DropCollection:output_type -> groupkv.v1.DropCollectionResponse
+	10, // 81: groupkv.v1.GroupKV.Put:output_type -> groupkv.v1.PutResponse
+	12, // 82: groupkv.v1.GroupKV.Get:output_type -> groupkv.v1.GetResponse
+	14, // 83: groupkv.v1.GroupKV.Delete:output_type -> groupkv.v1.DeleteResponse
+	23, // 84: groupkv.v1.GroupKV.BatchGet:output_type -> groupkv.v1.BatchGetResponse
+	28, // 85: groupkv.v1.GroupKV.BatchPut:output_type -> groupkv.v1.BatchWriteResponse
+	28, // 86: groupkv.v1.GroupKV.BatchDelete:output_type -> groupkv.v1.BatchWriteResponse
+	31, // 87: groupkv.v1.GroupKV.DeleteRange:output_type -> groupkv.v1.DeleteRangeResponse
+	34, // 88: groupkv.v1.GroupKV.Scan:output_type -> groupkv.v1.ScanResponse
+	34, // 89: groupkv.v1.GroupKV.GetByTags:output_type -> groupkv.v1.ScanResponse
+	37, // 90: groupkv.v1.GroupKV.Watch:output_type -> groupkv.v1.Event
+	16, // 91: groupkv.v1.GroupKV.Pipeline:output_type -> groupkv.v1.PipelineResponse
+	19, // 92: groupkv.v1.GroupKV.Ready:output_type -> groupkv.v1.ReadyResponse
+	40, // 93: groupkv.v1.GroupKV.BeginTxn:output_type -> groupkv.v1.BeginTxnResponse
+	42, // 94: groupkv.v1.GroupKV.TxnGet:output_type -> groupkv.v1.TxnGetResponse
+	44, // 95: groupkv.v1.GroupKV.TxnPut:output_type -> groupkv.v1.TxnPutResponse
+	46, // 96: groupkv.v1.GroupKV.TxnDelete:output_type -> groupkv.v1.TxnDeleteResponse
+	48, // 97: groupkv.v1.GroupKV.TxnWrite:output_type -> groupkv.v1.TxnWriteResponse
+	34, // 98: groupkv.v1.GroupKV.TxnScan:output_type -> groupkv.v1.ScanResponse
+	34, // 99: groupkv.v1.GroupKV.TxnGetByTags:output_type -> groupkv.v1.ScanResponse
+	52, // 100: groupkv.v1.GroupKV.CommitTxn:output_type -> groupkv.v1.CommitTxnResponse
+	54, // 101: groupkv.v1.GroupKV.AbortTxn:output_type -> groupkv.v1.AbortTxnResponse
+	59, // 102: groupkv.v1.GroupKV.ExecTxn:output_type -> groupkv.v1.ExecTxnResponse
+	62, // 103: groupkv.v1.GroupKV.CreateGroup:output_type -> groupkv.v1.CreateGroupResponse
+	64, // 104: groupkv.v1.GroupKV.DescribeGroup:output_type -> groupkv.v1.GroupInfo
+	66, // 105: groupkv.v1.GroupKV.ListGroups:output_type -> groupkv.v1.ListGroupsResponse
+	68, // 106: groupkv.v1.GroupKV.DeleteGroup:output_type -> groupkv.v1.DeleteGroupResponse
+	40, // 107: groupkv.v1.GroupKV.BeginGroupTxn:output_type -> groupkv.v1.BeginTxnResponse
+	59, // 108: groupkv.v1.GroupKV.ExecGroupTxn:output_type -> groupkv.v1.ExecTxnResponse
+	77, // [77:109] is the sub-list for method output_type
+	45, // [45:77] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_groupkv_proto_init() }
@@ -5200,12 +5238,14 @@ func file_groupkv_proto_init() {
 		(*PipelineRequest_Put)(nil),
 		(*PipelineRequest_Get)(nil),
 		(*PipelineRequest_Delete)(nil),
+		(*PipelineRequest_Scan)(nil),
 	}
 	file_groupkv_proto_msgTypes[16].OneofWrappers = []any{
 		(*PipelineResponse_Put)(nil),
 		(*PipelineResponse_Get)(nil),
 		(*PipelineResponse_Delete)(nil),
 		(*PipelineResponse_Error)(nil),
+		(*PipelineResponse_Scan)(nil),
 	}
 	file_groupkv_proto_msgTypes[24].OneofWrappers = []any{}
 	file_groupkv_proto_msgTypes[55].OneofWrappers = []any{

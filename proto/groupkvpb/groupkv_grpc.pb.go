@@ -129,6 +129,13 @@ type GroupKVClient interface {
 	// which the client may send them (a PipelineRequest whose batch holds the
 	// requests). Neither side sends a batch to a peer that did not say it
 	// reads them; each side batches only what queued up while it was sending.
+	//
+	// Scans: a client that opens the stream with the metadata
+	// "groupkv-pipeline-ops: scan" asks whether the server serves scans on
+	// it; a server that does says so with the same key and value in the
+	// stream's header. A client sends a scan (PipelineRequest.scan) only to a
+	// server that said so, and Go clients only a scan of at most 128 records
+	// (a message of the stream holds up those behind it while it is sent).
 	Pipeline(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PipelineRequest, PipelineResponse], error)
 	// Ready answers OK when the node serves requests (kv.Backend.Ready), and
 	// the error that says why not otherwise.
@@ -566,6 +573,13 @@ type GroupKVServer interface {
 	// which the client may send them (a PipelineRequest whose batch holds the
 	// requests). Neither side sends a batch to a peer that did not say it
 	// reads them; each side batches only what queued up while it was sending.
+	//
+	// Scans: a client that opens the stream with the metadata
+	// "groupkv-pipeline-ops: scan" asks whether the server serves scans on
+	// it; a server that does says so with the same key and value in the
+	// stream's header. A client sends a scan (PipelineRequest.scan) only to a
+	// server that said so, and Go clients only a scan of at most 128 records
+	// (a message of the stream holds up those behind it while it is sent).
 	Pipeline(grpc.BidiStreamingServer[PipelineRequest, PipelineResponse]) error
 	// Ready answers OK when the node serves requests (kv.Backend.Ready), and
 	// the error that says why not otherwise.

@@ -1,0 +1,171 @@
+package api_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/groupkv/groupkv/internal/api"
+	"github.com/groupkv/groupkv/internal/kv"
+	pb "github.com/groupkv/groupkv/proto/groupkvpb"
+)
+
+// TestGRPCPipelineScans: a dialed DB sends its short scans on the Pipeline
+// stream once the server announced that it serves them there, and as unary
+// RPCs to a server that did not (or has no Pipeline RPC), and to any
+// server when the page asked for is long; every way, pages, order, the
+// continuation and errors are those of the unary RPC.
+func TestGRPCPipelineScans(t *testing.T) {
+	for _, server := range []string{"new", "without scans", "without pipeline"} {
+		t.Run(server, func(t *testing.T) {
+			ctx := context.Background()
+			var rpcs rpcCounter
+			opts := rpcs.options(server == "without pipeline")
+			if server == "without scans" {
+				opts = append(opts, grpc.ChainStreamInterceptor(hidePipelineOps))
+			}
+			addr, _ := grpcServe(t, newGRPCFake(), opts...)
+			db := grpcDial(t, addr)
+			if _, err := db.CreateCollection(ctx, kv.CollectionOptions{Name: "c"}); err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for i := range 30 {
+				k := fmt.Sprintf("k%02d", i)
+				want = append(want, k)
+				// A pipelined put's answer comes after the stream's
+				// header: from then on the client knows whether the
+				// server serves scans.
+				if _, err := db.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte(k), Value: []byte("v" + k)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			scanAll := func(req kv.ScanRequest) []string {
+				t.Helper()
+				var got []string
+				for pages := 0; ; pages++ {
+					res, err := db.Scan(ctx, req)
+					if err != nil {
+						t.Fatalf("scan %+v: %v", req, err)
+					}
+					for _, r := range res.Items {
+						if string(r.Value) != "v"+string(r.Key) || r.Version == 0 {
+							t.Errorf("scan: %q = %q at version %d", r.Key, r.Value, r.Version)
+						}
+						got = append(got, string(r.Key))
+					}
+					if res.NextPage == "" || pages > 100 {
+						return got
+					}
+					req.Page = res.NextPage
+				}
+			}
+			var wg sync.WaitGroup
+			for g := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if got := scanAll(kv.ScanRequest{Collection: "c", Limit: 7 + g}); !slices.Equal(got, want) {
+						t.Errorf("scan in pages of %d: %q, want %q", 7+g, got, want)
+					}
+				}()
+			}
+			wg.Wait()
+			rev := slices.Clone(want)
+			slices.Reverse(rev)
+			if got := scanAll(kv.ScanRequest{Collection: "c", Start: []byte("k05"), End: []byte("k25"), Reverse: true}); !slices.Equal(got, rev[5:25]) {
+				t.Errorf("reverse scan of [k05, k25): %q, want %q", got, rev[5:25])
+			}
+			pipelined := rpcs.get("Scan")
+			if server == "new" && pipelined != 0 {
+				t.Errorf("%d short scans went as unary RPCs to a server that serves them on its stream", pipelined)
+			}
+			if server != "new" && pipelined == 0 {
+				t.Errorf("no unary scan: the scans went to a server that did not announce them")
+			}
+			// A long page goes as a unary RPC, whatever the server.
+			if got := scanAll(kv.ScanRequest{Collection: "c", Limit: 1000}); !slices.Equal(got, want) {
+				t.Errorf("scan in a page of 1000: %q, want %q", got, want)
+			}
+			if rpcs.get("Scan") != pipelined+1 {
+				t.Errorf("a scan of a page of 1000: %d unary scans, want %d", rpcs.get("Scan"), pipelined+1)
+			}
+			// Errors are the unary RPC's: code and message.
+			for _, code := range []kv.Code{kv.CodeNotFound, kv.CodeInvalidArgument, kv.CodeUnavailable} {
+				_, err := db.Scan(ctx, kv.ScanRequest{Collection: "fail", Start: []byte(code), Limit: 10})
+				var ke *kv.Error
+				if !errors.As(err, &ke) || ke.Code != code || ke.Message != grpcFakeMessage(code) {
+					t.Errorf("scan failing with %s: %v", code, err)
+				}
+			}
+			if _, err := db.Scan(ctx, kv.ScanRequest{Collection: "c", Limit: -1}); kv.CodeOf(err) != kv.CodeInvalidArgument {
+				t.Errorf("scan with limit -1: %v, want invalid_argument", err)
+			}
+		})
+	}
+}
+
+// hidePipelineOps makes a server's Pipeline streams answer as those of a
+// server older than scans on the stream: the client's question goes
+// unheard, and the header names no operation.
+func hidePipelineOps(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if info.FullMethod != pipelineMethod {
+		return h(srv, ss)
+	}
+	md, _ := metadata.FromIncomingContext(ss.Context())
+	md = md.Copy()
+	delete(md, api.PipelineOpsKey)
+	return h(srv, &watchedStream{ServerStream: ss, ctx: metadata.NewIncomingContext(ss.Context(), md), w: &pipelineWatch{}})
+}
+
+// TestGRPCPipelineScanWire: a server names scans in the header of a stream
+// whose client asked which operations it serves (and only then), and
+// answers a scan on the stream as the unary RPC does.
+func TestGRPCPipelineScanWire(t *testing.T) {
+	ctx := context.Background()
+	addr, _ := grpcServe(t, newGRPCFake())
+	c := grpcBare(t, addr)
+	if _, err := c.CreateCollection(ctx, &pb.CreateCollectionRequest{Name: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		if _, err := c.Put(ctx, &pb.PutRequest{Collection: "c", Key: []byte(k), Value: []byte("v" + k)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, ask := range []bool{false, true} {
+		sctx := ctx
+		if ask {
+			sctx = metadata.AppendToOutgoingContext(ctx, api.PipelineOpsKey, api.PipelineOpScan)
+		}
+		s, err := c.Pipeline(sctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Send(&pb.PipelineRequest{Id: 1, Op: &pb.PipelineRequest_Scan{Scan: &pb.ScanRequest{Collection: "c", Limit: 2}}}); err != nil {
+			t.Fatal(err)
+		}
+		md, err := s.Header()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := slices.Contains(md.Get(api.PipelineOpsKey), api.PipelineOpScan); got != ask {
+			t.Errorf("client asked for scans: %v; header names them: %v (%v)", ask, got, md)
+		}
+		got, _ := closeAndReceive(t, s)
+		want, err := c.Scan(ctx, &pb.ScanRequest{Collection: "c", Limit: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(got[1].GetScan(), want) || want.GetNextPage() == "" {
+			t.Errorf("scan on the stream: %v; unary: %v", got[1], want)
+		}
+	}
+}
