@@ -122,6 +122,10 @@ type Node struct {
 		// participant prepared and before the record's shard commits
 		// last.
 		beforeLast atomic.Pointer[func()]
+		// lockedRead, when set, runs on a shard's leader after a
+		// transaction read keys under its locks there, before the locks
+		// are checked again.
+		lockedRead atomic.Pointer[func(shardID uint64)]
 		// resolveGather, when not 0, replaces resolveGather (a
 		// duration).
 		resolveGather atomic.Int64

@@ -518,6 +518,18 @@ func (n *Node) txnLockLocal(ctx context.Context, req *txnLockRequest) (*txnLockR
 			}
 			resp.Records = append(resp.Records, rec)
 		}
+		if f := n.knobs.lockedRead.Load(); f != nil {
+			(*f)(req.Shard)
+		}
+		if !lt.Holds(req.Meta.ID) {
+			// Dropped while it read: a merge's prepared locks taken in
+			// (adoptMergedLocks) or a split (onSplit) after the checks
+			// above. What it read may miss a committed transaction's
+			// unresolved intent, and the record check below would not
+			// tell (a drop aborts no record): the attempt goes, before
+			// fn sees it.
+			return nil, kv.Errorf(kv.CodeTxnAborted, "transaction %s lost its lock in shard %d while it read (the shard split or merged); retry the transaction", req.Meta.ID, req.Shard)
+		}
 	}
 	if req.CheckRecord && !n.host.NoTxnRecord(req.Shard, &req.Meta, req.epoch) {
 		rec, _, err := shard.ReadTxnRecord(n.eng.DB, &req.Meta)

@@ -204,3 +204,47 @@ func TestTxnCommitLastAfterMerge(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestTxnReadLosesLockWhileReading: a transaction whose locks in a shard
+// are dropped while it reads there (a split or a merge's prepared locks
+// taken in, which abort no record) gets no value: what it read may miss
+// an intent the change brought, and fn must not see it. Its retry reads.
+func TestTxnReadLosesLockWhileReading(t *testing.T) {
+	c := startCluster(t, 1, nil)
+	n := c.node(1).n
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionRange}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte("k"), Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	drops := 0
+	drop := func(shardID uint64) {
+		if drops == 0 {
+			drops += n.lockTable(shardID).DropUnprepared()
+		}
+	}
+	n.knobs.lockedRead.Store(&drop)
+	defer n.knobs.lockedRead.Store(nil)
+	id, err := n.BeginTxn(ctx, kv.TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, found, err := n.TxnGet(ctx, id, kv.KeyRef{Collection: "c", Key: []byte("k")})
+	if kv.CodeOf(err) != kv.CodeTxnAborted || drops != 1 {
+		t.Fatalf("a read whose lock was dropped while it read: %q (found %v), %v; %d dropped", rec.Value, found, err, drops)
+	}
+	_ = n.AbortTxn(ctx, id)
+	id, err = n.BeginTxn(ctx, kv.TxnOptions{RetryOf: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, found, err := n.TxnGet(ctx, id, kv.KeyRef{Collection: "c", Key: []byte("k")}); err != nil || !found || string(rec.Value) != "v" {
+		t.Fatalf("the retry's read: %q (found %v), %v", rec.Value, found, err)
+	}
+	if _, err := n.CommitTxn(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+}
