@@ -23,6 +23,7 @@ import (
 	"github.com/groupkv/groupkv/internal/replication"
 	"github.com/groupkv/groupkv/internal/shard"
 	"github.com/groupkv/groupkv/internal/storage"
+	"github.com/groupkv/groupkv/internal/txn"
 	"github.com/groupkv/groupkv/internal/transport"
 	"github.com/groupkv/groupkv/internal/workpool"
 )
@@ -126,6 +127,9 @@ type Node struct {
 		// transaction read keys under its locks there, before the locks
 		// are checked again.
 		lockedRead atomic.Pointer[func(shardID uint64)]
+		// beforePendingCheck, when set, runs before a transaction's scan
+		// or tag query confirms its record is still PENDING.
+		beforePendingCheck atomic.Pointer[func(txn.Meta)]
 		// resolveGather, when not 0, replaces resolveGather (a
 		// duration).
 		resolveGather atomic.Int64

@@ -817,6 +817,9 @@ func (n *Node) TxnScan(ctx context.Context, id string, req kv.ScanRequest) (kv.S
 	if err != nil {
 		return res, err
 	}
+	if err := s.stillPending(ctx); err != nil {
+		return kv.ScanResult{}, err
+	}
 	return s.overlay(d, req.Start, req.End, res), nil
 }
 
@@ -857,7 +860,33 @@ func (n *Node) TxnGetByTags(ctx context.Context, id string, q kv.TagQuery) (kv.S
 		return kv.ScanResult{}, err
 	}
 	q.Version = 0
-	return n.GetByTags(ctx, q)
+	res, err := n.GetByTags(ctx, q)
+	if err != nil {
+		return res, err
+	}
+	if err := s.stillPending(ctx); err != nil {
+		return kv.ScanResult{}, err
+	}
+	return res, nil
+}
+
+// stillPending confirms, after a read made past the span locks' record
+// check (a scan or a tag query reads after its locks are granted), that
+// the attempt is still PENDING: wounded since, its locks went to an older
+// transaction whose writes the read may hold next to what fn read before,
+// and fn must not see it.
+func (s *txnSession) stillPending(ctx context.Context) error {
+	if f := s.n.knobs.beforePendingCheck.Load(); f != nil {
+		(*f)(s.meta)
+	}
+	rec, err := s.n.readOwnRecord(ctx, &s.meta, s.epoch)
+	if err != nil {
+		return s.fail(ctx, err)
+	}
+	if rec.Status == txn.Aborted {
+		return s.fail(ctx, kv.Errorf(kv.CodeTxnAborted, "transaction %s was aborted while it read (wounded by an older transaction or expired)", s.meta.ID))
+	}
+	return nil
 }
 
 // lockSpan locks [start, end) of collection d shared on every shard it

@@ -11,6 +11,7 @@ import (
 
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/shard"
+	"github.com/groupkv/groupkv/internal/txn"
 )
 
 // TestTxnBankWhileReshaping: serializable transfers between the accounts
@@ -246,5 +247,53 @@ func TestTxnReadLosesLockWhileReading(t *testing.T) {
 	}
 	if _, err := n.CommitTxn(ctx, id); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestTxnScanAfterWound: a scan, or a tag query, of a serializable
+// transaction reads after its span locks were granted and its record
+// checked; one wounded in between (its locks then an older transaction's)
+// gets no page: fn must not see what it read.
+func TestTxnScanAfterWound(t *testing.T) {
+	c := startCluster(t, 1, nil)
+	n := c.node(1).n
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionRange}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte("k"), Value: []byte("v"), Tags: []string{"t"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, read := range []string{"scan", "tags"} {
+		t.Run(read, func(t *testing.T) {
+			wounds := 0
+			wound := func(m txn.Meta) {
+				if wounds > 0 {
+					return
+				}
+				wounds++
+				rec, err := n.recordCAS(ctx, txn.RecordCmd{Op: txn.OpAbort, Meta: m, Reason: "wounded by the test"})
+				if err != nil || rec.Status != txn.Aborted {
+					t.Errorf("wounding %s: %+v, %v", m.ID, rec, err)
+				}
+			}
+			n.knobs.beforePendingCheck.Store(&wound)
+			defer n.knobs.beforePendingCheck.Store(nil)
+			id, err := n.BeginTxn(ctx, kv.TxnOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var res kv.ScanResult
+			if read == "scan" {
+				res, err = n.TxnScan(ctx, id, kv.ScanRequest{Collection: "c"})
+			} else {
+				res, err = n.TxnGetByTags(ctx, id, kv.TagQuery{Collection: "c", All: []string{"t"}})
+			}
+			if kv.CodeOf(err) != kv.CodeTxnAborted || wounds != 1 || len(res.Items) != 0 {
+				t.Fatalf("a %s of a transaction wounded while it read: %d items, %v (%d wounds)", read, len(res.Items), err, wounds)
+			}
+			_ = n.AbortTxn(ctx, id)
+		})
 	}
 }
