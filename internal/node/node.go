@@ -23,8 +23,8 @@ import (
 	"github.com/groupkv/groupkv/internal/replication"
 	"github.com/groupkv/groupkv/internal/shard"
 	"github.com/groupkv/groupkv/internal/storage"
-	"github.com/groupkv/groupkv/internal/txn"
 	"github.com/groupkv/groupkv/internal/transport"
+	"github.com/groupkv/groupkv/internal/txn"
 	"github.com/groupkv/groupkv/internal/workpool"
 )
 
