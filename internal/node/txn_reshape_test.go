@@ -142,18 +142,7 @@ func explainBalances(t *testing.T, n *Node, coll string, committed []transfer) {
 // resolves held back here, the next transaction read the old value and
 // overwrote the commit: a lost update.)
 func TestTxnCommitLastAfterMerge(t *testing.T) {
-	c := startCluster(t, 1, nil)
-	n := c.node(1).n
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionRange}); err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range []string{"1", "5"} {
-		if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte(k), Value: []byte("old")}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	n, ctx := rangeCollection(t, kv.PutRequest{Key: []byte("1"), Value: []byte("old")}, kv.PutRequest{Key: []byte("5"), Value: []byte("old")})
 	info, err := n.SplitShard(ctx, "c", []byte("3"), 0)
 	if err != nil {
 		t.Fatal(err)
@@ -211,16 +200,7 @@ func TestTxnCommitLastAfterMerge(t *testing.T) {
 // taken in, which abort no record) gets no value: what it read may miss
 // an intent the change brought, and fn must not see it. Its retry reads.
 func TestTxnReadLosesLockWhileReading(t *testing.T) {
-	c := startCluster(t, 1, nil)
-	n := c.node(1).n
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionRange}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte("k"), Value: []byte("v")}); err != nil {
-		t.Fatal(err)
-	}
+	n, ctx := rangeCollection(t, kv.PutRequest{Key: []byte("k"), Value: []byte("v")})
 	drops := 0
 	drop := func(shardID uint64) {
 		if drops == 0 {
@@ -255,16 +235,7 @@ func TestTxnReadLosesLockWhileReading(t *testing.T) {
 // checked; one wounded in between (its locks then an older transaction's)
 // gets no page: fn must not see what it read.
 func TestTxnScanAfterWound(t *testing.T) {
-	c := startCluster(t, 1, nil)
-	n := c.node(1).n
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionRange}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte("k"), Value: []byte("v"), Tags: []string{"t"}}); err != nil {
-		t.Fatal(err)
-	}
+	n, ctx := rangeCollection(t, kv.PutRequest{Key: []byte("k"), Value: []byte("v"), Tags: []string{"t"}})
 	for _, read := range []string{"scan", "tags"} {
 		t.Run(read, func(t *testing.T) {
 			wounds := 0
@@ -296,4 +267,24 @@ func TestTxnScanAfterWound(t *testing.T) {
 			_ = n.AbortTxn(ctx, id)
 		})
 	}
+}
+
+// rangeCollection starts one node with range collection "c" holding puts
+// (their Collection set to "c"), and returns it with a context that ends
+// with the test (a minute at most).
+func rangeCollection(t *testing.T, puts ...kv.PutRequest) (*Node, context.Context) {
+	t.Helper()
+	n := startCluster(t, 1, nil).node(1).n
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionRange}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range puts {
+		p.Collection = "c"
+		if _, err := n.Put(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n, ctx
 }
