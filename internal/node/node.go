@@ -962,18 +962,11 @@ func (n *Node) localShardsOf(coll uint32) []uint64 {
 	n.mu.RLock()
 	var ids []uint64
 	for id, r := range n.mu.replicas {
-		if id != cluster.MetaShardID && r.Desc.Collection == coll {
+		if id != cluster.MetaShardID && r.Desc.Collection == coll && n.readableLocked(id) {
 			ids = append(ids, id)
 		}
 	}
 	n.mu.RUnlock()
-	kept := ids[:0]
-	for _, id := range ids {
-		if n.readable(id) {
-			kept = append(kept, id)
-		}
-	}
-	ids = kept
 	slices.Sort(ids)
 	return ids
 }

@@ -52,6 +52,11 @@ const (
 func (n *Node) readable(shardID uint64) bool {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
+	return n.readableLocked(shardID)
+}
+
+// readableLocked is readable with n.mu held.
+func (n *Node) readableLocked(shardID uint64) bool {
 	if _, ok := n.mu.replicas[shardID]; !ok {
 		return false
 	}
