@@ -210,6 +210,7 @@ type txnAttempt interface {
 	// Begin begins the attempt if it is not, and answers its id.
 	Begin(ctx context.Context) (string, error)
 	Get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error)
+	GetForUpdate(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error)
 	Put(ctx context.Context, item kv.PutItem) error
 	Delete(ctx context.Context, ref kv.KeyRef) error
 	Scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResult, error)
@@ -229,6 +230,9 @@ func (a *backendAttempt) ID() string                            { return a.id }
 func (a *backendAttempt) Begin(context.Context) (string, error) { return a.id, nil }
 func (a *backendAttempt) Get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error) {
 	return a.b.TxnGet(ctx, a.id, ref)
+}
+func (a *backendAttempt) GetForUpdate(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error) {
+	return a.b.TxnGetForUpdate(ctx, a.id, ref)
 }
 func (a *backendAttempt) Put(ctx context.Context, item kv.PutItem) error {
 	return a.b.TxnPut(ctx, a.id, item)
@@ -287,13 +291,28 @@ func (tx *Tx) done(ctx context.Context, err error) error {
 // answers an ErrNotFound-coded error when the key is absent, as DB.Get
 // does. req.Version must be 0: a transaction reads at its own time.
 func (tx *Tx) Get(ctx context.Context, req GetRequest) (Record, error) {
+	return tx.get(ctx, req, tx.a.Get)
+}
+
+// GetForUpdate reads a key as Get does and, in a serializable
+// transaction, locks it exclusively at once, as a write of it would at
+// commit. It is the read of a read-modify-write: two transactions that
+// update one key then queue at the read (the younger waits for the
+// older) instead of both reading it and one being wounded, and run again,
+// when it writes. A snapshot transaction reads as Get does (its writes
+// conflict at commit); a read-only one refuses it.
+func (tx *Tx) GetForUpdate(ctx context.Context, req GetRequest) (Record, error) {
+	return tx.get(ctx, req, tx.a.GetForUpdate)
+}
+
+func (tx *Tx) get(ctx context.Context, req GetRequest, read func(context.Context, kv.KeyRef) (kv.Record, bool, error)) (Record, error) {
 	if err := tx.begin(); err != nil {
 		return Record{}, err
 	}
 	if req.Version != 0 {
 		return Record{}, kv.Errorf(kv.CodeInvalidArgument, "a transaction reads at its own time: leave GetRequest.Version 0")
 	}
-	rec, found, err := tx.a.Get(ctx, kv.KeyRef{Collection: req.Collection, Key: req.Key})
+	rec, found, err := read(ctx, kv.KeyRef{Collection: req.Collection, Key: req.Key})
 	if err = tx.done(ctx, err); err != nil {
 		return Record{}, err
 	}

@@ -124,7 +124,15 @@ func (f *txnFake) begin(opts kv.TxnOptions) string {
 }
 
 func (f *txnFake) TxnGet(_ context.Context, txn string, ref kv.KeyRef) (kv.Record, bool, error) {
-	a, err := f.enter("TxnGet", txn, ref)
+	return f.get("TxnGet", txn, ref)
+}
+
+func (f *txnFake) TxnGetForUpdate(_ context.Context, txn string, ref kv.KeyRef) (kv.Record, bool, error) {
+	return f.get("TxnGetForUpdate", txn, ref)
+}
+
+func (f *txnFake) get(op, txn string, ref kv.KeyRef) (kv.Record, bool, error) {
+	a, err := f.enter(op, txn, ref)
 	defer f.mu.Unlock()
 	if err != nil {
 		return kv.Record{}, false, err
@@ -424,6 +432,37 @@ func TestTransactCommits(t *testing.T) {
 // TestTransactRetries checks that an attempt aborted by an operation or by
 // its commit is run again in a new attempt that names the aborted one, so
 // it keeps its priority, with the same options.
+// TestTransactGetForUpdate: Tx.GetForUpdate reaches the backend as a
+// read for update (TxnGetForUpdate), embedded and remote, and reads like
+// Get: an absent key is ErrNotFound, a key written answers the write.
+func TestTransactGetForUpdate(t *testing.T) {
+	forEachDB(t, func(t *testing.T, f *txnFake, db DB) {
+		ctx := context.Background()
+		err := db.Transact(ctx, func(tx *Tx) error {
+			if _, err := tx.GetForUpdate(ctx, GetRequest{Collection: "c", Key: []byte("x")}); !errors.Is(err, ErrNotFound) {
+				return fmt.Errorf("read for update of an absent key: %v, want ErrNotFound", err)
+			}
+			if err := tx.Put(ctx, PutRequest{Collection: "c", Key: []byte("x"), Value: []byte("1")}); err != nil {
+				return err
+			}
+			rec, err := tx.GetForUpdate(ctx, GetRequest{Collection: "c", Key: []byte("x")})
+			if err != nil || string(rec.Value) != "1" {
+				return fmt.Errorf("read for update of a key written: %+v, %v", rec, err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := f.callsOf("TxnGetForUpdate"); len(got) == 0 || !reflect.DeepEqual(got[0], fakeCall{"TxnGetForUpdate", "t1", kv.KeyRef{Collection: "c", Key: []byte("x")}}) {
+			t.Fatalf("reads for update reached the backend as %+v", got)
+		}
+		if got := f.callsOf("TxnGet"); len(got) != 0 {
+			t.Fatalf("plain reads reached the backend: %+v", got)
+		}
+	})
+}
+
 func TestTransactRetries(t *testing.T) {
 	forEachDB(t, func(t *testing.T, f *txnFake, db DB) {
 		ctx := context.Background()

@@ -49,6 +49,9 @@ func (f *execFake) BeginTxn(context.Context, kv.TxnOptions) (string, error) { re
 func (f *execFake) TxnGet(context.Context, string, kv.KeyRef) (kv.Record, bool, error) {
 	return kv.Record{}, false, errSession()
 }
+func (f *execFake) TxnGetForUpdate(context.Context, string, kv.KeyRef) (kv.Record, bool, error) {
+	return kv.Record{}, false, errSession()
+}
 func (f *execFake) TxnPut(context.Context, string, kv.PutItem) error   { return errSession() }
 func (f *execFake) TxnDelete(context.Context, string, kv.KeyRef) error { return errSession() }
 func (f *execFake) TxnScan(context.Context, string, kv.ScanRequest) (kv.ScanResult, error) {

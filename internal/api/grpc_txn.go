@@ -193,7 +193,11 @@ func (s *grpcService) TxnGet(ctx context.Context, req *pb.TxnGetRequest) (*pb.Tx
 	if err != nil {
 		return nil, s.fail(ctx, err)
 	}
-	rec, found, err := tb.TxnGet(ctx, a.id, ref)
+	get := tb.TxnGet
+	if req.GetForUpdate() {
+		get = tb.TxnGetForUpdate
+	}
+	rec, found, err := get(ctx, a.id, ref)
 	if err != nil {
 		return nil, s.failIn(ctx, tb, a, err, true)
 	}

@@ -164,6 +164,21 @@ func keptKey(coll string, key []byte) string { return coll + "\x00" + string(key
 // theirs, else from the server. A record found has its key set to
 // ref.Key.
 func (a *TxnAttempt) Get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error) {
+	return a.get(ctx, ref, false)
+}
+
+// GetForUpdate is Get taking the key's lock exclusively on the server
+// (kv.TxnBackend.TxnGetForUpdate). A key the attempt wrote is answered
+// from its kept write, as Get does: its lock is taken by the commit that
+// sends the write.
+func (a *TxnAttempt) GetForUpdate(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error) {
+	if err := a.checkReadOnly(); err != nil {
+		return kv.Record{}, false, err
+	}
+	return a.get(ctx, ref, true)
+}
+
+func (a *TxnAttempt) get(ctx context.Context, ref kv.KeyRef, forUpdate bool) (kv.Record, bool, error) {
 	kk := keptKey(ref.Collection, ref.Key)
 	a.sendMu.Lock()
 	a.mu.Lock()
@@ -203,7 +218,7 @@ func (a *TxnAttempt) Get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, e
 	var m *pb.TxnGetResponse
 	err := a.run(ctx, false, func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
 		var err error
-		m, err = a.t.c.TxnGet(ctx, &pb.TxnGetRequest{Txn: txn, Begin: begin, Collection: ref.Collection, Key: ref.Key, GroupSnapshot: ask}, opts...)
+		m, err = a.t.c.TxnGet(ctx, &pb.TxnGetRequest{Txn: txn, Begin: begin, Collection: ref.Collection, Key: ref.Key, GroupSnapshot: ask, ForUpdate: forUpdate}, opts...)
 		return m.GetTxn(), err
 	})
 	if err != nil {

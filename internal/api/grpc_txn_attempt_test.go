@@ -426,6 +426,26 @@ func TestTxnAttempt(t *testing.T) {
 	wantCalls(t, tf, txnCall{"BeginGroupTxn", "g1", kv.TxnOptions{Isolation: kv.IsolationSerializable, RetryOf: "g3"}},
 		txnCall{"TxnPut", "g7", kv.PutItem{Collection: "c", Key: []byte("m")}}, txnCall{"CommitTxn", "g7", nil})
 	wantRPCs("CommitTxn")
+
+	// A read for update is a TxnGet with for_update (TxnGetForUpdate on
+	// the server); a read-only attempt refuses it without an RPC.
+	a = tc.NewAttempt("", ser)
+	tf.rec, tf.found = kv.Record{Value: []byte("3"), Version: 6}, true
+	if rec, found, err := a.GetForUpdate(ctx, kv.KeyRef{Collection: "c", Key: []byte("u")}); err != nil || !found || string(rec.Value) != "3" || string(rec.Key) != "u" {
+		t.Fatalf("GetForUpdate = %+v, %v, %v", rec, found, err)
+	}
+	wantRPCs("TxnGet")
+	wantCalls(t, tf, txnCall{"BeginTxn", "", ser}, txnCall{"TxnGetForUpdate", a.ID(), kv.KeyRef{Collection: "c", Key: []byte("u")}})
+	if err := a.Abort(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rpcs.take()
+	takeCalls(tf)
+	ro := tc.NewAttempt("", kv.TxnOptions{Isolation: kv.IsolationSerializable, ReadOnly: true})
+	if _, _, err := ro.GetForUpdate(ctx, kv.KeyRef{Collection: "c", Key: []byte("u")}); kv.CodeOf(err) != kv.CodeInvalidArgument {
+		t.Fatalf("GetForUpdate in a read-only attempt = %v, want invalid_argument", err)
+	}
+	wantRPCs()
 }
 
 // TestTxnAttemptChecksWrites checks that a bad write fails at Put or

@@ -115,7 +115,16 @@ func (t *TxnClient) BeginTxn(ctx context.Context, opts kv.TxnOptions) (string, e
 
 // TxnGet answers the record with its key set to ref.Key when found.
 func (t *TxnClient) TxnGet(ctx context.Context, txn string, ref kv.KeyRef) (kv.Record, bool, error) {
-	m, err := t.c.TxnGet(ctx, &pb.TxnGetRequest{Txn: txn, Collection: ref.Collection, Key: ref.Key})
+	return t.txnGet(ctx, txn, ref, false)
+}
+
+// TxnGetForUpdate is TxnGet taking the key's lock exclusively.
+func (t *TxnClient) TxnGetForUpdate(ctx context.Context, txn string, ref kv.KeyRef) (kv.Record, bool, error) {
+	return t.txnGet(ctx, txn, ref, true)
+}
+
+func (t *TxnClient) txnGet(ctx context.Context, txn string, ref kv.KeyRef, forUpdate bool) (kv.Record, bool, error) {
+	m, err := t.c.TxnGet(ctx, &pb.TxnGetRequest{Txn: txn, Collection: ref.Collection, Key: ref.Key, ForUpdate: forUpdate})
 	if err != nil {
 		return kv.Record{}, false, t.fail(err, false)
 	}

@@ -85,6 +85,11 @@ func TestGRPCTxnRoundTrip(t *testing.T) {
 		t.Fatalf("TxnGet = %+v, %v, %v; want %+v", rec, found, err, tf.rec)
 	}
 	wantCall(t, tf, "TxnGet", "t-1_x", kv.KeyRef{Collection: "c", Key: key})
+	rec, found, err = tc.TxnGetForUpdate(ctx, "t1", kv.KeyRef{Collection: "c", Key: key})
+	if err != nil || !found || !reflect.DeepEqual(rec, tf.rec) {
+		t.Fatalf("TxnGetForUpdate = %+v, %v, %v; want %+v", rec, found, err, tf.rec)
+	}
+	wantCall(t, tf, "TxnGetForUpdate", "t1", kv.KeyRef{Collection: "c", Key: key})
 	tf.rec, tf.found = kv.Record{}, false
 	if rec, found, err := tc.TxnGet(ctx, "t1", kv.KeyRef{Collection: "c", Key: []byte("absent")}); err != nil || found || !reflect.DeepEqual(rec, kv.Record{}) {
 		t.Fatalf("TxnGet of an absent key = %+v, %v, %v", rec, found, err)

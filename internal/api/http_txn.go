@@ -11,7 +11,7 @@ import (
 // JSON body (wire_txn.go holds the shapes):
 //
 //	POST /v1/txn               {"isolation", "retry_of", "read_only"}  → {"txn": id}
-//	POST /v1/txn/{id}/get      {"collection", "key"}        → {"found", "value", "version", "tags"}
+//	POST /v1/txn/{id}/get      {"collection", "key", "for_update"} → {"found", "value", "version", "tags"}
 //	POST /v1/txn/{id}/put      {"collection", "key", "value", "tags"} → {}
 //	POST /v1/txn/{id}/delete   {"collection", "key"}        → {}
 //	POST /v1/txn/{id}/scan     {"collection", "start", "end", "limit", "reverse", "page"} → a scan page
@@ -143,11 +143,19 @@ func (h *httpHandler) decodeTxnBegin(w http.ResponseWriter, r *http.Request) (kv
 }
 
 func (h *httpHandler) txnGet(w http.ResponseWriter, r *http.Request, tb kv.TxnBackend, id string) error {
-	ref, err := h.decodeTxnKey(w, r)
+	var req TxnGetRequestJSON
+	if err := decodeJSON(w, r, h.cfg.MaxBodySize, &req, txnGetFields); err != nil {
+		return err
+	}
+	ref, err := req.toKeyRef()
 	if err != nil {
 		return err
 	}
-	rec, found, err := tb.TxnGet(r.Context(), id, ref)
+	get := tb.TxnGet
+	if req.ForUpdate {
+		get = tb.TxnGetForUpdate
+	}
+	rec, found, err := get(r.Context(), id, ref)
 	if err != nil {
 		return err
 	}

@@ -93,6 +93,13 @@ func (f *txnFake) TxnGet(_ context.Context, txn string, ref kv.KeyRef) (kv.Recor
 	return f.rec, f.found, nil
 }
 
+func (f *txnFake) TxnGetForUpdate(_ context.Context, txn string, ref kv.KeyRef) (kv.Record, bool, error) {
+	if err := f.record("TxnGetForUpdate", txn, ref); err != nil {
+		return kv.Record{}, false, err
+	}
+	return f.rec, f.found, nil
+}
+
 func (f *txnFake) TxnPut(_ context.Context, txn string, item kv.PutItem) error {
 	return f.record("TxnPut", txn, item)
 }
@@ -223,6 +230,15 @@ func TestHTTPTxnGet(t *testing.T) {
 	resp, body = ht.post("/v1/txn/t1/get", `{"collection": "c", "key": "nope"}`)
 	wantBody(t, resp, body, http.StatusOK, `{"found":false}`)
 
+	// for_update reads through TxnGetForUpdate; false is a plain read.
+	tf.rec, tf.found = kv.Record{Key: []byte("k"), Value: []byte("v2"), Version: 8}, true
+	resp, body = ht.post("/v1/txn/t1/get", `{"collection": "c", "key": "k", "for_update": true}`)
+	wantBody(t, resp, body, http.StatusOK, `{"found":true,"value":"v2","version":8,"tags":[]}`)
+	wantCall(t, tf, "TxnGetForUpdate", "t1", kv.KeyRef{Collection: "c", Key: []byte("k")})
+	resp, body = ht.post("/v1/txn/t1/get", `{"collection": "c", "key": "k", "for_update": false}`)
+	wantBody(t, resp, body, http.StatusOK, `{"found":true,"value":"v2","version":8,"tags":[]}`)
+	wantCall(t, tf, "TxnGet", "t1", kv.KeyRef{Collection: "c", Key: []byte("k")})
+
 	tf.errs["TxnGet"] = kv.Errorf(kv.CodeTxnAborted, "wounded by an older transaction")
 	resp, body = ht.post("/v1/txn/t1/get", `{"collection": "c", "key": "k"}`)
 	wantError(t, resp, body, http.StatusConflict, kv.CodeTxnAborted, "wounded")
@@ -270,6 +286,7 @@ func TestHTTPTxnBadBodies(t *testing.T) {
 		{"get", `{"collection": "c", "key": "k", "version": 3}`, "unknown field"},
 		{"get", `{"collection": "c", "key": "k", "key_base64": "aw=="}`, "not both"},
 		{"get", `{"collection": "c", "key_base64": "!!"}`, "base64"},
+		{"get", `{"collection": "c", "key": "k", "for_update": "yes"}`, "for_update"},
 		{"delete", `{"collection": "c"}`, "no key"},
 		{"delete", `{"collection": "Bad", "key": "k"}`, "collection name"},
 		{"put", `{"collection": "c", "key": "k"}`, "no value"},

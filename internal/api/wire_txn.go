@@ -73,6 +73,16 @@ type TxnPutRequestJSON struct {
 
 const txnPutFields = "collection, key, key_base64, value, value_base64, tags"
 
+// TxnGetRequestJSON is the body of POST /v1/txn/{id}/get: the key, and
+// for_update to take its lock exclusively with the read (the read of a
+// read-modify-write; kv.TxnBackend.TxnGetForUpdate).
+type TxnGetRequestJSON struct {
+	KeyRefJSON
+	ForUpdate bool `json:"for_update"`
+}
+
+const txnGetFields = keyRefFields + ", for_update"
+
 // TxnGetResponseJSON answers POST /v1/txn/{id}/get: found, and for a found
 // record its value (or value_base64), version and tags ([] for none). An
 // absent key is {"found": false} and nothing else.

@@ -99,6 +99,14 @@ type TxnBackend interface {
 	BeginTxn(ctx context.Context, opts TxnOptions) (string, error)
 	// TxnGet reads a key; the transaction's own earlier writes are seen.
 	TxnGet(ctx context.Context, txn string, ref KeyRef) (Record, bool, error)
+	// TxnGetForUpdate reads a key as TxnGet does, and in a serializable
+	// transaction takes the key's lock exclusively at once, as a write
+	// would at commit: the read of a read-modify-write, so that two
+	// transactions updating one key queue at the read (the younger waits
+	// for the older) instead of both reading and one being wounded when
+	// it writes. A snapshot transaction reads as TxnGet does; a read-only
+	// one answers CodeInvalidArgument.
+	TxnGetForUpdate(ctx context.Context, txn string, ref KeyRef) (Record, bool, error)
 	TxnPut(ctx context.Context, txn string, item PutItem) error
 	TxnDelete(ctx context.Context, txn string, ref KeyRef) error
 	TxnScan(ctx context.Context, txn string, req ScanRequest) (ScanResult, error)

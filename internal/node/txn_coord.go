@@ -529,7 +529,10 @@ func (s *txnSession) lock(ctx context.Context, shardID uint64, targets []txn.Tar
 	}
 	p.term = resp.Term
 	s.wounded = s.wounded || resp.Wounded
-	if mode == txn.Shared {
+	if mode == txn.Shared || read {
+		// A read for update is a read too: should the shard's leader
+		// change after the prepare, its lock comes back (as a shared
+		// lock) from the prepared entry's reads.
 		p.reads = append(p.reads, targets...)
 	}
 	if read {
@@ -620,6 +623,16 @@ func (s *txnSession) setAnchor(d *cluster.CollectionDesc, bucket uint16, key []b
 
 // TxnGet implements kv.TxnBackend.
 func (n *Node) TxnGet(ctx context.Context, id string, ref kv.KeyRef) (kv.Record, bool, error) {
+	return n.txnGet(ctx, id, ref, txn.Shared)
+}
+
+// TxnGetForUpdate implements kv.TxnBackend.
+func (n *Node) TxnGetForUpdate(ctx context.Context, id string, ref kv.KeyRef) (kv.Record, bool, error) {
+	return n.txnGet(ctx, id, ref, txn.Exclusive)
+}
+
+// txnGet reads ref in attempt id, locking it in mode.
+func (n *Node) txnGet(ctx context.Context, id string, ref kv.KeyRef, mode txn.Mode) (kv.Record, bool, error) {
 	ctx, done, err := n.begin(ctx)
 	if err != nil {
 		return kv.Record{}, false, err
@@ -633,10 +646,19 @@ func (n *Node) TxnGet(ctx context.Context, id string, ref kv.KeyRef) (kv.Record,
 		return kv.Record{}, false, err
 	}
 	defer s.mu.Unlock()
-	return s.get(ctx, ref)
+	if mode == txn.Exclusive && s.readOnly {
+		return kv.Record{}, false, kv.Errorf(kv.CodeInvalidArgument, "transaction %s is read-only: it reads for update nothing it could write", s.meta.ID)
+	}
+	return s.getLocked(ctx, ref, mode)
 }
 
 func (s *txnSession) get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error) {
+	return s.getLocked(ctx, ref, txn.Shared)
+}
+
+// getLocked reads ref under a lock of mode (a serializable attempt; a
+// snapshot one reads at its timestamp and takes none).
+func (s *txnSession) getLocked(ctx context.Context, ref kv.KeyRef, mode txn.Mode) (kv.Record, bool, error) {
 	n := s.n
 	d, err := n.txnCollection(ref.Collection, ref.Key)
 	if err != nil {
@@ -670,11 +692,11 @@ func (s *txnSession) get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, e
 		return rec, err == nil, err
 	}
 	if d.Partitioning == kv.PartitionTag {
-		return s.tagGet(ctx, d, ref.Key)
+		return s.tagGet(ctx, d, ref.Key, mode)
 	}
 	bucket, shardID := n.route(d, ref.Key)
 	s.setAnchor(d, bucket, ref.Key)
-	resp, err := s.lock(ctx, shardID, []txn.Target{{Collection: d.ID, Key: ref.Key}}, txn.Shared, true)
+	resp, err := s.lock(ctx, shardID, []txn.Target{{Collection: d.ID, Key: ref.Key}}, mode, true)
 	if err != nil {
 		return kv.Record{}, false, s.fail(ctx, err)
 	}
@@ -1493,8 +1515,11 @@ func (s *txnSession) batch(ctx context.Context, keys []kv.KeyRef, byShard map[ui
 			if !o.op.HasCond {
 				continue
 			}
+			// Read for update: the op writes the key, and two conditional
+			// writes of one key queue here instead of both reading under
+			// shared locks and one being wounded at the write.
 			k := keys[o.index]
-			rec, found, err := s.get(ctx, k)
+			rec, found, err := s.getLocked(ctx, k, txn.Exclusive)
 			if err != nil {
 				return 0, err
 			}

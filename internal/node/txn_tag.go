@@ -65,8 +65,8 @@ func (s *txnSession) tagHomeLock(ctx context.Context, d *cluster.CollectionDesc,
 }
 
 // tagGet reads key of tag collection d under the attempt's locks.
-func (s *txnSession) tagGet(ctx context.Context, d *cluster.CollectionDesc, key []byte) (kv.Record, bool, error) {
-	tag, placed, home, resp, err := s.tagHomeLock(ctx, d, key, txn.Shared)
+func (s *txnSession) tagGet(ctx context.Context, d *cluster.CollectionDesc, key []byte, mode txn.Mode) (kv.Record, bool, error) {
+	tag, placed, home, resp, err := s.tagHomeLock(ctx, d, key, mode)
 	if err != nil {
 		return kv.Record{}, false, err
 	}
@@ -74,8 +74,10 @@ func (s *txnSession) tagGet(ctx context.Context, d *cluster.CollectionDesc, key 
 		return kv.Record{}, false, nil // never put: the home lock keeps it so
 	}
 	_, i := d.Route(key, tag)
-	if id := d.Shards[i].ID; id != home {
-		if resp, err = s.lock(ctx, id, []txn.Target{{Collection: d.ID, Key: key}}, txn.Shared, true); err != nil {
+	// An exclusive home lock reads nothing (tagHomeLock): the record's
+	// shard is read under its own lock even when it is the home shard.
+	if id := d.Shards[i].ID; id != home || mode == txn.Exclusive {
+		if resp, err = s.lock(ctx, id, []txn.Target{{Collection: d.ID, Key: key}}, mode, true); err != nil {
 			return kv.Record{}, false, s.fail(ctx, err)
 		}
 	}

@@ -2692,6 +2692,11 @@ type TxnGetRequest struct {
 	// group_snapshot asks, in a group transaction attempt, for the group's
 	// snapshot with the answer (TxnGetResponse.snapshot).
 	GroupSnapshot bool `protobuf:"varint,5,opt,name=group_snapshot,json=groupSnapshot,proto3" json:"group_snapshot,omitempty"`
+	// for_update takes the key's lock exclusively with the read (the read
+	// of a read-modify-write; kv.TxnBackend.TxnGetForUpdate). A server
+	// that predates the field reads with a shared lock, which is as
+	// correct and only aborts more under contention.
+	ForUpdate     bool `protobuf:"varint,6,opt,name=for_update,json=forUpdate,proto3" json:"for_update,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2757,6 +2762,13 @@ func (x *TxnGetRequest) GetBegin() *TxnBegin {
 func (x *TxnGetRequest) GetGroupSnapshot() bool {
 	if x != nil {
 		return x.GroupSnapshot
+	}
+	return false
+}
+
+func (x *TxnGetRequest) GetForUpdate() bool {
+	if x != nil {
+		return x.ForUpdate
 	}
 	return false
 }
@@ -4844,7 +4856,7 @@ const file_groupkv_proto_rawDesc = "" +
 	"\tread_only\x18\x03 \x01(\bR\breadOnly\x12\x14\n" +
 	"\x05group\x18\x04 \x01(\tR\x05group\"$\n" +
 	"\x10BeginTxnResponse\x12\x10\n" +
-	"\x03txn\x18\x01 \x01(\tR\x03txn\"\xa6\x01\n" +
+	"\x03txn\x18\x01 \x01(\tR\x03txn\"\xc5\x01\n" +
 	"\rTxnGetRequest\x12\x10\n" +
 	"\x03txn\x18\x01 \x01(\tR\x03txn\x12\x1e\n" +
 	"\n" +
@@ -4852,7 +4864,9 @@ const file_groupkv_proto_rawDesc = "" +
 	"collection\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\fR\x03key\x12*\n" +
 	"\x05begin\x18\x04 \x01(\v2\x14.groupkv.v1.TxnBeginR\x05begin\x12%\n" +
-	"\x0egroup_snapshot\x18\x05 \x01(\bR\rgroupSnapshot\"\xb2\x01\n" +
+	"\x0egroup_snapshot\x18\x05 \x01(\bR\rgroupSnapshot\x12\x1d\n" +
+	"\n" +
+	"for_update\x18\x06 \x01(\bR\tforUpdate\"\xb2\x01\n" +
 	"\x0eTxnGetResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x12\n" +

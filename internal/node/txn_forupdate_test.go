@@ -1,0 +1,79 @@
+package node
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/groupkv/groupkv/internal/kv"
+)
+
+// TestTxnGetForUpdate: a read for update locks the key exclusively, so a
+// younger transaction's plain read of it waits for the older one's commit
+// and sees its write (a shared read lock would have let it read at once),
+// on a range and on a tag collection (whose reads lock a home shard
+// too). A read-only transaction refuses it.
+func TestTxnGetForUpdate(t *testing.T) {
+	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond})
+	defer n.Close()
+	ctx := context.Background()
+	for _, c := range []kv.CollectionOptions{{Name: "r", Partitioning: kv.PartitionRange}, {Name: "t", Partitioning: kv.PartitionTag}} {
+		if _, err := n.CreateCollection(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		ref := kv.KeyRef{Collection: c.Name, Key: []byte("k")}
+		if _, err := n.Put(ctx, kv.PutRequest{Collection: c.Name, Key: ref.Key, Value: []byte("1"), Tags: []string{"g"}}); err != nil {
+			t.Fatal(err)
+		}
+		older, err := n.BeginTxn(ctx, kv.TxnOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, found, err := n.TxnGetForUpdate(ctx, older, ref)
+		if err != nil || !found || string(rec.Value) != "1" {
+			t.Fatalf("%s: read for update: %q %v %v, want \"1\"", c.Name, rec.Value, found, err)
+		}
+		younger, err := n.BeginTxn(ctx, kv.TxnOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		type read struct {
+			v   string
+			err error
+		}
+		got := make(chan read, 1)
+		go func() {
+			rec, _, err := n.TxnGet(ctx, younger, ref)
+			got <- read{string(rec.Value), err}
+		}()
+		select {
+		case r := <-got:
+			t.Fatalf("%s: a younger transaction read %q (%v) past a read for update", c.Name, r.v, r.err)
+		case <-time.After(300 * time.Millisecond):
+		}
+		if err := n.TxnPut(ctx, older, kv.PutItem{Collection: c.Name, Key: ref.Key, Value: []byte("2"), Tags: []string{"g"}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := n.CommitTxn(ctx, older); err != nil {
+			t.Fatalf("%s: commit: %v", c.Name, err)
+		}
+		select {
+		case r := <-got:
+			if r.err != nil || r.v != "2" {
+				t.Fatalf("%s: the younger transaction read %q (%v), want the older one's \"2\"", c.Name, r.v, r.err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: the younger transaction's read still waits after the commit", c.Name)
+		}
+		if _, err := n.CommitTxn(ctx, younger); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ro, err := n.BeginTxn(ctx, kv.TxnOptions{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := n.TxnGetForUpdate(ctx, ro, kv.KeyRef{Collection: "r", Key: []byte("k")}); kv.CodeOf(err) != kv.CodeInvalidArgument {
+		t.Fatalf("read for update in a read-only transaction: %v, want invalid_argument", err)
+	}
+}
