@@ -372,7 +372,9 @@ they often do.
 Setup:
 
 - groupkv ran $GROUPKV_HOW
-  Serializable transactions (two-phase locking with wound-wait); an attempt
+  Serializable transactions (two-phase locking with wound-wait); each read
+  is a \`GetForUpdate\` (it locks the key for the write that follows, as a
+  groupkv user would read in a read-modify-write); an attempt
   aborted with \`txn_aborted\` is retried with \`RetryOf\`, keeping its
   priority. The baseline ("none") runs the same $OPS gets then $OPS puts one by
   one, outside transactions.
@@ -386,6 +388,10 @@ Setup:
   restarts (fixed in etcd 3.5, PR 12933); loaded and not restarted, etcd's
   STM committed about 25 transactions/s at 100,000 keys instead of several
   hundred.
+- PostgreSQL reads with plain SELECTs under SERIALIZABLE (its SSI needs no
+  locks to be serializable; \`SELECT … FOR UPDATE\` over keys taken in random
+  order would deadlock, and each deadlock waits \`deadlock_timeout\`, 1 s,
+  before it is broken).
 - PostgreSQL: a fresh cluster (initdb) on 127.0.0.1, fsync=on,
   synchronous_commit=on, a table \`txn (k text primary key, v bytea)\`;
   each transaction is \`BEGIN ISOLATION LEVEL SERIALIZABLE\`, $OPS SELECTs,

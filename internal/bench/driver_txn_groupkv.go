@@ -165,6 +165,7 @@ func (g *GroupKVTxn) Transact(ctx context.Context, fn func(ctx context.Context, 
 type txnAttempt interface {
 	ID() string
 	Get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error)
+	GetForUpdate(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error)
 	Put(ctx context.Context, item kv.PutItem) error
 	Commit(ctx context.Context) (uint64, error)
 	Abort(ctx context.Context) error
@@ -192,6 +193,9 @@ func (a backendAttempt) ID() string { return a.id }
 func (a backendAttempt) Get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error) {
 	return a.b.TxnGet(ctx, a.id, ref)
 }
+func (a backendAttempt) GetForUpdate(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error) {
+	return a.b.TxnGetForUpdate(ctx, a.id, ref)
+}
 func (a backendAttempt) Put(ctx context.Context, item kv.PutItem) error {
 	return a.b.TxnPut(ctx, a.id, item)
 }
@@ -206,6 +210,12 @@ type groupkvTx struct {
 
 func (t groupkvTx) Get(ctx context.Context, key []byte) ([]byte, bool, error) {
 	rec, found, err := t.a.Get(ctx, kv.KeyRef{Collection: t.g.coll, Key: key})
+	return rec.Value, found, err
+}
+
+// GetForUpdate makes groupkvTx a ForUpdateReader.
+func (t groupkvTx) GetForUpdate(ctx context.Context, key []byte) ([]byte, bool, error) {
+	rec, found, err := t.a.GetForUpdate(ctx, kv.KeyRef{Collection: t.g.coll, Key: key})
 	return rec.Value, found, err
 }
 

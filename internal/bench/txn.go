@@ -74,6 +74,17 @@ type Tx interface {
 	Put(ctx context.Context, key, value []byte) error
 }
 
+// ForUpdateReader is a Tx that can lock a key for its write as it reads
+// it (groupkv's Tx.GetForUpdate, SQL's SELECT … FOR UPDATE). The txn
+// workload reads through it where a driver's Tx has it, as a user of the
+// system would for a read-modify-write; etcd's STM takes no locks, and
+// the PostgreSQL driver reads with plain SELECTs under SERIALIZABLE (FOR
+// UPDATE on keys taken in random order would deadlock, and each deadlock
+// waits deadlock_timeout before it is broken).
+type ForUpdateReader interface {
+	GetForUpdate(ctx context.Context, key []byte) (value []byte, found bool, err error)
+}
+
 // TxnWorkload sizes the txn workload. The zero value of each field means
 // its default.
 type TxnWorkload struct {
@@ -184,12 +195,17 @@ func DecodeCounter(v []byte, found bool) (int64, error) {
 // EncodeCounter writes a counter value.
 func EncodeCounter(n int64) []byte { return strconv.AppendInt(nil, n, 10) }
 
-// ReadModifyWrite reads every key of keys through tx, then writes each back
-// incremented by one: the body of one transaction of the workload.
+// ReadModifyWrite reads every key of keys through tx (for update, where tx
+// is a ForUpdateReader), then writes each back incremented by one: the
+// body of one transaction of the workload.
 func ReadModifyWrite(ctx context.Context, tx Tx, keys [][]byte) error {
+	get := tx.Get
+	if f, ok := tx.(ForUpdateReader); ok {
+		get = f.GetForUpdate
+	}
 	vals := make([]int64, len(keys))
 	for i, k := range keys {
-		v, found, err := tx.Get(ctx, k)
+		v, found, err := get(ctx, k)
 		if err != nil {
 			return err
 		}
