@@ -175,7 +175,14 @@ func (w *appendWorkload) txn(ctx context.Context, cl int, n *Node, plan []planne
 		w.notes.Store(p.ID(), fmt.Sprintf("attempt %s on node %d (read-only %v)", id, n.id, readOnly))
 		observed = observed[:0]
 		for i, op := range plan {
-			rec, found, err := n.TxnGet(ctx, id, op.key.ref())
+			// Odd clients read the keys they append to for update
+			// (exclusive locks from the read on), even ones under
+			// shared locks: both kinds meet in every history.
+			get := n.TxnGet
+			if op.append && cl%2 == 1 {
+				get = n.TxnGetForUpdate
+			}
+			rec, found, err := get(ctx, id, op.key.ref())
 			if err != nil {
 				return err
 			}

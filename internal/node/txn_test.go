@@ -274,7 +274,11 @@ func TestTxnBankCluster(t *testing.T) {
 				amount := 1 + rng.IntN(10)
 				_, attempts, err := transact(ctx, n, kv.TxnOptions{}, func(id string) error {
 					get := func(i int) (int, error) {
-						rec, _, err := n.TxnGet(ctx, id, kv.KeyRef{Collection: "bank", Key: []byte(fmt.Sprintf("acct%02d", i))})
+						read := n.TxnGet
+						if w%2 == 1 {
+							read = n.TxnGetForUpdate // both kinds of read in one run
+						}
+						rec, _, err := read(ctx, id, kv.KeyRef{Collection: "bank", Key: []byte(fmt.Sprintf("acct%02d", i))})
 						if err != nil {
 							return 0, err
 						}
