@@ -486,12 +486,18 @@ func (n *Node) groupCommitHere(ctx context.Context, req *groupCommitRequest) (*g
 	return out, nil
 }
 
-func (n *Node) groupTxnGet(ctx context.Context, id string, ref kv.KeyRef) (kv.Record, bool, error) {
+// groupTxnGet reads ref in group attempt id. A read for update reads as a
+// get does (the group's leader validates the attempt's reads at its
+// commit), but not in a read-only attempt, as in any other.
+func (n *Node) groupTxnGet(ctx context.Context, id string, ref kv.KeyRef, forUpdate bool) (kv.Record, bool, error) {
 	s, err := n.groupSession(id)
 	if err != nil {
 		return kv.Record{}, false, err
 	}
 	defer s.mu.Unlock()
+	if forUpdate && s.readOnly {
+		return kv.Record{}, false, kv.Errorf(kv.CodeInvalidArgument, "group transaction %s is read-only: it reads for update nothing it could write", id)
+	}
 	rec, found, err := s.get(ctx, n, ref)
 	if kv.CodeOf(err) == kv.CodeTxnAborted {
 		n.endGroupTxn(s, 0, err)

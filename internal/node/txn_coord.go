@@ -639,7 +639,7 @@ func (n *Node) txnGet(ctx context.Context, id string, ref kv.KeyRef, mode txn.Mo
 	}
 	defer done()
 	if isGroupAttempt(id) {
-		return n.groupTxnGet(ctx, id, ref)
+		return n.groupTxnGet(ctx, id, ref, mode == txn.Exclusive)
 	}
 	s, err := n.session(id)
 	if err != nil {

@@ -77,3 +77,39 @@ func TestTxnGetForUpdate(t *testing.T) {
 		t.Fatalf("read for update in a read-only transaction: %v, want invalid_argument", err)
 	}
 }
+
+// TestGroupTxnGetForUpdate: in a group transaction a read for update reads
+// as a get does (the group's leader validates the reads at the commit), and
+// a read-only group transaction refuses it.
+func TestGroupTxnGetForUpdate(t *testing.T) {
+	n, ctx := openWithCollection(t)
+	ref := func(k string) kv.KeyRef { return kv.KeyRef{Collection: "c", Key: []byte(k)} }
+	if _, err := n.CreateGroup(ctx, kv.GroupSpec{ID: "g", Leader: ref("a"), Members: []kv.KeyRef{ref("b")}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := groupTransact(ctx, n, "g", func(a string) error {
+		return n.TxnPut(ctx, a, kv.PutItem{Collection: "c", Key: []byte("b"), Value: []byte("1")})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := groupTransact(ctx, n, "g", func(a string) error {
+		rec, found, err := n.TxnGetForUpdate(ctx, a, ref("b"))
+		if err != nil || !found || string(rec.Value) != "1" {
+			t.Fatalf("read for update in a group transaction: %q %v %v", rec.Value, found, err)
+		}
+		return n.TxnPut(ctx, a, kv.PutItem{Collection: "c", Key: []byte("b"), Value: []byte("2")})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro, err := n.BeginGroupTxn(ctx, "g", kv.TxnOptions{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := n.TxnGetForUpdate(ctx, ro, ref("b")); kv.CodeOf(err) != kv.CodeInvalidArgument {
+		t.Fatalf("read for update in a read-only group transaction: %v, want invalid_argument", err)
+	}
+	if rec, _, err := n.TxnGet(ctx, ro, ref("b")); err != nil || string(rec.Value) != "2" {
+		t.Fatalf("read in the read-only group transaction: %q %v", rec.Value, err)
+	}
+}
