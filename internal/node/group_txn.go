@@ -747,6 +747,12 @@ func (e groupExec) get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, err
 	return e.s.get(ctx, e.n, ref)
 }
 
+// getForUpdate reads as get: the group's leader validates the reads at
+// the commit.
+func (e groupExec) getForUpdate(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error) {
+	return e.s.get(ctx, e.n, ref)
+}
+
 func (e groupExec) put(ctx context.Context, op kv.TxnOp) error {
 	return e.s.write(ctx, e.n, kv.KeyRef{Collection: op.Collection, Key: op.Key}, op.Value, op.Tags, false)
 }

@@ -1385,6 +1385,8 @@ func (s *txnSession) exec(ctx context.Context, req kv.ExecRequest) (kv.ExecResul
 // transaction's or a group transaction's.
 type execAttempt interface {
 	get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error)
+	// getForUpdate reads a key the transaction may write.
+	getForUpdate(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error)
 	put(ctx context.Context, op kv.TxnOp) error
 	del(ctx context.Context, ref kv.KeyRef) error
 	commit(ctx context.Context) (uint64, error)
@@ -1394,6 +1396,10 @@ type sessionExec struct{ s *txnSession }
 
 func (e sessionExec) get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error) {
 	return e.s.get(ctx, ref)
+}
+
+func (e sessionExec) getForUpdate(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error) {
+	return e.s.getLocked(ctx, ref, txn.Exclusive)
 }
 
 func (e sessionExec) put(ctx context.Context, op kv.TxnOp) error {
@@ -1412,9 +1418,26 @@ func (e sessionExec) commit(ctx context.Context) (uint64, error) { return e.s.co
 // runExec runs a one-shot transaction in attempt a: the compares of If,
 // then the operations of Then or Else, then the commit.
 func runExec(ctx context.Context, a execAttempt, req kv.ExecRequest) (kv.ExecResult, error) {
+	// A compared key that a branch writes is read for update: two
+	// compare-and-sets of one key queue at the compare instead of both
+	// reading it and one being wounded at its write.
+	written := func(c kv.Compare) bool {
+		for _, ops := range [][]kv.TxnOp{req.Then, req.Else} {
+			for _, op := range ops {
+				if op.Op != kv.TxnOpGet && op.Collection == c.Collection && bytes.Equal(op.Key, c.Key) {
+					return true
+				}
+			}
+		}
+		return false
+	}
 	ok := true
 	for _, c := range req.If {
-		rec, found, err := a.get(ctx, kv.KeyRef{Collection: c.Collection, Key: c.Key})
+		get := a.get
+		if written(c) {
+			get = a.getForUpdate
+		}
+		rec, found, err := get(ctx, kv.KeyRef{Collection: c.Collection, Key: c.Key})
 		if err != nil {
 			return kv.ExecResult{}, err
 		}

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -111,5 +112,43 @@ func TestGroupTxnGetForUpdate(t *testing.T) {
 	}
 	if rec, _, err := n.TxnGet(ctx, ro, ref("b")); err != nil || string(rec.Value) != "2" {
 		t.Fatalf("read in the read-only group transaction: %q %v", rec.Value, err)
+	}
+}
+
+// execReads records how runExec reads: "get c/k" or "update c/k".
+type execReads struct{ reads []string }
+
+func (e *execReads) get(_ context.Context, ref kv.KeyRef) (kv.Record, bool, error) {
+	e.reads = append(e.reads, "get "+ref.Collection+"/"+string(ref.Key))
+	return kv.Record{}, false, nil
+}
+
+func (e *execReads) getForUpdate(_ context.Context, ref kv.KeyRef) (kv.Record, bool, error) {
+	e.reads = append(e.reads, "update "+ref.Collection+"/"+string(ref.Key))
+	return kv.Record{}, false, nil
+}
+
+func (e *execReads) put(context.Context, kv.TxnOp) error    { return nil }
+func (e *execReads) del(context.Context, kv.KeyRef) error   { return nil }
+func (e *execReads) commit(context.Context) (uint64, error) { return 1, nil }
+
+// TestExecComparesWrittenKeysForUpdate: a one-shot transaction reads for
+// update the compared keys that Then or Else writes (put or delete), and
+// plainly those it only compares or gets, or that another collection's
+// key of the same name is written.
+func TestExecComparesWrittenKeysForUpdate(t *testing.T) {
+	e := &execReads{}
+	_, err := runExec(context.Background(), e, kv.ExecRequest{
+		If: []kv.Compare{{Collection: "c", Key: []byte("a"), Version: 7}, {Collection: "c", Key: []byte("b")},
+			{Collection: "c", Key: []byte("d"), HasValue: true, Value: []byte("x")}, {Collection: "c", Key: []byte("e")}, {Collection: "c2", Key: []byte("a")}},
+		Then: []kv.TxnOp{{Op: kv.TxnOpPut, Collection: "c", Key: []byte("a"), Value: []byte("1")}, {Op: kv.TxnOpGet, Collection: "c", Key: []byte("e")}},
+		Else: []kv.TxnOp{{Op: kv.TxnOpDelete, Collection: "c", Key: []byte("d")}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"update c/a", "get c/b", "update c/d", "get c/e", "get c2/a"} // the compares fail: Else runs, and reads nothing
+	if !slices.Equal(e.reads, want) {
+		t.Fatalf("reads %q, want %q", e.reads, want)
 	}
 }
