@@ -1415,26 +1415,27 @@ func (e sessionExec) del(ctx context.Context, ref kv.KeyRef) error {
 
 func (e sessionExec) commit(ctx context.Context) (uint64, error) { return e.s.commit(ctx) }
 
+// wkeyName names a key of a collection (by name) in a map.
+func wkeyName(coll string, key []byte) string { return coll + "\x00" + string(key) }
+
 // runExec runs a one-shot transaction in attempt a: the compares of If,
 // then the operations of Then or Else, then the commit.
 func runExec(ctx context.Context, a execAttempt, req kv.ExecRequest) (kv.ExecResult, error) {
 	// A compared key that a branch writes is read for update: two
 	// compare-and-sets of one key queue at the compare instead of both
 	// reading it and one being wounded at its write.
-	written := func(c kv.Compare) bool {
-		for _, ops := range [][]kv.TxnOp{req.Then, req.Else} {
-			for _, op := range ops {
-				if op.Op != kv.TxnOpGet && op.Collection == c.Collection && bytes.Equal(op.Key, c.Key) {
-					return true
-				}
+	written := make(map[string]bool)
+	for _, ops := range [][]kv.TxnOp{req.Then, req.Else} {
+		for _, op := range ops {
+			if op.Op != kv.TxnOpGet {
+				written[wkeyName(op.Collection, op.Key)] = true
 			}
 		}
-		return false
 	}
 	ok := true
 	for _, c := range req.If {
 		get := a.get
-		if written(c) {
+		if written[wkeyName(c.Collection, c.Key)] {
 			get = a.getForUpdate
 		}
 		rec, found, err := get(ctx, kv.KeyRef{Collection: c.Collection, Key: c.Key})
