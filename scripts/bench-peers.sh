@@ -193,18 +193,7 @@ start_groupkv() {
 	wait_until groupkv "$PID" http_ok "$GROUPKV_PORT" /healthz
 }
 
-start_etcd() {
-	pick_port ETCD_PORT "$ETCD_PORT_BASE"
-	pick_port ETCD_PEER_PORT "$((ETCD_PORT + 10))"
-	etcd --name bench --data-dir "$WORK/etcd-data" \
-		--listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
-		--listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
-		--initial-cluster "bench=http://127.0.0.1:$ETCD_PEER_PORT" \
-		--logger zap --log-level error >"$WORK/etcd.log" 2>&1 &
-	PID=$!
-	PIDS+=("$PID")
-	wait_until etcd "$PID" http_ok "$ETCD_PORT" /health
-}
+. "$(dirname "$0")/bench-etcd.sh" # start_etcd
 
 start_redis() {
 	pick_port REDIS_PORT "$REDIS_PORT_BASE"
@@ -231,12 +220,8 @@ bench --target groupkv --addr "127.0.0.1:$GROUPKV_PORT" --workload timeline --pa
 	--system-version "$GROUPKV_COMMIT"
 stop_server
 
-# etcd 3.4 copies its whole read buffer of not yet committed writes into
-# every read, and the buffer never shrinks: after the burst of a load every
-# read copies what the load wrote between two backend commits, and etcd
-# serves reads several times slower until it restarts (etcd PR 12933, in
-# 3.5). So etcd is loaded (with a 1s run whose result is dropped),
-# restarted on the same data, then measured.
+# etcd is loaded (with a 1s run whose result is dropped), restarted on the
+# same data (why: see bench-etcd.sh), then measured.
 start_etcd
 DURATION=1s WARMUP=0s bench --target etcd --addr "127.0.0.1:$ETCD_PORT" --workload a --records "$RECORDS" >/dev/null
 stop_server

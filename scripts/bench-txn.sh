@@ -224,25 +224,10 @@ else
 		--load --system-version "$GROUPKV_COMMIT"
 fi
 
-# 4. etcd, one key range at a time. etcd 3.4 copies its whole read buffer
-# of not yet committed writes into every read, and the buffer never
-# shrinks: after the burst of a load every read copies what the load wrote
-# between two backend commits, and etcd serves reads many times slower
-# until it restarts (etcd PR 12933, in 3.5). So a loaded range is loaded
-# (with a 1s run whose result is dropped), etcd restarted on the same data,
-# then measured.
-start_etcd() {
-	pick_port ETCD_PORT "$ETCD_PORT_BASE"
-	pick_port ETCD_PEER_PORT "$((ETCD_PORT + 10))"
-	etcd --name bench --data-dir "$WORK/etcd-data" \
-		--listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
-		--listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
-		--initial-cluster "bench=http://127.0.0.1:$ETCD_PEER_PORT" \
-		--logger zap --log-level error >>"$WORK/etcd.log" 2>&1 &
-	PID=$!
-	PIDS+=("$PID")
-	wait_until etcd "$PID" http_ok "$ETCD_PORT" /health
-}
+# 4. etcd, one key range at a time: a loaded range is loaded (with a 1s run
+# whose result is dropped), etcd restarted on the same data (why: see
+# bench-etcd.sh), then measured.
+. "$(dirname "$0")/bench-etcd.sh" # start_etcd
 IFS=, read -r -a KEY_LIST <<<"$KEYS"
 start_etcd
 for k in "${KEY_LIST[@]}"; do
