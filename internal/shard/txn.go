@@ -299,6 +299,10 @@ func (s *Shard) putPrepared(b *pebble.Batch, e *preparedEntry) error {
 			}
 			e.Writes = writes
 			e.Reads = append(own.Reads, e.Reads...)
+			// Set once after its last deletion (deleteOnce).
+			if err := b.Delete(key, nil); err != nil {
+				return err
+			}
 		}
 	}
 	if err := b.Set(key, encodePrepared(e), nil); err != nil {
@@ -1144,6 +1148,11 @@ func (s *Shard) applyTxnPrepare(b *pebble.Batch, version, term uint64, p *TxnPre
 		}
 	}
 	seen := make(map[string]bool, len(p.Writes))
+	// again are the keys that hold an intent of this transaction already
+	// (a prepare applied twice, or prepared in a shard this one took in):
+	// its intent there is deleted before it is set again, so that every
+	// intent is set once after its key's last deletion (see resolve).
+	var again map[string]bool
 	for i := range p.Writes {
 		op := &p.Writes[i]
 		if !s.desc.Owns(op.Bucket, op.Key) {
@@ -1163,6 +1172,12 @@ func (s *Shard) applyTxnPrepare(b *pebble.Batch, version, term uint64, p *TxnPre
 			if in, ok, err = ReadIntent(b, s.desc.Collection, op.Key); err != nil {
 				return Result{}, err
 			}
+		}
+		if ok && in.Meta.ID == p.Meta.ID {
+			if again == nil {
+				again = map[string]bool{}
+			}
+			again[string(op.Key)] = true
 		}
 		if ok && in.Meta.ID != p.Meta.ID {
 			// The leader proposes a prepare only while the transaction
@@ -1198,7 +1213,13 @@ func (s *Shard) applyTxnPrepare(b *pebble.Batch, version, term uint64, p *TxnPre
 	for i := range p.Writes {
 		op := &p.Writes[i]
 		in := txn.Intent{Bucket: op.Bucket, Meta: p.Meta, PrepareVersion: version, Delete: op.Type == OpDelete, Tags: op.Tags, Value: op.Value}
-		if err := b.Set(storage.IntentKey(nil, s.desc.Collection, op.Key), txn.EncodeIntent(&in), nil); err != nil {
+		ik := storage.IntentKey(nil, s.desc.Collection, op.Key)
+		if again[string(op.Key)] {
+			if err := b.Delete(ik, nil); err != nil {
+				return Result{}, err
+			}
+		}
+		if err := b.Set(ik, txn.EncodeIntent(&in), nil); err != nil {
 			return Result{}, err
 		}
 		e.Writes = append(e.Writes, txn.Target{Collection: s.desc.Collection, Key: op.Key})
@@ -1397,12 +1418,12 @@ func (s *Shard) resolve(b *pebble.Batch, r *TxnResolveCmd, superseded map[string
 				}
 			}
 		}
-		if err := b.Delete(storage.IntentKey(nil, coll, k.Key), nil); err != nil {
+		if err := deleteOnce(b, storage.IntentKey(nil, coll, k.Key), held[string(k.Key)] != nil); err != nil {
 			return Result{}, err
 		}
 	}
 	if _, ok := s.txns.prepared[r.ID]; ok {
-		if err := b.Delete(storage.ShardStateKey(s.desc.ShardID, statePrepared+r.ID), nil); err != nil {
+		if err := deleteOnce(b, storage.ShardStateKey(s.desc.ShardID, statePrepared+r.ID), held != nil); err != nil {
 			return Result{}, err
 		}
 		s.txns.dropEntry(r.ID)
@@ -1416,6 +1437,23 @@ func (s *Shard) resolve(b *pebble.Batch, r *TxnResolveCmd, superseded map[string
 		st = txn.Committed
 	}
 	return Result{Txn: &TxnResult{ID: r.ID, Status: st, CommitTS: r.CommitTS}}, nil
+}
+
+// deleteOnce deletes key in b: with a single deletion if once, which the
+// caller says only of a key set exactly once since it was last deleted.
+// A single deletion and the set it deletes vanish together as soon as
+// one flush or compaction meets both: an intent or a prepared entry
+// resolved before its memtable is flushed costs no disk write at all,
+// where a deletion is written out and carried down the levels. Set twice,
+// a single deletion would let the older value show again: the shard says
+// once only of the intents and the prepared entry of a prepare it applied
+// itself since it was loaded (txnState.held), which deletes what its
+// transaction had there before setting them again.
+func deleteOnce(b *pebble.Batch, key []byte, once bool) error {
+	if once {
+		return b.SingleDelete(key, nil)
+	}
+	return b.Delete(key, nil)
 }
 
 // resolveNeedsLatest reports whether committing intent in at commitTS
