@@ -266,6 +266,9 @@ type Host struct {
 	// lastAnswered is the number of proposals the last cycle answered
 	// (loop-owned).
 	lastAnswered int
+	// applyScratch keeps applyReady's lists from one cycle to the next,
+	// emptied (loop-owned).
+	applyScratch applyLists
 	// ticks counts the loop's raft ticks (loop-owned).
 	ticks uint64
 	// seqVersions is Versions when it is sequenced (else nil).
@@ -1549,6 +1552,60 @@ func (h *Host) sendEarly(rgs []readyGroup) {
 	}
 }
 
+// applyLists are what applyReady gathers of a batch as it applies it, to
+// act on once the batch is committed.
+type applyLists struct {
+	// dones are the proposals of this node the batch answers.
+	dones []appliedProposal
+	// applieds are the results of every command applied, for the Applied hook.
+	applieds []appliedCommand
+	// versions are the writes' versions, published once the batch is committed.
+	versions []appliedWrite
+}
+
+type appliedProposal struct {
+	p   *proposal
+	res shard.Result
+}
+
+type appliedCommand struct {
+	shardID uint64
+	kind    shard.CommandKind
+	res     shard.Result
+}
+
+type appliedWrite struct {
+	g       *group
+	version uint64
+}
+
+type confApplied struct {
+	g  *group
+	cs raftpb.ConfState
+}
+
+// maxKeptApplied bounds the entries of the lists a cycle keeps for the
+// next: a cycle that applied many more gives its long lists back.
+const maxKeptApplied = 4096
+
+// keep keeps the lists of a cycle, emptied and cleared of what their
+// entries referred to, for the next cycle to append to.
+func (l *applyLists) keep(dones []appliedProposal, applieds []appliedCommand, versions []appliedWrite) {
+	clear(dones)
+	clear(applieds)
+	clear(versions)
+	*l = applyLists{}
+	if cap(dones) <= maxKeptApplied {
+		l.dones = dones[:0]
+	}
+	if cap(applieds) <= maxKeptApplied {
+		l.applieds = applieds[:0]
+	}
+	if cap(versions) <= maxKeptApplied {
+		l.versions = versions[:0]
+	}
+}
+
 // applyReady applies the committed entries of every group into one batch,
 // commits it, answers the proposers and advances the groups. It waits for
 // the cycle's fsync (waitSync) before it commits the batch, or, when early
@@ -1572,26 +1629,7 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error, early bool) (
 		ab.Close()
 		unlock()
 	}
-	type done struct {
-		p   *proposal
-		res shard.Result
-	}
-	var dones []done
-	type applied struct {
-		shardID uint64
-		kind    shard.CommandKind
-		res     shard.Result
-	}
-	var applieds []applied
-	type appliedWrite struct {
-		g       *group
-		version uint64
-	}
-	var versions []appliedWrite
-	type confApplied struct {
-		g  *group
-		cs raftpb.ConfState
-	}
+	dones, applieds, versions := h.applyScratch.dones[:0], h.applyScratch.applieds[:0], h.applyScratch.versions[:0]
 	var confs []confApplied
 	// merged are the right shards of merges applied in this batch: their
 	// replicas are removed here (shard/merge.go).
@@ -1639,14 +1677,14 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error, early bool) (
 				}
 				if p, ok := g.inflight[id]; ok {
 					delete(g.inflight, id)
-					dones = append(dones, done{p, res})
+					dones = append(dones, appliedProposal{p, res})
 				}
 				if shard.IsWrite(cmd) {
 					// Published only after the batch is committed, so that
 					// a reader that sees appliedVersion sees the write.
 					versions = append(versions, appliedWrite{g, binary.BigEndian.Uint64(cmd[1:9])})
 				}
-				applieds = append(applieds, applied{g.id, shard.CommandKind(cmd[0]), res})
+				applieds = append(applieds, appliedCommand{g.id, shard.CommandKind(cmd[0]), res})
 			case e.Type == raftpb.EntryConfChange || e.Type == raftpb.EntryConfChangeV2:
 				cc, err := decodeConfChange(e)
 				if err != nil {
@@ -1666,7 +1704,7 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error, early bool) (
 				if ctx := cc.AsV2().Context; len(ctx) == 8 {
 					if p, ok := g.inflight[binary.BigEndian.Uint64(ctx)]; ok {
 						delete(g.inflight, p.id)
-						dones = append(dones, done{p, shard.Result{}})
+						dones = append(dones, appliedProposal{p, shard.Result{}})
 					}
 				}
 			default:
@@ -1775,6 +1813,7 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error, early bool) (
 		d.p.done <- outcome{res: d.res}
 	}
 	h.lastAnswered = len(dones)
+	h.applyScratch.keep(dones, applieds, versions)
 	if early {
 		if err := waitSync(); err != nil {
 			return false, err

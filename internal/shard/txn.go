@@ -610,7 +610,11 @@ func decodeTxn(c *Command, body []byte) error {
 	var err error
 	switch c.Kind {
 	case KindTxnRecord:
-		err = json.Unmarshal(body, &c.TxnRecord)
+		// Into a variable of its own: the address of a field of c given
+		// to Unmarshal would move every decoded command to the heap.
+		var rec txn.RecordCmd
+		err = json.Unmarshal(body, &rec)
+		c.TxnRecord = rec
 	case KindTxnPrepare:
 		if len(body) > 0 && body[0] == txnFormatBinary {
 			c.TxnPrepare, err = decodeTxnPrepare(body[1:])
