@@ -68,8 +68,7 @@ func (n *Node) BatchGet(ctx context.Context, keys []kv.KeyRef) (kv.BatchGetResul
 		shards = append(shards, id)
 	}
 	sort.Slice(shards, func(i, j int) bool { return shards[i] < shards[j] })
-	var fwd kv.BatchGetResult
-	switch route, err := n.routeRead(ctx, shards, "batch_get", keys, &fwd); route {
+	switch route, fwd, err := routeReadAs[kv.BatchGetResult](n, ctx, shards, "batch_get", keys); route {
 	case routeForward:
 		return fwd, err
 	case routeSpread:
@@ -462,8 +461,7 @@ func (n *Node) Scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResult, err
 	if len(req.End) > 0 && bytes.Compare(req.Start, req.End) >= 0 {
 		return kv.ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "start %q is not below end %q", req.Start, req.End)
 	}
-	var fwd kv.ScanResult
-	route, err := n.routeRead(ctx, shardsIn(d, req.Start, req.End), "scan", req, &fwd)
+	route, fwd, err := routeReadAs[kv.ScanResult](n, ctx, shardsIn(d, req.Start, req.End), "scan", req)
 	if route == routeForward {
 		return fwd, err
 	}
@@ -595,8 +593,7 @@ func (n *Node) GetByTags(ctx context.Context, q kv.TagQuery) (kv.ScanResult, err
 	if err := kv.ValidateTags(tags); err != nil {
 		return kv.ScanResult{}, err
 	}
-	var fwd kv.ScanResult
-	route, err := n.routeRead(ctx, shardsOf(d), "get_by_tags", q, &fwd)
+	route, fwd, err := routeReadAs[kv.ScanResult](n, ctx, shardsOf(d), "get_by_tags", q)
 	if route == routeForward {
 		return fwd, err
 	}

@@ -1150,8 +1150,7 @@ func (n *Node) Get(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
 	if d.Partitioning == kv.PartitionTag {
 		shards = shardsOf(d)
 	}
-	var fwd kv.Record
-	switch route, err := n.routeRead(ctx, shards, "get", req, &fwd); route {
+	switch route, fwd, err := routeReadAs[kv.Record](n, ctx, shards, "get", req); route {
 	case routeForward:
 		return fwd, err
 	case routeSpread:

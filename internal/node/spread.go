@@ -78,6 +78,19 @@ func (n *Node) localReadable(ctx context.Context, shardID uint64) bool {
 	return n.readable(shardID) || n.awaitSplitChild(ctx, shardID)
 }
 
+// routeReadAs is routeRead answering the forwarded read's response. A
+// read served here, the common case, costs no allocation for a request
+// or a response that only a forwarded read encodes or decodes.
+func routeReadAs[Resp, Req any](n *Node, ctx context.Context, shards []uint64, op string, req Req) (readRoute, Resp, error) {
+	if _, ok, err := n.readTarget(ctx, shards); !ok && err == nil {
+		var none Resp
+		return routeLocal, none, nil
+	}
+	fwd := new(Resp)
+	route, err := n.routeRead(ctx, shards, op, req, fwd)
+	return route, *fwd, err
+}
+
 // routeRead decides how a read of shards is served; with routeForward it
 // has run it on the node holding them all and decoded the answer into
 // resp. A forwarded read refused as unavailable (its node is down, or
