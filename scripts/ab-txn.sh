@@ -3,8 +3,10 @@
 # that alternate them (A, B, A, B, ...), each on a fresh data directory:
 # a server on loopback ports, a load of KEYS keys, then serializable
 # transactions from CLIENTS clients for DURATION seconds after WARMUP. It
-# prints, per run, commits/s, p50 and p99 latency (ms) and the server's CPU
-# (utime+stime of its process over warm-up and measured time) per commit.
+# prints, per run, commits/s, p50 and p99 latency (ms), the server's CPU
+# (utime+stime of its process over warm-up and measured time) per commit,
+# and the bytes it wrote to disk per commit (write_bytes of /proc/PID/io
+# over the same time: its WAL, flushes and compactions).
 #
 #   scripts/ab-txn.sh OLD-BINARY NEW-BINARY [ROUNDS]
 #   KEYS=10000 CLIENTS=32 scripts/ab-txn.sh /tmp/old /tmp/new 5
@@ -21,14 +23,16 @@ run() {
 	local bin=$1 label=$2 dir=$WORK/$2
 	ab_start "$bin" "$dir"
 	"$bin" bench --addr 127.0.0.1:$PORT --workload txn --txn-keys "$KEYS" --txn-mode none --load --clients 16 --duration 1s --warmup 0s --seed 1 >/dev/null
-	local c0 c1
+	local c0 c1 w0 w1
 	c0=$(awk '{print $14+$15}' /proc/$AB_PID/stat)
+	w0=$(awk '/^write_bytes/ {print $2}' /proc/$AB_PID/io)
 	"$bin" bench --addr 127.0.0.1:$PORT --workload txn --txn-keys "$KEYS" --txn-mode serializable --clients "$CLIENTS" \
 		--duration "${DURATION}s" --warmup "${WARMUP}s" --seed 1 >"$dir/out.txt"
 	c1=$(awk '{print $14+$15}' /proc/$AB_PID/stat)
+	w1=$(awk '/^write_bytes/ {print $2}' /proc/$AB_PID/io)
 	ab_stop
-	awk -v l="$label" -v c=$((c1 - c0)) -v hz="$(getconf CLK_TCK)" -v s=$((DURATION + WARMUP)) \
-		'$1=="txn" && $4+0>0 {printf "%-4s %6d commits/s  p50 %6s ms  p99 %6s ms  server cpu %.3f ms/commit\n", l, $4, $6, $7, c*1000/hz/($4*s)}' "$dir/out.txt"
+	awk -v l="$label" -v c=$((c1 - c0)) -v w=$((w1 - w0)) -v hz="$(getconf CLK_TCK)" -v s=$((DURATION + WARMUP)) \
+		'$1=="txn" && $4+0>0 {printf "%-4s %6d commits/s  p50 %6s ms  p99 %6s ms  server cpu %.3f ms/commit  disk %.1f KB/commit\n", l, $4, $6, $7, c*1000/hz/($4*s), w/1000/($4*s)}' "$dir/out.txt"
 }
 for r in $(seq "$ROUNDS"); do
 	run "$A" A
