@@ -101,10 +101,12 @@ type appliedCmd struct {
 	res     shard.Result
 }
 
-// hostEnv is a Host on a Pebble engine on an in-memory filesystem.
+// hostEnv is a Host on a Pebble engine, on an in-memory filesystem unless
+// said otherwise.
 type hostEnv struct {
-	t   *testing.T
+	t   testing.TB
 	fs  vfs.FS
+	dir string
 	eng *storage.Engine
 	vs  *testVersions
 	reg *prometheus.Registry
@@ -123,9 +125,15 @@ func testLogger() *slog.Logger {
 
 // newHostEnv opens an engine, bootstraps the test shard and starts a Host
 // serving it.
-func newHostEnv(t *testing.T) *hostEnv {
+func newHostEnv(t testing.TB) *hostEnv {
 	t.Helper()
-	e := &hostEnv{t: t, fs: vfs.NewMem()}
+	return newHostEnvOn(t, vfs.NewMem(), "/data")
+}
+
+// newHostEnvOn is newHostEnv with the engine in dir of fs.
+func newHostEnvOn(t testing.TB, fs vfs.FS, dir string) *hostEnv {
+	t.Helper()
+	e := &hostEnv{t: t, fs: fs, dir: dir}
 	e.openEngine()
 	t.Cleanup(func() {
 		e.h.Stop()
@@ -137,7 +145,7 @@ func newHostEnv(t *testing.T) *hostEnv {
 
 func (e *hostEnv) openEngine() {
 	e.t.Helper()
-	eng, err := storage.Open("/data", storage.Options{FS: e.fs, Logger: testLogger()})
+	eng, err := storage.Open(e.dir, storage.Options{FS: e.fs, Logger: testLogger()})
 	if err != nil {
 		e.t.Fatal(err)
 	}
