@@ -38,6 +38,9 @@ func BenchmarkHostPropose(b *testing.B) {
 				} else {
 					e = newHostEnvOn(b, vfs.Default, b.TempDir())
 				}
+				e.mu.Lock()
+				e.mu.discard = true
+				e.mu.Unlock()
 				value := string(make([]byte, 100))
 				ctx := context.Background()
 				var seq atomic.Int64

@@ -116,6 +116,8 @@ type hostEnv struct {
 		sync.Mutex
 		// applied lists the Applied hook calls of the current Host in order.
 		applied []appliedCmd
+		// discard: the calls are not listed (benchmarks).
+		discard bool
 	}
 }
 
@@ -170,7 +172,9 @@ func (e *hostEnv) startHost(bootstrap bool, vs *testVersions) {
 		Logger:       testLogger(),
 		Hooks: Hooks{Applied: func(shardID uint64, kind shard.CommandKind, res shard.Result) {
 			e.mu.Lock()
-			e.mu.applied = append(e.mu.applied, appliedCmd{shardID, kind, res})
+			if !e.mu.discard {
+				e.mu.applied = append(e.mu.applied, appliedCmd{shardID, kind, res})
+			}
 			e.mu.Unlock()
 		}},
 	})
