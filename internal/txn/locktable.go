@@ -136,6 +136,8 @@ type LockTable struct {
 	spans   []spanLock
 	held    map[string]*holding
 	waiters []waiter
+	// changed is closed at the next change of the table, for those that
+	// wait for one; nil while nobody does (changedLocked).
 	changed chan struct{}
 	closed  bool
 	// dropped are the transactions whose locks DropUnprepared or Adopt
@@ -148,7 +150,7 @@ type LockTable struct {
 // NewLockTable returns the empty lock table of a leadership at term.
 func NewLockTable(term uint64, checkInterval time.Duration) *LockTable {
 	return &LockTable{Term: term, CheckInterval: checkInterval, keys: map[string]*keyLock{},
-		held: map[string]*holding{}, changed: make(chan struct{})}
+		held: map[string]*holding{}}
 }
 
 func lockKey(coll uint32, key []byte) string {
@@ -163,8 +165,20 @@ func splitLockKey(k string) (uint32, []byte) {
 
 // broadcastLocked wakes every waiter.
 func (lt *LockTable) broadcastLocked() {
-	close(lt.changed)
-	lt.changed = make(chan struct{})
+	if lt.changed != nil {
+		close(lt.changed)
+		lt.changed = nil
+	}
+}
+
+// changedLocked returns the channel the table's next change closes. A
+// table nobody waits on makes none: every release broadcasts, and most
+// (a plain write's, uncontended) have nobody to wake.
+func (lt *LockTable) changedLocked() chan struct{} {
+	if lt.changed == nil {
+		lt.changed = make(chan struct{})
+	}
+	return lt.changed
 }
 
 // conflictsLocked returns the holders (other than m) whose locks conflict
@@ -365,7 +379,7 @@ func (lt *LockTable) Acquire(ctx context.Context, m *Meta, t Target, mode Mode, 
 			// for: a stream of them would keep it waiting forever.
 			unwait = lt.addWaiterLocked(m, t)
 		}
-		ch := lt.changed
+		ch := lt.changedLocked()
 		if nextCheck.IsZero() {
 			nextCheck = lt.firstCheck(time.Now(), conflicts)
 		}
@@ -488,7 +502,7 @@ func (lt *LockTable) AcquireAll(ctx context.Context, m *Meta, targets []Target, 
 			lt.mu.Unlock()
 			return nil
 		}
-		ch := lt.changed
+		ch := lt.changedLocked()
 		if nextCheck.IsZero() {
 			nextCheck = lt.firstCheck(time.Now(), conflicts)
 		}
