@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
@@ -20,11 +21,7 @@ import (
 func TestResolveCommit(t *testing.T) {
 	desc := Desc{ShardID: 2, Collection: 1, Partitioning: kv.PartitionRange}
 	id := txn.NewID(1, 1)
-	type step struct {
-		version uint64
-		cmd     []byte
-		reload  bool // Load the shard anew before the command
-	}
+	type step = txnStep
 	put := func(v uint64, value string) step {
 		return step{version: v, cmd: EncodeWrite([]Op{{Type: OpPut, Key: []byte("a"), Value: []byte(value)}})}
 	}
@@ -59,21 +56,7 @@ func TestResolveCommit(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := memDB(t)
-			s, err := Load(db, desc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i, st := range tc.steps {
-				if st.reload {
-					if s, err = Load(db, desc); err != nil {
-						t.Fatal(err)
-					}
-				}
-				SetVersion(st.cmd, st.version)
-				if res := applyOne(t, db, s, st.cmd); res.Err != nil {
-					t.Fatalf("step %d (version %d): %v", i, st.version, res.Err)
-				}
-			}
+			runTxnSteps(t, db, desc, tc.steps)
 			val, version, found, err := ReadRecord(db, 1, []byte("a"), Latest)
 			if err != nil {
 				t.Fatal(err)
@@ -85,6 +68,59 @@ func TestResolveCommit(t *testing.T) {
 				t.Fatalf("a still holds an intent (%v)", err)
 			}
 		})
+	}
+}
+
+// txnStep is a command applied to a shard at version by runTxnSteps.
+type txnStep struct {
+	version uint64
+	cmd     []byte
+	reload  bool // Load the shard anew before the command
+	// setAgain, with no command: every key of the store is set again
+	// with the value it has, as a snapshot restored over them would.
+	setAgain bool
+}
+
+// runTxnSteps loads shard desc from db and applies steps to it in order;
+// a command the shard refuses fails the test.
+func runTxnSteps(t *testing.T, db *pebble.DB, desc Desc, steps []txnStep) {
+	t.Helper()
+	s, err := Load(db, desc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, st := range steps {
+		if st.setAgain {
+			setAllAgain(t, db)
+			continue
+		}
+		if st.reload {
+			if s, err = Load(db, desc); err != nil {
+				t.Fatal(err)
+			}
+		}
+		SetVersion(st.cmd, st.version)
+		if res := applyOne(t, db, s, st.cmd); res.Err != nil {
+			t.Fatalf("step %d (version %d): %v", i, st.version, res.Err)
+		}
+	}
+}
+
+// setAllAgain sets every key of db again with the value it has.
+func setAllAgain(t *testing.T, db *pebble.DB) {
+	t.Helper()
+	it, err := db.NewIter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := db.NewBatch()
+	for ok := it.First(); ok; ok = it.Next() {
+		if err := b.Set(it.Key(), it.Value(), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := errors.Join(it.Close(), b.Commit(pebble.Sync)); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -1,10 +1,7 @@
 package shard
 
 import (
-	"errors"
 	"testing"
-
-	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/txn"
@@ -19,59 +16,40 @@ import (
 func TestResolvedIntentsStayGone(t *testing.T) {
 	desc := Desc{ShardID: 2, Collection: 1, Partitioning: kv.PartitionRange}
 	t1, t2 := txn.NewID(1, 1), txn.NewID(2, 1)
-	type step struct {
-		cmd    []byte
-		reload bool // Load the shard anew before the command
-		// again, with no command: every intent and prepared entry is set
-		// again as it is, as a snapshot restored over them would set them
-		again bool
+	// Versions 10, 20, ... in the order the steps are written.
+	var version uint64
+	next := func(cmd []byte) txnStep {
+		version += 10
+		return txnStep{version: version, cmd: cmd}
 	}
-	prepare := func(id string, keys ...string) step {
+	prepare := func(id string, keys ...string) txnStep {
 		p := &TxnPrepareCmd{Meta: txn.Meta{ID: id, Priority: 1}, LockTerm: 1}
 		for _, k := range keys {
 			p.Writes = append(p.Writes, Op{Type: OpPut, Key: []byte(k), Value: []byte(id + k)})
 		}
-		return step{cmd: EncodeTxnPrepare(p)}
+		return next(EncodeTxnPrepare(p))
 	}
-	resolve := func(id string, commit bool) step {
-		return step{cmd: EncodeTxnResolve(&TxnResolveCmd{ID: id, Commit: commit, CommitTS: 1000})}
+	resolve := func(id string, commit bool) txnStep {
+		return next(EncodeTxnResolve(&TxnResolveCmd{ID: id, Commit: commit, CommitTS: 1000}))
 	}
-	reloaded := func(s step) step { s.reload = true; return s }
-	setAgain := step{again: true}
+	reloaded := func(s txnStep) txnStep { s.reload = true; return s }
+	setAgain := txnStep{setAgain: true}
 	for _, tc := range []struct {
 		name  string
-		steps []step
+		steps []txnStep
 	}{
-		{"prepared once", []step{prepare(t1, "a", "b"), resolve(t1, true)}},
-		{"prepared twice", []step{prepare(t1, "a", "b"), prepare(t1, "a", "b"), resolve(t1, true)}},
-		{"prepared twice, aborted", []step{prepare(t1, "a", "b"), prepare(t1, "a", "b"), resolve(t1, false)}},
-		{"prepared again with another key", []step{prepare(t1, "a"), prepare(t1, "a", "b"), resolve(t1, true)}},
-		{"prepared again after a reload", []step{prepare(t1, "a", "b"), reloaded(prepare(t1, "a", "b")), resolve(t1, true)}},
-		{"resolved after a reload", []step{prepare(t1, "a", "b"), prepare(t1, "a"), reloaded(resolve(t1, true))}},
-		{"set again in storage", []step{prepare(t1, "a", "b"), setAgain, reloaded(resolve(t1, true))}},
-		{"one transaction after another", []step{prepare(t1, "a", "b"), resolve(t1, true), prepare(t2, "a", "b"), prepare(t2, "b"), resolve(t2, false)}},
+		{"prepared once", []txnStep{prepare(t1, "a", "b"), resolve(t1, true)}},
+		{"prepared twice", []txnStep{prepare(t1, "a", "b"), prepare(t1, "a", "b"), resolve(t1, true)}},
+		{"prepared twice, aborted", []txnStep{prepare(t1, "a", "b"), prepare(t1, "a", "b"), resolve(t1, false)}},
+		{"prepared again with another key", []txnStep{prepare(t1, "a"), prepare(t1, "a", "b"), resolve(t1, true)}},
+		{"prepared again after a reload", []txnStep{prepare(t1, "a", "b"), reloaded(prepare(t1, "a", "b")), resolve(t1, true)}},
+		{"resolved after a reload", []txnStep{prepare(t1, "a", "b"), prepare(t1, "a"), reloaded(resolve(t1, true))}},
+		{"set again in storage", []txnStep{prepare(t1, "a", "b"), setAgain, reloaded(resolve(t1, true))}},
+		{"one transaction after another", []txnStep{prepare(t1, "a", "b"), resolve(t1, true), prepare(t2, "a", "b"), prepare(t2, "b"), resolve(t2, false)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := memDB(t)
-			s, err := Load(db, desc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i, st := range tc.steps {
-				if st.again {
-					setAllAgain(t, db)
-					continue
-				}
-				if st.reload {
-					if s, err = Load(db, desc); err != nil {
-						t.Fatal(err)
-					}
-				}
-				SetVersion(st.cmd, uint64(10*(i+1)))
-				if res := applyOne(t, db, s, st.cmd); res.Err != nil {
-					t.Fatalf("step %d: %v", i, res.Err)
-				}
-			}
+			runTxnSteps(t, db, desc, tc.steps)
 			if err := db.Flush(); err != nil {
 				t.Fatal(err)
 			}
@@ -91,23 +69,5 @@ func TestResolvedIntentsStayGone(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
-	}
-}
-
-// setAllAgain sets every key of db again with the value it has.
-func setAllAgain(t *testing.T, db *pebble.DB) {
-	t.Helper()
-	it, err := db.NewIter(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := db.NewBatch()
-	for ok := it.First(); ok; ok = it.Next() {
-		if err := b.Set(it.Key(), it.Value(), nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := errors.Join(it.Close(), b.Commit(pebble.Sync)); err != nil {
-		t.Fatal(err)
 	}
 }
