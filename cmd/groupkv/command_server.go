@@ -84,7 +84,7 @@ serves HTTP/JSON and gRPC on 127.0.0.1:7070 and listens for peers on
 	f.Uint64Var(&cfg.Node.NodeID, "node-id", 0, "integer id of this node (default: the id stored in --data-dir, or 1 for a new one)")
 	f.DurationVar(&cfg.Node.Retention, "retention", time.Hour, "how long old versions stay readable")
 	f.IntVar(&cfg.Node.MaxValueSize, "max-value-size", 1<<20, "largest value accepted, in bytes")
-	f.Uint64Var(&cfg.Node.TruncateAfter, "raft-log-entries", 10000, "applied entries a shard's raft log keeps before it is truncated")
+	f.Uint64Var(&cfg.Node.TruncateAfter, "raft-log-entries", 10000, "applied entries a shard's raft log keeps for replicas that fall behind (a log every replica has is truncated sooner)")
 	f.DurationVar(&cfg.Node.TxnTimeout, "txn-timeout", 5*time.Second, "how long a transaction's coordinator may go without a heartbeat before others may abort it (times its attempt number, up to 8); give every node of a cluster the same")
 	f.DurationVar(&cfg.Node.TxnIdleTimeout, "txn-idle-timeout", 30*time.Second, "how long a session transaction may go without a request before its node aborts it")
 	f.DurationVar(&cfg.Node.TxnRecordRetention, "txn-record-retention", 0, "how long the record of a finished transaction is kept after it was decided and resolved (default: 4 × --txn-idle-timeout; negative: forever)")

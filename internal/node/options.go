@@ -28,7 +28,8 @@ type Options struct {
 	// TickInterval is the raft tick; 0 means 100ms.
 	TickInterval time.Duration
 	// TruncateAfter is the number of applied entries a shard's raft log
-	// keeps before truncation; 0 means 10,000.
+	// keeps for replicas that fall behind before truncation (a log
+	// every replica has is truncated sooner); 0 means 10,000.
 	TruncateAfter uint64
 	// LatestCacheBytes bounds the cache of keys' newest versions that
 	// reads of the latest value use (shard.LatestCache); 0 means 64 MiB, a

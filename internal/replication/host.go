@@ -36,7 +36,9 @@ type Config struct {
 	// ElectionTicks and HeartbeatTicks: 0 means 10 and 1.
 	ElectionTicks, HeartbeatTicks int
 	// TruncateAfter is the number of applied entries a log keeps before it is
-	// truncated; 0 means 10,000 (a few MiB of small writes per shard).
+	// truncated while some replica may still need them; 0 means 10,000 (a
+	// few MiB of small writes per shard). A log that every replica has is
+	// truncated sooner (see truncateIndex).
 	TruncateAfter uint64
 	// Unversioned reports the groups that never take versioned writes (the
 	// meta shard, where the oracle itself lives): their leaders need no
@@ -2104,12 +2106,52 @@ func (h *Host) onTick(g *group) {
 	g.mu.Unlock()
 }
 
-func (h *Host) maybeTruncate(g *group) error {
+// caughtUpTruncateStep is how many entries a log whose every replica has
+// them (see truncateIndex) grows by before it is truncated again: each
+// truncation is a range deletion, and a few hundred entries are a small
+// part of a memtable.
+const caughtUpTruncateStep = 256
+
+// truncateIndex returns the index up to which g's log may be truncated
+// now, or 0 when it should be kept as it is.
+//
+// A log keeps TruncateAfter applied entries for replicas that fall behind:
+// they catch up from the log rather than a snapshot. When no replica needs
+// them — a group of one voter, or a leader whose every replica has
+// appended everything this one applied — the entries are truncated as
+// soon as caughtUpTruncateStep of them are applied: a log kept longer
+// than the memtable holds it is flushed and compacted to be deleted later,
+// which cost transactions about a quarter of their disk writes (see
+// docs/benchmarks.md, "Raft logs truncated once every replica has them").
+// A follower keeps TruncateAfter entries: it cannot tell what the others
+// have, and may have to lead them.
+func (h *Host) truncateIndex(g *group) uint64 {
 	applied, _ := g.sm.Applied()
-	if applied < g.storage.truncIndex+2*h.cfg.TruncateAfter {
+	var index uint64
+	if applied >= g.storage.truncIndex+2*h.cfg.TruncateAfter {
+		index = applied - h.cfg.TruncateAfter
+	}
+	caught := uint64(0)
+	switch {
+	case g.singleVoter.Load():
+		caught = applied
+	case g.isLeader:
+		caught = applied
+		g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+			caught = min(caught, pr.Match)
+		})
+	}
+	if caught >= g.storage.truncIndex+caughtUpTruncateStep && caught > index {
+		index = caught
+	}
+	return index
+}
+
+func (h *Host) maybeTruncate(g *group) error {
+	index := h.truncateIndex(g)
+	if index <= g.storage.truncIndex {
 		return nil
 	}
-	index := applied - h.cfg.TruncateAfter
 	b := h.db.NewBatch()
 	defer b.Close()
 	term, err := g.storage.truncate(b, index)
