@@ -60,6 +60,7 @@ var ErrLocksLost = errors.New("the shard's leader changed; its locks were lost")
 var ErrLocksDropped = errors.New("the transaction's locks in this shard were dropped by a split or a merge of the shard")
 
 type keyLock struct {
+	key    string          // the key in LockTable.keys (lockKey)
 	excl   string          // exclusive holder id
 	shared map[string]bool // shared holder ids
 	// plain are the plain writes holding the key: exclusive against
@@ -140,6 +141,11 @@ type LockTable struct {
 	// wait for one; nil while nobody does (changedLocked).
 	changed chan struct{}
 	closed  bool
+	// freeHoldings and freeKeys keep released holdings and emptied key
+	// locks, their maps cleared, for the next locks: a plain write takes
+	// and releases one of each per write (maxFree at most).
+	freeHoldings []*holding
+	freeKeys     []*keyLock
 	// dropped are the transactions whose locks DropUnprepared or Adopt
 	// dropped; Acquire refuses them (ErrLocksDropped). Had one taken a
 	// key again, its prepare would find every lock it names held, the
@@ -154,9 +160,78 @@ func NewLockTable(term uint64, checkInterval time.Duration) *LockTable {
 }
 
 func lockKey(coll uint32, key []byte) string {
-	b := make([]byte, 4, 4+len(key))
-	binary.BigEndian.PutUint32(b, coll)
-	return string(append(b, key...))
+	var buf [64]byte
+	return string(appendLockKey(buf[:0], coll, key))
+}
+
+// appendLockKey appends the lockKey of coll and key to b. A lookup by
+// string(appendLockKey(buf[:0], ...)) into a map allocates nothing.
+func appendLockKey(b []byte, coll uint32, key []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, coll)
+	return append(b, key...)
+}
+
+// maxFree bounds each of a table's free lists.
+const maxFree = 256
+
+// newHolding returns an empty holding of m, from the free list if it has
+// one.
+func (lt *LockTable) newHoldingLocked(m *Meta, prepared bool) *holding {
+	var h *holding
+	if n := len(lt.freeHoldings); n > 0 {
+		h = lt.freeHoldings[n-1]
+		lt.freeHoldings[n-1] = nil
+		lt.freeHoldings = lt.freeHoldings[:n-1]
+	} else {
+		h = &holding{keys: map[string]Mode{}}
+	}
+	h.meta, h.prepared, h.since = m, prepared, time.Now()
+	return h
+}
+
+// freeHoldingLocked keeps h, released, for a later holder. Nothing may
+// refer to h any more: callers outside the lock copy what they need of
+// a holding (Acquire's victims, AcquireAll's metas).
+func (lt *LockTable) freeHoldingLocked(h *holding) {
+	if len(lt.freeHoldings) >= maxFree || len(h.keys) > 64 {
+		return // a large map is left to the collector
+	}
+	clear(h.keys)
+	*h = holding{keys: h.keys, spans: h.spans[:0]}
+	lt.freeHoldings = append(lt.freeHoldings, h)
+}
+
+// keyLockLocked returns the lock of the key whose lockKey is k (made
+// from a caller's buffer: it is copied only when the lock is new),
+// creating it.
+func (lt *LockTable) keyLockLocked(k []byte) *keyLock {
+	if kl := lt.keys[string(k)]; kl != nil {
+		return kl
+	}
+	var kl *keyLock
+	if n := len(lt.freeKeys); n > 0 {
+		kl = lt.freeKeys[n-1]
+		lt.freeKeys[n-1] = nil
+		lt.freeKeys = lt.freeKeys[:n-1]
+	} else {
+		kl = &keyLock{}
+	}
+	kl.key = string(k)
+	lt.keys[kl.key] = kl
+	return kl
+}
+
+// dropKeyLockLocked removes kl, empty, from the table and keeps it for a
+// later key.
+func (lt *LockTable) dropKeyLockLocked(kl *keyLock) {
+	delete(lt.keys, kl.key)
+	if len(lt.freeKeys) >= maxFree || len(kl.shared) > 64 || len(kl.plain) > 64 {
+		return
+	}
+	clear(kl.shared)
+	clear(kl.plain)
+	*kl = keyLock{shared: kl.shared, plain: kl.plain}
+	lt.freeKeys = append(lt.freeKeys, kl)
 }
 
 func splitLockKey(k string) (uint32, []byte) {
@@ -214,7 +289,8 @@ func (lt *LockTable) conflictsLocked(m *Meta, t Target, mode Mode, share bool) [
 		}
 	}
 	if !t.IsSpan {
-		if kl := lt.keys[lockKey(t.Collection, t.Key)]; kl != nil {
+		var buf [64]byte
+		if kl := lt.keys[string(appendLockKey(buf[:0], t.Collection, t.Key))]; kl != nil {
 			keyConflicts(kl)
 		}
 		for _, s := range lt.spans {
@@ -303,7 +379,7 @@ func targetEqual(a, b Target) bool {
 func (lt *LockTable) grantLocked(m *Meta, t Target, mode Mode, share bool) {
 	h := lt.held[m.ID]
 	if h == nil {
-		h = &holding{meta: m, keys: map[string]Mode{}, since: time.Now()}
+		h = lt.newHoldingLocked(m, false)
 		lt.held[m.ID] = h
 	}
 	if t.IsSpan {
@@ -311,12 +387,9 @@ func (lt *LockTable) grantLocked(m *Meta, t Target, mode Mode, share bool) {
 		h.spans = append(h.spans, t)
 		return
 	}
-	k := lockKey(t.Collection, t.Key)
-	kl := lt.keys[k]
-	if kl == nil {
-		kl = &keyLock{}
-		lt.keys[k] = kl
-	}
+	var buf [64]byte
+	kl := lt.keyLockLocked(appendLockKey(buf[:0], t.Collection, t.Key))
+	k := kl.key
 	if mode == Exclusive && share {
 		if kl.plain == nil {
 			kl.plain = map[string]bool{}
@@ -605,7 +678,7 @@ func (lt *LockTable) releaseLocked(id string) {
 		delete(kl.shared, id)
 		delete(kl.plain, id)
 		if kl.empty() {
-			delete(lt.keys, k)
+			lt.dropKeyLockLocked(kl)
 		}
 	}
 	if len(h.spans) > 0 {
@@ -617,6 +690,7 @@ func (lt *LockTable) releaseLocked(id string) {
 		}
 		lt.spans = out
 	}
+	lt.freeHoldingLocked(h)
 	lt.broadcastLocked()
 }
 
@@ -685,7 +759,7 @@ func (lt *LockTable) Restore(m *Meta, writes []Target, reads []Target) {
 	if h := lt.held[m.ID]; h != nil {
 		h.prepared = true
 	} else {
-		lt.held[m.ID] = &holding{meta: m, keys: map[string]Mode{}, prepared: true, since: time.Now()}
+		lt.held[m.ID] = lt.newHoldingLocked(m, true)
 	}
 }
 
@@ -724,7 +798,7 @@ func (lt *LockTable) Adopt(m *Meta, writes, reads []Target) int {
 	if h := lt.held[m.ID]; h != nil {
 		h.prepared = true
 	} else {
-		lt.held[m.ID] = &holding{meta: m, keys: map[string]Mode{}, prepared: true, since: time.Now()}
+		lt.held[m.ID] = lt.newHoldingLocked(m, true)
 	}
 	return dropped
 }
