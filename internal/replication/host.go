@@ -270,6 +270,7 @@ type Host struct {
 	lastAnswered int
 	// applyScratch keeps applyReady's lists from one cycle to the next,
 	// emptied (loop-owned).
+	readyScratch []readyGroup // processReady's list of groups with a Ready (loop-owned)
 	applyScratch applyLists
 	// ticks counts the loop's raft ticks (loop-owned).
 	ticks uint64
@@ -1187,8 +1188,13 @@ func (h *Host) queued() bool {
 // processReady persists, sends and applies the Ready of every group that
 // has one. It reports whether there was any.
 func (h *Host) processReady(groups []*group) (bool, error) {
-	// Persist: one batch, one fsync, for every group's entries.
-	var rgs []readyGroup
+	// Persist: one batch, one fsync, for every group's entries. The list
+	// is kept from one cycle to the next (a Ready is a few hundred bytes).
+	rgs := h.readyScratch[:0]
+	defer func() {
+		clear(rgs) // no Ready outlives its cycle
+		h.readyScratch = rgs[:0]
+	}()
 	for _, g := range groups {
 		if g.isRemoved() {
 			continue // a merge removed it in an earlier round of the cycle
