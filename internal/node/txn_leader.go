@@ -681,11 +681,12 @@ func (n *Node) plainLocks(ctx context.Context, shardID uint64, cmd []byte) (func
 // expired, or the leadership changed) is refused before its prepare is
 // proposed.
 func (n *Node) markPrepared(ctx context.Context, shardID uint64, cmd []byte) error {
-	c, err := shard.DecodeCommand(cmd)
-	if err != nil {
+	// The keys and targets alone: the values are the shard's to decode.
+	var keys [16][]byte
+	p := shard.PrepareLocks{Writes: keys[:0]}
+	if err := shard.DecodePrepareLocks(cmd, &p); err != nil {
 		return kv.Errorf(kv.CodeInternal, "decoding a prepare: %v", err)
 	}
-	p := c.TxnPrepare
 	lt := n.lockTable(shardID)
 	if lt == nil {
 		// Not this node's to check: a follower forwards the prepare to
@@ -701,11 +702,11 @@ func (n *Node) markPrepared(ctx context.Context, shardID uint64, cmd []byte) err
 		return locksLostError(shardID)
 	}
 	writes := make([]txn.Target, len(p.Writes))
-	for i := range p.Writes {
-		writes[i] = txn.Target{Collection: d.Collection, Key: p.Writes[i].Key}
+	for i, k := range p.Writes {
+		writes[i] = txn.Target{Collection: d.Collection, Key: k}
 	}
-	if !lt.Prepare(p.Meta.ID, writes, p.Reads) {
-		return kv.Errorf(kv.CodeTxnAborted, "transaction %s no longer holds its locks in shard %d (wounded by an older transaction, or expired)", p.Meta.ID, shardID)
+	if !lt.Prepare(p.ID, writes, p.Reads) {
+		return kv.Errorf(kv.CodeTxnAborted, "transaction %s no longer holds its locks in shard %d (wounded by an older transaction, or expired)", p.ID, shardID)
 	}
 	if n.host.MinPrepared(shardID) != 0 {
 		// An intent of another transaction on a key this one holds
@@ -719,7 +720,7 @@ func (n *Node) markPrepared(ctx context.Context, shardID uint64, cmd []byte) err
 			if err != nil {
 				return kv.Errorf(kv.CodeInternal, "reading the intent on %q: %v", w.Key, err)
 			}
-			if ok && in.Meta.ID != p.Meta.ID {
+			if ok && in.Meta.ID != p.ID {
 				if err := n.settleIntent(ctx, []uint64{shardID}, w.Collection, w.Key, in, shard.Latest); err != nil {
 					return err
 				}

@@ -510,31 +510,10 @@ func decodeTxnResolveBatch(body []byte) ([]*TxnResolveCmd, error) {
 func decodeTxnPrepare(body []byte) (*TxnPrepareCmd, error) {
 	c := new(TxnPrepareCmd)
 	d := decoder{b: body}
-	flags := d.byte()
-	if d.err != nil || flags&^(prepareOnePhase|prepareRecord|preparePlain|prepareLast) != 0 ||
-		flags&prepareLast != 0 && flags&prepareOnePhase == 0 {
-		return nil, ErrCorruptCommand
+	if err := d.prepareHead(c); err != nil {
+		return nil, err
 	}
-	c.OnePhase, c.Record, c.Last = flags&prepareOnePhase != 0, flags&prepareRecord != 0, flags&prepareLast != 0
-	if c.Last {
-		if len(d.b) < 8 {
-			return nil, ErrCorruptCommand
-		}
-		c.MinCommit = binary.BigEndian.Uint64(d.b)
-		d.b = d.b[8:]
-	}
-	m, rest, err := txn.DecodeMeta(d.b)
-	if err != nil {
-		return nil, ErrCorruptCommand
-	}
-	c.Meta, d.b = m, rest
-	c.Meta.Plain = flags&preparePlain != 0
-	if len(c.Meta.Anchor.Key) == 0 {
-		c.Meta.Anchor.Key = nil // no anchor (a set one is never empty)
-	}
-	c.LockTerm = d.uvarint()
-	c.Deadline = d.uvarint()
-	c.ReadTS = d.uvarint()
+	var err error
 	if c.Writes, err = d.ops(); err != nil {
 		return nil, err
 	}
@@ -548,16 +527,114 @@ func decodeTxnPrepare(body []byte) (*TxnPrepareCmd, error) {
 	if c.Reads, err = d.targets(); err != nil {
 		return nil, err
 	}
-	if c.Last {
-		n := d.count(1 << 20)
-		for i := 0; i < n && d.err == nil; i++ {
-			c.Participants = append(c.Participants, d.uvarint())
-		}
-	}
+	c.Participants = d.prepareParticipants(c.Last, c.Participants)
 	if d.err != nil || len(d.b) != 0 {
 		return nil, ErrCorruptCommand
 	}
 	return c, nil
+}
+
+// prepareHead decodes into c the fields of a binary prepare body that
+// come before its writes.
+func (d *decoder) prepareHead(c *TxnPrepareCmd) error {
+	flags := d.byte()
+	if d.err != nil || flags&^(prepareOnePhase|prepareRecord|preparePlain|prepareLast) != 0 ||
+		flags&prepareLast != 0 && flags&prepareOnePhase == 0 {
+		return ErrCorruptCommand
+	}
+	c.OnePhase, c.Record, c.Last = flags&prepareOnePhase != 0, flags&prepareRecord != 0, flags&prepareLast != 0
+	if c.Last {
+		if len(d.b) < 8 {
+			return ErrCorruptCommand
+		}
+		c.MinCommit = binary.BigEndian.Uint64(d.b)
+		d.b = d.b[8:]
+	}
+	m, rest, err := txn.DecodeMeta(d.b)
+	if err != nil {
+		return ErrCorruptCommand
+	}
+	c.Meta, d.b = m, rest
+	c.Meta.Plain = flags&preparePlain != 0
+	if len(c.Meta.Anchor.Key) == 0 {
+		c.Meta.Anchor.Key = nil // no anchor (a set one is never empty)
+	}
+	c.LockTerm = d.uvarint()
+	c.Deadline = d.uvarint()
+	c.ReadTS = d.uvarint()
+	return d.err
+}
+
+// prepareParticipants decodes, for a last participant's prepare, the
+// other participants that end its body, appending them to ps.
+func (d *decoder) prepareParticipants(last bool, ps []uint64) []uint64 {
+	if !last {
+		return ps
+	}
+	n := d.count(1 << 20)
+	for i := 0; i < n && d.err == nil; i++ {
+		ps = append(ps, d.uvarint())
+	}
+	return ps
+}
+
+// PrepareLocks is what the leader of a prepare's shard checks against its
+// lock table before proposing it (DecodePrepareLocks).
+type PrepareLocks struct {
+	// ID is the transaction's id.
+	ID string
+	// LockTerm is the leader term its locks were granted in.
+	LockTerm uint64
+	// Writes are the keys it writes; they alias the command.
+	Writes [][]byte
+	// Reads are the targets it read.
+	Reads []txn.Target
+}
+
+// DecodePrepareLocks decodes into p the PrepareLocks of cmd, an encoded
+// prepare (KindTxnPrepare), without copying its values or decoding its
+// tags: a prepare's leader decodes each prepare it proposes this way.
+func DecodePrepareLocks(cmd []byte, p *PrepareLocks) error {
+	const at = 1 + 8 + 1 // kind, version, format
+	if len(cmd) < at || CommandKind(cmd[0]) != KindTxnPrepare {
+		return ErrCorruptCommand
+	}
+	if cmd[at-1] != txnFormatBinary {
+		c, err := DecodeCommand(cmd) // the JSON of older versions
+		if err != nil {
+			return err
+		}
+		t := c.TxnPrepare
+		*p = PrepareLocks{ID: t.Meta.ID, LockTerm: t.LockTerm, Reads: t.Reads, Writes: p.Writes[:0]}
+		for _, w := range t.Writes {
+			p.Writes = append(p.Writes, w.Key)
+		}
+		return nil
+	}
+	var c TxnPrepareCmd
+	d := decoder{b: cmd[at:]}
+	if err := d.prepareHead(&c); err != nil {
+		return err
+	}
+	p.ID, p.LockTerm, p.Writes = c.Meta.ID, c.LockTerm, p.Writes[:0]
+	n := d.count(1 << 20)
+	for i := 0; i < n && d.err == nil; i++ {
+		var op Op
+		if err := d.op(i, &op, false); err != nil {
+			return err
+		}
+		p.Writes = append(p.Writes, op.Key)
+	}
+	var err error
+	if p.Reads, err = d.targets(); err != nil {
+		return err
+	}
+	var ps [16]uint64
+	d.prepareParticipants(c.Last, ps[:0])
+	if d.err != nil || len(d.b) != 0 {
+		return ErrCorruptCommand
+	}
+	return nil
 }
 
 // MinVersion answers the version a proposal of cmd must be above: a

@@ -1,9 +1,11 @@
 package shard
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/groupkv/groupkv/internal/txn"
@@ -52,6 +54,19 @@ func TestTxnCommandsRoundTrip(t *testing.T) {
 			}
 			if !reflect.DeepEqual(normPrepare(c.TxnPrepare), normPrepare(&want)) {
 				t.Fatalf("%s prepare:\n got %+v\nwant %+v", name, *c.TxnPrepare, want)
+			}
+			// What its leader checks, decoded alone.
+			var locks PrepareLocks
+			if err := DecodePrepareLocks(enc, &locks); err != nil {
+				t.Fatalf("%s prepare's locks: %v", name, err)
+			}
+			var keys [][]byte
+			for _, w := range p.Writes {
+				keys = append(keys, w.Key)
+			}
+			if locks.ID != p.Meta.ID || locks.LockTerm != p.LockTerm || !slices.EqualFunc(locks.Writes, keys, bytes.Equal) ||
+				!reflect.DeepEqual(normTargets(locks.Reads), normTargets(p.Reads)) {
+				t.Fatalf("%s prepare's locks: got %+v, want id %s, lock term %d, writes %q, reads %+v", name, locks, p.Meta.ID, p.LockTerm, keys, p.Reads)
 			}
 		}
 	}
@@ -123,9 +138,19 @@ func TestTxnCommandsTruncated(t *testing.T) {
 			if _, err := DecodeCommand(enc[:n]); !errors.Is(err, ErrCorruptCommand) {
 				t.Fatalf("%s cut to %d of %d bytes: %v, want corrupt", name, n, len(enc), err)
 			}
+			if name == "prepare" {
+				if err := DecodePrepareLocks(enc[:n], &PrepareLocks{}); !errors.Is(err, ErrCorruptCommand) {
+					t.Fatalf("the locks of a prepare cut to %d of %d bytes: %v, want corrupt", n, len(enc), err)
+				}
+			}
 		}
 		if _, err := DecodeCommand(append(enc[:len(enc):len(enc)], 0)); !errors.Is(err, ErrCorruptCommand) {
 			t.Fatalf("%s with a trailing byte: %v, want corrupt", name, err)
+		}
+		if name == "prepare" {
+			if err := DecodePrepareLocks(append(enc[:len(enc):len(enc)], 0), &PrepareLocks{}); !errors.Is(err, ErrCorruptCommand) {
+				t.Fatalf("the locks of a prepare with a trailing byte: %v, want corrupt", err)
+			}
 		}
 	}
 }
