@@ -80,8 +80,13 @@ type txnSession struct {
 	readTS uint64
 	writes map[string]*bufferedWrite // lockKey(collection id, key)
 	parts  map[uint64]*participant
-	ops    int
-	bytes  int
+	// forUpdate maps the keys read for update (wkey) to the shard whose
+	// exclusive lock the read took: a write of one there takes no lock
+	// again. (Should the lock be lost meanwhile, the prepare finds it
+	// gone, as for a key written twice.)
+	forUpdate map[string]uint64
+	ops       int
+	bytes     int
 	// done: committed, aborted or abandoned; abortErr says how (nil:
 	// committed, at version).
 	done     bool
@@ -700,6 +705,12 @@ func (s *txnSession) getLocked(ctx context.Context, ref kv.KeyRef, mode txn.Mode
 	if err != nil {
 		return kv.Record{}, false, s.fail(ctx, err)
 	}
+	if mode == txn.Exclusive {
+		if s.forUpdate == nil {
+			s.forUpdate = make(map[string]uint64)
+		}
+		s.forUpdate[wkey(d.ID, ref.Key)] = shardID
+	}
 	r := resp.Records[0]
 	if !r.Found {
 		return kv.Record{}, false, nil
@@ -781,7 +792,7 @@ func (s *txnSession) write(ctx context.Context, coll string, key []byte, w *buff
 	} else {
 		bucket, shardID = s.n.route(d, key)
 		s.setAnchor(d, bucket, key)
-		if s.writes[k] == nil {
+		if locked, ok := s.forUpdate[k]; s.writes[k] == nil && (!ok || locked != shardID) {
 			if _, err := s.lock(ctx, shardID, []txn.Target{{Collection: d.ID, Key: key}}, txn.Exclusive, false); err != nil {
 				return s.fail(ctx, err)
 			}

@@ -152,3 +152,62 @@ func TestExecComparesWrittenKeysForUpdate(t *testing.T) {
 		t.Fatalf("reads %q, want %q", e.reads, want)
 	}
 }
+
+// TestTxnWriteAfterLostForUpdateLock: a write of a key the attempt read
+// for update takes no second lock; if the read's lock was lost meanwhile
+// (an older transaction wounded the attempt and took it), the attempt
+// cannot commit that write: its commit fails with txn_aborted, and the
+// older transaction's write is what stays.
+func TestTxnWriteAfterLostForUpdateLock(t *testing.T) {
+	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond})
+	defer n.Close()
+	ctx := context.Background()
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "r", Partitioning: kv.PartitionRange}); err != nil {
+		t.Fatal(err)
+	}
+	ref := kv.KeyRef{Collection: "r", Key: []byte("k")}
+	if _, err := n.Put(ctx, kv.PutRequest{Collection: "r", Key: ref.Key, Value: []byte("0")}); err != nil {
+		t.Fatal(err)
+	}
+	older, err := n.BeginTxn(ctx, kv.TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	younger, err := n.BeginTxn(ctx, kv.TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := n.TxnGetForUpdate(ctx, younger, ref); err != nil {
+		t.Fatal(err)
+	}
+	// The older one wounds the younger and takes the key.
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if rec, _, err := n.TxnGetForUpdate(rctx, older, ref); err != nil || string(rec.Value) != "0" {
+		t.Fatalf("the older transaction's read for update: %q %v", rec.Value, err)
+	}
+	// The younger one's write may be refused at once, wait for the older
+	// one and then be refused, or be refused at its commit: it must not
+	// commit.
+	young := make(chan error, 1)
+	go func() {
+		err := n.TxnPut(rctx, younger, kv.PutItem{Collection: "r", Key: ref.Key, Value: []byte("young")})
+		if err == nil {
+			_, err = n.CommitTxn(rctx, younger)
+		}
+		young <- err
+	}()
+	if err := n.TxnPut(ctx, older, kv.PutItem{Collection: "r", Key: ref.Key, Value: []byte("old")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.CommitTxn(ctx, older); err != nil {
+		t.Fatalf("the older transaction's commit: %v", err)
+	}
+	if err := <-young; kv.CodeOf(err) != kv.CodeTxnAborted {
+		t.Fatalf("the wounded transaction's write and commit: %v, want txn_aborted", err)
+	}
+	rec, err := n.Get(ctx, kv.GetRequest{Collection: "r", Key: ref.Key})
+	if err != nil || string(rec.Value) != "old" {
+		t.Fatalf("k reads %q (%v), want the older transaction's \"old\"", rec.Value, err)
+	}
+}
