@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/groupkv/groupkv/internal/shard"
 	"github.com/groupkv/groupkv/internal/storage"
@@ -55,6 +56,59 @@ func (v *sharedVersions) TryNext(floor uint64) (uint64, bool) {
 	return v.last, true
 }
 
+// threeHosts is three Hosts on in-memory engines, with replicas 1, 2 and
+// 3 of the test shard, linked by a memTransport. Each has its own metrics
+// registry. The test's cleanup stops them.
+type threeHosts struct {
+	tr      *memTransport
+	engines map[uint64]*storage.Engine
+	regs    map[uint64]*prometheus.Registry
+}
+
+// startThreeHosts starts threeHosts whose election timeouts are drawn
+// from seed.
+func startThreeHosts(t *testing.T, seed uint64) *threeHosts {
+	t.Helper()
+	th := &threeHosts{
+		tr:      &memTransport{hosts: map[uint64]*Host{}, down: map[uint64]bool{}},
+		engines: map[uint64]*storage.Engine{},
+		regs:    map[uint64]*prometheus.Registry{},
+	}
+	t.Cleanup(func() {
+		for _, h := range th.tr.hosts {
+			h.Stop()
+		}
+		for _, e := range th.engines {
+			e.Close()
+		}
+	})
+	vs := &sharedVersions{}
+	for id := uint64(1); id <= 3; id++ {
+		eng, err := storage.Open("/data", storage.Options{FS: vfs.NewMem(), Logger: testLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		th.engines[id] = eng
+		th.regs[id] = prometheus.NewRegistry()
+		h := NewHost(Config{NodeID: id, Engine: eng, Versions: vs, Transport: th.tr,
+			TickInterval: 5 * time.Millisecond, Logger: testLogger(), Metrics: NewMetrics(th.regs[id]),
+			ElectionTicks: 10 + int(rand.New(rand.NewPCG(seed, id)).IntN(10))})
+		if err := h.Bootstrap(testShardID, []uint64{1, 2, 3}, nil); err != nil {
+			t.Fatal(err)
+		}
+		th.tr.mu.Lock()
+		th.tr.hosts[id] = h
+		th.tr.mu.Unlock()
+	}
+	for id, h := range th.tr.hosts {
+		h.Start()
+		if err := h.AddGroup(testDesc, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return th
+}
+
 // TestHostThreeReplicas runs one shard as a three-voter raft group over
 // three Hosts: a leader is elected by ticks, writes reach every replica's
 // state machine, and after the leader is cut off the other two elect a new
@@ -65,39 +119,8 @@ func TestHostThreeReplicas(t *testing.T) {
 		seed, _ = strconv.ParseUint(s, 10, 64)
 	}
 	t.Logf("seed %d", seed)
-	tr := &memTransport{hosts: map[uint64]*Host{}, down: map[uint64]bool{}}
-	vs := &sharedVersions{}
-	var engines []*storage.Engine
-	for id := uint64(1); id <= 3; id++ {
-		eng, err := storage.Open("/data", storage.Options{FS: vfs.NewMem(), Logger: testLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		engines = append(engines, eng)
-		h := NewHost(Config{NodeID: id, Engine: eng, Versions: vs, Transport: tr,
-			TickInterval: 5 * time.Millisecond, Logger: testLogger(),
-			ElectionTicks: 10 + int(rand.New(rand.NewPCG(seed, id)).IntN(10))})
-		if err := h.Bootstrap(testShardID, []uint64{1, 2, 3}, nil); err != nil {
-			t.Fatal(err)
-		}
-		tr.mu.Lock()
-		tr.hosts[id] = h
-		tr.mu.Unlock()
-	}
-	for id, h := range tr.hosts {
-		h.Start()
-		if err := h.AddGroup(testDesc, id); err != nil {
-			t.Fatal(err)
-		}
-	}
-	defer func() {
-		for _, h := range tr.hosts {
-			h.Stop()
-		}
-		for _, e := range engines {
-			e.Close()
-		}
-	}()
+	th := startThreeHosts(t, seed)
+	tr, engines := th.tr, th.engines
 
 	leader := func(except uint64) *Host {
 		deadline := time.Now().Add(20 * time.Second)
@@ -153,7 +176,7 @@ func TestHostThreeReplicas(t *testing.T) {
 	// Heal; every replica converges on every acknowledged write.
 	tr.setDown(firstID, false)
 	deadline := time.Now().Add(20 * time.Second)
-	for i, eng := range engines {
+	for id, eng := range engines {
 		for key, version := range acked {
 			for {
 				val, v, found, err := shard.ReadRecord(eng.DB, testDesc.Collection, []byte(key), shard.Latest)
@@ -164,7 +187,7 @@ func TestHostThreeReplicas(t *testing.T) {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("seed %d: replica %d lacks %s@%d (found %v at %d)", seed, i+1, key, version, found, v)
+					t.Fatalf("seed %d: replica %d lacks %s@%d (found %v at %d)", seed, id, key, version, found, v)
 				}
 				time.Sleep(5 * time.Millisecond)
 			}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/groupkv/groupkv/internal/shard"
@@ -100,41 +99,8 @@ func TestHostKeepsLogForLaggingReplica(t *testing.T) {
 		seed, _ = strconv.ParseUint(s, 10, 64)
 	}
 	t.Logf("seed %d", seed)
-	tr := &memTransport{hosts: map[uint64]*Host{}, down: map[uint64]bool{}}
-	vs := &sharedVersions{}
-	engines := map[uint64]*storage.Engine{}
-	regs := map[uint64]*prometheus.Registry{}
-	for id := uint64(1); id <= 3; id++ {
-		eng, err := storage.Open("/data", storage.Options{FS: vfs.NewMem(), Logger: testLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		engines[id] = eng
-		regs[id] = prometheus.NewRegistry()
-		h := NewHost(Config{NodeID: id, Engine: eng, Versions: vs, Transport: tr,
-			TickInterval: 5 * time.Millisecond, Logger: testLogger(), Metrics: NewMetrics(regs[id]),
-			ElectionTicks: 10 + int(rand.New(rand.NewPCG(seed, id)).IntN(10))})
-		if err := h.Bootstrap(testShardID, []uint64{1, 2, 3}, nil); err != nil {
-			t.Fatal(err)
-		}
-		tr.mu.Lock()
-		tr.hosts[id] = h
-		tr.mu.Unlock()
-	}
-	for id, h := range tr.hosts {
-		h.Start()
-		if err := h.AddGroup(testDesc, id); err != nil {
-			t.Fatal(err)
-		}
-	}
-	defer func() {
-		for _, h := range tr.hosts {
-			h.Stop()
-		}
-		for _, e := range engines {
-			e.Close()
-		}
-	}()
+	th := startThreeHosts(t, seed)
+	tr, engines, regs := th.tr, th.engines, th.regs
 	leader := func() uint64 {
 		deadline := time.Now().Add(20 * time.Second)
 		for time.Now().Before(deadline) {

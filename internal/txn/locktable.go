@@ -174,15 +174,23 @@ func appendLockKey(b []byte, coll uint32, key []byte) []byte {
 // maxFree bounds each of a table's free lists.
 const maxFree = 256
 
-// newHolding returns an empty holding of m, from the free list if it has
+// popFree takes the last element off a free list; nil if it is empty.
+func popFree[T any](list *[]*T) *T {
+	n := len(*list)
+	if n == 0 {
+		return nil
+	}
+	x := (*list)[n-1]
+	(*list)[n-1] = nil
+	*list = (*list)[:n-1]
+	return x
+}
+
+// newHoldingLocked returns an empty holding of m, from the free list if it has
 // one.
 func (lt *LockTable) newHoldingLocked(m *Meta, prepared bool) *holding {
-	var h *holding
-	if n := len(lt.freeHoldings); n > 0 {
-		h = lt.freeHoldings[n-1]
-		lt.freeHoldings[n-1] = nil
-		lt.freeHoldings = lt.freeHoldings[:n-1]
-	} else {
+	h := popFree(&lt.freeHoldings)
+	if h == nil {
 		h = &holding{keys: map[string]Mode{}}
 	}
 	h.meta, h.prepared, h.since = m, prepared, time.Now()
@@ -208,12 +216,8 @@ func (lt *LockTable) keyLockLocked(k []byte) *keyLock {
 	if kl := lt.keys[string(k)]; kl != nil {
 		return kl
 	}
-	var kl *keyLock
-	if n := len(lt.freeKeys); n > 0 {
-		kl = lt.freeKeys[n-1]
-		lt.freeKeys[n-1] = nil
-		lt.freeKeys = lt.freeKeys[:n-1]
-	} else {
+	kl := popFree(&lt.freeKeys)
+	if kl == nil {
 		kl = &keyLock{}
 	}
 	kl.key = string(k)
