@@ -60,16 +60,25 @@ func (v *sharedVersions) TryNext(floor uint64) (uint64, bool) {
 // 3 of the test shard, linked by a memTransport. Each has its own metrics
 // registry. The test's cleanup stops them.
 type threeHosts struct {
+	t       *testing.T
+	seed    uint64 // of the election timeouts: GROUPKV_SEED, else random
 	tr      *memTransport
 	engines map[uint64]*storage.Engine
 	regs    map[uint64]*prometheus.Registry
 }
 
-// startThreeHosts starts threeHosts whose election timeouts are drawn
-// from seed.
-func startThreeHosts(t *testing.T, seed uint64) *threeHosts {
+// startThreeHosts starts threeHosts, and logs the seed of their election
+// timeouts.
+func startThreeHosts(t *testing.T) *threeHosts {
 	t.Helper()
+	seed := rand.Uint64()
+	if s := os.Getenv("GROUPKV_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Logf("seed %d", seed)
 	th := &threeHosts{
+		t:       t,
+		seed:    seed,
 		tr:      &memTransport{hosts: map[uint64]*Host{}, down: map[uint64]bool{}},
 		engines: map[uint64]*storage.Engine{},
 		regs:    map[uint64]*prometheus.Registry{},
@@ -109,32 +118,31 @@ func startThreeHosts(t *testing.T, seed uint64) *threeHosts {
 	return th
 }
 
+// leader waits for a ready leader of the test shard other than except (0:
+// any) and answers its id.
+func (th *threeHosts) leader(except uint64) uint64 {
+	th.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		for id, h := range th.tr.hosts {
+			if id != except && h.Ready(testShardID) {
+				return id
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	th.t.Fatalf("seed %d: no leader elected within 20s", th.seed)
+	return 0
+}
+
 // TestHostThreeReplicas runs one shard as a three-voter raft group over
 // three Hosts: a leader is elected by ticks, writes reach every replica's
 // state machine, and after the leader is cut off the other two elect a new
 // leader that keeps every acknowledged write.
 func TestHostThreeReplicas(t *testing.T) {
-	seed := rand.Uint64()
-	if s := os.Getenv("GROUPKV_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("seed %d", seed)
-	th := startThreeHosts(t, seed)
-	tr, engines := th.tr, th.engines
-
-	leader := func(except uint64) *Host {
-		deadline := time.Now().Add(20 * time.Second)
-		for time.Now().Before(deadline) {
-			for id, h := range tr.hosts {
-				if id != except && h.Ready(testShardID) {
-					return h
-				}
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		t.Fatalf("seed %d: no leader elected within 20s", seed)
-		return nil
-	}
+	th := startThreeHosts(t)
+	tr, engines, seed := th.tr, th.engines, th.seed
+	leader := func(except uint64) *Host { return tr.hosts[th.leader(except)] }
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	acked := map[string]uint64{}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"math/rand/v2"
-	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -94,26 +92,9 @@ func TestHostTruncatesSingleVoterLog(t *testing.T) {
 // so that the follower, back, catches up from the log without a snapshot;
 // once every replica has everything the log is truncated again.
 func TestHostKeepsLogForLaggingReplica(t *testing.T) {
-	seed := rand.Uint64()
-	if s := os.Getenv("GROUPKV_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("seed %d", seed)
-	th := startThreeHosts(t, seed)
-	tr, engines, regs := th.tr, th.engines, th.regs
-	leader := func() uint64 {
-		deadline := time.Now().Add(20 * time.Second)
-		for time.Now().Before(deadline) {
-			for id, h := range tr.hosts {
-				if h.Ready(testShardID) {
-					return id
-				}
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		t.Fatalf("seed %d: no leader elected within 20s", seed)
-		return 0
-	}
+	th := startThreeHosts(t)
+	tr, engines, regs, seed := th.tr, th.engines, th.regs, th.seed
+	leader := func() uint64 { return th.leader(0) }
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	acked := map[string]uint64{}
