@@ -268,9 +268,10 @@ type Host struct {
 	// lastAnswered is the number of proposals the last cycle answered
 	// (loop-owned).
 	lastAnswered int
-	// applyScratch keeps applyReady's lists from one cycle to the next,
+	// readyScratch is processReady's list of the groups with a Ready, and
+	// applyScratch applyReady's lists, kept from one cycle to the next,
 	// emptied (loop-owned).
-	readyScratch []readyGroup // processReady's list of groups with a Ready (loop-owned)
+	readyScratch []readyGroup
 	applyScratch applyLists
 	// ticks counts the loop's raft ticks (loop-owned).
 	ticks uint64
@@ -2119,7 +2120,7 @@ func (h *Host) onTick(g *group) {
 const caughtUpTruncateStep = 256
 
 // truncateIndex returns the index up to which g's log may be truncated
-// now, or 0 when it should be kept as it is.
+// now; at or below the index it was last truncated at, it keeps its log.
 //
 // A log keeps TruncateAfter applied entries for replicas that fall behind:
 // they catch up from the log rather than a snapshot. When no replica needs
