@@ -123,14 +123,7 @@ func TestTxnCommitAgain(t *testing.T) {
 	})
 
 	t.Run("aborted by a conflict", func(t *testing.T) {
-		older, err := n.BeginTxn(ctx, kv.TxnOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		younger, err := n.BeginTxn(ctx, kv.TxnOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		older, younger := beginOlderYounger(t, n)
 		if err := n.TxnPut(ctx, younger, kv.PutItem{Collection: "c", Key: []byte("k2"), Value: []byte("younger")}); err != nil {
 			t.Fatal(err)
 		}

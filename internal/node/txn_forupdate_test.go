@@ -169,14 +169,7 @@ func TestTxnWriteAfterLostForUpdateLock(t *testing.T) {
 	if _, err := n.Put(ctx, kv.PutRequest{Collection: "r", Key: ref.Key, Value: []byte("0")}); err != nil {
 		t.Fatal(err)
 	}
-	older, err := n.BeginTxn(ctx, kv.TxnOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	younger, err := n.BeginTxn(ctx, kv.TxnOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	older, younger := beginOlderYounger(t, n)
 	if _, _, err := n.TxnGetForUpdate(ctx, younger, ref); err != nil {
 		t.Fatal(err)
 	}

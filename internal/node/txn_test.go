@@ -15,6 +15,21 @@ import (
 	"github.com/groupkv/groupkv/internal/txn"
 )
 
+// beginOlderYounger begins two serializable attempts on n, the first older
+// (of higher priority) than the second.
+func beginOlderYounger(t *testing.T, n *Node) (older, younger string) {
+	t.Helper()
+	ctx := context.Background()
+	var err error
+	if older, err = n.BeginTxn(ctx, kv.TxnOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if younger, err = n.BeginTxn(ctx, kv.TxnOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return older, younger
+}
+
 // transact runs fn in a transaction on n until it commits, keeping its
 // priority across attempts, and returns the commit version and the
 // number of attempts.

@@ -629,6 +629,8 @@ func DecodePrepareLocks(cmd []byte, p *PrepareLocks) error {
 	if p.Reads, err = d.targets(); err != nil {
 		return err
 	}
+	// The participants are not needed; they are read to check that the
+	// body ends after them.
 	var ps [16]uint64
 	d.prepareParticipants(c.Last, ps[:0])
 	if d.err != nil || len(d.b) != 0 {
