@@ -259,9 +259,7 @@ func (s *Shard) inheritMergedPrepared(b *pebble.Batch, right uint64) error {
 		if err := s.putPrepared(b, &entries[i]); err != nil {
 			return err
 		}
-	}
-	if len(entries) > 0 {
-		s.txns.recompute()
+		s.txns.lower(entries[i].Version)
 	}
 	return nil
 }
@@ -850,6 +848,17 @@ func (t *txnState) mayHold(key []byte) bool {
 // none, and a reader or a writer need not look. Safe for concurrent use.
 func (s *Shard) MayHoldIntent(key []byte) bool { return s.txns.mayHold(key) }
 
+// lower holds minPrepared at or below version, the prepare version of an
+// entry just set. It never raises it: a resolve earlier in the batch being
+// applied dropped its entry, but its versions, at a commit timestamp that
+// may lie below versions applied already, are not visible until the batch
+// is committed; Committed recomputes it then.
+func (t *txnState) lower(version uint64) {
+	if m := t.minPrepared.Load(); m == 0 || version < m {
+		t.minPrepared.Store(version)
+	}
+}
+
 func (t *txnState) recompute() {
 	var m uint64
 	for _, v := range t.prepared {
@@ -1316,7 +1325,7 @@ func (s *Shard) applyTxnPrepare(b *pebble.Batch, version, term uint64, p *TxnPre
 	if held != nil {
 		s.txns.hold(p.Meta.ID, held)
 	}
-	s.txns.recompute()
+	s.txns.lower(e.Version)
 	if err := s.setMaxVersion(b, version); err != nil {
 		return Result{}, err
 	}

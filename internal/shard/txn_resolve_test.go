@@ -420,3 +420,54 @@ func TestOneEntryPerTransaction(t *testing.T) {
 		noEntry(t, st, st.right)
 	})
 }
+
+// TestMinPreparedHeldUntilResolveCommitted: a transaction resolved in a
+// batch holds the shard's resolved timestamp back (MinPrepared) until the
+// batch is committed, even when a prepare later in the same batch adds an
+// entry: its commit-timestamp versions are below versions already
+// applied, and a watcher that passed them before they are visible would
+// never see them.
+func TestMinPreparedHeldUntilResolveCommitted(t *testing.T) {
+	db := memDB(t)
+	s, err := Load(db, Desc{ShardID: 2, Collection: 1, Partitioning: kv.PartitionRange})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := txn.NewID(1, 1), txn.NewID(2, 1)
+	prepare := func(id, key string) []byte {
+		return EncodeTxnPrepare(&TxnPrepareCmd{Meta: txn.Meta{ID: id, Priority: 1}, LockTerm: 1, Writes: []Op{{Type: OpPut, Key: []byte(key), Value: []byte("v")}}})
+	}
+	if res := applyAt(t, db, s, 20, prepare(a, "a")); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	applyAt(t, db, s, 25, EncodeWrite([]Op{{Type: OpPut, Key: []byte("z"), Value: []byte("z")}}))
+
+	batch := db.NewIndexedBatch()
+	defer batch.Close()
+	index, _ := s.Applied()
+	for i, c := range []struct {
+		version uint64
+		cmd     []byte
+	}{
+		{30, EncodeTxnResolve(&TxnResolveCmd{ID: a, Commit: true, CommitTS: 22, Keys: []TxnKey{{Key: []byte("a")}}})},
+		{31, prepare(b, "b")},
+	} {
+		SetVersion(c.cmd, c.version)
+		if res, err := s.Apply(batch, index+1+uint64(i), 1, c.cmd); err != nil || res.Err != nil {
+			t.Fatalf("command %d: %v %v", i, err, res.Err)
+		}
+	}
+	if err := s.FinishBatch(batch); err != nil {
+		t.Fatal(err)
+	}
+	if m := s.MinPrepared(); m == 0 || m > 20 {
+		t.Fatalf("before the batch is committed: min prepared %d, want a's prepare version 20 (its resolved write at 22 is not visible yet)", m)
+	}
+	if err := batch.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	s.Committed()
+	if m := s.MinPrepared(); m != 31 {
+		t.Fatalf("after the batch is committed: min prepared %d, want b's prepare version 31", m)
+	}
+}
