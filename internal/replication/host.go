@@ -184,6 +184,11 @@ type group struct {
 	// so a ready leader's applied state holds every acknowledged write
 	// without asking anyone. Updated by configuration changes.
 	singleVoter atomic.Bool
+	// caughtUp is the highest log index a KindTruncateLog applied here
+	// named: every replica had appended the log up to it when the leader
+	// proposed it, so a follower may drop its entries up to there
+	// (loop-owned; see truncateIndex).
+	caughtUp uint64
 	// reads maps read-index request ids to their waiters (loop-owned).
 	reads map[uint64]*readRequest
 	// snapSent maps replica ids to the tick a snapshot was sent to them;
@@ -1668,6 +1673,7 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error, early bool) (
 					abort()
 					return false, err
 				}
+				g.caughtUp = max(g.caughtUp, res.TruncateLog)
 				if res.Split != nil && !res.Split.Existing {
 					// The child group starts, on every replica, from the
 					// same state: written in this batch, atomically with
@@ -2121,6 +2127,7 @@ const caughtUpTruncateStep = 256
 
 // truncateIndex returns the index up to which g's log may be truncated
 // now; at or below the index it was last truncated at, it keeps its log.
+// caughtUp reports that every replica had the log up to the index.
 //
 // A log keeps TruncateAfter applied entries for replicas that fall behind:
 // they catch up from the log rather than a snapshot. When no replica needs
@@ -2130,11 +2137,12 @@ const caughtUpTruncateStep = 256
 // than the memtable holds it is flushed and compacted to be deleted later,
 // which cost transactions about a quarter of their disk writes (see
 // docs/benchmarks.md, "Raft logs truncated once every replica has them").
-// A follower keeps TruncateAfter entries: it cannot tell what the others
-// have, and may have to lead them.
-func (h *Host) truncateIndex(g *group) uint64 {
+// A follower cannot tell what the others have, and may have to lead them:
+// it truncates where its leader told it every replica had the log (a
+// KindTruncateLog it applied, which the leader proposes when it truncates
+// at such an index), and otherwise keeps TruncateAfter entries.
+func (h *Host) truncateIndex(g *group) (index uint64, caughtUp bool) {
 	applied, _ := g.sm.Applied()
-	var index uint64
 	if applied >= g.storage.truncIndex+2*h.cfg.TruncateAfter {
 		index = applied - h.cfg.TruncateAfter
 	}
@@ -2147,15 +2155,17 @@ func (h *Host) truncateIndex(g *group) uint64 {
 		g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
 			caught = min(caught, pr.Match)
 		})
+	default:
+		caught = min(g.caughtUp, applied)
 	}
 	if caught >= g.storage.truncIndex+caughtUpTruncateStep && caught > index {
-		index = caught
+		return caught, true
 	}
-	return index
+	return index, false
 }
 
 func (h *Host) maybeTruncate(g *group) error {
-	index := h.truncateIndex(g)
+	index, caughtUp := h.truncateIndex(g)
 	if index <= g.storage.truncIndex {
 		return nil
 	}
@@ -2170,6 +2180,15 @@ func (h *Host) maybeTruncate(g *group) error {
 	}
 	g.storage.truncated(index, term)
 	h.cfg.Metrics.Truncations.Inc()
+	if caughtUp && g.isLeader && !g.singleVoter.Load() {
+		// The followers drop theirs up to the same index when they apply
+		// this (an entry of its own, every caughtUpTruncateStep entries
+		// or more; nobody waits for it).
+		p := &proposal{shard: g.id, cmd: shard.EncodeTruncateLog(index), done: make(chan outcome, 1)}
+		if err := h.enqueue(p); err != nil {
+			return nil // stopping
+		}
+	}
 	return nil
 }
 

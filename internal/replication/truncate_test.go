@@ -90,7 +90,8 @@ func TestHostTruncatesSingleVoterLog(t *testing.T) {
 // its log no further than its slowest replica has appended. With a
 // follower cut off it keeps every entry since (TruncateAfter is 10,000),
 // so that the follower, back, catches up from the log without a snapshot;
-// once every replica has everything the log is truncated again.
+// once every replica has everything the log is truncated again, on the
+// followers too (the leader tells them where, KindTruncateLog).
 func TestHostKeepsLogForLaggingReplica(t *testing.T) {
 	th := startThreeHosts(t)
 	tr, engines, regs, seed := th.tr, th.engines, th.regs, th.seed
@@ -152,9 +153,17 @@ func TestHostKeepsLogForLaggingReplica(t *testing.T) {
 			t.Fatalf("seed %d: replica %d sent %v snapshots; the lagging replica should catch up from the log", seed, id, n)
 		}
 	}
-	// Every replica has everything: the leader's log is truncated again.
+	// Every replica has everything: the logs are truncated again, the
+	// followers' where the leader found every replica caught up.
 	write("b", 2*caughtUpTruncateStep)
-	waitLogAtMost(t, engines[leader()], 2*caughtUpTruncateStep, fmt.Sprintf("seed %d: the leader once every replica caught up", seed))
+	for id, eng := range engines {
+		waitLogAtMost(t, eng, 2*caughtUpTruncateStep, fmt.Sprintf("seed %d: replica %d (leader %d) once every replica caught up", seed, id, leader()))
+	}
+	for id, reg := range regs {
+		if n := counterValue(t, reg, "groupkv_raft_snapshots_sent_total"); n != 0 {
+			t.Fatalf("seed %d: replica %d sent %v snapshots after the truncations", seed, id, n)
+		}
+	}
 }
 
 // counterValue returns the value of the counter name in reg (0 if absent).

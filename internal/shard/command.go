@@ -43,6 +43,11 @@ const (
 	// replicated state as of the command's log index (ChecksumState); it
 	// changes nothing but the applied index.
 	KindChecksum CommandKind = 9
+	// KindTruncateLog tells every replica that every replica of the group
+	// had appended the raft log up to LogIndex when the leader proposed it:
+	// each may drop its entries up to there (replication's truncateIndex).
+	// It changes nothing but the applied index.
+	KindTruncateLog CommandKind = 34
 )
 
 // OpType is the type of one operation of a write.
@@ -98,6 +103,8 @@ type Command struct {
 	// ChecksumID names a KindChecksum, so that the replicas' answers to one
 	// consistency check can be told apart from another's.
 	ChecksumID uint64
+	// LogIndex is the raft log index of a KindTruncateLog.
+	LogIndex uint64
 	// Move and Drain are the bodies of KindMoveReplicas (and
 	// KindMoveShardReplica) and KindSetDraining (moves.go).
 	Move   MoveCmd
@@ -342,6 +349,12 @@ func EncodeChecksum(id uint64) []byte {
 	return binary.AppendUvarint([]byte{byte(KindChecksum)}, id)
 }
 
+// EncodeTruncateLog encodes the leader's word that every replica has the
+// raft log up to index.
+func EncodeTruncateLog(index uint64) []byte {
+	return binary.AppendUvarint([]byte{byte(KindTruncateLog)}, index)
+}
+
 // EncodeDropCollection encodes a collection drop.
 func EncodeDropCollection(name string) []byte {
 	return appendBytes([]byte{byte(KindDropCollection)}, []byte(name))
@@ -554,6 +567,8 @@ func DecodeCommand(b []byte) (Command, error) {
 		c.GC = ch
 	case KindChecksum:
 		c.ChecksumID = d.uvarint()
+	case KindTruncateLog:
+		c.LogIndex = d.uvarint()
 	case KindCreateCollection:
 		c.Collection.Name = string(d.bytes())
 		c.Collection.Partitioning = kv.Partitioning(d.bytes())

@@ -285,6 +285,7 @@ func validEncodings() [][]byte {
 			SplitPoints: [][]byte{[]byte("g"), []byte("p")}}, []uint64{1, 2, 3}),
 		EncodeDropCollection("c"),
 		EncodeChecksum(0), EncodeChecksum(math.MaxUint64),
+		EncodeTruncateLog(1), EncodeTruncateLog(math.MaxUint64),
 		EncodeMoveReplicas("c", 1, 4), EncodeMoveReplicas("", math.MaxUint64, 0),
 		EncodeMoveShardReplica("c", 7, 1, 4), EncodeMoveShardReplica("", math.MaxUint64, math.MaxUint64, 0),
 		EncodeSetDraining(3, true), EncodeSetDraining(math.MaxUint64, false),
@@ -384,6 +385,8 @@ func TestDecodeCorrupt(t *testing.T) {
 		{"checksum-no-id", []byte{byte(KindChecksum)}},
 		{"checksum-trailing", []byte{byte(KindChecksum), 1, 0}},
 		{"checksum-nonminimal-id", []byte{byte(KindChecksum), 0x80, 0x00}},
+		{"truncate-log-no-index", []byte{byte(KindTruncateLog)}},
+		{"truncate-log-trailing", []byte{byte(KindTruncateLog), 1, 0}},
 	} {
 		if c, err := DecodeCommand(tc.b); !errors.Is(err, ErrCorruptCommand) {
 			t.Errorf("%s: %x decoded as %+v, err %v", tc.name, tc.b, c, err)
@@ -410,6 +413,8 @@ func reencode(c Command) []byte {
 		return EncodeDropCollection(c.Collection.Name)
 	case KindChecksum:
 		return EncodeChecksum(c.ChecksumID)
+	case KindTruncateLog:
+		return EncodeTruncateLog(c.LogIndex)
 	case KindMoveReplicas:
 		return EncodeMoveReplicas(c.Move.Collection, c.Move.From, c.Move.To)
 	case KindMoveShardReplica:

@@ -114,6 +114,9 @@ type Result struct {
 	// GCNext is where the next chunk of a garbage collection done in
 	// chunks (EncodeGCChunk) starts; nil once it is done.
 	GCNext *GCChunk
+	// TruncateLog is the raft log index up to which a KindTruncateLog lets
+	// the replica drop its log.
+	TruncateLog uint64
 }
 
 // Shard is the state machine of one shard replica. It is not safe for
@@ -440,6 +443,8 @@ func (s *Shard) Apply(b *pebble.Batch, index, term uint64, data []byte) (Result,
 		res, err = s.applyAddNode(b, cmd)
 	case KindChecksum:
 		res.Checksum, err = s.applyChecksum(b, index, cmd.ChecksumID)
+	case KindTruncateLog:
+		res.TruncateLog = cmd.LogIndex
 	case KindTxnRecord:
 		res, err = s.applyTxnRecord(b, cmd.TxnRecord)
 	case KindTxnPrepare:
@@ -655,7 +660,7 @@ func (p *ChangeBuffer) reset() {
 // log entries of the commands before it may wait for FinishBatch.
 func defersChanges(k CommandKind) bool {
 	switch k {
-	case KindWrite, KindTSO, KindTxnRecord, KindTxnPrepare, KindTxnResolve, KindTxnResolveBatch, KindTxnForget:
+	case KindWrite, KindTSO, KindTxnRecord, KindTxnPrepare, KindTxnResolve, KindTxnResolveBatch, KindTxnForget, KindTruncateLog:
 		return true
 	}
 	return false
