@@ -571,12 +571,7 @@ func TestTxnLocksLostOnLeaderChange(t *testing.T) {
 // end whatever becomes of its request, so these commit;
 // TestTxnCommitContextCancelled requires it.)
 func TestTxnOnePhaseCommitEndedContext(t *testing.T) {
-	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond})
-	defer n.Close()
-	ctx := context.Background()
-	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionRange}); err != nil {
-		t.Fatal(err)
-	}
+	n, ctx := openRangeTxn(t)
 	for i := range 20 {
 		key := []byte(fmt.Sprintf("k%d", i))
 		id, err := n.BeginTxn(ctx, kv.TxnOptions{})

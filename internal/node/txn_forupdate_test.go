@@ -159,14 +159,9 @@ func TestExecComparesWrittenKeysForUpdate(t *testing.T) {
 // cannot commit that write: its commit fails with txn_aborted, and the
 // older transaction's write is what stays.
 func TestTxnWriteAfterLostForUpdateLock(t *testing.T) {
-	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond})
-	defer n.Close()
-	ctx := context.Background()
-	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "r", Partitioning: kv.PartitionRange}); err != nil {
-		t.Fatal(err)
-	}
-	ref := kv.KeyRef{Collection: "r", Key: []byte("k")}
-	if _, err := n.Put(ctx, kv.PutRequest{Collection: "r", Key: ref.Key, Value: []byte("0")}); err != nil {
+	n, ctx := openRangeTxn(t)
+	ref := kv.KeyRef{Collection: "c", Key: []byte("k")}
+	if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: ref.Key, Value: []byte("0")}); err != nil {
 		t.Fatal(err)
 	}
 	older, younger := beginOlderYounger(t, n)
@@ -184,13 +179,13 @@ func TestTxnWriteAfterLostForUpdateLock(t *testing.T) {
 	// commit.
 	young := make(chan error, 1)
 	go func() {
-		err := n.TxnPut(rctx, younger, kv.PutItem{Collection: "r", Key: ref.Key, Value: []byte("young")})
+		err := n.TxnPut(rctx, younger, kv.PutItem{Collection: "c", Key: ref.Key, Value: []byte("young")})
 		if err == nil {
 			_, err = n.CommitTxn(rctx, younger)
 		}
 		young <- err
 	}()
-	if err := n.TxnPut(ctx, older, kv.PutItem{Collection: "r", Key: ref.Key, Value: []byte("old")}); err != nil {
+	if err := n.TxnPut(ctx, older, kv.PutItem{Collection: "c", Key: ref.Key, Value: []byte("old")}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := n.CommitTxn(ctx, older); err != nil {
@@ -199,7 +194,7 @@ func TestTxnWriteAfterLostForUpdateLock(t *testing.T) {
 	if err := <-young; kv.CodeOf(err) != kv.CodeTxnAborted {
 		t.Fatalf("the wounded transaction's write and commit: %v, want txn_aborted", err)
 	}
-	rec, err := n.Get(ctx, kv.GetRequest{Collection: "r", Key: ref.Key})
+	rec, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: ref.Key})
 	if err != nil || string(rec.Value) != "old" {
 		t.Fatalf("k reads %q (%v), want the older transaction's \"old\"", rec.Value, err)
 	}

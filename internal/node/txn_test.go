@@ -15,6 +15,19 @@ import (
 	"github.com/groupkv/groupkv/internal/txn"
 )
 
+// openRangeTxn opens a node in a temporary directory, closed when the
+// test ends, with one range collection "c" of one shard.
+func openRangeTxn(t *testing.T) (*Node, context.Context) {
+	t.Helper()
+	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond})
+	t.Cleanup(func() { n.Close() })
+	ctx := context.Background()
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionRange}); err != nil {
+		t.Fatal(err)
+	}
+	return n, ctx
+}
+
 // beginOlderYounger begins two serializable attempts on n, the first older
 // (of higher priority) than the second.
 func beginOlderYounger(t *testing.T, n *Node) (older, younger string) {
@@ -154,12 +167,7 @@ func TestTxnReadYourWritesCommitAbort(t *testing.T) {
 }
 
 func TestTxnPlainPutWaitsForLock(t *testing.T) {
-	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond})
-	defer n.Close()
-	ctx := context.Background()
-	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionRange}); err != nil {
-		t.Fatal(err)
-	}
+	n, ctx := openRangeTxn(t)
 	id, _ := n.BeginTxn(ctx, kv.TxnOptions{})
 	if _, _, err := n.TxnGet(ctx, id, kv.KeyRef{Collection: "c", Key: []byte("k")}); err != nil {
 		t.Fatal(err)
