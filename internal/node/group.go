@@ -556,7 +556,7 @@ func (n *Node) groupJoin(ctx context.Context, id uint64, sm *shard.Shard, m grou
 	key := []byte(m.Key.Key)
 	meta := &txn.Meta{ID: "yield-" + n.plainSeq(), Priority: txn.PlainPriority, Plain: true}
 	var kc group.KeyCheck
-	ok, err := lt.TryAcquireAll(meta, []txn.Target{{Collection: m.Key.Collection, Key: key}})
+	ok, err := lt.TryAcquireAll(ctx, meta, []txn.Target{{Collection: m.Key.Collection, Key: key}})
 	if err != nil {
 		release()
 		return nil, nil
@@ -712,7 +712,7 @@ func (n *Node) unpin(ctx context.Context, d *cluster.CollectionDesc, id uint64, 
 		return kv.Errorf(kv.CodeNotLeader, "node %d does not lead shard %d", n.id, id)
 	}
 	meta := &txn.Meta{ID: "unpin-" + n.plainSeq(), Priority: txn.PlainPriority, Plain: true}
-	ok, err := lt.TryAcquireAll(meta, []txn.Target{{Collection: d.ID, Key: key}})
+	ok, err := lt.TryAcquireAll(ctx, meta, []txn.Target{{Collection: d.ID, Key: key}})
 	if err != nil {
 		return err
 	}

@@ -104,6 +104,9 @@ type holding struct {
 	keys     map[string]Mode
 	spans    []Target
 	prepared bool
+	// excludes: the holder has a lock other than a plain write's shared
+	// one (counted in LockTable.excluding).
+	excludes bool
 	// since is when the holder got its first lock here.
 	since time.Time
 }
@@ -151,6 +154,52 @@ type LockTable struct {
 	// key again, its prepare would find every lock it names held, the
 	// read it made before the drop unguarded in between.
 	dropped map[string]bool
+
+	// Plain writes admitted without a lock (AdmitPlain). While no holder
+	// has a lock a plain write would wait for (excluding) and no
+	// transaction is taking one (taking), a plain write only counts
+	// itself in (admitted): it could not conflict with anything. A
+	// transaction that comes counts itself in taking, which admits no
+	// more, and is granted nothing until the admitted ones are done; they
+	// are in flight for one raft proposal each.
+	excluding int // holders whose locks exclude plain writes (holding.excludes)
+	taking    int // Acquire, AcquireAll and TryAcquireAll calls under way but plain writes'
+	admitted  int // plain writes admitted by AdmitPlain, not yet done
+}
+
+// AdmitPlain admits a plain write without taking its locks, and reports
+// whether it did: when no lock a plain write would wait for is held and
+// no transaction is taking one. An admitted write calls DonePlain once
+// its proposal is done; until then transactions wait for it (see
+// LockTable.admitted). A write not admitted takes its locks (AcquireAll).
+func (lt *LockTable) AdmitPlain() bool {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	if lt.closed || lt.excluding > 0 || lt.taking > 0 {
+		return false
+	}
+	lt.admitted++
+	return true
+}
+
+// DonePlain ends a plain write that AdmitPlain admitted.
+func (lt *LockTable) DonePlain() {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	lt.admitted--
+	if lt.admitted == 0 {
+		lt.broadcastLocked()
+	}
+}
+
+// beginTakingLocked counts a transaction's call in taking: no plain write
+// is admitted until endTaking.
+func (lt *LockTable) beginTakingLocked() { lt.taking++ }
+
+func (lt *LockTable) endTaking() {
+	lt.mu.Lock()
+	lt.taking--
+	lt.mu.Unlock()
 }
 
 // NewLockTable returns the empty lock table of a leadership at term.
@@ -386,6 +435,10 @@ func (lt *LockTable) grantLocked(m *Meta, t Target, mode Mode, share bool) {
 		h = lt.newHoldingLocked(m, false)
 		lt.held[m.ID] = h
 	}
+	if !share && !h.excludes {
+		h.excludes = true
+		lt.excluding++
+	}
 	if t.IsSpan {
 		lt.spans = append(lt.spans, spanLock{t: t, id: m.ID, mode: mode, plain: share && mode == Exclusive})
 		h.spans = append(h.spans, t)
@@ -420,7 +473,8 @@ func (lt *LockTable) grantLocked(m *Meta, t Target, mode Mode, share bool) {
 
 // Acquire grants m a lock on t in mode, waiting while older transactions
 // (or plain writes) hold conflicting locks and wounding younger unprepared
-// holders. It fails with ErrLocksLost once the table is closed, with the
+// holders; a transaction also waits for the plain writes admitted without
+// locks (AdmitPlain) and admits no more until it returns. It fails with ErrLocksLost once the table is closed, with the
 // resolver's errors, or with ctx's.
 func (lt *LockTable) Acquire(ctx context.Context, m *Meta, t Target, mode Mode, r Resolver) error {
 	var committed map[string]bool // victims found committed: waited for
@@ -429,9 +483,13 @@ func (lt *LockTable) Acquire(ctx context.Context, m *Meta, t Target, mode Mode, 
 	// that holders are checked even while other keys keep changing.
 	var nextCheck time.Time
 	var unwait func()
+	taking := false
 	defer func() {
 		if unwait != nil {
 			unwait()
+		}
+		if taking {
+			lt.endTaking()
 		}
 	}()
 	for {
@@ -444,9 +502,17 @@ func (lt *LockTable) Acquire(ctx context.Context, m *Meta, t Target, mode Mode, 
 			lt.mu.Unlock()
 			return ErrLocksDropped
 		}
+		if !m.Plain && !taking {
+			lt.beginTakingLocked()
+			taking = true
+		}
 		conflicts := lt.conflictsLocked(m, t, mode, m.Plain)
-		if len(conflicts) == 0 && !(m.Plain && lt.waitedForLocked(m, t)) {
+		if len(conflicts) == 0 && (m.Plain || lt.admitted == 0) && !(m.Plain && lt.waitedForLocked(m, t)) {
 			lt.grantLocked(m, t, mode, m.Plain)
+			if taking {
+				lt.taking--
+				taking = false
+			}
 			lt.mu.Unlock()
 			return nil
 		}
@@ -525,18 +591,36 @@ func (lt *LockTable) Acquire(ctx context.Context, m *Meta, t Target, mode Mode, 
 }
 
 // TryAcquireAll grants m exclusive locks on every key of targets if no
-// other holds any of them, and reports whether it did; it never waits and
-// never wounds. (A key yielding to a key group is locked so for the
-// length of its yield's proposal.) ErrLocksLost: the table is closed.
-func (lt *LockTable) TryAcquireAll(m *Meta, targets []Target) (bool, error) {
+// other holds any of them, and reports whether it did; it never wounds,
+// and waits only for the plain writes admitted without locks (AdmitPlain),
+// each in flight for one proposal. (A key yielding to a key group is
+// locked so for the length of its yield's proposal.) ErrLocksLost: the
+// table is closed; or ctx's error.
+func (lt *LockTable) TryAcquireAll(ctx context.Context, m *Meta, targets []Target) (bool, error) {
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
-	if lt.closed {
-		return false, ErrLocksLost
-	}
-	for _, t := range targets {
-		if len(lt.conflictsLocked(m, t, Exclusive, false)) > 0 {
-			return false, nil
+	lt.beginTakingLocked()
+	defer func() { lt.taking-- }()
+	for {
+		if lt.closed {
+			return false, ErrLocksLost
+		}
+		for _, t := range targets {
+			if len(lt.conflictsLocked(m, t, Exclusive, false)) > 0 {
+				return false, nil
+			}
+		}
+		if lt.admitted == 0 {
+			break
+		}
+		ch := lt.changedLocked()
+		lt.mu.Unlock()
+		select {
+		case <-ch:
+			lt.mu.Lock()
+		case <-ctx.Done():
+			lt.mu.Lock()
+			return false, ctx.Err()
 		}
 	}
 	for _, t := range targets {
@@ -560,11 +644,21 @@ func (lt *LockTable) TryAcquireAll(m *Meta, targets []Target) (bool, error) {
 // keep a transaction out of a hot key forever.
 func (lt *LockTable) AcquireAll(ctx context.Context, m *Meta, targets []Target, r Resolver) error {
 	var nextCheck time.Time // as in Acquire
+	taking := false
+	defer func() {
+		if taking {
+			lt.endTaking()
+		}
+	}()
 	for {
 		lt.mu.Lock()
 		if lt.closed {
 			lt.mu.Unlock()
 			return ErrLocksLost
+		}
+		if !m.Plain && !taking {
+			lt.beginTakingLocked()
+			taking = true
 		}
 		var conflicts []*holding
 		waited := false
@@ -572,9 +666,13 @@ func (lt *LockTable) AcquireAll(ctx context.Context, m *Meta, targets []Target, 
 			conflicts = append(conflicts, lt.conflictsLocked(m, t, Exclusive, m.Plain)...)
 			waited = waited || m.Plain && lt.waitedForLocked(m, t)
 		}
-		if len(conflicts) == 0 && !waited {
+		if len(conflicts) == 0 && !waited && (m.Plain || lt.admitted == 0) {
 			for _, t := range targets {
 				lt.grantLocked(m, t, Exclusive, m.Plain)
+			}
+			if taking {
+				lt.taking--
+				taking = false
 			}
 			lt.mu.Unlock()
 			return nil
@@ -671,6 +769,9 @@ func (lt *LockTable) releaseLocked(id string) {
 		return
 	}
 	delete(lt.held, id)
+	if h.excludes {
+		lt.excluding--
+	}
 	for k := range h.keys {
 		kl := lt.keys[k]
 		if kl == nil {
@@ -833,6 +934,7 @@ func (lt *LockTable) Close() {
 	}
 	lt.closed = true
 	lt.keys, lt.spans, lt.held = map[string]*keyLock{}, nil, map[string]*holding{}
+	lt.excluding = 0
 	lt.broadcastLocked()
 }
 

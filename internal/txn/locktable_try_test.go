@@ -17,14 +17,14 @@ func TestTryAcquireAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	y := &Meta{ID: "y", Priority: PlainPriority, Plain: true}
-	if ok, err := lt.TryAcquireAll(y, []Target{b, a}); ok || err != nil {
+	if ok, err := lt.TryAcquireAll(context.Background(), y, []Target{b, a}); ok || err != nil {
 		t.Fatalf("TryAcquireAll over a held key: %v %v", ok, err)
 	}
 	if lt.Holds("y") {
 		t.Fatal("a refused TryAcquireAll holds a lock")
 	}
 	lt.Release("h")
-	if ok, err := lt.TryAcquireAll(y, []Target{b, a}); !ok || err != nil {
+	if ok, err := lt.TryAcquireAll(context.Background(), y, []Target{b, a}); !ok || err != nil {
 		t.Fatalf("TryAcquireAll over free keys: %v %v", ok, err)
 	}
 	lt.Release("y")
@@ -36,11 +36,11 @@ func TestTryAcquireAll(t *testing.T) {
 	if err := lt.AcquireAll(context.Background(), p, []Target{a}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := lt.TryAcquireAll(y, []Target{a}); ok || err != nil {
+	if ok, err := lt.TryAcquireAll(context.Background(), y, []Target{a}); ok || err != nil {
 		t.Fatalf("TryAcquireAll over a plain write's key: %v %v", ok, err)
 	}
 	lt.Release("p")
-	if ok, err := lt.TryAcquireAll(y, []Target{a}); !ok || err != nil {
+	if ok, err := lt.TryAcquireAll(context.Background(), y, []Target{a}); !ok || err != nil {
 		t.Fatalf("TryAcquireAll over a free key: %v %v", ok, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
@@ -49,7 +49,7 @@ func TestTryAcquireAll(t *testing.T) {
 		t.Fatalf("a plain write over a yielding key: %v, want it to wait", err)
 	}
 	lt.Close()
-	if _, err := lt.TryAcquireAll(&Meta{ID: "z"}, []Target{{Collection: 1, Key: []byte("c")}}); err != ErrLocksLost {
+	if _, err := lt.TryAcquireAll(context.Background(), &Meta{ID: "z"}, []Target{{Collection: 1, Key: []byte("c")}}); err != ErrLocksLost {
 		t.Fatalf("closed table: %v", err)
 	}
 }
@@ -85,7 +85,7 @@ func TestDropUnprepared(t *testing.T) {
 	if !lt.HoldsExclusive("prep", b) {
 		t.Fatal("the prepared transaction lost its lock")
 	}
-	if ok, err := lt.TryAcquireAll(&Meta{ID: "w", Priority: 7}, []Target{a}); !ok || err != nil {
+	if ok, err := lt.TryAcquireAll(context.Background(), &Meta{ID: "w", Priority: 7}, []Target{a}); !ok || err != nil {
 		t.Fatalf("the dropped key is not free: %v %v", ok, err)
 	}
 }
@@ -140,7 +140,7 @@ func TestAdopt(t *testing.T) {
 		t.Fatalf("an older transaction over an adopted lock: %v, want it to wait", err)
 	}
 	lt.Release("merged")
-	if ok, err := lt.TryAcquireAll(&Meta{ID: "w", Priority: 7}, []Target{a, c}); !ok || err != nil {
+	if ok, err := lt.TryAcquireAll(context.Background(), &Meta{ID: "w", Priority: 7}, []Target{a, c}); !ok || err != nil {
 		t.Fatalf("a and c are not free once the adopted transaction resolved: %v %v", ok, err)
 	}
 }
