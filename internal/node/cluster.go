@@ -282,8 +282,10 @@ func (n *Node) proposeOnce(ctx context.Context, shardID uint64, cmd []byte, hops
 			if err != nil {
 				return shard.Result{}, err
 			}
-			res, err := n.host.Propose(ctx, shardID, cmd)
-			release()
+			// Released once the command is out of raft's hands, not when
+			// ctx ends: a write applied after its locks went could land
+			// under a transaction's lock, after its read.
+			res, err := n.host.ProposeThen(ctx, shardID, cmd, release)
 			if kv.CodeOf(err) != kv.CodeNotLeader {
 				return res, err
 			}

@@ -513,14 +513,36 @@ func (h *Host) publishGroupsLocked() {
 // the shard is not served here or the host stops; the context's error.
 // After the context ends the command may still be applied.
 func (h *Host) Propose(ctx context.Context, shardID uint64, cmd []byte) (shard.Result, error) {
+	return h.ProposeThen(ctx, shardID, cmd, nil)
+}
+
+// ProposeThen is Propose, and calls then (unless nil) once the proposal's
+// outcome is known: when it returns, or, when ctx ends first, later, once
+// the command was applied or failed (or the node stopped). A proposer
+// that holds locks for its command releases them in then: a command whose
+// proposer gave up may still be applied, and until it is, others must
+// not take its keys.
+func (h *Host) ProposeThen(ctx context.Context, shardID uint64, cmd []byte, then func()) (shard.Result, error) {
 	p := &proposal{shard: shardID, cmd: cmd, done: make(chan outcome, 1)}
 	if err := h.enqueue(p); err != nil {
+		if then != nil {
+			then()
+		}
 		return shard.Result{}, err
 	}
 	select {
 	case o := <-p.done:
+		if then != nil {
+			then()
+		}
 		return o.res, o.err
 	case <-ctx.Done():
+		if then != nil {
+			go func() {
+				<-p.done
+				then()
+			}()
+		}
 		return shard.Result{}, ctx.Err()
 	}
 }

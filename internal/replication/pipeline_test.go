@@ -167,3 +167,53 @@ func TestHostPipelinesApplyWithNextFsync(t *testing.T) {
 		t.Fatalf("b answered at version %d, not above a's %d", rb.res.Version, ra.res.Version)
 	}
 }
+
+// TestProposeThenWaitsForTheOutcome: a proposer whose context ends while
+// its command is in flight gets ctx's error at once, but its then runs
+// only once the command is applied: a plain write's locks (released in
+// then) stay held while the write may still land.
+func TestProposeThenWaitsForTheOutcome(t *testing.T) {
+	fs := newSyncGateFS()
+	t.Cleanup(fs.open)
+	e := &hostEnv{t: t, fs: fs}
+	e.openEngine()
+	t.Cleanup(func() {
+		fs.open()
+		e.h.Stop()
+		e.eng.Close()
+	})
+	e.startHost(true, &testVersions{})
+
+	fs.hold()
+	ctx, cancel := context.WithCancel(context.Background())
+	released := make(chan struct{})
+	answered := make(chan error, 1)
+	go func() {
+		_, err := e.h.ProposeThen(ctx, testShardID, putCmd("a", "1", nil), func() { close(released) })
+		answered <- err
+	}()
+	waitClosed(t, "a's fsync", fs.entered)
+	cancel()
+	select {
+	case err := <-answered:
+		if err != context.Canceled {
+			t.Fatalf("ProposeThen with its context canceled: %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("ProposeThen did not return when its context was canceled")
+	}
+	select {
+	case <-released:
+		t.Fatal("then ran while the command was still in flight")
+	case <-time.After(20 * time.Millisecond):
+	}
+	fs.open()
+	select {
+	case <-released:
+	case <-time.After(10 * time.Second):
+		t.Fatal("then did not run once the command was applied")
+	}
+	if val, _ := e.read("a"); val != "1" {
+		t.Fatalf("a reads %q once then ran, want \"1\" (applied before its locks go)", val)
+	}
+}
