@@ -41,3 +41,40 @@ func BenchmarkGetLatest(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkScanLatest measures a scan of 50 records at the newest
+// version through the node (no network), as YCSB E's scans: a range
+// collection of 10,000 records of 100 bytes, each scan from a key of its
+// own.
+func BenchmarkScanLatest(b *testing.B) {
+	ctx := context.Background()
+	n := openTest(&testing.T{}, b.TempDir(), Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	defer n.Close()
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionRange}); err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < 10000; i += 500 {
+		var items []kv.PutItem
+		for j := i; j < i+500; j++ {
+			items = append(items, kv.PutItem{Collection: "c", Key: []byte(fmt.Sprintf("user%06d", j)), Value: make([]byte, 100)})
+		}
+		if _, err := n.BatchPut(ctx, items); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := next.Add(1)
+			res, err := n.Scan(ctx, kv.ScanRequest{Collection: "c", Start: []byte(fmt.Sprintf("user%06d", i%9950)), Limit: 50})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(res.Items) != 50 {
+				b.Fatalf("scan from user%06d: %d records, want 50", i%9950, len(res.Items))
+			}
+		}
+	})
+}
