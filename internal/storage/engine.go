@@ -82,10 +82,11 @@ const (
 	// across the whole key space, so every level-0 file overlaps the whole
 	// of the level below, and each compaction into it rewrites all of it:
 	// twice the files per compaction, half the rewrites. Under YCSB A it
-	// cut the bytes compactions wrote by a third and the server's CPU per
-	// operation by about 14%; scans and reads of absent keys, which
-	// consult every level-0 file, were no slower (docs/benchmarks.md,
-	// "Level-0 compaction threshold").
+	// cut the bytes flushes and compactions wrote by over a third and the
+	// server's CPU per operation by about 8%; scans and reads of absent
+	// keys, which consult every level-0 file, were no slower
+	// (docs/benchmarks.md, "Level-0 compactions, plain writes without
+	// locks").
 	l0CompactionThreshold = 8
 	// l0StopWritesThreshold is how many level-0 sublevels stop writes
 	// until compactions catch up: three times the threshold, as Pebble's
