@@ -15,20 +15,7 @@ import (
 // the node (no network), with the keys' versions in the memtable.
 func BenchmarkGetLatest(b *testing.B) {
 	ctx := context.Background()
-	n := openTest(&testing.T{}, b.TempDir(), Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	defer n.Close()
-	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c"}); err != nil {
-		b.Fatal(err)
-	}
-	for i := 0; i < 10000; i += 500 {
-		var items []kv.PutItem
-		for j := i; j < i+500; j++ {
-			items = append(items, kv.PutItem{Collection: "c", Key: []byte(fmt.Sprintf("user%06d", j)), Value: make([]byte, 100)})
-		}
-		if _, err := n.BatchPut(ctx, items); err != nil {
-			b.Fatal(err)
-		}
-	}
+	n := openBenchRecords(b, kv.CollectionOptions{Name: "c"})
 	var next atomic.Int64
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -48,20 +35,7 @@ func BenchmarkGetLatest(b *testing.B) {
 // own.
 func BenchmarkScanLatest(b *testing.B) {
 	ctx := context.Background()
-	n := openTest(&testing.T{}, b.TempDir(), Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	defer n.Close()
-	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionRange}); err != nil {
-		b.Fatal(err)
-	}
-	for i := 0; i < 10000; i += 500 {
-		var items []kv.PutItem
-		for j := i; j < i+500; j++ {
-			items = append(items, kv.PutItem{Collection: "c", Key: []byte(fmt.Sprintf("user%06d", j)), Value: make([]byte, 100)})
-		}
-		if _, err := n.BatchPut(ctx, items); err != nil {
-			b.Fatal(err)
-		}
-	}
+	n := openBenchRecords(b, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionRange})
 	var next atomic.Int64
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -77,4 +51,26 @@ func BenchmarkScanLatest(b *testing.B) {
 			}
 		}
 	})
+}
+
+// openBenchRecords opens a node (closed when b ends) with collection c
+// holding 10,000 records of 100 bytes, keys user000000 to user009999.
+func openBenchRecords(b *testing.B, c kv.CollectionOptions) *Node {
+	b.Helper()
+	ctx := context.Background()
+	n := openTest(&testing.T{}, b.TempDir(), Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	b.Cleanup(func() { n.Close() })
+	if _, err := n.CreateCollection(ctx, c); err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < 10000; i += 500 {
+		var items []kv.PutItem
+		for j := i; j < i+500; j++ {
+			items = append(items, kv.PutItem{Collection: c.Name, Key: []byte(fmt.Sprintf("user%06d", j)), Value: make([]byte, 100)})
+		}
+		if _, err := n.BatchPut(ctx, items); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return n
 }

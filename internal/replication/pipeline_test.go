@@ -100,12 +100,9 @@ func (f gatedFile) SyncTo(length int64) (bool, error) {
 	return f.File.SyncTo(length)
 }
 
-// TestHostPipelinesApplyWithNextFsync checks the two halves of a cycle
-// under a steady load: a write is answered only once its own entry is
-// fsynced, and a write whose entry was fsynced while the next proposal
-// queued is applied and answered while that next proposal's fsync runs,
-// not before that proposal is even taken.
-func TestHostPipelinesApplyWithNextFsync(t *testing.T) {
+// startGatedHost starts a one-voter host on a filesystem whose WAL syncs
+// the test can hold (syncGateFS); everything stops when t ends.
+func startGatedHost(t *testing.T) (*hostEnv, *syncGateFS) {
 	fs := newSyncGateFS()
 	t.Cleanup(fs.open)
 	e := &hostEnv{t: t, fs: fs}
@@ -116,6 +113,16 @@ func TestHostPipelinesApplyWithNextFsync(t *testing.T) {
 		e.eng.Close()
 	})
 	e.startHost(true, &testVersions{})
+	return e, fs
+}
+
+// TestHostPipelinesApplyWithNextFsync checks the two halves of a cycle
+// under a steady load: a write is answered only once its own entry is
+// fsynced, and a write whose entry was fsynced while the next proposal
+// queued is applied and answered while that next proposal's fsync runs,
+// not before that proposal is even taken.
+func TestHostPipelinesApplyWithNextFsync(t *testing.T) {
+	e, fs := startGatedHost(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -173,16 +180,7 @@ func TestHostPipelinesApplyWithNextFsync(t *testing.T) {
 // only once the command is applied: a plain write's locks (released in
 // then) stay held while the write may still land.
 func TestProposeThenWaitsForTheOutcome(t *testing.T) {
-	fs := newSyncGateFS()
-	t.Cleanup(fs.open)
-	e := &hostEnv{t: t, fs: fs}
-	e.openEngine()
-	t.Cleanup(func() {
-		fs.open()
-		e.h.Stop()
-		e.eng.Close()
-	})
-	e.startHost(true, &testVersions{})
+	e, fs := startGatedHost(t)
 
 	fs.hold()
 	ctx, cancel := context.WithCancel(context.Background())
