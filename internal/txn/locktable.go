@@ -474,8 +474,9 @@ func (lt *LockTable) grantLocked(m *Meta, t Target, mode Mode, share bool) {
 // Acquire grants m a lock on t in mode, waiting while older transactions
 // (or plain writes) hold conflicting locks and wounding younger unprepared
 // holders; a transaction also waits for the plain writes admitted without
-// locks (AdmitPlain) and admits no more until it returns. It fails with ErrLocksLost once the table is closed, with the
-// resolver's errors, or with ctx's.
+// locks (AdmitPlain), and none is admitted until it returns. It fails
+// with ErrLocksLost once the table is closed, with the resolver's errors,
+// or with ctx's.
 func (lt *LockTable) Acquire(ctx context.Context, m *Meta, t Target, mode Mode, r Resolver) error {
 	var committed map[string]bool // victims found committed: waited for
 	// nextCheck is when this waiter next looks at the holders it waits
