@@ -42,13 +42,15 @@ var (
 	pebbleMemtable  = prometheus.NewDesc("groupkv_pebble_memtable_bytes", "Size of Pebble's memtables.", nil, nil)
 	pebbleWALBytes  = prometheus.NewDesc("groupkv_pebble_wal_bytes_written_total", "Bytes written to Pebble's WAL.", nil, nil)
 	pebbleCompacts  = prometheus.NewDesc("groupkv_pebble_compactions_total", "Pebble compactions.", nil, nil)
+	pebbleFlushed   = prometheus.NewDesc("groupkv_pebble_flushed_bytes_total", "Bytes Pebble wrote to sstables by flushing memtables.", nil, nil)
+	pebbleCompacted = prometheus.NewDesc("groupkv_pebble_compacted_bytes_total", "Bytes Pebble wrote to sstables by compactions.", nil, nil)
 	pebbleL0Files   = prometheus.NewDesc("groupkv_pebble_l0_files", "Files in Pebble's level 0.", nil, nil)
 	pebbleCacheHits = prometheus.NewDesc("groupkv_pebble_block_cache_hits_total", "Pebble block cache hits.", nil, nil)
 	pebbleCacheMiss = prometheus.NewDesc("groupkv_pebble_block_cache_misses_total", "Pebble block cache misses.", nil, nil)
 )
 
 func (c pebbleCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{pebbleDiskBytes, pebbleMemtable, pebbleWALBytes, pebbleCompacts, pebbleL0Files, pebbleCacheHits, pebbleCacheMiss} {
+	for _, d := range []*prometheus.Desc{pebbleDiskBytes, pebbleMemtable, pebbleWALBytes, pebbleCompacts, pebbleFlushed, pebbleCompacted, pebbleL0Files, pebbleCacheHits, pebbleCacheMiss} {
 		ch <- d
 	}
 }
@@ -59,6 +61,14 @@ func (c pebbleCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(pebbleMemtable, prometheus.GaugeValue, float64(m.MemTable.Size))
 	ch <- prometheus.MustNewConstMetric(pebbleWALBytes, prometheus.CounterValue, float64(m.WAL.BytesWritten))
 	ch <- prometheus.MustNewConstMetric(pebbleCompacts, prometheus.CounterValue, float64(m.Compact.Count))
+	// Summed by level: Metrics.Total counts the WAL's bytes as flushed.
+	var flushed, compacted uint64
+	for i := range m.Levels {
+		flushed += m.Levels[i].TableBytesFlushed
+		compacted += m.Levels[i].TableBytesCompacted
+	}
+	ch <- prometheus.MustNewConstMetric(pebbleFlushed, prometheus.CounterValue, float64(flushed))
+	ch <- prometheus.MustNewConstMetric(pebbleCompacted, prometheus.CounterValue, float64(compacted))
 	ch <- prometheus.MustNewConstMetric(pebbleL0Files, prometheus.GaugeValue, float64(m.Levels[0].TablesCount))
 	ch <- prometheus.MustNewConstMetric(pebbleCacheHits, prometheus.CounterValue, float64(m.BlockCache.Hits))
 	ch <- prometheus.MustNewConstMetric(pebbleCacheMiss, prometheus.CounterValue, float64(m.BlockCache.Misses))

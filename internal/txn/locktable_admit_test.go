@@ -30,25 +30,7 @@ func TestAdmitPlain(t *testing.T) {
 	// A transaction's lock on another key waits for the admitted write:
 	// the table does not know which keys it writes.
 	tx := &Meta{ID: "tx", Priority: 5}
-	got := make(chan error, 1)
-	go func() { got <- lt.Acquire(ctx, tx, b, Shared, nil) }()
-	select {
-	case err := <-got:
-		t.Fatalf("a transaction's lock was granted while an admitted plain write was in flight (err %v)", err)
-	case <-time.After(waitsTest):
-	}
-	if lt.AdmitPlain() {
-		t.Fatal("a plain write was admitted while a transaction waited for a lock")
-	}
-	lt.DonePlain()
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(hangTest):
-		t.Fatal("the transaction's lock was not granted once the admitted write was done")
-	}
+	waitsForAdmitted(t, lt, "a transaction's lock", func() error { return lt.Acquire(ctx, tx, b, Shared, nil) })
 	// A transaction's lock, on any key, keeps plain writes to their locks.
 	if lt.AdmitPlain() {
 		t.Fatal("a plain write was admitted while a transaction held a lock")
@@ -76,31 +58,13 @@ func TestAdmitPlain(t *testing.T) {
 		t.Fatal("not admitted")
 	}
 	y := &Meta{ID: "y", Priority: PlainPriority, Plain: true}
-	tried := make(chan error, 1)
-	go func() {
+	waitsForAdmitted(t, lt, "TryAcquireAll", func() error {
 		ok, err := lt.TryAcquireAll(ctx, y, []Target{a})
 		if err == nil && !ok {
 			err = errors.New("refused over a free key")
 		}
-		tried <- err
-	}()
-	select {
-	case err := <-tried:
-		t.Fatalf("TryAcquireAll returned while an admitted write was in flight (err %v)", err)
-	case <-time.After(waitsTest):
-	}
-	if lt.AdmitPlain() {
-		t.Fatal("a plain write was admitted while TryAcquireAll waited")
-	}
-	lt.DonePlain()
-	select {
-	case err := <-tried:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(hangTest):
-		t.Fatal("TryAcquireAll did not return once the admitted write was done")
-	}
+		return err
+	})
 	if lt.AdmitPlain() {
 		t.Fatal("a plain write was admitted while a yield held its key")
 	}
@@ -127,5 +91,31 @@ func TestAdmitPlain(t *testing.T) {
 	lt.Close()
 	if lt.AdmitPlain() {
 		t.Fatal("a closed table admitted a plain write")
+	}
+}
+
+// waitsForAdmitted runs take (what must wait for the one plain write
+// admitted in lt) and checks that it waits, that no plain write is
+// admitted meanwhile, and that it succeeds once the write is done.
+func waitsForAdmitted(t *testing.T, lt *LockTable, what string, take func() error) {
+	t.Helper()
+	got := make(chan error, 1)
+	go func() { got <- take() }()
+	select {
+	case err := <-got:
+		t.Fatalf("%s returned while an admitted plain write was in flight (err %v)", what, err)
+	case <-time.After(waitsTest):
+	}
+	if lt.AdmitPlain() {
+		t.Fatalf("a plain write was admitted while %s waited", what)
+	}
+	lt.DonePlain()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	case <-time.After(hangTest):
+		t.Fatalf("%s did not return once the admitted write was done", what)
 	}
 }
