@@ -114,9 +114,10 @@ func Dial(addr string, opts ...DialOption) (DB, error) {
 		}
 	}
 	db := &remoteDB{conn: conn, c: pb.NewGroupKVClient(conn)}
+	db.pipe = api.NewPipelineClient(db.c)
 	db.txn = api.NewTxnClient(db.c, db.fail)
+	db.txn.UsePipeline(db.pipe)
 	db.gets.direct, db.gets.batch = db.getOne, db.getMany
-	db.pipe.c = db.c
 	if o.noRouting {
 		return db, nil
 	}
@@ -141,7 +142,7 @@ func waitConnected(conn *grpc.ClientConn, timeout time.Duration) error {
 
 // remoteDB is the DB that Dial returns: each method is one RPC of the
 // groupkv.v1.GroupKV service, but Get, Put and Delete, which are messages
-// of its Pipeline stream (pipeline.go).
+// of its Pipeline stream (api.PipelineClient).
 type remoteDB struct {
 	conn *grpc.ClientConn
 	c    pb.GroupKVClient
@@ -151,8 +152,9 @@ type remoteDB struct {
 	closed atomic.Bool
 	// gets coalesces concurrent gets (getbatch.go).
 	gets getBatcher
-	// pipe carries gets, puts and deletes (pipeline.go).
-	pipe pipeline
+	// pipe carries gets, puts, deletes and short scans, and txn's gets
+	// and commits (api.PipelineClient).
+	pipe *api.PipelineClient
 }
 
 var _ DB = (*remoteDB)(nil)
@@ -171,9 +173,9 @@ func (r *remoteDB) fail(err error, sent bool) error {
 // with ok true; ok is false when the server has no Pipeline RPC, and req
 // must go as a unary RPC. write says whether req writes.
 func (r *remoteDB) piped(ctx context.Context, req *pb.PipelineRequest, write bool) (resp *pb.PipelineResponse, ok bool, err error) {
-	resp, err = r.pipe.call(ctx, req, write)
+	resp, err = r.pipe.Call(ctx, req, write)
 	switch {
-	case err == errPipelineOff, err == errPipelineNoScan:
+	case err == api.ErrPipelineOff, err == api.ErrPipelineNoOp:
 		return nil, false, nil
 	case err != nil && r.closed.Load():
 		return nil, true, kv.Errorf(kv.CodeUnavailable, "the DB is closed: Dial again")
@@ -215,9 +217,9 @@ func (r *remoteDB) DropCollection(ctx context.Context, name string) error {
 }
 
 // Put goes as a message of the pipeline, but a large value goes as an RPC
-// of its own (pipelineMaxValue).
+// of its own (api.PipelineMaxValue).
 func (r *remoteDB) Put(ctx context.Context, req PutRequest) (uint64, error) {
-	if len(req.Value) <= pipelineMaxValue {
+	if len(req.Value) <= api.PipelineMaxValue {
 		if resp, ok, err := r.piped(ctx, &pb.PipelineRequest{Op: &pb.PipelineRequest_Put{Put: api.PutRequestToPB(req)}}, true); ok {
 			return resp.GetPut().GetVersion(), err
 		}
@@ -315,7 +317,7 @@ func (r *remoteDB) DeleteRange(ctx context.Context, req DeleteRangeRequest) (Del
 }
 
 func (r *remoteDB) Scan(ctx context.Context, req ScanRequest) (ScanResult, error) {
-	if limit := cmp.Or(req.Limit, kv.DefaultPageSize); limit > 0 && limit <= pipelineMaxScan {
+	if limit := cmp.Or(req.Limit, kv.DefaultPageSize); limit > 0 && limit <= api.PipelineMaxScan {
 		if resp, ok, err := r.piped(ctx, &pb.PipelineRequest{Op: &pb.PipelineRequest_Scan{Scan: api.ScanRequestToPB(req)}}, false); ok {
 			if err != nil {
 				return ScanResult{}, err
@@ -462,6 +464,6 @@ func (r *remoteDB) Close() error {
 	if r.closed.Swap(true) {
 		return nil
 	}
-	r.pipe.close()
+	r.pipe.Close()
 	return r.conn.Close()
 }

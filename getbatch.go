@@ -10,7 +10,7 @@ import (
 	"github.com/groupkv/groupkv/internal/kv"
 )
 
-// Against a server without Pipeline (pipeline.go), concurrent gets of a
+// Against a server without Pipeline (api.PipelineClient), concurrent gets of a
 // remote DB share RPCs when the connection is busy:
 // up to getDirectLimit gets go out as RPCs of their own; a get that comes
 // while that many are in flight waits, and when one of them answers, the

@@ -17,20 +17,52 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/groupkv/groupkv"
+	"github.com/groupkv/groupkv/internal/api"
 	pb "github.com/groupkv/groupkv/proto/groupkvpb"
 )
 
-// rpcCounter counts a remote DB's RPCs by method name.
+// rpcCounter counts a remote DB's requests by the name of their unary
+// RPC: the unary RPCs, and the messages of the Pipeline stream as the RPC
+// that would serve them (api.PipelineMethod).
 type rpcCounter struct {
 	mu sync.Mutex
 	n  map[string]int
 }
 
 func (c *rpcCounter) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	c.mu.Lock()
-	c.n[method[strings.LastIndex(method, "/")+1:]]++
-	c.mu.Unlock()
+	c.add(method[strings.LastIndex(method, "/")+1:])
 	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+func (c *rpcCounter) add(method string) {
+	c.mu.Lock()
+	c.n[method]++
+	c.mu.Unlock()
+}
+
+// interceptStream counts the requests sent on a Pipeline stream.
+func (c *rpcCounter) interceptStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	s, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return countedStream{s, c}, nil
+}
+
+type countedStream struct {
+	grpc.ClientStream
+	c *rpcCounter
+}
+
+func (s countedStream) SendMsg(m any) error {
+	if r, ok := m.(*pb.PipelineRequest); ok {
+		for _, q := range append(r.GetBatch(), r) {
+			if name := api.PipelineMethod(q); name != "" {
+				s.c.add(name)
+			}
+		}
+	}
+	return s.ClientStream.SendMsg(m)
 }
 
 // take answers the counts so far and starts again.
@@ -49,7 +81,7 @@ func startCachedGroup(t *testing.T, ctx context.Context) (groupkv.DB, groupkv.DB
 	t.Helper()
 	s := startTxnServer(t, 0)
 	c := &rpcCounter{n: map[string]int{}}
-	remote, err := groupkv.Dial(s.Addr(), groupkv.WithGRPCDialOptions(grpc.WithChainUnaryInterceptor(c.intercept)))
+	remote, err := groupkv.Dial(s.Addr(), groupkv.WithGRPCDialOptions(grpc.WithChainUnaryInterceptor(c.intercept), grpc.WithChainStreamInterceptor(c.interceptStream)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,13 +18,15 @@ import (
 
 	"github.com/groupkv/groupkv/internal/api"
 	"github.com/groupkv/groupkv/internal/kv"
+	pb "github.com/groupkv/groupkv/proto/groupkvpb"
 )
 
 // These tests run Transact and Exec against txnFake, an in-memory
 // kv.TxnBackend that records its calls and fails where a test tells it
-// to, through both DBs: embedded (the fake called directly) and remote (a
-// Dial'ed DB talking to the api gRPC server over the fake on 127.0.0.1,
-// which serves no HTTP: every call of the remote DB goes over gRPC).
+// to, through each DB of dbKinds: embedded (the fake called directly) and
+// remote (a Dial'ed DB talking to the api gRPC server over the fake on
+// 127.0.0.1, which serves no HTTP: every call of the remote DB goes over
+// gRPC, as unary RPCs or on the Pipeline stream).
 
 // txnFake is a kv.Backend (whose plain methods panic: the embedded
 // interface is nil) and a kv.TxnBackend with a committed map of records.
@@ -261,7 +263,10 @@ func (f *txnFake) record(coll, key string) (kv.Record, bool) {
 	return rec, ok
 }
 
-// dbKinds are the two DBs a test runs against, over a backend.
+// dbKinds are the DBs a test runs against, over a backend: embedded, and
+// remote with its transactions' gets and commits as unary RPCs or as
+// messages of the Pipeline stream (opened before the test, so that its
+// first requests go on it too).
 var dbKinds = []struct {
 	name string
 	open func(t *testing.T, b kv.Backend) DB
@@ -271,7 +276,17 @@ var dbKinds = []struct {
 	}},
 	{"remote", func(t *testing.T, b kv.Backend) DB {
 		addr, _ := serveGRPC(t, b, nil)
-		return dialTest(t, addr)
+		db := dialTest(t, addr)
+		db.(*remoteDB).txn.UsePipeline(nil)
+		return db
+	}},
+	{"remote-piped", func(t *testing.T, b kv.Backend) DB {
+		addr, _ := serveGRPC(t, b, nil)
+		db := dialTest(t, addr)
+		if err := db.(*remoteDB).pipe.Open(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return db
 	}},
 }
 
@@ -728,24 +743,61 @@ func TestTransactCommitUnknown(t *testing.T) {
 // connection breaks after it was sent is a *CommitUnknownError: the server
 // commits, then stops (closing every connection) before it answers.
 func TestTransactCommitConnectionLost(t *testing.T) {
+	for _, piped := range []bool{false, true} {
+		t.Run(fmt.Sprintf("piped=%v", piped), func(t *testing.T) { testTransactCommitConnectionLost(t, piped) })
+	}
+}
+
+// testTransactCommitConnectionLost: the server commits, then stops before
+// its answer reaches the client (a unary CommitTxn, or a commit on the
+// Pipeline stream): the outcome is unknown to the client.
+func testTransactCommitConnectionLost(t *testing.T, piped bool) {
 	f := newTxnFake()
 	var srv *grpc.Server
 	stopped := make(chan struct{})
+	var stopOnce sync.Once
+	stop := func(ctx context.Context) {
+		stopOnce.Do(func() {
+			go func() {
+				srv.Stop()
+				close(stopped)
+			}()
+		})
+		<-ctx.Done() // Stop ends the call before it answers
+	}
 	dropCommitAnswer := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if !strings.HasSuffix(info.FullMethod, "/CommitTxn") {
 			return handler(ctx, req)
 		}
 		resp, err := handler(ctx, req) // the commit happens, its answer is lost
-		go func() {
-			srv.Stop()
-			close(stopped)
-		}()
-		<-ctx.Done() // Stop ends the call before it answers
+		stop(ctx)
 		return resp, err
 	}
-	addr, s := serveGRPC(t, f, nil, grpc.ChainUnaryInterceptor(dropCommitAnswer))
+	dropPipedCommitAnswer := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		return h(srv, sendHook{ss, func(m any) bool {
+			r, ok := m.(*pb.PipelineResponse)
+			if !ok {
+				return false
+			}
+			for _, q := range append(r.GetBatch(), r) {
+				if q.GetCommitTxn() != nil {
+					stop(ss.Context())
+					return true
+				}
+			}
+			return false
+		}})
+	}
+	addr, s := serveGRPC(t, f, nil, grpc.ChainUnaryInterceptor(dropCommitAnswer), grpc.ChainStreamInterceptor(dropPipedCommitAnswer))
 	srv = s
 	db := dialTest(t, addr)
+	if piped {
+		if err := db.(*remoteDB).pipe.Open(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		db.(*remoteDB).txn.UsePipeline(nil)
+	}
 	err := db.Transact(context.Background(), func(tx *Tx) error {
 		return tx.Put(context.Background(), PutRequest{Collection: "c", Key: []byte("k"), Value: []byte("v")})
 	})
@@ -760,6 +812,76 @@ func TestTransactCommitConnectionLost(t *testing.T) {
 	if _, ok := f.record("c", "k"); !ok {
 		t.Fatal("the commit did not happen on the server")
 	}
+}
+
+// sendHook is a server stream whose SendMsg first asks drop whether to
+// send the message: a message it drops is not sent, and SendMsg fails.
+type sendHook struct {
+	grpc.ServerStream
+	drop func(m any) bool
+}
+
+func (s sendHook) SendMsg(m any) error {
+	if s.drop(m) {
+		return errors.New("dropped by the test")
+	}
+	return s.ServerStream.SendMsg(m)
+}
+
+// TestTransactPipedBeginAbandoned: a transaction's first get, carrying the
+// begin on the Pipeline stream, whose context ends while the server still
+// serves it (the stream does not cancel it there, as a unary RPC's end
+// would): when its answer comes, the client aborts the attempt it began,
+// so that the attempt's locks are not held until it expires.
+func TestTransactPipedBeginAbandoned(t *testing.T) {
+	f := &blockingGets{txnFake: newTxnFake(), entered: make(chan struct{}), release: make(chan struct{})}
+	var c serverOps
+	addr, _ := serveGRPC(t, f, nil, grpc.ChainUnaryInterceptor(c.unary), grpc.ChainStreamInterceptor(c.stream))
+	db := dialTest(t, addr)
+	if err := db.(*remoteDB).pipe.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-f.entered
+		cancel()
+	}()
+	err := db.Transact(ctx, func(tx *Tx) error {
+		_, err := tx.Get(ctx, GetRequest{Collection: "c", Key: []byte("k")})
+		return err
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Transact = %v, want the context's end", err)
+	}
+	if _, piped := c.take(); !reflect.DeepEqual(piped, []string{"TxnGet"}) {
+		t.Fatalf("requests on the Pipeline stream %q, want the TxnGet", piped)
+	}
+	if n := len(f.callsOf("AbortTxn")); n != 0 {
+		t.Fatalf("%d aborts before the get was answered", n)
+	}
+	close(f.release)
+	deadline := time.Now().Add(30 * time.Second) // catches a hang only
+	for len(f.callsOf("AbortTxn")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the attempt the abandoned get began was never aborted")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if got := f.callsOf("AbortTxn"); len(got) != 1 || got[0].txn != "t1" {
+		t.Fatalf("aborts %+v, want one of t1", got)
+	}
+}
+
+// blockingGets is a txnFake whose TxnGet, once entered, waits for release.
+type blockingGets struct {
+	*txnFake
+	entered, release chan struct{}
+}
+
+func (f *blockingGets) TxnGet(ctx context.Context, txn string, ref kv.KeyRef) (kv.Record, bool, error) {
+	close(f.entered)
+	<-f.release
+	return f.txnFake.TxnGet(ctx, txn, ref)
 }
 
 func TestTxOperationChecks(t *testing.T) {
@@ -898,27 +1020,28 @@ func TestTransactPanic(t *testing.T) {
 	})
 }
 
-// TestTransactRemoteRoundTrips counts the RPCs of remote transactions: the
-// first request begins the attempt and the writes go with the commit.
+// TestTransactRemoteRoundTrips counts the requests of remote transactions:
+// the first request begins the attempt and the writes go with the commit.
+// The gets and commits go as messages of the Pipeline stream, or as unary
+// RPCs with a client that sends them so (the same requests either way).
 func TestTransactRemoteRoundTrips(t *testing.T) {
-	f := newTxnFake()
-	var mu sync.Mutex
-	var rpcs []string
-	count := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		mu.Lock()
-		rpcs = append(rpcs, info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:])
-		mu.Unlock()
-		return h(ctx, req)
+	for _, piped := range []bool{true, false} {
+		t.Run(fmt.Sprintf("piped=%v", piped), func(t *testing.T) { testTransactRemoteRoundTrips(t, piped) })
 	}
-	addr, _ := serveGRPC(t, f, nil, grpc.ChainUnaryInterceptor(count))
+}
+
+func testTransactRemoteRoundTrips(t *testing.T, piped bool) {
+	f := newTxnFake()
+	var c serverOps
+	addr, _ := serveGRPC(t, f, nil, grpc.ChainUnaryInterceptor(c.unary), grpc.ChainStreamInterceptor(c.stream))
 	db := dialTest(t, addr)
 	ctx := context.Background()
-	take := func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		r := rpcs
-		rpcs = nil
-		return r
+	if piped {
+		if err := db.(*remoteDB).pipe.Open(ctx); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		db.(*remoteDB).txn.UsePipeline(nil)
 	}
 	keys := []string{"a", "b", "c"}
 	rmw := func(tx *Tx) error {
@@ -937,7 +1060,7 @@ func TestTransactRemoteRoundTrips(t *testing.T) {
 		}
 		return nil
 	}
-	for _, c := range []struct {
+	for _, tc := range []struct {
 		name string
 		fn   func(tx *Tx) error
 		want []string
@@ -955,11 +1078,21 @@ func TestTransactRemoteRoundTrips(t *testing.T) {
 			return err
 		}, []string{"TxnWrite", "TxnScan", "CommitTxn"}},
 	} {
-		if err := db.Transact(ctx, c.fn); err != nil {
-			t.Fatalf("%s: %v", c.name, err)
+		if err := db.Transact(ctx, tc.fn); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
 		}
-		if got := take(); !reflect.DeepEqual(got, c.want) {
-			t.Fatalf("%s: RPCs %q, want %q", c.name, got, c.want)
+		got, gotPiped := c.take()
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Fatalf("%s: requests %q, want %q", tc.name, got, tc.want)
+		}
+		var wantPiped []string
+		for _, m := range tc.want {
+			if piped && (m == "TxnGet" || m == "CommitTxn") {
+				wantPiped = append(wantPiped, m)
+			}
+		}
+		if !reflect.DeepEqual(gotPiped, wantPiped) {
+			t.Fatalf("%s: requests on the Pipeline stream %q, want %q", tc.name, gotPiped, wantPiped)
 		}
 	}
 	// The backend saw the calls of the long form.
@@ -969,6 +1102,59 @@ func TestTransactRemoteRoundTrips(t *testing.T) {
 	if rec, ok := f.record("c", "s"); !ok || string(rec.Value) != "v" {
 		t.Fatalf("s = %+v, %v", rec, ok)
 	}
+}
+
+// serverOps records the requests a gRPC server receives, in order, by the
+// name of the unary RPC that serves them: the unary RPCs, and the messages
+// of Pipeline streams (api.PipelineMethod), which it also records apart.
+type serverOps struct {
+	mu         sync.Mutex
+	ops, piped []string
+}
+
+func (c *serverOps) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	c.add(info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:], false)
+	return h(ctx, req)
+}
+
+func (c *serverOps) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	return h(srv, opsStream{ss, c})
+}
+
+func (c *serverOps) add(method string, piped bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ops = append(c.ops, method)
+	if piped {
+		c.piped = append(c.piped, method)
+	}
+}
+
+// take answers the requests recorded, and those of them that came on a
+// Pipeline stream, and starts again.
+func (c *serverOps) take() (ops, piped []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ops, piped = c.ops, c.piped
+	c.ops, c.piped = nil, nil
+	return ops, piped
+}
+
+type opsStream struct {
+	grpc.ServerStream
+	c *serverOps
+}
+
+func (s opsStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if r, ok := m.(*pb.PipelineRequest); ok && err == nil {
+		for _, q := range append(r.GetBatch(), r) {
+			if name := api.PipelineMethod(q); name != "" {
+				s.c.add(name, true)
+			}
+		}
+	}
+	return err
 }
 
 // TestTransactCommitRefused checks that a remote commit that could not be

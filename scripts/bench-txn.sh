@@ -307,9 +307,10 @@ if [[ $GROUPKV_MODE == embedded ]]; then
   in process)."
 else
 	GROUPKV_HOW="a server on 127.0.0.1, transactions over its gRPC
-  transaction RPCs (one connection, the attempts' writes kept in the client
-  until the commit), the non-transactional baseline by the Go client's
-  gets and puts over gRPC."
+  transaction RPCs (one connection; the gets and the commits as messages
+  of its Pipeline stream, the attempts' writes kept in the client until
+  the commit), the non-transactional baseline by the Go client's gets and
+  puts over gRPC (on the Pipeline stream too)."
 fi
 
 # Only the load before the run tells of other work: the runs themselves

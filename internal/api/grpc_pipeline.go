@@ -43,6 +43,9 @@ func (s *grpcService) Pipeline(st pb.GroupKV_PipelineServer) error {
 		if slices.Contains(md.Get(PipelineOpsKey), PipelineOpScan) {
 			header = metadata.Join(header, metadata.Pairs(PipelineOpsKey, PipelineOpScan))
 		}
+		if _, err := s.txn(); err == nil && slices.Contains(md.Get(PipelineOpsKey), PipelineOpTxn) {
+			header = metadata.Join(header, metadata.Pairs(PipelineOpsKey, PipelineOpTxn))
+		}
 		if header != nil {
 			if err := st.SendHeader(header); err != nil {
 				return err
@@ -163,6 +166,10 @@ const PipelineOpsKey = "groupkv-pipeline-ops"
 // PipelineOpScan names scans (PipelineRequest.scan) under PipelineOpsKey.
 const PipelineOpScan = "scan"
 
+// PipelineOpTxn names a transaction's gets and commits
+// (PipelineRequest.txn_get, commit_txn) under PipelineOpsKey.
+const PipelineOpTxn = "txn"
+
 // checkPipelineBatch refuses a request whose batch holds a batch.
 func checkPipelineBatch(req *pb.PipelineRequest) error {
 	for _, r := range req.GetBatch() {
@@ -210,8 +217,9 @@ func (s *grpcService) pipelined(ctx context.Context, req *pb.PipelineRequest) *p
 	start := time.Now()
 	resp := &pb.PipelineResponse{Id: req.GetId()}
 	var (
-		op  string
-		err error
+		op    string
+		err   error
+		began string // the attempt a failed transaction's request began
 	)
 	switch r := req.GetOp().(type) {
 	case *pb.PipelineRequest_Put:
@@ -238,13 +246,26 @@ func (s *grpcService) pipelined(ctx context.Context, req *pb.PipelineRequest) *p
 		if res, err = s.b.Scan(ctx, ScanRequestFromPB(r.Scan)); err == nil {
 			resp.Result = &pb.PipelineResponse_Scan{Scan: ScanResultToPB(res)}
 		}
+	case *pb.PipelineRequest_TxnGet:
+		op = opTxnGet
+		var m *pb.TxnGetResponse
+		if m, began, err = s.txnGet(ctx, r.TxnGet); err == nil {
+			resp.Result = &pb.PipelineResponse_TxnGet{TxnGet: m}
+		}
+	case *pb.PipelineRequest_CommitTxn:
+		op = opTxnCommit
+		var m *pb.CommitTxnResponse
+		if m, began, err = s.commitTxn(ctx, r.CommitTxn); err == nil {
+			resp.Result = &pb.PipelineResponse_CommitTxn{CommitTxn: m}
+		}
 	default:
 		op = "pipeline"
-		err = kv.Errorf(kv.CodeInvalidArgument, "pipelined request %d names no operation: give put, get, delete or scan", req.GetId())
+		err = kv.Errorf(kv.CodeInvalidArgument, "pipelined request %d names no operation: give put, get, delete, scan, txn_get or commit_txn", req.GetId())
 	}
 	var code kv.Code
 	if err != nil {
 		e := pipelineErrorToPB(err)
+		e.Txn = began
 		resp.Result = &pb.PipelineResponse_Error{Error: e}
 		code = kv.Code(e.GetCode())
 		if code == "" {

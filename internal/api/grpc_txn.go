@@ -136,13 +136,30 @@ func (s *grpcService) attemptOf(ctx context.Context, tb kv.TxnBackend, txn strin
 // aborted, so that it does not hold its locks until it expires, unless
 // abort is false (a commit was under way: its outcome is the backend's).
 func (s *grpcService) failIn(ctx context.Context, tb kv.TxnBackend, a attempt, err error, abort bool) error {
-	if a.began {
-		_ = grpc.SetTrailer(ctx, metadata.Pairs(TxnTrailer, a.id))
-		if abort && ctx.Err() != nil {
-			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortBegunTimeout)
-			_ = tb.AbortTxn(actx, a.id)
-			cancel()
-		}
+	return s.failBegun(ctx, s.giveUp(ctx, tb, a, abort), err)
+}
+
+// giveUp is what a failed operation in attempt a does before it answers
+// its error: it answers the id to name with the error (a's, if the
+// request began it, else ""), and aborts an attempt it began whose
+// request's context ended, unless abort is false (see failIn).
+func (s *grpcService) giveUp(ctx context.Context, tb kv.TxnBackend, a attempt, abort bool) string {
+	if !a.began {
+		return ""
+	}
+	if abort && ctx.Err() != nil {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortBegunTimeout)
+		_ = tb.AbortTxn(actx, a.id)
+		cancel()
+	}
+	return a.id
+}
+
+// failBegun is fail naming in the TxnTrailer trailer the attempt began,
+// if not "".
+func (s *grpcService) failBegun(ctx context.Context, began string, err error) error {
+	if began != "" {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(TxnTrailer, began))
 	}
 	return s.fail(ctx, err)
 }
@@ -181,17 +198,29 @@ func (s *grpcService) BeginTxn(ctx context.Context, req *pb.BeginTxnRequest) (*p
 }
 
 func (s *grpcService) TxnGet(ctx context.Context, req *pb.TxnGetRequest) (*pb.TxnGetResponse, error) {
+	m, began, err := s.txnGet(ctx, req)
+	if err != nil {
+		return nil, s.failBegun(ctx, began, err)
+	}
+	return m, nil
+}
+
+// txnGet serves a TxnGet, as a unary RPC or a message of the Pipeline
+// stream. A request that began its attempt and failed answers the
+// attempt's id with the error (the TxnTrailer), and aborts the attempt if
+// the request's context ended.
+func (s *grpcService) txnGet(ctx context.Context, req *pb.TxnGetRequest) (*pb.TxnGetResponse, string, error) {
 	tb, err := s.txn()
 	if err != nil {
-		return nil, s.fail(ctx, err)
+		return nil, "", err
 	}
 	id, ref, err := TxnGetRequestFromPB(req)
 	if err != nil {
-		return nil, s.fail(ctx, err)
+		return nil, "", err
 	}
 	a, err := s.attemptOf(ctx, tb, id, req.GetBegin())
 	if err != nil {
-		return nil, s.fail(ctx, err)
+		return nil, "", err
 	}
 	get := tb.TxnGet
 	if req.GetForUpdate() {
@@ -199,20 +228,20 @@ func (s *grpcService) TxnGet(ctx context.Context, req *pb.TxnGetRequest) (*pb.Tx
 	}
 	rec, found, err := get(ctx, a.id, ref)
 	if err != nil {
-		return nil, s.failIn(ctx, tb, a, err, true)
+		return nil, s.giveUp(ctx, tb, a, true), err
 	}
 	m := TxnGetResponseToPB(rec, found)
 	m.Txn = a.resp()
 	if gs, ok := tb.(kv.GroupSnapshotter); ok && req.GetGroupSnapshot() {
 		recs, ok, err := gs.TxnGroupSnapshot(ctx, a.id, maxSnapshotBytes)
 		if err != nil {
-			return nil, s.failIn(ctx, tb, a, err, true)
+			return nil, s.giveUp(ctx, tb, a, true), err
 		}
 		if ok {
 			m.Snapshot = BatchGetItemsToPB(recs)
 		}
 	}
-	return m, nil
+	return m, "", nil
 }
 
 // maxSnapshotBytes bounds the keys, values and tags of a group snapshot
@@ -317,38 +346,49 @@ func txnRangeRead[Q any](ctx context.Context, s *grpcService, begin *pb.TxnBegin
 // committed (this may be its commit sent again), so the commit answers
 // commit_unknown, never txn_aborted.
 func (s *grpcService) CommitTxn(ctx context.Context, req *pb.CommitTxnRequest) (*pb.CommitTxnResponse, error) {
+	m, began, err := s.commitTxn(ctx, req)
+	if err != nil {
+		return nil, s.failBegun(ctx, began, err)
+	}
+	return m, nil
+}
+
+// commitTxn serves a CommitTxn, as a unary RPC or a message of the
+// Pipeline stream; a request that began its attempt and failed answers
+// the attempt's id with the error (see txnGet).
+func (s *grpcService) commitTxn(ctx context.Context, req *pb.CommitTxnRequest) (*pb.CommitTxnResponse, string, error) {
 	tb, err := s.txn()
 	if err != nil {
-		return nil, s.fail(ctx, err)
+		return nil, "", err
 	}
 	if err := checkTxnTarget(req.GetTxn(), req.GetBegin()); err != nil {
-		return nil, s.fail(ctx, err)
+		return nil, "", err
 	}
 	writes, err := TxnWritesFromPB(req.GetWrites())
 	if err != nil {
-		return nil, s.fail(ctx, err)
+		return nil, "", err
 	}
 	reads, err := SnapshotReadsFromPB(req.GetSnapshotReads())
 	if err != nil {
-		return nil, s.fail(ctx, err)
+		return nil, "", err
 	}
 	cached, err := CachedReadsFromPB(req.GetCachedReads())
 	if err != nil {
-		return nil, s.fail(ctx, err)
+		return nil, "", err
 	}
 	gs, _ := tb.(kv.GroupSnapshotter)
 	if len(reads) > 0 && (gs == nil || req.GetTxn() == "") {
-		return nil, s.fail(ctx, kv.Errorf(kv.CodeInvalidArgument, "snapshot_reads name reads from a group snapshot a get of this attempt answered: an attempt begun by its commit has none"))
+		return nil, "", kv.Errorf(kv.CodeInvalidArgument, "snapshot_reads name reads from a group snapshot a get of this attempt answered: an attempt begun by its commit has none")
 	}
 	if len(cached) > 0 && len(reads) > 0 {
-		return nil, s.fail(ctx, kv.Errorf(kv.CodeInvalidArgument, "a commit names reads from the attempt's snapshot (snapshot_reads) or from one its client kept (cached_reads), not both"))
+		return nil, "", kv.Errorf(kv.CodeInvalidArgument, "a commit names reads from the attempt's snapshot (snapshot_reads) or from one its client kept (cached_reads), not both")
 	}
 	if len(cached) > 0 && gs == nil {
-		return nil, s.fail(ctx, kv.Errorf(kv.CodeInvalidArgument, "cached_reads name reads from a snapshot of a key group: this server has no group transactions"))
+		return nil, "", kv.Errorf(kv.CodeInvalidArgument, "cached_reads name reads from a snapshot of a key group: this server has no group transactions")
 	}
 	a, err := s.attemptOf(ctx, tb, req.GetTxn(), req.GetBegin())
 	if err != nil {
-		return nil, s.fail(ctx, err)
+		return nil, "", err
 	}
 	if len(reads) > 0 || len(cached) > 0 {
 		err := gs.TxnGroupReads(ctx, a.id, reads)
@@ -359,33 +399,33 @@ func (s *grpcService) CommitTxn(ctx context.Context, req *pb.CommitTxnRequest) (
 			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortBegunTimeout)
 			_ = tb.AbortTxn(actx, a.id) // a failed abort leaves the attempt to expire
 			cancel()
-			return nil, s.failIn(ctx, tb, a, err, false)
+			return nil, s.giveUp(ctx, tb, a, false), err
 		}
 	}
 	if err := applyWrites(ctx, tb, a.id, writes); err != nil {
 		if kv.IsTxnUnknown(err) {
-			return nil, s.failIn(ctx, tb, a, kv.Errorf(kv.CodeCommitUnknown,
-				"the commit's writes could not be applied, and whether the attempt committed cannot be told: %s", kv.AsError(err).Message), false)
+			return nil, s.giveUp(ctx, tb, a, false), kv.Errorf(kv.CodeCommitUnknown,
+				"the commit's writes could not be applied, and whether the attempt committed cannot be told: %s", kv.AsError(err).Message)
 		}
 		if kv.CodeOf(err) != kv.CodeTxnAborted { // else the backend ended it
 			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortBegunTimeout)
 			_ = tb.AbortTxn(actx, a.id) // a failed abort leaves the locks to expire
 			cancel()
 		}
-		return nil, s.failIn(ctx, tb, a, err, false)
+		return nil, s.giveUp(ctx, tb, a, false), err
 	}
 	if gs != nil && req.GetGroupSnapshot() {
 		v, snap, err := gs.TxnGroupCommit(ctx, a.id, maxSnapshotBytes)
 		if err != nil {
-			return nil, s.failIn(ctx, tb, a, err, false)
+			return nil, s.giveUp(ctx, tb, a, false), err
 		}
-		return &pb.CommitTxnResponse{Version: v, Txn: a.resp(), Snapshot: BatchGetItemsToPB(snap)}, nil
+		return &pb.CommitTxnResponse{Version: v, Txn: a.resp(), Snapshot: BatchGetItemsToPB(snap)}, "", nil
 	}
 	v, err := tb.CommitTxn(ctx, a.id)
 	if err != nil {
-		return nil, s.failIn(ctx, tb, a, err, false)
+		return nil, s.giveUp(ctx, tb, a, false), err
 	}
-	return &pb.CommitTxnResponse{Version: v, Txn: a.resp()}, nil
+	return &pb.CommitTxnResponse{Version: v, Txn: a.resp()}, "", nil
 }
 
 // AbortTxn answers OK for an attempt that is unknown or already finished

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/groupkv/groupkv/internal/kv"
 	pb "github.com/groupkv/groupkv/proto/groupkvpb"
@@ -148,13 +149,13 @@ func (a *TxnAttempt) ID() string {
 // Begin begins the attempt if no request did yet (a TxnWrite with the
 // begin and no writes) and answers its id.
 func (a *TxnAttempt) Begin(ctx context.Context) (string, error) {
-	err := a.run(ctx, false, func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
+	err := a.run(ctx, false, request{unary: func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
 		if begin == nil {
 			return "", nil // begun already
 		}
 		m, err := a.t.c.TxnWrite(ctx, &pb.TxnWriteRequest{Begin: begin}, opts...)
 		return m.GetTxn(), err
-	})
+	}})
 	return a.ID(), err
 }
 
@@ -216,10 +217,26 @@ func (a *TxnAttempt) get(ctx context.Context, ref kv.KeyRef, forUpdate bool) (kv
 		return kv.Record{Key: ref.Key, Value: bytes.Clone(sr.Value), Tags: slices.Clone(sr.Tags), Version: sr.Version}, true, nil
 	}
 	var m *pb.TxnGetResponse
-	err := a.run(ctx, false, func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
-		var err error
-		m, err = a.t.c.TxnGet(ctx, &pb.TxnGetRequest{Txn: txn, Begin: begin, Collection: ref.Collection, Key: ref.Key, GroupSnapshot: ask, ForUpdate: forUpdate}, opts...)
-		return m.GetTxn(), err
+	makeReq := func(txn string, begin *pb.TxnBegin) *pb.TxnGetRequest {
+		return &pb.TxnGetRequest{Txn: txn, Begin: begin, Collection: ref.Collection, Key: ref.Key, GroupSnapshot: ask, ForUpdate: forUpdate}
+	}
+	err := a.run(ctx, false, request{
+		unary: func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
+			var err error
+			m, err = a.t.c.TxnGet(ctx, makeReq(txn, begin), opts...)
+			return m.GetTxn(), err
+		},
+		piped: func(txn string, begin *pb.TxnBegin) *pb.PipelineRequest {
+			return &pb.PipelineRequest{Op: &pb.PipelineRequest_TxnGet{TxnGet: makeReq(txn, begin)}}
+		},
+		answer: func(resp *pb.PipelineResponse) (string, error) {
+			r := resp.GetTxnGet()
+			if r == nil {
+				return "", errWrongAnswer("txn_get")
+			}
+			m = r
+			return r.GetTxn(), nil
+		},
 	})
 	if err != nil {
 		return kv.Record{}, false, err
@@ -358,10 +375,10 @@ func (a *TxnAttempt) Flush(ctx context.Context) error {
 	if cached {
 		return a.errCachedMiss("its writes must reach the server before its commit")
 	}
-	return a.run(ctx, false, func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
+	return a.run(ctx, false, request{unary: func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
 		m, err := a.t.c.TxnWrite(ctx, &pb.TxnWriteRequest{Txn: txn, Begin: begin, Writes: TxnWritesToPB(writes)}, opts...)
 		return m.GetTxn(), err
-	})
+	}})
 }
 
 // Scan sends the writes kept, then reads a page of a range in the attempt.
@@ -403,11 +420,11 @@ func (a *TxnAttempt) readPage(ctx context.Context, call func(txn string, begin *
 		return kv.ScanResult{}, err
 	}
 	var m *pb.ScanResponse
-	err := a.run(ctx, false, func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
+	err := a.run(ctx, false, request{unary: func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
 		var err error
 		m, err = call(txn, begin, opts)
 		return m.GetTxn(), err
-	})
+	}})
 	if err != nil {
 		return kv.ScanResult{}, err
 	}
@@ -443,11 +460,28 @@ func (a *TxnAttempt) Commit(ctx context.Context) (uint64, error) {
 	req.GroupSnapshot = keep
 	var v uint64
 	var snap []*pb.BatchGetItem
-	err := a.run(ctx, true, func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
-		req.Txn, req.Begin = txn, begin
-		m, err := a.t.c.CommitTxn(ctx, req, opts...)
-		v, snap = m.GetVersion(), m.GetSnapshot()
-		return m.GetTxn(), err
+	err := a.run(ctx, true, request{
+		unary: func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
+			req.Txn, req.Begin = txn, begin
+			m, err := a.t.c.CommitTxn(ctx, req, opts...)
+			v, snap = m.GetVersion(), m.GetSnapshot()
+			return m.GetTxn(), err
+		},
+		piped: func(txn string, begin *pb.TxnBegin) *pb.PipelineRequest {
+			req.Txn, req.Begin = txn, begin
+			if proto.Size(req) > PipelineMaxMessage {
+				return nil
+			}
+			return &pb.PipelineRequest{Op: &pb.PipelineRequest_CommitTxn{CommitTxn: req}}
+		},
+		answer: func(resp *pb.PipelineResponse) (string, error) {
+			m := resp.GetCommitTxn()
+			if m == nil {
+				return "", errWrongAnswer("commit_txn")
+			}
+			v, snap = m.GetVersion(), m.GetSnapshot()
+			return m.GetTxn(), nil
+		},
 	})
 	switch {
 	case !keep:
@@ -517,56 +551,133 @@ func (a *TxnAttempt) target(ctx context.Context) (string, *pb.TxnBegin, func(id 
 	}
 }
 
+// errWrongAnswer is the error of a pipelined request of an attempt
+// answered with the result of another operation.
+func errWrongAnswer(op string) error {
+	return kv.Errorf(kv.CodeInternal, "the server answered a pipelined %s with the result of another operation", op)
+}
+
 // oldServerMessage starts the message of a server older than TxnBegin to
 // a request that carries one: it saw no txn.
 const oldServerMessage = "no transaction: give txn, the id BeginTxn or BeginGroupTxn answered"
 
-// run sends one request of the attempt: send makes it with the attempt's
-// id or the begin (target) and the call options, and answers the id in
-// its response and its error. mayApply says whether the request may
-// change the store (a commit): a broken connection after it was sent then
-// leaves its outcome unknown. run answers the error as the caller sees it.
-func (a *TxnAttempt) run(ctx context.Context, mayApply bool, send func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error)) error {
+// request is one request of an attempt (run). unary sends it as a unary
+// RPC with the attempt's id or the begin (target) and the call options,
+// and answers the id in its response and its error. piped, when not nil,
+// makes its message of the Pipeline stream instead (nil: send it as a
+// unary RPC), sent when the TxnClient has a pipeline whose server serves
+// it there; answer takes that message's response, answering the id in it,
+// or an error if it is not the response the request asked for.
+type request struct {
+	unary  func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error)
+	piped  func(txn string, begin *pb.TxnBegin) *pb.PipelineRequest
+	answer func(resp *pb.PipelineResponse) (string, error)
+}
+
+// reply is how a request of an attempt ended.
+type reply struct {
+	// txn is the attempt id its answer named: its response's, or its
+	// failure's when the request began the attempt ("" if none).
+	txn string
+	// err is its error as the caller sees it.
+	err error
+	// unanswered: it failed without the server's handler answering (the
+	// connection broke, a context ended).
+	unanswered bool
+}
+
+// send sends req with the attempt's id or the begin: on the pipeline if
+// it carries req, else as a unary RPC.
+func (a *TxnAttempt) send(ctx context.Context, mayApply bool, id string, begin *pb.TxnBegin, req request) reply {
+	if r, ok := a.sendPiped(ctx, mayApply, id, begin, req); ok {
+		return r
+	}
+	var trailer metadata.MD
+	var p peer.Peer
+	txn, err := req.unary(id, begin, []grpc.CallOption{grpc.Trailer(&trailer), grpc.Peer(&p)})
+	if err == nil {
+		return reply{txn: txn}
+	}
+	r := reply{err: a.t.fail(err, mayApply && p.Addr != nil), unanswered: len(trailer.Get(CodeTrailer)) == 0}
+	if ids := trailer.Get(TxnTrailer); len(ids) > 0 {
+		r.txn = ids[0]
+	}
+	return r
+}
+
+// sendPiped sends req as a message of the pipeline; ok is false when it
+// must go as a unary RPC. A request that carries the begin and whose
+// context ends before its answer comes leaves the attempt it began to be
+// aborted when the answer does (the server's handler goes on after the
+// client gave up, where a unary RPC's would end).
+func (a *TxnAttempt) sendPiped(ctx context.Context, mayApply bool, id string, begin *pb.TxnBegin, req request) (r reply, ok bool) {
+	if a.t.pipe == nil || req.piped == nil {
+		return reply{}, false
+	}
+	m := req.piped(id, begin)
+	if m == nil {
+		return reply{}, false
+	}
+	var late func(*pb.PipelineResponse)
+	if begin != nil {
+		late = func(resp *pb.PipelineResponse) {
+			began := resp.GetError().GetTxn()
+			if resp.GetError() == nil {
+				began, _ = req.answer(resp)
+			}
+			if began != "" {
+				go func() {
+					actx, cancel := context.WithTimeout(context.Background(), abortBegunTimeout)
+					defer cancel()
+					_ = a.t.AbortTxn(actx, began) // a failed abort leaves the attempt to expire
+				}()
+			}
+		}
+	}
+	resp, err := a.t.pipe.Exchange(ctx, m, mayApply, late)
+	switch {
+	case err == ErrPipelineOff || err == ErrPipelineNoOp:
+		return reply{}, false
+	case err != nil:
+		return reply{err: err, unanswered: true}, true
+	}
+	if e := resp.GetError(); e != nil {
+		return reply{txn: e.GetTxn(), err: PipelineErrorFromPB(e, mayApply), unanswered: e.GetCode() == ""}, true
+	}
+	txn, err := req.answer(resp)
+	return reply{txn: txn, err: err}, true
+}
+
+// run sends one request of the attempt (send). mayApply says whether the
+// request may change the store (a commit): a broken connection after it
+// was sent then leaves its outcome unknown. run answers the error as the
+// caller sees it.
+func (a *TxnAttempt) run(ctx context.Context, mayApply bool, req request) error {
 	id, begin, done, err := a.target(ctx)
 	if err != nil {
 		return err
 	}
-	var trailer metadata.MD
-	var p peer.Peer
-	began, rerr := send(id, begin, []grpc.CallOption{grpc.Trailer(&trailer), grpc.Peer(&p)})
+	r := a.send(ctx, mayApply, id, begin, req)
 	if begin == nil {
-		if rerr != nil {
-			return a.t.fail(rerr, mayApply && p.Addr != nil)
-		}
-		return nil
+		return r.err
 	}
-	if rerr != nil {
-		if ids := trailer.Get(TxnTrailer); len(ids) > 0 && ids[0] != "" {
-			began = ids[0]
-		} else {
-			began = ""
-		}
-	}
+	began := r.txn
 	var broken error
 	switch {
-	case rerr == nil && began == "":
+	case r.err == nil && began == "":
 		broken = kv.Errorf(kv.CodeInternal, "the server answered a request that began a transaction without naming the attempt it began")
-		rerr = broken
-	case rerr != nil && began == "" && len(trailer.Get(CodeTrailer)) == 0:
+		r.err = broken
+	case r.err != nil && began == "" && r.unanswered:
 		// The server's handler did not answer (the connection broke, the
 		// context ended): the attempt may have begun there.
-		broken = kv.Errorf(kv.CodeUnavailable, "the request that began this transaction attempt got no answer (%v): the attempt is given up; run the transaction again", a.t.fail(rerr, false))
+		broken = kv.Errorf(kv.CodeUnavailable, "the request that began this transaction attempt got no answer (%v): the attempt is given up; run the transaction again", r.err)
 	}
 	done(began, broken)
-	if rerr == nil {
-		return nil
+	if r.err == nil || r.err == broken {
+		return r.err
 	}
-	if rerr == broken {
-		return rerr
+	if began == "" && kv.CodeOf(r.err) == kv.CodeInvalidArgument && strings.HasPrefix(kv.AsError(r.err).Message, oldServerMessage) {
+		return kv.Errorf(kv.CodeUnimplemented, "the server is older than this client: it cannot begin a transaction in its first operation (%v); upgrade the server", r.err)
 	}
-	err = a.t.fail(rerr, mayApply && p.Addr != nil)
-	if began == "" && kv.CodeOf(err) == kv.CodeInvalidArgument && strings.HasPrefix(kv.AsError(err).Message, oldServerMessage) {
-		return kv.Errorf(kv.CodeUnimplemented, "the server is older than this client: it cannot begin a transaction in its first operation (%v); upgrade the server", err)
-	}
-	return err
+	return r.err
 }

@@ -31,6 +31,9 @@ import (
 // client and the benchmark drivers do.
 type TxnClient struct {
 	c pb.GroupKVClient
+	// pipe, when not nil, carries attempts' gets and commits where its
+	// server serves them (UsePipeline).
+	pipe *PipelineClient
 	// fail turns the error of an RPC into the caller's; sent says whether
 	// a call that may change the store reached a connection.
 	fail func(err error, sent bool) error
@@ -101,6 +104,11 @@ func NewTxnClient(c pb.GroupKVClient, fail func(err error, sent bool) error) *Tx
 	}
 	return &TxnClient{c: c, fail: fail}
 }
+
+// UsePipeline makes the attempts of t (NewAttempt) send their gets and
+// their commits as messages of p's Pipeline stream, where its server serves
+// them there: p must be a client of the same node. The caller closes p.
+func (t *TxnClient) UsePipeline(p *PipelineClient) { t.pipe = p }
 
 func (t *TxnClient) BeginTxn(ctx context.Context, opts kv.TxnOptions) (string, error) {
 	m, err := t.c.BeginTxn(ctx, TxnOptionsToPB(opts))

@@ -59,7 +59,8 @@ func NewGroupKVTxn(txn kv.TxnBackend, plain PlainKV, admin adminDB, opts DriverO
 
 // OpenGroupKVTxn connects to the groupkv server at addr (host:port), over
 // gRPC only: the transactions go through the GroupKV service's transaction
-// RPCs (api.TxnClient) on a connection to addr, where their attempts live;
+// RPCs (api.TxnClient, their gets and commits on its Pipeline stream) on a
+// connection to addr, where their attempts live;
 // the plain reads and writes of the "none" mode, the collection's creation
 // and its loading through the Go client (groupkv.Dial). Each connection
 // multiplexes the calls of every client of the run.
@@ -76,8 +77,23 @@ func OpenGroupKVTxn(ctx context.Context, addr string, opts DriverOptions) (*Grou
 		db.Close()
 		return nil, fmt.Errorf("connecting to %s: %w", addr, err)
 	}
-	g := NewGroupKVTxn(api.NewTxnClient(pb.NewGroupKVClient(conn), nil), db, db, opts)
-	g.closers = []func() error{conn.Close, db.Close}
+	c := pb.NewGroupKVClient(conn)
+	tc := api.NewTxnClient(c, nil)
+	pipe := api.NewPipelineClient(c)
+	tc.UsePipeline(pipe)
+	// The stream's header names what the server serves on it: opened
+	// now, the first transactions go on it too.
+	octx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
+	err = pipe.Open(octx)
+	cancel()
+	if err != nil {
+		pipe.Close()
+		conn.Close()
+		db.Close()
+		return nil, fmt.Errorf("opening the Pipeline stream of %s: %w", addr, err)
+	}
+	g := NewGroupKVTxn(tc, db, db, opts)
+	g.closers = []func() error{func() error { pipe.Close(); return nil }, conn.Close, db.Close}
 	g.metrics = metricsURLs([]string{addr})
 	return g, nil
 }

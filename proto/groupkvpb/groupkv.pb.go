@@ -918,6 +918,8 @@ type PipelineRequest struct {
 	//	*PipelineRequest_Get
 	//	*PipelineRequest_Delete
 	//	*PipelineRequest_Scan
+	//	*PipelineRequest_TxnGet
+	//	*PipelineRequest_CommitTxn
 	Op isPipelineRequest_Op `protobuf_oneof:"op"`
 	// batch, when not empty, makes the message a carrier of the requests in
 	// it, each served as if it came in a message of its own; the carrier's
@@ -1016,6 +1018,24 @@ func (x *PipelineRequest) GetScan() *ScanRequest {
 	return nil
 }
 
+func (x *PipelineRequest) GetTxnGet() *TxnGetRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineRequest_TxnGet); ok {
+			return x.TxnGet
+		}
+	}
+	return nil
+}
+
+func (x *PipelineRequest) GetCommitTxn() *CommitTxnRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineRequest_CommitTxn); ok {
+			return x.CommitTxn
+		}
+	}
+	return nil
+}
+
 func (x *PipelineRequest) GetBatch() []*PipelineRequest {
 	if x != nil {
 		return x.Batch
@@ -1045,6 +1065,16 @@ type PipelineRequest_Scan struct {
 	Scan *ScanRequest `protobuf:"bytes,7,opt,name=scan,proto3,oneof"`
 }
 
+type PipelineRequest_TxnGet struct {
+	// txn_get and commit_txn are sent only to a server that announced
+	// transactions (see the Pipeline RPC).
+	TxnGet *TxnGetRequest `protobuf:"bytes,8,opt,name=txn_get,json=txnGet,proto3,oneof"`
+}
+
+type PipelineRequest_CommitTxn struct {
+	CommitTxn *CommitTxnRequest `protobuf:"bytes,9,opt,name=commit_txn,json=commitTxn,proto3,oneof"`
+}
+
 func (*PipelineRequest_Put) isPipelineRequest_Op() {}
 
 func (*PipelineRequest_Get) isPipelineRequest_Op() {}
@@ -1052,6 +1082,10 @@ func (*PipelineRequest_Get) isPipelineRequest_Op() {}
 func (*PipelineRequest_Delete) isPipelineRequest_Op() {}
 
 func (*PipelineRequest_Scan) isPipelineRequest_Op() {}
+
+func (*PipelineRequest_TxnGet) isPipelineRequest_Op() {}
+
+func (*PipelineRequest_CommitTxn) isPipelineRequest_Op() {}
 
 type PipelineResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1063,6 +1097,8 @@ type PipelineResponse struct {
 	//	*PipelineResponse_Delete
 	//	*PipelineResponse_Error
 	//	*PipelineResponse_Scan
+	//	*PipelineResponse_TxnGet
+	//	*PipelineResponse_CommitTxn
 	Result isPipelineResponse_Result `protobuf_oneof:"result"`
 	// batch, when not empty, makes the message a carrier of the responses in
 	// it; its own id and result are not read. Sent only to a client that
@@ -1161,6 +1197,24 @@ func (x *PipelineResponse) GetScan() *ScanResponse {
 	return nil
 }
 
+func (x *PipelineResponse) GetTxnGet() *TxnGetResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResponse_TxnGet); ok {
+			return x.TxnGet
+		}
+	}
+	return nil
+}
+
+func (x *PipelineResponse) GetCommitTxn() *CommitTxnResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResponse_CommitTxn); ok {
+			return x.CommitTxn
+		}
+	}
+	return nil
+}
+
 func (x *PipelineResponse) GetBatch() []*PipelineResponse {
 	if x != nil {
 		return x.Batch
@@ -1192,6 +1246,14 @@ type PipelineResponse_Scan struct {
 	Scan *ScanResponse `protobuf:"bytes,7,opt,name=scan,proto3,oneof"`
 }
 
+type PipelineResponse_TxnGet struct {
+	TxnGet *TxnGetResponse `protobuf:"bytes,8,opt,name=txn_get,json=txnGet,proto3,oneof"`
+}
+
+type PipelineResponse_CommitTxn struct {
+	CommitTxn *CommitTxnResponse `protobuf:"bytes,9,opt,name=commit_txn,json=commitTxn,proto3,oneof"`
+}
+
 func (*PipelineResponse_Put) isPipelineResponse_Result() {}
 
 func (*PipelineResponse_Get) isPipelineResponse_Result() {}
@@ -1202,6 +1264,10 @@ func (*PipelineResponse_Error) isPipelineResponse_Result() {}
 
 func (*PipelineResponse_Scan) isPipelineResponse_Result() {}
 
+func (*PipelineResponse_TxnGet) isPipelineResponse_Result() {}
+
+func (*PipelineResponse_CommitTxn) isPipelineResponse_Result() {}
+
 // PipelineError is a pipelined request's failure: the groupkv error code
 // ("" for a request whose context ended: see grpc_code) and message, as a
 // unary RPC's ErrorDetail and status message carry them.
@@ -1210,7 +1276,11 @@ type PipelineError struct {
 	Code    string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
 	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	// grpc_code is the gRPC status code the unary RPC would have answered.
-	GrpcCode      uint32 `protobuf:"varint,3,opt,name=grpc_code,json=grpcCode,proto3" json:"grpc_code,omitempty"`
+	GrpcCode uint32 `protobuf:"varint,3,opt,name=grpc_code,json=grpcCode,proto3" json:"grpc_code,omitempty"`
+	// txn, for a transaction's request that began its attempt (a TxnBegin in
+	// place of an id), names the attempt it began, as the unary RPC's
+	// trailer "groupkv-txn" does.
+	Txn           string `protobuf:"bytes,4,opt,name=txn,proto3" json:"txn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1264,6 +1334,13 @@ func (x *PipelineError) GetGrpcCode() uint32 {
 		return x.GrpcCode
 	}
 	return 0
+}
+
+func (x *PipelineError) GetTxn() string {
+	if x != nil {
+		return x.Txn
+	}
+	return ""
 }
 
 type ReadyRequest struct {
@@ -4726,29 +4803,36 @@ const file_groupkv_proto_rawDesc = "" +
 	"if_version\x18\x03 \x01(\x04H\x00R\tifVersion\x88\x01\x01B\r\n" +
 	"\v_if_version\"*\n" +
 	"\x0eDeleteResponse\x12\x18\n" +
-	"\aversion\x18\x01 \x01(\x04R\aversion\"\xbd\x02\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\"\xb2\x03\n" +
 	"\x0fPipelineRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12%\n" +
 	"\x0etimeout_micros\x18\x02 \x01(\x04R\rtimeoutMicros\x12*\n" +
 	"\x03put\x18\x03 \x01(\v2\x16.groupkv.v1.PutRequestH\x00R\x03put\x12*\n" +
 	"\x03get\x18\x04 \x01(\v2\x16.groupkv.v1.GetRequestH\x00R\x03get\x123\n" +
 	"\x06delete\x18\x05 \x01(\v2\x19.groupkv.v1.DeleteRequestH\x00R\x06delete\x12-\n" +
-	"\x04scan\x18\a \x01(\v2\x17.groupkv.v1.ScanRequestH\x00R\x04scan\x121\n" +
+	"\x04scan\x18\a \x01(\v2\x17.groupkv.v1.ScanRequestH\x00R\x04scan\x124\n" +
+	"\atxn_get\x18\b \x01(\v2\x19.groupkv.v1.TxnGetRequestH\x00R\x06txnGet\x12=\n" +
+	"\n" +
+	"commit_txn\x18\t \x01(\v2\x1c.groupkv.v1.CommitTxnRequestH\x00R\tcommitTxn\x121\n" +
 	"\x05batch\x18\x06 \x03(\v2\x1b.groupkv.v1.PipelineRequestR\x05batchB\x04\n" +
-	"\x02op\"\xd3\x02\n" +
+	"\x02op\"\xca\x03\n" +
 	"\x10PipelineResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12+\n" +
 	"\x03put\x18\x02 \x01(\v2\x17.groupkv.v1.PutResponseH\x00R\x03put\x12+\n" +
 	"\x03get\x18\x03 \x01(\v2\x17.groupkv.v1.GetResponseH\x00R\x03get\x124\n" +
 	"\x06delete\x18\x04 \x01(\v2\x1a.groupkv.v1.DeleteResponseH\x00R\x06delete\x121\n" +
 	"\x05error\x18\x05 \x01(\v2\x19.groupkv.v1.PipelineErrorH\x00R\x05error\x12.\n" +
-	"\x04scan\x18\a \x01(\v2\x18.groupkv.v1.ScanResponseH\x00R\x04scan\x122\n" +
+	"\x04scan\x18\a \x01(\v2\x18.groupkv.v1.ScanResponseH\x00R\x04scan\x125\n" +
+	"\atxn_get\x18\b \x01(\v2\x1a.groupkv.v1.TxnGetResponseH\x00R\x06txnGet\x12>\n" +
+	"\n" +
+	"commit_txn\x18\t \x01(\v2\x1d.groupkv.v1.CommitTxnResponseH\x00R\tcommitTxn\x122\n" +
 	"\x05batch\x18\x06 \x03(\v2\x1c.groupkv.v1.PipelineResponseR\x05batchB\b\n" +
-	"\x06result\"Z\n" +
+	"\x06result\"l\n" +
 	"\rPipelineError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1b\n" +
-	"\tgrpc_code\x18\x03 \x01(\rR\bgrpcCode\"\x0e\n" +
+	"\tgrpc_code\x18\x03 \x01(\rR\bgrpcCode\x12\x10\n" +
+	"\x03txn\x18\x04 \x01(\tR\x03txn\"\x0e\n" +
 	"\fReadyRequest\"\x0f\n" +
 	"\rReadyResponse\":\n" +
 	"\x06KeyRef\x12\x1e\n" +
@@ -5131,114 +5215,118 @@ var file_groupkv_proto_depIdxs = []int32{
 	11, // 3: groupkv.v1.PipelineRequest.get:type_name -> groupkv.v1.GetRequest
 	13, // 4: groupkv.v1.PipelineRequest.delete:type_name -> groupkv.v1.DeleteRequest
 	33, // 5: groupkv.v1.PipelineRequest.scan:type_name -> groupkv.v1.ScanRequest
-	15, // 6: groupkv.v1.PipelineRequest.batch:type_name -> groupkv.v1.PipelineRequest
-	10, // 7: groupkv.v1.PipelineResponse.put:type_name -> groupkv.v1.PutResponse
-	12, // 8: groupkv.v1.PipelineResponse.get:type_name -> groupkv.v1.GetResponse
-	14, // 9: groupkv.v1.PipelineResponse.delete:type_name -> groupkv.v1.DeleteResponse
-	17, // 10: groupkv.v1.PipelineResponse.error:type_name -> groupkv.v1.PipelineError
-	34, // 11: groupkv.v1.PipelineResponse.scan:type_name -> groupkv.v1.ScanResponse
-	16, // 12: groupkv.v1.PipelineResponse.batch:type_name -> groupkv.v1.PipelineResponse
-	20, // 13: groupkv.v1.BatchGetRequest.keys:type_name -> groupkv.v1.KeyRef
-	22, // 14: groupkv.v1.BatchGetResponse.items:type_name -> groupkv.v1.BatchGetItem
-	24, // 15: groupkv.v1.BatchPutRequest.items:type_name -> groupkv.v1.PutItem
-	20, // 16: groupkv.v1.BatchDeleteRequest.keys:type_name -> groupkv.v1.KeyRef
-	27, // 17: groupkv.v1.BatchWriteResponse.results:type_name -> groupkv.v1.WriteResult
-	27, // 18: groupkv.v1.BatchErrorDetail.applied:type_name -> groupkv.v1.WriteResult
-	32, // 19: groupkv.v1.ScanResponse.items:type_name -> groupkv.v1.Record
-	39, // 20: groupkv.v1.TxnGetRequest.begin:type_name -> groupkv.v1.TxnBegin
-	22, // 21: groupkv.v1.TxnGetResponse.snapshot:type_name -> groupkv.v1.BatchGetItem
-	39, // 22: groupkv.v1.TxnWriteRequest.begin:type_name -> groupkv.v1.TxnBegin
-	56, // 23: groupkv.v1.TxnWriteRequest.writes:type_name -> groupkv.v1.TxnOp
-	39, // 24: groupkv.v1.TxnScanRequest.begin:type_name -> groupkv.v1.TxnBegin
-	39, // 25: groupkv.v1.TxnTagQuery.begin:type_name -> groupkv.v1.TxnBegin
-	39, // 26: groupkv.v1.CommitTxnRequest.begin:type_name -> groupkv.v1.TxnBegin
-	56, // 27: groupkv.v1.CommitTxnRequest.writes:type_name -> groupkv.v1.TxnOp
-	20, // 28: groupkv.v1.CommitTxnRequest.snapshot_reads:type_name -> groupkv.v1.KeyRef
-	22, // 29: groupkv.v1.CommitTxnRequest.cached_reads:type_name -> groupkv.v1.BatchGetItem
-	22, // 30: groupkv.v1.CommitTxnResponse.snapshot:type_name -> groupkv.v1.BatchGetItem
-	55, // 31: groupkv.v1.ExecTxnRequest.compares:type_name -> groupkv.v1.Compare
-	56, // 32: groupkv.v1.ExecTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
-	56, // 33: groupkv.v1.ExecTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
-	58, // 34: groupkv.v1.ExecTxnResponse.results:type_name -> groupkv.v1.TxnOpResult
-	20, // 35: groupkv.v1.CreateGroupRequest.leader:type_name -> groupkv.v1.KeyRef
-	20, // 36: groupkv.v1.CreateGroupRequest.members:type_name -> groupkv.v1.KeyRef
-	20, // 37: groupkv.v1.CreateGroupResponse.joined:type_name -> groupkv.v1.KeyRef
-	61, // 38: groupkv.v1.CreateGroupResponse.refused:type_name -> groupkv.v1.GroupRefusal
-	20, // 39: groupkv.v1.GroupInfo.leader:type_name -> groupkv.v1.KeyRef
-	20, // 40: groupkv.v1.GroupInfo.members:type_name -> groupkv.v1.KeyRef
-	64, // 41: groupkv.v1.ListGroupsResponse.groups:type_name -> groupkv.v1.GroupInfo
-	55, // 42: groupkv.v1.ExecGroupTxnRequest.compares:type_name -> groupkv.v1.Compare
-	56, // 43: groupkv.v1.ExecGroupTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
-	56, // 44: groupkv.v1.ExecGroupTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
-	1,  // 45: groupkv.v1.GroupKV.CreateCollection:input_type -> groupkv.v1.CreateCollectionRequest
-	4,  // 46: groupkv.v1.GroupKV.ListCollections:input_type -> groupkv.v1.ListCollectionsRequest
-	6,  // 47: groupkv.v1.GroupKV.DescribeCollection:input_type -> groupkv.v1.DescribeCollectionRequest
-	7,  // 48: groupkv.v1.GroupKV.DropCollection:input_type -> groupkv.v1.DropCollectionRequest
-	9,  // 49: groupkv.v1.GroupKV.Put:input_type -> groupkv.v1.PutRequest
-	11, // 50: groupkv.v1.GroupKV.Get:input_type -> groupkv.v1.GetRequest
-	13, // 51: groupkv.v1.GroupKV.Delete:input_type -> groupkv.v1.DeleteRequest
-	21, // 52: groupkv.v1.GroupKV.BatchGet:input_type -> groupkv.v1.BatchGetRequest
-	25, // 53: groupkv.v1.GroupKV.BatchPut:input_type -> groupkv.v1.BatchPutRequest
-	26, // 54: groupkv.v1.GroupKV.BatchDelete:input_type -> groupkv.v1.BatchDeleteRequest
-	30, // 55: groupkv.v1.GroupKV.DeleteRange:input_type -> groupkv.v1.DeleteRangeRequest
-	33, // 56: groupkv.v1.GroupKV.Scan:input_type -> groupkv.v1.ScanRequest
-	35, // 57: groupkv.v1.GroupKV.GetByTags:input_type -> groupkv.v1.TagQuery
-	36, // 58: groupkv.v1.GroupKV.Watch:input_type -> groupkv.v1.WatchRequest
-	15, // 59: groupkv.v1.GroupKV.Pipeline:input_type -> groupkv.v1.PipelineRequest
-	18, // 60: groupkv.v1.GroupKV.Ready:input_type -> groupkv.v1.ReadyRequest
-	38, // 61: groupkv.v1.GroupKV.BeginTxn:input_type -> groupkv.v1.BeginTxnRequest
-	41, // 62: groupkv.v1.GroupKV.TxnGet:input_type -> groupkv.v1.TxnGetRequest
-	43, // 63: groupkv.v1.GroupKV.TxnPut:input_type -> groupkv.v1.TxnPutRequest
-	45, // 64: groupkv.v1.GroupKV.TxnDelete:input_type -> groupkv.v1.TxnDeleteRequest
-	47, // 65: groupkv.v1.GroupKV.TxnWrite:input_type -> groupkv.v1.TxnWriteRequest
-	49, // 66: groupkv.v1.GroupKV.TxnScan:input_type -> groupkv.v1.TxnScanRequest
-	50, // 67: groupkv.v1.GroupKV.TxnGetByTags:input_type -> groupkv.v1.TxnTagQuery
-	51, // 68: groupkv.v1.GroupKV.CommitTxn:input_type -> groupkv.v1.CommitTxnRequest
-	53, // 69: groupkv.v1.GroupKV.AbortTxn:input_type -> groupkv.v1.AbortTxnRequest
-	57, // 70: groupkv.v1.GroupKV.ExecTxn:input_type -> groupkv.v1.ExecTxnRequest
-	60, // 71: groupkv.v1.GroupKV.CreateGroup:input_type -> groupkv.v1.CreateGroupRequest
-	63, // 72: groupkv.v1.GroupKV.DescribeGroup:input_type -> groupkv.v1.DescribeGroupRequest
-	65, // 73: groupkv.v1.GroupKV.ListGroups:input_type -> groupkv.v1.ListGroupsRequest
-	67, // 74: groupkv.v1.GroupKV.DeleteGroup:input_type -> groupkv.v1.DeleteGroupRequest
-	69, // 75: groupkv.v1.GroupKV.BeginGroupTxn:input_type -> groupkv.v1.BeginGroupTxnRequest
-	70, // 76: groupkv.v1.GroupKV.ExecGroupTxn:input_type -> groupkv.v1.ExecGroupTxnRequest
-	3,  // 77: groupkv.v1.GroupKV.CreateCollection:output_type -> groupkv.v1.CollectionInfo
-	5,  // 78: groupkv.v1.GroupKV.ListCollections:output_type -> groupkv.v1.ListCollectionsResponse
-	3,  // 79: groupkv.v1.GroupKV.DescribeCollection:output_type -> groupkv.v1.CollectionInfo
-	8,  // 80: groupkv.v1.GroupKV.DropCollection:output_type -> groupkv.v1.DropCollectionResponse
-	10, // 81: groupkv.v1.GroupKV.Put:output_type -> groupkv.v1.PutResponse
-	12, // 82: groupkv.v1.GroupKV.Get:output_type -> groupkv.v1.GetResponse
-	14, // 83: groupkv.v1.GroupKV.Delete:output_type -> groupkv.v1.DeleteResponse
-	23, // 84: groupkv.v1.GroupKV.BatchGet:output_type -> groupkv.v1.BatchGetResponse
-	28, // 85: groupkv.v1.GroupKV.BatchPut:output_type -> groupkv.v1.BatchWriteResponse
-	28, // 86: groupkv.v1.GroupKV.BatchDelete:output_type -> groupkv.v1.BatchWriteResponse
-	31, // 87: groupkv.v1.GroupKV.DeleteRange:output_type -> groupkv.v1.DeleteRangeResponse
-	34, // 88: groupkv.v1.GroupKV.Scan:output_type -> groupkv.v1.ScanResponse
-	34, // 89: groupkv.v1.GroupKV.GetByTags:output_type -> groupkv.v1.ScanResponse
-	37, // 90: groupkv.v1.GroupKV.Watch:output_type -> groupkv.v1.Event
-	16, // 91: groupkv.v1.GroupKV.Pipeline:output_type -> groupkv.v1.PipelineResponse
-	19, // 92: groupkv.v1.GroupKV.Ready:output_type -> groupkv.v1.ReadyResponse
-	40, // 93: groupkv.v1.GroupKV.BeginTxn:output_type -> groupkv.v1.BeginTxnResponse
-	42, // 94: groupkv.v1.GroupKV.TxnGet:output_type -> groupkv.v1.TxnGetResponse
-	44, // 95: groupkv.v1.GroupKV.TxnPut:output_type -> groupkv.v1.TxnPutResponse
-	46, // 96: groupkv.v1.GroupKV.TxnDelete:output_type -> groupkv.v1.TxnDeleteResponse
-	48, // 97: groupkv.v1.GroupKV.TxnWrite:output_type -> groupkv.v1.TxnWriteResponse
-	34, // 98: groupkv.v1.GroupKV.TxnScan:output_type -> groupkv.v1.ScanResponse
-	34, // 99: groupkv.v1.GroupKV.TxnGetByTags:output_type -> groupkv.v1.ScanResponse
-	52, // 100: groupkv.v1.GroupKV.CommitTxn:output_type -> groupkv.v1.CommitTxnResponse
-	54, // 101: groupkv.v1.GroupKV.AbortTxn:output_type -> groupkv.v1.AbortTxnResponse
-	59, // 102: groupkv.v1.GroupKV.ExecTxn:output_type -> groupkv.v1.ExecTxnResponse
-	62, // 103: groupkv.v1.GroupKV.CreateGroup:output_type -> groupkv.v1.CreateGroupResponse
-	64, // 104: groupkv.v1.GroupKV.DescribeGroup:output_type -> groupkv.v1.GroupInfo
-	66, // 105: groupkv.v1.GroupKV.ListGroups:output_type -> groupkv.v1.ListGroupsResponse
-	68, // 106: groupkv.v1.GroupKV.DeleteGroup:output_type -> groupkv.v1.DeleteGroupResponse
-	40, // 107: groupkv.v1.GroupKV.BeginGroupTxn:output_type -> groupkv.v1.BeginTxnResponse
-	59, // 108: groupkv.v1.GroupKV.ExecGroupTxn:output_type -> groupkv.v1.ExecTxnResponse
-	77, // [77:109] is the sub-list for method output_type
-	45, // [45:77] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	41, // 6: groupkv.v1.PipelineRequest.txn_get:type_name -> groupkv.v1.TxnGetRequest
+	51, // 7: groupkv.v1.PipelineRequest.commit_txn:type_name -> groupkv.v1.CommitTxnRequest
+	15, // 8: groupkv.v1.PipelineRequest.batch:type_name -> groupkv.v1.PipelineRequest
+	10, // 9: groupkv.v1.PipelineResponse.put:type_name -> groupkv.v1.PutResponse
+	12, // 10: groupkv.v1.PipelineResponse.get:type_name -> groupkv.v1.GetResponse
+	14, // 11: groupkv.v1.PipelineResponse.delete:type_name -> groupkv.v1.DeleteResponse
+	17, // 12: groupkv.v1.PipelineResponse.error:type_name -> groupkv.v1.PipelineError
+	34, // 13: groupkv.v1.PipelineResponse.scan:type_name -> groupkv.v1.ScanResponse
+	42, // 14: groupkv.v1.PipelineResponse.txn_get:type_name -> groupkv.v1.TxnGetResponse
+	52, // 15: groupkv.v1.PipelineResponse.commit_txn:type_name -> groupkv.v1.CommitTxnResponse
+	16, // 16: groupkv.v1.PipelineResponse.batch:type_name -> groupkv.v1.PipelineResponse
+	20, // 17: groupkv.v1.BatchGetRequest.keys:type_name -> groupkv.v1.KeyRef
+	22, // 18: groupkv.v1.BatchGetResponse.items:type_name -> groupkv.v1.BatchGetItem
+	24, // 19: groupkv.v1.BatchPutRequest.items:type_name -> groupkv.v1.PutItem
+	20, // 20: groupkv.v1.BatchDeleteRequest.keys:type_name -> groupkv.v1.KeyRef
+	27, // 21: groupkv.v1.BatchWriteResponse.results:type_name -> groupkv.v1.WriteResult
+	27, // 22: groupkv.v1.BatchErrorDetail.applied:type_name -> groupkv.v1.WriteResult
+	32, // 23: groupkv.v1.ScanResponse.items:type_name -> groupkv.v1.Record
+	39, // 24: groupkv.v1.TxnGetRequest.begin:type_name -> groupkv.v1.TxnBegin
+	22, // 25: groupkv.v1.TxnGetResponse.snapshot:type_name -> groupkv.v1.BatchGetItem
+	39, // 26: groupkv.v1.TxnWriteRequest.begin:type_name -> groupkv.v1.TxnBegin
+	56, // 27: groupkv.v1.TxnWriteRequest.writes:type_name -> groupkv.v1.TxnOp
+	39, // 28: groupkv.v1.TxnScanRequest.begin:type_name -> groupkv.v1.TxnBegin
+	39, // 29: groupkv.v1.TxnTagQuery.begin:type_name -> groupkv.v1.TxnBegin
+	39, // 30: groupkv.v1.CommitTxnRequest.begin:type_name -> groupkv.v1.TxnBegin
+	56, // 31: groupkv.v1.CommitTxnRequest.writes:type_name -> groupkv.v1.TxnOp
+	20, // 32: groupkv.v1.CommitTxnRequest.snapshot_reads:type_name -> groupkv.v1.KeyRef
+	22, // 33: groupkv.v1.CommitTxnRequest.cached_reads:type_name -> groupkv.v1.BatchGetItem
+	22, // 34: groupkv.v1.CommitTxnResponse.snapshot:type_name -> groupkv.v1.BatchGetItem
+	55, // 35: groupkv.v1.ExecTxnRequest.compares:type_name -> groupkv.v1.Compare
+	56, // 36: groupkv.v1.ExecTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
+	56, // 37: groupkv.v1.ExecTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
+	58, // 38: groupkv.v1.ExecTxnResponse.results:type_name -> groupkv.v1.TxnOpResult
+	20, // 39: groupkv.v1.CreateGroupRequest.leader:type_name -> groupkv.v1.KeyRef
+	20, // 40: groupkv.v1.CreateGroupRequest.members:type_name -> groupkv.v1.KeyRef
+	20, // 41: groupkv.v1.CreateGroupResponse.joined:type_name -> groupkv.v1.KeyRef
+	61, // 42: groupkv.v1.CreateGroupResponse.refused:type_name -> groupkv.v1.GroupRefusal
+	20, // 43: groupkv.v1.GroupInfo.leader:type_name -> groupkv.v1.KeyRef
+	20, // 44: groupkv.v1.GroupInfo.members:type_name -> groupkv.v1.KeyRef
+	64, // 45: groupkv.v1.ListGroupsResponse.groups:type_name -> groupkv.v1.GroupInfo
+	55, // 46: groupkv.v1.ExecGroupTxnRequest.compares:type_name -> groupkv.v1.Compare
+	56, // 47: groupkv.v1.ExecGroupTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
+	56, // 48: groupkv.v1.ExecGroupTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
+	1,  // 49: groupkv.v1.GroupKV.CreateCollection:input_type -> groupkv.v1.CreateCollectionRequest
+	4,  // 50: groupkv.v1.GroupKV.ListCollections:input_type -> groupkv.v1.ListCollectionsRequest
+	6,  // 51: groupkv.v1.GroupKV.DescribeCollection:input_type -> groupkv.v1.DescribeCollectionRequest
+	7,  // 52: groupkv.v1.GroupKV.DropCollection:input_type -> groupkv.v1.DropCollectionRequest
+	9,  // 53: groupkv.v1.GroupKV.Put:input_type -> groupkv.v1.PutRequest
+	11, // 54: groupkv.v1.GroupKV.Get:input_type -> groupkv.v1.GetRequest
+	13, // 55: groupkv.v1.GroupKV.Delete:input_type -> groupkv.v1.DeleteRequest
+	21, // 56: groupkv.v1.GroupKV.BatchGet:input_type -> groupkv.v1.BatchGetRequest
+	25, // 57: groupkv.v1.GroupKV.BatchPut:input_type -> groupkv.v1.BatchPutRequest
+	26, // 58: groupkv.v1.GroupKV.BatchDelete:input_type -> groupkv.v1.BatchDeleteRequest
+	30, // 59: groupkv.v1.GroupKV.DeleteRange:input_type -> groupkv.v1.DeleteRangeRequest
+	33, // 60: groupkv.v1.GroupKV.Scan:input_type -> groupkv.v1.ScanRequest
+	35, // 61: groupkv.v1.GroupKV.GetByTags:input_type -> groupkv.v1.TagQuery
+	36, // 62: groupkv.v1.GroupKV.Watch:input_type -> groupkv.v1.WatchRequest
+	15, // 63: groupkv.v1.GroupKV.Pipeline:input_type -> groupkv.v1.PipelineRequest
+	18, // 64: groupkv.v1.GroupKV.Ready:input_type -> groupkv.v1.ReadyRequest
+	38, // 65: groupkv.v1.GroupKV.BeginTxn:input_type -> groupkv.v1.BeginTxnRequest
+	41, // 66: groupkv.v1.GroupKV.TxnGet:input_type -> groupkv.v1.TxnGetRequest
+	43, // 67: groupkv.v1.GroupKV.TxnPut:input_type -> groupkv.v1.TxnPutRequest
+	45, // 68: groupkv.v1.GroupKV.TxnDelete:input_type -> groupkv.v1.TxnDeleteRequest
+	47, // 69: groupkv.v1.GroupKV.TxnWrite:input_type -> groupkv.v1.TxnWriteRequest
+	49, // 70: groupkv.v1.GroupKV.TxnScan:input_type -> groupkv.v1.TxnScanRequest
+	50, // 71: groupkv.v1.GroupKV.TxnGetByTags:input_type -> groupkv.v1.TxnTagQuery
+	51, // 72: groupkv.v1.GroupKV.CommitTxn:input_type -> groupkv.v1.CommitTxnRequest
+	53, // 73: groupkv.v1.GroupKV.AbortTxn:input_type -> groupkv.v1.AbortTxnRequest
+	57, // 74: groupkv.v1.GroupKV.ExecTxn:input_type -> groupkv.v1.ExecTxnRequest
+	60, // 75: groupkv.v1.GroupKV.CreateGroup:input_type -> groupkv.v1.CreateGroupRequest
+	63, // 76: groupkv.v1.GroupKV.DescribeGroup:input_type -> groupkv.v1.DescribeGroupRequest
+	65, // 77: groupkv.v1.GroupKV.ListGroups:input_type -> groupkv.v1.ListGroupsRequest
+	67, // 78: groupkv.v1.GroupKV.DeleteGroup:input_type -> groupkv.v1.DeleteGroupRequest
+	69, // 79: groupkv.v1.GroupKV.BeginGroupTxn:input_type -> groupkv.v1.BeginGroupTxnRequest
+	70, // 80: groupkv.v1.GroupKV.ExecGroupTxn:input_type -> groupkv.v1.ExecGroupTxnRequest
+	3,  // 81: groupkv.v1.GroupKV.CreateCollection:output_type -> groupkv.v1.CollectionInfo
+	5,  // 82: groupkv.v1.GroupKV.ListCollections:output_type -> groupkv.v1.ListCollectionsResponse
+	3,  // 83: groupkv.v1.GroupKV.DescribeCollection:output_type -> groupkv.v1.CollectionInfo
+	8,  // 84: groupkv.v1.GroupKV.DropCollection:output_type -> groupkv.v1.DropCollectionResponse
+	10, // 85: groupkv.v1.GroupKV.Put:output_type -> groupkv.v1.PutResponse
+	12, // 86: groupkv.v1.GroupKV.Get:output_type -> groupkv.v1.GetResponse
+	14, // 87: groupkv.v1.GroupKV.Delete:output_type -> groupkv.v1.DeleteResponse
+	23, // 88: groupkv.v1.GroupKV.BatchGet:output_type -> groupkv.v1.BatchGetResponse
+	28, // 89: groupkv.v1.GroupKV.BatchPut:output_type -> groupkv.v1.BatchWriteResponse
+	28, // 90: groupkv.v1.GroupKV.BatchDelete:output_type -> groupkv.v1.BatchWriteResponse
+	31, // 91: groupkv.v1.GroupKV.DeleteRange:output_type -> groupkv.v1.DeleteRangeResponse
+	34, // 92: groupkv.v1.GroupKV.Scan:output_type -> groupkv.v1.ScanResponse
+	34, // 93: groupkv.v1.GroupKV.GetByTags:output_type -> groupkv.v1.ScanResponse
+	37, // 94: groupkv.v1.GroupKV.Watch:output_type -> groupkv.v1.Event
+	16, // 95: groupkv.v1.GroupKV.Pipeline:output_type -> groupkv.v1.PipelineResponse
+	19, // 96: groupkv.v1.GroupKV.Ready:output_type -> groupkv.v1.ReadyResponse
+	40, // 97: groupkv.v1.GroupKV.BeginTxn:output_type -> groupkv.v1.BeginTxnResponse
+	42, // 98: groupkv.v1.GroupKV.TxnGet:output_type -> groupkv.v1.TxnGetResponse
+	44, // 99: groupkv.v1.GroupKV.TxnPut:output_type -> groupkv.v1.TxnPutResponse
+	46, // 100: groupkv.v1.GroupKV.TxnDelete:output_type -> groupkv.v1.TxnDeleteResponse
+	48, // 101: groupkv.v1.GroupKV.TxnWrite:output_type -> groupkv.v1.TxnWriteResponse
+	34, // 102: groupkv.v1.GroupKV.TxnScan:output_type -> groupkv.v1.ScanResponse
+	34, // 103: groupkv.v1.GroupKV.TxnGetByTags:output_type -> groupkv.v1.ScanResponse
+	52, // 104: groupkv.v1.GroupKV.CommitTxn:output_type -> groupkv.v1.CommitTxnResponse
+	54, // 105: groupkv.v1.GroupKV.AbortTxn:output_type -> groupkv.v1.AbortTxnResponse
+	59, // 106: groupkv.v1.GroupKV.ExecTxn:output_type -> groupkv.v1.ExecTxnResponse
+	62, // 107: groupkv.v1.GroupKV.CreateGroup:output_type -> groupkv.v1.CreateGroupResponse
+	64, // 108: groupkv.v1.GroupKV.DescribeGroup:output_type -> groupkv.v1.GroupInfo
+	66, // 109: groupkv.v1.GroupKV.ListGroups:output_type -> groupkv.v1.ListGroupsResponse
+	68, // 110: groupkv.v1.GroupKV.DeleteGroup:output_type -> groupkv.v1.DeleteGroupResponse
+	40, // 111: groupkv.v1.GroupKV.BeginGroupTxn:output_type -> groupkv.v1.BeginTxnResponse
+	59, // 112: groupkv.v1.GroupKV.ExecGroupTxn:output_type -> groupkv.v1.ExecTxnResponse
+	81, // [81:113] is the sub-list for method output_type
+	49, // [49:81] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_groupkv_proto_init() }
@@ -5253,6 +5341,8 @@ func file_groupkv_proto_init() {
 		(*PipelineRequest_Get)(nil),
 		(*PipelineRequest_Delete)(nil),
 		(*PipelineRequest_Scan)(nil),
+		(*PipelineRequest_TxnGet)(nil),
+		(*PipelineRequest_CommitTxn)(nil),
 	}
 	file_groupkv_proto_msgTypes[16].OneofWrappers = []any{
 		(*PipelineResponse_Put)(nil),
@@ -5260,6 +5350,8 @@ func file_groupkv_proto_init() {
 		(*PipelineResponse_Delete)(nil),
 		(*PipelineResponse_Error)(nil),
 		(*PipelineResponse_Scan)(nil),
+		(*PipelineResponse_TxnGet)(nil),
+		(*PipelineResponse_CommitTxn)(nil),
 	}
 	file_groupkv_proto_msgTypes[24].OneofWrappers = []any{}
 	file_groupkv_proto_msgTypes[55].OneofWrappers = []any{

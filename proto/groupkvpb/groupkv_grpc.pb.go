@@ -136,6 +136,16 @@ type GroupKVClient interface {
 	// stream's header. A client sends a scan (PipelineRequest.scan) only to a
 	// server that said so, and Go clients only a scan of at most 128 records
 	// (a message of the stream holds up those behind it while it is sent).
+	//
+	// Transactions: likewise, a client that opens the stream with
+	// "groupkv-pipeline-ops: txn" (the key may hold several values) asks
+	// whether the server serves a transaction's gets and commits on it
+	// (PipelineRequest.txn_get, commit_txn); a server that does names "txn"
+	// under the same key in its header. They are served as TxnGet and
+	// CommitTxn serve them, and a failed one that began its attempt names the
+	// attempt in its PipelineError (txn), as the unary RPCs name it in their
+	// trailer. Go clients send a commit there only when its message is at
+	// most 64 KiB.
 	Pipeline(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PipelineRequest, PipelineResponse], error)
 	// Ready answers OK when the node serves requests (kv.Backend.Ready), and
 	// the error that says why not otherwise.
@@ -580,6 +590,16 @@ type GroupKVServer interface {
 	// stream's header. A client sends a scan (PipelineRequest.scan) only to a
 	// server that said so, and Go clients only a scan of at most 128 records
 	// (a message of the stream holds up those behind it while it is sent).
+	//
+	// Transactions: likewise, a client that opens the stream with
+	// "groupkv-pipeline-ops: txn" (the key may hold several values) asks
+	// whether the server serves a transaction's gets and commits on it
+	// (PipelineRequest.txn_get, commit_txn); a server that does names "txn"
+	// under the same key in its header. They are served as TxnGet and
+	// CommitTxn serve them, and a failed one that began its attempt names the
+	// attempt in its PipelineError (txn), as the unary RPCs name it in their
+	// trailer. Go clients send a commit there only when its message is at
+	// most 64 KiB.
 	Pipeline(grpc.BidiStreamingServer[PipelineRequest, PipelineResponse]) error
 	// Ready answers OK when the node serves requests (kv.Backend.Ready), and
 	// the error that says why not otherwise.
