@@ -263,58 +263,72 @@ func (n *Node) markRecords() {
 }
 
 // sweepRecords removes, from each shard led here, the records marked
-// removable whose time came, up to maxSweepBatches proposals a shard.
+// removable whose time came, up to maxSweepBatches proposals a shard, and
+// the decided records nobody marked (removeUnmarked). The records of the
+// shards of one collection are read in one pass (shard.SweepTxnRecords).
 func (n *Node) sweepRecords() {
 	if n.opts.TxnRecordRetention < 0 {
 		return
 	}
+	byCollection := map[uint32][]shard.Desc{}
 	n.eachLed(func(id uint64, _ *shard.Shard) {
-		d, ok := n.host.Desc(id)
-		if !ok {
-			return
+		if d, ok := n.host.Desc(id); ok && !d.IsMeta() {
+			byCollection[d.Collection] = append(byCollection[d.Collection], d)
 		}
-		for range maxSweepBatches {
-			refs, err := shard.DueTxnRecords(n.eng.DB, d, uint64(time.Now().UnixNano()), maxForgetBatch)
-			if err != nil {
-				n.log.Warn("listing the records of finished transactions to remove failed", "shard", id, "err", err)
-				break
-			}
-			if len(refs) == 0 || !n.proposeForget(id, &shard.TxnForgetCmd{Records: refs}) {
-				break
-			}
-			if len(refs) < maxForgetBatch {
-				break
-			}
-		}
-		n.sweepUnmarked(id, d)
 	})
-}
-
-// sweepUnmarked removes, from shard id (led here; d its descriptor), the
-// decided records nobody marked: the COMMITTED ones committed more than
-// TxnRecordRetention + TxnTimeout ago, once none of their participants
-// holds the attempt prepared (no intent of it is left to look the record
-// up); and the ABORTED ones aborted longer ago than forgetAbortedLater
-// waits (the attempt is past its commit deadline: read as PENDING, the
-// record is aborted again by whoever looks).
-func (n *Node) sweepUnmarked(id uint64, d shard.Desc) {
 	now := time.Now()
-	committed := cluster.TimestampFromTime(now.Add(-n.opts.TxnRecordRetention - n.opts.TxnTimeout))
-	aborted := uint64(now.Add(-n.abortedRetention()).UnixNano())
-	n.sweepUnmarkedBefore(id, d, committed, aborted)
+	committed, aborted := n.unmarkedBefore(now)
+	for _, ds := range byCollection {
+		sweeps, err := shard.SweepTxnRecords(n.eng.DB, ds, uint64(now.UnixNano()), committed, aborted, maxSweepBatches*maxForgetBatch, maxForgetBatch)
+		if err != nil {
+			n.log.Warn("listing the records of finished transactions to remove failed", "collection", ds[0].Collection, "err", err)
+			continue
+		}
+		for i, d := range ds {
+			for due := sweeps[i].Due; len(due) > 0; {
+				batch := due[:min(len(due), maxForgetBatch)]
+				due = due[len(batch):]
+				if !n.proposeForget(d.ShardID, &shard.TxnForgetCmd{Records: batch}) {
+					break
+				}
+			}
+			n.removeUnmarked(d.ShardID, sweeps[i].Unmarked)
+		}
+	}
 }
 
-// sweepUnmarkedBefore is sweepUnmarked of the records committed below
-// committed (a timestamp) or aborted before aborted (Unix nanoseconds).
+// unmarkedBefore answers the bounds below which a decided record nobody
+// marked is removed, at now: a COMMITTED one committed more than
+// TxnRecordRetention + TxnTimeout ago (a timestamp), once none of its
+// participants holds the attempt prepared (no intent of it is left to look
+// the record up); an ABORTED one aborted longer ago than
+// forgetAbortedLater waits (Unix nanoseconds; the attempt is past its
+// commit deadline: read as PENDING, the record is aborted again by
+// whoever looks).
+func (n *Node) unmarkedBefore(now time.Time) (committed, aborted uint64) {
+	return cluster.TimestampFromTime(now.Add(-n.opts.TxnRecordRetention - n.opts.TxnTimeout)), uint64(now.Add(-n.abortedRetention()).UnixNano())
+}
+
+// sweepUnmarkedBefore removes from shard id (led here; d its descriptor)
+// the decided records nobody marked, committed below committed (a
+// timestamp) or aborted before aborted (Unix nanoseconds).
 func (n *Node) sweepUnmarkedBefore(id uint64, d shard.Desc, committed, aborted uint64) {
 	recs, err := shard.UnmarkedTxnRecords(n.eng.DB, d, committed, aborted, maxForgetBatch)
 	if err != nil {
 		n.log.Warn("listing the unmarked records of committed transactions failed", "shard", id, "err", err)
 		return
 	}
+	n.removeUnmarked(id, recs)
+}
+
+// removeUnmarked removes from shard id (led here) the unmarked records
+// recs (shard.UnmarkedTxnRecords) of which no participant holds the
+// attempt prepared.
+func (n *Node) removeUnmarked(id uint64, recs []shard.UnmarkedTxnRecord) {
 	if len(recs) == 0 {
 		return
 	}
+	var err error
 	ctx, cancel := context.WithTimeout(context.Background(), n.retryWindow())
 	defer cancel()
 	prepared := map[uint64]map[string]bool{} // per participant; nil: unknown

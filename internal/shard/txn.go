@@ -1120,11 +1120,59 @@ type UnmarkedTxnRecord struct {
 // abortedBefore (Unix nanoseconds). d is the caller's copy of the shard's
 // descriptor.
 func UnmarkedTxnRecords(r pebble.Reader, d Desc, committedBefore, abortedBefore uint64, limit int) ([]UnmarkedTxnRecord, error) {
-	var out []UnmarkedTxnRecord
-	if limit <= 0 {
-		return nil, nil
+	sw, err := SweepTxnRecords(r, []Desc{d}, 0, committedBefore, abortedBefore, 0, limit)
+	if err != nil {
+		return nil, err
 	}
-	err := eachOwnedTxnRecord(r, d, func(rec txn.Record) bool {
+	return sw[0].Unmarked, nil
+}
+
+// DueTxnRecords returns up to limit records of transactions, anchored in
+// keys shard d owns, marked removable at or before now (Unix
+// nanoseconds), read from r. d is the caller's copy of the shard's
+// descriptor (replication.Host.Desc): the shard's own changes in Apply.
+func DueTxnRecords(r pebble.Reader, d Desc, now uint64, limit int) ([]TxnRecordRef, error) {
+	sw, err := SweepTxnRecords(r, []Desc{d}, now, 0, 0, limit, 0)
+	if err != nil {
+		return nil, err
+	}
+	return sw[0].Due, nil
+}
+
+// TxnRecordSweep is what SweepTxnRecords found of one shard's records.
+type TxnRecordSweep struct {
+	// Due are the records DueTxnRecords answers, Unmarked those
+	// UnmarkedTxnRecords answers.
+	Due      []TxnRecordRef
+	Unmarked []UnmarkedTxnRecord
+}
+
+// SweepTxnRecords reads the transaction records of the collection of ds
+// (descriptors of shards of one collection, as DueTxnRecords takes them)
+// from r once, and answers for each shard of ds, in order, the records
+// anchored in keys it owns that DueTxnRecords (at now, up to dueLimit) and
+// UnmarkedTxnRecords (committedBefore, abortedBefore, up to
+// unmarkedLimit) answer. The records of a collection are kept by anchor
+// key, not by shard: a node that leads several of a collection's shards
+// reads them all once instead of once per shard.
+func SweepTxnRecords(r pebble.Reader, ds []Desc, now, committedBefore, abortedBefore uint64, dueLimit, unmarkedLimit int) ([]TxnRecordSweep, error) {
+	out := make([]TxnRecordSweep, len(ds))
+	var coll uint32
+	open := 0 // the shards whose lists are not full
+	for i, d := range ds {
+		if i > 0 && d.Collection != coll {
+			return nil, fmt.Errorf("shard: sweeping the records of shards of collections %d and %d at once", coll, d.Collection)
+		}
+		coll = d.Collection
+		if !d.IsMeta() && (dueLimit > 0 || unmarkedLimit > 0) {
+			open++
+		}
+	}
+	if open == 0 {
+		return out, nil
+	}
+	due := func(rec *txn.Record) bool { return rec.ForgetAfter != 0 && rec.ForgetAfter <= now }
+	unmarked := func(rec *txn.Record) bool {
 		switch {
 		case rec.ForgetAfter != 0:
 			return false
@@ -1134,65 +1182,53 @@ func UnmarkedTxnRecords(r pebble.Reader, d Desc, committedBefore, abortedBefore 
 			return rec.AbortedAt != 0 && rec.AbortedAt < abortedBefore
 		}
 		return false
-	}, func(ref TxnRecordRef, rec txn.Record) bool {
-		out = append(out, UnmarkedTxnRecord{Ref: ref, Status: rec.Status, CommitTS: rec.CommitTS, Participants: rec.Participants})
-		return len(out) < limit
-	})
-	return out, err
-}
-
-// DueTxnRecords returns up to limit records of transactions, anchored in
-// keys shard d owns, marked removable at or before now (Unix
-// nanoseconds), read from r. d is the caller's copy of the shard's
-// descriptor (replication.Host.Desc): the shard's own changes in Apply.
-func DueTxnRecords(r pebble.Reader, d Desc, now uint64, limit int) ([]TxnRecordRef, error) {
-	var out []TxnRecordRef
-	if limit <= 0 {
-		return nil, nil
 	}
-	err := eachOwnedTxnRecord(r, d, func(rec txn.Record) bool {
-		return rec.ForgetAfter != 0 && rec.ForgetAfter <= now
-	}, func(ref TxnRecordRef, _ txn.Record) bool {
-		out = append(out, ref)
-		return len(out) < limit
-	})
-	return out, err
-}
-
-// eachOwnedTxnRecord calls add, in key order, with each transaction
-// record of shard d's collection, read from r, that want takes and whose
-// anchor d owns, until add answers false.
-func eachOwnedTxnRecord(r pebble.Reader, d Desc, want func(txn.Record) bool, add func(TxnRecordRef, txn.Record) bool) error {
-	if d.IsMeta() {
-		return nil
-	}
-	lo, hi := storage.TxnRecordSpan(d.Collection)
+	lo, hi := storage.TxnRecordSpan(coll)
 	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer it.Close()
-	for ok := it.First(); ok; ok = it.Next() {
+	for ok := it.First(); ok && open > 0; ok = it.Next() {
 		k, v := it.Key(), it.Value()
 		rec, bucket, err := txn.DecodeRecord(v)
 		if err != nil {
-			return fmt.Errorf("%w: transaction record %x: %v", storage.ErrCorruptValue, k, err)
+			return nil, fmt.Errorf("%w: transaction record %x: %v", storage.ErrCorruptValue, k, err)
 		}
-		if !want(rec) {
+		isDue, isUnmarked := due(&rec), unmarked(&rec)
+		if !isDue && !isUnmarked {
 			continue
 		}
 		key, id, err := storage.UnescapeKey(k[len(lo):])
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if !d.ownsStored(bucket, key) {
-			continue
-		}
-		if !add(TxnRecordRef{ID: string(id), Anchor: txn.Anchor{Collection: d.Collection, Bucket: bucket, Key: bytes.Clone(key)}}, rec) {
+		for i, d := range ds {
+			if d.IsMeta() || !d.ownsStored(bucket, key) {
+				continue
+			}
+			sw := &out[i]
+			full := func() bool { return len(sw.Due) >= dueLimit && len(sw.Unmarked) >= unmarkedLimit }
+			if full() {
+				break
+			}
+			ref := TxnRecordRef{ID: string(id), Anchor: txn.Anchor{Collection: coll, Bucket: bucket, Key: bytes.Clone(key)}}
+			if isDue && len(sw.Due) < dueLimit {
+				sw.Due = append(sw.Due, ref)
+			}
+			if isUnmarked && len(sw.Unmarked) < unmarkedLimit {
+				sw.Unmarked = append(sw.Unmarked, UnmarkedTxnRecord{Ref: ref, Status: rec.Status, CommitTS: rec.CommitTS, Participants: rec.Participants})
+			}
+			if full() {
+				open--
+			}
 			break
 		}
 	}
-	return it.Error()
+	if err := it.Error(); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func (s *Shard) applyTxnRecord(b *pebble.Batch, c txn.RecordCmd) (Result, error) {
