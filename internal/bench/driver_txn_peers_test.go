@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"testing"
@@ -164,4 +165,12 @@ func TestPostgresTxnDriver(t *testing.T) {
 	}
 	bankCheck(t, d, 12, 8, 25)
 	runnerCheck(t, d)
+	// The table leaves room for updates in place (pgFillFactor).
+	var opts []string
+	if err := d.pool.QueryRow(ctx, "SELECT reloptions FROM pg_class WHERE relname = $1", d.name).Scan(&opts); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("fillfactor=%d", pgFillFactor); !slices.Contains(opts, want) {
+		t.Fatalf("table options %q, want %s", opts, want)
+	}
 }

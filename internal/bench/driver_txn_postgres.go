@@ -26,6 +26,8 @@ import (
 // relation-level SIREAD lock that makes every pair of serializable
 // transactions conflict (PostgreSQL's documentation on serializable
 // isolation advises steering the planner to index scans).
+//
+// The table leaves room on each page (pgFillFactor) for the updates.
 type Postgres struct {
 	pool  *pgxpool.Pool
 	name  string // the table
@@ -35,6 +37,17 @@ type Postgres struct {
 }
 
 var _ TxnDriver = (*Postgres)(nil)
+
+// pgFillFactor is the fillfactor of the table: half of each heap page is
+// left free when it is loaded, so that an update writes its new version
+// on the same page (a HOT update, which adds no index entry), as one sets
+// a table that is updated in place. A table loaded full (fillfactor 100,
+// PostgreSQL's default) has its rows' first updates move to other pages,
+// each adding an entry to the primary key's index, whose leaf pages the
+// serializable reads hold SIREAD locks on: at 10,000 keys and 64 clients
+// that made about 9 of 10 attempts fail (9.7 attempts per commit, 75
+// commits/s, against 1.7 and 379 with fillfactor 50).
+const pgFillFactor = 50
 
 // Postgres SQLSTATEs that mean "run the transaction again".
 const (
@@ -98,7 +111,7 @@ func (p *Postgres) Version(ctx context.Context) (string, error) {
 }
 
 func (p *Postgres) Reset(ctx context.Context) error {
-	_, err := p.pool.Exec(ctx, "DROP TABLE IF EXISTS "+p.table+"; CREATE TABLE "+p.table+" (k text PRIMARY KEY, v bytea NOT NULL)")
+	_, err := p.pool.Exec(ctx, "DROP TABLE IF EXISTS "+p.table+"; CREATE TABLE "+p.table+" (k text PRIMARY KEY, v bytea NOT NULL) WITH (fillfactor = "+fmt.Sprint(pgFillFactor)+")")
 	return err
 }
 
