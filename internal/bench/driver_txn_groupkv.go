@@ -82,16 +82,12 @@ func OpenGroupKVTxn(ctx context.Context, addr string, opts DriverOptions) (*Grou
 	pipe := api.NewPipelineClient(c)
 	tc.UsePipeline(pipe)
 	// The stream's header names what the server serves on it: opened
-	// now, the first transactions go on it too.
+	// now, the first transactions go on it too. A server without the
+	// stream, or older than its header, gets unary RPCs instead (the
+	// attempts fall back by themselves): its error is not the run's.
 	octx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
-	err = pipe.Open(octx)
+	_ = pipe.Open(octx)
 	cancel()
-	if err != nil {
-		pipe.Close()
-		conn.Close()
-		db.Close()
-		return nil, fmt.Errorf("opening the Pipeline stream of %s: %w", addr, err)
-	}
 	g := NewGroupKVTxn(tc, db, db, opts)
 	g.closers = []func() error{func() error { pipe.Close(); return nil }, conn.Close, db.Close}
 	g.metrics = metricsURLs([]string{addr})
