@@ -828,13 +828,21 @@ func (s sendHook) SendMsg(m any) error {
 	return s.ServerStream.SendMsg(m)
 }
 
-// TestTransactPipedBeginAbandoned: a transaction's first get, carrying the
-// begin on the Pipeline stream, whose context ends while the server still
-// serves it (the stream does not cancel it there, as a unary RPC's end
-// would): when its answer comes, the client aborts the attempt it began,
-// so that the attempt's locks are not held until it expires.
+// TestTransactPipedBeginAbandoned: a transaction's first request (a get,
+// or a commit), carrying the begin on the Pipeline stream, whose context
+// ends while the server still serves it (the stream does not cancel it
+// there, as a unary RPC's end would): when its answer comes, the client
+// aborts the attempt it began (a committed one stays committed), so that
+// the attempt's locks are not held until it expires. The answer coming
+// after the caller returned must not touch what the caller read (-race).
 func TestTransactPipedBeginAbandoned(t *testing.T) {
-	f := &blockingGets{txnFake: newTxnFake(), entered: make(chan struct{}), release: make(chan struct{})}
+	for _, op := range []string{"TxnGet", "CommitTxn"} {
+		t.Run(op, func(t *testing.T) { testTransactPipedBeginAbandoned(t, op) })
+	}
+}
+
+func testTransactPipedBeginAbandoned(t *testing.T, op string) {
+	f := &blockingFake{txnFake: newTxnFake(), op: op, entered: make(chan struct{}), release: make(chan struct{})}
 	var c serverOps
 	addr, _ := serveGRPC(t, f, nil, grpc.ChainUnaryInterceptor(c.unary), grpc.ChainStreamInterceptor(c.stream))
 	db := dialTest(t, addr)
@@ -847,23 +855,30 @@ func TestTransactPipedBeginAbandoned(t *testing.T) {
 		cancel()
 	}()
 	err := db.Transact(ctx, func(tx *Tx) error {
+		if op == "CommitTxn" {
+			return tx.Put(ctx, PutRequest{Collection: "c", Key: []byte("k"), Value: []byte("v")})
+		}
 		_, err := tx.Get(ctx, GetRequest{Collection: "c", Key: []byte("k")})
 		return err
 	})
-	if !errors.Is(err, context.Canceled) {
+	var cu *CommitUnknownError
+	switch {
+	case op == "TxnGet" && !errors.Is(err, context.Canceled):
 		t.Fatalf("Transact = %v, want the context's end", err)
+	case op == "CommitTxn" && !errors.As(err, &cu):
+		t.Fatalf("Transact = %v, want a *CommitUnknownError", err)
 	}
-	if _, piped := c.take(); !reflect.DeepEqual(piped, []string{"TxnGet"}) {
-		t.Fatalf("requests on the Pipeline stream %q, want the TxnGet", piped)
+	if _, piped := c.take(); !reflect.DeepEqual(piped, []string{op}) {
+		t.Fatalf("requests on the Pipeline stream %q, want the %s", piped, op)
 	}
 	if n := len(f.callsOf("AbortTxn")); n != 0 {
-		t.Fatalf("%d aborts before the get was answered", n)
+		t.Fatalf("%d aborts before the request was answered", n)
 	}
 	close(f.release)
 	deadline := time.Now().Add(30 * time.Second) // catches a hang only
 	for len(f.callsOf("AbortTxn")) == 0 {
 		if time.Now().After(deadline) {
-			t.Fatal("the attempt the abandoned get began was never aborted")
+			t.Fatal("the attempt the abandoned request began was never aborted")
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -872,16 +887,29 @@ func TestTransactPipedBeginAbandoned(t *testing.T) {
 	}
 }
 
-// blockingGets is a txnFake whose TxnGet, once entered, waits for release.
-type blockingGets struct {
+// blockingFake is a txnFake whose TxnGet or CommitTxn (op), once
+// entered, waits for release.
+type blockingFake struct {
 	*txnFake
+	op               string
 	entered, release chan struct{}
 }
 
-func (f *blockingGets) TxnGet(ctx context.Context, txn string, ref kv.KeyRef) (kv.Record, bool, error) {
-	close(f.entered)
-	<-f.release
+func (f *blockingFake) TxnGet(ctx context.Context, txn string, ref kv.KeyRef) (kv.Record, bool, error) {
+	f.block("TxnGet")
 	return f.txnFake.TxnGet(ctx, txn, ref)
+}
+
+func (f *blockingFake) CommitTxn(ctx context.Context, txn string) (uint64, error) {
+	f.block("CommitTxn")
+	return f.txnFake.CommitTxn(ctx, txn)
+}
+
+func (f *blockingFake) block(op string) {
+	if op == f.op {
+		close(f.entered)
+		<-f.release
+	}
 }
 
 func TestTxOperationChecks(t *testing.T) {

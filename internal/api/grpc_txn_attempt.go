@@ -551,6 +551,20 @@ func (a *TxnAttempt) target(ctx context.Context) (string, *pb.TxnBegin, func(id 
 	}
 }
 
+// pipedTxn answers the attempt a response of the Pipeline stream to a
+// transaction's request names: the one its request began ("" if none).
+func pipedTxn(resp *pb.PipelineResponse) string {
+	switch r := resp.GetResult().(type) {
+	case *pb.PipelineResponse_Error:
+		return r.Error.GetTxn()
+	case *pb.PipelineResponse_TxnGet:
+		return r.TxnGet.GetTxn()
+	case *pb.PipelineResponse_CommitTxn:
+		return r.CommitTxn.GetTxn()
+	}
+	return ""
+}
+
 // errWrongAnswer is the error of a pipelined request of an attempt
 // answered with the result of another operation.
 func errWrongAnswer(op string) error {
@@ -621,11 +635,8 @@ func (a *TxnAttempt) sendPiped(ctx context.Context, mayApply bool, id string, be
 	var late func(*pb.PipelineResponse)
 	if begin != nil {
 		late = func(resp *pb.PipelineResponse) {
-			began := resp.GetError().GetTxn()
-			if resp.GetError() == nil {
-				began, _ = req.answer(resp)
-			}
-			if began != "" {
+			// Not req.answer: it sets what its caller, gone by now, reads.
+			if began := pipedTxn(resp); began != "" {
 				go func() {
 					actx, cancel := context.WithTimeout(context.Background(), abortBegunTimeout)
 					defer cancel()

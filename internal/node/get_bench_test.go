@@ -16,15 +16,9 @@ import (
 func BenchmarkGetLatest(b *testing.B) {
 	ctx := context.Background()
 	n := openBenchRecords(b, kv.CollectionOptions{Name: "c"})
-	var next atomic.Int64
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			i := next.Add(1)
-			if _, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte(fmt.Sprintf("user%06d", i%10000))}); err != nil {
-				b.Fatal(err)
-			}
+	runParallel(b, func(i int64) {
+		if _, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte(fmt.Sprintf("user%06d", i%10000))}); err != nil {
+			b.Fatal(err)
 		}
 	})
 }
@@ -36,19 +30,26 @@ func BenchmarkGetLatest(b *testing.B) {
 func BenchmarkScanLatest(b *testing.B) {
 	ctx := context.Background()
 	n := openBenchRecords(b, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionRange})
+	runParallel(b, func(i int64) {
+		res, err := n.Scan(ctx, kv.ScanRequest{Collection: "c", Start: []byte(fmt.Sprintf("user%06d", i%9950)), Limit: 50})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(res.Items) != 50 {
+			b.Fatalf("scan from user%06d: %d records, want 50", i%9950, len(res.Items))
+		}
+	})
+}
+
+// runParallel times fn in b's parallel loop, numbering its calls from 1
+// across the loop's goroutines.
+func runParallel(b *testing.B, fn func(i int64)) {
 	var next atomic.Int64
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			i := next.Add(1)
-			res, err := n.Scan(ctx, kv.ScanRequest{Collection: "c", Start: []byte(fmt.Sprintf("user%06d", i%9950)), Limit: 50})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if len(res.Items) != 50 {
-				b.Fatalf("scan from user%06d: %d records, want 50", i%9950, len(res.Items))
-			}
+			fn(next.Add(1))
 		}
 	})
 }
