@@ -83,11 +83,8 @@ func (n *Node) BatchGet(ctx context.Context, keys []kv.KeyRef) (kv.BatchGetResul
 			return kv.BatchGetResult{}, err
 		}
 	}
-	version, err := n.latest(ctx)
+	version, err := n.readNow(ctx, shards)
 	if err != nil {
-		return kv.BatchGetResult{}, err
-	}
-	if err := n.snapshotRead(ctx, shards, version); err != nil {
 		return kv.BatchGetResult{}, err
 	}
 	for i, k := range keys {
@@ -443,6 +440,23 @@ func (n *Node) readVersion(ctx context.Context, page string, reqVersion uint64, 
 	return v, nil, err
 }
 
+// scanVersion resolves the version of a paged read of shards, as
+// readVersion does, and, on a read served here (route local), prepares
+// the read at it: a read at the present takes its version from readNow.
+func (n *Node) scanVersion(ctx context.Context, route readRoute, shards []uint64, page string, reqVersion uint64, reverse bool) (version uint64, after []byte, err error) {
+	if route == routeSpread {
+		return n.readVersion(ctx, page, reqVersion, reverse)
+	}
+	if page == "" && reqVersion == 0 {
+		version, err = n.readNow(ctx, shards)
+		return version, nil, err
+	}
+	if version, after, err = n.readVersion(ctx, page, reqVersion, reverse); err != nil {
+		return 0, nil, err
+	}
+	return version, after, n.snapshotRead(ctx, shards, version)
+}
+
 // Scan implements kv.Backend.
 func (n *Node) Scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResult, error) {
 	ctx, done, err := n.begin(ctx)
@@ -470,7 +484,8 @@ func (n *Node) Scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResult, err
 			return kv.ScanResult{}, err
 		}
 	}
-	version, after, err := n.readVersion(ctx, req.Page, req.Version, req.Reverse)
+	shards := shardsIn(d, req.Start, req.End)
+	version, after, err := n.scanVersion(ctx, route, shards, req.Page, req.Version, req.Reverse)
 	if err != nil {
 		return kv.ScanResult{}, err
 	}
@@ -488,12 +503,8 @@ func (n *Node) Scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResult, err
 			start = append(append([]byte(nil), after...), 0) // the smallest key above it
 		}
 	}
-	shards := shardsIn(d, req.Start, req.End)
 	if route == routeSpread {
 		return n.scanSpread(ctx, d, shards, version, start, end, req.Reverse, limit)
-	}
-	if err := n.snapshotRead(ctx, shards, version); err != nil {
-		return kv.ScanResult{}, err
 	}
 	if err := n.settleIntents(ctx, n.expandLocal(shards), d.ID, start, end, version); err != nil {
 		return kv.ScanResult{}, err
@@ -602,16 +613,13 @@ func (n *Node) GetByTags(ctx context.Context, q kv.TagQuery) (kv.ScanResult, err
 			return kv.ScanResult{}, err
 		}
 	}
-	version, after, err := n.readVersion(ctx, q.Page, q.Version, false)
+	shards := shardsOf(d)
+	version, after, err := n.scanVersion(ctx, route, shards, q.Page, q.Version, false)
 	if err != nil {
 		return kv.ScanResult{}, err
 	}
 	if route == routeSpread {
 		return n.tagsSpread(ctx, d, version, tags, all, after, limit)
-	}
-	shards := shardsOf(d)
-	if err := n.snapshotRead(ctx, shards, version); err != nil {
-		return kv.ScanResult{}, err
 	}
 	if err := n.settleIntents(ctx, n.expandLocal(shards), d.ID, nil, nil, version); err != nil {
 		return kv.ScanResult{}, err

@@ -1284,6 +1284,32 @@ func (n *Node) snapshotRead(ctx context.Context, shards []uint64, version uint64
 	if version > latest {
 		return kv.Errorf(kv.CodeInvalidArgument, "version %d is in the future (the latest timestamp is %d)", version, latest)
 	}
+	return n.fenceShards(ctx, shards, version)
+}
+
+// readNow picks the version of a read of shards at the present, and
+// prepares the read there as snapshotRead does: the highest version the
+// shards applied, when all of them are led here and hold no prepared
+// transaction (no wait for the writes in flight; Host.ReadNow), else a
+// timestamp from the oracle, with a wait for the writes in flight below it.
+// A version older than half the retention window is not used: the GC
+// could pass it while the read runs, and fail a read of the present.
+func (n *Node) readNow(ctx context.Context, shards []uint64) (uint64, error) {
+	version, ok, err := n.host.ReadNow(ctx, n.expandLocal(shards))
+	if err != nil {
+		return 0, err
+	}
+	if ok && version >= cluster.TimestampFromTime(n.opts.Clock().Add(-n.opts.Retention/2)) {
+		return version, nil
+	}
+	if version, err = n.latest(ctx); err != nil {
+		return 0, err
+	}
+	return version, n.fenceShards(ctx, shards, version)
+}
+
+// fenceShards is snapshotRead for a version known not to be in the future.
+func (n *Node) fenceShards(ctx context.Context, shards []uint64, version uint64) error {
 	for _, id := range n.expandLocal(shards) {
 		if _, err := n.leaderRead(ctx, id, version, 0); err != nil {
 			if n.isMergedAway(id) && !n.hasReplica(id) {

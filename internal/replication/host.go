@@ -213,6 +213,11 @@ type group struct {
 		leader uint64
 		// lastAssigned is the highest version handed to a proposal.
 		lastAssigned uint64
+		// unapplied are the versions handed to proposals and not applied
+		// yet, in increasing order (the loop assigns them in order, and
+		// they are applied in order); a version lost with its proposal to
+		// a change of leader stays until the next leadership is ready.
+		unapplied []uint64
 		// readWatermark is the highest snapshot timestamp served; every
 		// later proposal gets a version above it.
 		readWatermark uint64
@@ -828,25 +833,48 @@ func (h *Host) SnapshotRead(ctx context.Context, shardID, ts uint64) error {
 	if g == nil {
 		return kv.Errorf(kv.CodeUnavailable, "shard %d is not served by this node", shardID)
 	}
+	return g.fence(ctx, ts)
+}
+
+// dropAppliedLocked forgets the unapplied versions at or below the
+// applied version. g.mu is held.
+func (g *group) dropAppliedLocked() {
+	n := 0
+	for n < len(g.mu.unapplied) && g.mu.unapplied[n] <= g.mu.appliedVersion {
+		n++
+	}
+	if n > 0 {
+		g.mu.unapplied = append(g.mu.unapplied[:0], g.mu.unapplied[n:]...)
+	}
+}
+
+// fence raises g's read watermark to ts, so that no later proposal gets a
+// version at or below it, and waits until every proposal with a version
+// <= ts has been applied. g must be a ready leader here.
+func (g *group) fence(ctx context.Context, ts uint64) error {
 	g.mu.Lock()
 	if !g.mu.ready {
 		g.mu.Unlock()
-		return kv.Errorf(kv.CodeNotLeader, "shard %d is not led by this node", shardID)
+		return kv.Errorf(kv.CodeNotLeader, "shard %d is not led by this node", g.id)
 	}
 	if ts > g.mu.readWatermark {
 		g.mu.readWatermark = ts
 	}
-	target := min(ts, g.mu.lastAssigned)
 	g.mu.Unlock()
 	for {
 		g.mu.Lock()
-		done, removed, ch := g.mu.appliedVersion >= target, g.mu.removed, g.mu.changed
+		done := len(g.mu.unapplied) == 0 || g.mu.unapplied[0] > ts
+		ready, removed, ch := g.mu.ready, g.mu.removed, g.mu.changed
 		g.mu.Unlock()
 		if done {
 			return nil
 		}
 		if removed {
-			return kv.Errorf(kv.CodeUnavailable, "shard %d was removed", shardID)
+			return kv.Errorf(kv.CodeUnavailable, "shard %d was removed", g.id)
+		}
+		if !ready {
+			// The writes awaited may have gone with the leadership.
+			return kv.Errorf(kv.CodeNotLeader, "shard %d is no longer led by this node", g.id)
 		}
 		select {
 		case <-ch:
@@ -854,6 +882,60 @@ func (h *Host) SnapshotRead(ctx context.Context, shardID, ts uint64) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// ReadNow prepares a linearizable read of shardIDs, each led here, at one
+// version without waiting for the writes in flight, as SnapshotRead at a
+// timestamp from the oracle would: the version is the highest any of them
+// applied (or fenced), and on return every write at or below it has been
+// applied in each of them, and none will come there. A write acknowledged
+// before the call was applied, so it is at or below that version; one in
+// flight was not acknowledged, and a read may or may not see it.
+//
+// That holds while no shard holds a prepared transaction: one committed
+// and acknowledged may have its commit timestamp above every version its
+// participants applied, until their resolves are, which are proposed after
+// the commit, at versions above its timestamp (a version source gives a
+// proposal a version above every one issued before the proposal was
+// queued). When a shard holds one, or is not a ready leader here, ok is
+// false: the caller reads at a timestamp from the oracle instead; so it
+// is on any other failure. err is the context's, once it ended.
+func (h *Host) ReadNow(ctx context.Context, shardIDs []uint64) (version uint64, ok bool, err error) {
+	groups := make([]*group, 0, len(shardIDs))
+	for _, id := range shardIDs {
+		g := h.group(id)
+		if g == nil || !h.Ready(id) {
+			return 0, false, nil
+		}
+		if err := h.ReadBarrier(ctx, id); err != nil {
+			return 0, false, ctx.Err()
+		}
+		groups = append(groups, g)
+	}
+	for _, g := range groups {
+		sm := g.smRef.Load()
+		// Prepared first, then the versions: the loop publishes a
+		// resolve's version before the shard stops counting it prepared.
+		if sm == nil || sm.MinPrepared() != 0 {
+			return 0, false, nil
+		}
+		g.mu.Lock()
+		ready, v := g.mu.ready, max(g.mu.readWatermark, g.mu.appliedVersion)
+		g.mu.Unlock()
+		if !ready {
+			return 0, false, nil
+		}
+		version = max(version, v)
+	}
+	if version == 0 {
+		return 0, false, nil
+	}
+	for _, g := range groups {
+		if err := g.fence(ctx, version); err != nil {
+			return 0, false, ctx.Err()
+		}
+	}
+	return version, true, nil
 }
 
 // Resolved returns the shard's resolved timestamp: no write at or below it
@@ -1408,6 +1490,7 @@ func (h *Host) persistWithSnapshots(b *pebble.Batch, rgs, snaps []readyGroup) er
 		g.mu.Lock()
 		g.mu.appliedIndex = meta.Index
 		g.mu.appliedVersion = max(g.mu.appliedVersion, sm.MaxVersion())
+		g.dropAppliedLocked()
 		g.mu.lastAssigned = max(g.mu.lastAssigned, sm.MaxVersion())
 		g.mu.confState = meta.ConfState
 		g.mu.desc = sm.Desc()
@@ -1794,7 +1877,7 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error, early bool) (
 		h.removeGroup(right)
 	}
 	for _, r := range rgs {
-		r.g.sm.Committed()
+		r.g.sm.Published()
 		applied, _ := r.g.sm.Applied()
 		r.g.mu.Lock()
 		r.g.mu.desc = r.g.sm.Desc()
@@ -1804,6 +1887,7 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error, early bool) (
 			// proposals at or below it are refused when applied, and
 			// new ones are assigned above it.
 			r.g.mu.appliedVersion = mv
+			r.g.dropAppliedLocked()
 			r.g.mu.lastAssigned = max(r.g.mu.lastAssigned, mv)
 		}
 		r.g.mu.Unlock()
@@ -1831,7 +1915,14 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error, early bool) (
 	for _, w := range versions {
 		w.g.mu.Lock()
 		w.g.mu.appliedVersion = max(w.g.mu.appliedVersion, w.version)
+		w.g.dropAppliedLocked()
 		w.g.mu.Unlock()
+	}
+	// After the versions: a reader that finds a shard with nothing
+	// prepared (ReadNow) then finds the versions of the resolves that
+	// emptied it.
+	for _, r := range rgs {
+		r.g.sm.ReleaseResolved()
 	}
 	if len(versions) > 0 {
 		h.mu.Lock()
@@ -1932,6 +2023,7 @@ func (h *Host) proposeWaiting(g *group) {
 			}
 			prevAssigned := g.mu.lastAssigned
 			g.mu.lastAssigned = v
+			g.mu.unapplied = append(g.mu.unapplied, v)
 			g.mu.Unlock()
 			assigned = &prevAssigned
 			shard.SetVersion(p.cmd, v)
@@ -1946,6 +2038,7 @@ func (h *Host) proposeWaiting(g *group) {
 				// lest a snapshot read wait for it.
 				g.mu.Lock()
 				g.mu.lastAssigned = *assigned
+				g.mu.unapplied = g.mu.unapplied[:len(g.mu.unapplied)-1]
 				g.mu.Unlock()
 			}
 			p.done <- outcome{err: kv.Errorf(kv.CodeUnavailable, "shard %d refused the proposal: %v", g.id, err)}
@@ -2080,6 +2173,9 @@ func (h *Host) maybeReady(g *group) {
 	if mv := g.sm.MaxVersion(); mv > g.mu.lastAssigned {
 		g.mu.lastAssigned = mv
 	}
+	// Every entry of earlier terms is applied (one of this term is): a
+	// version not applied went with its proposal.
+	g.mu.unapplied = g.mu.unapplied[:0]
 	g.mu.ready = true
 	g.mu.readyTerm = st.Term
 	close(g.mu.changed)

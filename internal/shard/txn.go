@@ -870,9 +870,19 @@ func (t *txnState) recompute() {
 }
 
 // Committed tells the shard that the batch it applied into was committed:
-// transactions resolved in it stop holding back its resolved timestamp.
-// The owner calls it after every committed batch.
+// its writes reach the shard's caches, and transactions resolved in it
+// stop holding back its resolved timestamp. The owner calls it after every
+// committed batch, or calls Published and then ReleaseResolved, to publish
+// its own view of the batch (the versions it applied) in between.
 func (s *Shard) Committed() {
+	s.Published()
+	s.ReleaseResolved()
+}
+
+// Published is the first half of Committed: the batch's writes reach the
+// shard's caches, and the keys of the transactions it resolved stop
+// counting as intents.
+func (s *Shard) Published() {
 	for i, w := range s.latestDirty {
 		if w.encoded == nil {
 			s.latestCache.Invalidate(s.desc.Collection, []byte(w.key))
@@ -882,11 +892,19 @@ func (s *Shard) Committed() {
 		s.latestDirty[i] = latestWrite{}
 	}
 	s.latestDirty = s.latestDirty[:0]
+	s.txns.published()
+}
+
+// ReleaseResolved is the second half of Committed: the transactions the
+// batch resolved stop holding back MinPrepared. A reader that finds no
+// prepared transaction and then reads the versions the owner published
+// for the batch (after Published, before this) reads versions at or above
+// every resolve's: the owner publishes them first.
+func (s *Shard) ReleaseResolved() {
 	if s.txns.stale {
 		s.txns.stale = false
 		s.txns.recompute()
 	}
-	s.txns.published()
 }
 
 // MinPrepared returns the lowest prepare version of the transactions

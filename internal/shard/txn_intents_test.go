@@ -120,3 +120,50 @@ func TestMayHoldIntent(t *testing.T) {
 		t.Fatalf("h holds an intent after t3 aborted: %v", err)
 	}
 }
+
+// TestReleaseResolved: a resolve's transaction holds MinPrepared back
+// until the owner's ReleaseResolved, after Published, so that the owner
+// can publish the resolve's version in between (replication.Host.ReadNow
+// reads MinPrepared, then the versions).
+func TestReleaseResolved(t *testing.T) {
+	db := memDB(t)
+	desc := Desc{ShardID: 2, Collection: 1, Partitioning: kv.PartitionRange}
+	s, err := Load(db, desc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := txn.NewID(1, 1)
+	p := &TxnPrepareCmd{Meta: txn.Meta{ID: id, Priority: 1}, LockTerm: 1,
+		Writes: []Op{{Type: OpPut, Key: []byte("a"), Value: []byte("va")}}}
+	if res := applyAt(t, db, s, 10, EncodeTxnPrepare(p)); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	if got := s.MinPrepared(); got != 10 {
+		t.Fatalf("MinPrepared after the prepare = %d, want 10", got)
+	}
+	cmd := EncodeTxnResolve(&TxnResolveCmd{ID: id, Commit: true, CommitTS: 15})
+	SetVersion(cmd, 20)
+	b := db.NewIndexedBatch()
+	defer b.Close()
+	index, _ := s.Applied()
+	if res, err := s.Apply(b, index+1, 1, cmd); err != nil || res.Err != nil {
+		t.Fatalf("resolve: %v %v", err, res.Err)
+	}
+	if err := s.FinishBatch(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	s.Published()
+	if got := s.MinPrepared(); got != 10 {
+		t.Fatalf("MinPrepared after Published = %d, want 10 until ReleaseResolved", got)
+	}
+	if s.MayHoldIntent([]byte("a")) {
+		t.Fatal("the resolved key still counts as an intent after Published")
+	}
+	s.ReleaseResolved()
+	if got := s.MinPrepared(); got != 0 {
+		t.Fatalf("MinPrepared after ReleaseResolved = %d, want 0", got)
+	}
+}
