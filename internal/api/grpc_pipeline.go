@@ -68,39 +68,16 @@ func (s *grpcService) Pipeline(st pb.GroupKV_PipelineServer) error {
 	send := func(resp *pb.PipelineResponse) {
 		_ = sends.Add(resp, sendQueued) // a failed send ends the stream (finish)
 	}
-	// Requests are read on a goroutine of their own so that draining
-	// need not wait for the next one; what it reads after the handler
-	// stopped taking them is dropped unserved, as the drained status says.
-	reqs := make(chan *pb.PipelineRequest)
-	recvErr := make(chan error, 1)
-	stopRecv := make(chan struct{})
-	defer close(stopRecv)
-	go func() {
-		for {
-			req, err := st.Recv()
-			if err == nil {
-				err = checkPipelineBatch(req)
-			}
-			if err != nil {
-				recvErr <- err
-				return
-			}
-			select {
-			case reqs <- req:
-			case <-stopRecv:
-				return
-			}
-		}
-	}()
-	finish := func(err error) error {
-		wg.Wait() // no Send may follow the handler's return
-		if err == nil {
-			err = sends.Err()
-		}
-		return err
-	}
-	var deadlines sharedDeadlines
-	defer deadlines.release()
+	// Requests are read, and handed to workers, on a goroutine of their
+	// own so that draining need not wait for the next one; what it reads
+	// after the handler stopped taking them is dropped unserved, as the
+	// drained status says.
+	var (
+		mu sync.Mutex
+		// stopped: no request is served any more. Guards deadlines too.
+		stopped   bool
+		deadlines sharedDeadlines
+	)
 	serve := func(req *pb.PipelineRequest) {
 		rctx := ctx
 		if t := req.GetTimeoutMicros(); t != 0 {
@@ -112,16 +89,52 @@ func (s *grpcService) Pipeline(st pb.GroupKV_PipelineServer) error {
 			send(s.pipelined(rctx, req))
 		})
 	}
-	for {
-		select {
-		case req := <-reqs:
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			req, err := st.Recv()
+			if err == nil {
+				err = checkPipelineBatch(req)
+			}
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			mu.Lock()
+			if stopped {
+				mu.Unlock()
+				return
+			}
 			if len(req.GetBatch()) == 0 {
 				serve(req)
-				break
 			}
 			for _, r := range req.GetBatch() {
 				serve(r)
 			}
+			mu.Unlock()
+		}
+	}()
+	stop := func() {
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+	}
+	defer func() {
+		mu.Lock()
+		stopped = true
+		deadlines.release()
+		mu.Unlock()
+	}()
+	finish := func(err error) error {
+		stop()
+		wg.Wait() // no Send may follow the handler's return
+		if err == nil {
+			err = sends.Err()
+		}
+		return err
+	}
+	for {
+		select {
 		case err := <-recvErr:
 			if errors.Is(err, io.EOF) {
 				err = nil
