@@ -2,10 +2,15 @@ package node
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/groupkv/groupkv/internal/kv"
+	"github.com/groupkv/groupkv/internal/linearizability"
 )
 
 // TestReadNowSeesCommittedBeforeResolve: a scan and a batch get of shards
@@ -87,4 +92,133 @@ func TestReadNowSeesCommittedBeforeResolve(t *testing.T) {
 	if err != nil || len(res.Items) != 4 || res.Version < commitTS {
 		t.Fatalf("scan from m after the resolves: %d records at version %d (%v); want 4 at or above %d", len(res.Items), res.Version, err, commitTS)
 	}
+}
+
+// TestReadNowLinearizable runs plain puts and deletes, transactions (each
+// anchored in another collection, so that its record's shard is not
+// read, and its resolves kept a while) and scans and batch gets of a hash
+// collection's shards on one node, and checks the history: a scan or a
+// batch get is recorded as a get of every key it covers, each over the
+// read's whole span.
+func TestReadNowLinearizable(t *testing.T) {
+	seed := clusterSeed(t)
+	t.Logf("seed %d (GROUPKV_SEED=%d reproduces the schedule of clients)", seed, seed)
+	n := mtOpen(t, t.TempDir(), Options{})
+	mtCreate(t, n, kv.CollectionOptions{Name: "h", Partitioning: kv.PartitionHash, Shards: 4})
+	mtCreate(t, n, kv.CollectionOptions{Name: "r", Partitioning: kv.PartitionRange})
+	n.knobs.resolveGather.Store(int64(50 * time.Millisecond))
+	keys := []string{"k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7"}
+	rec := &linearizability.Recorder{}
+	ended := func(p *linearizability.Pending, err error, ok linearizability.Outcome) {
+		switch {
+		case err == nil:
+			p.End(ok)
+		case kv.CodeOf(err) == kv.CodeTxnAborted:
+			p.Fail()
+		default:
+			p.End(linearizability.Unknown())
+		}
+	}
+	const writers, readers, ops = 4, 2, 150
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(w)))
+			for i := range ops {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				k := keys[rng.IntN(len(keys))]
+				value := fmt.Sprintf("w%d-%d", w, i)
+				switch r := rng.IntN(10); {
+				case r < 2:
+					p := rec.Begin(w, linearizability.Put(k, value))
+					v, err := n.Put(ctx, kv.PutRequest{Collection: "h", Key: []byte(k), Value: []byte(value)})
+					ended(p, err, linearizability.PutOK(v))
+				case r < 3:
+					p := rec.Begin(w, linearizability.Delete(k))
+					v, err := n.Delete(ctx, kv.DeleteRequest{Collection: "h", Key: []byte(k)})
+					if kv.CodeOf(err) == kv.CodeNotFound {
+						p.End(linearizability.NotFound())
+					} else {
+						ended(p, err, linearizability.DeleteOK(v))
+					}
+				default:
+					k2 := keys[rng.IntN(len(keys))]
+					if k2 == k {
+						k2 = keys[(slices.Index(keys, k)+1)%len(keys)]
+					}
+					id, err := n.BeginTxn(ctx, kv.TxnOptions{})
+					if err == nil {
+						err = n.TxnPut(ctx, id, kv.PutItem{Collection: "r", Key: []byte(fmt.Sprint("anchor", w)), Value: []byte(value)})
+					}
+					for _, key := range []string{k, k2} {
+						if err == nil {
+							err = n.TxnPut(ctx, id, kv.PutItem{Collection: "h", Key: []byte(key), Value: []byte(value)})
+						}
+					}
+					if err != nil {
+						_ = n.AbortTxn(ctx, id)
+						cancel()
+						continue
+					}
+					p1, p2 := rec.Begin(w, linearizability.Put(k, value)), rec.Begin(w, linearizability.Put(k2, value))
+					v, err := n.CommitTxn(ctx, id)
+					ended(p1, err, linearizability.PutOK(v))
+					ended(p2, err, linearizability.PutOK(v))
+				}
+				cancel()
+			}
+		}()
+	}
+	for r := range readers {
+		client := writers + r
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(client)))
+			for range ops {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				read := keys
+				if rng.IntN(2) == 0 {
+					read = []string{keys[rng.IntN(len(keys))], keys[rng.IntN(len(keys))]}
+				}
+				pending := make([]*linearizability.Pending, len(read))
+				for i, k := range read {
+					pending[i] = rec.Begin(client, linearizability.Get(k))
+				}
+				found := map[string]kv.Record{}
+				var err error
+				if len(read) == len(keys) {
+					var res kv.ScanResult
+					res, err = n.Scan(ctx, kv.ScanRequest{Collection: "h", Limit: 100})
+					for _, it := range res.Items {
+						found[string(it.Key)] = it
+					}
+				} else {
+					refs := []kv.KeyRef{{Collection: "h", Key: []byte(read[0])}, {Collection: "h", Key: []byte(read[1])}}
+					var res kv.BatchGetResult
+					res, err = n.BatchGet(ctx, refs)
+					for _, it := range res.Items {
+						if it.Found {
+							found[string(it.Key)] = kv.Record{Key: it.Key, Value: it.Value, Version: it.Version}
+						}
+					}
+				}
+				for i, k := range read {
+					switch it, ok := found[k]; {
+					case err != nil:
+						pending[i].Fail()
+					case ok:
+						pending[i].End(linearizability.GetOK(string(it.Value), it.Version))
+					default:
+						pending[i].End(linearizability.NotFound())
+					}
+				}
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	rec.Check(t, int64(seed))
 }
