@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -25,6 +26,32 @@ func (e *hostEnv) readNowAsync(ctx context.Context) <-chan readNowResult {
 	return ch
 }
 
+// freezeInFlight queues n puts, b0 to b(n-1), and lets the Host loop hand
+// versions to all but the last, in whose TryNext it stops: n-1 proposals
+// hold versions, none is persisted. With skip, the versions start that far
+// above the last one handed out. The gate returned lets the loop go on.
+func (e *hostEnv) freezeInFlight(t *testing.T, ctx context.Context, n int, skip uint64) ([]<-chan proposeResult, *versionGate) {
+	t.Helper()
+	gate := newGate(t)
+	gates := make([]*versionGate, n)
+	gates[n-1] = gate
+	e.vs.setGates(gates...)
+	e.vs.setPaused(true)
+	e.vs.mu.Lock()
+	e.vs.next += skip
+	e.vs.mu.Unlock()
+	base := e.queued()
+	results := make([]<-chan proposeResult, n)
+	for i := range results {
+		results[i] = e.proposeAsync(ctx, putCmd(fmt.Sprint("b", i), "v", nil))
+		e.waitQueued(base + uint64(i) + 1) // queued, and so versioned, in order
+	}
+	e.vs.setPaused(false)
+	e.h.Signal()
+	waitClosed(t, "the last proposal waiting for a version", gate.entered)
+	return results, gate
+}
+
 // TestHostReadNowSkipsWritesInFlight freezes the Host loop with two
 // proposals handed versions but not applied, and checks that ReadNow
 // answers anyway, at the version of the last applied write: below both,
@@ -40,17 +67,7 @@ func TestHostReadNowSkipsWritesInFlight(t *testing.T) {
 
 	// b0 and b1 get versions; the loop then stops in b2's TryNext, before
 	// it persists them.
-	g2 := newGate(t)
-	e.vs.setGates(nil, nil, g2)
-	e.vs.setPaused(true)
-	base := e.queued()
-	b0 := e.proposeAsync(ctx, putCmd("b0", "v", nil))
-	b1 := e.proposeAsync(ctx, putCmd("b1", "v", nil))
-	b2 := e.proposeAsync(ctx, putCmd("b2", "v", nil))
-	e.waitQueued(base + 3)
-	e.vs.setPaused(false)
-	e.h.Signal()
-	waitClosed(t, "b2 waiting for a version", g2.entered)
+	bs, g2 := e.freezeInFlight(t, ctx, 3, 0)
 
 	var r readNowResult
 	select {
@@ -65,7 +82,7 @@ func TestHostReadNowSkipsWritesInFlight(t *testing.T) {
 		t.Fatalf("ReadNow = %d; want %d, the version of the last applied write", r.version, w0.Version)
 	}
 	g2.open()
-	for i, ch := range []<-chan proposeResult{b0, b1, b2} {
+	for i, ch := range bs {
 		res := waitResult(t, "b", ch)
 		if res.err != nil || res.res.Err != nil {
 			t.Fatalf("b%d: %v %v", i, res.err, res.res.Err)
@@ -143,21 +160,10 @@ func TestHostFenceBelowWritesInFlight(t *testing.T) {
 	if err != nil || w0.Err != nil {
 		t.Fatalf("w0: %v %v", err, w0.Err)
 	}
-	g1 := newGate(t)
-	e.vs.setGates(nil, g1)
-	e.vs.setPaused(true)
-	e.vs.mu.Lock()
-	e.vs.next = w0.Version + 100
-	e.vs.mu.Unlock()
-	base := e.queued()
-	b0 := e.proposeAsync(ctx, putCmd("b0", "v", nil))
-	b1 := e.proposeAsync(ctx, putCmd("b1", "v", nil))
-	e.waitQueued(base + 2)
-	e.vs.setPaused(false)
-	e.h.Signal()
-	waitClosed(t, "b1 waiting for a version", g1.entered)
+	bs, g1 := e.freezeInFlight(t, ctx, 2, 100)
 
-	// b0 holds version w0+101, unapplied: a read at w0+50 waits for nothing.
+	// b0 holds a version above w0+100, unapplied: a read at w0+50 waits
+	// for nothing.
 	ts := w0.Version + 50
 	read := make(chan error, 1)
 	go func() { read <- e.h.SnapshotRead(ctx, testShardID, ts) }()
@@ -170,7 +176,7 @@ func TestHostFenceBelowWritesInFlight(t *testing.T) {
 		t.Fatalf("SnapshotRead(%d) waited for a write in flight above it (the loop is frozen until it returns)", ts)
 	}
 	g1.open()
-	for i, ch := range []<-chan proposeResult{b0, b1} {
+	for i, ch := range bs {
 		res := waitResult(t, "b", ch)
 		if res.err != nil || res.res.Err != nil {
 			t.Fatalf("b%d: %v %v", i, res.err, res.res.Err)
