@@ -52,6 +52,23 @@ func (e *hostEnv) freezeInFlight(t *testing.T, ctx context.Context, n int, skip 
 	return results, gate
 }
 
+// thawAbove lets the loop frozen by freezeInFlight go on and checks that
+// every proposal it held was applied at a version above read, the version
+// of a read served meanwhile.
+func thawAbove(t *testing.T, gate *versionGate, results []<-chan proposeResult, read uint64) {
+	t.Helper()
+	gate.open()
+	for i, ch := range results {
+		res := waitResult(t, fmt.Sprint("b", i), ch)
+		if res.err != nil || res.res.Err != nil {
+			t.Fatalf("b%d: %v %v", i, res.err, res.res.Err)
+		}
+		if res.res.Version <= read {
+			t.Fatalf("b%d got version %d, at or below the read at %d served while it was in flight", i, res.res.Version, read)
+		}
+	}
+}
+
 // TestHostReadNowSkipsWritesInFlight freezes the Host loop with two
 // proposals handed versions but not applied, and checks that ReadNow
 // answers anyway, at the version of the last applied write: below both,
@@ -81,16 +98,7 @@ func TestHostReadNowSkipsWritesInFlight(t *testing.T) {
 	if r.version != w0.Version {
 		t.Fatalf("ReadNow = %d; want %d, the version of the last applied write", r.version, w0.Version)
 	}
-	g2.open()
-	for i, ch := range bs {
-		res := waitResult(t, "b", ch)
-		if res.err != nil || res.res.Err != nil {
-			t.Fatalf("b%d: %v %v", i, res.err, res.res.Err)
-		}
-		if res.res.Version <= r.version {
-			t.Fatalf("b%d got version %d, at or below the read's %d", i, res.res.Version, r.version)
-		}
-	}
+	thawAbove(t, g2, bs, r.version)
 
 	// With nothing in flight, a second read is at the last applied write,
 	// and a write after it lands above it.
@@ -175,14 +183,5 @@ func TestHostFenceBelowWritesInFlight(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("SnapshotRead(%d) waited for a write in flight above it (the loop is frozen until it returns)", ts)
 	}
-	g1.open()
-	for i, ch := range bs {
-		res := waitResult(t, "b", ch)
-		if res.err != nil || res.res.Err != nil {
-			t.Fatalf("b%d: %v %v", i, res.err, res.res.Err)
-		}
-		if res.res.Version <= ts {
-			t.Fatalf("b%d got version %d, at or below the snapshot read at %d", i, res.res.Version, ts)
-		}
-	}
+	thawAbove(t, g1, bs, ts)
 }
