@@ -98,6 +98,7 @@ func Dial(addr string, opts ...DialOption) (DB, error) {
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(api.MaxMessageSize),
 			grpc.MaxCallSendMsgSize(api.MaxMessageSize),
+			api.CodecCallOption(),
 		),
 	}
 	gopts = append(gopts, o.grpc...)

@@ -5,7 +5,7 @@
 # CLIENTS clients for DURATION after WARMUP. It prints, per run, ops/s,
 # p50 and p99 of reads and updates (ms), and the server's CPU per
 # operation over the measured time (groupkv bench's own figure, from the
-# server's process_cpu_seconds_total).
+# server's process_cpu_seconds_total), and the benchmark client's.
 #
 #   scripts/ab-ycsb.sh OLD-BINARY NEW-BINARY [ROUNDS]
 #   WORKLOAD=c CLIENTS=16 scripts/ab-ycsb.sh /tmp/old /tmp/new 5
@@ -34,8 +34,8 @@ run() {
 	awk -v l="$label" '
 		$1=="read" || $1=="update" || $1=="scan" || $1=="insert" {ops = ops sprintf("  %s p50 %s p99 %s", $1, $6, $7)}
 		$1=="all" {rate=$4}
-		/CPU over the measured time/ {cpu=$7}
-		END {printf "%-2s %7d ops/s%s  server cpu %s us/op\n", l, rate, ops, cpu}' "$dir/out.txt"
+		/CPU over the measured time/ {cpu=$7; ccpu=$13}
+		END {printf "%-2s %7d ops/s%s  server cpu %s us/op  client cpu %s us/op\n", l, rate, ops, cpu, ccpu}' "$dir/out.txt"
 }
 for _ in $(seq "$ROUNDS"); do
 	run "$A" A

@@ -50,8 +50,8 @@ type GRPCConfig struct {
 
 // NewGRPCServerWith is NewGRPCServer with cfg.
 func NewGRPCServerWith(b kv.Backend, cfg GRPCConfig, opts ...grpc.ServerOption) *grpc.Server {
-	all := make([]grpc.ServerOption, 0, 2+len(opts))
-	all = append(all, grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize))
+	all := make([]grpc.ServerOption, 0, 3+len(opts))
+	all = append(all, grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize), grpc.ForceServerCodecV2(Codec{}))
 	all = append(all, opts...)
 	s := grpc.NewServer(all...)
 	pb.RegisterGroupKVServer(s, &grpcService{b: b, workers: workpool.New(), observe: cfg.Observe, draining: cfg.Draining})

@@ -72,7 +72,7 @@ func OpenGroupKVTxn(ctx context.Context, addr string, opts DriverOptions) (*Grou
 	}
 	conn, err := grpc.NewClient("dns:///"+addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(api.MaxMessageSize), grpc.MaxCallSendMsgSize(api.MaxMessageSize)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(api.MaxMessageSize), grpc.MaxCallSendMsgSize(api.MaxMessageSize), api.CodecCallOption()))
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("connecting to %s: %w", addr, err)
