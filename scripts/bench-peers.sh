@@ -10,7 +10,10 @@
 # builds groupkv, then for each system in turn starts a fresh server (a new
 # data directory under a temporary directory, loopback ports that are not
 # the systems' defaults), loads it, runs the workloads, and stops it; every
-# server runs alone, so the others do not take its CPU. Then it runs the
+# server runs alone, so the others do not take its CPU. It does so ROUNDS
+# times (groupkv, etcd, Redis, then again), so that a slow minute of a
+# shared machine falls on every system alike: the report gives each ratio
+# as the median of the rounds' ratios, with every round's. Then it runs the
 # timeline workload (correlated reads, groupkv only) on a tag and a hash
 # collection, prints the tables and writes the docs. Everything it started
 # is stopped on exit, whatever the exit.
@@ -27,8 +30,9 @@ ROOT=$(pwd)
 RECORDS=${RECORDS:-50000}
 VALUE_SIZE=${VALUE_SIZE:-100}
 CLIENTS=${CLIENTS:-64}
-DURATION=${DURATION:-20s}
-WARMUP=${WARMUP:-5s}
+DURATION=${DURATION:-15s}
+WARMUP=${WARMUP:-3s}
+ROUNDS=${ROUNDS:-3}
 WORKLOADS=${WORKLOADS:-a,b,c,e}
 SEED=${SEED:-1}
 TIMELINE_USERS=${TIMELINE_USERS:-1000}
@@ -210,28 +214,36 @@ stop_server() {
 	forget_pid "$PID"
 }
 
-# 3. The runs, one system at a time.
-log "groupkv $GROUPKV_COMMIT"
-start_groupkv
-bench --target groupkv --addr "127.0.0.1:$GROUPKV_PORT" --workload "$WORKLOADS" --records "$RECORDS" \
-	--out "$RESULTS" --system-version "$GROUPKV_COMMIT"
-bench --target groupkv --addr "127.0.0.1:$GROUPKV_PORT" --workload timeline --partitioning tag,hash \
-	--users "$TIMELINE_USERS" --records-per-user "$TIMELINE_PER_USER" --out "$TIMELINE_RESULTS" \
-	--system-version "$GROUPKV_COMMIT"
-stop_server
+# 3. The runs, one system at a time, ROUNDS times.
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "ROUNDS=$ROUNDS: give a whole number of rounds, 1 or more"
+for round in $(seq "$ROUNDS"); do
+	ROUND=()
+	((ROUNDS == 1)) || ROUND=(--round "$round")
+	log "round $round of $ROUNDS: groupkv $GROUPKV_COMMIT"
+	rm -rf "$WORK/groupkv-data" "$WORK/etcd-data" "$WORK/redis-data"
+	start_groupkv
+	bench --target groupkv --addr "127.0.0.1:$GROUPKV_PORT" --workload "$WORKLOADS" --records "$RECORDS" \
+		--out "$RESULTS" --system-version "$GROUPKV_COMMIT" "${ROUND[@]}"
+	if ((round == 1)); then
+		bench --target groupkv --addr "127.0.0.1:$GROUPKV_PORT" --workload timeline --partitioning tag,hash \
+			--users "$TIMELINE_USERS" --records-per-user "$TIMELINE_PER_USER" --out "$TIMELINE_RESULTS" \
+			--system-version "$GROUPKV_COMMIT"
+	fi
+	stop_server
 
-# etcd is loaded (with a 1s run whose result is dropped), restarted on the
-# same data (why: see bench-etcd.sh), then measured.
-start_etcd
-DURATION=1s WARMUP=0s bench --target etcd --addr "127.0.0.1:$ETCD_PORT" --workload a --records "$RECORDS" >/dev/null
-stop_server
-start_etcd
-NO_LOAD=1 bench --target etcd --addr "127.0.0.1:$ETCD_PORT" --workload "$WORKLOADS" --records "$RECORDS" --out "$RESULTS"
-stop_server
+	# etcd is loaded (with a 1s run whose result is dropped), restarted on the
+	# same data (why: see bench-etcd.sh), then measured.
+	start_etcd
+	DURATION=1s WARMUP=0s bench --target etcd --addr "127.0.0.1:$ETCD_PORT" --workload a --records "$RECORDS" >/dev/null
+	stop_server
+	start_etcd
+	NO_LOAD=1 bench --target etcd --addr "127.0.0.1:$ETCD_PORT" --workload "$WORKLOADS" --records "$RECORDS" --out "$RESULTS" "${ROUND[@]}"
+	stop_server
 
-start_redis
-bench --target redis --addr "127.0.0.1:$REDIS_PORT" --workload "$WORKLOADS" --records "$RECORDS" --out "$RESULTS"
-stop_server
+	start_redis
+	bench --target redis --addr "127.0.0.1:$REDIS_PORT" --workload "$WORKLOADS" --records "$RECORDS" --out "$RESULTS" "${ROUND[@]}"
+	stop_server
+done
 
 # 4. Tables, chart, docs.
 REPORT=$("$BIN" bench report --in "$RESULTS" --baseline groupkv)
@@ -245,10 +257,10 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//' || true)
 MEM=$(awk '/^MemTotal:/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)
 INVOCATION="scripts/bench-peers.sh"
-for v in RECORDS VALUE_SIZE CLIENTS DURATION WARMUP WORKLOADS SEED TIMELINE_USERS TIMELINE_PER_USER; do
+for v in RECORDS VALUE_SIZE CLIENTS DURATION WARMUP ROUNDS WORKLOADS SEED TIMELINE_USERS TIMELINE_PER_USER; do
 	# Name the settings that differ from the defaults.
 	case $v in
-	RECORDS) d=50000 ;; VALUE_SIZE) d=100 ;; CLIENTS) d=64 ;; DURATION) d=20s ;; WARMUP) d=5s ;;
+	RECORDS) d=50000 ;; VALUE_SIZE) d=100 ;; CLIENTS) d=64 ;; DURATION) d=15s ;; WARMUP) d=3s ;; ROUNDS) d=3 ;;
 	WORKLOADS) d=a,b,c,e ;; SEED) d=1 ;; TIMELINE_USERS) d=1000 ;; TIMELINE_PER_USER) d=20 ;;
 	esac
 	[[ ${!v} == "$d" ]] || INVOCATION="$v=${!v} $INVOCATION"
@@ -259,9 +271,12 @@ done
 # Benchmarks: groupkv, etcd and Redis
 
 Written by \`scripts/bench-peers.sh\` on $(date -u +%Y-%m-%d) in ${elapsed}s; rerun it
-rather than editing this file. Every number comes from one run on one
-machine, the servers and the benchmark client sharing its cores: read the
-ratios, not the absolute figures.
+rather than editing this file. Every number comes from one run of the
+script on one machine, the servers and the benchmark client sharing its
+cores: read the ratios, not the absolute figures. The systems ran
+$ROUNDS round(s) in turn (groupkv, etcd, Redis, then again); the ratios
+are the medians of the rounds' ratios, and the chart shows each system's
+median round.
 
 ## Machine
 
@@ -285,7 +300,7 @@ ratios, not the absolute figures.
 
 - Each system runs alone, one node or member, on a fresh data directory,
   listening on 127.0.0.1: started, loaded, measured and stopped before the
-  next one starts. groupkv logs at warn and etcd at error (under load etcd
+  next one starts, in every round. groupkv logs at warn and etcd at error (under load etcd
   logs a warning per slow request, which slows it further).
 - etcd is restarted on its data between the load and the runs: etcd 3.4
   copies its buffer of writes not yet committed to its backend into every

@@ -32,6 +32,7 @@ func benchCommand() *cobra.Command {
 		progress     bool
 		cpuProfile   string
 		systemName   string
+		round        int
 		txn          txnBenchFlags
 	)
 	cmd := &cobra.Command{
@@ -177,6 +178,7 @@ table first: collection "usertable", etcd prefix "usertable/", Redis keys
 				if version != "" {
 					res.Version = version
 				}
+				res.Params.Round = round
 				if err := bench.WriteSummary(stdout, res); err != nil {
 					return err
 				}
@@ -222,6 +224,7 @@ table first: collection "usertable", etcd prefix "usertable/", Redis keys
 	f.BoolVar(&load, "load", false, "empty the benchmark's table and load --records records first")
 	f.StringVar(&out, "out", "", "append a JSON record of each run to this file")
 	f.StringVar(&version, "system-version", "", "version to record for the target (default: what its server reports; for groupkv the build's VCS revision)")
+	f.IntVar(&round, "round", 0, "number of this run among the rounds of a comparison (recorded in --out; groupkv bench report then gives the median of the rounds' ratios)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the benchmark process (its clients) to this file")
 	f.BoolVar(&progress, "progress", false, "draw the progress bar on stderr even when it is not a terminal")
 	f.Uint64Var(&opts.Seed, "seed", 0, "seed of the random key choices (default: from the clock; results record it)")

@@ -82,7 +82,7 @@ func Chart(rs []Result, opts ChartOptions) (*image.RGBA, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	rs = LatestResults(rs)
+	rs = MedianResults(rs)
 	if len(rs) == 0 {
 		return nil, ErrNoResults
 	}

@@ -41,7 +41,10 @@ func sortResults(rs []Result) {
 		if ra, rb := systemRank(a.System), systemRank(b.System); ra != rb {
 			return ra < rb
 		}
-		return a.System < b.System
+		if a.System != b.System {
+			return a.System < b.System
+		}
+		return a.Params.Round < b.Params.Round
 	})
 }
 
@@ -78,15 +81,85 @@ func systemsOf(rs []Result) []string {
 	return out
 }
 
-// find returns the result of system and workload in rs.
+// find returns the result of system and workload in rs (of its last round).
 func find(rs []Result, system, workload string) (Result, bool) {
+	var found Result
+	ok := false
 	for _, r := range rs {
 		if r.System == system && r.Workload == workload {
-			return r, true
+			found, ok = r, true
 		}
 	}
-	return Result{}, false
+	return found, ok
 }
+
+// roundsOf returns the rounds of rs for system and workload, by round.
+func roundsOf(rs []Result, system, workload string) map[int]Result {
+	out := map[int]Result{}
+	for _, r := range rs {
+		if r.System == system && r.Workload == workload {
+			out[r.Params.Round] = r
+		}
+	}
+	return out
+}
+
+// hasRounds reports whether rs holds results of numbered rounds.
+func hasRounds(rs []Result) bool {
+	for _, r := range rs {
+		if r.Params.Round > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// roundRatios are the ratios f(a)/f(b) of the rounds that both a and b
+// ran, in round order.
+func roundRatios(a, b map[int]Result, f func(Result) float64) []float64 {
+	var rounds []int
+	for n := range a {
+		if _, ok := b[n]; ok {
+			rounds = append(rounds, n)
+		}
+	}
+	sort.Ints(rounds)
+	var out []float64
+	for _, n := range rounds {
+		if d := f(b[n]); d > 0 {
+			out = append(out, f(a[n])/d)
+		}
+	}
+	return out
+}
+
+// medianOf returns the median of xs, which it leaves in their order; 0
+// for none.
+func medianOf(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	return median(append([]float64(nil), xs...))
+}
+
+// ratioCell formats the median of a set of rounds' ratios followed by
+// each round's, or the one ratio of a single run.
+func ratioCell(xs []float64) string {
+	switch len(xs) {
+	case 0:
+		return "–"
+	case 1:
+		return fmt.Sprintf("%.2f", xs[0])
+	}
+	each := make([]string, len(xs))
+	for i, x := range xs {
+		each[i] = fmt.Sprintf("%.2f", x)
+	}
+	return fmt.Sprintf("%.2f (%s)", medianOf(xs), strings.Join(each, ", "))
+}
+
+func opsPerSec(r Result) float64 { return r.OpsPerSec }
+func p99All(r Result) float64    { return r.Latency[AllOps].P99Us }
 
 // cpuCell formats a CPU time per operation in µs; "–" when unknown.
 func cpuCell(us float64) string {
@@ -164,13 +237,26 @@ func WriteMarkdown(w io.Writer, rs []Result, baseline string) error {
 	if len(rs) == 0 {
 		return ErrNoResults
 	}
+	rounds := hasRounds(rs)
+	// roundCol is the round column's cell of r, when rs has rounds.
+	roundCol := func(r Result) string {
+		if !rounds {
+			return ""
+		}
+		return fmt.Sprintf(" %d |", r.Params.Round)
+	}
 	var b strings.Builder
-	b.WriteString("| workload | system | version | ops/s | p50 ms | p99 ms | p99.9 ms | server CPU µs/op | client CPU µs/op | errors |\n")
-	b.WriteString("|---|---|---|--:|--:|--:|--:|--:|--:|--:|\n")
+	if rounds {
+		b.WriteString("| workload | system | version | round | ops/s | p50 ms | p99 ms | p99.9 ms | server CPU µs/op | client CPU µs/op | errors |\n")
+		b.WriteString("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	} else {
+		b.WriteString("| workload | system | version | ops/s | p50 ms | p99 ms | p99.9 ms | server CPU µs/op | client CPU µs/op | errors |\n")
+		b.WriteString("|---|---|---|--:|--:|--:|--:|--:|--:|--:|\n")
+	}
 	for _, r := range rs {
 		l := r.Latency[AllOps]
-		fmt.Fprintf(&b, "| %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %d |\n",
-			r.Workload, r.System, r.Version, r.OpsPerSec, ms(l.P50Us), ms(l.P99Us), ms(l.P999Us), cpuCell(r.ServerCPUPerOp()), cpuCell(r.ClientCPUPerOp()), r.Errors)
+		fmt.Fprintf(&b, "| %s | %s | %s |%s %.0f | %s | %s | %s | %s | %s | %d |\n",
+			r.Workload, r.System, r.Version, roundCol(r), r.OpsPerSec, ms(l.P50Us), ms(l.P99Us), ms(l.P999Us), cpuCell(r.ServerCPUPerOp()), cpuCell(r.ClientCPUPerOp()), r.Errors)
 	}
 
 	systems, workloads := systemsOf(rs), workloadsOf(rs)
@@ -181,7 +267,11 @@ func WriteMarkdown(w io.Writer, rs []Result, baseline string) error {
 		}
 	}
 	if contains(systems, baseline) && len(peers) > 0 {
-		fmt.Fprintf(&b, "\nRatios %s/peer: throughput (above 1: %s is faster) and p99 latency (below 1: %s is faster).\n\n", baseline, baseline, baseline)
+		fmt.Fprintf(&b, "\nRatios %s/peer: throughput (above 1: %s is faster) and p99 latency (below 1: %s is faster).", baseline, baseline, baseline)
+		if rounds {
+			b.WriteString(" Each cell is the median of the rounds' ratios (each round's systems ran one after the other), then every round's in round order.")
+		}
+		b.WriteString("\n\n")
 		b.WriteString("| workload |")
 		for _, p := range peers {
 			fmt.Fprintf(&b, " ops/s %s/%s | p99 %s/%s |", baseline, p, baseline, p)
@@ -190,20 +280,20 @@ func WriteMarkdown(w io.Writer, rs []Result, baseline string) error {
 		b.WriteString(strings.Repeat("--:|--:|", len(peers)))
 		b.WriteString("\n")
 		for _, wl := range workloads {
-			base, ok := find(rs, baseline, wl)
-			if !ok {
+			base := roundsOf(rs, baseline, wl)
+			if len(base) == 0 {
 				continue
 			}
 			var row strings.Builder
 			have := false
 			for _, p := range peers {
-				peer, ok := find(rs, p, wl)
-				if !ok {
+				tput := roundRatios(base, roundsOf(rs, p, wl), opsPerSec)
+				if len(tput) == 0 {
 					row.WriteString(" – | – |")
 					continue
 				}
 				have = true
-				fmt.Fprintf(&row, " %s | %s |", ratio(base.OpsPerSec, peer.OpsPerSec), ratio(base.Latency[AllOps].P99Us, peer.Latency[AllOps].P99Us))
+				fmt.Fprintf(&row, " %s | %s |", ratioCell(tput), ratioCell(roundRatios(base, roundsOf(rs, p, wl), p99All)))
 			}
 			if have {
 				fmt.Fprintf(&b, "| %s |%s\n", wl, row.String())
@@ -211,9 +301,18 @@ func WriteMarkdown(w io.Writer, rs []Result, baseline string) error {
 		}
 	}
 
+	if baseline == "groupkv" && contains(peers, "etcd") && contains(peers, "redis") {
+		writePeerGoals(&b, rs)
+	}
+
 	b.WriteString("\nPer operation (latencies in ms):\n\n")
-	b.WriteString("| workload | system | op | count | ops/s | mean | p50 | p99 | p99.9 | max | errors |\n")
-	b.WriteString("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	if rounds {
+		b.WriteString("| workload | system | round | op | count | ops/s | mean | p50 | p99 | p99.9 | max | errors |\n")
+		b.WriteString("|---|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	} else {
+		b.WriteString("| workload | system | op | count | ops/s | mean | p50 | p99 | p99.9 | max | errors |\n")
+		b.WriteString("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	}
 	for _, r := range rs {
 		for _, name := range sortedOps(r) {
 			if name == AllOps {
@@ -224,8 +323,8 @@ func WriteMarkdown(w io.Writer, rs []Result, baseline string) error {
 			if r.Seconds > 0 {
 				rate = float64(l.Count) / r.Seconds
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %d | %.0f | %s | %s | %s | %s | %s | %d |\n",
-				r.Workload, r.System, name, l.Count, rate, ms(l.MeanUs), ms(l.P50Us), ms(l.P99Us), ms(l.P999Us), ms(l.MaxUs), l.Errors)
+			fmt.Fprintf(&b, "| %s | %s |%s %s | %d | %.0f | %s | %s | %s | %s | %s | %d |\n",
+				r.Workload, r.System, roundCol(r), name, l.Count, rate, ms(l.MeanUs), ms(l.P50Us), ms(l.P99Us), ms(l.P999Us), ms(l.MaxUs), l.Errors)
 		}
 	}
 	_, err := io.WriteString(w, b.String())
@@ -237,4 +336,81 @@ func ratio(a, b float64) string {
 		return "–"
 	}
 	return fmt.Sprintf("%.2f", a/b)
+}
+
+// peerGoal is one of groupkv's goals against etcd and Redis: the ratio
+// groupkv/peer of a figure on a workload, and the bound it must meet.
+type peerGoal struct {
+	what     string
+	workload string
+	ratios   []float64 // one per round
+	atLeast  bool      // the ratio must be at least bound (else at most)
+	bound    float64
+}
+
+// writePeerGoals writes the table of groupkv's goals against its peers
+// (2 cores, 64 clients, durable writes, 100-byte values): put throughput
+// (workload A, half updates) at least 3× etcd's and at least Redis's; get
+// throughput (B and C) at least 2× etcd's and half Redis's; p99 latency on
+// each workload no worse than the better peer's. A goal is read on the
+// median of the rounds' ratios, and the table says in how many rounds it
+// held.
+func writePeerGoals(b *strings.Builder, rs []Result) {
+	var goals []peerGoal
+	add := func(what, wl, peer string, f func(Result) float64, atLeast bool, bound float64) {
+		g := roundsOf(rs, "groupkv", wl)
+		p := roundsOf(rs, peer, wl)
+		if len(g) == 0 || len(p) == 0 {
+			return
+		}
+		goals = append(goals, peerGoal{what: what, workload: wl, ratios: roundRatios(g, p, f), atLeast: atLeast, bound: bound})
+	}
+	add("put throughput ≥ 3× etcd's", "a", "etcd", opsPerSec, true, 3)
+	add("put throughput ≥ Redis's", "a", "redis", opsPerSec, true, 1)
+	for _, wl := range []string{"b", "c"} {
+		add("get throughput ≥ 2× etcd's", wl, "etcd", opsPerSec, true, 2)
+		add("get throughput ≥ ½ Redis's", wl, "redis", opsPerSec, true, 0.5)
+	}
+	for _, wl := range workloadsOf(rs) {
+		g := roundsOf(rs, "groupkv", wl)
+		e, r := roundsOf(rs, "etcd", wl), roundsOf(rs, "redis", wl)
+		if len(g) == 0 || len(e) == 0 || len(r) == 0 {
+			continue
+		}
+		// The better peer of each round: the lower p99.
+		better := map[int]Result{}
+		for n, er := range e {
+			if rr, ok := r[n]; ok {
+				if p99All(rr) < p99All(er) {
+					er = rr
+				}
+				better[n] = er
+			}
+		}
+		goals = append(goals, peerGoal{what: "p99 ≤ the better peer's", workload: wl, ratios: roundRatios(g, better, p99All), bound: 1})
+	}
+	if len(goals) == 0 {
+		return
+	}
+	b.WriteString("\nGoals (2 cores, 64 clients, durable writes, 100-byte values; puts are workload A's, gets B's and C's), read on the median ratio:\n\n")
+	b.WriteString("| goal | workload | groupkv/peer | rounds met | met |\n|---|---|--:|--:|---|\n")
+	for _, g := range goals {
+		holds := func(x float64) bool {
+			if g.atLeast {
+				return x >= g.bound
+			}
+			return x <= g.bound
+		}
+		n := 0
+		for _, x := range g.ratios {
+			if holds(x) {
+				n++
+			}
+		}
+		met := "no"
+		if len(g.ratios) > 0 && holds(medianOf(g.ratios)) {
+			met = "yes"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %d of %d | %s |\n", g.what, g.workload, ratioCell(g.ratios), n, len(g.ratios), met)
+	}
 }

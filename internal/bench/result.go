@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"time"
 )
 
@@ -90,8 +91,9 @@ type Params struct {
 	OpsPerGroup     int     `json:"ops_per_group,omitempty"`
 	ThinkMs         float64 `json:"think_ms,omitempty"`
 	// Round numbers, from 1, the runs of a groups benchmark that ran
-	// each mode several times, alternating them (--rounds); 0 for a run
-	// of one round.
+	// each mode several times, alternating them (--rounds), or of a
+	// comparison that ran every system several times in turn (groupkv
+	// bench --round); 0 for a run of one round.
 	Round int `json:"round,omitempty"`
 	// NoCachedSnapshot: the grouped games' moves read the group's
 	// snapshot from its leader each time (bench groups
@@ -192,21 +194,48 @@ func ReadResultsFile(path string) ([]Result, error) {
 	return ReadResults(f)
 }
 
-// LatestResults keeps, for each system and workload, the last result of rs (the
-// most recent run in an appended file), ordered by workload then system
-// (Targets' order first, others after by name).
+// LatestResults keeps, for each system, workload and round, the last result
+// of rs (the most recent run in an appended file), ordered by workload,
+// then system (Targets' order first, others after by name), then round.
 func LatestResults(rs []Result) []Result {
-	type key struct{ system, workload string }
+	type key struct {
+		system, workload string
+		round            int
+	}
 	last := map[key]int{}
 	for i, r := range rs {
-		last[key{r.System, r.Workload}] = i
+		last[key{r.System, r.Workload, r.Params.Round}] = i
 	}
 	var out []Result
 	for i, r := range rs {
-		if last[key{r.System, r.Workload}] == i {
+		if last[key{r.System, r.Workload, r.Params.Round}] == i {
 			out = append(out, r)
 		}
 	}
 	sortResults(out)
+	return out
+}
+
+// MedianResults keeps, for each system and workload, the round of rs
+// whose throughput is the median of its rounds (the lower of the middle
+// two for an even count), in LatestResults' order.
+func MedianResults(rs []Result) []Result {
+	rs = LatestResults(rs)
+	type key struct{ system, workload string }
+	byKey := map[key][]Result{}
+	var keys []key
+	for _, r := range rs {
+		k := key{r.System, r.Workload}
+		if _, ok := byKey[k]; !ok {
+			keys = append(keys, k)
+		}
+		byKey[k] = append(byKey[k], r)
+	}
+	out := make([]Result, 0, len(keys))
+	for _, k := range keys {
+		runs := byKey[k]
+		sort.SliceStable(runs, func(i, j int) bool { return runs[i].OpsPerSec < runs[j].OpsPerSec })
+		out = append(out, runs[(len(runs)-1)/2])
+	}
 	return out
 }

@@ -165,3 +165,64 @@ func TestBenchNiceScale(t *testing.T) {
 		}
 	}
 }
+
+// roundResults are three rounds of groupkv, etcd and Redis on workloads a
+// and b, with a rerun of one round that replaces it.
+func roundResults() []Result {
+	var rs []Result
+	mk := func(system, workload string, round int, opsPerSec, p99Us float64) {
+		r := sampleResults()[1]
+		r.System, r.Workload, r.Params.Round = system, workload, round
+		r.OpsPerSec, r.Latency = opsPerSec, map[string]Latency{AllOps: {Count: 1, P50Us: 900, P99Us: p99Us}, "read": {Count: 1, P99Us: p99Us}}
+		rs = append(rs, r)
+	}
+	// Round 2 of groupkv on a: first a slow run, then its rerun.
+	mk("groupkv", "a", 2, 1, 1e6)
+	for round, g := range []float64{30000, 25000, 36000} {
+		n := round + 1
+		mk("groupkv", "a", n, g, 8000)
+		mk("etcd", "a", n, 9000, 24000)
+		mk("redis", "a", n, 30000, []float64{6000, 9000, 7000}[round])
+		mk("groupkv", "b", n, 50000, 4000)
+		mk("etcd", "b", n, 9000, 20000)
+		mk("redis", "b", n, 40000, 6000)
+	}
+	return rs
+}
+
+func TestBenchReportRounds(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteMarkdown(&b, roundResults(), "groupkv"); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"| a | groupkv | abc | 2 | 25000 |",
+		// Medians of the rounds' ratios, then each round's.
+		"| a | 3.33 (3.33, 2.78, 4.00) | 0.33 (0.33, 0.33, 0.33) | 1.00 (1.00, 0.83, 1.20) | 1.14 (1.33, 0.89, 1.14) |",
+		"| put throughput ≥ 3× etcd's | a | 3.33 (3.33, 2.78, 4.00) | 2 of 3 | yes |",
+		"| put throughput ≥ Redis's | a | 1.00 (1.00, 0.83, 1.20) | 2 of 3 | yes |",
+		"| get throughput ≥ ½ Redis's | b | 1.25 (1.25, 1.25, 1.25) | 3 of 3 | yes |",
+		// p99 against the better peer of each round (Redis's here).
+		"| p99 ≤ the better peer's | a | 1.14 (1.33, 0.89, 1.14) | 1 of 3 | no |",
+		"| p99 ≤ the better peer's | b | 0.67 (0.67, 0.67, 0.67) | 3 of 3 | yes |",
+		"| a | groupkv | 2 | read |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "| a | groupkv | abc | 2 | 1 |") {
+		t.Errorf("the replaced run of round 2 is in the report:\n%s", out)
+	}
+	// The chart draws each system's median round.
+	med := MedianResults(roundResults())
+	for _, r := range med {
+		if r.System == "groupkv" && r.Workload == "a" && r.OpsPerSec != 30000 {
+			t.Errorf("median round of groupkv on a: %v ops/s, want 30000", r.OpsPerSec)
+		}
+	}
+	if len(med) != 6 {
+		t.Errorf("MedianResults kept %d results, want 6", len(med))
+	}
+}
