@@ -11,9 +11,10 @@
 # data directory under a temporary directory, loopback ports that are not
 # the systems' defaults), loads it, runs the workloads, and stops it; every
 # server runs alone, so the others do not take its CPU. It does so ROUNDS
-# times (groupkv, etcd, Redis, then again), so that a slow minute of a
-# shared machine falls on every system alike: the report gives each ratio
-# as the median of the rounds' ratios, with every round's. Then it runs the
+# times (groupkv, etcd, Redis, then Redis, etcd, groupkv, and so on), so
+# that a slow minute of a shared machine falls on every system alike: the
+# report gives each ratio as the median of the rounds' ratios, with every
+# round's. Then it runs the
 # timeline workload (correlated reads, groupkv only) on a tag and a hash
 # collection, prints the tables and writes the docs. Everything it started
 # is stopped on exit, whatever the exit.
@@ -214,13 +215,13 @@ stop_server() {
 	forget_pid "$PID"
 }
 
-# 3. The runs, one system at a time, ROUNDS times.
+# 3. The runs, one system at a time, ROUNDS times: groupkv, etcd, Redis in
+# the odd rounds, Redis, etcd, groupkv in the even ones, so that a machine
+# slowing down (or speeding up) through the run favours no system.
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "ROUNDS=$ROUNDS: give a whole number of rounds, 1 or more"
-for round in $(seq "$ROUNDS"); do
-	ROUND=()
-	((ROUNDS == 1)) || ROUND=(--round "$round")
+run_groupkv() {
 	log "round $round of $ROUNDS: groupkv $GROUPKV_COMMIT"
-	rm -rf "$WORK/groupkv-data" "$WORK/etcd-data" "$WORK/redis-data"
+	rm -rf "$WORK/groupkv-data"
 	start_groupkv
 	bench --target groupkv --addr "127.0.0.1:$GROUPKV_PORT" --workload "$WORKLOADS" --records "$RECORDS" \
 		--out "$RESULTS" --system-version "$GROUPKV_COMMIT" "${ROUND[@]}"
@@ -230,19 +231,38 @@ for round in $(seq "$ROUNDS"); do
 			--system-version "$GROUPKV_COMMIT"
 	fi
 	stop_server
-
-	# etcd is loaded (with a 1s run whose result is dropped), restarted on the
-	# same data (why: see bench-etcd.sh), then measured.
+}
+# etcd is loaded (with a 1s run whose result is dropped), restarted on the
+# same data (why: see bench-etcd.sh), then measured.
+run_etcd() {
+	log "round $round of $ROUNDS: etcd"
+	rm -rf "$WORK/etcd-data"
 	start_etcd
 	DURATION=1s WARMUP=0s bench --target etcd --addr "127.0.0.1:$ETCD_PORT" --workload a --records "$RECORDS" >/dev/null
 	stop_server
 	start_etcd
 	NO_LOAD=1 bench --target etcd --addr "127.0.0.1:$ETCD_PORT" --workload "$WORKLOADS" --records "$RECORDS" --out "$RESULTS" "${ROUND[@]}"
 	stop_server
-
+}
+run_redis() {
+	log "round $round of $ROUNDS: Redis"
+	rm -rf "$WORK/redis-data"
 	start_redis
 	bench --target redis --addr "127.0.0.1:$REDIS_PORT" --workload "$WORKLOADS" --records "$RECORDS" --out "$RESULTS" "${ROUND[@]}"
 	stop_server
+}
+for round in $(seq "$ROUNDS"); do
+	ROUND=()
+	((ROUNDS == 1)) || ROUND=(--round "$round")
+	if ((round % 2 == 1)); then
+		run_groupkv
+		run_etcd
+		run_redis
+	else
+		run_redis
+		run_etcd
+		run_groupkv
+	fi
 done
 
 # 4. Tables, chart, docs.
@@ -274,9 +294,9 @@ Written by \`scripts/bench-peers.sh\` on $(date -u +%Y-%m-%d) in ${elapsed}s; re
 rather than editing this file. Every number comes from one run of the
 script on one machine, the servers and the benchmark client sharing its
 cores: read the ratios, not the absolute figures. The systems ran
-$ROUNDS round(s) in turn (groupkv, etcd, Redis, then again); the ratios
-are the medians of the rounds' ratios, and the chart shows each system's
-median round.
+$ROUNDS round(s) in turn (groupkv, etcd, Redis in the odd rounds, the
+other way round in the even ones); the ratios are the medians of the
+rounds' ratios, and the chart shows each system's median round.
 
 ## Machine
 
