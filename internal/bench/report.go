@@ -246,13 +246,7 @@ func WriteMarkdown(w io.Writer, rs []Result, baseline string) error {
 		return fmt.Sprintf(" %d |", r.Params.Round)
 	}
 	var b strings.Builder
-	if rounds {
-		b.WriteString("| workload | system | version | round | ops/s | p50 ms | p99 ms | p99.9 ms | server CPU µs/op | client CPU µs/op | errors |\n")
-		b.WriteString("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
-	} else {
-		b.WriteString("| workload | system | version | ops/s | p50 ms | p99 ms | p99.9 ms | server CPU µs/op | client CPU µs/op | errors |\n")
-		b.WriteString("|---|---|---|--:|--:|--:|--:|--:|--:|--:|\n")
-	}
+	writeHeader(&b, rounds, 3, "workload", "system", "version", "ops/s>", "p50 ms>", "p99 ms>", "p99.9 ms>", "server CPU µs/op>", "client CPU µs/op>", "errors>")
 	for _, r := range rs {
 		l := r.Latency[AllOps]
 		fmt.Fprintf(&b, "| %s | %s | %s |%s %.0f | %s | %s | %s | %s | %s | %d |\n",
@@ -306,13 +300,7 @@ func WriteMarkdown(w io.Writer, rs []Result, baseline string) error {
 	}
 
 	b.WriteString("\nPer operation (latencies in ms):\n\n")
-	if rounds {
-		b.WriteString("| workload | system | round | op | count | ops/s | mean | p50 | p99 | p99.9 | max | errors |\n")
-		b.WriteString("|---|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
-	} else {
-		b.WriteString("| workload | system | op | count | ops/s | mean | p50 | p99 | p99.9 | max | errors |\n")
-		b.WriteString("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
-	}
+	writeHeader(&b, rounds, 2, "workload", "system", "op", "count>", "ops/s>", "mean>", "p50>", "p99>", "p99.9>", "max>", "errors>")
 	for _, r := range rs {
 		for _, name := range sortedOps(r) {
 			if name == AllOps {
@@ -329,6 +317,26 @@ func WriteMarkdown(w io.Writer, rs []Result, baseline string) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeHeader writes a Markdown table's header of cols, a column whose name
+// ends in ">" aligned right; with rounds, a "round" column goes after the
+// first at of them.
+func writeHeader(b *strings.Builder, rounds bool, at int, cols ...string) {
+	if rounds {
+		cols = append(cols[:at:at], append([]string{"round>"}, cols[at:]...)...)
+	}
+	var names, aligns strings.Builder
+	for _, c := range cols {
+		name, right := strings.CutSuffix(c, ">")
+		names.WriteString("| " + name + " ")
+		if right {
+			aligns.WriteString("|--:")
+		} else {
+			aligns.WriteString("|---")
+		}
+	}
+	b.WriteString(names.String() + "|\n" + aligns.String() + "|\n")
 }
 
 func ratio(a, b float64) string {

@@ -88,6 +88,8 @@ func TestBenchReport(t *testing.T) {
 	}
 	out := b.String()
 	for _, want := range []string{
+		"| workload | system | version | ops/s | p50 ms | p99 ms | p99.9 ms | server CPU µs/op | client CPU µs/op | errors |\n|---|---|---|--:|--:|--:|--:|--:|--:|--:|\n",
+		"| workload | system | op | count | ops/s | mean | p50 | p99 | p99.9 | max | errors |\n|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n",
 		"| a | groupkv | abc | 10000 | 0.90 | 20.0 | 40.0 | – | – | 0 |",
 		"| workload | ops/s groupkv/etcd | p99 groupkv/etcd | ops/s groupkv/redis | p99 groupkv/redis |",
 		"| a | 2.50 | 0.50 | 0.40 | 3.33 |",
@@ -197,6 +199,8 @@ func TestBenchReportRounds(t *testing.T) {
 	}
 	out := b.String()
 	for _, want := range []string{
+		"| workload | system | version | round | ops/s | p50 ms | p99 ms | p99.9 ms | server CPU µs/op | client CPU µs/op | errors |\n|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n",
+		"| workload | system | round | op | count | ops/s | mean | p50 | p99 | p99.9 | max | errors |\n|---|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|\n",
 		"| a | groupkv | abc | 2 | 25000 |",
 		// Medians of the rounds' ratios, then each round's.
 		"| a | 3.33 (3.33, 2.78, 4.00) | 0.33 (0.33, 0.33, 0.33) | 1.00 (1.00, 0.83, 1.20) | 1.14 (1.33, 0.89, 1.14) |",
