@@ -257,7 +257,8 @@ func (s *grpcService) pipelined(ctx context.Context, req *pb.PipelineRequest) *p
 		op = "scan"
 		var res kv.ScanResult
 		if res, err = s.b.Scan(ctx, ScanRequestFromPB(r.Scan)); err == nil {
-			resp.Result = &pb.PipelineResponse_Scan{Scan: ScanResultToPB(res)}
+			// The scan field, encoded here: see appendScanAnswer.
+			resp.ProtoReflect().SetUnknown(appendScanAnswer(nil, res))
 		}
 	case *pb.PipelineRequest_TxnGet:
 		op = opTxnGet
