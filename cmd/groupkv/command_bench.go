@@ -145,6 +145,9 @@ table first: collection "usertable", etcd prefix "usertable/", Redis keys
 			if opts.Replicas != 0 && target != "groupkv" {
 				return usagef("--replicas applies to groupkv collections only, not %s", target)
 			}
+			if round < 0 {
+				return usagef("--round %d: rounds are numbered from 1 (0: a run of one round)", round)
+			}
 			opts.Addr = addr
 			opts.System = systemName
 			if progress || term.IsTerminal(int(os.Stderr.Fd())) {

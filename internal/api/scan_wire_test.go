@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
+	"slices"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -84,6 +86,27 @@ func TestScanAnswerEncoding(t *testing.T) {
 		}
 		if !proto.Equal(&back, want) {
 			t.Fatalf("scan %d (seed %d): decoded %v, want %v", i, seed, &back, want)
+		}
+	}
+}
+
+// TestScanAnswerCoversResult fails when kv.ScanResult or kv.Record gains
+// a field: appendScanAnswer encodes each field by hand, and randomScan
+// must fill a new one for TestScanAnswerEncoding to compare it.
+func TestScanAnswerCoversResult(t *testing.T) {
+	for _, c := range []struct {
+		typ  reflect.Type
+		want []string
+	}{
+		{reflect.TypeFor[kv.ScanResult](), []string{"Items", "NextPage", "Version"}},
+		{reflect.TypeFor[kv.Record](), []string{"Key", "Value", "Tags", "Version"}},
+	} {
+		var got []string
+		for f := range c.typ.Fields() {
+			got = append(got, f.Name)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s has fields %v; appendScanAnswer and randomScan handle %v: extend them", c.typ, got, c.want)
 		}
 	}
 }
