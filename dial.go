@@ -323,6 +323,9 @@ func (r *remoteDB) Scan(ctx context.Context, req ScanRequest) (ScanResult, error
 			if err != nil {
 				return ScanResult{}, err
 			}
+			if r, ok := resp.GetResult().(*pb.PipelineResponse_ScanBytes); ok {
+				return api.DecodeScanBytes(r.ScanBytes)
+			}
 			return api.ScanResultFromPB(resp.GetScan()), nil
 		}
 	}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -31,7 +32,7 @@ const PipelineDrained = "pipeline_drained"
 // side and every request it sent was answered, or when the server drains.
 func (s *grpcService) Pipeline(st pb.GroupKV_PipelineServer) error {
 	ctx := st.Context()
-	batches := false
+	batches, scanBytes := false, false
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		// Announced before anything else, so that the client's first
 		// requests find it (its receiver reads the header first).
@@ -42,6 +43,10 @@ func (s *grpcService) Pipeline(st pb.GroupKV_PipelineServer) error {
 		}
 		if slices.Contains(md.Get(PipelineOpsKey), PipelineOpScan) {
 			header = metadata.Join(header, metadata.Pairs(PipelineOpsKey, PipelineOpScan))
+			if slices.Contains(md.Get(PipelineOpsKey), PipelineOpScanBytes) {
+				header = metadata.Join(header, metadata.Pairs(PipelineOpsKey, PipelineOpScanBytes))
+				scanBytes = true
+			}
 		}
 		if _, err := s.txn(); err == nil && slices.Contains(md.Get(PipelineOpsKey), PipelineOpTxn) {
 			header = metadata.Join(header, metadata.Pairs(PipelineOpsKey, PipelineOpTxn))
@@ -86,7 +91,7 @@ func (s *grpcService) Pipeline(st pb.GroupKV_PipelineServer) error {
 		wg.Add(1)
 		s.workers.Go(func() {
 			defer wg.Done()
-			send(s.pipelined(rctx, req))
+			send(s.pipelined(rctx, req, scanBytes))
 		})
 	}
 	recvErr := make(chan error, 1)
@@ -153,6 +158,33 @@ func (s *grpcService) Pipeline(st pb.GroupKV_PipelineServer) error {
 
 func responseSize(r *pb.PipelineResponse) int { return proto.Size(r) }
 
+// scanEacher is a backend that hands a scan's records to a function as it
+// reads them (node.Node.ScanEach).
+type scanEacher interface {
+	ScanEach(ctx context.Context, req kv.ScanRequest, each func(*kv.Record)) (kv.ScanResult, error)
+}
+
+// scanBytes serves a scan whose answer goes in scan_bytes: its records
+// encoded as the backend reads them, where it can hand them over.
+func (s *grpcService) scanBytes(ctx context.Context, req kv.ScanRequest) ([]byte, error) {
+	e := scanBytes{limit: cmp.Or(req.Limit, kv.DefaultPageSize)}
+	if b, ok := s.b.(scanEacher); ok {
+		res, err := b.ScanEach(ctx, req, e.add)
+		if err != nil {
+			return nil, err
+		}
+		return e.finish(res), nil
+	}
+	res, err := s.b.Scan(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	for i := range res.Items {
+		e.add(&res.Items[i])
+	}
+	return e.finish(res), nil
+}
+
 // SendRequests sends the requests q on a client's Pipeline stream s: in
 // batches of at most maxBatchBytes when batches (the server announced
 // them), else one per message.
@@ -178,6 +210,10 @@ const PipelineOpsKey = "groupkv-pipeline-ops"
 
 // PipelineOpScan names scans (PipelineRequest.scan) under PipelineOpsKey.
 const PipelineOpScan = "scan"
+
+// PipelineOpScanBytes names scans answered in
+// PipelineResponse.scan_bytes under PipelineOpsKey.
+const PipelineOpScanBytes = "scan_bytes"
 
 // PipelineOpTxn names a transaction's gets and commits
 // (PipelineRequest.txn_get, commit_txn) under PipelineOpsKey.
@@ -225,8 +261,8 @@ func (d *sharedDeadlines) release() {
 }
 
 // pipelined serves one request of a Pipeline stream as the unary RPC of
-// the same name serves it.
-func (s *grpcService) pipelined(ctx context.Context, req *pb.PipelineRequest) *pb.PipelineResponse {
+// the same name serves it; a scan in scan_bytes when scanBytes.
+func (s *grpcService) pipelined(ctx context.Context, req *pb.PipelineRequest, scanBytes bool) *pb.PipelineResponse {
 	start := time.Now()
 	resp := &pb.PipelineResponse{Id: req.GetId()}
 	var (
@@ -255,6 +291,13 @@ func (s *grpcService) pipelined(ctx context.Context, req *pb.PipelineRequest) *p
 		}
 	case *pb.PipelineRequest_Scan:
 		op = "scan"
+		if scanBytes {
+			var b []byte
+			if b, err = s.scanBytes(ctx, ScanRequestFromPB(r.Scan)); err == nil {
+				resp.Result = &pb.PipelineResponse_ScanBytes{ScanBytes: b}
+			}
+			break
+		}
 		var res kv.ScanResult
 		if res, err = s.b.Scan(ctx, ScanRequestFromPB(r.Scan)); err == nil {
 			// The scan field, encoded here: see appendScanAnswer.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -18,18 +19,22 @@ import (
 )
 
 // TestGRPCPipelineScans: a dialed DB sends its short scans on the Pipeline
-// stream once the server announced that it serves them there, and as unary
-// RPCs to a server that did not (or has no Pipeline RPC), and to any
-// server when the page asked for is long; every way, pages, order, the
-// continuation and errors are those of the unary RPC.
+// stream once the server announced that it serves them there (answered in
+// scan_bytes, or in scan by a server that does not name scan_bytes), and
+// as unary RPCs to a server that did not (or has no Pipeline RPC), and to
+// any server when the page asked for is long; every way, pages, order,
+// the continuation and errors are those of the unary RPC.
 func TestGRPCPipelineScans(t *testing.T) {
-	for _, server := range []string{"new", "without scans", "without pipeline"} {
+	for _, server := range []string{"new", "without scan bytes", "without scans", "without pipeline"} {
 		t.Run(server, func(t *testing.T) {
 			ctx := context.Background()
 			var rpcs rpcCounter
 			opts := rpcs.options(server == "without pipeline")
-			if server == "without scans" {
+			switch server {
+			case "without scans":
 				opts = append(opts, grpc.ChainStreamInterceptor(hidePipelineOps))
+			case "without scan bytes":
+				opts = append(opts, grpc.ChainStreamInterceptor(hidePipelineScanBytes))
 			}
 			addr, _ := grpcServe(t, newGRPCFake(), opts...)
 			db := grpcDial(t, addr)
@@ -84,10 +89,11 @@ func TestGRPCPipelineScans(t *testing.T) {
 				t.Errorf("reverse scan of [k05, k25): %q, want %q", got, rev[5:25])
 			}
 			pipelined := rpcs.get("Scan")
-			if server == "new" && pipelined != 0 {
+			onStream := server == "new" || server == "without scan bytes"
+			if onStream && pipelined != 0 {
 				t.Errorf("%d short scans went as unary RPCs to a server that serves them on its stream", pipelined)
 			}
-			if server != "new" && pipelined == 0 {
+			if !onStream && pipelined == 0 {
 				t.Errorf("no unary scan: the scans went to a server that did not announce them")
 			}
 			// A long page goes as a unary RPC, whatever the server.
@@ -125,9 +131,22 @@ func hidePipelineOps(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo,
 	return h(srv, &watchedStream{ServerStream: ss, ctx: metadata.NewIncomingContext(ss.Context(), md), w: &pipelineWatch{}})
 }
 
+// hidePipelineScanBytes makes a server's Pipeline streams answer as those
+// of a server that serves scans on the stream but older than scan_bytes.
+func hidePipelineScanBytes(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if info.FullMethod != pipelineMethod {
+		return h(srv, ss)
+	}
+	md, _ := metadata.FromIncomingContext(ss.Context())
+	md = md.Copy()
+	md.Set(api.PipelineOpsKey, slices.DeleteFunc(md.Get(api.PipelineOpsKey), func(op string) bool { return op == api.PipelineOpScanBytes })...)
+	return h(srv, &watchedStream{ServerStream: ss, ctx: metadata.NewIncomingContext(ss.Context(), md), w: &pipelineWatch{}})
+}
+
 // TestGRPCPipelineScanWire: a server names scans in the header of a stream
 // whose client asked which operations it serves (and only then), and
-// answers a scan on the stream as the unary RPC does.
+// answers a scan on the stream as the unary RPC does: in scan, or in
+// scan_bytes, encoded, when the client asked for that too.
 func TestGRPCPipelineScanWire(t *testing.T) {
 	ctx := context.Background()
 	addr, _ := grpcServe(t, newGRPCFake())
@@ -136,14 +155,14 @@ func TestGRPCPipelineScanWire(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"a", "b", "c"} {
-		if _, err := c.Put(ctx, &pb.PutRequest{Collection: "c", Key: []byte(k), Value: []byte("v" + k)}); err != nil {
+		if _, err := c.Put(ctx, &pb.PutRequest{Collection: "c", Key: []byte(k), Value: []byte("v" + k), Tags: []string{"t" + k}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, ask := range []bool{false, true} {
+	for _, ask := range [][]string{nil, {api.PipelineOpScan}, {api.PipelineOpScan, api.PipelineOpScanBytes}, {api.PipelineOpScanBytes}} {
 		sctx := ctx
-		if ask {
-			sctx = metadata.AppendToOutgoingContext(ctx, api.PipelineOpsKey, api.PipelineOpScan)
+		for _, op := range ask {
+			sctx = metadata.AppendToOutgoingContext(sctx, api.PipelineOpsKey, op)
 		}
 		s, err := c.Pipeline(sctx)
 		if err != nil {
@@ -156,16 +175,39 @@ func TestGRPCPipelineScanWire(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := slices.Contains(md.Get(api.PipelineOpsKey), api.PipelineOpScan); got != ask {
-			t.Errorf("client asked for scans: %v; header names them: %v (%v)", ask, got, md)
+		scans := slices.Contains(ask, api.PipelineOpScan)
+		encoded := scans && slices.Contains(ask, api.PipelineOpScanBytes)
+		if got := slices.Contains(md.Get(api.PipelineOpsKey), api.PipelineOpScan); got != scans {
+			t.Errorf("client asked for %q; header names scans: %v (%v)", ask, got, md)
+		}
+		if got := slices.Contains(md.Get(api.PipelineOpsKey), api.PipelineOpScanBytes); got != encoded {
+			t.Errorf("client asked for %q; header names scan_bytes: %v (%v)", ask, got, md)
 		}
 		got, _ := closeAndReceive(t, s)
 		want, err := c.Scan(ctx, &pb.ScanRequest{Collection: "c", Limit: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !proto.Equal(got[1].GetScan(), want) || want.GetNextPage() == "" {
-			t.Errorf("scan on the stream: %v; unary: %v", got[1], want)
+		if want.GetNextPage() == "" || len(want.GetItems()) != 2 {
+			t.Fatalf("unary scan: %v, want two records and a next page", want)
+		}
+		if !encoded {
+			if !proto.Equal(got[1].GetScan(), want) {
+				t.Errorf("client asked for %q; scan on the stream: %v; unary: %v", ask, got[1], want)
+			}
+			continue
+		}
+		r, ok := got[1].GetResult().(*pb.PipelineResponse_ScanBytes)
+		if !ok {
+			t.Fatalf("client asked for %q; answer %v, want scan_bytes", ask, got[1])
+		}
+		var m pb.ScanResponse
+		if err := proto.Unmarshal(r.ScanBytes, &m); err != nil || !proto.Equal(&m, want) {
+			t.Errorf("scan_bytes on the stream decode to %v (%v); unary: %v", &m, err, want)
+		}
+		dec, err := api.DecodeScanBytes(r.ScanBytes)
+		if err != nil || !reflect.DeepEqual(dec, api.ScanResultFromPB(want)) {
+			t.Errorf("DecodeScanBytes: %+v (%v), want %+v", dec, err, api.ScanResultFromPB(want))
 		}
 	}
 }

@@ -250,7 +250,7 @@ func (p *PipelineClient) open(ctx context.Context) (*pipeStream, error) {
 		// The stream outlives the request that opens it: its context ends
 		// when the stream is forgotten or the DB closed.
 		sctx, cancel := context.WithCancel(context.Background())
-		s, err := p.c.Pipeline(metadata.AppendToOutgoingContext(sctx, PipelineBatchKey, "1", PipelineOpsKey, PipelineOpScan, PipelineOpsKey, PipelineOpTxn))
+		s, err := p.c.Pipeline(metadata.AppendToOutgoingContext(sctx, PipelineBatchKey, "1", PipelineOpsKey, PipelineOpScan, PipelineOpsKey, PipelineOpScanBytes, PipelineOpsKey, PipelineOpTxn))
 		p.mu.Lock()
 		p.opening = nil
 		close(ch)

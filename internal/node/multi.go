@@ -2,6 +2,7 @@ package node
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
@@ -459,35 +460,76 @@ func (n *Node) scanVersion(ctx context.Context, route readRoute, shards []uint64
 
 // Scan implements kv.Backend.
 func (n *Node) Scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResult, error) {
+	var (
+		items []kv.Record
+		arena copyArena
+	)
+	res, streamed, err := n.scan(ctx, req, func(r *kv.Record) {
+		if items == nil {
+			items = scanItems(cmp.Or(req.Limit, kv.DefaultPageSize))
+		}
+		items = append(items, kv.Record{Key: arena.clone(r.Key), Value: arena.clone(r.Value), Tags: cloneTags(r.Tags), Version: r.Version})
+	})
+	if err != nil || !streamed {
+		return res, err
+	}
+	if items == nil {
+		items = []kv.Record{}
+	}
+	res.Items = items
+	return res, nil
+}
+
+// ScanEach is Scan with the answer's records handed to each, in order,
+// instead of returned in its Items (which are nil): each copies what it
+// keeps of a record, whose slices may point into storage's buffers and
+// are valid only during the call. When ScanEach fails, the records each
+// received are not an answer.
+func (n *Node) ScanEach(ctx context.Context, req kv.ScanRequest, each func(*kv.Record)) (kv.ScanResult, error) {
+	res, streamed, err := n.scan(ctx, req, each)
+	if err != nil || streamed {
+		return res, err
+	}
+	for i := range res.Items {
+		each(&res.Items[i])
+	}
+	res.Items = nil
+	return res, nil
+}
+
+// scan serves a scan. A scan of this node's storage hands its records to
+// each (streamed); another node's answer, or one merged from several,
+// comes whole in the result's Items instead.
+func (n *Node) scan(ctx context.Context, req kv.ScanRequest, each func(*kv.Record)) (res kv.ScanResult, streamed bool, err error) {
 	ctx, done, err := n.begin(ctx)
 	if err != nil {
-		return kv.ScanResult{}, err
+		return kv.ScanResult{}, false, err
 	}
 	defer done()
 	d, err := n.collection(req.Collection)
 	if err != nil {
-		return kv.ScanResult{}, err
+		return kv.ScanResult{}, false, err
 	}
 	limit, err := pageLimit(req.Limit)
 	if err != nil {
-		return kv.ScanResult{}, err
+		return kv.ScanResult{}, false, err
 	}
 	if len(req.End) > 0 && bytes.Compare(req.Start, req.End) >= 0 {
-		return kv.ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "start %q is not below end %q", req.Start, req.End)
+		return kv.ScanResult{}, false, kv.Errorf(kv.CodeInvalidArgument, "start %q is not below end %q", req.Start, req.End)
 	}
 	route, fwd, err := routeReadAs[kv.ScanResult](n, ctx, shardsIn(d, req.Start, req.End), "scan", req)
 	if route == routeForward {
-		return fwd, err
+		return fwd, false, err
 	}
 	if req.Page == "" && req.Version == 0 {
 		if err := n.awaitShipped(ctx, d.ID, n.expandLocal(shardsIn(d, req.Start, req.End)), req.Start, req.End); err != nil {
-			return kv.ScanResult{}, err
+			return kv.ScanResult{}, false, err
 		}
 	}
 	shards := shardsIn(d, req.Start, req.End)
 	version, after, err := n.scanVersion(ctx, route, shards, req.Page, req.Version, req.Reverse)
 	if err != nil {
-		return kv.ScanResult{}, err
+		return kv.ScanResult{}, false, err
 	}
 	start, end := req.Start, req.End
 	if len(start) == 0 {
@@ -504,34 +546,42 @@ func (n *Node) Scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResult, err
 		}
 	}
 	if route == routeSpread {
-		return n.scanSpread(ctx, d, shards, version, start, end, req.Reverse, limit)
+		res, err := n.scanSpread(ctx, d, shards, version, start, end, req.Reverse, limit)
+		return res, false, err
 	}
 	if err := n.settleIntents(ctx, n.expandLocal(shards), d.ID, start, end, version); err != nil {
-		return kv.ScanResult{}, err
+		return kv.ScanResult{}, false, err
 	}
-	res := kv.ScanResult{Version: version, Items: scanItems(limit)}
-	more := false
-	var arena copyArena
+	var (
+		count int
+		more  bool
+		last  []byte    // the key of the last record handed to each
+		rec   kv.Record // handed to each, one record after the other
+	)
 	err = shard.Scan(n.eng.DB, shard.ScanOptions{Collection: d.ID, Start: start, End: end, AsOf: version, Reverse: req.Reverse, Limit: limit + 1,
 		Moves: d.Partitioning == kv.PartitionTag},
 		func(r shard.ScanRecord) bool {
-			if len(res.Items) == limit {
+			if count == limit {
 				more = true
 				return false
 			}
-			res.Items = append(res.Items, kv.Record{Key: arena.clone(r.Key), Value: arena.clone(r.Value), Tags: cloneTags(r.Tags), Version: r.Version})
+			count++
+			last = append(last[:0], r.Key...)
+			rec = kv.Record{Key: r.Key, Value: r.Value, Tags: r.Tags, Version: r.Version}
+			each(&rec)
 			return true
 		})
 	if err != nil {
-		return kv.ScanResult{}, kv.Errorf(kv.CodeInternal, "scanning %q: %v", req.Collection, err)
+		return kv.ScanResult{}, false, kv.Errorf(kv.CodeInternal, "scanning %q: %v", req.Collection, err)
 	}
 	if err := n.checkRetained(shards, version); err != nil {
-		return kv.ScanResult{}, err
+		return kv.ScanResult{}, false, err
 	}
+	res = kv.ScanResult{Version: version}
 	if more {
-		res.NextPage = encodePage(version, req.Reverse, res.Items[len(res.Items)-1].Key)
+		res.NextPage = encodePage(version, req.Reverse, last)
 	}
-	return res, nil
+	return res, true, nil
 }
 
 func clone(b []byte) []byte {

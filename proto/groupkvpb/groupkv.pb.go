@@ -1099,6 +1099,7 @@ type PipelineResponse struct {
 	//	*PipelineResponse_Scan
 	//	*PipelineResponse_TxnGet
 	//	*PipelineResponse_CommitTxn
+	//	*PipelineResponse_ScanBytes
 	Result isPipelineResponse_Result `protobuf_oneof:"result"`
 	// batch, when not empty, makes the message a carrier of the responses in
 	// it; its own id and result are not read. Sent only to a client that
@@ -1215,6 +1216,15 @@ func (x *PipelineResponse) GetCommitTxn() *CommitTxnResponse {
 	return nil
 }
 
+func (x *PipelineResponse) GetScanBytes() []byte {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResponse_ScanBytes); ok {
+			return x.ScanBytes
+		}
+	}
+	return nil
+}
+
 func (x *PipelineResponse) GetBatch() []*PipelineResponse {
 	if x != nil {
 		return x.Batch
@@ -1254,6 +1264,12 @@ type PipelineResponse_CommitTxn struct {
 	CommitTxn *CommitTxnResponse `protobuf:"bytes,9,opt,name=commit_txn,json=commitTxn,proto3,oneof"`
 }
 
+type PipelineResponse_ScanBytes struct {
+	// scan_bytes answers a scan, in place of scan, to a client that asked
+	// for it (see the Pipeline RPC): a ScanResponse message, encoded.
+	ScanBytes []byte `protobuf:"bytes,10,opt,name=scan_bytes,json=scanBytes,proto3,oneof"`
+}
+
 func (*PipelineResponse_Put) isPipelineResponse_Result() {}
 
 func (*PipelineResponse_Get) isPipelineResponse_Result() {}
@@ -1267,6 +1283,8 @@ func (*PipelineResponse_Scan) isPipelineResponse_Result() {}
 func (*PipelineResponse_TxnGet) isPipelineResponse_Result() {}
 
 func (*PipelineResponse_CommitTxn) isPipelineResponse_Result() {}
+
+func (*PipelineResponse_ScanBytes) isPipelineResponse_Result() {}
 
 // PipelineError is a pipelined request's failure: the groupkv error code
 // ("" for a request whose context ended: see grpc_code) and message, as a
@@ -4815,7 +4833,7 @@ const file_groupkv_proto_rawDesc = "" +
 	"\n" +
 	"commit_txn\x18\t \x01(\v2\x1c.groupkv.v1.CommitTxnRequestH\x00R\tcommitTxn\x121\n" +
 	"\x05batch\x18\x06 \x03(\v2\x1b.groupkv.v1.PipelineRequestR\x05batchB\x04\n" +
-	"\x02op\"\xca\x03\n" +
+	"\x02op\"\xeb\x03\n" +
 	"\x10PipelineResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12+\n" +
 	"\x03put\x18\x02 \x01(\v2\x17.groupkv.v1.PutResponseH\x00R\x03put\x12+\n" +
@@ -4825,7 +4843,10 @@ const file_groupkv_proto_rawDesc = "" +
 	"\x04scan\x18\a \x01(\v2\x18.groupkv.v1.ScanResponseH\x00R\x04scan\x125\n" +
 	"\atxn_get\x18\b \x01(\v2\x1a.groupkv.v1.TxnGetResponseH\x00R\x06txnGet\x12>\n" +
 	"\n" +
-	"commit_txn\x18\t \x01(\v2\x1d.groupkv.v1.CommitTxnResponseH\x00R\tcommitTxn\x122\n" +
+	"commit_txn\x18\t \x01(\v2\x1d.groupkv.v1.CommitTxnResponseH\x00R\tcommitTxn\x12\x1f\n" +
+	"\n" +
+	"scan_bytes\x18\n" +
+	" \x01(\fH\x00R\tscanBytes\x122\n" +
 	"\x05batch\x18\x06 \x03(\v2\x1c.groupkv.v1.PipelineResponseR\x05batchB\b\n" +
 	"\x06result\"l\n" +
 	"\rPipelineError\x12\x12\n" +
@@ -5352,6 +5373,7 @@ func file_groupkv_proto_init() {
 		(*PipelineResponse_Scan)(nil),
 		(*PipelineResponse_TxnGet)(nil),
 		(*PipelineResponse_CommitTxn)(nil),
+		(*PipelineResponse_ScanBytes)(nil),
 	}
 	file_groupkv_proto_msgTypes[24].OneofWrappers = []any{}
 	file_groupkv_proto_msgTypes[55].OneofWrappers = []any{

@@ -146,6 +146,13 @@ type GroupKVClient interface {
 	// attempt in its PipelineError (txn), as the unary RPCs name it in their
 	// trailer. Go clients send a commit there only when its message is at
 	// most 64 KiB.
+	//
+	// Encoded scans: a client that opens the stream with
+	// "groupkv-pipeline-ops: scan_bytes" as well as "scan" asks to be answered
+	// a scan in PipelineResponse.scan_bytes, the bytes of the ScanResponse
+	// message, rather than in scan; a server that does so names "scan_bytes"
+	// in its header. The client then decodes the records itself, into one
+	// allocation for the whole answer instead of a message per record.
 	Pipeline(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PipelineRequest, PipelineResponse], error)
 	// Ready answers OK when the node serves requests (kv.Backend.Ready), and
 	// the error that says why not otherwise.
@@ -600,6 +607,13 @@ type GroupKVServer interface {
 	// attempt in its PipelineError (txn), as the unary RPCs name it in their
 	// trailer. Go clients send a commit there only when its message is at
 	// most 64 KiB.
+	//
+	// Encoded scans: a client that opens the stream with
+	// "groupkv-pipeline-ops: scan_bytes" as well as "scan" asks to be answered
+	// a scan in PipelineResponse.scan_bytes, the bytes of the ScanResponse
+	// message, rather than in scan; a server that does so names "scan_bytes"
+	// in its header. The client then decodes the records itself, into one
+	// allocation for the whole answer instead of a message per record.
 	Pipeline(grpc.BidiStreamingServer[PipelineRequest, PipelineResponse]) error
 	// Ready answers OK when the node serves requests (kv.Backend.Ready), and
 	// the error that says why not otherwise.
