@@ -16,20 +16,24 @@ import (
 // Pebble point lookup (most of a get's CPU on a node).
 //
 // It holds only what storage holds. Every writer of a latest pointer
-// invalidates the key when it writes the pointer into its batch, and again
-// after the batch is committed, this time filling the key with the version
-// the batch wrote (Shard.writeVersion and the GC, then Shard.Committed; a
-// pointer deleted or a value too large is only invalidated, and a batch not
-// committed fills nothing; a snapshot restored, a replica cleared or a
-// collection dropped clears the whole cache before and after). A reader
-// fills the cache with what it read from storage only if no invalidation
-// touched the key's stripe since it began: a value read before a commit
-// and filled after it is refused, one filled before the commit is replaced
-// by the commit's. The replication loop commits, invalidates, and only
-// then publishes the applied index and answers proposers, so a read that
-// must see a write (after its ack, or after a read barrier that covers it)
-// finds the new value or nothing. Reads of the latest value in the apply
-// loop, through its batch, do not use the cache.
+// marks the key pending when it writes the pointer into its batch, and
+// after the batch is committed fills the key with the version the batch
+// wrote, which ends the pending mark (Shard.writeVersion and the GC, then
+// Shard.Committed; a pointer deleted or a value too large is only
+// invalidated, and a batch not committed fills nothing; a snapshot
+// restored, a replica cleared or a collection dropped clears the whole
+// cache but the pending marks, before and after). A pending key is read
+// from storage, and no read fills it: between the batch's commit and the
+// fill, storage already holds the new value while a read that looked the
+// key up before the commit holds the old one. Otherwise a reader fills the
+// cache with what it read from storage only if no mark, fill or
+// invalidation touched the key's stripe since it began. The replication
+// loop commits, fills, and only then publishes the applied index and
+// answers proposers, so a read that must see a write (after its ack, or
+// after a read barrier that covers it) finds the new value or nothing,
+// and once a read found the new value in storage no later read finds the
+// old one in the cache. Reads of the latest value in the apply loop,
+// through its batch, do not use the cache.
 //
 // Safe for concurrent use.
 type LatestCache struct {
@@ -60,6 +64,9 @@ type latestEntry struct {
 	val     storage.MVCCValue
 	version uint64
 	found   bool
+	// pending marks a key whose pointer a batch not yet committed and
+	// published wrote: no value, and no fill replaces it (see LatestCache).
+	pending bool
 }
 
 func (e *latestEntry) size(key string) int {
@@ -88,8 +95,30 @@ func (c *LatestCache) stripe(k []byte) *latestStripe {
 	return &c.stripes[maphash.Bytes(c.seed, k)%latestStripes]
 }
 
-// Invalidate forgets key of collection and refuses the fills of reads
-// begun before.
+// pend marks key of collection pending, its pointer written into a batch
+// not yet committed, until Invalidate or wrote, and refuses the fills of
+// reads begun before.
+func (c *LatestCache) pend(collection uint32, key []byte) {
+	var buf [64]byte
+	k := cacheKey(buf[:0], collection, key)
+	st := c.stripe(k)
+	st.mu.Lock()
+	st.gen++
+	if e, ok := st.m[string(k)]; ok {
+		if e.pending {
+			st.mu.Unlock()
+			return
+		}
+		st.bytes -= e.size(string(k))
+	}
+	e := latestEntry{pending: true}
+	st.m[string(k)] = e
+	st.bytes += e.size(string(k))
+	st.mu.Unlock()
+}
+
+// Invalidate forgets key of collection, and its pending mark, and refuses
+// the fills of reads begun before.
 func (c *LatestCache) Invalidate(collection uint32, key []byte) {
 	var buf [64]byte
 	k := cacheKey(buf[:0], collection, key)
@@ -103,14 +132,19 @@ func (c *LatestCache) Invalidate(collection uint32, key []byte) {
 	st.mu.Unlock()
 }
 
-// Clear forgets every key and refuses the fills of reads begun before.
+// Clear forgets every key but the pending ones and refuses the fills of
+// reads begun before.
 func (c *LatestCache) Clear() {
 	for i := range c.stripes {
 		st := &c.stripes[i]
 		st.mu.Lock()
 		st.gen++
-		st.bytes = 0
-		clear(st.m)
+		for k, e := range st.m {
+			if !e.pending {
+				st.bytes -= e.size(k)
+				delete(st.m, k)
+			}
+		}
 		st.mu.Unlock()
 	}
 }
@@ -129,7 +163,8 @@ func ReadLatestCached(c *LatestCache, r pebble.Reader, collection uint32, key []
 	e, hit := st.m[string(k)]
 	gen := st.gen
 	st.mu.Unlock()
-	if hit {
+	pending := hit && e.pending
+	if hit && !pending {
 		v := e.val
 		v.Value = slices.Clone(v.Value)
 		v.Tags = slices.Clone(v.Tags)
@@ -143,7 +178,9 @@ func ReadLatestCached(c *LatestCache, r pebble.Reader, collection uint32, key []
 	e.val.Value = slices.Clone(val.Value)
 	e.val.Tags = slices.Clone(val.Tags)
 	st.mu.Lock()
-	if st.gen == gen {
+	// A pending mark made since it began changed gen; one made before is
+	// still there.
+	if st.gen == gen && !pending {
 		st.put(c.perStripe, string(k), e)
 	}
 	st.mu.Unlock()
@@ -164,6 +201,9 @@ func (st *latestStripe) put(limit int, k string, e latestEntry) {
 		for other, o := range st.m {
 			if st.bytes+size <= limit {
 				break
+			}
+			if o.pending {
+				continue // goes when its batch is published
 			}
 			st.bytes -= o.size(other)
 			delete(st.m, other) // map order is random: a random victim

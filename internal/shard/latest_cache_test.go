@@ -98,8 +98,9 @@ func TestLatestCacheFollowsWrites(t *testing.T) {
 	if got := readCached(t, c, db, "k"); got != "v1" {
 		t.Fatalf("k = %s after a reader changed its copy", got)
 	}
-	// A read while the batch is applied, before it is committed, fills
-	// the cache with the old value; the commit's invalidation removes it.
+	// A read while the batch is applied, before it is committed, finds
+	// the old value (in storage: the key is pending); the commit's fill
+	// replaces it.
 	b := write("v2")
 	if got := readCached(t, c, db, "k"); got != "v1" {
 		t.Fatalf("k = %s before v2 was committed", got)
@@ -121,6 +122,86 @@ func TestLatestCacheFollowsWrites(t *testing.T) {
 	commit(write(""))
 	if got := readCached(t, c, db, "k"); got != "<absent>" {
 		t.Fatalf("k = %s after its delete", got)
+	}
+}
+
+// getAfterHook is a reader that runs a function after each point lookup.
+type getAfterHook struct {
+	pebble.Reader
+	after func()
+}
+
+func (r getAfterHook) Get(key []byte) ([]byte, io.Closer, error) {
+	v, closer, err := r.Reader.Get(key)
+	r.after()
+	return v, closer, err
+}
+
+// TestLatestCacheNoStaleFillAfterCommit: between a batch's commit and the
+// shard's Committed (the replication loop's window, where readers already
+// find the new value in storage), a read that looked the old value up
+// before the commit does not put it back in the cache: once any read
+// returned the new value, every read that begins later returns it.
+func TestLatestCacheNoStaleFillAfterCommit(t *testing.T) {
+	db, c, s := cachedShard(t)
+	apply := func(version uint64, value string) *pebble.Batch {
+		t.Helper()
+		cmd := EncodeWrite([]Op{{Type: OpPut, Key: []byte("k"), Value: []byte(value)}})
+		SetVersion(cmd, version)
+		b := db.NewIndexedBatch()
+		index, _ := s.Applied()
+		if res, err := s.Apply(b, index+1, 1, cmd); err != nil || res.Err != nil {
+			t.Fatal(err, res.Err)
+		}
+		if err := s.FinishBatch(b); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	b := apply(10, "v1")
+	if err := b.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	s.Committed()
+	for round, fill := range []bool{false, true} {
+		old := fmt.Sprintf("v%d", round+1)
+		val := fmt.Sprintf("v%d", round+2)
+		if fill {
+			// The old value cached before the batch is applied.
+			if got := readCached(t, c, db, "k"); got != old {
+				t.Fatalf("k = %s, want %s", got, old)
+			}
+		}
+		b := apply(uint64(20+10*round), val)
+		var newer string
+		// A read looks the old value up while the batch is applied; before
+		// it fills the cache, the batch is committed and another read
+		// finds the new value in storage.
+		slow := getAfterHook{Reader: db, after: func() {
+			if newer != "" {
+				return
+			}
+			newer = "-"
+			if err := b.Commit(pebble.Sync); err != nil {
+				t.Fatal(err)
+			}
+			newer = readCached(t, c, db, "k")
+		}}
+		if got := readCached(t, c, slow, "k"); got != old {
+			t.Fatalf("round %d: the read that overlapped the commit: k = %s, want %s", round, got, old)
+		}
+		if newer != val {
+			t.Fatalf("round %d: the read after the commit: k = %s, want %s", round, newer, val)
+		}
+		if got := readCached(t, c, db, "k"); got != val {
+			t.Fatalf("round %d: k = %s after a read returned %s: the cache went back to the old value", round, got, val)
+		}
+		b.Close()
+		s.Committed()
+		if got := readCached(t, c, db, "k"); got != val {
+			t.Fatalf("round %d: k = %s after Committed", round, got)
+		}
 	}
 }
 

@@ -233,17 +233,17 @@ type latestWrite struct {
 	encoded []byte
 }
 
-// latestWritten invalidates key's cached newest version: now, and again
-// once the batch is committed.
+// latestWritten marks key's cached newest version pending, and
+// invalidates it once the batch is committed.
 func (s *Shard) latestWritten(key []byte) {
 	if s.latestCache == nil {
 		return
 	}
-	s.latestCache.Invalidate(s.desc.Collection, key)
+	s.latestCache.pend(s.desc.Collection, key)
 	s.latestDirty = append(s.latestDirty, latestWrite{key: string(key)})
 }
 
-// latestSet invalidates key's cached newest version now, and once the
+// latestSet marks key's cached newest version pending now, and once the
 // batch is committed fills the cache with version, whose encoded value
 // the batch wrote: the next read of the key (often the next operation
 // on a hot key) finds it there.
@@ -251,7 +251,7 @@ func (s *Shard) latestSet(key []byte, version uint64, encoded []byte) {
 	if s.latestCache == nil {
 		return
 	}
-	s.latestCache.Invalidate(s.desc.Collection, key)
+	s.latestCache.pend(s.desc.Collection, key)
 	w := latestWrite{key: string(key), version: version}
 	if len(encoded) <= maxCachedValue+64 {
 		w.encoded = slices.Clone(encoded)
