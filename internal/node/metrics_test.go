@@ -36,8 +36,14 @@ func TestPebbleWriteMetrics(t *testing.T) {
 	}
 	flushed := gatherValue(t, reg, "groupkv_pebble_flushed_bytes_total") - flushed0
 	wal := gatherValue(t, reg, "groupkv_pebble_wal_bytes_written_total")
-	if flushed < 2*200*1000 || flushed > wal {
-		t.Errorf("groupkv_pebble_flushed_bytes_total grew by %.0f after flushing two batches of 200 KB, want at least 400000 and no more than the WAL's %.0f", flushed, wal)
+	// What a flush writes came through the WAL, but an sstable also
+	// carries index, filter and properties blocks the WAL has not: about
+	// as many bytes as the WAL wrote, whether the raft entries were
+	// truncated before the flush or not, and far from twice that (bytes
+	// counted twice).
+	t.Logf("flushed %.0f bytes, the WAL %.0f", flushed, wal)
+	if flushed < 2*200*1000 || flushed > wal*1.1 {
+		t.Errorf("groupkv_pebble_flushed_bytes_total grew by %.0f after flushing two batches of 200 KB, want at least 400000 and at most a tenth over the WAL's %.0f", flushed, wal)
 	}
 	if err := n.eng.DB.Compact(ctx, []byte{0}, []byte{0xff}, true); err != nil {
 		t.Fatal(err)
