@@ -65,7 +65,8 @@ cleanup() {
 		stop_pid "$pid"
 	done
 	[[ -n $PG_STARTED ]] && stop_postgres
-	if [[ -n $KEEP_TMP ]]; then
+	if [[ -n $KEEP_TMP || $status -ne 0 ]]; then
+		# A failed run keeps what its error names.
 		log "kept $WORK ${PGDIR:+and $PGDIR}"
 	else
 		rm -rf "$WORK"
