@@ -100,10 +100,7 @@ func (c *LatestCache) stripe(k []byte) *latestStripe {
 // reads begun before.
 func (c *LatestCache) pend(collection uint32, key []byte) {
 	var buf [64]byte
-	k := cacheKey(buf[:0], collection, key)
-	st := c.stripe(k)
-	st.mu.Lock()
-	st.gen++
+	st, k := c.change(buf[:0], collection, key)
 	if e, ok := st.m[string(k)]; ok {
 		if e.pending {
 			st.mu.Unlock()
@@ -121,15 +118,28 @@ func (c *LatestCache) pend(collection uint32, key []byte) {
 // the fills of reads begun before.
 func (c *LatestCache) Invalidate(collection uint32, key []byte) {
 	var buf [64]byte
-	k := cacheKey(buf[:0], collection, key)
+	st, k := c.change(buf[:0], collection, key)
+	st.remove(k)
+	st.mu.Unlock()
+}
+
+// change locks the stripe of key of collection for a change of the key,
+// which refuses the fills of reads begun before, and returns it with the
+// key's map key, built in buf. The caller unlocks the stripe.
+func (c *LatestCache) change(buf []byte, collection uint32, key []byte) (*latestStripe, []byte) {
+	k := cacheKey(buf, collection, key)
 	st := c.stripe(k)
 	st.mu.Lock()
 	st.gen++
+	return st, k
+}
+
+// remove forgets k's entry. The caller holds st.mu.
+func (st *latestStripe) remove(k []byte) {
 	if e, ok := st.m[string(k)]; ok {
 		st.bytes -= e.size(string(k))
 		delete(st.m, string(k))
 	}
-	st.mu.Unlock()
 }
 
 // Clear forgets every key but the pending ones and refuses the fills of
@@ -220,18 +230,12 @@ func (st *latestStripe) put(limit int, k string, e latestEntry) {
 // refuses the fills of reads begun before. The entry is what
 // ReadLatestCached would read from storage.
 func (c *LatestCache) wrote(collection uint32, key []byte, version uint64, encoded []byte) {
-	var buf [64]byte
-	k := cacheKey(buf[:0], collection, key)
-	st := c.stripe(k)
 	v, err := storage.DecodeValue(encoded)
-	st.mu.Lock()
-	st.gen++
+	var buf [64]byte
+	st, k := c.change(buf[:0], collection, key)
 	if err != nil || len(v.Value) > maxCachedValue {
 		// (It encoded the value itself: an error cannot happen.)
-		if old, ok := st.m[string(k)]; ok {
-			st.bytes -= old.size(string(k))
-			delete(st.m, string(k))
-		}
+		st.remove(k)
 	} else {
 		if len(v.Value) == 0 {
 			v.Value = nil // as readLatest answers

@@ -51,6 +51,21 @@ func cachedShard(t *testing.T) (*pebble.DB, *LatestCache, *Shard) {
 	return db, c, s
 }
 
+// applyUncommitted applies cmd to s at its next index into a new batch of
+// db, finished but not committed.
+func applyUncommitted(t *testing.T, db *pebble.DB, s *Shard, cmd []byte) *pebble.Batch {
+	t.Helper()
+	b := db.NewIndexedBatch()
+	index, _ := s.Applied()
+	if res, err := s.Apply(b, index+1, 1, cmd); err != nil || res.Err != nil {
+		t.Fatal(err, res.Err)
+	}
+	if err := s.FinishBatch(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // TestLatestCacheFollowsWrites: reads through the cache see every write
 // once its batch is committed and the shard told (Committed), as the
 // replication loop does before it answers the writer or publishes the
@@ -68,15 +83,7 @@ func TestLatestCacheFollowsWrites(t *testing.T) {
 			cmd = EncodeWrite([]Op{{Type: OpDelete, Key: []byte("k")}})
 		}
 		SetVersion(cmd, version)
-		b := db.NewIndexedBatch()
-		index, _ := s.Applied()
-		if res, err := s.Apply(b, index+1, 1, cmd); err != nil || res.Err != nil {
-			t.Fatal(err, res.Err)
-		}
-		if err := s.FinishBatch(b); err != nil {
-			t.Fatal(err)
-		}
-		return b
+		return applyUncommitted(t, db, s, cmd)
 	}
 	commit := func(b *pebble.Batch) {
 		t.Helper()
@@ -148,15 +155,7 @@ func TestLatestCacheNoStaleFillAfterCommit(t *testing.T) {
 		t.Helper()
 		cmd := EncodeWrite([]Op{{Type: OpPut, Key: []byte("k"), Value: []byte(value)}})
 		SetVersion(cmd, version)
-		b := db.NewIndexedBatch()
-		index, _ := s.Applied()
-		if res, err := s.Apply(b, index+1, 1, cmd); err != nil || res.Err != nil {
-			t.Fatal(err, res.Err)
-		}
-		if err := s.FinishBatch(b); err != nil {
-			t.Fatal(err)
-		}
-		return b
+		return applyUncommitted(t, db, s, cmd)
 	}
 	b := apply(10, "v1")
 	if err := b.Commit(pebble.Sync); err != nil {
