@@ -34,19 +34,40 @@ type Coalescer[T any] struct {
 // item was sent, or handed to the goroutine sending, which sends it unless
 // a send fails first. Items queued when a send fails are dropped.
 func (c *Coalescer[T]) Add(item T, send func([]T) error) error {
-	c.mu.Lock()
-	if c.err != nil {
-		err := c.err
-		c.mu.Unlock()
+	drain, err := c.push(item)
+	if !drain {
 		return err
+	}
+	return c.Drain(send)
+}
+
+// Push queues item without sending, for a goroutine that must not block.
+// It reports whether no goroutine is sending: the caller must then have
+// Drain called, on a goroutine that may block. After a failed send it
+// drops item and reports false.
+func (c *Coalescer[T]) Push(item T) (drain bool) {
+	drain, _ = c.push(item)
+	return drain
+}
+
+func (c *Coalescer[T]) push(item T) (drain bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return false, c.err
 	}
 	c.queue = append(c.queue, item)
 	if c.sending {
-		c.mu.Unlock()
-		return nil
+		return false, nil
 	}
 	c.sending = true
-	c.mu.Unlock()
+	return true, nil
+}
+
+// Drain is the sender's part of Add, for the goroutine that Add made the
+// sender or that Push asked for: it sends everything queued until nothing
+// is, and returns the error of a failed send, or nil.
+func (c *Coalescer[T]) Drain(send func([]T) error) error {
 	runtime.Gosched() // see the type's comment
 	c.mu.Lock()
 	for {

@@ -83,10 +83,33 @@ func (s *grpcService) Pipeline(st pb.GroupKV_PipelineServer) error {
 		stopped   bool
 		deadlines sharedDeadlines
 	)
+	// answer queues a response from a goroutine that must not block (the
+	// loop that applied a put): a worker sends it, with whatever else was
+	// queued meanwhile, unless a send is under way.
+	answer := func(resp *pb.PipelineResponse) {
+		if sends.Push(resp) {
+			wg.Add(1)
+			s.workers.Go(func() {
+				defer wg.Done()
+				_ = sends.Drain(sendQueued) // a failed send ends the stream (finish)
+			})
+		}
+	}
 	serve := func(req *pb.PipelineRequest) {
 		rctx := ctx
 		if t := req.GetTimeoutMicros(); t != 0 {
 			rctx = deadlines.context(ctx, time.Duration(t)*time.Microsecond)
+		}
+		if put := req.GetPut(); put != nil {
+			// A put that holds no worker while raft writes it down.
+			wg.Add(1)
+			if s.putAsync(rctx, req.GetId(), put, func(resp *pb.PipelineResponse) {
+				answer(resp)
+				wg.Done()
+			}) {
+				return
+			}
+			wg.Done()
 		}
 		wg.Add(1)
 		s.workers.Go(func() {
@@ -319,6 +342,37 @@ func (s *grpcService) pipelined(ctx context.Context, req *pb.PipelineRequest, sc
 		op = "pipeline"
 		err = kv.Errorf(kv.CodeInvalidArgument, "pipelined request %d names no operation: give put, get, delete, scan, txn_get or commit_txn", req.GetId())
 	}
+	return s.finishPipelined(resp, op, err, began, start)
+}
+
+// putAsync starts a put on a backend that answers it later
+// (node.Node.PutAsync) and reports whether it did; answer is then called
+// once with the response, from a goroutine that must not block.
+func (s *grpcService) putAsync(ctx context.Context, id uint64, put *pb.PutRequest, answer func(*pb.PipelineResponse)) bool {
+	b, ok := s.b.(asyncPutter)
+	if !ok {
+		return false
+	}
+	start := time.Now()
+	return b.PutAsync(ctx, PutRequestFromPB(put), func(v uint64, err error) {
+		resp := &pb.PipelineResponse{Id: id}
+		if err == nil {
+			resp.Result = &pb.PipelineResponse_Put{Put: &pb.PutResponse{Version: v}}
+		}
+		answer(s.finishPipelined(resp, "put", err, "", start))
+	})
+}
+
+// asyncPutter is a backend that starts a put and answers it later, where
+// it can (node.Node.PutAsync).
+type asyncPutter interface {
+	PutAsync(ctx context.Context, req kv.PutRequest, done func(uint64, error)) bool
+}
+
+// finishPipelined completes resp, the response to a request of kind op
+// begun at start: the error err, if any (began: the attempt a failed
+// transaction's request began), and the request's metrics.
+func (s *grpcService) finishPipelined(resp *pb.PipelineResponse, op string, err error, began string, start time.Time) *pb.PipelineResponse {
 	var code kv.Code
 	if err != nil {
 		e := pipelineErrorToPB(err)

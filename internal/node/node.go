@@ -773,6 +773,20 @@ func (n *Node) begin(ctx context.Context) (context.Context, func(), error) {
 	return ctx, func() { cancel(); n.opsMu.RUnlock() }, nil
 }
 
+// beginAsync is begin for an operation that ends on another goroutine:
+// it holds Close off until the function it returns is called; ok is false
+// when the node is stopping.
+func (n *Node) beginAsync() (end func(), ok bool) {
+	n.opsMu.RLock()
+	select {
+	case <-n.stop:
+		n.opsMu.RUnlock()
+		return nil, false
+	default:
+	}
+	return n.opsMu.RUnlock, true
+}
+
 func (n *Node) collection(name string) (*cluster.CollectionDesc, error) {
 	if err := kv.ValidateCollectionName(name); err != nil {
 		return nil, err
@@ -1065,6 +1079,78 @@ func (n *Node) Put(ctx context.Context, req kv.PutRequest) (uint64, error) {
 		return n.groupPlainWrite(ctx, shardID, kv.KeyRef{Collection: req.Collection, Key: req.Key}, req.Value, req.Tags, false, req.IfVersion, false)
 	}
 	return v, err
+}
+
+// PutAsync starts req as Put would, where it can without waiting: a key of
+// a hash collection whose shard this node leads, ready, with no
+// transaction taking or holding locks in it. It then returns true, and
+// done is called once with what Put would return: from the loop that
+// applies the shard's commands, or, when ctx ends first, at once with
+// commit unknown (as Put answers then; the write may still be applied),
+// or, should the write have to be routed or retried, from a goroutine
+// running Put. done must not block. PutAsync returns false, having
+// started nothing, for every other request; the caller runs Put. (Without
+// a deadline in ctx, the wait is not bounded by Options.RequestTimeout,
+// as Put's is: raft answers a proposal its leader lost as commit unknown.)
+func (n *Node) PutAsync(ctx context.Context, req kv.PutRequest, done func(uint64, error)) bool {
+	if checkWritable(ctx, req.Collection) != nil || kv.ValidateKey(req.Key) != nil ||
+		len(req.Value) > n.opts.MaxValueSize || kv.ValidateTags(req.Tags) != nil {
+		return false // Put says what is wrong
+	}
+	d, err := n.collection(req.Collection)
+	if err != nil || d.Partitioning == kv.PartitionTag {
+		return false
+	}
+	bucket, shardID := n.route(d, req.Key)
+	if !n.hasReplica(shardID) || !n.host.Ready(shardID) {
+		return false
+	}
+	release, ok := n.tryPlainLocks(shardID)
+	if !ok {
+		return false
+	}
+	end, ok := n.beginAsync()
+	if !ok {
+		release()
+		return false
+	}
+	var answered atomic.Bool
+	answer := func(v uint64, err error) {
+		if answered.CompareAndSwap(false, true) {
+			done(v, err)
+		}
+	}
+	stop := context.AfterFunc(ctx, func() {
+		answer(0, kv.Errorf(kv.CodeCommitUnknown, "the write was proposed but not applied before the request ended (%v); it may or may not take effect", ctx.Err()))
+	})
+	hasCond, cond := condOf(req.IfVersion)
+	cmd := shard.EncodeWrite([]shard.Op{{Type: shard.OpPut, Bucket: bucket, Key: req.Key, Value: req.Value, Tags: req.Tags, HasCond: hasCond, CondVersion: cond}})
+	err = n.host.ProposeAsync(shardID, cmd, func(res shard.Result, err error) {
+		// The locks go once the command is out of raft's hands, whether or
+		// not ctx ended: until then it may still be applied.
+		release()
+		end()
+		if !stop() {
+			return // answered when ctx ended
+		}
+		if err == nil && res.Err != nil {
+			err = res.Err
+		}
+		if err != nil && (retryable(err) || kv.CodeOf(err) == kv.CodeKeyInGroup) {
+			// Not applied: Put routes it again, retries, or hands it to
+			// its Key Group's leader.
+			go func() { answer(n.Put(ctx, req)) }()
+			return
+		}
+		answer(res.Version, err)
+	})
+	if err != nil {
+		stop()
+		release()
+		end()
+		return false
+	}
+	return true
 }
 
 // Delete implements kv.Backend.

@@ -603,6 +603,23 @@ func (n *Node) txnRelease(ctx context.Context, req *txnReleaseRequest) (bool, er
 	return resp.Held, resp.Error.err()
 }
 
+// tryPlainLocks is plainLocks for a plain write of keys that must not
+// wait: ok is false where plainLocks could wait (a transaction holds or
+// takes locks in the shard), and nothing was taken.
+func (n *Node) tryPlainLocks(shardID uint64) (release func(), ok bool) {
+	lt := n.lockTable(shardID)
+	if lt == nil {
+		return func() {}, true
+	}
+	if _, ok := n.descOf(shardID); !ok {
+		return func() {}, true
+	}
+	if lt.AdmitPlain() {
+		return lt.DonePlain, true
+	}
+	return nil, false
+}
+
 // plainLocks takes, on the leader of shardID, exclusive locks on the keys
 // of a plain write (or the span of a delete range) for the length of its
 // proposal, so that it never overwrites a key a transaction holds, nor one

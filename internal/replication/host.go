@@ -146,8 +146,10 @@ type proposal struct {
 	cmd   []byte
 	// conf is a configuration change (cmd is nil then).
 	conf *raftpb.ConfChangeV2
-	// done receives exactly one outcome; buffered.
-	done chan outcome
+	// done receives exactly one outcome; buffered. A proposal made with
+	// ProposeAsync has notify instead (done is nil): see answer.
+	done   chan outcome
+	notify func(shard.Result, error)
 	// index is the log index of the proposal's entry, once persisted here
 	// (0 before); orphanedAt the tick this replica stopped leading while
 	// the entry waited to be applied (0: it still leads).
@@ -157,6 +159,16 @@ type proposal struct {
 type outcome struct {
 	res shard.Result
 	err error
+}
+
+// answer hands p its outcome: on done, or to notify, which runs on the
+// goroutine answering (the loop, or the one stopping the host).
+func (p *proposal) answer(o outcome) {
+	if p.notify != nil {
+		p.notify(o.res, o.err)
+		return
+	}
+	p.done <- o
 }
 
 // group is one raft group replica on this node. Fields without a lock are
@@ -550,6 +562,15 @@ func (h *Host) ProposeThen(ctx context.Context, shardID uint64, cmd []byte, then
 		}
 		return shard.Result{}, ctx.Err()
 	}
+}
+
+// ProposeAsync hands cmd to shardID's raft group as Propose does, and
+// returns at once: done is called exactly once with what Propose would
+// return, from the host's loop (or, when the host stops, the goroutine
+// stopping it), so it must not block. An error returned means done will
+// not be called (the host stops).
+func (h *Host) ProposeAsync(shardID uint64, cmd []byte, done func(shard.Result, error)) error {
+	return h.enqueue(&proposal{shard: shardID, cmd: cmd, notify: done})
 }
 
 // enqueue numbers p and queues it for the loop.
@@ -1133,7 +1154,7 @@ func (h *Host) shutdown() {
 	h.mu.Unlock()
 	fail := outcome{err: kv.Errorf(kv.CodeUnavailable, "node is shutting down")}
 	for _, p := range queue {
-		p.done <- fail
+		p.answer(fail)
 	}
 	h.mu.Lock()
 	readQ := h.mu.readQ
@@ -1144,7 +1165,7 @@ func (h *Host) shutdown() {
 	}
 	for _, g := range groups {
 		for _, p := range g.waiting {
-			p.done <- fail
+			p.answer(fail)
 		}
 		g.waiting = nil
 		for id, r := range g.reads {
@@ -1153,7 +1174,7 @@ func (h *Host) shutdown() {
 		}
 		for _, p := range g.inflight {
 			// The entry may still commit at a later start: its outcome is unknown.
-			p.done <- outcome{err: kv.Errorf(kv.CodeCommitUnknown, "node shut down before the write was applied; it may or may not have been")}
+			p.answer(outcome{err: kv.Errorf(kv.CodeCommitUnknown, "node shut down before the write was applied; it may or may not have been")})
 		}
 		g.inflight = map[uint64]*proposal{}
 		g.mu.Lock()
@@ -1201,7 +1222,7 @@ func (h *Host) cycle(tick bool) (bool, error) {
 	for _, p := range queue {
 		g := h.group(p.shard)
 		if g == nil {
-			p.done <- outcome{err: kv.Errorf(kv.CodeUnavailable, "shard %d is not served by this node", p.shard)}
+			p.answer(outcome{err: kv.Errorf(kv.CodeUnavailable, "shard %d is not served by this node", p.shard)})
 			h.cfg.Metrics.ProposalFails.Inc()
 			continue
 		}
@@ -1763,7 +1784,7 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error, early bool) (
 					// Another entry took the orphan's place: it was not
 					// committed, and never will be.
 					delete(g.inflight, o.id)
-					o.done <- outcome{err: kv.Errorf(kv.CodeNotLeader, "shard %d changed leader before the write was committed; it was not applied", g.id)}
+					o.answer(outcome{err: kv.Errorf(kv.CodeNotLeader, "shard %d changed leader before the write was committed; it was not applied", g.id)})
 					h.cfg.Metrics.Orphans.WithLabelValues("not_applied").Inc()
 				} else {
 					h.cfg.Metrics.Orphans.WithLabelValues("applied").Inc() // answered below
@@ -1938,7 +1959,7 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error, early bool) (
 		}
 	}
 	for _, d := range dones {
-		d.p.done <- outcome{res: d.res}
+		d.p.answer(outcome{res: d.res})
 	}
 	h.lastAnswered = len(dones)
 	h.applyScratch.keep(dones, applieds, versions)
@@ -1978,7 +1999,7 @@ func (h *Host) proposeWaiting(g *group) {
 		}
 		// A follower: the caller asks the leader instead.
 		for _, p := range g.waiting {
-			p.done <- outcome{err: kv.Errorf(kv.CodeNotLeader, "shard %d is not led by this node", g.id)}
+			p.answer(outcome{err: kv.Errorf(kv.CodeNotLeader, "shard %d is not led by this node", g.id)})
 		}
 		g.waiting = g.waiting[:0]
 		return
@@ -1989,7 +2010,7 @@ func (h *Host) proposeWaiting(g *group) {
 			cc := *p.conf
 			cc.Context = binary.BigEndian.AppendUint64(nil, p.id)
 			if err := g.rn.ProposeConfChange(cc); err != nil {
-				p.done <- outcome{err: kv.Errorf(kv.CodeUnavailable, "shard %d refused the configuration change: %v", g.id, err)}
+				p.answer(outcome{err: kv.Errorf(kv.CodeUnavailable, "shard %d refused the configuration change: %v", g.id, err)})
 			} else {
 				g.inflight[p.id] = p
 			}
@@ -2041,7 +2062,7 @@ func (h *Host) proposeWaiting(g *group) {
 				g.mu.unapplied = g.mu.unapplied[:len(g.mu.unapplied)-1]
 				g.mu.Unlock()
 			}
-			p.done <- outcome{err: kv.Errorf(kv.CodeUnavailable, "shard %d refused the proposal: %v", g.id, err)}
+			p.answer(outcome{err: kv.Errorf(kv.CodeUnavailable, "shard %d refused the proposal: %v", g.id, err)})
 			h.cfg.Metrics.ProposalFails.Inc()
 		} else {
 			g.inflight[p.id] = p
@@ -2095,7 +2116,7 @@ func (h *Host) orphanInflight(g *group) {
 	for id, p := range g.inflight {
 		if p.index == 0 || p.conf != nil {
 			delete(g.inflight, id)
-			p.done <- outcome{err: kv.Errorf(kv.CodeCommitUnknown, "shard %d lost leadership before the write was applied; it may or may not have been", g.id)}
+			p.answer(outcome{err: kv.Errorf(kv.CodeCommitUnknown, "shard %d lost leadership before the write was applied; it may or may not have been", g.id)})
 			continue
 		}
 		if p.orphanedAt == 0 {
@@ -2120,7 +2141,7 @@ func (h *Host) orphanInDoubt(g *group, p *proposal, why string) {
 	delete(g.orphans, p.index)
 	delete(g.inflight, p.id)
 	h.cfg.Metrics.Orphans.WithLabelValues("unknown").Inc()
-	p.done <- outcome{err: kv.Errorf(kv.CodeCommitUnknown, "shard %d lost leadership before the write was applied (%s); it may or may not have been", g.id, why)}
+	p.answer(outcome{err: kv.Errorf(kv.CodeCommitUnknown, "shard %d lost leadership before the write was applied (%s); it may or may not have been", g.id, why)})
 }
 
 func (g *group) isRemoved() bool {
@@ -2346,7 +2367,7 @@ func (h *Host) removeGroup(id uint64) {
 	}
 	fail := outcome{err: kv.Errorf(kv.CodeUnavailable, "shard %d was removed", id)}
 	for _, p := range g.waiting {
-		p.done <- fail
+		p.answer(fail)
 	}
 	for rid, r := range g.reads {
 		r.answer(0)
@@ -2358,7 +2379,7 @@ func (h *Host) removeGroup(id uint64) {
 			h.orphanInDoubt(g, p, "the replica was removed")
 			continue
 		}
-		p.done <- fail
+		p.answer(fail)
 	}
 	g.mu.Lock()
 	g.mu.removed = true
