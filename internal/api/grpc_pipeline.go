@@ -100,10 +100,10 @@ func (s *grpcService) Pipeline(st pb.GroupKV_PipelineServer) error {
 		if t := req.GetTimeoutMicros(); t != 0 {
 			rctx = deadlines.context(ctx, time.Duration(t)*time.Microsecond)
 		}
-		if put := req.GetPut(); put != nil {
-			// A put that holds no worker while raft writes it down.
+		if req.GetPut() != nil || req.GetDelete() != nil {
+			// A write that holds no worker while raft writes it down.
 			wg.Add(1)
-			if s.putAsync(rctx, req.GetId(), put, func(resp *pb.PipelineResponse) {
+			if s.writeAsync(rctx, req, func(resp *pb.PipelineResponse) {
 				answer(resp)
 				wg.Done()
 			}) {
@@ -345,28 +345,40 @@ func (s *grpcService) pipelined(ctx context.Context, req *pb.PipelineRequest, sc
 	return s.finishPipelined(resp, op, err, began, start)
 }
 
-// putAsync starts a put on a backend that answers it later
-// (node.Node.PutAsync) and reports whether it did; answer is then called
-// once with the response, from a goroutine that must not block.
-func (s *grpcService) putAsync(ctx context.Context, id uint64, put *pb.PutRequest, answer func(*pb.PipelineResponse)) bool {
-	b, ok := s.b.(asyncPutter)
+// writeAsync starts a put or a delete on a backend that answers it later
+// (node.Node.PutAsync, DeleteAsync) and reports whether it did; answer is
+// then called once with the response, from a goroutine that must not
+// block.
+func (s *grpcService) writeAsync(ctx context.Context, req *pb.PipelineRequest, answer func(*pb.PipelineResponse)) bool {
+	b, ok := s.b.(asyncWriter)
 	if !ok {
 		return false
 	}
 	start := time.Now()
-	return b.PutAsync(ctx, PutRequestFromPB(put), func(v uint64, err error) {
+	id := req.GetId()
+	if put := req.GetPut(); put != nil {
+		return b.PutAsync(ctx, PutRequestFromPB(put), func(v uint64, err error) {
+			resp := &pb.PipelineResponse{Id: id}
+			if err == nil {
+				resp.Result = &pb.PipelineResponse_Put{Put: &pb.PutResponse{Version: v}}
+			}
+			answer(s.finishPipelined(resp, "put", err, "", start))
+		})
+	}
+	return b.DeleteAsync(ctx, DeleteRequestFromPB(req.GetDelete()), func(v uint64, err error) {
 		resp := &pb.PipelineResponse{Id: id}
 		if err == nil {
-			resp.Result = &pb.PipelineResponse_Put{Put: &pb.PutResponse{Version: v}}
+			resp.Result = &pb.PipelineResponse_Delete{Delete: &pb.DeleteResponse{Version: v}}
 		}
-		answer(s.finishPipelined(resp, "put", err, "", start))
+		answer(s.finishPipelined(resp, "delete", err, "", start))
 	})
 }
 
-// asyncPutter is a backend that starts a put and answers it later, where
-// it can (node.Node.PutAsync).
-type asyncPutter interface {
+// asyncWriter is a backend that starts a put or a delete and answers it
+// later, where it can (node.Node.PutAsync, DeleteAsync).
+type asyncWriter interface {
 	PutAsync(ctx context.Context, req kv.PutRequest, done func(uint64, error)) bool
+	DeleteAsync(ctx context.Context, req kv.DeleteRequest, done func(uint64, error)) bool
 }
 
 // finishPipelined completes resp, the response to a request of kind op

@@ -11,10 +11,10 @@ import (
 	"github.com/groupkv/groupkv/internal/kv"
 )
 
-// asyncFake is a grpcFake that starts the puts of collection "async" with
-// PutAsync and answers them only when the test calls answerAll, from the
-// test's goroutine (as a raft loop answers them); it refuses the others,
-// which Put then serves.
+// asyncFake is a grpcFake that starts the puts and deletes of collection
+// "async" with PutAsync and DeleteAsync and answers them only when the
+// test calls answerAll, from the test's goroutine (as a raft loop answers
+// them); it refuses the others, which Put and Delete then serve.
 type asyncFake struct {
 	*grpcFake
 	mu      sync.Mutex
@@ -38,7 +38,19 @@ func (f *asyncFake) PutAsync(ctx context.Context, req kv.PutRequest, done func(u
 	return true
 }
 
-// answerAll answers every put started, on the caller's goroutine.
+func (f *asyncFake) DeleteAsync(ctx context.Context, req kv.DeleteRequest, done func(uint64, error)) bool {
+	if req.Collection != "async" {
+		return false
+	}
+	req.Collection = "c"
+	f.mu.Lock()
+	f.pending = append(f.pending, func() { done(f.grpcFake.Delete(ctx, req)) })
+	f.mu.Unlock()
+	f.started <- "delete " + string(req.Key)
+	return true
+}
+
+// answerAll answers every write started, on the caller's goroutine.
 func (f *asyncFake) answerAll() {
 	f.mu.Lock()
 	p := f.pending
@@ -104,6 +116,37 @@ func TestGRPCPipelineAsyncPuts(t *testing.T) {
 		if err != nil || string(rec.Value) != a.key || rec.Version != a.v {
 			t.Fatalf("put %s answered version %d; it reads %+v, %v", a.key, a.v, rec, err)
 		}
+	}
+
+	// Deletes likewise: one of a key, one on a condition that fails (the
+	// backend's error, as its Delete gives it).
+	dels := make(chan answer, 2)
+	wrong := uint64(1 << 40)
+	for _, k := range []string{"a0", "a1"} {
+		go func() {
+			req := kv.DeleteRequest{Collection: "async", Key: []byte(k)}
+			if k == "a1" {
+				req.IfVersion = &wrong
+			}
+			v, err := db.Delete(ctx, req)
+			dels <- answer{k, v, err}
+		}()
+	}
+	for range 2 {
+		<-f.started
+	}
+	f.answerAll()
+	for range 2 {
+		a := <-dels
+		switch {
+		case a.key == "a0" && (a.err != nil || a.v == 0):
+			t.Fatalf("delete a0: %d, %v", a.v, a.err)
+		case a.key == "a1" && kv.CodeOf(a.err) != kv.CodeConditionFailed:
+			t.Fatalf("delete of a1 on a wrong version: %d, %v; want condition failed", a.v, a.err)
+		}
+	}
+	if _, err := db.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte("a0")}); kv.CodeOf(err) != kv.CodeNotFound {
+		t.Fatalf("get a0 after its delete: %v, want not found", err)
 	}
 }
 

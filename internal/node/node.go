@@ -1097,11 +1097,30 @@ func (n *Node) PutAsync(ctx context.Context, req kv.PutRequest, done func(uint64
 		len(req.Value) > n.opts.MaxValueSize || kv.ValidateTags(req.Tags) != nil {
 		return false // Put says what is wrong
 	}
-	d, err := n.collection(req.Collection)
+	hasCond, cond := condOf(req.IfVersion)
+	op := shard.Op{Type: shard.OpPut, Key: req.Key, Value: req.Value, Tags: req.Tags, HasCond: hasCond, CondVersion: cond}
+	return n.writeAsync(ctx, req.Collection, op, func() (uint64, error) { return n.Put(ctx, req) }, done)
+}
+
+// DeleteAsync is PutAsync for a delete: done gets what Delete would return.
+func (n *Node) DeleteAsync(ctx context.Context, req kv.DeleteRequest, done func(uint64, error)) bool {
+	if checkWritable(ctx, req.Collection) != nil || kv.ValidateKey(req.Key) != nil {
+		return false // Delete says what is wrong
+	}
+	hasCond, cond := condOf(req.IfVersion)
+	op := shard.Op{Type: shard.OpDelete, Key: req.Key, HasCond: hasCond, CondVersion: cond, MustExist: true}
+	return n.writeAsync(ctx, req.Collection, op, func() (uint64, error) { return n.Delete(ctx, req) }, done)
+}
+
+// writeAsync proposes op, a valid plain write of one key of collection
+// coll, for PutAsync and DeleteAsync; again runs the write the usual way
+// (Put, Delete) when it must be routed again or retried.
+func (n *Node) writeAsync(ctx context.Context, coll string, op shard.Op, again func() (uint64, error), done func(uint64, error)) bool {
+	d, err := n.collection(coll)
 	if err != nil || d.Partitioning == kv.PartitionTag {
 		return false
 	}
-	bucket, shardID := n.route(d, req.Key)
+	bucket, shardID := n.route(d, op.Key)
 	if !n.hasReplica(shardID) || !n.host.Ready(shardID) {
 		return false
 	}
@@ -1123,8 +1142,8 @@ func (n *Node) PutAsync(ctx context.Context, req kv.PutRequest, done func(uint64
 	stop := context.AfterFunc(ctx, func() {
 		answer(0, kv.Errorf(kv.CodeCommitUnknown, "the write was proposed but not applied before the request ended (%v); it may or may not take effect", ctx.Err()))
 	})
-	hasCond, cond := condOf(req.IfVersion)
-	cmd := shard.EncodeWrite([]shard.Op{{Type: shard.OpPut, Bucket: bucket, Key: req.Key, Value: req.Value, Tags: req.Tags, HasCond: hasCond, CondVersion: cond}})
+	op.Bucket = bucket
+	cmd := shard.EncodeWrite([]shard.Op{op})
 	err = n.host.ProposeAsync(shardID, cmd, func(res shard.Result, err error) {
 		// The locks go once the command is out of raft's hands, whether or
 		// not ctx ended: until then it may still be applied.
@@ -1137,9 +1156,9 @@ func (n *Node) PutAsync(ctx context.Context, req kv.PutRequest, done func(uint64
 			err = res.Err
 		}
 		if err != nil && (retryable(err) || kv.CodeOf(err) == kv.CodeKeyInGroup) {
-			// Not applied: Put routes it again, retries, or hands it to
-			// its Key Group's leader.
-			go func() { answer(n.Put(ctx, req)) }()
+			// Not applied: the usual way routes it again, retries, or
+			// hands it to its Key Group's leader.
+			go func() { answer(again()) }()
 			return
 		}
 		answer(res.Version, err)

@@ -38,10 +38,11 @@ func (o *putOutcome) wait(t *testing.T, what string) asyncPut {
 	}
 }
 
-// TestPutAsync: a put PutAsync takes is answered as Put answers it (the
-// version it is read at, the error of a failed condition), once; a
-// request it does not take (bad input, a tag collection, a shard where a
-// transaction holds a lock) starts nothing, for Put to serve.
+// TestPutAsync: a put PutAsync takes (a delete DeleteAsync takes) is
+// answered as Put (Delete) answers it — the version it is read at, the
+// error of a failed condition or of an absent key — once; a request it
+// does not take (bad input, a tag collection, a shard where a transaction
+// holds a lock) starts nothing, for Put to serve.
 func TestPutAsync(t *testing.T) {
 	n := mtOpen(t, t.TempDir(), Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -112,7 +113,29 @@ func TestPutAsync(t *testing.T) {
 	if r3 := o3.wait(t, "put y"); r3.err != nil {
 		t.Fatal(r3.err)
 	}
-	for _, o := range []*putOutcome{o, o2, o3} {
+	// Deletes: of a key that is there, read as gone after; of one that is
+	// not, not found, as Delete says.
+	o4 := newPutOutcome()
+	if !n.DeleteAsync(ctx, kv.DeleteRequest{Collection: "h", Key: []byte("a")}, o4.done) {
+		t.Fatal("DeleteAsync did not take a delete of a hash collection led here")
+	}
+	if r4 := o4.wait(t, "delete a"); r4.err != nil || r4.version == 0 {
+		t.Fatalf("delete a answered %d, %v", r4.version, r4.err)
+	}
+	if _, err := n.Get(ctx, kv.GetRequest{Collection: "h", Key: []byte("a")}); kv.CodeOf(err) != kv.CodeNotFound {
+		t.Fatalf("get a after its delete: %v, want not found", err)
+	}
+	o5 := newPutOutcome()
+	if !n.DeleteAsync(ctx, kv.DeleteRequest{Collection: "h", Key: []byte("a")}, o5.done) {
+		t.Fatal("DeleteAsync did not take a delete of an absent key")
+	}
+	if r5 := o5.wait(t, "delete a again"); kv.CodeOf(r5.err) != kv.CodeNotFound {
+		t.Fatalf("a delete of an absent key answered %d, %v; want not found", r5.version, r5.err)
+	}
+	if n.DeleteAsync(ctx, kv.DeleteRequest{Collection: "t", Key: []byte("a")}, newPutOutcome().done) {
+		t.Fatal("DeleteAsync took a delete of a tag collection")
+	}
+	for _, o := range []*putOutcome{o, o2, o3, o4, o5} {
 		if c := o.calls.Load(); c != 1 {
 			t.Fatalf("a callback ran %d times, want once", c)
 		}
