@@ -66,9 +66,17 @@ func (s *grpcService) Pipeline(st pb.GroupKV_PipelineServer) error {
 		if !batches {
 			limit = 0 // each alone
 		}
-		return sendBatched(q, limit, responseSize, st.Send, func(q []*pb.PipelineResponse) error {
+		err := sendBatched(q, limit, responseSize, st.Send, func(q []*pb.PipelineResponse) error {
 			return st.Send(&pb.PipelineResponse{Batch: q})
 		})
+		// Sent (marshaled into gRPC's buffers), or never to be: the
+		// scans' answers are not read again.
+		for _, r := range q {
+			if b := r.GetScanBytes(); b != nil {
+				releaseScanBytes(b)
+			}
+		}
+		return err
 	}
 	send := func(resp *pb.PipelineResponse) {
 		_ = sends.Add(resp, sendQueued) // a failed send ends the stream (finish)

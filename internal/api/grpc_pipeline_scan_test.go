@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -210,4 +211,52 @@ func TestGRPCPipelineScanWire(t *testing.T) {
 			t.Errorf("DecodeScanBytes: %+v (%v), want %+v", dec, err, api.ScanResultFromPB(want))
 		}
 	}
+}
+
+// TestGRPCPipelineScansConcurrent: many scans at once on one stream, of
+// answers large enough that their buffers come from the codec's pool and
+// go back to it once sent, each read whole and right: no answer is
+// overwritten by another's reuse of its buffer.
+func TestGRPCPipelineScansConcurrent(t *testing.T) {
+	ctx := context.Background()
+	addr, _ := grpcServe(t, newGRPCFake())
+	db := grpcDial(t, addr)
+	if _, err := db.CreateCollection(ctx, kv.CollectionOptions{Name: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	const keys = 60
+	value := func(k string) string { return strings.Repeat(k, 40) } // 120 bytes
+	for i := range keys {
+		k := fmt.Sprintf("k%02d", i)
+		if _, err := db.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte(k), Value: []byte(value(k))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 40 {
+				start, limit := (g*7+i*3)%keys, 1+(g+i*5)%40
+				res, err := db.Scan(ctx, kv.ScanRequest{Collection: "c", Start: []byte(fmt.Sprintf("k%02d", start)), Limit: limit})
+				if err != nil {
+					t.Errorf("scan from k%02d: %v", start, err)
+					return
+				}
+				if want := min(limit, keys-start); len(res.Items) != want {
+					t.Errorf("scan from k%02d limit %d: %d records, want %d", start, limit, len(res.Items), want)
+					return
+				}
+				for j, r := range res.Items {
+					k := fmt.Sprintf("k%02d", start+j)
+					if string(r.Key) != k || string(r.Value) != value(k) {
+						t.Errorf("scan from k%02d: record %d is %q = %.20q..., want %s", start, j, r.Key, r.Value, k)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }

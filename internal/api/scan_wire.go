@@ -112,10 +112,21 @@ func (e *scanBytes) add(rec *kv.Record) {
 		// Room for as many records as the first, up to a Go client's
 		// longest page on the stream: one allocation for most answers,
 		// where growing by appending copied each one several times.
+		// The buffer comes from the codec's pool, and goes back to it once
+		// the answer is sent (releaseScanBytes).
 		n := protowire.SizeTag(fieldScanItems) + protowire.SizeBytes(recordSize(rec))
-		e.b = make([]byte, 0, min(e.limit, PipelineMaxScan)*n+scanTailRoom)
+		e.b = (*codecPool.Get(min(e.limit, PipelineMaxScan)*n + scanTailRoom))[:0]
 	}
 	e.b = appendScanItem(e.b, rec)
+}
+
+// releaseScanBytes gives the buffer of a scan's answer that scanBytes
+// wrote back to the codec's pool, once nothing reads it any more (a gRPC
+// send has marshaled the message holding it). A buffer that outgrew the
+// pool's, or did not come from it, is left to the garbage collector.
+func releaseScanBytes(b []byte) {
+	b = b[:0]
+	codecPool.Put(&b)
 }
 
 // scanTailRoom is room for the fields after the items: a next page (a
