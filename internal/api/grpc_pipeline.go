@@ -362,24 +362,25 @@ func (s *grpcService) writeAsync(ctx context.Context, req *pb.PipelineRequest, a
 	if !ok {
 		return false
 	}
-	start := time.Now()
-	id := req.GetId()
-	if put := req.GetPut(); put != nil {
-		return b.PutAsync(ctx, PutRequestFromPB(put), func(v uint64, err error) {
+	start, id := time.Now(), req.GetId()
+	// reply answers the write of kind op with set's result, or its error.
+	reply := func(op string, set func(resp *pb.PipelineResponse, v uint64)) func(uint64, error) {
+		return func(v uint64, err error) {
 			resp := &pb.PipelineResponse{Id: id}
 			if err == nil {
-				resp.Result = &pb.PipelineResponse_Put{Put: &pb.PutResponse{Version: v}}
+				set(resp, v)
 			}
-			answer(s.finishPipelined(resp, "put", err, "", start))
-		})
-	}
-	return b.DeleteAsync(ctx, DeleteRequestFromPB(req.GetDelete()), func(v uint64, err error) {
-		resp := &pb.PipelineResponse{Id: id}
-		if err == nil {
-			resp.Result = &pb.PipelineResponse_Delete{Delete: &pb.DeleteResponse{Version: v}}
+			answer(s.finishPipelined(resp, op, err, "", start))
 		}
-		answer(s.finishPipelined(resp, "delete", err, "", start))
-	})
+	}
+	if put := req.GetPut(); put != nil {
+		return b.PutAsync(ctx, PutRequestFromPB(put), reply("put", func(resp *pb.PipelineResponse, v uint64) {
+			resp.Result = &pb.PipelineResponse_Put{Put: &pb.PutResponse{Version: v}}
+		}))
+	}
+	return b.DeleteAsync(ctx, DeleteRequestFromPB(req.GetDelete()), reply("delete", func(resp *pb.PipelineResponse, v uint64) {
+		resp.Result = &pb.PipelineResponse_Delete{Delete: &pb.DeleteResponse{Version: v}}
+	}))
 }
 
 // asyncWriter is a backend that starts a put or a delete and answers it

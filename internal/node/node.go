@@ -1046,13 +1046,7 @@ func (n *Node) Put(ctx context.Context, req kv.PutRequest) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := kv.ValidateKey(req.Key); err != nil {
-		return 0, err
-	}
-	if len(req.Value) > n.opts.MaxValueSize {
-		return 0, kv.Errorf(kv.CodeTooLarge, "value is %d bytes, the limit is %d", len(req.Value), n.opts.MaxValueSize)
-	}
-	if err := kv.ValidateTags(req.Tags); err != nil {
+	if err := n.validatePut(req); err != nil {
 		return 0, err
 	}
 	var (
@@ -1081,6 +1075,17 @@ func (n *Node) Put(ctx context.Context, req kv.PutRequest) (uint64, error) {
 	return v, err
 }
 
+// validatePut checks the key, value and tags of a put.
+func (n *Node) validatePut(req kv.PutRequest) error {
+	if err := kv.ValidateKey(req.Key); err != nil {
+		return err
+	}
+	if len(req.Value) > n.opts.MaxValueSize {
+		return kv.Errorf(kv.CodeTooLarge, "value is %d bytes, the limit is %d", len(req.Value), n.opts.MaxValueSize)
+	}
+	return kv.ValidateTags(req.Tags)
+}
+
 // PutAsync starts req as Put would, where it can without waiting: a key of
 // a hash collection whose shard this node leads, ready, with no
 // transaction taking or holding locks in it. It then returns true, and
@@ -1093,8 +1098,7 @@ func (n *Node) Put(ctx context.Context, req kv.PutRequest) (uint64, error) {
 // a deadline in ctx, the wait is not bounded by Options.RequestTimeout,
 // as Put's is: raft answers a proposal its leader lost as commit unknown.)
 func (n *Node) PutAsync(ctx context.Context, req kv.PutRequest, done func(uint64, error)) bool {
-	if checkWritable(ctx, req.Collection) != nil || kv.ValidateKey(req.Key) != nil ||
-		len(req.Value) > n.opts.MaxValueSize || kv.ValidateTags(req.Tags) != nil {
+	if checkWritable(ctx, req.Collection) != nil || n.validatePut(req) != nil {
 		return false // Put says what is wrong
 	}
 	hasCond, cond := condOf(req.IfVersion)
