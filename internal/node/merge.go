@@ -326,6 +326,9 @@ func (n *Node) frozenHere(shardID uint64) *shard.FrozenState {
 // left's log here: the replication layer removed the right replica and
 // its record; this node's maps follow.
 func (n *Node) onMerge(left uint64, mr *shard.MergeResult) {
+	if f := n.knobs.atMerge.Load(); f != nil {
+		(*f)()
+	}
 	n.adoptMergedLocks(left, mr.Right)
 	n.setLockSpan(left, mr.Desc)
 	n.mu.Lock()

@@ -136,6 +136,10 @@ type Node struct {
 		// cutShard, when set, drops the raft messages of one shard
 		// between this node and one node (both ways if set on both).
 		cutShard atomic.Pointer[shardCut]
+		// atMerge, when set, runs in the raft loop once a merge trigger's
+		// apply was committed here (not synced), before the node records
+		// the merge.
+		atMerge atomic.Pointer[func()]
 	}
 
 	stop chan struct{}
@@ -271,12 +275,16 @@ func (n *Node) start() error {
 		return err
 	}
 
-	n.host.Start()
+	// Every replica's group is added before the loop starts: a left
+	// shard replaying a merge trigger whose apply a crash lost removes its
+	// right neighbour's replica, which must be running by then (or the
+	// removal would find no group, and this loop a replica with no state).
 	for _, r := range replicas {
 		if err := n.host.AddGroup(r.Desc, r.ReplicaID); err != nil {
 			return err
 		}
 	}
+	n.host.Start()
 	// Replicas the catalog names but this node lacks (a crash between a
 	// catalog change and its reconcile) and the reverse are fixed now.
 	if err := n.reconcile(); err != nil {

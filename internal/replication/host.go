@@ -280,6 +280,9 @@ type Host struct {
 		transfers map[uint64]uint64
 		nextID    uint64
 		stopped   bool
+		// started is set by Start: Stop of a host whose loop never ran
+		// has no loop to wait for.
+		started bool
 		// applied is closed and replaced after every cycle that applied a
 		// write to any shard.
 		applied chan struct{}
@@ -1053,6 +1056,9 @@ func (h *Host) AppliedNotify() <-chan struct{} {
 
 // Start runs the loop until Stop.
 func (h *Host) Start() {
+	h.mu.Lock()
+	h.mu.started = true
+	h.mu.Unlock()
 	go h.run()
 }
 
@@ -1060,15 +1066,15 @@ func (h *Host) Start() {
 // once the loop has exited.
 func (h *Host) Stop() {
 	h.mu.Lock()
-	if h.mu.stopped {
-		h.mu.Unlock()
-		<-h.done
-		return
-	}
+	stopped, started := h.mu.stopped, h.mu.started
 	h.mu.stopped = true
 	h.mu.Unlock()
-	close(h.stop)
-	<-h.done
+	if !stopped {
+		close(h.stop)
+	}
+	if started {
+		<-h.done
+	}
 }
 
 // gatherWait bounds how long a cycle waits for the clients it just answered
