@@ -50,13 +50,20 @@ func (c *Coalescer[T]) Push(item T) (drain bool) {
 	return drain
 }
 
-func (c *Coalescer[T]) push(item T) (drain bool, err error) {
+// PushAll is Push of every item of items, in order, at once: they go out
+// in one send unless one is under way.
+func (c *Coalescer[T]) PushAll(items []T) (drain bool) {
+	drain, _ = c.push(items...)
+	return drain
+}
+
+func (c *Coalescer[T]) push(items ...T) (drain bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err != nil {
 		return false, c.err
 	}
-	c.queue = append(c.queue, item)
+	c.queue = append(c.queue, items...)
 	if c.sending {
 		return false, nil
 	}

@@ -94,16 +94,26 @@ func (s *grpcService) Pipeline(st pb.GroupKV_PipelineServer) error {
 	// answer queues a response from a goroutine that must not block (the
 	// loop that applied a put): a worker sends it, with whatever else was
 	// queued meanwhile, unless a send is under way.
+	drain := func() {
+		wg.Add(1)
+		s.workers.Go(func() {
+			defer wg.Done()
+			_ = sends.Drain(sendQueued) // a failed send ends the stream (finish)
+		})
+	}
 	answer := func(resp *pb.PipelineResponse) {
 		if sends.Push(resp) {
-			wg.Add(1)
-			s.workers.Go(func() {
-				defer wg.Done()
-				_ = sends.Drain(sendQueued) // a failed send ends the stream (finish)
-			})
+			drain()
 		}
 	}
+	// now holds the answers of the gets of one message served at once
+	// (getNow), queued together when the message is done.
+	var now []*pb.PipelineResponse
 	serve := func(req *pb.PipelineRequest) {
+		if resp := s.getNow(req); resp != nil {
+			now = append(now, resp)
+			return
+		}
 		rctx := ctx
 		if t := req.GetTimeoutMicros(); t != 0 {
 			rctx = deadlines.context(ctx, time.Duration(t)*time.Microsecond)
@@ -146,6 +156,13 @@ func (s *grpcService) Pipeline(st pb.GroupKV_PipelineServer) error {
 			}
 			for _, r := range req.GetBatch() {
 				serve(r)
+			}
+			if len(now) > 0 {
+				if sends.PushAll(now) {
+					drain()
+				}
+				clear(now)
+				now = now[:0]
 			}
 			mu.Unlock()
 		}
@@ -351,6 +368,36 @@ func (s *grpcService) pipelined(ctx context.Context, req *pb.PipelineRequest, sc
 		err = kv.Errorf(kv.CodeInvalidArgument, "pipelined request %d names no operation: give put, get, delete, scan, txn_get or commit_txn", req.GetId())
 	}
 	return s.finishPipelined(resp, op, err, began, start)
+}
+
+// getNow serves req at once, on the goroutine reading the stream, if it
+// is a get the backend answers without waiting (node.Node.GetNow); else
+// it returns nil.
+func (s *grpcService) getNow(req *pb.PipelineRequest) *pb.PipelineResponse {
+	g := req.GetGet()
+	if g == nil {
+		return nil
+	}
+	b, ok := s.b.(nowGetter)
+	if !ok {
+		return nil
+	}
+	start := time.Now()
+	rec, err, ok := b.GetNow(GetRequestFromPB(g))
+	if !ok {
+		return nil
+	}
+	resp := &pb.PipelineResponse{Id: req.GetId()}
+	if err == nil {
+		resp.Result = &pb.PipelineResponse_Get{Get: RecordToPB(rec)}
+	}
+	return s.finishPipelined(resp, "get", err, "", start)
+}
+
+// nowGetter is a backend that answers the gets that need no wait at once
+// (node.Node.GetNow).
+type nowGetter interface {
+	GetNow(req kv.GetRequest) (kv.Record, error, bool)
 }
 
 // writeAsync starts a put or a delete on a backend that answers it later

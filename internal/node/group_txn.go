@@ -817,6 +817,21 @@ func (n *Node) groupsVisible(ctx context.Context, shardID uint64) error {
 	return n.host.WaitApplied(ctx, shardID, sm.GroupsIndex())
 }
 
+// noGroupHolds reports whether no Key Group holds k in the replica of
+// shardID here, as applied, with every group change the shard knows of
+// applied: what groupGet answers without waiting when it reads the key's
+// shard.
+func (n *Node) noGroupHolds(shardID uint64, k group.Key) bool {
+	sm := n.host.StateMachine(shardID)
+	if sm == nil {
+		return false
+	}
+	if applied, ok := n.host.AppliedIndex(shardID); !ok || applied < sm.GroupsIndex() {
+		return false
+	}
+	return n.localGroupOwner(shardID, k).Group == ""
+}
+
 // localGroupOwner reads the group a key is yielded to in the replica of
 // shardID here, as applied.
 func (n *Node) localGroupOwner(shardID uint64, k group.Key) *groupOwnerResponse {

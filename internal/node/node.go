@@ -1250,6 +1250,54 @@ func (n *Node) readKey(id uint32, key []byte, asOf uint64) (storage.MVCCValue, u
 }
 
 func (n *Node) Get(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
+	if rec, err, ok := n.GetNow(req); ok {
+		return rec, err
+	}
+	return n.get(ctx, req)
+}
+
+// GetNow answers, as Get would, a get that needs no wait: the latest
+// version of a key of a hash collection whose shard is served here by its
+// only voter, ready, not frozen for a merge, with no Key Group holding
+// the key and no prepared transaction's intent that may be on it. For any
+// other get it answers nothing and reports false: Get serves it. The
+// Pipeline stream serves such gets on the goroutine that reads requests.
+func (n *Node) GetNow(req kv.GetRequest) (rec kv.Record, err error, ok bool) {
+	if req.Version != 0 || kv.ValidateKey(req.Key) != nil {
+		return kv.Record{}, nil, false
+	}
+	end, ok := n.beginAsync()
+	if !ok {
+		return kv.Record{}, nil, false
+	}
+	defer end()
+	d, err := n.collection(req.Collection)
+	if err != nil || d.Partitioning == kv.PartitionTag {
+		return kv.Record{}, nil, false
+	}
+	bucket, shardID := n.route(d, req.Key)
+	if !n.readable(shardID) || !n.host.ReadableNow(shardID) ||
+		n.localOwner(d.ID, shardID, bucket, req.Key) != shardID || n.frozenInto(shardID) != 0 {
+		return kv.Record{}, nil, false
+	}
+	if !n.noGroupHolds(shardID, group.Key{Collection: d.ID, Key: string(req.Key)}) {
+		return kv.Record{}, nil, false
+	}
+	if n.host.MinPrepared(shardID) != 0 && n.host.MayHoldIntent(shardID, req.Key) {
+		return kv.Record{}, nil, false
+	}
+	val, version, found, err := n.readKey(d.ID, req.Key, shard.Latest)
+	if err != nil {
+		return kv.Record{}, kv.Errorf(kv.CodeInternal, "reading %q: %v", req.Key, err), true
+	}
+	if !found {
+		return kv.Record{}, kv.Errorf(kv.CodeNotFound, "key %q not found", req.Key), true
+	}
+	return kv.Record{Key: req.Key, Value: val.Value, Tags: val.Tags, Version: version}, nil, true
+}
+
+// get is Get for a get that GetNow did not answer.
+func (n *Node) get(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
 	ctx, done, err := n.begin(ctx)
 	if err != nil {
 		return kv.Record{}, err

@@ -822,6 +822,19 @@ func (h *Host) Ready(shardID uint64) bool {
 	return g.mu.ready
 }
 
+// ReadableNow reports whether a read of shardID here needs no barrier:
+// the replica is the group's only voter and its ready leader, so that
+// everything committed is applied here (ReadBarrier would not wait).
+func (h *Host) ReadableNow(shardID uint64) bool {
+	g := h.group(shardID)
+	if g == nil || !g.singleVoter.Load() {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.ready && !g.mu.removed
+}
+
 // LeaderTerm returns the term of this replica's ready leadership of
 // shardID; ok is false when it is not a ready leader.
 func (h *Host) LeaderTerm(shardID uint64) (term uint64, ok bool) {
