@@ -1266,11 +1266,14 @@ func (n *Node) GetNow(req kv.GetRequest) (rec kv.Record, err error, ok bool) {
 	if req.Version != 0 || kv.ValidateKey(req.Key) != nil {
 		return kv.Record{}, nil, false
 	}
-	end, ok := n.beginAsync()
-	if !ok {
+	// As begin holds Close off, without its context or its closure.
+	n.opsMu.RLock()
+	defer n.opsMu.RUnlock()
+	select {
+	case <-n.stop:
 		return kv.Record{}, nil, false
+	default:
 	}
-	defer end()
 	d, err := n.collection(req.Collection)
 	if err != nil || d.Partitioning == kv.PartitionTag {
 		return kv.Record{}, nil, false
