@@ -62,17 +62,24 @@ func TestCrashDuringMerge(t *testing.T) {
 				}
 				n.frozenHere(right) // what the left leader asks: durable from here
 			}
-			var applied *vfs.MemFS
+			// The state at the merge's apply, taken in the raft loop (which
+			// may run the hook after MergeShards returned).
+			applied := make(chan *vfs.MemFS, 1)
 			if at != "frozen" {
 				var once sync.Once
 				if at == "applied" {
-					f := func() { once.Do(func() { applied = fs.CrashClone(vfs.CrashCloneCfg{}) }) }
+					f := func() { once.Do(func() { applied <- fs.CrashClone(vfs.CrashCloneCfg{}) }) }
 					n.knobs.atMerge.Store(&f)
 				}
 				if _, err := n.MergeShards(ctx, "r", left); err != nil {
 					t.Fatal(err)
 				}
-				if at == "applied" && applied == nil {
+			}
+			var atApply *vfs.MemFS
+			if at == "applied" {
+				select {
+				case atApply = <-applied:
+				case <-time.After(30 * time.Second):
 					t.Fatal("the merge was not applied here")
 				}
 			}
@@ -87,7 +94,7 @@ func TestCrashDuringMerge(t *testing.T) {
 			n.Close()
 			restarts := 1
 			if at == "applied" {
-				crashed, restarts = applied, 8
+				crashed, restarts = atApply, 8
 			}
 			for i := 0; i < restarts; i++ {
 				opts.FS = crashed.CrashClone(vfs.CrashCloneCfg{})
