@@ -155,6 +155,9 @@ type Node struct {
 	// reads check after they read (checkRetained).
 	gcThresholds *shard.GCThresholds
 
+	// endOps is n.opsMu.RUnlock as a function value, made once (beginAsync).
+	endOps func()
+
 	closeMu  sync.Mutex
 	closed   bool
 	reconcil chan struct{}
@@ -178,6 +181,7 @@ func Open(opts Options) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{opts: opts, eng: eng, log: opts.Logger, stop: make(chan struct{}), workers: workpool.New(), reconcil: make(chan struct{}, 1), stepKick: make(chan struct{}, 1)}
+	n.endOps = n.opsMu.RUnlock
 	n.initGroups()
 	n.mu.catalog = make(map[string]*cluster.CollectionDesc)
 	n.mu.replicas = make(map[uint64]localReplica)
@@ -792,7 +796,7 @@ func (n *Node) beginAsync() (end func(), ok bool) {
 		return nil, false
 	default:
 	}
-	return n.opsMu.RUnlock, true
+	return n.endOps, true
 }
 
 func (n *Node) collection(name string) (*cluster.CollectionDesc, error) {

@@ -615,7 +615,7 @@ func (n *Node) tryPlainLocks(shardID uint64) (release func(), ok bool) {
 		return func() {}, true
 	}
 	if lt.AdmitPlain() {
-		return lt.DonePlain, true
+		return lt.DonePlainFunc(), true
 	}
 	return nil, false
 }
