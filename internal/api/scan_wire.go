@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"unicode/utf8"
 
@@ -148,9 +149,9 @@ func DecodeScanBytes(b []byte) (kv.ScanResult, error) {
 	var r kv.ScanResult
 	n := 0
 	for rest := b; len(rest) > 0; {
-		num, typ, m := protowire.ConsumeTag(rest)
-		if m < 0 {
-			return kv.ScanResult{}, scanBytesError(protowire.ParseError(m))
+		num, typ, m, err := consumeTag(rest)
+		if err != nil {
+			return kv.ScanResult{}, scanBytesError(err)
 		}
 		rest = rest[m:]
 		if num == fieldScanItems && typ == protowire.BytesType {
@@ -164,7 +165,7 @@ func DecodeScanBytes(b []byte) (kv.ScanResult, error) {
 	}
 	r.Items = make([]kv.Record, 0, n)
 	for len(b) > 0 {
-		num, typ, m := protowire.ConsumeTag(b)
+		num, typ, m, _ := consumeTag(b) // checked above
 		b = b[m:]
 		switch {
 		case num == fieldScanItems && typ == protowire.BytesType:
@@ -203,9 +204,9 @@ func DecodeScanBytes(b []byte) (kv.ScanResult, error) {
 func decodeRecord(b []byte) (kv.Record, error) {
 	var rec kv.Record
 	for len(b) > 0 {
-		num, typ, m := protowire.ConsumeTag(b)
-		if m < 0 {
-			return kv.Record{}, scanBytesError(protowire.ParseError(m))
+		num, typ, m, err := consumeTag(b)
+		if err != nil {
+			return kv.Record{}, scanBytesError(err)
 		}
 		b = b[m:]
 		switch {
@@ -245,6 +246,20 @@ func decodeRecord(b []byte) (kv.Record, error) {
 		}
 	}
 	return rec, nil
+}
+
+// consumeTag is protowire.ConsumeTag refusing, as protobuf's decoder of
+// a message does, a field number past protowire.MaxValidNumber (which
+// ConsumeTag allows, for MessageSets). err is the reason of a negative m.
+func consumeTag(b []byte) (num protowire.Number, typ protowire.Type, m int, err error) {
+	num, typ, m = protowire.ConsumeTag(b)
+	switch {
+	case m < 0:
+		return 0, 0, m, protowire.ParseError(m)
+	case num > protowire.MaxValidNumber:
+		return 0, 0, -1, fmt.Errorf("field number %d is past the largest, %d", num, protowire.MaxValidNumber)
+	}
+	return num, typ, m, nil
 }
 
 func scanBytesError(err error) error {
