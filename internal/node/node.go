@@ -155,7 +155,8 @@ type Node struct {
 	// reads check after they read (checkRetained).
 	gcThresholds *shard.GCThresholds
 
-	// endOps is n.opsMu.RUnlock as a function value, made once (beginAsync).
+	// endOps is n.opsMu.RUnlock as a function value, made once: beginAsync
+	// returns it on every async put and every GetNow.
 	endOps func()
 
 	closeMu  sync.Mutex
@@ -1270,14 +1271,11 @@ func (n *Node) GetNow(req kv.GetRequest) (rec kv.Record, err error, ok bool) {
 	if req.Version != 0 || kv.ValidateKey(req.Key) != nil {
 		return kv.Record{}, nil, false
 	}
-	// As begin holds Close off, without its context or its closure.
-	n.opsMu.RLock()
-	defer n.opsMu.RUnlock()
-	select {
-	case <-n.stop:
+	end, ok := n.beginAsync() // holds Close off, as begin does, without a context
+	if !ok {
 		return kv.Record{}, nil, false
-	default:
 	}
+	defer end()
 	d, err := n.collection(req.Collection)
 	if err != nil || d.Partitioning == kv.PartitionTag {
 		return kv.Record{}, nil, false
