@@ -8,6 +8,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
+
+	pb "github.com/groupkv/groupkv/proto/groupkvpb"
 )
 
 // Codec is gRPC's protobuf codec ("proto", the same wire format) with one
@@ -59,6 +61,8 @@ func (Codec) Marshal(v any) (mem.BufferSlice, error) {
 
 // Unmarshal unmarshals data into v. A message that came in several frames
 // is copied into one buffer first; proto.Unmarshal copies what it keeps.
+// A Pipeline stream's request is decoded by decodePipelineRequest when it
+// takes it, into the same message.
 func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	m, ok := v.(proto.Message)
 	if !ok {
@@ -66,7 +70,10 @@ func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	buf := data.MaterializeToBuffer(codecPool)
 	defer buf.Free()
-	return proto.Unmarshal(buf.ReadOnlyData(), m)
+	if r, ok := m.(*pb.PipelineRequest); ok && decodePipelineRequest(buf.ReadOnlyData(), r) {
+		return nil
+	}
+	return proto.Unmarshal(buf.ReadOnlyData(), m) // (it resets m first)
 }
 
 // dirtyPool is a mem.BufferPool of power-of-two buffers from 1 KiB to

@@ -1,0 +1,413 @@
+package api
+
+import (
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/groupkv/groupkv/proto/groupkvpb"
+)
+
+// Field numbers of PipelineRequest and of the requests it carries
+// (proto/groupkv.proto).
+const (
+	fieldPipelineRequestID        = 1
+	fieldPipelineRequestTimeout   = 2
+	fieldPipelineRequestPut       = 3
+	fieldPipelineRequestGet       = 4
+	fieldPipelineRequestDelete    = 5
+	fieldPipelineRequestBatch     = 6
+	fieldPipelineRequestScan      = 7
+	fieldPipelineRequestTxnGet    = 8
+	fieldPipelineRequestCommitTxn = 9
+
+	fieldPutCollection = 1 // PutRequest, GetRequest, DeleteRequest
+	fieldPutKey        = 2 // PutRequest, GetRequest, DeleteRequest
+	fieldPutValue      = 3
+	fieldPutTags       = 4
+	fieldPutIfVersion  = 5
+	fieldGetVersion    = 3
+	fieldDelIfVersion  = 3
+)
+
+// decodePipelineRequest decodes b into m, an empty message, as
+// proto.Unmarshal would, and reports whether it did. It takes the messages
+// a Pipeline stream carries under load (puts, gets and deletes, alone or in
+// a batch) with a few allocations per message instead of six per request:
+// the requests of a batch, their oneof wrappers and their messages come
+// from one slice per kind, a request's key and value share one allocation,
+// and a collection named again by the next request is not copied again.
+// Anything else it leaves to proto.Unmarshal by reporting false (m may then
+// hold part of b): a field it does not know or of another wire type, a
+// oneof set twice, a batch within a batch, a string that is not UTF-8, a
+// malformed encoding. Scans and a transaction's requests are decoded by
+// proto.Unmarshal, each in its own message, as it would.
+func decodePipelineRequest(b []byte, m *pb.PipelineRequest) bool {
+	var n [3]int // puts, gets, deletes
+	items := 0
+	for rest := b; len(rest) > 0; {
+		num, typ, k := protowire.ConsumeTag(rest)
+		if k < 0 {
+			return false
+		}
+		rest = rest[k:]
+		if typ == protowire.BytesType && (num == fieldPipelineRequestBatch || isWireOp(num)) {
+			v, k := protowire.ConsumeBytes(rest)
+			if k < 0 {
+				return false
+			}
+			rest = rest[k:]
+			op := num
+			if num == fieldPipelineRequestBatch {
+				items++
+				if op = itemOp(v); op < 0 {
+					return false
+				}
+			}
+			if i := op - fieldPipelineRequestPut; i >= 0 && i < 3 {
+				n[i]++
+			}
+			continue
+		}
+		if k = protowire.ConsumeFieldValue(num, typ, rest); k < 0 {
+			return false
+		}
+		rest = rest[k:]
+	}
+	d := requestDecoder{}
+	if n[0] > 0 {
+		d.puts = make([]putSlot, n[0])
+	}
+	if n[1] > 0 {
+		d.gets = make([]getSlot, n[1])
+	}
+	if n[2] > 0 {
+		d.dels = make([]delSlot, n[2])
+	}
+	if items > 0 {
+		d.items = make([]pb.PipelineRequest, items)
+		m.Batch = make([]*pb.PipelineRequest, 0, items)
+	}
+	return d.request(b, m, true)
+}
+
+// isWireOp reports whether num is a field of PipelineRequest's oneof op.
+func isWireOp(num protowire.Number) bool {
+	return num >= fieldPipelineRequestPut && num <= fieldPipelineRequestCommitTxn && num != fieldPipelineRequestBatch
+}
+
+// itemOp is the field number of the op of the encoded request b, 0 for
+// none, or -1 for a request decodePipelineRequest leaves to proto (an op
+// set twice, a malformed encoding).
+func itemOp(b []byte) protowire.Number {
+	var op protowire.Number
+	for len(b) > 0 {
+		num, typ, k := protowire.ConsumeTag(b)
+		if k < 0 {
+			return -1
+		}
+		b = b[k:]
+		if k = protowire.ConsumeFieldValue(num, typ, b); k < 0 {
+			return -1
+		}
+		b = b[k:]
+		if isWireOp(num) {
+			if op != 0 {
+				return -1
+			}
+			op = num
+		}
+	}
+	return op
+}
+
+type putSlot struct {
+	w pb.PipelineRequest_Put
+	r pb.PutRequest
+}
+
+type getSlot struct {
+	w pb.PipelineRequest_Get
+	r pb.GetRequest
+}
+
+type delSlot struct {
+	w pb.PipelineRequest_Delete
+	r pb.DeleteRequest
+}
+
+// requestDecoder holds what decodePipelineRequest hands out: a slot for
+// each request of a kind, in order, and the collection named last.
+type requestDecoder struct {
+	puts       []putSlot
+	gets       []getSlot
+	dels       []delSlot
+	items      []pb.PipelineRequest
+	collection string
+}
+
+// request decodes b into m; a batch's requests only when top.
+func (d *requestDecoder) request(b []byte, m *pb.PipelineRequest, top bool) bool {
+	for len(b) > 0 {
+		num, typ, k := protowire.ConsumeTag(b)
+		if k < 0 {
+			return false
+		}
+		b = b[k:]
+		switch {
+		case typ == protowire.VarintType && (num == fieldPipelineRequestID || num == fieldPipelineRequestTimeout):
+			v, k := protowire.ConsumeVarint(b)
+			if k < 0 {
+				return false
+			}
+			b = b[k:]
+			if num == fieldPipelineRequestID {
+				m.Id = v
+			} else {
+				m.TimeoutMicros = v
+			}
+		case typ == protowire.BytesType && isWireOp(num):
+			v, k := protowire.ConsumeBytes(b)
+			if k < 0 || m.Op != nil {
+				return false // a second op merges into the first: proto's
+			}
+			b = b[k:]
+			if !d.op(num, v, m) {
+				return false
+			}
+		case typ == protowire.BytesType && num == fieldPipelineRequestBatch && top:
+			v, k := protowire.ConsumeBytes(b)
+			if k < 0 || len(d.items) == 0 {
+				return false
+			}
+			b = b[k:]
+			item := &d.items[0]
+			d.items = d.items[1:]
+			if !d.request(v, item, false) {
+				return false
+			}
+			m.Batch = append(m.Batch, item)
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// op decodes v, the op of field num, into m.
+func (d *requestDecoder) op(num protowire.Number, v []byte, m *pb.PipelineRequest) bool {
+	switch num {
+	case fieldPipelineRequestPut:
+		if len(d.puts) == 0 {
+			return false
+		}
+		s := &d.puts[0]
+		d.puts = d.puts[1:]
+		if !d.put(v, &s.r) {
+			return false
+		}
+		s.w.Put = &s.r
+		m.Op = &s.w
+	case fieldPipelineRequestGet:
+		if len(d.gets) == 0 {
+			return false
+		}
+		s := &d.gets[0]
+		d.gets = d.gets[1:]
+		if !d.get(v, &s.r) {
+			return false
+		}
+		s.w.Get = &s.r
+		m.Op = &s.w
+	case fieldPipelineRequestDelete:
+		if len(d.dels) == 0 {
+			return false
+		}
+		s := &d.dels[0]
+		d.dels = d.dels[1:]
+		if !d.del(v, &s.r) {
+			return false
+		}
+		s.w.Delete = &s.r
+		m.Op = &s.w
+	case fieldPipelineRequestScan:
+		r := new(pb.ScanRequest)
+		if proto.Unmarshal(v, r) != nil {
+			return false
+		}
+		m.Op = &pb.PipelineRequest_Scan{Scan: r}
+	case fieldPipelineRequestTxnGet:
+		r := new(pb.TxnGetRequest)
+		if proto.Unmarshal(v, r) != nil {
+			return false
+		}
+		m.Op = &pb.PipelineRequest_TxnGet{TxnGet: r}
+	case fieldPipelineRequestCommitTxn:
+		r := new(pb.CommitTxnRequest)
+		if proto.Unmarshal(v, r) != nil {
+			return false
+		}
+		m.Op = &pb.PipelineRequest_CommitTxn{CommitTxn: r}
+	default:
+		return false
+	}
+	return true
+}
+
+// put decodes a PutRequest.
+func (d *requestDecoder) put(b []byte, r *pb.PutRequest) bool {
+	buf := make([]byte, 0, bytesFieldsSize(b, fieldPutKey, fieldPutValue))
+	for len(b) > 0 {
+		num, typ, k := protowire.ConsumeTag(b)
+		if k < 0 {
+			return false
+		}
+		b = b[k:]
+		switch {
+		case typ == protowire.BytesType && num == fieldPutCollection:
+			if k = d.collectionField(b, &r.Collection); k < 0 {
+				return false
+			}
+		case typ == protowire.BytesType && num == fieldPutKey:
+			if k = bytesField(b, &buf, &r.Key); k < 0 {
+				return false
+			}
+		case typ == protowire.BytesType && num == fieldPutValue:
+			if k = bytesField(b, &buf, &r.Value); k < 0 {
+				return false
+			}
+		case typ == protowire.BytesType && num == fieldPutTags:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 || !utf8.Valid(v) {
+				return false
+			}
+			r.Tags = append(r.Tags, string(v))
+			k = n
+		case typ == protowire.VarintType && num == fieldPutIfVersion:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return false
+			}
+			r.IfVersion = &v
+			k = n
+		default:
+			return false
+		}
+		b = b[k:]
+	}
+	return true
+}
+
+// get decodes a GetRequest.
+func (d *requestDecoder) get(b []byte, r *pb.GetRequest) bool {
+	for len(b) > 0 {
+		num, typ, k := protowire.ConsumeTag(b)
+		if k < 0 {
+			return false
+		}
+		b = b[k:]
+		switch {
+		case typ == protowire.BytesType && num == fieldPutCollection:
+			k = d.collectionField(b, &r.Collection)
+		case typ == protowire.BytesType && num == fieldPutKey:
+			var buf []byte
+			k = bytesField(b, &buf, &r.Key)
+		case typ == protowire.VarintType && num == fieldGetVersion:
+			r.Version, k = protowire.ConsumeVarint(b)
+		default:
+			return false
+		}
+		if k < 0 {
+			return false
+		}
+		b = b[k:]
+	}
+	return true
+}
+
+// del decodes a DeleteRequest.
+func (d *requestDecoder) del(b []byte, r *pb.DeleteRequest) bool {
+	for len(b) > 0 {
+		num, typ, k := protowire.ConsumeTag(b)
+		if k < 0 {
+			return false
+		}
+		b = b[k:]
+		switch {
+		case typ == protowire.BytesType && num == fieldPutCollection:
+			k = d.collectionField(b, &r.Collection)
+		case typ == protowire.BytesType && num == fieldPutKey:
+			var buf []byte
+			k = bytesField(b, &buf, &r.Key)
+		case typ == protowire.VarintType && num == fieldDelIfVersion:
+			var v uint64
+			if v, k = protowire.ConsumeVarint(b); k >= 0 {
+				r.IfVersion = &v
+			}
+		default:
+			return false
+		}
+		if k < 0 {
+			return false
+		}
+		b = b[k:]
+	}
+	return true
+}
+
+// collectionField decodes the string at the start of b into dst, the
+// collection named last when it is the same, and returns its length or -1.
+func (d *requestDecoder) collectionField(b []byte, dst *string) int {
+	v, n := protowire.ConsumeBytes(b)
+	if n < 0 {
+		return -1
+	}
+	if string(v) != d.collection {
+		if !utf8.Valid(v) {
+			return -1
+		}
+		d.collection = string(v)
+	}
+	*dst = d.collection
+	return n
+}
+
+// bytesField decodes the bytes at the start of b into dst, a copy appended
+// to *buf (nil when empty, as proto has it), and returns its length or -1.
+func bytesField(b []byte, buf *[]byte, dst *[]byte) int {
+	v, n := protowire.ConsumeBytes(b)
+	if n < 0 {
+		return -1
+	}
+	if len(v) == 0 {
+		*dst = nil
+		return n
+	}
+	start := len(*buf)
+	*buf = append(*buf, v...)
+	*dst = (*buf)[start:len(*buf):len(*buf)]
+	return n
+}
+
+// bytesFieldsSize is the length of every bytes field numbered a or c in
+// the encoded message b (or less, for a malformed one).
+func bytesFieldsSize(b []byte, a, c protowire.Number) int {
+	size := 0
+	for len(b) > 0 {
+		num, typ, k := protowire.ConsumeTag(b)
+		if k < 0 {
+			return size
+		}
+		b = b[k:]
+		if typ == protowire.BytesType && (num == a || num == c) {
+			v, _ := protowire.ConsumeBytes(b)
+			size += len(v)
+		}
+		if k = protowire.ConsumeFieldValue(num, typ, b); k < 0 {
+			return size
+		}
+		b = b[k:]
+	}
+	return size
+}

@@ -1,0 +1,274 @@
+package api
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/groupkv/groupkv/proto/groupkvpb"
+)
+
+// pipelineSeed is GROUPKV_SEED, or a random seed; logged either way.
+func pipelineSeed(t *testing.T) *rand.Rand {
+	t.Helper()
+	seed := rand.Uint64()
+	if s := os.Getenv("GROUPKV_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("GROUPKV_SEED=%q is not an unsigned integer: %v", s, err)
+		}
+		seed = v
+	}
+	t.Logf("seed %d (rerun with GROUPKV_SEED=%d)", seed, seed)
+	return rand.New(rand.NewPCG(seed, 0))
+}
+
+func randBytes(rng *rand.Rand, max int) []byte {
+	if rng.IntN(4) == 0 {
+		return nil
+	}
+	b := make([]byte, rng.IntN(max+1))
+	for i := range b {
+		b[i] = byte(rng.UintN(256))
+	}
+	return b
+}
+
+func randCollection(rng *rand.Rand) string {
+	return []string{"", "c", "users", "a-long-collection-name", "é"}[rng.IntN(5)]
+}
+
+// randPipelineOp is a random request of a Pipeline stream, without a batch.
+func randPipelineOp(rng *rand.Rand) *pb.PipelineRequest {
+	r := &pb.PipelineRequest{Id: rng.Uint64() >> rng.UintN(64)}
+	if rng.IntN(3) == 0 {
+		r.TimeoutMicros = rng.Uint64N(1 << 40)
+	}
+	maybeVersion := func() *uint64 {
+		if rng.IntN(3) > 0 {
+			return nil
+		}
+		v := rng.Uint64N(1000)
+		return &v
+	}
+	switch rng.IntN(7) {
+	case 0, 1:
+		p := &pb.PutRequest{Collection: randCollection(rng), Key: randBytes(rng, 20), Value: randBytes(rng, 300), IfVersion: maybeVersion()}
+		for range rng.IntN(3) {
+			p.Tags = append(p.Tags, []string{"", "t", "tag-2"}[rng.IntN(3)])
+		}
+		r.Op = &pb.PipelineRequest_Put{Put: p}
+	case 2, 3:
+		r.Op = &pb.PipelineRequest_Get{Get: &pb.GetRequest{Collection: randCollection(rng), Key: randBytes(rng, 20), Version: rng.Uint64N(3)}}
+	case 4:
+		r.Op = &pb.PipelineRequest_Delete{Delete: &pb.DeleteRequest{Collection: randCollection(rng), Key: randBytes(rng, 20), IfVersion: maybeVersion()}}
+	case 5:
+		r.Op = &pb.PipelineRequest_Scan{Scan: &pb.ScanRequest{Collection: randCollection(rng), Limit: int64(rng.IntN(100))}}
+	case 6:
+		if rng.IntN(2) == 0 {
+			r.Op = &pb.PipelineRequest_TxnGet{TxnGet: &pb.TxnGetRequest{Txn: "t1", Collection: randCollection(rng), Key: randBytes(rng, 10)}}
+		} else {
+			r.Op = &pb.PipelineRequest_CommitTxn{CommitTxn: &pb.CommitTxnRequest{Txn: "t2"}}
+		}
+	}
+	if rng.IntN(10) == 0 {
+		r.Op = nil
+	}
+	return r
+}
+
+// randPipelineRequest is a random message of a Pipeline stream: a request,
+// or a carrier of a batch of them.
+func randPipelineRequest(rng *rand.Rand) *pb.PipelineRequest {
+	if rng.IntN(3) == 0 {
+		return randPipelineOp(rng)
+	}
+	m := &pb.PipelineRequest{}
+	for range 1 + rng.IntN(20) {
+		m.Batch = append(m.Batch, randPipelineOp(rng))
+	}
+	return m
+}
+
+// TestDecodePipelineRequestMatchesProto: every message a client sends is
+// decoded by decodePipelineRequest, into what proto.Unmarshal makes of it.
+func TestDecodePipelineRequestMatchesProto(t *testing.T) {
+	rng := pipelineSeed(t)
+	for i := range 2000 {
+		want := randPipelineRequest(rng)
+		b, err := proto.MarshalOptions{Deterministic: rng.IntN(2) == 0}.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got pb.PipelineRequest
+		if !decodePipelineRequest(b, &got) {
+			t.Fatalf("message %d: not decoded: %v", i, want)
+		}
+		if !proto.Equal(&got, want) {
+			t.Fatalf("message %d: decoded\n%v\nwant\n%v", i, &got, want)
+		}
+	}
+}
+
+// TestDecodePipelineRequestMalformed: a message changed at random is
+// either decoded as proto.Unmarshal decodes it, or left to proto.Unmarshal;
+// the codec answers what proto.Unmarshal answers either way.
+func TestDecodePipelineRequestMalformed(t *testing.T) {
+	rng := pipelineSeed(t)
+	decoded := 0
+	for i := range 20000 {
+		b, err := proto.Marshal(randPipelineRequest(rng))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) == 0 {
+			continue
+		}
+		switch rng.IntN(3) {
+		case 0:
+			b = b[:rng.IntN(len(b))]
+		case 1:
+			for range 1 + rng.IntN(3) {
+				b[rng.IntN(len(b))] = byte(rng.UintN(256))
+			}
+		case 2:
+			b = protowire.AppendTag(b, protowire.Number(1+rng.IntN(12)), protowire.Type(rng.IntN(6)))
+			b = append(b, randBytes(rng, 3)...)
+		}
+		var want pb.PipelineRequest
+		perr := proto.Unmarshal(b, &want)
+		var got pb.PipelineRequest
+		if decodePipelineRequest(b, &got) {
+			decoded++
+			if perr != nil {
+				t.Fatalf("message %d (%x): decoded, proto.Unmarshal fails: %v", i, b, perr)
+			}
+			if !proto.Equal(&got, &want) {
+				t.Fatalf("message %d (%x): decoded\n%v\nproto.Unmarshal\n%v", i, b, &got, &want)
+			}
+		}
+		var viaCodec pb.PipelineRequest
+		cerr := Codec{}.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &viaCodec)
+		if (cerr == nil) != (perr == nil) {
+			t.Fatalf("message %d (%x): codec error %v, proto.Unmarshal's %v", i, b, cerr, perr)
+		}
+		if perr == nil && !proto.Equal(&viaCodec, &want) {
+			t.Fatalf("message %d (%x): codec decoded\n%v\nproto.Unmarshal\n%v", i, b, &viaCodec, &want)
+		}
+	}
+	t.Logf("%d changed messages decoded by hand", decoded)
+}
+
+// TestDecodePipelineRequestLeftToProto: what the hand decoder does not
+// take goes to proto.Unmarshal, which keeps unknown fields, merges an op
+// set twice and refuses a string that is not UTF-8.
+func TestDecodePipelineRequestLeftToProto(t *testing.T) {
+	put := func(coll string) []byte {
+		var p []byte
+		p = protowire.AppendTag(p, fieldPutCollection, protowire.BytesType)
+		p = protowire.AppendString(p, coll)
+		p = protowire.AppendTag(p, fieldPutKey, protowire.BytesType)
+		p = protowire.AppendBytes(p, []byte("k"))
+		return p
+	}
+	field := func(b []byte, num protowire.Number, v []byte) []byte {
+		b = protowire.AppendTag(b, num, protowire.BytesType)
+		return protowire.AppendBytes(b, v)
+	}
+	unknown := protowire.AppendVarint(protowire.AppendTag(nil, 15, protowire.VarintType), 1)
+	for _, tc := range []struct {
+		name string
+		b    []byte
+	}{
+		{"unknown field", append(field(nil, fieldPipelineRequestPut, put("c")), unknown...)},
+		{"unknown field in a put", field(nil, fieldPipelineRequestPut, append(put("c"), unknown...))},
+		{"id of the wrong wire type", field(field(nil, fieldPipelineRequestPut, put("c")), fieldPipelineRequestID, []byte("x"))},
+		{"op twice", field(field(nil, fieldPipelineRequestPut, put("c")), fieldPipelineRequestPut, put("d"))},
+		{"op twice in a batch item", field(nil, fieldPipelineRequestBatch, field(field(nil, fieldPipelineRequestPut, put("c")), fieldPipelineRequestGet, put("d")))},
+		{"collection not UTF-8", field(nil, fieldPipelineRequestPut, put("\xff"))},
+		{"batch in a batch", field(nil, fieldPipelineRequestBatch, field(nil, fieldPipelineRequestBatch, field(nil, fieldPipelineRequestPut, put("c"))))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got pb.PipelineRequest
+			if decodePipelineRequest(tc.b, &got) {
+				t.Fatalf("decoded by hand: %v", &got)
+			}
+			var want, viaCodec pb.PipelineRequest
+			perr := proto.Unmarshal(tc.b, &want)
+			cerr := Codec{}.Unmarshal(mem.BufferSlice{mem.SliceBuffer(tc.b)}, &viaCodec)
+			if (cerr == nil) != (perr == nil) || (perr == nil && !proto.Equal(&viaCodec, &want)) {
+				t.Fatalf("codec: %v %v, proto.Unmarshal: %v %v", &viaCodec, cerr, &want, perr)
+			}
+		})
+	}
+}
+
+// TestDecodePipelineRequestCopies: what the hand decoder returns holds
+// none of the buffer it decoded (gRPC reuses it), and a request's key and
+// value, which share an allocation, do not overlap.
+func TestDecodePipelineRequestCopies(t *testing.T) {
+	want := &pb.PipelineRequest{Batch: []*pb.PipelineRequest{
+		{Id: 1, Op: &pb.PipelineRequest_Put{Put: &pb.PutRequest{Collection: "c", Key: []byte("key"), Value: []byte("value"), Tags: []string{"t"}}}},
+		{Id: 2, Op: &pb.PipelineRequest_Get{Get: &pb.GetRequest{Collection: "c", Key: []byte("key2")}}},
+		{Id: 3, Op: &pb.PipelineRequest_Delete{Delete: &pb.DeleteRequest{Collection: "d", Key: []byte("key3")}}},
+	}}
+	b, err := proto.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got pb.PipelineRequest
+	if !decodePipelineRequest(b, &got) {
+		t.Fatal("not decoded")
+	}
+	clear(b)
+	if !proto.Equal(&got, want) {
+		t.Fatalf("after the buffer was cleared: %v, want %v", &got, want)
+	}
+	p := got.Batch[0].GetPut()
+	p.Key = append(p.Key, "more"...)
+	if !bytes.Equal(p.Value, []byte("value")) {
+		t.Fatalf("appending to the key changed the value: %q", p.Value)
+	}
+}
+
+// BenchmarkDecodePipelineRequest decodes a batch of 8 requests (4 puts of
+// 100-byte values, 4 gets), by hand and by proto.Unmarshal.
+func BenchmarkDecodePipelineRequest(b *testing.B) {
+	m := &pb.PipelineRequest{}
+	for i := range 8 {
+		key := []byte("user" + strconv.Itoa(1000+i))
+		if i%2 == 0 {
+			m.Batch = append(m.Batch, &pb.PipelineRequest{Id: uint64(i), Op: &pb.PipelineRequest_Put{Put: &pb.PutRequest{Collection: "usertable", Key: key, Value: bytes.Repeat([]byte("v"), 100)}}})
+		} else {
+			m.Batch = append(m.Batch, &pb.PipelineRequest{Id: uint64(i), Op: &pb.PipelineRequest_Get{Get: &pb.GetRequest{Collection: "usertable", Key: key}}})
+		}
+	}
+	enc, err := proto.Marshal(m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("hand", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var r pb.PipelineRequest
+			if !decodePipelineRequest(enc, &r) {
+				b.Fatal("not decoded")
+			}
+		}
+	})
+	b.Run("proto", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var r pb.PipelineRequest
+			if err := proto.Unmarshal(enc, &r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
