@@ -409,25 +409,43 @@ func (s *grpcService) writeAsync(ctx context.Context, req *pb.PipelineRequest, a
 	if !ok {
 		return false
 	}
-	start, id := time.Now(), req.GetId()
-	// reply answers the write of kind op with set's result, or its error.
-	reply := func(op string, set func(resp *pb.PipelineResponse, v uint64)) func(uint64, error) {
-		return func(v uint64, err error) {
-			resp := &pb.PipelineResponse{Id: id}
-			if err == nil {
-				set(resp, v)
-			}
-			answer(s.finishPipelined(resp, op, err, "", start))
-		}
-	}
+	r := &writeReply{s: s, start: time.Now(), answer: answer}
+	r.resp.Id = req.GetId()
 	if put := req.GetPut(); put != nil {
-		return b.PutAsync(ctx, PutRequestFromPB(put), reply("put", func(resp *pb.PipelineResponse, v uint64) {
-			resp.Result = &pb.PipelineResponse_Put{Put: &pb.PutResponse{Version: v}}
-		}))
+		return b.PutAsync(ctx, PutRequestFromPB(put), r.put)
 	}
-	return b.DeleteAsync(ctx, DeleteRequestFromPB(req.GetDelete()), reply("delete", func(resp *pb.PipelineResponse, v uint64) {
-		resp.Result = &pb.PipelineResponse_Delete{Delete: &pb.DeleteResponse{Version: v}}
-	}))
+	return b.DeleteAsync(ctx, DeleteRequestFromPB(req.GetDelete()), r.delete)
+}
+
+// writeReply answers a put or delete of a Pipeline stream: its response,
+// in one allocation with what answers it.
+type writeReply struct {
+	s      *grpcService
+	start  time.Time
+	answer func(*pb.PipelineResponse)
+	resp   pb.PipelineResponse
+	put1   pb.PipelineResponse_Put
+	putR   pb.PutResponse
+	del1   pb.PipelineResponse_Delete
+	delR   pb.DeleteResponse
+}
+
+func (r *writeReply) put(v uint64, err error) {
+	if err == nil {
+		r.putR.Version = v
+		r.put1.Put = &r.putR
+		r.resp.Result = &r.put1
+	}
+	r.answer(r.s.finishPipelined(&r.resp, "put", err, "", r.start))
+}
+
+func (r *writeReply) delete(v uint64, err error) {
+	if err == nil {
+		r.delR.Version = v
+		r.del1.Delete = &r.delR
+		r.resp.Result = &r.del1
+	}
+	r.answer(r.s.finishPipelined(&r.resp, "delete", err, "", r.start))
 }
 
 // asyncWriter is a backend that starts a put or a delete and answers it

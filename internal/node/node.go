@@ -1116,7 +1116,7 @@ func (n *Node) PutAsync(ctx context.Context, req kv.PutRequest, done func(uint64
 	}
 	hasCond, cond := condOf(req.IfVersion)
 	op := shard.Op{Type: shard.OpPut, Key: req.Key, Value: req.Value, Tags: req.Tags, HasCond: hasCond, CondVersion: cond}
-	return n.writeAsync(ctx, req.Collection, op, func() (uint64, error) { return n.Put(ctx, req) }, done)
+	return n.writeAsync(ctx, req.Collection, op, &asyncWrite{n: n, ctx: ctx, put: req, done: done})
 }
 
 // DeleteAsync is PutAsync for a delete: done gets what Delete would return.
@@ -1126,13 +1126,70 @@ func (n *Node) DeleteAsync(ctx context.Context, req kv.DeleteRequest, done func(
 	}
 	hasCond, cond := condOf(req.IfVersion)
 	op := shard.Op{Type: shard.OpDelete, Key: req.Key, HasCond: hasCond, CondVersion: cond, MustExist: true}
-	return n.writeAsync(ctx, req.Collection, op, func() (uint64, error) { return n.Delete(ctx, req) }, done)
+	return n.writeAsync(ctx, req.Collection, op, &asyncWrite{n: n, ctx: ctx, del: req, isDelete: true, done: done})
+}
+
+// asyncWrite is a put or delete started by PutAsync or DeleteAsync, from
+// its proposal to its answer: one allocation for what its callbacks share.
+type asyncWrite struct {
+	n        *Node
+	ctx      context.Context
+	put      kv.PutRequest
+	del      kv.DeleteRequest
+	isDelete bool
+	done     func(uint64, error)
+	answered atomic.Bool
+	release  func() // the write's locks
+	end      func() // the node's operation
+	stop     func() bool
+}
+
+// answer calls done, once.
+func (w *asyncWrite) answer(v uint64, err error) {
+	if w.answered.CompareAndSwap(false, true) {
+		w.done(v, err)
+	}
+}
+
+// again runs the write the usual way (Put, Delete), when it must be routed
+// again or retried, and answers what that returns.
+func (w *asyncWrite) again() {
+	if w.isDelete {
+		w.answer(w.n.Delete(w.ctx, w.del))
+	} else {
+		w.answer(w.n.Put(w.ctx, w.put))
+	}
+}
+
+// ended answers a write whose request ended before it was applied.
+func (w *asyncWrite) ended() {
+	w.answer(0, kv.Errorf(kv.CodeCommitUnknown, "the write was proposed but not applied before the request ended (%v); it may or may not take effect", w.ctx.Err()))
+}
+
+// applied answers a write raft is done with.
+func (w *asyncWrite) applied(res shard.Result, err error) {
+	// The locks go once the command is out of raft's hands, whether or not
+	// ctx ended: until then it may still be applied.
+	w.release()
+	w.end()
+	if !w.stop() {
+		return // answered when ctx ended
+	}
+	if err == nil && res.Err != nil {
+		err = res.Err
+	}
+	if err != nil && (retryable(err) || kv.CodeOf(err) == kv.CodeKeyInGroup) {
+		// Not applied: the usual way routes it again, retries, or hands it
+		// to its Key Group's leader.
+		go w.again()
+		return
+	}
+	w.answer(res.Version, err)
 }
 
 // writeAsync proposes op, a valid plain write of one key of collection
-// coll, for PutAsync and DeleteAsync; again runs the write the usual way
-// (Put, Delete) when it must be routed again or retried.
-func (n *Node) writeAsync(ctx context.Context, coll string, op shard.Op, again func() (uint64, error), done func(uint64, error)) bool {
+// coll, for PutAsync and DeleteAsync; w answers it.
+func (n *Node) writeAsync(ctx context.Context, coll string, op shard.Op, w *asyncWrite) bool {
 	d, err := n.collection(coll)
 	if err != nil || d.Partitioning == kv.PartitionTag {
 		return false
@@ -1150,38 +1207,12 @@ func (n *Node) writeAsync(ctx context.Context, coll string, op shard.Op, again f
 		release()
 		return false
 	}
-	var answered atomic.Bool
-	answer := func(v uint64, err error) {
-		if answered.CompareAndSwap(false, true) {
-			done(v, err)
-		}
-	}
-	stop := context.AfterFunc(ctx, func() {
-		answer(0, kv.Errorf(kv.CodeCommitUnknown, "the write was proposed but not applied before the request ended (%v); it may or may not take effect", ctx.Err()))
-	})
+	w.release, w.end = release, end
+	w.stop = context.AfterFunc(ctx, w.ended)
 	op.Bucket = bucket
 	cmd := shard.EncodeWrite([]shard.Op{op})
-	err = n.host.ProposeAsync(shardID, cmd, func(res shard.Result, err error) {
-		// The locks go once the command is out of raft's hands, whether or
-		// not ctx ended: until then it may still be applied.
-		release()
-		end()
-		if !stop() {
-			return // answered when ctx ended
-		}
-		if err == nil && res.Err != nil {
-			err = res.Err
-		}
-		if err != nil && (retryable(err) || kv.CodeOf(err) == kv.CodeKeyInGroup) {
-			// Not applied: the usual way routes it again, retries, or
-			// hands it to its Key Group's leader.
-			go func() { answer(again()) }()
-			return
-		}
-		answer(res.Version, err)
-	})
-	if err != nil {
-		stop()
+	if err := n.host.ProposeAsync(shardID, cmd, w.applied); err != nil {
+		w.stop()
 		release()
 		end()
 		return false
