@@ -61,8 +61,9 @@ func (Codec) Marshal(v any) (mem.BufferSlice, error) {
 
 // Unmarshal unmarshals data into v. A message that came in several frames
 // is copied into one buffer first; proto.Unmarshal copies what it keeps.
-// A Pipeline stream's request is decoded by decodePipelineRequest when it
-// takes it, into the same message.
+// A Pipeline stream's request or answer is decoded by
+// decodePipelineRequest or decodePipelineResponse when it takes it, into
+// the same message.
 func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	m, ok := v.(proto.Message)
 	if !ok {
@@ -70,8 +71,15 @@ func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	buf := data.MaterializeToBuffer(codecPool)
 	defer buf.Free()
-	if r, ok := m.(*pb.PipelineRequest); ok && decodePipelineRequest(buf.ReadOnlyData(), r) {
-		return nil
+	switch m := m.(type) {
+	case *pb.PipelineRequest:
+		if decodePipelineRequest(buf.ReadOnlyData(), m) {
+			return nil
+		}
+	case *pb.PipelineResponse:
+		if decodePipelineResponse(buf.ReadOnlyData(), m) {
+			return nil
+		}
 	}
 	return proto.Unmarshal(buf.ReadOnlyData(), m) // (it resets m first)
 }

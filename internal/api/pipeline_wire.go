@@ -278,12 +278,11 @@ func (d *requestDecoder) put(b []byte, r *pb.PutRequest) bool {
 				return false
 			}
 		case typ == protowire.BytesType && num == fieldPutTags:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 || !utf8.Valid(v) {
+			var t string
+			if k = stringField(b, &t); k < 0 {
 				return false
 			}
-			r.Tags = append(r.Tags, string(v))
-			k = n
+			r.Tags = append(r.Tags, t)
 		case typ == protowire.VarintType && num == fieldPutIfVersion:
 			v, n := protowire.ConsumeVarint(b)
 			if n < 0 {
@@ -410,4 +409,336 @@ func bytesFieldsSize(b []byte, a, c protowire.Number) int {
 		b = b[k:]
 	}
 	return size
+}
+
+// Field numbers of PipelineResponse and of the answers it carries
+// (proto/groupkv.proto).
+const (
+	fieldPipelineResponseID        = 1
+	fieldPipelineResponsePut       = 2
+	fieldPipelineResponseGet       = 3
+	fieldPipelineResponseDelete    = 4
+	fieldPipelineResponseError     = 5
+	fieldPipelineResponseBatch     = 6
+	fieldPipelineResponseTxnGet    = 8
+	fieldPipelineResponseCommitTxn = 9
+	fieldPipelineResponseScanBytes = 10
+
+	fieldWriteVersion = 1 // PutResponse, DeleteResponse
+
+	fieldGetKey           = 1 // GetResponse
+	fieldGetValue         = 2
+	fieldGetTags          = 3
+	fieldGetAnswerVersion = 4
+
+	fieldErrorCode     = 1 // PipelineError
+	fieldErrorMessage  = 2
+	fieldErrorGRPCCode = 3
+	fieldErrorTxn      = 4
+)
+
+// isWireResult reports whether num is a field of PipelineResponse's oneof
+// result.
+func isWireResult(num protowire.Number) bool {
+	return num >= fieldPipelineResponsePut && num <= fieldPipelineResponseScanBytes && num != fieldPipelineResponseBatch
+}
+
+type putAnswerSlot struct {
+	w pb.PipelineResponse_Put
+	r pb.PutResponse
+}
+
+type getAnswerSlot struct {
+	w pb.PipelineResponse_Get
+	r pb.GetResponse
+}
+
+type delAnswerSlot struct {
+	w pb.PipelineResponse_Delete
+	r pb.DeleteResponse
+}
+
+// responseDecoder is requestDecoder's counterpart for PipelineResponse.
+type responseDecoder struct {
+	puts  []putAnswerSlot
+	gets  []getAnswerSlot
+	dels  []delAnswerSlot
+	items []pb.PipelineResponse
+}
+
+// decodePipelineResponse is decodePipelineRequest for the answers a
+// client reads from a Pipeline stream: puts', gets', deletes' and errors,
+// alone or in a batch, from one slice per kind; a get's key and value in
+// one allocation. Scans and a transaction's answers are decoded by
+// proto.Unmarshal, each in its own message; anything it does not take it
+// leaves to proto.Unmarshal by reporting false.
+func decodePipelineResponse(b []byte, m *pb.PipelineResponse) bool {
+	var n [3]int // puts, gets, deletes
+	items := 0
+	for rest := b; len(rest) > 0; {
+		num, typ, k := protowire.ConsumeTag(rest)
+		if k < 0 {
+			return false
+		}
+		rest = rest[k:]
+		if typ == protowire.BytesType && (num == fieldPipelineResponseBatch || isWireResult(num)) {
+			v, k := protowire.ConsumeBytes(rest)
+			if k < 0 {
+				return false
+			}
+			rest = rest[k:]
+			res := num
+			if num == fieldPipelineResponseBatch {
+				items++
+				if res = itemResult(v); res < 0 {
+					return false
+				}
+			}
+			if i := res - fieldPipelineResponsePut; i >= 0 && i < 3 {
+				n[i]++
+			}
+			continue
+		}
+		if k = protowire.ConsumeFieldValue(num, typ, rest); k < 0 {
+			return false
+		}
+		rest = rest[k:]
+	}
+	d := responseDecoder{}
+	if n[0] > 0 {
+		d.puts = make([]putAnswerSlot, n[0])
+	}
+	if n[1] > 0 {
+		d.gets = make([]getAnswerSlot, n[1])
+	}
+	if n[2] > 0 {
+		d.dels = make([]delAnswerSlot, n[2])
+	}
+	if items > 0 {
+		d.items = make([]pb.PipelineResponse, items)
+		m.Batch = make([]*pb.PipelineResponse, 0, items)
+	}
+	return d.response(b, m, true)
+}
+
+// itemResult is itemOp for an encoded PipelineResponse.
+func itemResult(b []byte) protowire.Number {
+	var res protowire.Number
+	for len(b) > 0 {
+		num, typ, k := protowire.ConsumeTag(b)
+		if k < 0 {
+			return -1
+		}
+		b = b[k:]
+		if k = protowire.ConsumeFieldValue(num, typ, b); k < 0 {
+			return -1
+		}
+		b = b[k:]
+		if isWireResult(num) {
+			if res != 0 {
+				return -1
+			}
+			res = num
+		}
+	}
+	return res
+}
+
+// response decodes b into m; a batch's answers only when top.
+func (d *responseDecoder) response(b []byte, m *pb.PipelineResponse, top bool) bool {
+	for len(b) > 0 {
+		num, typ, k := protowire.ConsumeTag(b)
+		if k < 0 {
+			return false
+		}
+		b = b[k:]
+		switch {
+		case typ == protowire.VarintType && num == fieldPipelineResponseID:
+			if m.Id, k = protowire.ConsumeVarint(b); k < 0 {
+				return false
+			}
+			b = b[k:]
+		case typ == protowire.BytesType && isWireResult(num):
+			v, k := protowire.ConsumeBytes(b)
+			if k < 0 || m.Result != nil {
+				return false
+			}
+			b = b[k:]
+			if !d.result(num, v, m) {
+				return false
+			}
+		case typ == protowire.BytesType && num == fieldPipelineResponseBatch && top:
+			v, k := protowire.ConsumeBytes(b)
+			if k < 0 || len(d.items) == 0 {
+				return false
+			}
+			b = b[k:]
+			item := &d.items[0]
+			d.items = d.items[1:]
+			if !d.response(v, item, false) {
+				return false
+			}
+			m.Batch = append(m.Batch, item)
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// result decodes v, the result of field num, into m.
+func (d *responseDecoder) result(num protowire.Number, v []byte, m *pb.PipelineResponse) bool {
+	switch num {
+	case fieldPipelineResponsePut:
+		if len(d.puts) == 0 {
+			return false
+		}
+		s := &d.puts[0]
+		d.puts = d.puts[1:]
+		if !decodeVersionOnly(v, &s.r.Version) {
+			return false
+		}
+		s.w.Put = &s.r
+		m.Result = &s.w
+	case fieldPipelineResponseDelete:
+		if len(d.dels) == 0 {
+			return false
+		}
+		s := &d.dels[0]
+		d.dels = d.dels[1:]
+		if !decodeVersionOnly(v, &s.r.Version) {
+			return false
+		}
+		s.w.Delete = &s.r
+		m.Result = &s.w
+	case fieldPipelineResponseGet:
+		if len(d.gets) == 0 {
+			return false
+		}
+		s := &d.gets[0]
+		d.gets = d.gets[1:]
+		if !decodeGetAnswer(v, &s.r) {
+			return false
+		}
+		s.w.Get = &s.r
+		m.Result = &s.w
+	case fieldPipelineResponseError:
+		e := new(pb.PipelineError)
+		if !decodePipelineError(v, e) {
+			return false
+		}
+		m.Result = &pb.PipelineResponse_Error{Error: e}
+	case fieldPipelineResponseScanBytes:
+		m.Result = &pb.PipelineResponse_ScanBytes{ScanBytes: append([]byte{}, v...)}
+	case fieldPipelineResponseScan:
+		r := new(pb.ScanResponse)
+		if proto.Unmarshal(v, r) != nil {
+			return false
+		}
+		m.Result = &pb.PipelineResponse_Scan{Scan: r}
+	case fieldPipelineResponseTxnGet:
+		r := new(pb.TxnGetResponse)
+		if proto.Unmarshal(v, r) != nil {
+			return false
+		}
+		m.Result = &pb.PipelineResponse_TxnGet{TxnGet: r}
+	case fieldPipelineResponseCommitTxn:
+		r := new(pb.CommitTxnResponse)
+		if proto.Unmarshal(v, r) != nil {
+			return false
+		}
+		m.Result = &pb.PipelineResponse_CommitTxn{CommitTxn: r}
+	default:
+		return false
+	}
+	return true
+}
+
+// decodeVersionOnly decodes a PutResponse or DeleteResponse.
+func decodeVersionOnly(b []byte, version *uint64) bool {
+	for len(b) > 0 {
+		num, typ, k := protowire.ConsumeTag(b)
+		if k < 0 || typ != protowire.VarintType || num != fieldWriteVersion {
+			return false
+		}
+		b = b[k:]
+		if *version, k = protowire.ConsumeVarint(b); k < 0 {
+			return false
+		}
+		b = b[k:]
+	}
+	return true
+}
+
+// decodeGetAnswer decodes a GetResponse.
+func decodeGetAnswer(b []byte, r *pb.GetResponse) bool {
+	buf := make([]byte, 0, bytesFieldsSize(b, fieldGetKey, fieldGetValue))
+	for len(b) > 0 {
+		num, typ, k := protowire.ConsumeTag(b)
+		if k < 0 {
+			return false
+		}
+		b = b[k:]
+		switch {
+		case typ == protowire.BytesType && num == fieldGetKey:
+			k = bytesField(b, &buf, &r.Key)
+		case typ == protowire.BytesType && num == fieldGetValue:
+			k = bytesField(b, &buf, &r.Value)
+		case typ == protowire.BytesType && num == fieldGetTags:
+			var t string
+			if k = stringField(b, &t); k >= 0 {
+				r.Tags = append(r.Tags, t)
+			}
+		case typ == protowire.VarintType && num == fieldGetAnswerVersion:
+			r.Version, k = protowire.ConsumeVarint(b)
+		default:
+			return false
+		}
+		if k < 0 {
+			return false
+		}
+		b = b[k:]
+	}
+	return true
+}
+
+// decodePipelineError decodes a PipelineError.
+func decodePipelineError(b []byte, e *pb.PipelineError) bool {
+	for len(b) > 0 {
+		num, typ, k := protowire.ConsumeTag(b)
+		if k < 0 {
+			return false
+		}
+		b = b[k:]
+		switch {
+		case typ == protowire.BytesType && num == fieldErrorCode:
+			k = stringField(b, &e.Code)
+		case typ == protowire.BytesType && num == fieldErrorMessage:
+			k = stringField(b, &e.Message)
+		case typ == protowire.BytesType && num == fieldErrorTxn:
+			k = stringField(b, &e.Txn)
+		case typ == protowire.VarintType && num == fieldErrorGRPCCode:
+			var v uint64
+			v, k = protowire.ConsumeVarint(b)
+			e.GrpcCode = uint32(v)
+		default:
+			return false
+		}
+		if k < 0 {
+			return false
+		}
+		b = b[k:]
+	}
+	return true
+}
+
+// stringField decodes the string at the start of b into dst and returns
+// its length, or -1 for one that is not UTF-8 (proto refuses it).
+func stringField(b []byte, dst *string) int {
+	v, n := protowire.ConsumeBytes(b)
+	if n < 0 || !utf8.Valid(v) {
+		return -1
+	}
+	*dst = string(v)
+	return n
 }

@@ -116,6 +116,23 @@ func TestDecodePipelineRequestMatchesProto(t *testing.T) {
 	}
 }
 
+// mutate changes the encoded message b at random: cut short, bytes
+// changed, or a field appended.
+func mutate(rng *rand.Rand, b []byte) []byte {
+	switch rng.IntN(3) {
+	case 0:
+		b = b[:rng.IntN(len(b))]
+	case 1:
+		for range 1 + rng.IntN(3) {
+			b[rng.IntN(len(b))] = byte(rng.UintN(256))
+		}
+	case 2:
+		b = protowire.AppendTag(b, protowire.Number(1+rng.IntN(12)), protowire.Type(rng.IntN(6)))
+		b = append(b, randBytes(rng, 3)...)
+	}
+	return b
+}
+
 // TestDecodePipelineRequestMalformed: a message changed at random is
 // either decoded as proto.Unmarshal decodes it, or left to proto.Unmarshal;
 // the codec answers what proto.Unmarshal answers either way.
@@ -130,17 +147,7 @@ func TestDecodePipelineRequestMalformed(t *testing.T) {
 		if len(b) == 0 {
 			continue
 		}
-		switch rng.IntN(3) {
-		case 0:
-			b = b[:rng.IntN(len(b))]
-		case 1:
-			for range 1 + rng.IntN(3) {
-				b[rng.IntN(len(b))] = byte(rng.UintN(256))
-			}
-		case 2:
-			b = protowire.AppendTag(b, protowire.Number(1+rng.IntN(12)), protowire.Type(rng.IntN(6)))
-			b = append(b, randBytes(rng, 3)...)
-		}
+		b = mutate(rng, b)
 		var want pb.PipelineRequest
 		perr := proto.Unmarshal(b, &want)
 		var got pb.PipelineRequest
@@ -237,6 +244,138 @@ func TestDecodePipelineRequestCopies(t *testing.T) {
 	}
 }
 
+// randPipelineResult is a random answer of a Pipeline stream, without a
+// batch.
+func randPipelineResult(rng *rand.Rand) *pb.PipelineResponse {
+	r := &pb.PipelineResponse{Id: rng.Uint64() >> rng.UintN(64)}
+	switch rng.IntN(9) {
+	case 0, 1:
+		r.Result = &pb.PipelineResponse_Put{Put: &pb.PutResponse{Version: rng.Uint64N(1 << 40)}}
+	case 2, 3:
+		g := &pb.GetResponse{Key: randBytes(rng, 20), Value: randBytes(rng, 300), Version: rng.Uint64N(1 << 40)}
+		for range rng.IntN(3) {
+			g.Tags = append(g.Tags, []string{"", "t", "tag-2"}[rng.IntN(3)])
+		}
+		r.Result = &pb.PipelineResponse_Get{Get: g}
+	case 4:
+		r.Result = &pb.PipelineResponse_Delete{Delete: &pb.DeleteResponse{Version: rng.Uint64N(3)}}
+	case 5:
+		r.Result = &pb.PipelineResponse_Error{Error: &pb.PipelineError{Code: []string{"", "not_found", "txn_aborted"}[rng.IntN(3)], Message: "m é", GrpcCode: uint32(rng.IntN(17)), Txn: []string{"", "t1"}[rng.IntN(2)]}}
+	case 6:
+		r.Result = &pb.PipelineResponse_ScanBytes{ScanBytes: randBytes(rng, 50)}
+	case 7:
+		r.Result = &pb.PipelineResponse_Scan{Scan: &pb.ScanResponse{Items: []*pb.Record{{Key: []byte("k"), Value: randBytes(rng, 10)}}, NextPage: "p", Version: 3}}
+	case 8:
+		if rng.IntN(2) == 0 {
+			r.Result = &pb.PipelineResponse_TxnGet{TxnGet: &pb.TxnGetResponse{Found: true, Value: randBytes(rng, 10), Version: 4, Txn: "t"}}
+		} else {
+			r.Result = &pb.PipelineResponse_CommitTxn{CommitTxn: &pb.CommitTxnResponse{Version: 5, Txn: "t"}}
+		}
+	}
+	if rng.IntN(10) == 0 {
+		r.Result = nil
+	}
+	return r
+}
+
+// randPipelineResponse is a random answer, or a carrier of a batch of them.
+func randPipelineResponse(rng *rand.Rand) *pb.PipelineResponse {
+	if rng.IntN(3) == 0 {
+		return randPipelineResult(rng)
+	}
+	m := &pb.PipelineResponse{}
+	for range 1 + rng.IntN(20) {
+		m.Batch = append(m.Batch, randPipelineResult(rng))
+	}
+	return m
+}
+
+// TestDecodePipelineResponseMatchesProto: every answer a server sends is
+// decoded by decodePipelineResponse, into what proto.Unmarshal makes of it.
+func TestDecodePipelineResponseMatchesProto(t *testing.T) {
+	rng := pipelineSeed(t)
+	for i := range 2000 {
+		want := randPipelineResponse(rng)
+		b, err := proto.MarshalOptions{Deterministic: rng.IntN(2) == 0}.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got pb.PipelineResponse
+		if !decodePipelineResponse(b, &got) {
+			t.Fatalf("message %d: not decoded: %v", i, want)
+		}
+		if !proto.Equal(&got, want) {
+			t.Fatalf("message %d: decoded\n%v\nwant\n%v", i, &got, want)
+		}
+	}
+}
+
+// TestDecodePipelineResponseMalformed is TestDecodePipelineRequestMalformed
+// for answers.
+func TestDecodePipelineResponseMalformed(t *testing.T) {
+	rng := pipelineSeed(t)
+	decoded := 0
+	for i := range 20000 {
+		b, err := proto.Marshal(randPipelineResponse(rng))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) == 0 {
+			continue
+		}
+		b = mutate(rng, b)
+		var want pb.PipelineResponse
+		perr := proto.Unmarshal(b, &want)
+		var got pb.PipelineResponse
+		if decodePipelineResponse(b, &got) {
+			decoded++
+			if perr != nil {
+				t.Fatalf("message %d (%x): decoded, proto.Unmarshal fails: %v", i, b, perr)
+			}
+			if !proto.Equal(&got, &want) {
+				t.Fatalf("message %d (%x): decoded\n%v\nproto.Unmarshal\n%v", i, b, &got, &want)
+			}
+		}
+		var viaCodec pb.PipelineResponse
+		cerr := Codec{}.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &viaCodec)
+		if (cerr == nil) != (perr == nil) {
+			t.Fatalf("message %d (%x): codec error %v, proto.Unmarshal's %v", i, b, cerr, perr)
+		}
+		if perr == nil && !proto.Equal(&viaCodec, &want) {
+			t.Fatalf("message %d (%x): codec decoded\n%v\nproto.Unmarshal\n%v", i, b, &viaCodec, &want)
+		}
+	}
+	t.Logf("%d changed messages decoded by hand", decoded)
+}
+
+// TestDecodePipelineResponseCopies is TestDecodePipelineRequestCopies for
+// answers.
+func TestDecodePipelineResponseCopies(t *testing.T) {
+	want := &pb.PipelineResponse{Batch: []*pb.PipelineResponse{
+		{Id: 1, Result: &pb.PipelineResponse_Get{Get: &pb.GetResponse{Key: []byte("key"), Value: []byte("value"), Tags: []string{"t"}, Version: 7}}},
+		{Id: 2, Result: &pb.PipelineResponse_Put{Put: &pb.PutResponse{Version: 8}}},
+		{Id: 3, Result: &pb.PipelineResponse_Error{Error: &pb.PipelineError{Code: "not_found", Message: "no"}}},
+		{Id: 4, Result: &pb.PipelineResponse_ScanBytes{ScanBytes: []byte("scan")}},
+	}}
+	b, err := proto.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got pb.PipelineResponse
+	if !decodePipelineResponse(b, &got) {
+		t.Fatal("not decoded")
+	}
+	clear(b)
+	if !proto.Equal(&got, want) {
+		t.Fatalf("after the buffer was cleared: %v, want %v", &got, want)
+	}
+	g := got.Batch[0].GetGet()
+	g.Key = append(g.Key, "more"...)
+	if !bytes.Equal(g.Value, []byte("value")) {
+		t.Fatalf("appending to the key changed the value: %q", g.Value)
+	}
+}
+
 // BenchmarkDecodePipelineRequest decodes a batch of 8 requests (4 puts of
 // 100-byte values, 4 gets), by hand and by proto.Unmarshal.
 func BenchmarkDecodePipelineRequest(b *testing.B) {
@@ -266,6 +405,41 @@ func BenchmarkDecodePipelineRequest(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			var r pb.PipelineRequest
+			if err := proto.Unmarshal(enc, &r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkDecodePipelineResponse decodes a batch of 8 answers (4 puts', 4
+// gets' of 100-byte values), by hand and by proto.Unmarshal.
+func BenchmarkDecodePipelineResponse(b *testing.B) {
+	m := &pb.PipelineResponse{}
+	for i := range 8 {
+		if i%2 == 0 {
+			m.Batch = append(m.Batch, &pb.PipelineResponse{Id: uint64(i), Result: &pb.PipelineResponse_Put{Put: &pb.PutResponse{Version: 1 << 30}}})
+		} else {
+			m.Batch = append(m.Batch, &pb.PipelineResponse{Id: uint64(i), Result: &pb.PipelineResponse_Get{Get: &pb.GetResponse{Key: []byte("user" + strconv.Itoa(1000+i)), Value: bytes.Repeat([]byte("v"), 100), Version: 1 << 30}}})
+		}
+	}
+	enc, err := proto.Marshal(m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("hand", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var r pb.PipelineResponse
+			if !decodePipelineResponse(enc, &r) {
+				b.Fatal("not decoded")
+			}
+		}
+	})
+	b.Run("proto", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var r pb.PipelineResponse
 			if err := proto.Unmarshal(enc, &r); err != nil {
 				b.Fatal(err)
 			}
