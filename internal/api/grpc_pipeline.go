@@ -387,11 +387,21 @@ func (s *grpcService) getNow(req *pb.PipelineRequest) *pb.PipelineResponse {
 	if !ok {
 		return nil
 	}
-	resp := &pb.PipelineResponse{Id: req.GetId()}
+	a := &getAnswer{}
+	a.resp.Id = req.GetId()
 	if err == nil {
-		resp.Result = &pb.PipelineResponse_Get{Get: RecordToPB(rec)}
+		a.get = pb.GetResponse{Key: rec.Key, Value: rec.Value, Tags: rec.Tags, Version: rec.Version}
+		a.w.Get = &a.get
+		a.resp.Result = &a.w
 	}
-	return s.finishPipelined(resp, "get", err, "", start)
+	return s.finishPipelined(&a.resp, "get", err, "", start)
+}
+
+// getAnswer is the response to a get, in one allocation.
+type getAnswer struct {
+	resp pb.PipelineResponse
+	w    pb.PipelineResponse_Get
+	get  pb.GetResponse
 }
 
 // nowGetter is a backend that answers the gets that need no wait at once

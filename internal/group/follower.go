@@ -93,6 +93,15 @@ func (f *Follower) Key(k Key) (Yielded, bool) {
 	return c, true
 }
 
+// Holds reports whether k is yielded to a group.
+func (f *Follower) Holds(k Key) bool {
+	_, ok := f.keys[k]
+	return ok
+}
+
+// Yielded reports how many keys are yielded to groups.
+func (f *Follower) Yielded() int { return len(f.keys) }
+
 // Keys returns the yielded keys, sorted.
 func (f *Follower) Keys() []Key {
 	ks := make([]Key, 0, len(f.keys))

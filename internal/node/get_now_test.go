@@ -78,3 +78,27 @@ func TestGetNow(t *testing.T) {
 		t.Fatalf("Get of a member of a group: %+v, %v", rec, err)
 	}
 }
+
+// TestGetValueIsTheCallers: the value and tags Get returns are the
+// caller's to change, whether the read filled the cache of newest versions
+// or was answered from it (GetNow shares the cache's with its caller).
+func TestGetValueIsTheCallers(t *testing.T) {
+	n := mtOpen(t, t.TempDir(), Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	mtCreate(t, n, kv.CollectionOptions{Name: "h", Shards: 1})
+	if _, err := n.Put(ctx, kv.PutRequest{Collection: "h", Key: []byte("a"), Value: []byte("value"), Tags: []string{"tag"}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 { // a miss that fills the cache, then hits
+		rec, err := n.Get(ctx, kv.GetRequest{Collection: "h", Key: []byte("a")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(rec.Value) != "value" || len(rec.Tags) != 1 || rec.Tags[0] != "tag" {
+			t.Fatalf("read %d: %q %q, want \"value\" [tag]: an earlier caller's change reached the node's copy", i, rec.Value, rec.Tags)
+		}
+		copy(rec.Value, "XXXXX")
+		rec.Tags[0] = "changed"
+	}
+}

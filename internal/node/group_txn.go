@@ -821,7 +821,7 @@ func (n *Node) groupsVisible(ctx context.Context, shardID uint64) error {
 // shardID here, as applied, with every group change the shard knows of
 // applied: what groupGet answers without waiting when it reads the key's
 // shard.
-func (n *Node) noGroupHolds(shardID uint64, k group.Key) bool {
+func (n *Node) noGroupHolds(shardID uint64, collection uint32, key []byte) bool {
 	sm := n.host.StateMachine(shardID)
 	if sm == nil {
 		return false
@@ -829,7 +829,11 @@ func (n *Node) noGroupHolds(shardID uint64, k group.Key) bool {
 	if applied, ok := n.host.AppliedIndex(shardID); !ok || applied < sm.GroupsIndex() {
 		return false
 	}
-	return n.localGroupOwner(shardID, k).Group == ""
+	held := false
+	sm.WithGroups(func(_ *group.Leader, f *group.Follower) {
+		held = f.Yielded() > 0 && f.Holds(group.Key{Collection: collection, Key: string(key)})
+	})
+	return !held
 }
 
 // localGroupOwner reads the group a key is yielded to in the replica of

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/binary"
@@ -1274,7 +1275,6 @@ func (n *Node) write(ctx context.Context, shardID uint64, cmd []byte) (uint64, e
 	return res.Version, nil
 }
 
-// Get implements kv.Backend.
 // readKey reads key of collection id as of asOf from this node's
 // committed state, the latest value through the cache of newest versions.
 // The caller made the read linearizable (or stable, at asOf) first.
@@ -1285,8 +1285,10 @@ func (n *Node) readKey(id uint32, key []byte, asOf uint64) (storage.MVCCValue, u
 	return shard.ReadRecord(n.eng.DB, id, key, asOf)
 }
 
+// Get implements kv.Backend.
 func (n *Node) Get(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
 	if rec, err, ok := n.GetNow(req); ok {
+		rec.Value, rec.Tags = bytes.Clone(rec.Value), slices.Clone(rec.Tags) // the caller's
 		return rec, err
 	}
 	return n.get(ctx, req)
@@ -1298,6 +1300,8 @@ func (n *Node) Get(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
 // the key and no prepared transaction's intent that may be on it. For any
 // other get it answers nothing and reports false: Get serves it. The
 // Pipeline stream serves such gets on the goroutine that reads requests.
+// The record's value and tags may be the node's cache's: the caller must
+// not modify them.
 func (n *Node) GetNow(req kv.GetRequest) (rec kv.Record, err error, ok bool) {
 	if req.Version != 0 || kv.ValidateKey(req.Key) != nil {
 		return kv.Record{}, nil, false
@@ -1316,13 +1320,13 @@ func (n *Node) GetNow(req kv.GetRequest) (rec kv.Record, err error, ok bool) {
 		n.localOwner(d.ID, shardID, bucket, req.Key) != shardID || n.frozenInto(shardID) != 0 {
 		return kv.Record{}, nil, false
 	}
-	if !n.noGroupHolds(shardID, group.Key{Collection: d.ID, Key: string(req.Key)}) {
+	if !n.noGroupHolds(shardID, d.ID, req.Key) {
 		return kv.Record{}, nil, false
 	}
 	if n.host.MinPrepared(shardID) != 0 && n.host.MayHoldIntent(shardID, req.Key) {
 		return kv.Record{}, nil, false
 	}
-	val, version, found, err := n.readKey(d.ID, req.Key, shard.Latest)
+	val, version, found, err := shard.ReadLatestShared(n.latestCache, n.eng.DB, d.ID, req.Key)
 	if err != nil {
 		return kv.Record{}, kv.Errorf(kv.CodeInternal, "reading %q: %v", req.Key, err), true
 	}

@@ -161,8 +161,19 @@ func (c *LatestCache) Clear() {
 
 // ReadLatestCached is ReadRecord(r, collection, key, Latest) answered from
 // c where it can, r being the node's committed state (not a batch being
-// applied, nor a snapshot). A nil c reads r.
+// applied, nor a snapshot). A nil c reads r. The value and tags are the
+// caller's.
 func ReadLatestCached(c *LatestCache, r pebble.Reader, collection uint32, key []byte) (val storage.MVCCValue, version uint64, found bool, err error) {
+	return readLatestCached(c, r, collection, key, false)
+}
+
+// ReadLatestShared is ReadLatestCached for a caller that only reads the
+// value and tags: they may be the cache's, and must not be modified.
+func ReadLatestShared(c *LatestCache, r pebble.Reader, collection uint32, key []byte) (val storage.MVCCValue, version uint64, found bool, err error) {
+	return readLatestCached(c, r, collection, key, true)
+}
+
+func readLatestCached(c *LatestCache, r pebble.Reader, collection uint32, key []byte, shared bool) (val storage.MVCCValue, version uint64, found bool, err error) {
 	if c == nil {
 		return readLatest(r, collection, key)
 	}
@@ -176,8 +187,10 @@ func ReadLatestCached(c *LatestCache, r pebble.Reader, collection uint32, key []
 	pending := hit && e.pending
 	if hit && !pending {
 		v := e.val
-		v.Value = slices.Clone(v.Value)
-		v.Tags = slices.Clone(v.Tags)
+		if !shared {
+			v.Value = slices.Clone(v.Value)
+			v.Tags = slices.Clone(v.Tags)
+		}
 		return v, e.version, e.found, nil
 	}
 	val, version, found, err = readLatest(r, collection, key)
@@ -185,8 +198,10 @@ func ReadLatestCached(c *LatestCache, r pebble.Reader, collection uint32, key []
 		return val, version, found, err
 	}
 	e = latestEntry{val: val, version: version, found: found}
-	e.val.Value = slices.Clone(val.Value)
-	e.val.Tags = slices.Clone(val.Tags)
+	if !shared {
+		e.val.Value = slices.Clone(val.Value)
+		e.val.Tags = slices.Clone(val.Tags)
+	}
 	st.mu.Lock()
 	// A pending mark made since it began changed gen; one made before is
 	// still there.
