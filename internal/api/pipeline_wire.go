@@ -44,36 +44,9 @@ const (
 // malformed encoding. Scans and a transaction's requests are decoded by
 // proto.Unmarshal, each in its own message, as it would.
 func decodePipelineRequest(b []byte, m *pb.PipelineRequest) bool {
-	var n [3]int // puts, gets, deletes
-	items := 0
-	for rest := b; len(rest) > 0; {
-		num, typ, k := protowire.ConsumeTag(rest)
-		if k < 0 {
-			return false
-		}
-		rest = rest[k:]
-		if typ == protowire.BytesType && (num == fieldPipelineRequestBatch || isWireOp(num)) {
-			v, k := protowire.ConsumeBytes(rest)
-			if k < 0 {
-				return false
-			}
-			rest = rest[k:]
-			op := num
-			if num == fieldPipelineRequestBatch {
-				items++
-				if op = itemOp(v); op < 0 {
-					return false
-				}
-			}
-			if i := op - fieldPipelineRequestPut; i >= 0 && i < 3 {
-				n[i]++
-			}
-			continue
-		}
-		if k = protowire.ConsumeFieldValue(num, typ, rest); k < 0 {
-			return false
-		}
-		rest = rest[k:]
+	n, items, ok := countKinds(b, fieldPipelineRequestBatch, fieldPipelineRequestPut, isWireOp)
+	if !ok {
+		return false
 	}
 	d := requestDecoder{}
 	if n[0] > 0 {
@@ -92,16 +65,65 @@ func decodePipelineRequest(b []byte, m *pb.PipelineRequest) bool {
 	return d.request(b, m, true)
 }
 
+// take removes the first of slots and returns it, or nil when none is left.
+func take[S any](slots *[]S) *S {
+	if len(*slots) == 0 {
+		return nil
+	}
+	s := &(*slots)[0]
+	*slots = (*slots)[1:]
+	return s
+}
+
 // isWireOp reports whether num is a field of PipelineRequest's oneof op.
 func isWireOp(num protowire.Number) bool {
 	return num >= fieldPipelineRequestPut && num <= fieldPipelineRequestCommitTxn && num != fieldPipelineRequestBatch
 }
 
-// itemOp is the field number of the op of the encoded request b, 0 for
-// none, or -1 for a request decodePipelineRequest leaves to proto (an op
-// set twice, a malformed encoding).
-func itemOp(b []byte) protowire.Number {
-	var op protowire.Number
+// countKinds counts the requests (or answers) of each kind in the encoded
+// message b, in it and in its batch (field batch): put, get and delete,
+// whose fields in the oneof that isOneof tells are put, put+1 and put+2;
+// and the batch's. It reports false for a message decodePipelineRequest
+// and decodePipelineResponse leave to proto: malformed, or with an item
+// whose oneof is set twice.
+func countKinds(b []byte, batch, put protowire.Number, isOneof func(protowire.Number) bool) (n [3]int, items int, ok bool) {
+	for len(b) > 0 {
+		num, typ, k := protowire.ConsumeTag(b)
+		if k < 0 {
+			return n, 0, false
+		}
+		b = b[k:]
+		if typ == protowire.BytesType && (num == batch || isOneof(num)) {
+			v, k := protowire.ConsumeBytes(b)
+			if k < 0 {
+				return n, 0, false
+			}
+			b = b[k:]
+			kind := num
+			if num == batch {
+				items++
+				if kind = itemKind(v, isOneof); kind < 0 {
+					return n, 0, false
+				}
+			}
+			if i := kind - put; i >= 0 && i < 3 {
+				n[i]++
+			}
+			continue
+		}
+		if k = protowire.ConsumeFieldValue(num, typ, b); k < 0 {
+			return n, 0, false
+		}
+		b = b[k:]
+	}
+	return n, items, true
+}
+
+// itemKind is the field number of the oneof that isOneof tells in the
+// encoded message b, 0 for none, or -1 for a message left to proto (the
+// oneof set twice, a malformed encoding).
+func itemKind(b []byte, isOneof func(protowire.Number) bool) protowire.Number {
+	var kind protowire.Number
 	for len(b) > 0 {
 		num, typ, k := protowire.ConsumeTag(b)
 		if k < 0 {
@@ -112,14 +134,14 @@ func itemOp(b []byte) protowire.Number {
 			return -1
 		}
 		b = b[k:]
-		if isWireOp(num) {
-			if op != 0 {
+		if isOneof(num) {
+			if kind != 0 {
 				return -1
 			}
-			op = num
+			kind = num
 		}
 	}
-	return op
+	return kind
 }
 
 type putSlot struct {
@@ -178,12 +200,11 @@ func (d *requestDecoder) request(b []byte, m *pb.PipelineRequest, top bool) bool
 			}
 		case typ == protowire.BytesType && num == fieldPipelineRequestBatch && top:
 			v, k := protowire.ConsumeBytes(b)
-			if k < 0 || len(d.items) == 0 {
+			item := take(&d.items)
+			if k < 0 || item == nil {
 				return false
 			}
 			b = b[k:]
-			item := &d.items[0]
-			d.items = d.items[1:]
 			if !d.request(v, item, false) {
 				return false
 			}
@@ -199,34 +220,22 @@ func (d *requestDecoder) request(b []byte, m *pb.PipelineRequest, top bool) bool
 func (d *requestDecoder) op(num protowire.Number, v []byte, m *pb.PipelineRequest) bool {
 	switch num {
 	case fieldPipelineRequestPut:
-		if len(d.puts) == 0 {
-			return false
-		}
-		s := &d.puts[0]
-		d.puts = d.puts[1:]
-		if !d.put(v, &s.r) {
+		s := take(&d.puts)
+		if s == nil || !d.put(v, &s.r) {
 			return false
 		}
 		s.w.Put = &s.r
 		m.Op = &s.w
 	case fieldPipelineRequestGet:
-		if len(d.gets) == 0 {
-			return false
-		}
-		s := &d.gets[0]
-		d.gets = d.gets[1:]
-		if !d.get(v, &s.r) {
+		s := take(&d.gets)
+		if s == nil || !d.get(v, &s.r) {
 			return false
 		}
 		s.w.Get = &s.r
 		m.Op = &s.w
 	case fieldPipelineRequestDelete:
-		if len(d.dels) == 0 {
-			return false
-		}
-		s := &d.dels[0]
-		d.dels = d.dels[1:]
-		if !d.del(v, &s.r) {
+		s := take(&d.dels)
+		if s == nil || !d.del(v, &s.r) {
 			return false
 		}
 		s.w.Delete = &s.r
@@ -473,36 +482,9 @@ type responseDecoder struct {
 // proto.Unmarshal, each in its own message; anything it does not take it
 // leaves to proto.Unmarshal by reporting false.
 func decodePipelineResponse(b []byte, m *pb.PipelineResponse) bool {
-	var n [3]int // puts, gets, deletes
-	items := 0
-	for rest := b; len(rest) > 0; {
-		num, typ, k := protowire.ConsumeTag(rest)
-		if k < 0 {
-			return false
-		}
-		rest = rest[k:]
-		if typ == protowire.BytesType && (num == fieldPipelineResponseBatch || isWireResult(num)) {
-			v, k := protowire.ConsumeBytes(rest)
-			if k < 0 {
-				return false
-			}
-			rest = rest[k:]
-			res := num
-			if num == fieldPipelineResponseBatch {
-				items++
-				if res = itemResult(v); res < 0 {
-					return false
-				}
-			}
-			if i := res - fieldPipelineResponsePut; i >= 0 && i < 3 {
-				n[i]++
-			}
-			continue
-		}
-		if k = protowire.ConsumeFieldValue(num, typ, rest); k < 0 {
-			return false
-		}
-		rest = rest[k:]
+	n, items, ok := countKinds(b, fieldPipelineResponseBatch, fieldPipelineResponsePut, isWireResult)
+	if !ok {
+		return false
 	}
 	d := responseDecoder{}
 	if n[0] > 0 {
@@ -519,29 +501,6 @@ func decodePipelineResponse(b []byte, m *pb.PipelineResponse) bool {
 		m.Batch = make([]*pb.PipelineResponse, 0, items)
 	}
 	return d.response(b, m, true)
-}
-
-// itemResult is itemOp for an encoded PipelineResponse.
-func itemResult(b []byte) protowire.Number {
-	var res protowire.Number
-	for len(b) > 0 {
-		num, typ, k := protowire.ConsumeTag(b)
-		if k < 0 {
-			return -1
-		}
-		b = b[k:]
-		if k = protowire.ConsumeFieldValue(num, typ, b); k < 0 {
-			return -1
-		}
-		b = b[k:]
-		if isWireResult(num) {
-			if res != 0 {
-				return -1
-			}
-			res = num
-		}
-	}
-	return res
 }
 
 // response decodes b into m; a batch's answers only when top.
@@ -569,12 +528,11 @@ func (d *responseDecoder) response(b []byte, m *pb.PipelineResponse, top bool) b
 			}
 		case typ == protowire.BytesType && num == fieldPipelineResponseBatch && top:
 			v, k := protowire.ConsumeBytes(b)
-			if k < 0 || len(d.items) == 0 {
+			item := take(&d.items)
+			if k < 0 || item == nil {
 				return false
 			}
 			b = b[k:]
-			item := &d.items[0]
-			d.items = d.items[1:]
 			if !d.response(v, item, false) {
 				return false
 			}
@@ -590,34 +548,22 @@ func (d *responseDecoder) response(b []byte, m *pb.PipelineResponse, top bool) b
 func (d *responseDecoder) result(num protowire.Number, v []byte, m *pb.PipelineResponse) bool {
 	switch num {
 	case fieldPipelineResponsePut:
-		if len(d.puts) == 0 {
-			return false
-		}
-		s := &d.puts[0]
-		d.puts = d.puts[1:]
-		if !decodeVersionOnly(v, &s.r.Version) {
+		s := take(&d.puts)
+		if s == nil || !decodeVersionOnly(v, &s.r.Version) {
 			return false
 		}
 		s.w.Put = &s.r
 		m.Result = &s.w
 	case fieldPipelineResponseDelete:
-		if len(d.dels) == 0 {
-			return false
-		}
-		s := &d.dels[0]
-		d.dels = d.dels[1:]
-		if !decodeVersionOnly(v, &s.r.Version) {
+		s := take(&d.dels)
+		if s == nil || !decodeVersionOnly(v, &s.r.Version) {
 			return false
 		}
 		s.w.Delete = &s.r
 		m.Result = &s.w
 	case fieldPipelineResponseGet:
-		if len(d.gets) == 0 {
-			return false
-		}
-		s := &d.gets[0]
-		d.gets = d.gets[1:]
-		if !decodeGetAnswer(v, &s.r) {
+		s := take(&d.gets)
+		if s == nil || !decodeGetAnswer(v, &s.r) {
 			return false
 		}
 		s.w.Get = &s.r

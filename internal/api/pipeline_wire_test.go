@@ -14,8 +14,9 @@ import (
 	pb "github.com/groupkv/groupkv/proto/groupkvpb"
 )
 
-// pipelineSeed is GROUPKV_SEED, or a random seed; logged either way.
-func pipelineSeed(t *testing.T) *rand.Rand {
+// testRand is a generator seeded with GROUPKV_SEED, or a random seed;
+// logged either way.
+func testRand(t *testing.T) *rand.Rand {
 	t.Helper()
 	seed := rand.Uint64()
 	if s := os.Getenv("GROUPKV_SEED"); s != "" {
@@ -99,19 +100,28 @@ func randPipelineRequest(rng *rand.Rand) *pb.PipelineRequest {
 // TestDecodePipelineRequestMatchesProto: every message a client sends is
 // decoded by decodePipelineRequest, into what proto.Unmarshal makes of it.
 func TestDecodePipelineRequestMatchesProto(t *testing.T) {
-	rng := pipelineSeed(t)
+	checkDecodeMatches(t, randPipelineRequest, decodePipelineRequest)
+}
+
+// checkDecodeMatches is TestDecodePipelineRequestMatchesProto for the
+// messages gen makes and decode decodes.
+func checkDecodeMatches[T any, M interface {
+	*T
+	proto.Message
+}](t *testing.T, gen func(*rand.Rand) M, decode func([]byte, M) bool) {
+	rng := testRand(t)
 	for i := range 2000 {
-		want := randPipelineRequest(rng)
+		want := gen(rng)
 		b, err := proto.MarshalOptions{Deterministic: rng.IntN(2) == 0}.Marshal(want)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got pb.PipelineRequest
-		if !decodePipelineRequest(b, &got) {
+		got := M(new(T))
+		if !decode(b, got) {
 			t.Fatalf("message %d: not decoded: %v", i, want)
 		}
-		if !proto.Equal(&got, want) {
-			t.Fatalf("message %d: decoded\n%v\nwant\n%v", i, &got, want)
+		if !proto.Equal(got, want) {
+			t.Fatalf("message %d: decoded\n%v\nwant\n%v", i, got, want)
 		}
 	}
 }
@@ -137,10 +147,19 @@ func mutate(rng *rand.Rand, b []byte) []byte {
 // either decoded as proto.Unmarshal decodes it, or left to proto.Unmarshal;
 // the codec answers what proto.Unmarshal answers either way.
 func TestDecodePipelineRequestMalformed(t *testing.T) {
-	rng := pipelineSeed(t)
+	checkDecodeMalformed(t, randPipelineRequest, decodePipelineRequest)
+}
+
+// checkDecodeMalformed is TestDecodePipelineRequestMalformed for the
+// messages gen makes and decode decodes.
+func checkDecodeMalformed[T any, M interface {
+	*T
+	proto.Message
+}](t *testing.T, gen func(*rand.Rand) M, decode func([]byte, M) bool) {
+	rng := testRand(t)
 	decoded := 0
 	for i := range 20000 {
-		b, err := proto.Marshal(randPipelineRequest(rng))
+		b, err := proto.Marshal(gen(rng))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,25 +167,23 @@ func TestDecodePipelineRequestMalformed(t *testing.T) {
 			continue
 		}
 		b = mutate(rng, b)
-		var want pb.PipelineRequest
-		perr := proto.Unmarshal(b, &want)
-		var got pb.PipelineRequest
-		if decodePipelineRequest(b, &got) {
+		want, got, viaCodec := M(new(T)), M(new(T)), M(new(T))
+		perr := proto.Unmarshal(b, want)
+		if decode(b, got) {
 			decoded++
 			if perr != nil {
 				t.Fatalf("message %d (%x): decoded, proto.Unmarshal fails: %v", i, b, perr)
 			}
-			if !proto.Equal(&got, &want) {
-				t.Fatalf("message %d (%x): decoded\n%v\nproto.Unmarshal\n%v", i, b, &got, &want)
+			if !proto.Equal(got, want) {
+				t.Fatalf("message %d (%x): decoded\n%v\nproto.Unmarshal\n%v", i, b, got, want)
 			}
 		}
-		var viaCodec pb.PipelineRequest
-		cerr := Codec{}.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &viaCodec)
+		cerr := Codec{}.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, viaCodec)
 		if (cerr == nil) != (perr == nil) {
 			t.Fatalf("message %d (%x): codec error %v, proto.Unmarshal's %v", i, b, cerr, perr)
 		}
-		if perr == nil && !proto.Equal(&viaCodec, &want) {
-			t.Fatalf("message %d (%x): codec decoded\n%v\nproto.Unmarshal\n%v", i, b, &viaCodec, &want)
+		if perr == nil && !proto.Equal(viaCodec, want) {
+			t.Fatalf("message %d (%x): codec decoded\n%v\nproto.Unmarshal\n%v", i, b, viaCodec, want)
 		}
 	}
 	t.Logf("%d changed messages decoded by hand", decoded)
@@ -293,59 +310,13 @@ func randPipelineResponse(rng *rand.Rand) *pb.PipelineResponse {
 // TestDecodePipelineResponseMatchesProto: every answer a server sends is
 // decoded by decodePipelineResponse, into what proto.Unmarshal makes of it.
 func TestDecodePipelineResponseMatchesProto(t *testing.T) {
-	rng := pipelineSeed(t)
-	for i := range 2000 {
-		want := randPipelineResponse(rng)
-		b, err := proto.MarshalOptions{Deterministic: rng.IntN(2) == 0}.Marshal(want)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got pb.PipelineResponse
-		if !decodePipelineResponse(b, &got) {
-			t.Fatalf("message %d: not decoded: %v", i, want)
-		}
-		if !proto.Equal(&got, want) {
-			t.Fatalf("message %d: decoded\n%v\nwant\n%v", i, &got, want)
-		}
-	}
+	checkDecodeMatches(t, randPipelineResponse, decodePipelineResponse)
 }
 
 // TestDecodePipelineResponseMalformed is TestDecodePipelineRequestMalformed
 // for answers.
 func TestDecodePipelineResponseMalformed(t *testing.T) {
-	rng := pipelineSeed(t)
-	decoded := 0
-	for i := range 20000 {
-		b, err := proto.Marshal(randPipelineResponse(rng))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(b) == 0 {
-			continue
-		}
-		b = mutate(rng, b)
-		var want pb.PipelineResponse
-		perr := proto.Unmarshal(b, &want)
-		var got pb.PipelineResponse
-		if decodePipelineResponse(b, &got) {
-			decoded++
-			if perr != nil {
-				t.Fatalf("message %d (%x): decoded, proto.Unmarshal fails: %v", i, b, perr)
-			}
-			if !proto.Equal(&got, &want) {
-				t.Fatalf("message %d (%x): decoded\n%v\nproto.Unmarshal\n%v", i, b, &got, &want)
-			}
-		}
-		var viaCodec pb.PipelineResponse
-		cerr := Codec{}.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &viaCodec)
-		if (cerr == nil) != (perr == nil) {
-			t.Fatalf("message %d (%x): codec error %v, proto.Unmarshal's %v", i, b, cerr, perr)
-		}
-		if perr == nil && !proto.Equal(&viaCodec, &want) {
-			t.Fatalf("message %d (%x): codec decoded\n%v\nproto.Unmarshal\n%v", i, b, &viaCodec, &want)
-		}
-	}
-	t.Logf("%d changed messages decoded by hand", decoded)
+	checkDecodeMalformed(t, randPipelineResponse, decodePipelineResponse)
 }
 
 // TestDecodePipelineResponseCopies is TestDecodePipelineRequestCopies for

@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"reflect"
 	"slices"
-	"strconv"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -195,16 +193,7 @@ func TestScanBytesEncoding(t *testing.T) {
 // error where protobuf fails, the same result where it does not, and
 // never a panic.
 func TestDecodeScanBytesMalformed(t *testing.T) {
-	seed := rand.Uint64()
-	if s := os.Getenv("GROUPKV_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("GROUPKV_SEED=%q is not an unsigned integer: %v", s, err)
-		}
-		seed = v
-	}
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 0))
+	rng := testRand(t)
 	check := func(i int, b []byte) {
 		t.Helper()
 		var m pb.ScanResponse
@@ -212,11 +201,11 @@ func TestDecodeScanBytesMalformed(t *testing.T) {
 		got, err := DecodeScanBytes(b)
 		switch {
 		case (perr == nil) != (err == nil):
-			t.Fatalf("scan %d (seed %d), bytes %x: protobuf %v, DecodeScanBytes %v", i, seed, b, perr, err)
+			t.Fatalf("scan %d, bytes %x: protobuf %v, DecodeScanBytes %v", i, b, perr, err)
 		case err == nil && !reflect.DeepEqual(got, ScanResultFromPB(&m)):
-			t.Fatalf("scan %d (seed %d), bytes %x: decoded %+v, protobuf %+v", i, seed, b, got, ScanResultFromPB(&m))
+			t.Fatalf("scan %d, bytes %x: decoded %+v, protobuf %+v", i, b, got, ScanResultFromPB(&m))
 		case err != nil && kv.CodeOf(err) != kv.CodeInternal:
-			t.Fatalf("scan %d (seed %d): error %v, want code internal", i, seed, err)
+			t.Fatalf("scan %d: error %v, want code internal", i, err)
 		}
 	}
 	for i := range 100 {
