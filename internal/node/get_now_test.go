@@ -90,7 +90,15 @@ func TestGetValueIsTheCallers(t *testing.T) {
 	if _, err := n.Put(ctx, kv.PutRequest{Collection: "h", Key: []byte("a"), Value: []byte("value"), Tags: []string{"tag"}}); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 3 { // a miss that fills the cache, then hits
+	d, err := n.collection("h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		if i == 3 {
+			// The put filled the cache; now a miss that fills it, then hits.
+			n.latestCache.Invalidate(d.ID, []byte("a"))
+		}
 		rec, err := n.Get(ctx, kv.GetRequest{Collection: "h", Key: []byte("a")})
 		if err != nil {
 			t.Fatal(err)
