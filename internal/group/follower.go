@@ -93,10 +93,12 @@ func (f *Follower) Key(k Key) (Yielded, bool) {
 	return c, true
 }
 
-// Holds reports whether k is yielded to a group.
-func (f *Follower) Holds(k Key) bool {
-	_, ok := f.keys[k]
-	return ok
+// Holder returns the id of the group k is yielded to, or "" for none.
+func (f *Follower) Holder(k Key) string {
+	if y, ok := f.keys[k]; ok {
+		return y.Group.ID
+	}
+	return ""
 }
 
 // Yielded reports how many keys are yielded to groups.

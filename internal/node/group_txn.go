@@ -829,11 +829,21 @@ func (n *Node) noGroupHolds(shardID uint64, collection uint32, key []byte) bool 
 	if applied, ok := n.host.AppliedIndex(shardID); !ok || applied < sm.GroupsIndex() {
 		return false
 	}
-	held := false
-	sm.WithGroups(func(_ *group.Leader, f *group.Follower) {
-		held = f.Yielded() > 0 && f.Holds(group.Key{Collection: collection, Key: string(key)})
-	})
-	return !held
+	return n.groupHolding(shardID, collection, key) == ""
+}
+
+// groupHolding returns the id of the Key Group key of collection is
+// yielded to in the replica of shardID here, as applied, or "" for none
+// (without copying the key while no key is yielded).
+func (n *Node) groupHolding(shardID uint64, collection uint32, key []byte) (id string) {
+	if sm := n.host.StateMachine(shardID); sm != nil {
+		sm.WithGroups(func(_ *group.Leader, f *group.Follower) {
+			if f.Yielded() > 0 {
+				id = f.Holder(group.Key{Collection: collection, Key: string(key)})
+			}
+		})
+	}
+	return id
 }
 
 // localGroupOwner reads the group a key is yielded to in the replica of

@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"slices"
 	"sort"
@@ -115,7 +116,14 @@ type txnSession struct {
 func (s *txnSession) mustRecord() bool { return s.wounded || s.linked }
 
 func wkey(coll uint32, key []byte) string {
-	return string(append([]byte{byte(coll >> 24), byte(coll >> 16), byte(coll >> 8), byte(coll)}, key...))
+	var buf [64]byte
+	return string(appendWkey(buf[:0], coll, key))
+}
+
+// appendWkey appends wkey(coll, key) to dst: s.writes[string(appendWkey(
+// buf[:0], ...))] looks a write up without allocating the key.
+func appendWkey(dst []byte, coll uint32, key []byte) []byte {
+	return append(binary.BigEndian.AppendUint32(dst, coll), key...)
 }
 
 // BeginTxn implements kv.TxnBackend.
@@ -672,7 +680,8 @@ func (s *txnSession) getLocked(ctx context.Context, ref kv.KeyRef, mode txn.Mode
 	if err := s.checkLimits(len(ref.Key)); err != nil {
 		return kv.Record{}, false, err
 	}
-	if w := s.writes[wkey(d.ID, ref.Key)]; w != nil {
+	var kbuf [64]byte
+	if w := s.writes[string(appendWkey(kbuf[:0], d.ID, ref.Key))]; w != nil {
 		if w.delete {
 			return kv.Record{}, false, nil
 		}

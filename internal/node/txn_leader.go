@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/groupkv/groupkv/internal/cluster"
-	"github.com/groupkv/groupkv/internal/group"
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/shard"
 	"github.com/groupkv/groupkv/internal/txn"
@@ -438,8 +437,8 @@ func (n *Node) txnLockLocal(ctx context.Context, req *txnLockRequest) (*txnLockR
 		if t.IsSpan {
 			continue // checked at prepare (shard/txn.go)
 		}
-		if o := n.localGroupOwner(req.Shard, group.Key{Collection: t.Collection, Key: string(t.Key)}); o.Group != "" {
-			return nil, kv.Errorf(kv.CodeKeyInGroup, "key %q belongs to group %q; use a transaction of the group", t.Key, o.Group)
+		if g := n.groupHolding(req.Shard, t.Collection, t.Key); g != "" {
+			return nil, kv.Errorf(kv.CodeKeyInGroup, "key %q belongs to group %q; use a transaction of the group", t.Key, g)
 		}
 	}
 	var wounded bool

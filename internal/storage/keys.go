@@ -89,7 +89,9 @@ func RaftSpan(shard uint64) (start, end []byte) {
 
 // ShardStateKey is the key of replicated shard state item name.
 func ShardStateKey(shard uint64, name string) []byte {
-	k := binary.BigEndian.AppendUint64([]byte{prefixShard}, shard)
+	k := make([]byte, 0, 9+len(name))
+	k = append(k, prefixShard)
+	k = binary.BigEndian.AppendUint64(k, shard)
 	return append(k, name...)
 }
 
