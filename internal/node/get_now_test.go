@@ -106,7 +106,10 @@ func TestGetValueIsTheCallers(t *testing.T) {
 		if string(rec.Value) != "value" || len(rec.Tags) != 1 || rec.Tags[0] != "tag" {
 			t.Fatalf("read %d: %q %q, want \"value\" [tag]: an earlier caller's change reached the node's copy", i, rec.Value, rec.Tags)
 		}
-		copy(rec.Value, "XXXXX")
+		// The caller changes what it got, in place.
+		for j := range rec.Value {
+			rec.Value[j] = '#'
+		}
 		rec.Tags[0] = "changed"
 	}
 }
