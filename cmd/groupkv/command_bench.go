@@ -221,6 +221,7 @@ table first: collection "usertable", etcd prefix "usertable/", Redis keys
 	f.IntVar(&opts.Records, "records", 100000, "records of the load phase (and the key space of the runs)")
 	f.IntVar(&opts.ValueSize, "value-size", 100, "value size in bytes")
 	f.IntVar(&opts.Clients, "clients", 64, "concurrent clients, each with one request in flight")
+	f.Float64Var(&opts.Rate, "rate", 0, "operations per second the clients start together, each on a fixed schedule, latency counted from the scheduled start (YCSB's -target; results name the workload e.g. a@45000/s); 0: each client starts its next operation when the last one ends")
 	f.DurationVar(&opts.Duration, "duration", 30*time.Second, "measured time of each workload")
 	f.DurationVar(&opts.Warmup, "warmup", 5*time.Second, "unmeasured time before each workload's measured time")
 	f.StringVar(&opts.Distribution, "distribution", "", "request distribution: uniform, zipfian or latest (default: each workload's own)")

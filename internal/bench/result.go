@@ -64,11 +64,14 @@ type Params struct {
 	Clients         int     `json:"clients"`
 	DurationSeconds float64 `json:"duration_seconds"`
 	WarmupSeconds   float64 `json:"warmup_seconds"`
-	Distribution    string  `json:"distribution"`
-	MaxScanLength   int     `json:"max_scan_length,omitempty"`
-	Seed            uint64  `json:"seed"`
-	Shards          int     `json:"shards,omitempty"`
-	Replicas        int     `json:"replicas,omitempty"`
+	// Rate is the operations per second a paced run started (its
+	// latencies count from their scheduled starts); 0 for a closed loop.
+	Rate          float64 `json:"rate,omitempty"`
+	Distribution  string  `json:"distribution"`
+	MaxScanLength int     `json:"max_scan_length,omitempty"`
+	Seed          uint64  `json:"seed"`
+	Shards        int     `json:"shards,omitempty"`
+	Replicas      int     `json:"replicas,omitempty"`
 	// Timeline workload only.
 	Partitioning string `json:"partitioning,omitempty"`
 	Users        int    `json:"users,omitempty"`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"sort"
@@ -24,6 +25,14 @@ type Options struct {
 	// Clients is the number of concurrent clients, each with one request
 	// in flight (a closed loop); 0 means 64.
 	Clients int
+	// Rate, when positive, is the operations per second the clients
+	// start together (YCSB's -target): each client starts its operations
+	// on a fixed schedule, Clients/Rate seconds apart, instead of one as
+	// soon as the last ended. A latency counts from the operation's
+	// scheduled start, so a server that falls behind is charged for the
+	// wait it caused (no coordinated omission): two systems are then
+	// compared at the same load rather than each at its own pace.
+	Rate float64
 	// Duration is the measured time of a run; 0 means 30 seconds.
 	Duration time.Duration
 	// Warmup runs before the measured time and is not recorded; 0 means
@@ -107,6 +116,11 @@ func (o *Options) Validate() error {
 	}
 	if o.Warmup < 0 {
 		errs = append(errs, fmt.Sprintf("warmup %v is negative", o.Warmup))
+	}
+	if o.Rate < 0 || math.IsNaN(o.Rate) || math.IsInf(o.Rate, 0) {
+		errs = append(errs, fmt.Sprintf("rate %v: must be a positive number of operations per second, or 0 for a closed loop", o.Rate))
+	} else if o.Rate > 0 && o.Clients > 0 && time.Duration(float64(o.Clients)/o.Rate*float64(time.Second)) < time.Microsecond {
+		errs = append(errs, fmt.Sprintf("rate %v: over a million operations per second per client (%d clients)", o.Rate, o.Clients))
 	}
 	switch o.Distribution {
 	case "", DistUniform, DistZipfian, DistLatest:
@@ -367,6 +381,13 @@ func (r *Runner) Run(ctx context.Context, w Workload) (Result, error) {
 	return res, nil
 }
 
+// PacedWorkload is the name under which results record workload w run at
+// rate operations per second (Options.Rate), e.g. "a@45000/s": reports
+// and charts keep it apart from the closed-loop runs of w.
+func PacedWorkload(w string, rate float64) string {
+	return fmt.Sprintf("%s@%g/s", w, rate)
+}
+
 // stepFunc runs one top-level operation of a client: it times the
 // operations it performs with client.do and answers the error of the
 // top-level one.
@@ -383,6 +404,10 @@ type client struct {
 	allErrors int64     // failed top-level operations
 	samples   []string  // the first errors, distinct
 	lastEnd   time.Time // the end of the last measured operation
+	// scheduled is the scheduled start of the current top-level
+	// operation in a paced run (Options.Rate), zero otherwise: its first
+	// client.do counts its latency from there.
+	scheduled time.Time
 }
 
 // opStats are a client's records of one operation.
@@ -398,6 +423,9 @@ const maxSamples = 5
 // started in the measured time, records its latency or its error.
 func (c *client) do(op int, f func() error) error {
 	t0 := time.Now()
+	if !c.scheduled.IsZero() {
+		t0, c.scheduled = c.scheduled, time.Time{}
+	}
 	err := f()
 	if !c.measuring {
 		return err
@@ -424,8 +452,9 @@ func (c *client) sample(err error) {
 	c.samples = append(c.samples, msg)
 }
 
-// loop runs Clients closed-loop clients, each built by newClient, for
-// Warmup then Duration, and merges what they recorded. ops names the
+// loop runs Clients clients, each built by newClient, for Warmup then
+// Duration, and merges what they recorded: closed-loop clients, or with a
+// Rate clients that start operations on a schedule. ops names the
 // operation ids the steps pass to client.do.
 func (r *Runner) loop(ctx context.Context, workload string, ops []string, newClient func(c *client) stepFunc) (Result, error) {
 	r.runs++
@@ -475,9 +504,29 @@ func (r *Runner) loop(ctx context.Context, workload string, ops []string, newCli
 		clients[id] = c
 		step := newClient(c)
 		cctx := withClient(opCtx, id)
+		var (
+			interval time.Duration
+			next     time.Time
+		)
+		if r.opts.Rate > 0 {
+			// The clients' schedules are staggered over one interval, so
+			// that they do not all start at once.
+			interval = time.Duration(float64(r.opts.Clients) / r.opts.Rate * float64(time.Second))
+			next = start.Add(interval * time.Duration(id) / time.Duration(r.opts.Clients))
+		}
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				now := time.Now()
+				if interval > 0 {
+					if !next.Before(end) {
+						return
+					}
+					if !sleepUntil(ctx, next) {
+						return
+					}
+					now, c.scheduled = next, next
+					next = next.Add(interval)
+				}
 				if !now.Before(end) {
 					return
 				}
@@ -486,6 +535,7 @@ func (r *Runner) loop(ctx context.Context, workload string, ops []string, newCli
 					switchPhase()
 				}
 				err := step(cctx)
+				c.scheduled = time.Time{}
 				if c.measuring {
 					t := time.Now()
 					c.lastEnd = t
@@ -511,6 +561,9 @@ func (r *Runner) loop(ctx context.Context, workload string, ops []string, newCli
 		return Result{}, err
 	}
 
+	if r.opts.Rate > 0 {
+		workload = PacedWorkload(workload, r.opts.Rate)
+	}
 	res := Result{
 		Workload: workload,
 		Time:     start.UTC(),
@@ -562,6 +615,22 @@ func (r *Runner) loop(ctx context.Context, workload string, ops []string, newCli
 	return res, nil
 }
 
+// sleepUntil waits until t, or answers false when ctx ends first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // errAllFailed is a run in which nothing succeeded; its result still
 // carries the error samples.
 var errAllFailed = errors.New("bench: no operation succeeded")
@@ -591,6 +660,7 @@ func (r *Runner) params() Params {
 		Clients:         o.Clients,
 		DurationSeconds: o.Duration.Seconds(),
 		WarmupSeconds:   o.Warmup.Seconds(),
+		Rate:            o.Rate,
 		Seed:            o.Seed,
 		Shards:          o.Shards,
 		Replicas:        o.Replicas,

@@ -253,6 +253,10 @@ func NewTxnRunner(d TxnDriver, opts Options) (*TxnRunner, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	if opts.Rate != 0 {
+		// Its reports read attempts and rates of closed-loop clients.
+		return nil, fmt.Errorf("options: rate %v: the txn workload runs closed-loop clients only", opts.Rate)
+	}
 	if opts.System == "" {
 		opts.System = d.System()
 	}
