@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"syscall"
@@ -37,10 +39,51 @@ type cpuWindow struct {
 	meter              CPUMeter
 	server0, client0   time.Duration
 	serverOK, clientOK bool
+	sched0             *metrics.Float64Histogram
+}
+
+// schedLatencies reads this process's histogram of goroutines' waits to
+// run, nil if the runtime has none.
+func schedLatencies() *metrics.Float64Histogram {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return nil
+	}
+	return s[0].Value.Float64Histogram()
+}
+
+// histogramQuantile is the q quantile of the counts of h1 less those of
+// h0 (the same buckets, read earlier): the upper bound of the bucket it
+// falls in, in seconds; 0 when nothing was counted in between.
+func histogramQuantile(h0, h1 *metrics.Float64Histogram, q float64) float64 {
+	if h0 == nil || h1 == nil || len(h0.Counts) != len(h1.Counts) {
+		return 0
+	}
+	var total uint64
+	for i := range h1.Counts {
+		total += h1.Counts[i] - h0.Counts[i]
+	}
+	if total == 0 {
+		return 0
+	}
+	var seen uint64
+	for i := range h1.Counts {
+		seen += h1.Counts[i] - h0.Counts[i]
+		if float64(seen) >= q*float64(total) {
+			up := h1.Buckets[i+1]
+			if math.IsInf(up, 1) {
+				up = h1.Buckets[i]
+			}
+			return up
+		}
+	}
+	return h1.Buckets[len(h1.Buckets)-1]
 }
 
 func (w *cpuWindow) start(ctx context.Context) {
 	w.client0, w.clientOK = processCPU(), true
+	w.sched0 = schedLatencies()
 	if w.meter != nil {
 		c, err := w.meter.ServerCPU(ctx)
 		w.server0, w.serverOK = c, err == nil
@@ -51,6 +94,7 @@ func (w *cpuWindow) start(ctx context.Context) {
 func (w *cpuWindow) finish(ctx context.Context, res *Result) {
 	if w.clientOK {
 		res.ClientCPUSeconds = (processCPU() - w.client0).Seconds()
+		res.ClientSchedP99Us = histogramQuantile(w.sched0, schedLatencies(), 0.99) * 1e6
 	}
 	if w.serverOK {
 		if c, err := w.meter.ServerCPU(ctx); err == nil && c >= w.server0 {

@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"math"
+	"runtime/metrics"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -66,5 +68,28 @@ func TestBenchParseCPU(t *testing.T) {
 	}
 	if _, err := parseRedisCPU("# CPU\r\nused_cpu_sys:1.0\r\n"); err == nil {
 		t.Fatal("parseRedisCPU answered without used_cpu_user")
+	}
+}
+
+func TestHistogramQuantile(t *testing.T) {
+	buckets := []float64{0, 1e-6, 1e-3, 1e-2, math.Inf(1)}
+	h0 := &metrics.Float64Histogram{Buckets: buckets, Counts: []uint64{5, 5, 5, 5}}
+	// In between: 90 waits under 1 µs, 9 under 1 ms, 1 under 10 ms, 0 longer.
+	h1 := &metrics.Float64Histogram{Buckets: buckets, Counts: []uint64{95, 14, 6, 5}}
+	for _, c := range []struct{ q, want float64 }{{0.5, 1e-6}, {0.9, 1e-6}, {0.95, 1e-3}, {0.99, 1e-3}, {1, 1e-2}} {
+		if got := histogramQuantile(h0, h1, c.q); got != c.want {
+			t.Errorf("quantile %v: %v, want %v", c.q, got, c.want)
+		}
+	}
+	// Only the open-ended bucket grew: its lower bound.
+	h2 := &metrics.Float64Histogram{Buckets: buckets, Counts: []uint64{5, 5, 5, 7}}
+	if got := histogramQuantile(h0, h2, 0.99); got != 1e-2 {
+		t.Errorf("quantile in the open bucket: %v, want 0.01", got)
+	}
+	if got := histogramQuantile(h0, h0, 0.99); got != 0 {
+		t.Errorf("nothing counted: %v, want 0", got)
+	}
+	if got := histogramQuantile(nil, h1, 0.99); got != 0 {
+		t.Errorf("no first reading: %v, want 0", got)
 	}
 }

@@ -180,7 +180,11 @@ func cpuSummary(res Result) string {
 		parts = append(parts, fmt.Sprintf("server %s µs/op (%.2f cores)", cpuCell(res.ServerCPUPerOp()), res.ServerCPUSeconds/res.Seconds))
 	}
 	if res.ClientCPUSeconds > 0 && res.Seconds > 0 {
-		parts = append(parts, fmt.Sprintf("benchmark client %s µs/op (%.2f cores)", cpuCell(res.ClientCPUPerOp()), res.ClientCPUSeconds/res.Seconds))
+		client := fmt.Sprintf("benchmark client %s µs/op (%.2f cores", cpuCell(res.ClientCPUPerOp()), res.ClientCPUSeconds/res.Seconds)
+		if res.ClientSchedP99Us > 0 {
+			client += fmt.Sprintf("; its goroutines' wait to run, p99 %s ms", ms(res.ClientSchedP99Us))
+		}
+		parts = append(parts, client+")")
 	}
 	return strings.Join(parts, ", ")
 }

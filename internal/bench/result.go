@@ -54,6 +54,11 @@ type Result struct {
 	// 0: not measured.
 	ServerCPUSeconds float64 `json:"server_cpu_seconds,omitempty"`
 	ClientCPUSeconds float64 `json:"client_cpu_seconds,omitempty"`
+	// ClientSchedP99Us is the 99th percentile of how long the benchmark
+	// process's goroutines waited to run once runnable, over the measured
+	// time (Go's /sched/latencies:seconds): a client short of CPU adds
+	// that much to the latencies it measures, whatever the system.
+	ClientSchedP99Us float64 `json:"client_sched_p99_us,omitempty"`
 }
 
 // Params are the parameters of a run.

@@ -30,7 +30,11 @@ func newMetrics(reg *prometheus.Registry, eng *storage.Engine) *metrics {
 	m.resolvesBatched = counter(reg,
 		"groupkv_txn_resolves_batched_total",
 		"Resolves proposed in batches of several (groupkv_txn_resolve_batches_total).")
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), pebbleCollector{eng})
+	// The Go runtime's scheduler metrics besides the defaults: among them
+	// go_sched_latencies_seconds, how long goroutines waited to run once
+	// runnable (a server short of CPU shows there first).
+	goc := collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler))
+	reg.MustRegister(goc, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), pebbleCollector{eng})
 	return m
 }
 
