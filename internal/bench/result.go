@@ -226,7 +226,9 @@ func LatestResults(rs []Result) []Result {
 
 // MedianResults keeps, for each system and workload, the round of rs
 // whose throughput is the median of its rounds (the lower of the middle
-// two for an even count), in LatestResults' order.
+// two for an even count), in LatestResults' order. For a paced workload
+// (Params.Rate), whose rounds all ran at its rate, it is the round whose
+// p99 latency is the median.
 func MedianResults(rs []Result) []Result {
 	rs = LatestResults(rs)
 	type key struct{ system, workload string }
@@ -242,7 +244,11 @@ func MedianResults(rs []Result) []Result {
 	out := make([]Result, 0, len(keys))
 	for _, k := range keys {
 		runs := byKey[k]
-		sort.SliceStable(runs, func(i, j int) bool { return runs[i].OpsPerSec < runs[j].OpsPerSec })
+		by := func(r Result) float64 { return r.OpsPerSec }
+		if runs[0].Params.Rate > 0 {
+			by = func(r Result) float64 { return r.Latency[AllOps].P99Us }
+		}
+		sort.SliceStable(runs, func(i, j int) bool { return by(runs[i]) < by(runs[j]) })
 		out = append(out, runs[(len(runs)-1)/2])
 	}
 	return out

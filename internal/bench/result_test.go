@@ -230,3 +230,20 @@ func TestBenchReportRounds(t *testing.T) {
 		t.Errorf("MedianResults kept %d results, want 6", len(med))
 	}
 }
+
+// TestMedianResultsPaced: the rounds of a paced workload all run at its
+// rate, so the chart's round is the one of median p99, not a stalled one
+// that happened to finish a hair faster.
+func TestMedianResultsPaced(t *testing.T) {
+	var rs []Result
+	for round, c := range []struct{ rate, p99 float64 }{{29997, 7300}, {29998, 88300}, {29999, 5200}} {
+		r := sampleResults()[1]
+		r.System, r.Workload, r.Params.Round, r.Params.Rate = "groupkv", PacedWorkload("a", 30000), round+1, 30000
+		r.OpsPerSec, r.Latency = c.rate, map[string]Latency{AllOps: {Count: 1, P99Us: c.p99}}
+		rs = append(rs, r)
+	}
+	med := MedianResults(rs)
+	if len(med) != 1 || med[0].Params.Round != 1 {
+		t.Fatalf("median of the paced rounds: %+v, want round 1 (p99 7.3 ms)", med)
+	}
+}
