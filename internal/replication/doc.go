@@ -22,10 +22,14 @@
 // entries are committed only once its own copy is durable), the apply batch
 // is committed and its proposers answered without waiting for this cycle's
 // fsync; otherwise (a follower's entries that arrived with their commit
-// index) after it. A single voter commits what a cycle persisted at the
-// end of that cycle: when proposals queued during its fsync, the next cycle
-// starts at once and applies those entries while it persists the new ones,
-// instead of a second round applying them before the next fsync starts.
+// index) after it. A single voter commits what a cycle persists as soon as
+// it is durable, so its leader applies the cycle's own new entries (plain
+// writes and transaction commands) while their fsync runs, ahead of raft's
+// commit, and commits the apply batch and answers them once the fsync is
+// done, in the same cycle; the hard state written with them carries a
+// commit index raised past them, so that a restart never finds a state
+// applied beyond the commit. Raft delivers them committed in a later cycle,
+// which skips them. Without that, they were applied a cycle later.
 // The raft library does no I/O; this package persists, sends and applies.
 //
 // Leader rules (see ARCHITECTURE.md, "Versions and snapshot reads"): a new

@@ -196,6 +196,10 @@ type group struct {
 	// so a ready leader's applied state holds every acknowledged write
 	// without asking anyone. Updated by configuration changes.
 	singleVoter atomic.Bool
+	// ahead is the last log index applied ahead of its commit (see
+	// markAhead): raft delivers it, committed, in a later cycle, where it
+	// is not applied again (loop-owned).
+	ahead uint64
 	// caughtUp is the highest log index a KindTruncateLog applied here
 	// named: every replica had appended the log up to it when the leader
 	// proposed it, so a follower may drop its entries up to there
@@ -1211,6 +1215,13 @@ type readyGroup struct {
 	// the cycle's fsync ran; late holds the others.
 	sentEarly bool
 	late      []raftpb.Message
+	// hs is the hard state written for rd (rd.HardState with its commit
+	// index raised past the entries applied ahead; empty: nothing to
+	// write).
+	hs raftpb.HardState
+	// ahead are the entries of rd.Entries applied in this cycle, before
+	// raft commits them (markAhead).
+	ahead []raftpb.Entry
 }
 
 // cycle runs one iteration of the loop. It reports whether more work may be
@@ -1356,6 +1367,27 @@ func (h *Host) processReady(groups []*group) (bool, error) {
 	if len(rgs) == 0 {
 		return false, nil
 	}
+	ahead := markAhead(rgs)
+	for i := range rgs {
+		r := &rgs[i]
+		r.hs = r.rd.HardState
+		if len(r.ahead) > 0 && raft.IsEmptyHardState(r.hs) {
+			r.hs = r.g.storage.hardState
+		}
+		if raft.IsEmptyHardState(r.hs) {
+			continue
+		}
+		// The commit index written never goes back below one raised for
+		// entries applied ahead; a hard state that changes nothing is not
+		// written again.
+		r.hs.Commit = max(r.hs.Commit, r.g.storage.hardState.Commit)
+		if n := len(r.ahead); n > 0 {
+			r.hs.Commit = max(r.hs.Commit, r.ahead[n-1].Index)
+		}
+		if r.hs == r.g.storage.hardState {
+			r.hs = raftpb.HardState{}
+		}
+	}
 	wb := h.db.NewBatch()
 	nents := 0
 	mustSync := false
@@ -1370,7 +1402,7 @@ func (h *Host) processReady(groups []*group) (bool, error) {
 		}
 		// A new commit index alone need not be durable: raft recovers it.
 		mustSync = mustSync || raft.MustSync(r.rd.HardState, r.g.storage.hardState, len(r.rd.Entries))
-		if err := r.g.storage.append(wb, r.rd.Entries, r.rd.HardState); err != nil {
+		if err := r.g.storage.append(wb, r.rd.Entries, r.hs); err != nil {
 			wb.Close()
 			return false, err
 		}
@@ -1432,7 +1464,7 @@ func (h *Host) processReady(groups []*group) (bool, error) {
 	// entries the previous cycle persisted, while this one persists the
 	// proposals queued meanwhile), they are applied and answered without
 	// waiting for this cycle's fsync.
-	early := syncing && committedDurable(rgs)
+	early := syncing && !ahead && committedDurable(rgs)
 	res, err := h.applyReady(rgs, waitSync, early)
 	if err != nil {
 		return false, err
@@ -1459,6 +1491,79 @@ func committedDurable(rgs []readyGroup) bool {
 		}
 	}
 	return true
+}
+
+// markAhead sets, for each group that is its only voter and leads, the
+// entries of its Ready that are applied in this cycle rather than once raft
+// has committed them (r.ahead). A single voter commits an entry as soon as
+// it is persisted, so the cycle's apply batch may hold its effects: the
+// batch is committed (made visible) and the proposers answered only after
+// the cycle's fsync, which persists the entries and a commit index raised
+// past them (so that a restart never finds a state applied past the
+// commit). Without this, an entry persisted in one cycle was applied and
+// answered in the next, a whole cycle later.
+//
+// Only plain commands are applied ahead (writes, transaction records,
+// prepares and resolves, timestamps), from the first entry after the last
+// one applied: no configuration change, split, merge or log truncation,
+// whose effects on the host follow the cycle's order. A cycle in which any
+// group applies something else, or restores a snapshot, applies nothing
+// ahead. It reports whether any group applies entries ahead.
+func markAhead(rgs []readyGroup) bool {
+	for i := range rgs {
+		r := &rgs[i]
+		if !raft.IsEmptySnap(r.rd.Snapshot) {
+			return false
+		}
+		for j := range r.rd.CommittedEntries {
+			e := &r.rd.CommittedEntries[j]
+			if e.Index <= r.g.ahead {
+				continue
+			}
+			if e.Type != raftpb.EntryNormal || (len(e.Data) > 0 && !appliesAhead(e)) {
+				return false
+			}
+		}
+	}
+	any := false
+	for i := range rgs {
+		r := &rgs[i]
+		g := r.g
+		if !g.singleVoter.Load() || !g.isLeader || len(r.rd.Entries) == 0 {
+			continue
+		}
+		next, _ := g.sm.Applied()
+		next = max(next, g.ahead)
+		if n := len(r.rd.CommittedEntries); n > 0 {
+			next = max(next, r.rd.CommittedEntries[n-1].Index)
+		}
+		if r.rd.Entries[0].Index != next+1 {
+			continue
+		}
+		n := 0
+		for n < len(r.rd.Entries) && appliesAhead(&r.rd.Entries[n]) {
+			n++
+		}
+		if n > 0 {
+			r.ahead = r.rd.Entries[:n]
+			any = true
+		}
+	}
+	return any
+}
+
+// appliesAhead reports whether e holds a command markAhead may apply ahead
+// of its commit.
+func appliesAhead(e *raftpb.Entry) bool {
+	if e.Type != raftpb.EntryNormal || len(e.Data) < 9 {
+		return false
+	}
+	switch shard.CommandKind(e.Data[8]) {
+	case shard.KindWrite, shard.KindTSO, shard.KindTxnRecord, shard.KindTxnPrepare,
+		shard.KindTxnResolve, shard.KindTxnResolveBatch, shard.KindTxnForget:
+		return true
+	}
+	return false
 }
 
 // restoreSnapshot writes into b the replacement of g's state by snap: the
@@ -1548,7 +1653,7 @@ func (h *Host) persistWithSnapshots(b *pebble.Batch, rgs, snaps []readyGroup) er
 // view and the messages, which must follow the fsync.
 func (h *Host) sendAndAppended(rgs []readyGroup) {
 	for _, r := range rgs {
-		r.g.storage.appended(r.rd.Entries, r.rd.HardState)
+		r.g.storage.appended(r.rd.Entries, r.hs)
 		if len(r.g.inflight) > 0 {
 			for i := range r.rd.Entries {
 				e := &r.rd.Entries[i]
@@ -1781,22 +1886,37 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error, early bool) (
 			h.createMu.Unlock()
 		}
 	}
+	var dones []appliedProposal
 	abort := func() {
+		// Proposals taken off inflight are answered here, or never: the
+		// host stops after this.
+		for _, d := range dones {
+			d.p.answer(outcome{err: kv.Errorf(kv.CodeCommitUnknown, "the node's storage failed before the write was applied; it may or may not have been")})
+		}
 		for _, r := range rgs {
 			r.g.sm.EndBatch()
 		}
 		ab.Close()
 		unlock()
 	}
-	dones, applieds, versions := h.applyScratch.dones[:0], h.applyScratch.applieds[:0], h.applyScratch.versions[:0]
+	dones = h.applyScratch.dones[:0]
+	applieds, versions := h.applyScratch.applieds[:0], h.applyScratch.versions[:0]
 	var confs []confApplied
 	// merged are the right shards of merges applied in this batch: their
 	// replicas are removed here (shard/merge.go).
 	var merged []uint64
 	for _, r := range rgs {
 		g := r.g
-		for i := range r.rd.CommittedEntries {
-			e := &r.rd.CommittedEntries[i]
+		for i, n := 0, len(r.rd.CommittedEntries)+len(r.ahead); i < n; i++ {
+			var e *raftpb.Entry
+			if i < len(r.rd.CommittedEntries) {
+				e = &r.rd.CommittedEntries[i]
+				if e.Index <= g.ahead {
+					continue // applied ahead in an earlier cycle
+				}
+			} else {
+				e = &r.ahead[i-len(r.rd.CommittedEntries)]
+			}
 			if o, ok := g.orphans[e.Index]; ok {
 				delete(g.orphans, e.Index)
 				if e.Type != raftpb.EntryNormal || len(e.Data) < 8 || binary.BigEndian.Uint64(e.Data) != o.id {
@@ -1876,7 +1996,7 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error, early bool) (
 		}
 	}
 	for _, r := range rgs {
-		if len(r.rd.CommittedEntries) > 0 {
+		if len(r.rd.CommittedEntries) > 0 || len(r.ahead) > 0 {
 			if err := r.g.sm.FinishBatch(ab); err != nil {
 				abort()
 				return false, err
@@ -1895,6 +2015,7 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error, early bool) (
 	// A merge or a configuration change is applied in the cycle's order:
 	// persisted, sent, then applied.
 	early = early && len(merged) == 0 && len(confs) == 0
+	applying := time.Since(start) // the wait for the fsync is not counted
 	if !early {
 		if err := waitSync(); err != nil {
 			abort()
@@ -1903,14 +2024,20 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error, early bool) (
 		h.sendAndAppended(rgs)
 	}
 	if !ab.Empty() {
+		committing := time.Now()
 		if err := ab.Commit(pebble.NoSync); err != nil {
 			abort()
 			return false, err
 		}
-		h.cfg.Metrics.ApplySeconds.Observe(time.Since(start).Seconds())
+		h.cfg.Metrics.ApplySeconds.Observe((applying + time.Since(committing)).Seconds())
 	}
 	unlock()
 	ab.Close()
+	for _, r := range rgs {
+		if n := len(r.ahead); n > 0 {
+			r.g.ahead = r.ahead[n-1].Index
+		}
+	}
 	for _, right := range merged {
 		// Its state is gone: the group stops at once and writes nothing
 		// more (the loop below skips it).
@@ -2301,6 +2428,11 @@ const caughtUpTruncateStep = 256
 // at such an index), and otherwise keeps TruncateAfter entries.
 func (h *Host) truncateIndex(g *group) (index uint64, caughtUp bool) {
 	applied, _ := g.sm.Applied()
+	if g.ahead > 0 {
+		// Raft reads the entries applied ahead from the log when it
+		// delivers them committed: they stay until it has.
+		applied = min(applied, g.rn.BasicStatus().Applied)
+	}
 	if applied >= g.storage.truncIndex+2*h.cfg.TruncateAfter {
 		index = applied - h.cfg.TruncateAfter
 	}

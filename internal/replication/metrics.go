@@ -28,7 +28,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ProposalFails: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "groupkv_raft_proposals_failed_total", Help: "Proposals that failed before being applied."}),
 		ApplySeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "groupkv_raft_apply_seconds", Help: "Time to apply and commit one cycle's committed entries.",
+			Name: "groupkv_raft_apply_seconds", Help: "Time to apply and commit one cycle's entries (not counting the wait for the cycle's fsync).",
 			Buckets: prometheus.ExponentialBuckets(20e-6, 2, 16)}),
 		FsyncSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "groupkv_raft_fsync_seconds", Help: "Time to write and fsync one cycle's raft entries and hard states.",
