@@ -2150,9 +2150,49 @@ func (h *Host) proposeWaiting(g *group) {
 		g.waiting = g.waiting[:0]
 		return
 	}
+	// The commands go to raft in batches, one message of several entries
+	// (one step, one append to the unstable log, one self-acknowledgement)
+	// rather than one message per command; a configuration change, or a
+	// command that gets no version this cycle, ends a batch.
+	var (
+		batch    []raftpb.Entry
+		batchPs  []*proposal
+		assigned bool   // some command of the batch got a version
+		prev     uint64 // lastAssigned before the batch's first version
+		prevN    int    // len(g.mu.unapplied) before it
+	)
+	flush := func() {
+		if len(batch) == 0 {
+			return
+		}
+		err := g.rn.Step(raftpb.Message{Type: raftpb.MsgProp, From: g.replicaID, Entries: batch})
+		if err != nil {
+			if assigned {
+				// The versions will never be applied; nothing was assigned
+				// after them (this loop is the only assigner), so take them
+				// back lest a snapshot read wait for them.
+				g.mu.Lock()
+				g.mu.lastAssigned = prev
+				g.mu.unapplied = g.mu.unapplied[:prevN]
+				g.mu.Unlock()
+			}
+			for _, p := range batchPs {
+				p.answer(outcome{err: kv.Errorf(kv.CodeUnavailable, "shard %d refused the proposal: %v", g.id, err)})
+			}
+			h.cfg.Metrics.ProposalFails.Add(float64(len(batchPs)))
+		} else {
+			for _, p := range batchPs {
+				g.inflight[p.id] = p
+			}
+			h.cfg.Metrics.Proposals.Add(float64(len(batchPs)))
+		}
+		clear(batchPs)
+		batch, batchPs, assigned = nil, batchPs[:0], false
+	}
 	n := 0
 	for _, p := range g.waiting {
 		if p.conf != nil {
+			flush()
 			cc := *p.conf
 			cc.Context = binary.BigEndian.AppendUint64(nil, p.id)
 			if err := g.rn.ProposeConfChange(cc); err != nil {
@@ -2163,7 +2203,6 @@ func (h *Host) proposeWaiting(g *group) {
 			n++
 			continue
 		}
-		var assigned *uint64 // the previous lastAssigned, if p got a version
 		if shard.IsWrite(p.cmd) {
 			g.mu.Lock()
 			floor := max(g.mu.lastAssigned, g.mu.readWatermark, shard.MinVersion(p.cmd))
@@ -2188,34 +2227,25 @@ func (h *Host) proposeWaiting(g *group) {
 				h.signal()
 				break
 			}
-			prevAssigned := g.mu.lastAssigned
+			if !assigned {
+				assigned, prev, prevN = true, g.mu.lastAssigned, len(g.mu.unapplied)
+			}
 			g.mu.lastAssigned = v
 			g.mu.unapplied = append(g.mu.unapplied, v)
 			g.mu.Unlock()
-			assigned = &prevAssigned
 			shard.SetVersion(p.cmd, v)
 		}
 		data := make([]byte, 8+len(p.cmd))
 		binary.BigEndian.PutUint64(data, p.id)
 		copy(data[8:], p.cmd)
-		if err := g.rn.Propose(data); err != nil {
-			if assigned != nil {
-				// The version will never be applied; nothing was assigned
-				// after it (this loop is the only assigner), so take it back
-				// lest a snapshot read wait for it.
-				g.mu.Lock()
-				g.mu.lastAssigned = *assigned
-				g.mu.unapplied = g.mu.unapplied[:len(g.mu.unapplied)-1]
-				g.mu.Unlock()
-			}
-			p.answer(outcome{err: kv.Errorf(kv.CodeUnavailable, "shard %d refused the proposal: %v", g.id, err)})
-			h.cfg.Metrics.ProposalFails.Inc()
-		} else {
-			g.inflight[p.id] = p
-			h.cfg.Metrics.Proposals.Inc()
+		if batch == nil {
+			batch = make([]raftpb.Entry, 0, len(g.waiting)-n)
 		}
+		batch = append(batch, raftpb.Entry{Data: data})
+		batchPs = append(batchPs, p)
 		n++
 	}
+	flush()
 	g.waiting = append(g.waiting[:0], g.waiting[n:]...)
 }
 
