@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/groupkv/groupkv/internal/kv"
 )
 
 // syncGateFS is a filesystem whose WAL syncs (of files named *.log) wait,
@@ -217,5 +220,61 @@ func TestProposeThenWaitsForTheOutcome(t *testing.T) {
 	}
 	if val, _ := e.read("a"); val != "1" {
 		t.Fatalf("a reads %q once then ran, want \"1\" (applied before its locks go)", val)
+	}
+}
+
+// TestHostRefusedBatchTakesBackItsVersions: when raft refuses a cycle's
+// batch of commands (here the leader learned of a higher term just
+// before), every command of the batch is answered unavailable, and the
+// versions the batch took are taken back: the next version assigned
+// follows the last one applied, not the refused ones.
+func TestHostRefusedBatchTakesBackItsVersions(t *testing.T) {
+	e := newHostEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ra, err := e.propose(ctx, putCmd("a", "1", nil))
+	if err != nil || ra.Err != nil {
+		t.Fatalf("a: %v %v", err, ra.Err)
+	}
+
+	// The loop is held assigning b's version; meanwhile a message of a
+	// higher term arrives and c and d queue. The next cycle steps the
+	// message first (the group follows another leader), then proposes c
+	// and d, whose versions it assigned before raft refused them.
+	gate := newGate(t)
+	e.vs.setGates(gate)
+	b := e.proposeAsync(ctx, putCmd("b", "2", nil))
+	waitClosed(t, "b's version assignment", gate.entered)
+	e.h.Deliver(Message{ShardID: testShardID, Msg: raftpb.Message{Type: raftpb.MsgHeartbeat, From: 2, To: 1, Term: 1000}})
+	base := e.queued()
+	c := e.proposeAsync(ctx, putCmd("c", "3", nil))
+	d := e.proposeAsync(ctx, putCmd("d", "4", nil))
+	e.waitQueued(base + 2)
+	gate.open()
+
+	rb := waitResult(t, "b", b)
+	if rb.err != nil || rb.res.Err != nil {
+		t.Fatalf("b: %v %v", rb.err, rb.res.Err)
+	}
+	for _, r := range []struct {
+		name string
+		ch   <-chan proposeResult
+	}{{"c", c}, {"d", d}} {
+		got := waitResult(t, r.name, r.ch)
+		if got.err == nil || kv.CodeOf(got.err) != kv.CodeUnavailable || !strings.Contains(got.err.Error(), "refused the proposal") {
+			t.Fatalf("%s: %+v, %v; want refused by raft", r.name, got.res, got.err)
+		}
+	}
+	g := e.h.group(testShardID)
+	g.mu.Lock()
+	last, unapplied := g.mu.lastAssigned, append([]uint64(nil), g.mu.unapplied...)
+	g.mu.Unlock()
+	if last != rb.res.Version {
+		t.Fatalf("last version assigned %d after c and d were refused, want b's %d", last, rb.res.Version)
+	}
+	for _, v := range unapplied {
+		if v > rb.res.Version {
+			t.Fatalf("refused version %d still awaited (unapplied %v)", v, unapplied)
+		}
 	}
 }
