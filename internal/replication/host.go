@@ -1315,14 +1315,15 @@ func (h *Host) cycle(tick bool) (bool, error) {
 	}
 
 	// A single voter commits an entry once it is persisted: the second
-	// round applies what the first one persisted, without another fsync.
+	// round takes what the first one persisted, now committed, without
+	// another fsync (skipping what the first round applied ahead, and
+	// applying what it could not: see markAhead).
 	busy := false
 	for round := 0; round < 2; round++ {
 		if round == 1 && h.queued() {
 			// Proposals came while the first round's fsync ran: the next
-			// cycle persists them while it applies what this one
-			// persisted, rather than one after the other. It starts at
-			// once: what this one persisted waits for it.
+			// cycle persists them at once, and takes what this one
+			// persisted while it does.
 			busy = true
 			h.lastAnswered = 0
 			break
