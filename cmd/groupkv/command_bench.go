@@ -229,6 +229,7 @@ table first: collection "usertable", etcd prefix "usertable/", Redis keys
 	f.StringVar(&out, "out", "", "append a JSON record of each run to this file")
 	f.StringVar(&version, "system-version", "", "version to record for the target (default: what its server reports; for groupkv the build's VCS revision)")
 	f.IntVar(&round, "round", 0, "number of this run among the rounds of a comparison (recorded in --out; groupkv bench report then gives the median of the rounds' ratios)")
+	f.DurationVar(&opts.Window, "window", 0, "split the measured time into windows of this length and report each one's operations and slowest latency (in --out; the summary names the slowest five): stalls show as windows")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the benchmark process (its clients) to this file")
 	f.BoolVar(&progress, "progress", false, "draw the progress bar on stderr even when it is not a terminal")
 	f.Uint64Var(&opts.Seed, "seed", 0, "seed of the random key choices (default: from the clock; results record it)")

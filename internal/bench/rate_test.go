@@ -73,3 +73,54 @@ func TestBenchRunnerRateRefused(t *testing.T) {
 		t.Errorf("txn runner with a rate: %v, want a refusal", err)
 	}
 }
+
+// TestBenchRunnerWindows checks that a stall shows in the window where
+// the operations it held started, and that the windows count every
+// measured operation.
+func TestBenchRunnerWindows(t *testing.T) {
+	ctx := context.Background()
+	const rate = 200 // one operation every 5 ms
+	// The 100th read is scheduled at 495 ms: in the window of 400-500 ms.
+	d := &stallDriver{memDriver: newMemDriver(), at: 100, stall: 200 * time.Millisecond}
+	r, err := NewRunner(d, Options{Records: 100, Clients: 1, Duration: time.Second, Rate: rate, Seed: 3, Window: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Run(ctx, WorkloadC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Windows) != 10 {
+		t.Fatalf("%d windows of 100 ms in a second: %+v", len(res.Windows), res.Windows)
+	}
+	var ops int64
+	slowest := 0
+	for i, w := range res.Windows {
+		ops += w.Ops
+		if want := float64(i * 100); w.StartMs != want {
+			t.Errorf("window %d starts at %v ms, want %v", i, w.StartMs, want)
+		}
+		if w.MaxMs > res.Windows[slowest].MaxMs {
+			slowest = i
+		}
+	}
+	if ops != res.Ops {
+		t.Errorf("windows count %d operations, the run %d", ops, res.Ops)
+	}
+	if slowest != 4 || res.Windows[4].MaxMs < 200 {
+		t.Errorf("slowest window %d (max %.1f ms), want window 4 (400-500 ms) at 200 ms or more: %+v", slowest, res.Windows[slowest].MaxMs, res.Windows)
+	}
+	var b strings.Builder
+	if err := WriteSummary(&b, res); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "slowest windows of 100ms: 0.40s max") {
+		t.Errorf("summary does not name the stalled window first:\n%s", b.String())
+	}
+	if _, err := NewRunner(newMemDriver(), Options{Clients: 1, Window: -time.Second}); err == nil || !strings.Contains(err.Error(), "window") {
+		t.Errorf("negative window: %v, want an error naming the window", err)
+	}
+}

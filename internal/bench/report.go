@@ -225,10 +225,37 @@ func WriteSummary(w io.Writer, res Result) error {
 	if c := cpuSummary(res); c != "" {
 		fmt.Fprintf(w, "  CPU over the measured time: %s\n", c)
 	}
+	if len(res.Windows) > 0 {
+		fmt.Fprintf(w, "  slowest windows of %s: %s\n", windowLength(res.Windows), slowestWindows(res.Windows, 5))
+	}
 	for _, s := range res.ErrorSamples {
 		fmt.Fprintf(w, "  error: %s\n", s)
 	}
 	return nil
+}
+
+// windowLength is the length of ws's windows, from their starts.
+func windowLength(ws []Window) string {
+	if len(ws) < 2 {
+		return "the run"
+	}
+	return fmt.Sprintf("%gms", ws[1].StartMs-ws[0].StartMs)
+}
+
+// slowestWindows describes the n windows of ws with the slowest
+// operations, slowest first: when each started (seconds into the
+// measured time), its slowest operation and its operations.
+func slowestWindows(ws []Window, n int) string {
+	order := make([]int, len(ws))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return ws[order[a]].MaxMs > ws[order[b]].MaxMs })
+	var parts []string
+	for _, i := range order[:min(n, len(order))] {
+		parts = append(parts, fmt.Sprintf("%.2fs max %s ms (%d ops)", ws[i].StartMs/1000, ms(ws[i].MaxMs*1000), ws[i].Ops))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // WriteMarkdown writes Markdown tables of rs (the latest result of each

@@ -41,6 +41,8 @@ type Result struct {
 	// top-level operations under AllOps. A nested operation (the read of a
 	// read-modify-write) counts under its own name too, as in YCSB.
 	Latency map[string]Latency `json:"latency"`
+	// Windows are the measured time's windows (Options.Window), in order.
+	Windows []Window `json:"windows,omitempty"`
 	// Load describes the load phase that preceded the run, if any.
 	Load *LoadResult `json:"load,omitempty"`
 	// Attempts counts the attempts per committed transaction (txn
@@ -252,4 +254,12 @@ func MedianResults(rs []Result) []Result {
 		out = append(out, runs[(len(runs)-1)/2])
 	}
 	return out
+}
+
+// Window is one window of a run's measured time (Options.Window): the
+// operations that started in it and succeeded, and the slowest of them.
+type Window struct {
+	StartMs float64 `json:"start_ms"`
+	Ops     int64   `json:"ops"`
+	MaxMs   float64 `json:"max_ms"`
 }

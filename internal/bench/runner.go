@@ -57,6 +57,12 @@ type Options struct {
 	// tell a three-node cluster's results from a single node's.
 	System string
 
+	// Window, when positive, splits the measured time into windows of
+	// this length and records each one's operations and slowest latency
+	// in Result.Windows, by when the operations started: where a run's
+	// tail comes from stalls, they show as windows.
+	Window time.Duration
+
 	// Users and PerUser size the timeline workload: Users users with
 	// PerUser records each; 0 means 1,000 users and 20 records.
 	Users, PerUser int
@@ -126,6 +132,11 @@ func (o *Options) Validate() error {
 	case "", DistUniform, DistZipfian, DistLatest:
 	default:
 		errs = append(errs, fmt.Sprintf("distribution %q: use uniform, zipfian or latest", o.Distribution))
+	}
+	if o.Window < 0 {
+		errs = append(errs, fmt.Sprintf("window %v is negative", o.Window))
+	} else if o.Window > 0 && o.Duration/o.Window > maxWindows {
+		errs = append(errs, fmt.Sprintf("window %v: more than %d windows in %v", o.Window, maxWindows, o.Duration))
 	}
 	if o.LoadBatch < 1 {
 		errs = append(errs, fmt.Sprintf("load batch %d: need at least 1", o.LoadBatch))
@@ -404,6 +415,7 @@ type client struct {
 	allErrors int64     // failed top-level operations
 	samples   []string  // the first errors, distinct
 	lastEnd   time.Time // the end of the last measured operation
+	windows   []Window  // by start time, when Options.Window > 0
 	// scheduled is the scheduled start of the current top-level
 	// operation in a paced run (Options.Rate), zero otherwise: its first
 	// client.do counts its latency from there.
@@ -541,6 +553,7 @@ func (r *Runner) loop(ctx context.Context, workload string, ops []string, newCli
 					c.lastEnd = t
 					if err == nil {
 						c.all.Record(t.Sub(now))
+						c.recordWindow(now.Sub(measureStart), t.Sub(now), r.opts.Window)
 					} else {
 						c.allErrors++
 					}
@@ -576,6 +589,7 @@ func (r *Runner) loop(ctx context.Context, workload string, ops []string, newCli
 	last := measureStart
 	merged := make([]opStats, len(ops))
 	var samples []string
+	res.Windows = mergeWindows(clients)
 	for _, c := range clients {
 		all.Merge(&c.all)
 		res.Errors += c.allErrors
@@ -613,6 +627,40 @@ func (r *Runner) loop(ctx context.Context, workload string, ops []string, newCli
 			errAllFailed, workload, r.system(), first(samples))
 	}
 	return res, nil
+}
+
+// maxWindows bounds Options.Duration/Options.Window.
+const maxWindows = 100_000
+
+// recordWindow counts a measured operation that started at offset from
+// the measured time's start and took latency, in windows of length w.
+func (c *client) recordWindow(offset, latency, w time.Duration) {
+	if w <= 0 || offset < 0 {
+		return
+	}
+	i := int(offset / w)
+	for len(c.windows) <= i {
+		c.windows = append(c.windows, Window{StartMs: float64(time.Duration(len(c.windows))*w) / 1e6})
+	}
+	win := &c.windows[i]
+	win.Ops++
+	win.MaxMs = max(win.MaxMs, float64(latency)/1e6)
+}
+
+// mergeWindows sums the clients' windows: operations added, the slowest
+// kept.
+func mergeWindows(clients []*client) []Window {
+	var out []Window
+	for _, c := range clients {
+		for i, w := range c.windows {
+			if i == len(out) {
+				out = append(out, Window{StartMs: w.StartMs})
+			}
+			out[i].Ops += w.Ops
+			out[i].MaxMs = max(out[i].MaxMs, w.MaxMs)
+		}
+	}
+	return out
 }
 
 // sleepUntil waits until t, or answers false when ctx ends first.
