@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -136,6 +137,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 		MemTableStopWritesThreshold: memTablesQueued,
 		L0CompactionThreshold:       l0CompactionThreshold,
 		L0StopWritesThreshold:       l0StopWritesThreshold,
+		EventListener:               eventListener(logger),
 	}
 	for i := range popts.Levels {
 		// Point reads of latest-version pointers and raft state: a bloom
@@ -227,6 +229,28 @@ func GetUint64(r pebble.Reader, key []byte) (uint64, error) {
 // PutUint64 writes a big-endian uint64 at key into w.
 func PutUint64(w pebble.Writer, key []byte, v uint64) error {
 	return w.Set(key, binary.BigEndian.AppendUint64(nil, v), nil)
+}
+
+// eventListener reports Pebble's write stalls and slow disk operations
+// as warnings, since they hold every write of the node up; at debug level
+// it logs every flush, compaction and file change too, so that a latency
+// stall can be set beside what the storage engine was doing.
+func eventListener(logger *slog.Logger) *pebble.EventListener {
+	el := pebble.EventListener{
+		WriteStallBegin: func(info pebble.WriteStallBeginInfo) {
+			logger.Warn("storage: writes stalled", "reason", info.Reason, "component", "pebble")
+		},
+		WriteStallEnd: func() {
+			logger.Warn("storage: writes resumed", "component", "pebble")
+		},
+		DiskSlow: func(info pebble.DiskSlowInfo) {
+			logger.Warn("storage: slow disk operation", "info", info.String(), "component", "pebble")
+		},
+	}
+	if logger.Enabled(context.Background(), slog.LevelDebug) {
+		el = pebble.TeeEventListener(el, pebble.MakeLoggingEventListener(pebbleLogger{logger}))
+	}
+	return &el
 }
 
 type pebbleLogger struct{ l *slog.Logger }

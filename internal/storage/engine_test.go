@@ -5,6 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -148,6 +151,53 @@ func TestDecodeLatest(t *testing.T) {
 	for _, n := range []int{0, 9, 11, 13} {
 		if _, _, _, err := DecodeLatest(p[:n]); !errors.Is(err, ErrCorruptValue) {
 			t.Errorf("%d bytes: got %v, want ErrCorruptValue", n, err)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for Pebble's background goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestFlushLoggedAtDebugOnly checks that the engine's event listener logs
+// a memtable flush at debug level, and nothing of it above.
+func TestFlushLoggedAtDebugOnly(t *testing.T) {
+	for _, level := range []slog.Level{slog.LevelDebug, slog.LevelInfo} {
+		var buf syncBuffer
+		logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: level}))
+		e, err := Open(t.TempDir(), Options{Logger: logger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.DB.Set([]byte("k"), []byte("v"), pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.DB.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
+		logged := strings.Contains(buf.String(), "flushed")
+		if level == slog.LevelDebug && !logged {
+			t.Errorf("debug level: no flush logged:\n%s", buf.String())
+		}
+		if level == slog.LevelInfo && buf.String() != "" {
+			t.Errorf("info level: logged:\n%s", buf.String())
 		}
 	}
 }
