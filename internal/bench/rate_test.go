@@ -29,20 +29,9 @@ func (s *stallDriver) Read(ctx context.Context, key []byte) error {
 // waiting count their latency from their scheduled start, not from when
 // the client could send them (no coordinated omission).
 func TestBenchRunnerRate(t *testing.T) {
-	ctx := context.Background()
 	const rate = 200 // one operation every 5 ms
 	d := &stallDriver{memDriver: newMemDriver(), at: 20, stall: 300 * time.Millisecond}
-	r, err := NewRunner(d, Options{Records: 100, Clients: 1, Duration: time.Second, Rate: rate, Seed: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.Load(ctx); err != nil {
-		t.Fatal(err)
-	}
-	res, err := r.Run(ctx, WorkloadC)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := loadAndRun(t, d, Options{Records: 100, Clients: 1, Duration: time.Second, Rate: rate, Seed: 3}, WorkloadC)
 	if res.Workload != "c@200/s" || res.Params.Rate != rate {
 		t.Errorf("workload %q, rate %v; want c@200/s, 200", res.Workload, res.Params.Rate)
 	}
@@ -78,21 +67,10 @@ func TestBenchRunnerRateRefused(t *testing.T) {
 // the operations it held started, and that the windows count every
 // measured operation.
 func TestBenchRunnerWindows(t *testing.T) {
-	ctx := context.Background()
 	const rate = 200 // one operation every 5 ms
 	// The 100th read is scheduled at 495 ms: in the window of 400-500 ms.
 	d := &stallDriver{memDriver: newMemDriver(), at: 100, stall: 200 * time.Millisecond}
-	r, err := NewRunner(d, Options{Records: 100, Clients: 1, Duration: time.Second, Rate: rate, Seed: 3, Window: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.Load(ctx); err != nil {
-		t.Fatal(err)
-	}
-	res, err := r.Run(ctx, WorkloadC)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := loadAndRun(t, d, Options{Records: 100, Clients: 1, Duration: time.Second, Rate: rate, Seed: 3, Window: 100 * time.Millisecond}, WorkloadC)
 	if len(res.Windows) != 10 {
 		t.Fatalf("%d windows of 100 ms in a second: %+v", len(res.Windows), res.Windows)
 	}
