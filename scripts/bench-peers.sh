@@ -233,7 +233,7 @@ run_groupkv() {
 		--out "$RESULTS" --system-version "$GROUPKV_COMMIT" "${ROUND[@]}"
 	if [[ $PACED_RATE != 0 ]]; then
 		NO_LOAD=1 bench --target groupkv --addr "127.0.0.1:$GROUPKV_PORT" --workload a --rate "$PACED_RATE" \
-			--records "$RECORDS" --out "$RESULTS" --system-version "$GROUPKV_COMMIT" "${ROUND[@]}"
+			--records "$RECORDS" --out "$RESULTS" --system-version "$GROUPKV_COMMIT" --window 100ms "${ROUND[@]}"
 	fi
 	if ((round == 1)); then
 		bench --target groupkv --addr "127.0.0.1:$GROUPKV_PORT" --workload timeline --partitioning tag,hash \
@@ -241,6 +241,11 @@ run_groupkv() {
 			--system-version "$GROUPKV_COMMIT"
 	fi
 	stop_server
+	# The server's warnings (a storage write stall, a slow disk operation)
+	# go with the run's output, since its log goes with WORK.
+	grep -E '"level":"(WARN|ERROR)"' "$WORK/groupkv.log" | head -20 | while IFS= read -r line; do
+		log "groupkv server: $line"
+	done || true
 }
 # etcd is loaded (with a 1s run whose result is dropped), restarted on the
 # same data (why: see bench-etcd.sh), then measured.
@@ -261,7 +266,7 @@ run_redis() {
 	bench --target redis --addr "127.0.0.1:$REDIS_PORT" --workload "$WORKLOADS" --records "$RECORDS" --out "$RESULTS" "${ROUND[@]}"
 	if [[ $PACED_RATE != 0 ]]; then
 		NO_LOAD=1 bench --target redis --addr "127.0.0.1:$REDIS_PORT" --workload a --rate "$PACED_RATE" \
-			--records "$RECORDS" --out "$RESULTS" "${ROUND[@]}"
+			--records "$RECORDS" --out "$RESULTS" --window 100ms "${ROUND[@]}"
 	fi
 	stop_server
 }
@@ -362,7 +367,9 @@ rounds' ratios, and the chart shows each system's median round.
   and a latency counts from its scheduled start, so a system that falls
   behind is charged for the wait), for groupkv and Redis: their latencies
   at the same load, where the closed loop compares each at its own pace.
-  etcd does not run it (it cannot keep up on two cores)." || echo "No paced run (PACED_RATE=0).")
+  etcd does not run it (it cannot keep up on two cores). Its runs record
+  every 100 ms window's slowest operation (\`--window 100ms\`), and the
+  script's output names the five slowest: where a stall was." || echo "No paced run (PACED_RATE=0).")
 - CPU: "server CPU µs/op" is the CPU time the server used over the
   measured time (groupkv's and etcd's \`process_cpu_seconds_total\`,
   Redis's \`INFO cpu\`) per operation; "client CPU µs/op" that of the
