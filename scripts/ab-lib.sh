@@ -25,7 +25,7 @@ trap 'rm -rf "$WORK"' EXIT
 ab_start() {
 	local bin=$1 dir=$2
 	rm -rf "$dir" && mkdir -p "$dir"
-	"$bin" server --data-dir "$dir/d" --listen 127.0.0.1:$PORT --peer-listen 127.0.0.1:$((PORT + 1)) --log-level warn >"$dir/server.log" 2>&1 &
+	"$bin" server --data-dir "$dir/d" --listen 127.0.0.1:$PORT --peer-listen 127.0.0.1:$((PORT + 1)) --log-level warn ${SERVER_FLAGS:-} >"$dir/server.log" 2>&1 &
 	AB_PID=$!
 	ab_wait "http://127.0.0.1:$PORT/healthz" "the server of $bin (see $dir/server.log)"
 }

@@ -53,9 +53,12 @@ const (
 	ConsistencyMismatch   = "mismatch"
 	ConsistencyIncomplete = "incomplete"
 
-	// checksumWait bounds how long a check waits for a replica to apply
-	// its entry.
-	checksumWait = 5 * time.Second
+	// checksumApplyWait bounds how long a check waits for a replica to
+	// apply its entry; checksumWait, how long for it to apply the entry and
+	// sum its shard (off its apply loop: a second or more for a shard of
+	// millions of pairs).
+	checksumApplyWait = 5 * time.Second
+	checksumWait      = 60 * time.Second
 	// checksumsKept is how many sums of each shard a replica keeps.
 	checksumsKept = 8
 	// skippedGrace is how long a replica that applied past a check's index
@@ -63,7 +66,7 @@ const (
 	// the entry (a raft snapshot).
 	skippedGrace = 500 * time.Millisecond
 	// consistencyCheckTimeout bounds one periodic check.
-	consistencyCheckTimeout = 30 * time.Second
+	consistencyCheckTimeout = 90 * time.Second
 	// reportTimeout bounds sending an outcome to the other members.
 	reportTimeout = time.Second
 )
@@ -136,9 +139,10 @@ type consistencyState struct {
 
 	mu struct {
 		sync.Mutex
-		// sums are the last sums computed here, by shard, oldest first.
-		sums map[uint64][]shard.Checksum
-		// changed is closed and replaced when a sum is added.
+		// sums are the last checksums applied here, by shard, oldest
+		// first; each is computed off the apply loop (ChecksumJob.Done).
+		sums map[uint64][]*shard.ChecksumJob
+		// changed is closed and replaced when a checksum is added.
 		changed chan struct{}
 		// results are the last outcomes known here, by shard.
 		results map[uint64]ConsistencyResult
@@ -161,7 +165,7 @@ func newConsistencyState(n *Node) *consistencyState {
 			Help: "Consistency checks run by this node, by outcome (ok, mismatch, incomplete).",
 		}, []string{"result"})).(*prometheus.CounterVec),
 	}
-	st.mu.sums = make(map[uint64][]shard.Checksum)
+	st.mu.sums = make(map[uint64][]*shard.ChecksumJob)
 	st.mu.changed = make(chan struct{})
 	st.mu.results = make(map[uint64]ConsistencyResult)
 	return st
@@ -203,27 +207,28 @@ func (n *Node) noteChecksum(shardID uint64, res shard.Result) {
 	if len(sums) >= checksumsKept {
 		sums = append(sums[:0], sums[1:]...)
 	}
-	st.mu.sums[shardID] = append(sums, *res.Checksum)
+	st.mu.sums[shardID] = append(sums, res.Checksum)
 	close(st.mu.changed)
 	st.mu.changed = make(chan struct{})
 }
 
 // localChecksum waits until this node's replica of shardID has applied
-// check id and returns its sum. index, when not 0, is the check's log
-// index: a replica that applied past it without a sum (it was restored
-// from a snapshot) fails at once.
+// check id and computed its sum, and returns it. index, when not 0, is the
+// check's log index: a replica that applied past it without the check (it
+// was restored from a snapshot) fails soon after.
 func (n *Node) localChecksum(ctx context.Context, shardID, id, index uint64) (shard.Checksum, error) {
 	if !n.hasReplica(shardID) {
 		return shard.Checksum{}, kv.Errorf(kv.CodeUnavailable, "node %d holds no replica of shard %d", n.id, shardID)
 	}
 	st := n.consistency()
 	var past time.Time // when the replica was first seen past index
+	applyBy := time.Now().Add(checksumApplyWait)
 	for {
 		st.mu.Lock()
-		for _, c := range st.mu.sums[shardID] {
-			if c.ID == id {
+		for _, j := range st.mu.sums[shardID] {
+			if j.ID == id {
 				st.mu.Unlock()
-				return c, nil
+				return n.awaitChecksum(ctx, shardID, j)
 			}
 		}
 		changed := st.mu.changed
@@ -239,6 +244,10 @@ func (n *Node) localChecksum(ctx context.Context, shardID, id, index uint64) (sh
 				}
 			}
 		}
+		if time.Now().After(applyBy) {
+			applied, _ := n.host.AppliedIndex(shardID)
+			return shard.Checksum{}, kv.Errorf(kv.CodeUnavailable, "node %d did not apply check %d of shard %d within %v (applied index %d)", n.id, id, shardID, checksumApplyWait, applied)
+		}
 		select {
 		case <-changed:
 		case <-ctx.Done():
@@ -249,6 +258,21 @@ func (n *Node) localChecksum(ctx context.Context, shardID, id, index uint64) (sh
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// awaitChecksum waits for j, applied here, to be computed.
+func (n *Node) awaitChecksum(ctx context.Context, shardID uint64, j *shard.ChecksumJob) (shard.Checksum, error) {
+	select {
+	case <-j.Done():
+	case <-ctx.Done():
+		return shard.Checksum{}, kv.Errorf(kv.CodeUnavailable, "node %d did not finish summing shard %d for check %d in time: %v", n.id, shardID, j.ID, ctx.Err())
+	case <-n.stop:
+		return shard.Checksum{}, kv.Errorf(kv.CodeUnavailable, "node %d is shutting down", n.id)
+	}
+	if err := j.Err(); err != nil {
+		return shard.Checksum{}, kv.Errorf(kv.CodeUnavailable, "node %d: %v", n.id, err)
+	}
+	return j.Checksum, nil
 }
 
 // CheckConsistency runs a consistency check of shardID now: the replicas

@@ -310,11 +310,17 @@ type Host struct {
 	// and not yet sent, by token (loop-owned).
 	pendingSnaps map[uint64]pendingSnap
 	snapSeq      uint64
-	// snapBuilds are the goroutines reading snapshots; Stop waits for them.
+	// snapBuilds are the goroutines reading snapshots (to send one, or to
+	// sum a shard for a consistency check); Stop waits for them.
 	snapBuilds sync.WaitGroup
-	wake       chan struct{}
-	stop       chan struct{}
-	done       chan struct{}
+	// sumMu lets one consistency checksum run at a time.
+	sumMu sync.Mutex
+	// checksumGate, when set (by tests), holds every checksum job until it
+	// receives.
+	checksumGate chan struct{}
+	wake         chan struct{}
+	stop         chan struct{}
+	done         chan struct{}
 }
 
 // NewHost returns a Host with no groups; Start runs its loop.
@@ -1871,6 +1877,38 @@ func (l *applyLists) keep(dones []appliedProposal, applieds []appliedCommand, ve
 	}
 }
 
+// runChecksums computes the consistency checksums applied in a cycle, off
+// the loop, one at a time on the Host, reading snap (which it closes).
+func (h *Host) runChecksums(jobs []*shard.ChecksumJob, snap *pebble.Snapshot) {
+	h.snapBuilds.Add(1)
+	go func() {
+		defer h.snapBuilds.Done()
+		defer snap.Close()
+		if h.checksumGate != nil {
+			select {
+			case <-h.checksumGate:
+			case <-h.stop:
+			}
+		}
+		h.sumMu.Lock()
+		defer h.sumMu.Unlock()
+		for _, j := range jobs {
+			start := time.Now()
+			j.Run(snap, h.stop)
+			if err := j.Err(); err != nil {
+				select {
+				case <-h.stop:
+					continue // ended by Stop
+				default:
+				}
+				h.cfg.Logger.Warn("summing a shard for a consistency check failed", "shard", j.ShardID(), "index", j.Index, "err", err)
+				continue
+			}
+			h.cfg.Logger.Debug("summed a shard for a consistency check", "shard", j.ShardID(), "index", j.Index, "pairs", j.Pairs, "took", time.Since(start))
+		}
+	}()
+}
+
 // applyReady applies the committed entries of every group into one batch,
 // commits it, answers the proposers and advances the groups. It waits for
 // the cycle's fsync (waitSync) before it commits the batch, or, when early
@@ -1903,6 +1941,9 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error, early bool) (
 	dones = h.applyScratch.dones[:0]
 	applieds, versions := h.applyScratch.applieds[:0], h.applyScratch.versions[:0]
 	var confs []confApplied
+	// sums are the consistency checksums of this batch: computed off the
+	// loop from a snapshot taken before the batch is committed.
+	var sums []*shard.ChecksumJob
 	// merged are the right shards of merges applied in this batch: their
 	// replicas are removed here (shard/merge.go).
 	var merged []uint64
@@ -1955,6 +1996,9 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error, early bool) (
 				}
 				if res.Merge != nil {
 					merged = append(merged, res.Merge.Right)
+				}
+				if res.Checksum != nil {
+					sums = append(sums, res.Checksum)
 				}
 				if p, ok := g.inflight[id]; ok {
 					delete(g.inflight, id)
@@ -2024,13 +2068,25 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error, early bool) (
 		}
 		h.sendAndAppended(rgs)
 	}
+	var sumSnap *pebble.Snapshot
+	if len(sums) > 0 {
+		// The state the batch was built on: the loop is the only writer of
+		// shard state, and nothing was committed since the batch began.
+		sumSnap = h.db.NewSnapshot()
+	}
 	if !ab.Empty() {
 		committing := time.Now()
 		if err := ab.Commit(pebble.NoSync); err != nil {
+			if sumSnap != nil {
+				sumSnap.Close()
+			}
 			abort()
 			return false, err
 		}
 		h.cfg.Metrics.ApplySeconds.Observe((applying + time.Since(committing)).Seconds())
+	}
+	if sumSnap != nil {
+		h.runChecksums(sums, sumSnap)
 	}
 	unlock()
 	ab.Close()

@@ -776,3 +776,86 @@ func TestHostRestart(t *testing.T) {
 		e.startHost(false, &testVersions{})
 	}
 }
+
+// TestHostSumsChecksumsOffTheLoop holds a consistency checksum before it is
+// summed and checks that the Host goes on applying writes meanwhile, and
+// that the sum, computed afterwards, is of the state at the checksum's
+// entry: a write applied after the entry is not in it.
+func TestHostSumsChecksumsOffTheLoop(t *testing.T) {
+	e := newHostEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := 0; i < 10; i++ {
+		if _, err := e.propose(ctx, putCmd(fmt.Sprintf("k%d", i), "v", nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sum := func(id uint64) *shard.ChecksumJob {
+		t.Helper()
+		res, err := e.propose(ctx, shard.EncodeChecksum(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Checksum == nil || res.Checksum.ID != id || res.Checksum.Index == 0 {
+			t.Fatalf("checksum %d: result %+v", id, res)
+		}
+		return res.Checksum
+	}
+	a := sum(1)
+	waitClosed(t, "the first checksum", a.Done())
+	if a.Err() != nil || len(a.Sum) != 32 || a.Pairs == 0 {
+		t.Fatalf("first checksum: %+v, err %v", a.Checksum, a.Err())
+	}
+
+	gate := make(chan struct{})
+	e.h.checksumGate = gate
+	b := sum(2)
+	// The loop is not held by the sum: a write after the entry is applied
+	// and answered while the sum waits.
+	if _, err := e.propose(ctx, putCmd("later", "v", nil)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-b.Done():
+		t.Fatal("the checksum was summed before the gate opened")
+	default:
+	}
+	close(gate)
+	waitClosed(t, "the second checksum", b.Done())
+	if b.Err() != nil {
+		t.Fatal(b.Err())
+	}
+	// Nothing but the applied index changed between the two entries: the
+	// same pairs (the write applied after the second is not among them).
+	if b.Pairs != a.Pairs {
+		t.Errorf("the checksum at %d summed %d pairs, the one at %d %d: it read a later write", b.Index, b.Pairs, a.Index, a.Pairs)
+	}
+	c := sum(3)
+	waitClosed(t, "the third checksum", c.Done())
+	if c.Err() != nil || c.Pairs <= b.Pairs {
+		t.Errorf("the checksum after the write summed %d pairs (err %v), before it %d", c.Pairs, c.Err(), b.Pairs)
+	}
+}
+
+// TestHostStopEndsAHeldChecksum: a checksum still to be summed when the
+// Host stops ends with an error instead of holding Stop.
+func TestHostStopEndsAHeldChecksum(t *testing.T) {
+	e := newHostEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e.h.checksumGate = make(chan struct{})
+	res, err := e.propose(ctx, shard.EncodeChecksum(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan struct{})
+	go func() {
+		e.h.Stop()
+		close(stopped)
+	}()
+	waitClosed(t, "Stop", stopped)
+	waitClosed(t, "the checksum", res.Checksum.Done())
+	if res.Checksum.Err() == nil {
+		t.Fatalf("a checksum ended by Stop has a sum: %+v", res.Checksum.Checksum)
+	}
+}

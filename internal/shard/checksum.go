@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -15,10 +16,19 @@ import (
 // Replica consistency checks.
 //
 // A KindChecksum entry makes every replica that applies it sum its shard's
-// replicated state as of the entry's log index, reading through the apply
-// batch (so the effects of the earlier entries of the same cycle count and
-// nothing later does). Replicas that applied the same log must produce the
-// same sum; the node compares them.
+// replicated state as of the entry's log index: the state a read through
+// the apply batch sees at the entry (the effects of the earlier entries of
+// the same cycle count and nothing later does). Replicas that applied the
+// same log must produce the same sum; the node compares them.
+//
+// The sum is not computed in Apply, which runs on the loop that applies
+// every shard of the node: a shard of millions of pairs takes a second to
+// sum, and every write of the node would wait for it. Apply returns a
+// ChecksumJob holding what to sum: the shard's descriptor and a copy of
+// the apply batch's writes so far. The Host takes a Pebble snapshot before
+// it commits that batch (so the snapshot holds the state the batch was
+// built on) and runs the job off the loop, reading the snapshot with the
+// copied writes laid over it (overlay.go).
 //
 // The sum covers the pairs SnapshotData would ship (the same spans and
 // ownership rules, snapshotSpans and eachOwned), except what legitimately
@@ -59,15 +69,64 @@ type Checksum struct {
 	Pairs int `json:"pairs"`
 }
 
-// applyChecksum sums the shard's replicated state as of the entry at index,
-// read through b. It writes nothing.
-func (s *Shard) applyChecksum(b *pebble.Batch, index, id uint64) (*Checksum, error) {
-	sum, pairs, err := checksumState(b, s.desc, index, s.maxVersion)
-	if err != nil {
-		return nil, fmt.Errorf("shard %d: checksum at %d: %w", s.desc.ShardID, index, err)
-	}
-	return &Checksum{ID: id, Index: index, Sum: sum, Pairs: pairs}, nil
+// ChecksumJob is a replica's checksum of its shard at a KindChecksum entry,
+// to be computed off the apply loop (see the top of this file). Its ID and
+// Index are set by Apply; Sum and Pairs once Done is closed, unless Err
+// says why not.
+type ChecksumJob struct {
+	Checksum
+	desc       Desc
+	maxVersion uint64
+	// prior is a copy of the apply batch's representation at the entry.
+	prior []byte
+	done  chan struct{}
+	err   error
 }
+
+// applyChecksum records what to sum of the shard's replicated state as of
+// the entry at index, read through b. It writes nothing.
+func (s *Shard) applyChecksum(b *pebble.Batch, index, id uint64) *ChecksumJob {
+	return &ChecksumJob{
+		Checksum:   Checksum{ID: id, Index: index},
+		desc:       s.desc,
+		maxVersion: s.maxVersion,
+		prior:      bytes.Clone(b.Repr()),
+		done:       make(chan struct{}),
+	}
+}
+
+// Run computes the sum, reading base: a snapshot of the engine taken after
+// the batches committed before the job's apply batch and before that batch
+// itself. It stops early, with an error, when stop is closed. It closes
+// Done.
+func (j *ChecksumJob) Run(base pebble.Reader, stop <-chan struct{}) {
+	defer close(j.done)
+	over, err := newBatchOverlay(j.prior)
+	j.prior = nil
+	if err == nil {
+		newIter := func(lower, upper []byte) (pairIter, func() error, error) {
+			it, err := base.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+			if err != nil {
+				return nil, nil, err
+			}
+			oi := over.iter(it, lower, upper)
+			return oi, oi.Close, nil
+		}
+		j.Sum, j.Pairs, err = checksumState(newIter, j.desc, j.Index, j.maxVersion, stop)
+	}
+	if err != nil {
+		j.err = fmt.Errorf("shard %d: checksum at %d: %w", j.desc.ShardID, j.Index, err)
+	}
+}
+
+// ShardID is the shard summed.
+func (j *ChecksumJob) ShardID() uint64 { return j.desc.ShardID }
+
+// Done is closed once Run has returned.
+func (j *ChecksumJob) Done() <-chan struct{} { return j.done }
+
+// Err is why Run computed no sum (after Done).
+func (j *ChecksumJob) Err() error { return j.err }
 
 // checksumSpans are the spans summed: snapshotSpans but the latest pointers
 // of a tag collection.
@@ -85,9 +144,13 @@ func checksumSpans(d Desc) []snapSpan {
 	return out
 }
 
-// checksumState sums the state of shard d in r at index, with maxVersion
-// the shard's highest applied version (see the top of this file).
-func checksumState(r pebble.Reader, d Desc, index, maxVersion uint64) ([]byte, int, error) {
+// errChecksumStopped ends a sum when the node stops.
+var errChecksumStopped = errors.New("the node is stopping")
+
+// checksumState sums the state of shard d read through newIter at index,
+// with maxVersion the shard's highest applied version (see the top of this
+// file). It checks stop every few thousand pairs.
+func checksumState(newIter func(lower, upper []byte) (pairIter, func() error, error), d Desc, index, maxVersion uint64, stop <-chan struct{}) ([]byte, int, error) {
 	skipApplied := storage.ShardStateKey(d.ShardID, stateApplied)
 	skipMaxVersion := storage.ShardStateKey(d.ShardID, stateMaxVersion)
 	h := sha256.New()
@@ -98,9 +161,20 @@ func checksumState(r pebble.Reader, d Desc, index, maxVersion uint64) ([]byte, i
 	h.Write(buf)
 	pairs := 0
 	for _, sp := range checksumSpans(d) {
-		err := eachOwned(r, sp, func(k, v []byte) error {
+		it, closeIter, err := newIter(sp.start, sp.end)
+		if err != nil {
+			return nil, 0, err
+		}
+		err = eachOwnedIn(it, sp, func(k, v []byte) error {
 			if sp.kind == spanState && (bytes.Equal(k, skipApplied) || bytes.Equal(k, skipMaxVersion)) {
 				return nil
+			}
+			if pairs%4096 == 0 {
+				select {
+				case <-stop:
+					return errChecksumStopped
+				default:
+				}
 			}
 			h.Write(binary.AppendUvarint(buf[:0], uint64(len(k))))
 			h.Write(k)
@@ -109,6 +183,9 @@ func checksumState(r pebble.Reader, d Desc, index, maxVersion uint64) ([]byte, i
 			pairs++
 			return nil
 		})
+		if cerr := closeIter(); err == nil {
+			err = cerr
+		}
 		if err != nil {
 			return nil, 0, err
 		}

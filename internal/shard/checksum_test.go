@@ -36,9 +36,7 @@ func (e *snapEnv) applyBatch(id uint64, cmds ...[]byte) []Result {
 	if err := s.FinishBatch(b); err != nil {
 		e.t.Fatal(err)
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
-		e.t.Fatal(err)
-	}
+	e.commitAndSum(b, out...)
 	return out
 }
 

@@ -106,8 +106,9 @@ type Result struct {
 	// KindMergeTrigger left (merge.go).
 	Freeze *FrozenState
 	Merge  *MergeResult
-	// Checksum is the replica's checksum of its state at a KindChecksum.
-	Checksum *Checksum
+	// Checksum is the replica's checksum of its state at a KindChecksum,
+	// to be computed off the apply loop (checksum.go).
+	Checksum *ChecksumJob
 	// Group are the effects of a group record (group.go): Send and Reply
 	// effects for the raft leader replica to act on.
 	Group []group.Effect
@@ -442,7 +443,7 @@ func (s *Shard) Apply(b *pebble.Batch, index, term uint64, data []byte) (Result,
 	case KindAddNode:
 		res, err = s.applyAddNode(b, cmd)
 	case KindChecksum:
-		res.Checksum, err = s.applyChecksum(b, index, cmd.ChecksumID)
+		res.Checksum = s.applyChecksum(b, index, cmd.ChecksumID)
 	case KindTruncateLog:
 		res.TruncateLog = cmd.LogIndex
 	case KindTxnRecord:

@@ -242,6 +242,22 @@ func eachOwned(r pebble.Reader, sp snapSpan, fn func(k, v []byte) error) error {
 		return err
 	}
 	defer it.Close()
+	return eachOwnedIn(it, sp, fn)
+}
+
+// pairIter is what eachOwnedIn reads: a *pebble.Iterator bounded to a span,
+// or a view of one with writes laid over it (batchOverlay).
+type pairIter interface {
+	First() bool
+	Next() bool
+	Key() []byte
+	ValueAndErr() ([]byte, error)
+	Error() error
+}
+
+// eachOwnedIn calls fn for every pair of it, which is bounded to sp, that
+// the shard owns.
+func eachOwnedIn(it pairIter, sp snapSpan, fn func(k, v []byte) error) error {
 	for valid := it.First(); valid; valid = it.Next() {
 		k := it.Key()
 		v, err := it.ValueAndErr()

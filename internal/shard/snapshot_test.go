@@ -68,10 +68,33 @@ func (e *snapEnv) apply(id uint64, cmd []byte) Result {
 	if err := s.FinishBatch(b); err != nil {
 		e.t.Fatal(err)
 	}
+	e.commitAndSum(b, res)
+	return res
+}
+
+// commitAndSum commits b and, the way the Host does, computes the
+// checksums of results off the batch, from a snapshot taken before the
+// commit.
+func (e *snapEnv) commitAndSum(b *pebble.Batch, results ...Result) {
+	e.t.Helper()
+	var snap *pebble.Snapshot
+	for _, r := range results {
+		if r.Checksum != nil && snap == nil {
+			snap = e.db.NewSnapshot()
+			defer snap.Close()
+		}
+	}
 	if err := b.Commit(pebble.Sync); err != nil {
 		e.t.Fatal(err)
 	}
-	return res
+	for _, r := range results {
+		if r.Checksum != nil {
+			r.Checksum.Run(snap, nil)
+			if err := r.Checksum.Err(); err != nil {
+				e.t.Fatal(err)
+			}
+		}
+	}
 }
 
 func (e *snapEnv) nextVersion() uint64 {
