@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/groupkv/groupkv/internal/node"
 	"github.com/groupkv/groupkv/internal/server"
 )
 
@@ -85,6 +86,7 @@ serves HTTP/JSON and gRPC on 127.0.0.1:7070 and listens for peers on
 	f.Int64Var(&cfg.Node.SplitBytes, "split-size", 512<<20, "estimated bytes on disk above which a range shard splits at its middle key (negative: never)")
 	f.Int64Var(&mergeSize, "merge-size", 512<<20/4, "estimated bytes on disk below which two adjacent range shards together merge (default: a quarter of --split-size; 0: never)")
 	f.DurationVar(&cfg.Node.ConsistencyInterval, "consistency-interval", 10*time.Minute, "how often each shard's leader compares its replicas' checksums (negative: never)")
+	f.Int64Var(&cfg.Node.ConsistencyRate, "consistency-rate", node.DefaultConsistencyRate, "bytes per second a replica reads when it sums its shard for a consistency check (negative: no limit)")
 	f.Uint64Var(&cfg.Node.NodeID, "node-id", 0, "integer id of this node (default: the id stored in --data-dir, or 1 for a new one)")
 	f.DurationVar(&cfg.Node.Retention, "retention", time.Hour, "how long old versions stay readable")
 	f.IntVar(&cfg.Node.MaxValueSize, "max-value-size", 1<<20, "largest value accepted, in bytes")

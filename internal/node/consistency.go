@@ -45,6 +45,11 @@ import (
 // Options.ConsistencyInterval; CheckConsistency runs a check on demand
 // from any node.
 
+// DefaultConsistencyRate is how many bytes per second a replica reads
+// when it sums its shard for a consistency check, unless
+// Options.ConsistencyRate says otherwise.
+const DefaultConsistencyRate = 8 << 20
+
 const (
 	consistencyService = "groupkv.peer.v1.Consistency"
 
@@ -55,10 +60,10 @@ const (
 
 	// checksumApplyWait bounds how long a check waits for a replica to
 	// apply its entry; checksumWait, how long for it to apply the entry and
-	// sum its shard (off its apply loop: a second or more for a shard of
-	// millions of pairs).
+	// sum its shard (off its apply loop, at Options.ConsistencyRate: a
+	// minute for 512 MiB at 8 MiB/s).
 	checksumApplyWait = 5 * time.Second
-	checksumWait      = 60 * time.Second
+	checksumWait      = 5 * time.Minute
 	// checksumsKept is how many sums of each shard a replica keeps.
 	checksumsKept = 8
 	// skippedGrace is how long a replica that applied past a check's index
@@ -66,7 +71,7 @@ const (
 	// the entry (a raft snapshot).
 	skippedGrace = 500 * time.Millisecond
 	// consistencyCheckTimeout bounds one periodic check.
-	consistencyCheckTimeout = 90 * time.Second
+	consistencyCheckTimeout = 6 * time.Minute
 	// reportTimeout bounds sending an outcome to the other members.
 	reportTimeout = time.Second
 )

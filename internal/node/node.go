@@ -245,6 +245,7 @@ func (n *Node) start() error {
 		Transport:     n.tr,
 		TickInterval:  n.opts.TickInterval,
 		TruncateAfter: n.opts.TruncateAfter,
+		ChecksumRate:  n.opts.ConsistencyRate,
 		Metrics:       n.metrics.repl,
 		Logger:        n.log,
 		MergeBatch: func(b *pebble.Batch, right uint64) error {

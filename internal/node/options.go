@@ -46,6 +46,11 @@ type Options struct {
 	// value disables the periodic checks (Node.CheckConsistency still runs
 	// one on demand).
 	ConsistencyInterval time.Duration
+	// ConsistencyRate is how many bytes per second a replica reads when it
+	// sums its shard for a consistency check, so that a check takes a
+	// small share of the node's CPU and disk; 0 means 8 MiB, a negative
+	// value no limit.
+	ConsistencyRate int64
 	// MaxValueSize is the largest value accepted; 0 means 1 MiB.
 	MaxValueSize int
 	// RequestTimeout bounds an operation whose context has no deadline; 0
@@ -139,6 +144,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.ConsistencyInterval == 0 {
 		o.ConsistencyInterval = 10 * time.Minute
+	}
+	if o.ConsistencyRate == 0 {
+		o.ConsistencyRate = DefaultConsistencyRate
 	}
 	if o.MaxValueSize == 0 {
 		o.MaxValueSize = kv.DefaultMaxValueSize

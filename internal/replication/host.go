@@ -40,6 +40,9 @@ type Config struct {
 	// few MiB of small writes per shard). A log that every replica has is
 	// truncated sooner (see truncateIndex).
 	TruncateAfter uint64
+	// ChecksumRate is how many bytes per second a consistency checksum
+	// reads (shard.ChecksumJob.Run); 0 or less: as fast as it can.
+	ChecksumRate int64
 	// Unversioned reports the groups that never take versioned writes (the
 	// meta shard, where the oracle itself lives): their leaders need no
 	// timestamp to become ready. nil means none.
@@ -1894,7 +1897,7 @@ func (h *Host) runChecksums(jobs []*shard.ChecksumJob, snap *pebble.Snapshot) {
 		defer h.sumMu.Unlock()
 		for _, j := range jobs {
 			start := time.Now()
-			j.Run(snap, h.stop)
+			j.Run(snap, h.stop, h.cfg.ChecksumRate)
 			if err := j.Err(); err != nil {
 				select {
 				case <-h.stop:

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -97,9 +98,10 @@ func (s *Shard) applyChecksum(b *pebble.Batch, index, id uint64) *ChecksumJob {
 
 // Run computes the sum, reading base: a snapshot of the engine taken after
 // the batches committed before the job's apply batch and before that batch
-// itself. It stops early, with an error, when stop is closed. It closes
-// Done.
-func (j *ChecksumJob) Run(base pebble.Reader, stop <-chan struct{}) {
+// itself. It reads at most rate bytes (of keys and values) per second, any
+// number when rate <= 0, and stops early, with an error, when stop is
+// closed. It closes Done.
+func (j *ChecksumJob) Run(base pebble.Reader, stop <-chan struct{}, rate int64) {
 	defer close(j.done)
 	over, err := newBatchOverlay(j.prior)
 	j.prior = nil
@@ -112,7 +114,7 @@ func (j *ChecksumJob) Run(base pebble.Reader, stop <-chan struct{}) {
 			oi := over.iter(it, lower, upper)
 			return oi, oi.Close, nil
 		}
-		j.Sum, j.Pairs, err = checksumState(newIter, j.desc, j.Index, j.maxVersion, stop)
+		j.Sum, j.Pairs, err = checksumState(newIter, j.desc, j.Index, j.maxVersion, newPacer(rate, stop))
 	}
 	if err != nil {
 		j.err = fmt.Errorf("shard %d: checksum at %d: %w", j.desc.ShardID, j.Index, err)
@@ -147,10 +149,57 @@ func checksumSpans(d Desc) []snapSpan {
 // errChecksumStopped ends a sum when the node stops.
 var errChecksumStopped = errors.New("the node is stopping")
 
+// checksumPace is how many bytes a sum reads between two looks at its
+// pacer.
+const checksumPace = 64 << 10
+
+// pacer holds a sum to its rate and ends it when stop is closed.
+type pacer struct {
+	rate  int64 // bytes per second; <= 0: any
+	stop  <-chan struct{}
+	start time.Time
+	read  int64 // bytes read so far
+	next  int64 // read at the next look
+}
+
+func newPacer(rate int64, stop <-chan struct{}) *pacer {
+	return &pacer{rate: rate, stop: stop, start: time.Now()}
+}
+
+// add counts n bytes read; every checksumPace bytes it waits until the
+// bytes read are within the rate, or returns errChecksumStopped.
+func (p *pacer) add(n int) error {
+	p.read += int64(n)
+	if p.read < p.next {
+		return nil
+	}
+	p.next = p.read + checksumPace
+	var wait time.Duration
+	if p.rate > 0 {
+		wait = time.Duration(float64(p.read)/float64(p.rate)*float64(time.Second)) - time.Since(p.start)
+	}
+	if wait <= 0 {
+		select {
+		case <-p.stop:
+			return errChecksumStopped
+		default:
+			return nil
+		}
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-p.stop:
+		return errChecksumStopped
+	case <-t.C:
+		return nil
+	}
+}
+
 // checksumState sums the state of shard d read through newIter at index,
 // with maxVersion the shard's highest applied version (see the top of this
-// file). It checks stop every few thousand pairs.
-func checksumState(newIter func(lower, upper []byte) (pairIter, func() error, error), d Desc, index, maxVersion uint64, stop <-chan struct{}) ([]byte, int, error) {
+// file), at the pace of p.
+func checksumState(newIter func(lower, upper []byte) (pairIter, func() error, error), d Desc, index, maxVersion uint64, p *pacer) ([]byte, int, error) {
 	skipApplied := storage.ShardStateKey(d.ShardID, stateApplied)
 	skipMaxVersion := storage.ShardStateKey(d.ShardID, stateMaxVersion)
 	h := sha256.New()
@@ -169,12 +218,8 @@ func checksumState(newIter func(lower, upper []byte) (pairIter, func() error, er
 			if sp.kind == spanState && (bytes.Equal(k, skipApplied) || bytes.Equal(k, skipMaxVersion)) {
 				return nil
 			}
-			if pairs%4096 == 0 {
-				select {
-				case <-stop:
-					return errChecksumStopped
-				default:
-				}
+			if err := p.add(len(k) + len(v)); err != nil {
+				return err
 			}
 			h.Write(binary.AppendUvarint(buf[:0], uint64(len(k))))
 			h.Write(k)

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -262,5 +263,59 @@ func TestChecksumIgnoresSharedLatestPointer(t *testing.T) {
 	}
 	if !bytes.Equal(sums[0], sums[1]) {
 		t.Errorf("the replicas of A disagree: %x != %x", sums[0], sums[1])
+	}
+}
+
+// TestChecksumPacedAndStopped: a sum held to its rate waits between reads
+// (at one byte per second it cannot finish) and ends with an error when
+// stopped; a sum at a rate it does not reach is the unlimited sum.
+func TestChecksumPacedAndStopped(t *testing.T) {
+	e := newSnapEnv(t, 3)
+	e.createCollections()
+	e.workload(0)
+	d := DescFor(e.colls[0], e.colls[0].Shards[0])
+	s := e.shards[d.ShardID]
+	applied, _ := s.Applied()
+	b := e.db.NewIndexedBatch()
+	defer b.Close()
+	res, err := s.Apply(b, applied+1, e.term, EncodeChecksum(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.FinishBatch(b); err != nil {
+		t.Fatal(err)
+	}
+	snap := e.db.NewSnapshot()
+	defer snap.Close()
+	if err := b.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	job := res.Checksum
+	unlimited := *job
+	unlimited.done = make(chan struct{})
+	fast := *job
+	fast.done = make(chan struct{})
+
+	stop := make(chan struct{})
+	go job.Run(snap, stop, 1)
+	select {
+	case <-job.Done():
+		t.Fatalf("a sum at 1 B/s finished: %+v, err %v", job.Checksum, job.Err())
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(stop)
+	select {
+	case <-job.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a stopped sum did not end")
+	}
+	if job.Err() == nil || job.Sum != nil {
+		t.Fatalf("a stopped sum: %+v, err %v", job.Checksum, job.Err())
+	}
+
+	unlimited.Run(snap, nil, 0)
+	fast.Run(snap, nil, 1<<40)
+	if unlimited.Err() != nil || fast.Err() != nil || len(unlimited.Sum) != 32 || !bytes.Equal(unlimited.Sum, fast.Sum) {
+		t.Fatalf("unlimited %x (%v), paced %x (%v)", unlimited.Sum, unlimited.Err(), fast.Sum, fast.Err())
 	}
 }

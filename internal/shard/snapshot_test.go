@@ -89,7 +89,7 @@ func (e *snapEnv) commitAndSum(b *pebble.Batch, results ...Result) {
 	}
 	for _, r := range results {
 		if r.Checksum != nil {
-			r.Checksum.Run(snap, nil)
+			r.Checksum.Run(snap, nil, 0)
 			if err := r.Checksum.Err(); err != nil {
 				e.t.Fatal(err)
 			}
