@@ -150,7 +150,7 @@ func checksumSpans(d Desc) []snapSpan {
 var errChecksumStopped = errors.New("the node is stopping")
 
 // checksumPace is how many bytes a sum reads between two looks at its
-// pacer.
+// pacer, at most: at a low rate, a twentieth of a second's worth.
 const checksumPace = 64 << 10
 
 // pacer holds a sum to its rate and ends it when stop is closed.
@@ -173,7 +173,11 @@ func (p *pacer) add(n int) error {
 	if p.read < p.next {
 		return nil
 	}
-	p.next = p.read + checksumPace
+	step := int64(checksumPace)
+	if p.rate > 0 {
+		step = min(step, max(p.rate/20, 1))
+	}
+	p.next = p.read + step
 	var wait time.Duration
 	if p.rate > 0 {
 		wait = time.Duration(float64(p.read)/float64(p.rate)*float64(time.Second)) - time.Since(p.start)
