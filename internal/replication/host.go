@@ -1907,7 +1907,9 @@ func (h *Host) runChecksums(jobs []*shard.ChecksumJob, snap *pebble.Snapshot) {
 				h.cfg.Logger.Warn("summing a shard for a consistency check failed", "shard", j.ShardID(), "index", j.Index, "err", err)
 				continue
 			}
-			h.cfg.Logger.Debug("summed a shard for a consistency check", "shard", j.ShardID(), "index", j.Index, "pairs", j.Pairs, "took", time.Since(start))
+			took := time.Since(start)
+			h.cfg.Metrics.ChecksumSeconds.Observe(took.Seconds())
+			h.cfg.Logger.Debug("summed a shard for a consistency check", "shard", j.ShardID(), "index", j.Index, "pairs", j.Pairs, "took", took)
 		}
 	}()
 }

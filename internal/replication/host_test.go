@@ -835,6 +835,15 @@ func TestHostSumsChecksumsOffTheLoop(t *testing.T) {
 	if c.Err() != nil || c.Pairs <= b.Pairs {
 		t.Errorf("the checksum after the write summed %d pairs (err %v), before it %d", c.Pairs, c.Err(), b.Pairs)
 	}
+	// Each sum is timed once it has ended (Done closes inside Run, a
+	// little before the observation).
+	deadline := time.Now().Add(10 * time.Second)
+	for n, _ := e.metric("groupkv_replica_checksum_seconds"); n != 3; n, _ = e.metric("groupkv_replica_checksum_seconds") {
+		if time.Now().After(deadline) {
+			t.Fatalf("groupkv_replica_checksum_seconds counts %v sums, want 3", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // TestHostStopEndsAHeldChecksum: a checksum still to be summed when the

@@ -9,7 +9,10 @@ type Metrics struct {
 	ApplySeconds  prometheus.Histogram
 	FsyncSeconds  prometheus.Histogram
 	CycleEntries  prometheus.Histogram
-	Truncations   prometheus.Counter
+	// ChecksumSeconds is how long the replicas here took to sum a shard
+	// for a consistency check, off the raft loop.
+	ChecksumSeconds prometheus.Histogram
+	Truncations     prometheus.Counter
 	// SnapshotsSent and SnapshotsApplied count raft snapshots sent to
 	// followers and restored from a leader.
 	SnapshotsSent, SnapshotsApplied prometheus.Counter
@@ -33,6 +36,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		FsyncSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "groupkv_raft_fsync_seconds", Help: "Time to write and fsync one cycle's raft entries and hard states.",
 			Buckets: prometheus.ExponentialBuckets(20e-6, 2, 16)}),
+		ChecksumSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "groupkv_replica_checksum_seconds", Help: "Time a replica took to sum its shard for a consistency check, off the raft loop, at most --consistency-rate bytes per second.",
+			Buckets: prometheus.ExponentialBuckets(1e-3, 2, 20)}),
 		CycleEntries: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "groupkv_raft_entries_per_fsync", Help: "Raft entries persisted per fsync (group commit).",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 12)}),
@@ -47,7 +53,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			[]string{"outcome"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Proposals, m.ProposalFails, m.ApplySeconds, m.FsyncSeconds, m.CycleEntries, m.Truncations, m.SnapshotsSent, m.SnapshotsApplied, m.Orphans)
+		reg.MustRegister(m.Proposals, m.ProposalFails, m.ApplySeconds, m.FsyncSeconds, m.CycleEntries, m.ChecksumSeconds, m.Truncations, m.SnapshotsSent, m.SnapshotsApplied, m.Orphans)
 	}
 	return m
 }
