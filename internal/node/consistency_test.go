@@ -32,6 +32,25 @@ func statusConsistency(t *testing.T, n *Node) map[uint64]string {
 	return out
 }
 
+// createCheckedCollection creates collection "c" of two shards and three
+// replicas through n and returns it with the ids of the shards a check
+// covers: the meta shard and the collection's.
+func createCheckedCollection(ctx context.Context, t *testing.T, n *Node) (*cluster.CollectionDesc, []uint64) {
+	t.Helper()
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Shards: 2, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := n.collection("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shards := []uint64{cluster.MetaShardID}
+	for _, s := range d.Shards {
+		shards = append(shards, s.ID)
+	}
+	return d, shards
+}
+
 const mismatchMetric = "groupkv_replica_checksum_mismatches_total"
 
 // TestConsistencyCheck checks the replicas of every shard of a three-node
@@ -45,13 +64,7 @@ func TestConsistencyCheck(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	n1 := c.node(1).n
-	if _, err := n1.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Shards: 2, Replicas: 3}); err != nil {
-		t.Fatal(err)
-	}
-	d, err := n1.collection("c")
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, shards := createCheckedCollection(ctx, t, n1)
 	versions := map[string]uint64{}
 	for i := 0; i < 40; i++ {
 		key := fmt.Sprintf("k%02d", i)
@@ -60,10 +73,6 @@ func TestConsistencyCheck(t *testing.T) {
 			t.Fatal(err)
 		}
 		versions[key] = v
-	}
-	shards := []uint64{cluster.MetaShardID}
-	for _, s := range d.Shards {
-		shards = append(shards, s.ID)
 	}
 	all := []uint64{1, 2, 3}
 
@@ -210,18 +219,7 @@ func TestConsistencyUnderWrites(t *testing.T) {
 	c := startCluster(t, 3, func(o *Options) { o.ConsistencyInterval, o.ConsistencyRate = -1, 128<<10 })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	n1 := c.node(1).n
-	if _, err := n1.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Shards: 2, Replicas: 3}); err != nil {
-		t.Fatal(err)
-	}
-	d, err := n1.collection("c")
-	if err != nil {
-		t.Fatal(err)
-	}
-	shards := []uint64{cluster.MetaShardID}
-	for _, s := range d.Shards {
-		shards = append(shards, s.ID)
-	}
+	_, shards := createCheckedCollection(ctx, t, c.node(1).n)
 	wctx, stopWriters := context.WithCancel(ctx)
 	defer stopWriters()
 	writers := make(chan error, 4)

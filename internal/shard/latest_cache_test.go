@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"reflect"
 	"testing"
-	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -277,9 +275,7 @@ func TestLatestCacheBounded(t *testing.T) {
 // a key in one batch; a value too large to cache is not kept), and a
 // batch that was not committed fills nothing.
 func TestLatestCacheFilledByWrites(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 3))
+	rng, seed := seededRand(t, 3)
 	db, c, s := cachedShard(t)
 	keys := []string{"a", "b", "c", "d", "e"}
 	version := uint64(10)

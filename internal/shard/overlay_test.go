@@ -2,13 +2,10 @@ package shard
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // TestBatchOverlayReadsLikeTheBatch builds random batches of sets, deletes,
@@ -18,14 +15,8 @@ import (
 // indexed batch read, also after the batch is committed and the engine
 // has changed further.
 func TestBatchOverlayReadsLikeTheBatch(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, seed>>1))
-	db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem(), FormatMajorVersion: pebble.FormatNewest})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	rng, seed := seededRand(t, 1)
+	db := memDB(t)
 	key := func() []byte { return fmt.Appendf(nil, "k%03d", rng.IntN(200)) }
 	val := func() []byte { return fmt.Appendf(nil, "v%d", rng.Uint32()) }
 	for round := 0; round < 50; round++ {
@@ -131,12 +122,7 @@ func dumpIter(t *testing.T, it pairIter) []string {
 // TestBatchOverlayRefusesMerges: a record the overlay cannot lay over a
 // snapshot is an error, not a wrong sum.
 func TestBatchOverlayRefusesMerges(t *testing.T) {
-	db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem(), Merger: pebble.DefaultMerger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	b := db.NewBatch()
+	b := memDB(t).NewBatch()
 	defer b.Close()
 	if err := b.Merge([]byte("k"), []byte("v"), nil); err != nil {
 		t.Fatal(err)

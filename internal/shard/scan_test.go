@@ -2,10 +2,8 @@ package shard
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -19,9 +17,7 @@ import (
 // bytes, and compares each answer with a model of the writes. Some keys'
 // latest pointers are of format 2 (no value).
 func TestScanMatchesModel(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 7))
+	rng, seed := seededRand(t, 7)
 	db := memDB(t)
 	s, err := Load(db, Desc{ShardID: 2, Collection: 1, Partitioning: kv.PartitionRange})
 	if err != nil {

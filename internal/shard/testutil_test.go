@@ -1,7 +1,9 @@
 package shard
 
 import (
+	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -18,6 +20,15 @@ func memDB(t *testing.T) *pebble.DB {
 	}
 	t.Cleanup(func() { eng.Close() })
 	return eng.DB
+}
+
+// seededRand returns a generator seeded from the clock, on stream, and
+// its seed, which it logs so that a failure can be replayed.
+func seededRand(t *testing.T, stream uint64) (*rand.Rand, uint64) {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	return rand.New(rand.NewPCG(seed, stream)), seed
 }
 
 // applyOne applies cmd to s at its next index, in term 1, in a batch of

@@ -1,9 +1,7 @@
 package shard
 
 import (
-	"math/rand/v2"
 	"testing"
-	"time"
 
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/txn"
@@ -15,9 +13,7 @@ import (
 // begun before (its record may predate the shard's list), for an anchor
 // it no longer owns after a split, or after a reload.
 func TestNoTxnRecord(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
+	rng, seed := seededRand(t, 1)
 	db := memDB(t)
 	desc := Desc{ShardID: 2, Collection: 1, Partitioning: kv.PartitionRange}
 	before := TxnRecordEpoch()

@@ -3,11 +3,9 @@ package shard
 import (
 	"bytes"
 	"fmt"
-	"math/rand/v2"
 	"reflect"
 	"sort"
 	"testing"
-	"time"
 
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/storage"
@@ -20,9 +18,7 @@ import (
 // checked against the records written, sorted and filtered here, over
 // random records and limits (the seed is printed on failure).
 func TestSweepTxnRecords(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
+	rng, seed := seededRand(t, 1)
 	db := memDB(t)
 	const coll = 7
 	ds := []Desc{
