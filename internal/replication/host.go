@@ -2076,7 +2076,8 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error, early bool) (
 	var sumSnap *pebble.Snapshot
 	if len(sums) > 0 {
 		// The state the batch was built on: the loop is the only writer of
-		// shard state, and nothing was committed since the batch began.
+		// shard state, and since the batch began it committed nothing but
+		// raft log entries (keys outside every shard's summed spans).
 		sumSnap = h.db.NewSnapshot()
 	}
 	if !ab.Empty() {
