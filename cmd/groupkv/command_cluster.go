@@ -27,13 +27,13 @@ import (
 func clusterCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cluster",
-		Short: "Show a cluster's nodes and shards, or run a local cluster",
+		Short: "Show a cluster's nodes and shards, check its replicas, or run a local cluster",
 		Args:  argsBetween(0, 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return cmd.Help()
 		},
 	}
-	cmd.AddCommand(clusterStatusCommand(), clusterLocalCommand())
+	cmd.AddCommand(clusterStatusCommand(), clusterCheckCommand(), clusterLocalCommand())
 	return cmd
 }
 
@@ -221,6 +221,169 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// ---------------------------------------------------------------------------
+// groupkv cluster check
+
+func clusterCheckCommand() *cobra.Command {
+	var (
+		asJSON  bool
+		shards  []uint
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "check",
+		Short: "Check now that the replicas of shards hold the same data",
+		Long: `Run a replica consistency check of every shard of the cluster, or of the
+shards given with --shard, through the node at --addr (POST /v1/cluster/check),
+one shard after the other. The replicas of a shard each sum their state at
+one log index of the shard's raft log, off their apply loops at the rate
+the servers' --consistency-rate allows, and the sums are compared. Each
+shard's outcome is "ok" (every replica answered with the same sum),
+"mismatch" (naming the replicas whose sum is not the majority's) or
+"incomplete" (a replica did not answer, or the check could not be run: the
+ERRORS column says why). The outcomes also show in groupkv cluster status.
+
+The exit status is 0 when every shard is ok, 1 when one is not (or the
+node could not be asked), 2 on a usage error.`,
+		Example: `  groupkv cluster check
+  groupkv cluster check --shard 3 --shard 4
+  groupkv cluster check --json --timeout 30m`,
+		Args: argsBetween(0, 0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			addr, _ := cmd.Flags().GetString("addr")
+			if strings.Contains(addr, "://") {
+				return usagef("--addr %q has a scheme: give host:port, e.g. %s", addr, defaultAddr)
+			}
+			if timeout <= 0 {
+				return usagef("--timeout %v: give a positive duration, e.g. 10m", timeout)
+			}
+			ids := make([]uint64, len(shards))
+			for i, id := range shards {
+				if id == 0 {
+					return usagef("--shard 0: shard ids are positive integers (see groupkv cluster status)")
+				}
+				ids[i] = uint64(id)
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			body, err := postConsistencyCheck(ctx, addr, ids)
+			if err != nil {
+				return err
+			}
+			var ans consistencyCheckAnswer
+			if err := json.Unmarshal(body, &ans); err != nil {
+				return fmt.Errorf("unexpected answer to POST /v1/cluster/check: %v", err)
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				if _, err := out.Write(body); err != nil {
+					return err
+				}
+				if len(body) == 0 || body[len(body)-1] != '\n' {
+					fmt.Fprintln(out)
+				}
+			} else if err := formatConsistencyChecks(out, ans.Checks); err != nil {
+				return err
+			}
+			if !ans.OK {
+				bad := 0
+				for _, c := range ans.Checks {
+					if c.Status != "ok" {
+						bad++
+					}
+				}
+				return fmt.Errorf("%d of %d shards checked are not ok", bad, len(ans.Checks))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the node's answer (POST /v1/cluster/check) as it is")
+	cmd.Flags().UintSliceVar(&shards, "shard", nil, "check this shard (repeat, or give a comma-separated list); every shard when absent")
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "give up waiting for the answer after this long")
+	addAddrFlag(cmd)
+	return cmd
+}
+
+// consistencyCheckAnswer is the answer of POST /v1/cluster/check.
+type consistencyCheckAnswer struct {
+	OK     bool               `json:"ok"`
+	Checks []consistencyCheck `json:"checks"`
+}
+
+type consistencyCheck struct {
+	Shard      uint64            `json:"shard"`
+	Collection string            `json:"collection"`
+	Index      uint64            `json:"index"`
+	Status     string            `json:"status"`
+	Replicas   []uint64          `json:"replicas"`
+	Sums       map[string]string `json:"sums"`
+	Mismatched []uint64          `json:"mismatched"`
+	Missing    []uint64          `json:"missing"`
+	Errors     []string          `json:"errors"`
+}
+
+// postConsistencyCheck answers the body of POST http://addr/v1/cluster/check
+// for shards (every shard when empty), or an error saying why there is none.
+func postConsistencyCheck(ctx context.Context, addr string, shards []uint64) ([]byte, error) {
+	reqBody, err := json.Marshal(map[string][]uint64{"shards": shards})
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/cluster/check", strings.NewReader(string(reqBody)))
+	if err != nil {
+		return nil, usagef("--addr %q is not host:port: give e.g. %s", addr, defaultAddr)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("no answer from %s within --timeout: %v (the checks it started go on)", addr, err)
+		}
+		return nil, fmt.Errorf("cannot reach a groupkv node at %s: %v (is it running? --addr takes its client address)", addr, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("reading the answer of %s: %v", addr, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, httpAnswerError(addr, resp.Status, body)
+	}
+	return body, nil
+}
+
+// formatConsistencyChecks writes the outcomes of a check as a table in the
+// order the node answered them.
+func formatConsistencyChecks(w io.Writer, checks []consistencyCheck) error {
+	ids := func(xs []uint64) string {
+		s := make([]string, len(xs))
+		for i, x := range xs {
+			s[i] = strconv.FormatUint(x, 10)
+		}
+		return orDash(strings.Join(s, ","))
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "COLLECTION\tSHARD\tINDEX\tREPLICAS\tSTATUS\tMISMATCHED\tMISSING\tERRORS")
+	for _, c := range checks {
+		coll := c.Collection
+		if coll == "" {
+			coll = metaCollection
+		}
+		index := "-"
+		if c.Index != 0 {
+			index = strconv.FormatUint(c.Index, 10)
+		}
+		errs := strings.Join(c.Errors, "; ")
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", coll, c.Shard, index, ids(c.Replicas), c.Status,
+			ids(c.Mismatched), ids(c.Missing), orDash(errs))
+	}
+	return tw.Flush()
 }
 
 // ---------------------------------------------------------------------------

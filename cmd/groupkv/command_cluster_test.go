@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -441,4 +443,77 @@ func TestClusterLocalOneNode(t *testing.T) {
 		t.Errorf("second cluster on the same ports: %v\n%s", err, b)
 	}
 	stopped(r)
+}
+
+// TestClusterCheckCommand runs `groupkv cluster check` against a fake node:
+// the shards asked for reach it, the outcomes are tabled in its order, and
+// an outcome that is not ok fails the command after printing them.
+func TestClusterCheckCommand(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		bodies []string
+	)
+	answer := `{"ok": false, "checks": [
+	  {"shard": 1, "id": 5, "index": 30, "status": "ok", "replicas": [1, 2, 3], "sums": {"1": "aa", "2": "aa", "3": "aa"}, "by": 1},
+	  {"shard": 4, "collection": "users", "id": 6, "index": 12, "status": "mismatch", "replicas": [1, 2, 3], "sums": {"1": "aa", "2": "bb", "3": "aa"}, "mismatched": [2], "by": 1},
+	  {"shard": 5, "collection": "users", "id": 0, "status": "incomplete", "replicas": null, "errors": ["the check could not be run: no leader"], "by": 1, "future_field": 1}
+	]}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/v1/cluster/check" {
+			http.Error(w, `{"error":{"code":"not_found","message":"unknown path"}}`, 404)
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, string(b))
+		mu.Unlock()
+		io.WriteString(w, answer)
+	}))
+	defer srv.Close()
+	addr := srv.Listener.Addr().String()
+
+	out, err := runCluster(t, "check", "--addr", addr, "--shard", "1", "--shard", "4,5")
+	if err == nil || err.Error() != "2 of 3 shards checked are not ok" {
+		t.Errorf("error %v, want 2 of 3 shards not ok", err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	want := []string{
+		`^COLLECTION\s+SHARD\s+INDEX\s+REPLICAS\s+STATUS\s+MISMATCHED\s+MISSING\s+ERRORS$`,
+		`^\(meta\)\s+1\s+30\s+1,2,3\s+ok\s+-\s+-\s+-$`,
+		`^users\s+4\s+12\s+1,2,3\s+mismatch\s+2\s+-\s+-$`,
+		`^users\s+5\s+-\s+-\s+incomplete\s+-\s+-\s+the check could not be run: no leader$`,
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("output has %d lines, want %d:\n%s", len(lines), len(want), out)
+	}
+	for i, re := range want {
+		if !regexp.MustCompile(re).MatchString(lines[i]) {
+			t.Errorf("line %d %q does not match %s", i, lines[i], re)
+		}
+	}
+
+	answer = `{"ok": true, "checks": [{"shard": 1, "index": 30, "status": "ok", "replicas": [1]}]}`
+	out, err = runCluster(t, "check", "--addr", addr, "--json")
+	if err != nil || out != answer+"\n" {
+		t.Errorf("--json: %v, output %q, want the body", err, out)
+	}
+	mu.Lock()
+	if !slices.Equal(bodies, []string{`{"shards":[1,4,5]}`, `{"shards":[]}`}) {
+		t.Errorf("the node was sent %q, want shards [1,4,5], then none", bodies)
+	}
+	mu.Unlock()
+
+	for _, args := range [][]string{
+		{"check", "--addr", addr, "--shard", "0"},
+		{"check", "--addr", addr, "--shard", "x"},
+		{"check", "--addr", addr, "--timeout", "0s"},
+		{"check", "--addr", "http://" + addr},
+		{"check", "extra", "--addr", addr},
+	} {
+		_, err := runCluster(t, args...)
+		var ue usageError
+		if !errors.As(err, &ue) && !strings.Contains(fmt.Sprint(err), "invalid argument") {
+			t.Errorf("%v: got %v, want a usage error", args, err)
+		}
+	}
 }

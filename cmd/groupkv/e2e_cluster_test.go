@@ -592,7 +592,8 @@ func (c *tcluster) wantRead(id int, coll, key, value string, version uint64) {
 // all three, checks placement and leadership, writes through every node and
 // reads through every node, runs `groupkv cluster status`, then stops node
 // 3, writes on, restarts node 3 on its data without --join and checks that
-// it serves the latest values.
+// it serves the latest values, and that `groupkv cluster check` finds every
+// shard's replicas equal.
 func TestClusterFormsAndServes(t *testing.T) {
 	c := newTCluster(t, 3)
 	start := time.Now()
@@ -729,6 +730,25 @@ func TestClusterFormsAndServes(t *testing.T) {
 	for _, id := range c.ids() {
 		c.eventually(30*time.Second, fmt.Sprintf("node %d sees the 3 members after the restart", id), func() error { return wantMembers(id) })
 	}
+
+	// The replicas of every shard hold the same data, node 3's too: the
+	// CLI's on-demand check says ok for the meta shard and the 6 shards.
+	// (A replica still catching up may miss a check, which is then
+	// incomplete and is run again; a mismatch fails at once.)
+	c.eventually(60*time.Second, "groupkv cluster check ok", func() error {
+		out, err := exec.Command(binary, "cluster", "check", "--addr", c.node(3).addr).CombinedOutput()
+		if strings.Contains(string(out), "mismatch") {
+			t.Fatalf("groupkv cluster check found diverged replicas:\n%s", out)
+		}
+		if err != nil {
+			return fmt.Errorf("groupkv cluster check: %v\n%s", err, out)
+		}
+		ok := regexp.MustCompile(`(?m)^`+coll+`\s+\d+\s+\d+\s+1,2,3\s+ok\s`).FindAllString(string(out), -1)
+		if len(ok) != 6 || !regexp.MustCompile(`(?m)^\(meta\)\s+1\s+\d+\s+1,2,3\s+ok\s`).MatchString(string(out)) {
+			return fmt.Errorf("groupkv cluster check lists %d shards of %s ok (want 6), or not the meta shard:\n%s", len(ok), coll, out)
+		}
+		return nil
+	})
 	for _, id := range c.ids() {
 		c.stop(id)
 	}

@@ -3,6 +3,7 @@
 //
 //	groupkv server [--data-dir D] [--listen A] [--peer-listen P] [--node-id N]
 //	groupkv cluster status [--addr A] [--json]
+//	groupkv cluster check [--addr A] [--shard N]... [--json] [--timeout D]
 //	groupkv cluster local [--dir D] [--nodes N] [--base-port P]
 //	groupkv collections [create|describe|drop] ...
 //	groupkv put COLLECTION KEY [VALUE] [--tags a,b] [--if-version N]

@@ -99,6 +99,7 @@ const (
 	opSplit              = "split"
 	opMerge              = "merge"
 	opMetrics            = "metrics"
+	opConsistencyCheck   = "consistency_check"
 	// opUnknown is a request that named no operation: an unknown path or a
 	// method the path does not serve.
 	opUnknown = "unknown"
@@ -111,8 +112,10 @@ const (
 	collectionsPath = "/v1/collections"
 	healthPath      = "/healthz"
 	clusterPath     = "/v1/cluster"
-	nodesPrefix     = "/v1/nodes"
-	metricsPath     = "/metrics"
+	// clusterCheckPath runs replica consistency checks on demand.
+	clusterCheckPath = "/v1/cluster/check"
+	nodesPrefix      = "/v1/nodes"
+	metricsPath      = "/metrics"
 )
 
 // NewHTTPHandler returns the HTTP/JSON face of b:
@@ -139,6 +142,10 @@ const (
 //	GET    /v1/groups/{id}
 //	DELETE /v1/groups/{id}
 //	POST   /v1/groups/{id}/{txn,exec}
+//	GET    /v1/cluster
+//	POST   /v1/cluster/check                                    JSON {"shards": [id, ...]}, optional
+//	POST   /v1/nodes/{id}/decommission
+//	POST   /v1/collections/{name}/{split,merge}
 //	GET    /healthz
 //	GET    /metrics                                             cfg.Extra
 //
@@ -200,6 +207,8 @@ func (h *httpHandler) serve(w http.ResponseWriter, r *http.Request) (op string, 
 		return opHealth, h.serveHealth(w, r)
 	case p == clusterPath:
 		return opCluster, h.serveCluster(w, r)
+	case p == clusterCheckPath:
+		return opConsistencyCheck, h.serveConsistencyCheck(w, r)
 	case strings.HasPrefix(p, nodesPrefix+"/") && strings.HasSuffix(p, "/decommission"):
 		return opDecommission, h.serveDecommission(w, r, strings.TrimSuffix(strings.TrimPrefix(p, nodesPrefix+"/"), "/decommission"))
 	case p == metricsPath:
@@ -240,7 +249,7 @@ func (h *httpHandler) serve(w http.ResponseWriter, r *http.Request) (op string, 
 	return opUnknown, kv.Errorf(kv.CodeNotFound,
 		"unknown path %q: this server serves /v1/kv/{collection}/{key}, /v1/collections[/{name}], "+
 			"/v1/batch/{get,put,delete}, /v1/delete_range, /v1/scan/{collection}, /v1/tags/{collection}, "+
-			"/v1/watch/{collection}, /v1/txn[/...], /v1/groups[/...], /v1/cluster, /healthz and /metrics",
+			"/v1/watch/{collection}, /v1/txn[/...], /v1/groups[/...], /v1/cluster[/check], /healthz and /metrics",
 		clip(p))
 }
 
@@ -301,6 +310,53 @@ func (h *httpHandler) serveCluster(w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	writeJSON(w, http.StatusOK, st)
+	return nil
+}
+
+type consistencyCheckRequest struct {
+	Shards []uint64 `json:"shards"`
+}
+
+type consistencyCheckResponse struct {
+	// OK: every check found its replicas' sums equal and every replica
+	// answered.
+	OK     bool                  `json:"ok"`
+	Checks []kv.ConsistencyCheck `json:"checks"`
+}
+
+// serveConsistencyCheck answers POST /v1/cluster/check: {"shards": [ids]}
+// checks those shards, an empty body or no shards every shard. The answer
+// is 200 whatever the outcomes, {"ok": ..., "checks": [...]}, one per shard.
+func (h *httpHandler) serveConsistencyCheck(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodPost {
+		return methodNotAllowed(r, "POST")
+	}
+	var req consistencyCheckRequest
+	if r.ContentLength != 0 {
+		if err := decodeJSON(w, r, h.cfg.MaxBodySize, &req, "shards"); err != nil {
+			return err
+		}
+	}
+	for _, id := range req.Shards {
+		if id == 0 {
+			return kv.Errorf(kv.CodeInvalidArgument, "shard ids are positive integers; 0 names no shard")
+		}
+	}
+	c, ok := h.b.(kv.ConsistencyChecker)
+	if !ok {
+		return kv.Errorf(kv.CodeNotFound, "this server is not a cluster node")
+	}
+	checks, err := c.CheckConsistency(r.Context(), req.Shards)
+	if err != nil {
+		return err
+	}
+	resp := consistencyCheckResponse{OK: true, Checks: checks}
+	for _, c := range checks {
+		if c.Status != kv.ConsistencyOK {
+			resp.OK = false
+		}
+	}
+	writeJSON(w, http.StatusOK, resp)
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/groupkv/groupkv/internal/kv"
 )
@@ -22,6 +23,14 @@ type clusterFake struct {
 	split      []any
 	splitInfo  kv.CollectionInfo
 	splitError error
+	checked    [][]uint64
+	checks     []kv.ConsistencyCheck
+	checkErr   error
+}
+
+func (f *clusterFake) CheckConsistency(ctx context.Context, shards []uint64) ([]kv.ConsistencyCheck, error) {
+	f.checked = append(f.checked, shards)
+	return f.checks, f.checkErr
 }
 
 func (f *clusterFake) ClusterStatus(ctx context.Context) (kv.ClusterStatus, error) {
@@ -118,10 +127,52 @@ func TestHTTPClusterForms(t *testing.T) {
 		t.Fatalf("split of a missing collection: %d %v", code, out)
 	}
 
-	// A backend that is not a cluster node answers 404 for all three.
+	// POST /v1/cluster/check: the shards named, or none (every shard).
+	at := time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC)
+	f.checks = []kv.ConsistencyCheck{
+		{Shard: 1, ID: 7, Index: 40, Status: kv.ConsistencyOK, Replicas: []uint64{1, 2}, Sums: map[uint64]string{1: "aa", 2: "aa"}, By: 1, At: at},
+		{Shard: 3, Collection: "c", ID: 9, Index: 12, Status: kv.ConsistencyMismatch, Replicas: []uint64{1, 2, 3},
+			Sums: map[uint64]string{1: "aa", 2: "aa", 3: "bb"}, Mismatched: []uint64{3}, By: 1, At: at},
+	}
+	code, out = do("POST", "/v1/cluster/check", `{"shards": [3, 1]}`)
+	wantCheck := map[string]any{"ok": false, "checks": []any{
+		map[string]any{"shard": 1.0, "id": 7.0, "index": 40.0, "status": "ok", "replicas": []any{1.0, 2.0},
+			"sums": map[string]any{"1": "aa", "2": "aa"}, "by": 1.0, "at": "2026-12-06T09:00:00Z"},
+		map[string]any{"shard": 3.0, "collection": "c", "id": 9.0, "index": 12.0, "status": "mismatch", "replicas": []any{1.0, 2.0, 3.0},
+			"sums": map[string]any{"1": "aa", "2": "aa", "3": "bb"}, "mismatched": []any{3.0}, "by": 1.0, "at": "2026-12-06T09:00:00Z"},
+	}}
+	if code != 200 || !reflect.DeepEqual(out, wantCheck) || !reflect.DeepEqual(f.checked, [][]uint64{{3, 1}}) {
+		t.Fatalf("check of shards 3 and 1: %d %v, backend got %v", code, out, f.checked)
+	}
+	f.checks = f.checks[:1]
+	for _, body := range []string{"", `{}`, `{"shards": []}`} {
+		f.checked = nil
+		code, out := do("POST", "/v1/cluster/check", body)
+		if code != 200 || out["ok"] != true || len(f.checked) != 1 || len(f.checked[0]) != 0 {
+			t.Fatalf("check with body %q: %d %v, backend got %v, want every shard checked", body, code, out, f.checked)
+		}
+	}
+	f.checked = nil
+	for _, body := range []string{`{"shards": [0]}`, `{"shards": [-1]}`, `{"shards": "3"}`, `{"shard": 3}`, `[3]`} {
+		if code, out := do("POST", "/v1/cluster/check", body); code != 400 || errCode(out) != "invalid_argument" {
+			t.Fatalf("check %s: %d %v, want 400 invalid_argument", body, code, out)
+		}
+	}
+	if f.checked != nil {
+		t.Fatalf("the backend was asked %v after bad requests", f.checked)
+	}
+	if code, _ := do("GET", "/v1/cluster/check", ""); code != 405 {
+		t.Fatalf("GET /v1/cluster/check: %d, want 405", code)
+	}
+	f.checkErr = kv.Errorf(kv.CodeNotFound, "shard 99 not found")
+	if code, out := do("POST", "/v1/cluster/check", `{"shards": [99]}`); code != 404 || errCode(out) != "not_found" {
+		t.Fatalf("check of an unknown shard: %d %v", code, out)
+	}
+
+	// A backend that is not a cluster node answers 404 for all of these.
 	plain := httptest.NewServer(NewHTTPHandler(newHTTPFakeBackend(), HTTPConfig{}))
 	defer plain.Close()
-	for _, r := range []struct{ method, path string }{{"GET", "/v1/cluster"}, {"POST", "/v1/nodes/1/decommission"}} {
+	for _, r := range []struct{ method, path string }{{"GET", "/v1/cluster"}, {"POST", "/v1/nodes/1/decommission"}, {"POST", "/v1/cluster/check"}} {
 		req, _ := http.NewRequest(r.method, plain.URL+r.path, nil)
 		resp, err := plain.Client().Do(req)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -42,8 +43,8 @@ import (
 // The outcome is kept on the node that ran the check and sent to every
 // other member, so that cluster status on any node shows the last outcome
 // it knows of each shard. The leader of each shard checks it every
-// Options.ConsistencyInterval; CheckConsistency runs a check on demand
-// from any node.
+// Options.ConsistencyInterval; CheckShard and CheckConsistency run checks
+// on demand from any node.
 
 // DefaultConsistencyRate is how many bytes per second a replica reads
 // when it sums its shard for a consistency check, unless
@@ -52,11 +53,6 @@ const DefaultConsistencyRate = 8 << 20
 
 const (
 	consistencyService = "groupkv.peer.v1.Consistency"
-
-	// Outcomes of a check (ConsistencyResult.Status).
-	ConsistencyOK         = "ok"
-	ConsistencyMismatch   = "mismatch"
-	ConsistencyIncomplete = "incomplete"
 
 	// checksumApplyWait bounds how long a check waits for a replica to
 	// apply its entry; checksumWait, how long for it to apply the entry and
@@ -76,64 +72,6 @@ const (
 	reportTimeout = time.Second
 )
 
-// ConsistencyResult is the outcome of one consistency check of a shard.
-type ConsistencyResult struct {
-	Shard uint64 `json:"shard"`
-	// ID names the check's KindChecksum entry; Index is its log index (0:
-	// no replica answered).
-	ID    uint64 `json:"id"`
-	Index uint64 `json:"index,omitempty"`
-	// Status is ConsistencyOK, ConsistencyMismatch or ConsistencyIncomplete.
-	Status string `json:"status"`
-	// Replicas are the nodes asked, Sums their answers (hex) by node.
-	Replicas []uint64          `json:"replicas"`
-	Sums     map[uint64]string `json:"sums,omitempty"`
-	// Mismatched are the nodes whose sum is not the majority's (every node
-	// that answered when no sum has a majority).
-	Mismatched []uint64 `json:"mismatched,omitempty"`
-	// Missing are the nodes that did not answer; Errors says why, and
-	// names replicas whose node is unknown.
-	Missing []uint64 `json:"missing,omitempty"`
-	Errors  []string `json:"errors,omitempty"`
-	// By is the node that ran the check, At when it ended.
-	By uint64    `json:"by"`
-	At time.Time `json:"at"`
-}
-
-// Summary is the outcome as cluster status shows it: "ok", "mismatch: ..."
-// naming the diverged replicas, or "incomplete".
-func (r ConsistencyResult) Summary() string {
-	if r.Status != ConsistencyMismatch {
-		return r.Status
-	}
-	agree := make([]uint64, 0, len(r.Sums))
-	for id := range r.Sums {
-		if !contains(r.Mismatched, id) {
-			agree = append(agree, id)
-		}
-	}
-	sortIDs(agree)
-	if len(agree) == 0 {
-		return fmt.Sprintf("mismatch: at index %d %s disagree", r.Index, nodeList(r.Mismatched))
-	}
-	verb := "differs"
-	if len(r.Mismatched) > 1 {
-		verb = "differ"
-	}
-	return fmt.Sprintf("mismatch: at index %d %s %s from %s", r.Index, nodeList(r.Mismatched), verb, nodeList(agree))
-}
-
-func nodeList(ids []uint64) string {
-	s := make([]string, len(ids))
-	for i, id := range ids {
-		s[i] = fmt.Sprint(id)
-	}
-	if len(ids) == 1 {
-		return "node " + s[0]
-	}
-	return "nodes " + strings.Join(s, ", ")
-}
-
 func sortIDs(ids []uint64) { sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] }) }
 
 // consistencyState is a node's consistency check state: the sums its
@@ -150,7 +88,7 @@ type consistencyState struct {
 		// changed is closed and replaced when a checksum is added.
 		changed chan struct{}
 		// results are the last outcomes known here, by shard.
-		results map[uint64]ConsistencyResult
+		results map[uint64]kv.ConsistencyCheck
 	}
 }
 
@@ -172,7 +110,7 @@ func newConsistencyState(n *Node) *consistencyState {
 	}
 	st.mu.sums = make(map[uint64][]*shard.ChecksumJob)
 	st.mu.changed = make(chan struct{})
-	st.mu.results = make(map[uint64]ConsistencyResult)
+	st.mu.results = make(map[uint64]kv.ConsistencyCheck)
 	return st
 }
 
@@ -280,15 +218,95 @@ func (n *Node) awaitChecksum(ctx context.Context, shardID uint64, j *shard.Check
 	return j.Checksum, nil
 }
 
-// CheckConsistency runs a consistency check of shardID now: the replicas
-// sum their state at one log index and the sums are compared. An error
-// means the check could not be started (no leader, unknown shard); a
-// check that ran reports its outcome in the result, which is also recorded
-// for cluster status.
-func (n *Node) CheckConsistency(ctx context.Context, shardID uint64) (ConsistencyResult, error) {
+// CheckConsistency runs a consistency check of each of shards now, one
+// after the other, or of every shard of the cluster (the meta shard first,
+// then the collections' by name) when shards is empty
+// (kv.ConsistencyChecker). An unknown or repeated shard fails the call
+// before any check runs; a check that could not be started is answered as
+// incomplete with the reason in its Errors.
+func (n *Node) CheckConsistency(ctx context.Context, shards []uint64) ([]kv.ConsistencyCheck, error) {
+	all, colls := n.shardsByCollection()
+	if len(shards) == 0 {
+		shards = all
+	}
+	seen := make(map[uint64]bool, len(shards))
+	for _, id := range shards {
+		if _, ok := colls[id]; !ok {
+			return nil, kv.Errorf(kv.CodeNotFound, "shard %d not found: this node knows of shards %s", id, idRanges(all))
+		}
+		if seen[id] {
+			return nil, kv.Errorf(kv.CodeInvalidArgument, "shard %d is named twice", id)
+		}
+		seen[id] = true
+	}
+	out := make([]kv.ConsistencyCheck, 0, len(shards))
+	for _, id := range shards {
+		r, err := n.CheckShard(ctx, id)
+		if err != nil {
+			r = kv.ConsistencyCheck{Shard: id, Status: kv.ConsistencyIncomplete, By: n.id, At: time.Now(),
+				Errors: []string{"the check could not be run: " + err.Error()}}
+		}
+		r.Collection = colls[id]
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// shardsByCollection returns the ids of the cluster's shards as the catalog
+// here has them, the meta shard first and then each collection's in the
+// order of its name and its shards, and the collection of each ("" for the
+// meta shard).
+func (n *Node) shardsByCollection() ([]uint64, map[uint64]string) {
+	n.mu.RLock()
+	cs := make([]*cluster.CollectionDesc, 0, len(n.mu.catalog))
+	for _, c := range n.mu.catalog {
+		cs = append(cs, c)
+	}
+	n.mu.RUnlock()
+	sort.Slice(cs, func(i, j int) bool { return cs[i].Name < cs[j].Name })
+	ids := []uint64{cluster.MetaShardID}
+	colls := map[uint64]string{cluster.MetaShardID: ""}
+	for _, c := range cs {
+		for _, s := range c.Shards {
+			ids = append(ids, s.ID)
+			colls[s.ID] = c.Name
+		}
+	}
+	return ids, colls
+}
+
+// idRanges writes sorted ids compactly: "1, 3-6, 9".
+func idRanges(ids []uint64) string {
+	ids = slices.Clone(ids)
+	slices.Sort(ids)
+	var b strings.Builder
+	for i := 0; i < len(ids); {
+		j := i
+		for j+1 < len(ids) && ids[j+1] == ids[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		if j > i {
+			fmt.Fprintf(&b, "%d-%d", ids[i], ids[j])
+		} else {
+			fmt.Fprintf(&b, "%d", ids[i])
+		}
+		i = j + 1
+	}
+	return b.String()
+}
+
+// CheckShard runs a consistency check of shardID now: the replicas sum
+// their state at one log index and the sums are compared. An error means
+// the check could not be started (no leader, unknown shard); a check that
+// ran reports its outcome in the result, which is also recorded for
+// cluster status.
+func (n *Node) CheckShard(ctx context.Context, shardID uint64) (kv.ConsistencyCheck, error) {
 	ctx, done, err := n.begin(ctx)
 	if err != nil {
-		return ConsistencyResult{}, err
+		return kv.ConsistencyCheck{}, err
 	}
 	defer done()
 	// A check in flight ends when the node stops: Close waits for it.
@@ -306,23 +324,23 @@ func (n *Node) CheckConsistency(ctx context.Context, shardID uint64) (Consistenc
 		_, ok := n.mu.shards[shardID]
 		n.mu.RUnlock()
 		if !ok {
-			return ConsistencyResult{}, kv.Errorf(kv.CodeNotFound, "shard %d not found", shardID)
+			return kv.ConsistencyCheck{}, kv.Errorf(kv.CodeNotFound, "shard %d not found", shardID)
 		}
 	}
 	id := rand.Uint64() | 1 // never 0
 	res, err := n.propose(ctx, shardID, shard.EncodeChecksum(id))
 	if err != nil {
-		return ConsistencyResult{}, err
+		return kv.ConsistencyCheck{}, err
 	}
 	if res.Err != nil {
-		return ConsistencyResult{}, res.Err
+		return kv.ConsistencyCheck{}, res.Err
 	}
 	var index uint64
 	if res.Checksum != nil {
 		index = res.Checksum.Index // proposed here; unknown when forwarded
 	}
 	targets, unknown := n.checksumTargets(shardID)
-	out := ConsistencyResult{Shard: shardID, ID: id, Replicas: targets, By: n.id, Errors: unknown}
+	out := kv.ConsistencyCheck{Shard: shardID, ID: id, Replicas: targets, By: n.id, Errors: unknown}
 
 	type answer struct {
 		node uint64
@@ -372,12 +390,12 @@ func (n *Node) CheckConsistency(ctx context.Context, shardID uint64) (Consistenc
 	st := n.consistency()
 	st.checks.WithLabelValues(out.Status).Inc()
 	switch out.Status {
-	case ConsistencyMismatch:
+	case kv.ConsistencyMismatch:
 		st.mismatches.Inc()
 		n.log.Error("replica consistency check failed: replicas of a shard differ at the same log index",
 			"shard", shardID, "index", out.Index, "replicas", out.Replicas, "mismatched", out.Mismatched,
 			"sums", out.Sums, "summary", out.Summary())
-	case ConsistencyIncomplete:
+	case kv.ConsistencyIncomplete:
 		n.log.Warn("replica consistency check incomplete", "shard", shardID, "index", out.Index,
 			"replicas", out.Replicas, "missing", out.Missing, "errors", out.Errors)
 	default:
@@ -389,7 +407,7 @@ func (n *Node) CheckConsistency(ctx context.Context, shardID uint64) (Consistenc
 }
 
 // compareChecksums fills out's index, sums and status from the answers.
-func compareChecksums(out *ConsistencyResult, sums map[uint64]shard.Checksum) {
+func compareChecksums(out *kv.ConsistencyCheck, sums map[uint64]shard.Checksum) {
 	out.Sums = make(map[uint64]string, len(sums))
 	groups := map[string][]uint64{}
 	for node, c := range sums {
@@ -401,7 +419,7 @@ func compareChecksums(out *ConsistencyResult, sums map[uint64]shard.Checksum) {
 	}
 	switch {
 	case len(groups) > 1:
-		out.Status = ConsistencyMismatch
+		out.Status = kv.ConsistencyMismatch
 		var major []uint64
 		for _, g := range groups {
 			if 2*len(g) > len(sums) {
@@ -415,9 +433,9 @@ func compareChecksums(out *ConsistencyResult, sums map[uint64]shard.Checksum) {
 		}
 		sortIDs(out.Mismatched)
 	case len(out.Missing) > 0 || len(sums) == 0 || len(out.Errors) > 0:
-		out.Status = ConsistencyIncomplete
+		out.Status = kv.ConsistencyIncomplete
 	default:
-		out.Status = ConsistencyOK
+		out.Status = kv.ConsistencyOK
 	}
 }
 
@@ -450,7 +468,7 @@ func (n *Node) checksumTargets(shardID uint64) (nodes []uint64, unknown []string
 
 // recordConsistency keeps r as the last outcome known here of its shard,
 // unless a check at a later index is known already.
-func (n *Node) recordConsistency(r ConsistencyResult) {
+func (n *Node) recordConsistency(r kv.ConsistencyCheck) {
 	st := n.consistency()
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -462,7 +480,7 @@ func (n *Node) recordConsistency(r ConsistencyResult) {
 
 // LastConsistency returns the last outcome of a check of shardID known
 // here.
-func (n *Node) LastConsistency(shardID uint64) (ConsistencyResult, bool) {
+func (n *Node) LastConsistency(shardID uint64) (kv.ConsistencyCheck, bool) {
 	st := n.consistency()
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -484,7 +502,7 @@ func (n *Node) fillConsistency(shards []kv.ShardStatus) {
 }
 
 // reportConsistency sends r to every other member, best effort.
-func (n *Node) reportConsistency(ctx context.Context, r ConsistencyResult) {
+func (n *Node) reportConsistency(ctx context.Context, r kv.ConsistencyCheck) {
 	ctx, cancel := context.WithTimeout(ctx, reportTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -534,7 +552,7 @@ func (n *Node) checkLedShards() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), consistencyCheckTimeout)
-		if _, err := n.CheckConsistency(ctx, id); err != nil {
+		if _, err := n.CheckShard(ctx, id); err != nil {
 			n.log.Warn("could not run a replica consistency check", "shard", id, "err", err)
 		}
 		cancel()
@@ -562,7 +580,7 @@ type checksumResponse struct {
 }
 
 type consistencyReport struct {
-	Result ConsistencyResult `json:"result"`
+	Result kv.ConsistencyCheck `json:"result"`
 }
 
 type consistencyReportResponse struct{}

@@ -79,11 +79,11 @@ func TestConsistencyCheck(t *testing.T) {
 	// Every replica agrees, whichever node runs the check.
 	for _, id := range shards {
 		for _, tn := range c.nodes {
-			res, err := tn.n.CheckConsistency(ctx, id)
+			res, err := tn.n.CheckShard(ctx, id)
 			if err != nil {
 				t.Fatalf("node %d: shard %d: %v", tn.id, id, err)
 			}
-			if res.Status != ConsistencyOK || !slices.Equal(res.Replicas, all) || len(res.Sums) != 3 || res.Index == 0 || res.By != tn.id {
+			if res.Status != kv.ConsistencyOK || !slices.Equal(res.Replicas, all) || len(res.Sums) != 3 || res.Index == 0 || res.By != tn.id {
 				t.Fatalf("node %d: shard %d: %+v, want ok from nodes 1-3", tn.id, id, res)
 			}
 		}
@@ -119,11 +119,11 @@ func TestConsistencyCheck(t *testing.T) {
 	}
 
 	before := gatherValue(t, leader.n.opts.Registry, mismatchMetric)
-	res, err := leader.n.CheckConsistency(ctx, shardID)
+	res, err := leader.n.CheckShard(ctx, shardID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Status != ConsistencyMismatch || !slices.Equal(res.Mismatched, []uint64{victim.id}) {
+	if res.Status != kv.ConsistencyMismatch || !slices.Equal(res.Mismatched, []uint64{victim.id}) {
 		t.Fatalf("after the corruption: %+v, want a mismatch of node %d", res, victim.id)
 	}
 	summary := res.Summary()
@@ -145,11 +145,11 @@ func TestConsistencyCheck(t *testing.T) {
 		}
 	}
 	// From another node, too.
-	res, err = victim.n.CheckConsistency(ctx, shardID)
+	res, err = victim.n.CheckShard(ctx, shardID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Status != ConsistencyMismatch || !slices.Equal(res.Mismatched, []uint64{victim.id}) {
+	if res.Status != kv.ConsistencyMismatch || !slices.Equal(res.Mismatched, []uint64{victim.id}) {
 		t.Fatalf("run on node %d: %+v, want a mismatch of node %d", victim.id, res, victim.id)
 	}
 
@@ -167,16 +167,115 @@ func TestConsistencyCheck(t *testing.T) {
 		}
 	}
 	c.net.isolate(cut.id)
-	res, err = l.n.CheckConsistency(ctx, other)
+	res, err = l.n.CheckShard(ctx, other)
 	c.net.heal(cut.id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Status != ConsistencyIncomplete || !slices.Equal(res.Missing, []uint64{cut.id}) || len(res.Sums) != 2 {
+	if res.Status != kv.ConsistencyIncomplete || !slices.Equal(res.Missing, []uint64{cut.id}) || len(res.Sums) != 2 {
 		t.Fatalf("with node %d cut off: %+v, want incomplete", cut.id, res)
 	}
 	if got := statusConsistency(t, l.n)[other]; got != "incomplete" {
 		t.Errorf("status of shard %d: consistency %q, want incomplete", other, got)
+	}
+}
+
+// TestCheckConsistencyOfShards checks CheckConsistency, the on-demand
+// check of several shards: every shard of the cluster in the order of its
+// collection's name when none is named, the named ones in their order,
+// refusals of unknown and repeated shards before anything runs, and a
+// check that cannot be run (a node cut off from the others) answered as
+// incomplete with the reason.
+func TestCheckConsistencyOfShards(t *testing.T) {
+	c := startCluster(t, 3, func(o *Options) { o.ConsistencyInterval = -1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n2 := c.node(2).n
+	// "c" is created first, "b" second: the answer follows the names.
+	_, cShards := createCheckedCollection(ctx, t, c.node(1).n)
+	if _, err := n2.CreateCollection(ctx, kv.CollectionOptions{Name: "b", Shards: 1, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := n2.collection("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		for _, coll := range []string{"b", "c"} {
+			if _, err := c.nodes[i%3].n.Put(ctx, kv.PutRequest{Collection: coll, Key: []byte(fmt.Sprint("k", i)), Value: []byte("v")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	want := []uint64{cluster.MetaShardID, b.Shards[0].ID, cShards[1], cShards[2]}
+	wantColl := []string{"", "b", "c", "c"}
+	c.eventually(30*time.Second, "node 2 knows both collections", func() error {
+		if ids, _ := n2.shardsByCollection(); !slices.Equal(ids, want) {
+			return fmt.Errorf("shards %v, want %v", ids, want)
+		}
+		return nil
+	})
+
+	res, err := n2.CheckConsistency(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != len(want) {
+		t.Fatalf("%d outcomes, want %d: %+v", len(res), len(want), res)
+	}
+	for i, r := range res {
+		if r.Shard != want[i] || r.Collection != wantColl[i] || r.Status != kv.ConsistencyOK || len(r.Sums) != 3 || r.Index == 0 || r.By != 2 {
+			t.Errorf("outcome %d: %+v, want shard %d of %q ok with 3 sums, run by node 2", i, r, want[i], wantColl[i])
+		}
+	}
+
+	res, err = n2.CheckConsistency(ctx, []uint64{cShards[2], cluster.MetaShardID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 2 || res[0].Shard != cShards[2] || res[1].Shard != cluster.MetaShardID || res[0].Collection != "c" ||
+		res[0].Status != kv.ConsistencyOK || res[1].Status != kv.ConsistencyOK {
+		t.Fatalf("named shards: %+v, want shard %d of c then the meta shard, both ok", res, cShards[2])
+	}
+
+	for _, tc := range []struct {
+		shards []uint64
+		code   kv.Code
+		msg    string
+	}{
+		{[]uint64{cShards[1], 999}, kv.CodeNotFound, "shard 999 not found"},
+		{[]uint64{cShards[1], cShards[1]}, kv.CodeInvalidArgument, "named twice"},
+	} {
+		before := gatherValue(t, n2.opts.Registry, "groupkv_replica_consistency_checks_total")
+		_, err := n2.CheckConsistency(ctx, tc.shards)
+		if err == nil {
+			t.Errorf("shards %v: no error, want %s saying %q", tc.shards, tc.code, tc.msg)
+		} else if e := kv.AsError(err); e.Code != tc.code || !strings.Contains(e.Message, tc.msg) {
+			t.Errorf("shards %v: error %v, want %s saying %q", tc.shards, err, tc.code, tc.msg)
+		}
+		if after := gatherValue(t, n2.opts.Registry, "groupkv_replica_consistency_checks_total"); after != before {
+			t.Errorf("shards %v: %v checks ran before the refusal", tc.shards, after-before)
+		}
+	}
+
+	// Cut off, node 3 cannot get a check through raft: each shard's
+	// outcome is incomplete and says why.
+	c.net.isolate(3)
+	defer c.net.heal(3)
+	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+	defer cancelShort()
+	res, err = c.node(3).n.CheckConsistency(short, []uint64{cShards[1], cShards[2]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 2 {
+		t.Fatalf("cut off: %+v, want 2 outcomes", res)
+	}
+	for i, r := range res {
+		if r.Shard != cShards[1+i] || r.Status != kv.ConsistencyIncomplete || len(r.Errors) == 0 ||
+			!strings.HasPrefix(r.Errors[0], "the check could not be run: ") || r.Collection != "c" {
+			t.Errorf("cut off: outcome %d: %+v, want incomplete: the check could not be run", i, r)
+		}
 	}
 }
 
@@ -260,11 +359,11 @@ func TestConsistencyUnderWrites(t *testing.T) {
 	for round := 0; round < 4; round++ {
 		for _, id := range shards {
 			tn := c.nodes[(round+int(id))%3]
-			res, err := tn.n.CheckConsistency(ctx, id)
+			res, err := tn.n.CheckShard(ctx, id)
 			if err != nil {
 				t.Fatalf("node %d: shard %d: %v", tn.id, id, err)
 			}
-			if res.Status != ConsistencyOK || len(res.Sums) != 3 {
+			if res.Status != kv.ConsistencyOK || len(res.Sums) != 3 {
 				t.Fatalf("node %d: shard %d under writes: %+v, want ok from 3 replicas", tn.id, id, res)
 			}
 			checks++

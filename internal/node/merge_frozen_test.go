@@ -91,11 +91,11 @@ func (f *frozenMerge) finish(ctx context.Context, t *testing.T) {
 		tn.n.knobs.cutShard.Store(nil)
 	}
 	f.c.eventually(60*time.Second, "the replicas of the merged shard agree", func() error {
-		cr, err := f.lead.n.CheckConsistency(ctx, f.left)
+		cr, err := f.lead.n.CheckShard(ctx, f.left)
 		if err != nil {
 			return err
 		}
-		if cr.Status != ConsistencyOK {
+		if cr.Status != kv.ConsistencyOK {
 			t.Fatalf("consistency of shard %d: %+v", f.left, cr)
 		}
 		return nil

@@ -194,8 +194,8 @@ func TestClusterMerge(t *testing.T) {
 		}
 		d, _ := c.node(1).n.collection(coll)
 		for _, s := range d.Shards {
-			cr, err := c.node(1).n.CheckConsistency(ctx, s.ID)
-			if err != nil || cr.Status != ConsistencyOK {
+			cr, err := c.node(1).n.CheckShard(ctx, s.ID)
+			if err != nil || cr.Status != kv.ConsistencyOK {
 				t.Fatalf("consistency of shard %d: %+v, %v", s.ID, cr, err)
 			}
 		}
@@ -584,8 +584,8 @@ func TestClusterMergeSnapshotToLaggingNode(t *testing.T) {
 		})
 	}
 	c.eventually(60*time.Second, "the replicas of the merged shard agree", func() error {
-		cr, err := lead.n.CheckConsistency(ctx, left)
-		if err != nil || cr.Status != ConsistencyOK {
+		cr, err := lead.n.CheckShard(ctx, left)
+		if err != nil || cr.Status != kv.ConsistencyOK {
 			return fmt.Errorf("consistency of shard %d: %+v, %v", left, cr, err)
 		}
 		return nil
@@ -660,8 +660,8 @@ func TestClusterSplitSnapshotToLaggingNode(t *testing.T) {
 	}
 	for _, id := range []uint64{parent, child} {
 		c.eventually(60*time.Second, "the replicas agree", func() error {
-			cr, err := lead.n.CheckConsistency(ctx, id)
-			if err != nil || cr.Status != ConsistencyOK {
+			cr, err := lead.n.CheckShard(ctx, id)
+			if err != nil || cr.Status != kv.ConsistencyOK {
 				return fmt.Errorf("consistency of shard %d: %+v, %v", id, cr, err)
 			}
 			return nil

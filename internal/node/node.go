@@ -169,6 +169,7 @@ type Node struct {
 }
 
 var _ kv.Backend = (*Node)(nil)
+var _ kv.ConsistencyChecker = (*Node)(nil)
 
 // Open opens the node stored in opts.DataDir, creating it if needed, and
 // starts its raft groups. It returns before the shards have leaders; see

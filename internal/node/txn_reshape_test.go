@@ -38,8 +38,8 @@ func TestTxnBankWhileReshapingThreeNodes(t *testing.T) {
 	c.eventually(60*time.Second, "every replica is in place", func() error { return c.settledEverywhere("c") })
 	d, _ := n.collection("c")
 	for _, s := range d.Shards {
-		cr, err := n.CheckConsistency(ctx, s.ID)
-		if err != nil || cr.Status != ConsistencyOK {
+		cr, err := n.CheckShard(ctx, s.ID)
+		if err != nil || cr.Status != kv.ConsistencyOK {
 			t.Errorf("consistency of shard %d: %+v, %v", s.ID, cr, err)
 		}
 	}
