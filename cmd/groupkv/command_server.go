@@ -69,11 +69,23 @@ serves HTTP/JSON and gRPC on 127.0.0.1:7070 and listens for peers on
 				return err
 			}
 			fmt.Fprintf(os.Stderr, "groupkv node %d serving on %s (peers: %s), data in %s\n", s.Node.ID(), s.Addr(), s.PeerAddr(), cfg.Node.DataDir)
-			got := <-sig
-			cfg.Logger.Info("shutting down", "signal", got.String())
+			var failed error
+			select {
+			case got := <-sig:
+				cfg.Logger.Info("shutting down", "signal", got.String())
+			case <-s.Node.Failed():
+				// Fail-stop: a node that could not read or write its own
+				// state exits, and a supervisor's restart applies again
+				// what its raft logs hold.
+				failed = fmt.Errorf("node stopped serving: its storage failed: %v; restart it", s.Node.Failure())
+				cfg.Logger.Error("storage failed; shutting down", "err", s.Node.Failure())
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			return s.Close(ctx)
+			if err := s.Close(ctx); failed == nil {
+				return err
+			}
+			return failed
 		},
 	}
 	f := cmd.Flags()

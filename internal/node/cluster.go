@@ -211,6 +211,9 @@ func (n *Node) hasReplica(shardID uint64) bool {
 // retryable reports whether an operation refused for err may succeed on
 // another try shortly: the shard has no (known) leader, or it moved.
 func retryable(err error) bool {
+	if _, failed := errors.AsType[*replication.StorageFailedError](err); failed {
+		return false // this node stopped: no retry here will get through
+	}
 	switch kv.CodeOf(err) {
 	case kv.CodeNotLeader, kv.CodeUnavailable:
 		return true

@@ -722,9 +722,23 @@ func (n *Node) RunGC(ctx context.Context) {
 // millisecond of Apply).
 const gcChunkEntries = 500
 
+// Failed is closed when the node stopped serving on its own because its
+// storage failed (a write or read of its Pebble instance failed while
+// applying): rather than go on from state it could not read or write, the
+// node stops applying, answers every request unavailable, and should be
+// restarted, which applies again what its log holds. Failure says what
+// failed. Close does not close it.
+func (n *Node) Failed() <-chan struct{} { return n.host.Failed() }
+
+// Failure is the storage failure that stopped the node, or nil.
+func (n *Node) Failure() error { return n.host.Failure() }
+
 // Ready reports whether the node serves requests: the meta shard and every
 // local shard have a ready leader and the oracle issues timestamps.
 func (n *Node) Ready() error {
+	if err := n.host.Failure(); err != nil {
+		return kv.Errorf(kv.CodeUnavailable, "node %d stopped serving: its storage failed (%v); restart it", n.id, err)
+	}
 	n.mu.RLock()
 	ids := make([]uint64, 0, len(n.mu.replicas))
 	for id := range n.mu.replicas {

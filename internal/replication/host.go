@@ -287,6 +287,9 @@ type Host struct {
 		transfers map[uint64]uint64
 		nextID    uint64
 		stopped   bool
+		// failure is why the loop stopped on its own: the node's storage
+		// failed (nil: it did not, or not yet).
+		failure error
 		// started is set by Start: Stop of a host whose loop never ran
 		// has no loop to wait for.
 		started bool
@@ -324,12 +327,14 @@ type Host struct {
 	wake         chan struct{}
 	stop         chan struct{}
 	done         chan struct{}
+	// failed is closed when the loop stops because storage failed.
+	failed chan struct{}
 }
 
 // NewHost returns a Host with no groups; Start runs its loop.
 func NewHost(cfg Config) *Host {
 	cfg.ensureDefaults()
-	h := &Host{cfg: cfg, db: cfg.Engine.DB, changes: &shard.ChangeBuffer{}, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	h := &Host{cfg: cfg, db: cfg.Engine.DB, changes: &shard.ChangeBuffer{}, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), failed: make(chan struct{})}
 	h.seqVersions, _ = cfg.Versions.(SequencedVersionSource)
 	h.pendingSnaps = make(map[uint64]pendingSnap)
 	h.mu.groups = make(map[uint64]*group)
@@ -594,7 +599,7 @@ func (h *Host) enqueue(p *proposal) error {
 	h.mu.Lock()
 	if h.mu.stopped {
 		h.mu.Unlock()
-		return kv.Errorf(kv.CodeUnavailable, "node is shutting down")
+		return h.stoppedError()
 	}
 	h.mu.nextID++
 	p.id = h.mu.nextID
@@ -781,7 +786,7 @@ func (h *Host) ReadBarrier(ctx context.Context, shardID uint64) error {
 	h.mu.Lock()
 	if h.mu.stopped {
 		h.mu.Unlock()
-		return kv.Errorf(kv.CodeUnavailable, "node is shutting down")
+		return h.stoppedError()
 	}
 	h.mu.nextID++
 	r.id = h.mu.nextID
@@ -1103,6 +1108,35 @@ func (h *Host) Stop() {
 	}
 }
 
+// Failed is closed when the loop stopped on its own because the node's
+// storage failed (Failure says how); Stop does not close it.
+func (h *Host) Failed() <-chan struct{} { return h.failed }
+
+// Failure is the storage failure that stopped the loop, or nil.
+func (h *Host) Failure() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.mu.failure
+}
+
+// StorageFailedError is the answer of a Host stopped by a storage failure:
+// unavailable (errors.As finds Err), and not worth retrying here.
+type StorageFailedError struct {
+	Err *kv.Error
+}
+
+func (e *StorageFailedError) Error() string { return e.Err.Error() }
+func (e *StorageFailedError) Unwrap() error { return e.Err }
+
+// stoppedError is the answer to a request the stopped loop will not serve
+// (h.mu held).
+func (h *Host) stoppedError() error {
+	if h.mu.failure != nil {
+		return &StorageFailedError{kv.Errorf(kv.CodeUnavailable, "node stopped serving: its storage failed (%v); it serves again once restarted", h.mu.failure)}
+	}
+	return kv.Errorf(kv.CodeUnavailable, "node is shutting down")
+}
+
 // gatherWait bounds how long a cycle waits for the clients it just answered
 // to send their next proposals: about a tenth of an fsync, so that under
 // load an fsync carries most of the proposals in flight instead of half of
@@ -1166,7 +1200,9 @@ func (h *Host) run() {
 			h.cfg.Logger.Error("replication cycle failed; stopping the node's raft groups", "err", err)
 			h.mu.Lock()
 			h.mu.stopped = true
+			h.mu.failure = err
 			h.mu.Unlock()
+			close(h.failed)
 			h.shutdown()
 			return
 		}
@@ -1184,7 +1220,13 @@ func (h *Host) shutdown() {
 	h.mu.queue = nil
 	groups := h.mu.groups
 	h.mu.Unlock()
-	fail := outcome{err: kv.Errorf(kv.CodeUnavailable, "node is shutting down")}
+	h.mu.Lock()
+	fail := outcome{err: h.stoppedError()}
+	unknown := kv.Errorf(kv.CodeCommitUnknown, "node shut down before the write was applied; it may or may not have been")
+	if h.mu.failure != nil {
+		unknown = kv.Errorf(kv.CodeCommitUnknown, "the node's storage failed before the write was applied; it may or may not have been")
+	}
+	h.mu.Unlock()
 	for _, p := range queue {
 		p.answer(fail)
 	}
@@ -1206,7 +1248,7 @@ func (h *Host) shutdown() {
 		}
 		for _, p := range g.inflight {
 			// The entry may still commit at a later start: its outcome is unknown.
-			p.answer(outcome{err: kv.Errorf(kv.CodeCommitUnknown, "node shut down before the write was applied; it may or may not have been")})
+			p.answer(outcome{err: unknown})
 		}
 		g.inflight = map[uint64]*proposal{}
 		g.mu.Lock()

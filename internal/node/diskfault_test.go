@@ -1,0 +1,505 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+
+	"github.com/groupkv/groupkv/internal/kv"
+)
+
+// readFaults fails reads of table files (sstables) with EIO, each with
+// probability p, while it is on: a disk that returns errors for some of
+// its blocks.
+type readFaults struct {
+	on       atomic.Bool
+	injected atomic.Int64
+
+	mu  sync.Mutex
+	rng *rand.Rand
+	p   float64
+}
+
+func (f *readFaults) String() string { return fmt.Sprintf("EIO on sstable reads, p=%v", f.p) }
+
+func (f *readFaults) MaybeError(op errorfs.Op) error {
+	if !f.on.Load() || (op.Kind != errorfs.OpFileRead && op.Kind != errorfs.OpFileReadAt) || !strings.HasSuffix(op.Path, ".sst") {
+		return nil
+	}
+	f.mu.Lock()
+	hit := f.rng.Float64() < f.p
+	f.mu.Unlock()
+	if !hit {
+		return nil
+	}
+	f.injected.Add(1)
+	return fmt.Errorf("injected read fault on %s: %w", op.Path, syscall.EIO)
+}
+
+// faultRecord is what a key of TestReadFaultsAnswerErrorsNotWrongData holds.
+type faultRecord struct {
+	value   []byte
+	tags    []string
+	version uint64
+}
+
+// TestReadFaultsAnswerErrorsNotWrongData stores records in sstables, reopens
+// the node with cold caches on a disk that fails sstable reads at random,
+// and reads them every way a client can (get, batch get, scan forward and
+// back, tag queries, transaction reads): every answer must be the stored
+// data or an error; never a record missing, a key reported absent, or a
+// scan or query cut short. With the faults off again every read must be
+// right (a failed read leaves no damage behind).
+func TestReadFaultsAnswerErrorsNotWrongData(t *testing.T) {
+	seed := crashSeed(t)
+	t.Logf("seed %d (replay with GROUPKV_SEED=%d)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	faults := &readFaults{rng: rand.New(rand.NewPCG(seed, 2)), p: 0.05}
+	fs := errorfs.Wrap(vfs.NewMem(), faults)
+	crashMakeDir(t, fs, "/data")
+	// No latest cache: reads of the latest values go to Pebble.
+	opts := Options{DataDir: "/data", FS: fs, TickInterval: 10 * time.Millisecond, LatestCacheBytes: -1,
+		ConsistencyInterval: -1, Logger: crashLogger()}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	n := crashOpen(t, seed, opts)
+	crashCreate(t, seed, n, kv.CollectionOptions{Name: "c", Shards: 4})
+	const numKeys = 600
+	want := map[string]faultRecord{}
+	keys := make([]string, numKeys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("key-%04d", i)
+	}
+	var items []kv.PutItem
+	for i, k := range keys {
+		value := bytes.Repeat([]byte{byte('a' + i%26)}, 1024+rng.IntN(2048))
+		tags := []string{"all", fmt.Sprintf("g%d", i%7)}
+		items = append(items, kv.PutItem{Collection: "c", Key: []byte(k), Value: value, Tags: tags})
+		if len(items) == 50 || i == len(keys)-1 {
+			res, err := n.BatchPut(ctx, items)
+			if err != nil {
+				t.Fatalf("seed %d: batch put: %v", seed, err)
+			}
+			for j, it := range items {
+				want[string(it.Key)] = faultRecord{it.Value, it.Tags, res[j].Version}
+			}
+			items = items[:0]
+		}
+	}
+	// Every eleventh key deleted: absent keys must read absent, too.
+	for i := 0; i < numKeys; i += 11 {
+		if _, err := n.Delete(ctx, kv.DeleteRequest{Collection: "c", Key: []byte(keys[i])}); err != nil {
+			t.Fatalf("seed %d: delete: %v", seed, err)
+		}
+		delete(want, keys[i])
+	}
+	if err := n.eng.DB.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.eng.DB.Compact(ctx, []byte{0}, bytes.Repeat([]byte{0xff}, 64), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	n = crashOpen(t, seed, opts)
+	defer n.Close()
+	var (
+		okReads, failedReads int
+		failures             []string
+	)
+	fail := func(format string, args ...any) {
+		if len(failures) < 20 {
+			failures = append(failures, fmt.Sprintf(format, args...))
+		}
+	}
+	checkRecord := func(what string, key []byte, found bool, rec kv.Record) {
+		w, ok := want[string(key)]
+		switch {
+		case ok != found:
+			fail("%s %s: found %v, want %v", what, key, found, ok)
+		case ok && (!bytes.Equal(rec.Value, w.value) || !slices.Equal(rec.Tags, w.tags) || rec.Version != w.version):
+			fail("%s %s: %d bytes, tags %v, version %d; want %d bytes, tags %v, version %d",
+				what, key, len(rec.Value), rec.Tags, rec.Version, len(w.value), w.tags, w.version)
+		}
+	}
+	// checkList checks the records of a scan or tag query against the keys
+	// that should be there, in order.
+	checkList := func(what string, got []kv.Record, wantKeys []string) {
+		gotKeys := make([]string, len(got))
+		for i, r := range got {
+			gotKeys[i] = string(r.Key)
+			checkRecord(what, r.Key, true, r)
+		}
+		if !slices.Equal(gotKeys, wantKeys) {
+			fail("%s: %d records, want %d (first missing or extra near %s)", what, len(gotKeys), len(wantKeys), firstDiff(gotKeys, wantKeys))
+		}
+	}
+	var sample []string
+	readError := func(what string, err error) {
+		failedReads++
+		if len(sample) < 3 {
+			sample = append(sample, fmt.Sprintf("%s: %v", what, err))
+		}
+		if c := kv.CodeOf(err); c == kv.CodeNotFound || c == kv.CodeInvalidArgument {
+			fail("%s: a read fault answered as %v", what, err)
+		}
+	}
+	present := slices.Sorted(func(yield func(string) bool) {
+		for k := range want {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	withTag := func(tag string) []string {
+		var out []string
+		for _, k := range present {
+			if slices.Contains(want[k].tags, tag) {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+
+	// readAll reads with one of the ways a client can, chosen by op.
+	readAll := func(op int) {
+		switch op {
+		case 0: // get
+			k := keys[rng.IntN(numKeys)]
+			rec, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte(k)})
+			switch {
+			case kv.CodeOf(err) == kv.CodeNotFound:
+				okReads++
+				checkRecord("get", []byte(k), false, rec)
+			case err != nil:
+				readError("get "+k, err)
+			default:
+				okReads++
+				checkRecord("get", []byte(k), true, rec)
+			}
+		case 1: // batch get
+			var refs []kv.KeyRef
+			for range 10 {
+				refs = append(refs, kv.KeyRef{Collection: "c", Key: []byte(keys[rng.IntN(numKeys)])})
+			}
+			res, err := n.BatchGet(ctx, refs)
+			if err != nil {
+				readError("batch get", err)
+				return
+			}
+			okReads++
+			if len(res.Items) != len(refs) {
+				fail("batch get: %d items for %d keys", len(res.Items), len(refs))
+				return
+			}
+			for _, it := range res.Items {
+				checkRecord("batch get", it.Key, it.Found, kv.Record{Key: it.Key, Value: it.Value, Tags: it.Tags, Version: it.Version})
+			}
+		case 2, 3: // scan, forward or back, in pages
+			reverse := op == 3
+			var got []kv.Record
+			page := ""
+			for {
+				res, err := n.Scan(ctx, kv.ScanRequest{Collection: "c", Limit: 100, Reverse: reverse, Page: page})
+				if err != nil {
+					readError(fmt.Sprintf("scan (reverse %v)", reverse), err)
+					return
+				}
+				got = append(got, res.Items...)
+				if page = res.NextPage; page == "" {
+					break
+				}
+			}
+			okReads++
+			wantKeys := present
+			if reverse {
+				wantKeys = slices.Clone(present)
+				slices.Reverse(wantKeys)
+			}
+			checkList(fmt.Sprintf("scan (reverse %v)", reverse), got, wantKeys)
+		case 4: // tag query
+			tag := fmt.Sprintf("g%d", rng.IntN(7))
+			var got []kv.Record
+			page := ""
+			for {
+				res, err := n.GetByTags(ctx, kv.TagQuery{Collection: "c", All: []string{tag}, Limit: 100, Page: page})
+				if err != nil {
+					readError("tag query "+tag, err)
+					return
+				}
+				got = append(got, res.Items...)
+				if page = res.NextPage; page == "" {
+					break
+				}
+			}
+			okReads++
+			slices.SortFunc(got, func(a, b kv.Record) int { return bytes.Compare(a.Key, b.Key) })
+			checkList("tag query "+tag, got, withTag(tag))
+		case 5: // reads in a serializable transaction
+			id, err := n.BeginTxn(ctx, kv.TxnOptions{})
+			if err != nil {
+				readError("begin", err)
+				return
+			}
+			defer n.AbortTxn(ctx, id)
+			for range 5 {
+				k := keys[rng.IntN(numKeys)]
+				rec, found, err := n.TxnGet(ctx, id, kv.KeyRef{Collection: "c", Key: []byte(k)})
+				if err != nil {
+					readError("txn get "+k, err)
+					return
+				}
+				okReads++
+				checkRecord("txn get", []byte(k), found, rec)
+			}
+		}
+	}
+
+	faults.on.Store(true)
+	for range 400 {
+		readAll(rng.IntN(6))
+	}
+	faults.on.Store(false)
+	injected := faults.injected.Load()
+	t.Logf("with faults: %d reads answered, %d failed, %d faults injected; failures such as %q", okReads, failedReads, injected, sample)
+	if injected == 0 || failedReads == 0 || okReads == 0 {
+		t.Errorf("seed %d: %d faults injected, %d reads failed, %d answered: the test tested nothing", seed, injected, failedReads, okReads)
+	}
+	// Without faults, every way of reading answers, and answers right.
+	failedReads = 0
+	for op := range 6 {
+		for range 3 {
+			readAll(op)
+		}
+	}
+	if failedReads > 0 {
+		fail("%d reads failed after the faults ended", failedReads)
+	}
+	for _, f := range failures {
+		t.Errorf("seed %d: %s", seed, f)
+	}
+}
+
+// firstDiff names the first key where two sorted key lists differ.
+func firstDiff(a, b []string) string {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return fmt.Sprintf("%q / %q", a[i], b[i])
+		}
+	}
+	if len(a) > len(b) {
+		return fmt.Sprintf("%q (extra)", a[len(b)])
+	}
+	if len(b) > len(a) {
+		return fmt.Sprintf("%q (missing)", b[len(a)])
+	}
+	return "nowhere"
+}
+
+// TestReadFaultsDuringWrites writes while sstable reads fail at random (a
+// write reads the record it replaces, for its tags), then crashes the node
+// (unsynced data dropped) and restarts it without faults: every
+// acknowledged write must be there (or a later attempt on its key), and the
+// tag index must agree with the records. A node that cannot read while it
+// applies stops (Failed), says why, and answers every request unavailable
+// at once until it is restarted. Rounds, each on what the last left, until
+// three stopped the node (a round that did not makes faults likelier).
+func TestReadFaultsDuringWrites(t *testing.T) {
+	seed := crashSeed(t)
+	t.Logf("seed %d (replay with GROUPKV_SEED=%d)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	faults := &readFaults{rng: rand.New(rand.NewPCG(seed, 2)), p: 0.01}
+	mem := vfs.NewCrashableMem()
+	crashMakeDir(t, mem, "/data")
+	opts := Options{DataDir: "/data", FS: errorfs.Wrap(mem, faults), TickInterval: 10 * time.Millisecond, LatestCacheBytes: -1,
+		ConsistencyInterval: -1, Logger: crashLogger()}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	const (
+		maxRounds = 10
+		numKeys   = 200
+		writers   = 4
+		perKey    = numKeys / writers
+		tagsN     = 5
+	)
+	// attempt is one write of a key, in the order its writer made them.
+	type attempt struct {
+		value   string
+		tags    []string
+		version uint64 // 0: not acknowledged (failed, or unknown)
+	}
+	history := make([][]attempt, numKeys) // by key index
+	key := func(i int) string { return fmt.Sprintf("key-%04d", i) }
+	tagsOf := func(g int) []string { return []string{"all", fmt.Sprintf("g%d", g)} }
+
+	n := crashOpen(t, seed, opts)
+	crashCreate(t, seed, n, kv.CollectionOptions{Name: "c", Shards: 2})
+	for i := range numKeys {
+		a := attempt{value: fmt.Sprintf("%s-initial-%s", key(i), strings.Repeat("x", 1024)), tags: tagsOf(rng.IntN(tagsN))}
+		v, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte(key(i)), Value: []byte(a.value), Tags: a.tags})
+		if err != nil {
+			t.Fatalf("seed %d: put: %v", seed, err)
+		}
+		a.version = v
+		history[i] = append(history[i], a)
+	}
+
+	var stops int
+	for round := 0; round < maxRounds && stops < 3; round++ {
+		// The records in sstables, the caches cold: writes read the disk.
+		if err := n.eng.DB.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.eng.DB.Compact(ctx, []byte{0}, bytes.Repeat([]byte{0xff}, 64), false); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Close(); err != nil {
+			t.Fatal(err)
+		}
+		n = crashOpen(t, seed, opts)
+
+		faults.injected.Store(0)
+		faults.on.Store(true)
+		var (
+			wg            sync.WaitGroup
+			acked, failed atomic.Int64
+			mu            sync.Mutex
+			unexpected    []string
+		)
+		for w := range writers {
+			wrng := rand.New(rand.NewPCG(seed, uint64(100*round+w+10)))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for op := range 60 {
+					i := w*perKey + wrng.IntN(perKey) // each writer owns its keys
+					a := attempt{value: fmt.Sprintf("%s-r%d-w%d-%d-%s", key(i), round, w, op, strings.Repeat("y", wrng.IntN(2048))),
+						tags: tagsOf(wrng.IntN(tagsN))}
+					v, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte(key(i)), Value: []byte(a.value), Tags: a.tags})
+					if err == nil {
+						a.version = v
+						acked.Add(1)
+					} else {
+						failed.Add(1)
+						if c := kv.CodeOf(err); c != kv.CodeUnavailable && c != kv.CodeCommitUnknown && c != kv.CodeInternal {
+							mu.Lock()
+							unexpected = append(unexpected, fmt.Sprintf("put %s: %v", key(i), err))
+							mu.Unlock()
+						}
+					}
+					mu.Lock()
+					history[i] = append(history[i], a)
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		faults.on.Store(false)
+		for _, u := range unexpected {
+			t.Errorf("seed %d round %d: %s", seed, round, u)
+		}
+		stopped := false
+		select {
+		case <-n.Failed():
+			stopped = true
+			stops++
+			// It says why, and answers at once, without trying.
+			if err := n.Ready(); err == nil || !strings.Contains(err.Error(), "storage failed") {
+				t.Errorf("seed %d round %d: stopped node's Ready: %v, want its storage failure", seed, round, err)
+			}
+			_, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte(key(0)), Value: []byte("late")})
+			if kv.CodeOf(err) != kv.CodeUnavailable || !strings.Contains(err.Error(), "storage failed") {
+				t.Errorf("seed %d round %d: put on the stopped node: %v, want unavailable: storage failed", seed, round, err)
+			}
+			if _, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte(key(0))}); kv.CodeOf(err) != kv.CodeUnavailable {
+				t.Errorf("seed %d round %d: get on the stopped node: %v, want unavailable", seed, round, err)
+			}
+		default:
+			faults.mu.Lock()
+			faults.p = min(1, 3*faults.p)
+			faults.mu.Unlock()
+		}
+		t.Logf("round %d: %d faults injected, %d writes acknowledged, %d failed; node stopped: %v (%v)",
+			round, faults.injected.Load(), acked.Load(), failed.Load(), stopped, n.Failure())
+
+		crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: rand.New(rand.NewPCG(seed, uint64(1000+round)))})
+		n.Close() // may report the failure that stopped it
+		mem = crashed
+		opts.FS = errorfs.Wrap(mem, faults)
+		n = crashOpen(t, seed, opts)
+
+		// Each key holds its last acknowledged write or a later attempt.
+		holds := map[string][]string{} // tag -> keys, as the records say
+		for i := range numKeys {
+			rec, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte(key(i))})
+			if err != nil {
+				t.Fatalf("seed %d round %d: get %s after the restart: %v", seed, round, key(i), err)
+			}
+			h := history[i]
+			last := 0
+			for j, a := range h {
+				if a.version != 0 {
+					last = j
+				}
+			}
+			found := -1
+			for j := last; j < len(h); j++ {
+				if string(rec.Value) == h[j].value && slices.Equal(rec.Tags, h[j].tags) {
+					found = j
+				}
+			}
+			if found < 0 || rec.Version < h[last].version {
+				t.Fatalf("seed %d round %d: %s holds %.40q (tags %v, version %d); want its write acknowledged at version %d (%.40q) or a later attempt",
+					seed, round, key(i), rec.Value, rec.Tags, rec.Version, h[last].version, h[last].value)
+			}
+			// What it holds is what later rounds must find.
+			h[found].version = rec.Version
+			history[i] = h[:found+1]
+			for _, tag := range rec.Tags {
+				holds[tag] = append(holds[tag], key(i))
+			}
+		}
+		// The tag index agrees with the records.
+		for g := range tagsN {
+			tag := fmt.Sprintf("g%d", g)
+			var got []string
+			page := ""
+			for {
+				res, err := n.GetByTags(ctx, kv.TagQuery{Collection: "c", All: []string{tag}, Limit: 100, Page: page})
+				if err != nil {
+					t.Fatalf("seed %d round %d: tag query %s: %v", seed, round, tag, err)
+				}
+				for _, r := range res.Items {
+					got = append(got, string(r.Key))
+				}
+				if page = res.NextPage; page == "" {
+					break
+				}
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, holds[tag]) {
+				t.Errorf("seed %d round %d: tag %s lists %d keys, the records %d (first difference at %s)",
+					seed, round, tag, len(got), len(holds[tag]), firstDiff(got, holds[tag]))
+			}
+		}
+	}
+	n.Close()
+	if stops == 0 {
+		t.Errorf("seed %d: no round stopped the node: the faults never reached a write", seed)
+	}
+}
