@@ -630,6 +630,71 @@ func groupTransfer(ctx context.Context, n *Node, id string, a, b kv.KeyRef) erro
 	return err
 }
 
+// TestPlainWriteOfAGhostHeldKey: a late J of a group that no longer exists
+// (a retry that arrived after the group was refused or deleted) yields its
+// key to that ghost until the group's leader answers the JA with a D. A
+// plain put or delete of the key meanwhile waits for the release and
+// succeeds; it is never answered that the ghost group does not exist.
+func TestPlainWriteOfAGhostHeldKey(t *testing.T) {
+	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond})
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionRange}); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := n.collection("c")
+	s := group.ShardID(d.Shards[0].ID)
+	// The leader's Ds are held back for a while: the ghost holds its key.
+	var release atomic.Bool
+	var held atomic.Int32
+	hook := func(m group.Message) bool {
+		if m.Type == group.MsgD && !release.Load() {
+			held.Add(1)
+			return true
+		}
+		return false
+	}
+	n.groups.sent.Store(&hook)
+	for _, k := range []string{"put-me", "delete-me", "read-me"} {
+		if k != "put-me" {
+			if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte(k), Value: []byte("v")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		j := group.EncodeMessage(group.Message{Type: group.MsgJ, From: s, To: s, Group: group.Ref{ID: "ghost", Leader: s, Inc: 1},
+			Key: group.Key{Collection: d.ID, Key: k}})
+		n.deliverGroupMessages(ctx, &groupMessages{Messages: [][]byte{j}})
+	}
+	ghostHolds := func(k string) bool { return n.groupHolding(uint64(s), d.ID, []byte(k)) == "ghost" }
+	deadline := time.Now().Add(10 * time.Second)
+	for !ghostHolds("put-me") || !ghostHolds("delete-me") || !ghostHolds("read-me") || held.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the ghost does not hold both keys (put-me %v, delete-me %v), %d Ds held", ghostHolds("put-me"), ghostHolds("delete-me"), held.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// A read of a key the ghost holds reads its value.
+	if rec, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte("read-me")}); err != nil || string(rec.Value) != "v" {
+		t.Fatalf("read of a key a ghost holds: %+v %v", rec, err)
+	}
+	// The writes meet the ghost; the Ds go out while they retry.
+	time.AfterFunc(100*time.Millisecond, func() { release.Store(true) })
+	v, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte("put-me"), Value: []byte("mine")})
+	if err != nil {
+		t.Fatalf("put of a key a ghost holds: %v", err)
+	}
+	if rec, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte("put-me")}); err != nil || string(rec.Value) != "mine" || rec.Version != v {
+		t.Fatalf("read after the put: %+v %v", rec, err)
+	}
+	if _, err := n.Delete(ctx, kv.DeleteRequest{Collection: "c", Key: []byte("delete-me")}); err != nil {
+		t.Fatalf("delete of a key a ghost holds: %v", err)
+	}
+	if _, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte("delete-me")}); kv.CodeOf(err) != kv.CodeNotFound {
+		t.Fatalf("read after the delete: %v, want not_found", err)
+	}
+}
+
 // TestGroupDuplicateJoin: a J delivered twice at once (a retry racing the
 // first) yields the key once and refuses nothing: the second is not
 // answered "locked" because of the first one's yield.

@@ -876,6 +876,14 @@ func (n *Node) handleGroupOwner(ctx context.Context, req *groupOwnerRequest) (*g
 // groupPlainWrite writes one member key, refused by its home shard with
 // key_in_group, through its group: a one-key group transaction, which
 // reads the key first when the write is conditional.
+// groupGoneError is an answer of groupPlainWrite: the key is in no group
+// any more, or in one that no longer exists; the plain write is to be
+// tried again (plainOrGroupWrite). Its Err is unavailable.
+type groupGoneError struct{ Err *kv.Error }
+
+func (e *groupGoneError) Error() string { return e.Err.Error() }
+func (e *groupGoneError) Unwrap() error { return e.Err }
+
 func (n *Node) groupPlainWrite(ctx context.Context, homeShard uint64, ref kv.KeyRef, value []byte, tags []string, del bool, ifVersion *uint64, mustExist bool) (uint64, error) {
 	k, _, err := n.groupKey(ctx, ref)
 	if err != nil {
@@ -892,11 +900,16 @@ func (n *Node) groupPlainWrite(ctx context.Context, homeShard uint64, ref kv.Key
 	}
 	owner := out.(*groupOwnerResponse)
 	if owner.Group == "" {
-		return 0, kv.Errorf(kv.CodeUnavailable, "key %q left its group while being written; retry", ref.Key)
+		return 0, &groupGoneError{kv.Errorf(kv.CodeUnavailable, "key %q left its group while being written; retry", ref.Key)}
 	}
 	var retryOf string
 	for attempt := 0; ; attempt++ {
 		s, err := n.beginGroupTxn(ctx, owner.Group, kv.TxnOptions{RetryOf: retryOf}, false)
+		if kv.CodeOf(err) == kv.CodeNotFound && attempt == 0 {
+			// The key is yielded to a group that no longer exists: a late
+			// join of a group refused or deleted, which its leader undoes.
+			return 0, &groupGoneError{kv.Errorf(kv.CodeUnavailable, "key %q is held by group %q, which no longer exists, until the group's leader releases it; retry", ref.Key, owner.Group)}
+		}
 		if err != nil {
 			return 0, err
 		}

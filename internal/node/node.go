@@ -1097,12 +1097,36 @@ func (n *Node) Put(ctx context.Context, req kv.PutRequest) (uint64, error) {
 	}
 	hasCond, cond := condOf(req.IfVersion)
 	cmd := shard.EncodeWrite([]shard.Op{{Type: shard.OpPut, Bucket: bucket, Key: req.Key, Value: req.Value, Tags: req.Tags, HasCond: hasCond, CondVersion: cond}})
-	v, err := n.writeRouted(ctx, shardID, n.rerouter(d, bucket, req.Key), cmd)
-	if kv.CodeOf(err) == kv.CodeKeyInGroup {
+	ref := kv.KeyRef{Collection: req.Collection, Key: req.Key}
+	return n.plainOrGroupWrite(ctx, func() (uint64, error) {
+		return n.writeRouted(ctx, shardID, n.rerouter(d, bucket, req.Key), cmd)
+	}, func() (uint64, error) {
 		// A member of a group: written by the group's leader (group_txn.go).
-		return n.groupPlainWrite(ctx, shardID, kv.KeyRef{Collection: req.Collection, Key: req.Key}, req.Value, req.Tags, false, req.IfVersion, false)
+		return n.groupPlainWrite(ctx, shardID, ref, req.Value, req.Tags, false, req.IfVersion, false)
+	})
+}
+
+// plainOrGroupWrite runs plain, the plain write of one key; when its shard
+// answers that the key belongs to a group, it runs grp, the same write by
+// the group's leader. When that finds the key in no group or in one that
+// no longer exists (a late join of a group refused or deleted meanwhile,
+// which the group protocol undoes within a few messages), the plain write
+// runs again, after a backoff, within the retry window.
+func (n *Node) plainOrGroupWrite(ctx context.Context, plain, grp func() (uint64, error)) (uint64, error) {
+	deadline := time.Now().Add(n.retryWindow())
+	for attempt := 0; ; attempt++ {
+		v, err := plain()
+		if kv.CodeOf(err) != kv.CodeKeyInGroup {
+			return v, err
+		}
+		v, err = grp()
+		if _, gone := errors.AsType[*groupGoneError](err); !gone {
+			return v, err
+		}
+		if berr := backoff(ctx, attempt, deadline, err); berr != nil {
+			return 0, berr
+		}
 	}
-	return v, err
 }
 
 // validatePut checks the key, value and tags of a put.
@@ -1270,11 +1294,12 @@ func (n *Node) Delete(ctx context.Context, req kv.DeleteRequest) (uint64, error)
 	}
 	hasCond, cond := condOf(req.IfVersion)
 	cmd := shard.EncodeWrite([]shard.Op{{Type: shard.OpDelete, Bucket: bucket, Key: req.Key, HasCond: hasCond, CondVersion: cond, MustExist: true}})
-	v, err := n.writeRouted(ctx, shardID, n.rerouter(d, bucket, req.Key), cmd)
-	if kv.CodeOf(err) == kv.CodeKeyInGroup {
-		return n.groupPlainWrite(ctx, shardID, kv.KeyRef{Collection: req.Collection, Key: req.Key}, nil, nil, true, req.IfVersion, true)
-	}
-	return v, err
+	ref := kv.KeyRef{Collection: req.Collection, Key: req.Key}
+	return n.plainOrGroupWrite(ctx, func() (uint64, error) {
+		return n.writeRouted(ctx, shardID, n.rerouter(d, bucket, req.Key), cmd)
+	}, func() (uint64, error) {
+		return n.groupPlainWrite(ctx, shardID, ref, nil, nil, true, req.IfVersion, true)
+	})
 }
 
 func (n *Node) write(ctx context.Context, shardID uint64, cmd []byte) (uint64, error) {
