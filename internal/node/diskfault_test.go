@@ -638,3 +638,109 @@ func TestTableWriteFaultsLoseNothing(t *testing.T) {
 		}
 	}
 }
+
+// bitRotFS flips a bit in every block read from a table file (sstable)
+// while it is on: data damaged on disk, which Pebble's checksums catch.
+type bitRotFS struct {
+	vfs.FS
+	on    atomic.Bool
+	flips atomic.Int64
+}
+
+func (fs *bitRotFS) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
+	f, err := fs.FS.Open(name, opts...)
+	if err != nil || !strings.HasSuffix(name, ".sst") {
+		return f, err
+	}
+	return &bitRotFile{File: f, fs: fs}, nil
+}
+
+type bitRotFile struct {
+	vfs.File
+	fs *bitRotFS
+}
+
+func (f *bitRotFile) ReadAt(p []byte, off int64) (int, error) {
+	n, err := f.File.ReadAt(p, off)
+	if n > 0 && f.fs.on.Load() {
+		p[n/2] ^= 0x10
+		f.fs.flips.Add(1)
+	}
+	return n, err
+}
+
+// TestCorruptionStopsTheNode reads records while every block read from the
+// node's sstables comes back damaged (a bit flipped): no read answers
+// wrong data or an absent key, and the first that meets the damage stops
+// the node — it says so (Failed, Failure, Ready), answers every request
+// unavailable, and closes cleanly, without the panic that is Pebble's
+// default on corruption.
+func TestCorruptionStopsTheNode(t *testing.T) {
+	seed := crashSeed(t)
+	t.Logf("seed %d (replay with GROUPKV_SEED=%d)", seed, seed)
+	fs := &bitRotFS{FS: vfs.NewMem()}
+	crashMakeDir(t, fs, "/data")
+	opts := Options{DataDir: "/data", FS: fs, TickInterval: 10 * time.Millisecond, LatestCacheBytes: -1,
+		ConsistencyInterval: -1, Logger: crashLogger()}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n := crashOpen(t, seed, opts)
+	crashCreate(t, seed, n, kv.CollectionOptions{Name: "c", Shards: 2})
+	want := map[string]string{}
+	for i := range 200 {
+		k := fmt.Sprintf("key-%03d", i)
+		want[k] = fmt.Sprintf("%s-%s", k, strings.Repeat(string(rune('a'+i%26)), 2048))
+		if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte(k), Value: []byte(want[k])}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := n.eng.DB.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.eng.DB.Compact(ctx, []byte{0}, bytes.Repeat([]byte{0xff}, 64), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Reopened with cold caches, the node reads its records from disk.
+	n = crashOpen(t, seed, opts)
+	defer func() {
+		if err := n.Close(); err != nil {
+			t.Logf("close: %v", err)
+		}
+	}()
+	fs.on.Store(true)
+	var answered, failed int
+	for k, v := range want {
+		rec, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte(k)})
+		switch {
+		case err != nil:
+			failed++
+			if c := kv.CodeOf(err); c == kv.CodeNotFound {
+				t.Errorf("seed %d: get %s: %v: damage answered as an absent key", seed, k, err)
+			}
+		case string(rec.Value) != v:
+			t.Errorf("seed %d: get %s: %.20q, want %.20q", seed, k, rec.Value, v)
+		default:
+			answered++
+		}
+	}
+	fs.on.Store(false)
+	t.Logf("%d blocks read damaged; %d reads answered, %d failed", fs.flips.Load(), answered, failed)
+	select {
+	case <-n.Failed():
+	default:
+		t.Fatalf("seed %d: reads of damaged blocks did not stop the node (%d failed)", seed, failed)
+	}
+	if err := n.Failure(); err == nil || !strings.Contains(err.Error(), "on-disk corruption") {
+		t.Errorf("seed %d: Failure %v, want the corruption", seed, err)
+	}
+	if err := n.Ready(); err == nil || !strings.Contains(err.Error(), "storage failed") {
+		t.Errorf("seed %d: Ready %v, want the storage failure", seed, err)
+	}
+	if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte("new"), Value: []byte("v")}); kv.CodeOf(err) != kv.CodeUnavailable {
+		t.Errorf("seed %d: put on the stopped node: %v, want unavailable", seed, err)
+	}
+}

@@ -260,6 +260,11 @@ func (n *Node) start() error {
 		},
 	})
 
+	// Data found damaged on disk stops the node: its replicas elsewhere
+	// hold good copies, and a node that went on would answer errors for
+	// what it lost while it kept leading the shards (see Failed).
+	n.eng.OnCorruption(n.host.Fail)
+
 	replicas, err := n.loadReplicas()
 	if err != nil {
 		return err
@@ -723,21 +728,28 @@ func (n *Node) RunGC(ctx context.Context) {
 const gcChunkEntries = 500
 
 // Failed is closed when the node stopped serving on its own because its
-// storage failed (a write or read of its Pebble instance failed while
-// applying): rather than go on from state it could not read or write, the
-// node stops applying, answers every request unavailable, and should be
-// restarted, which applies again what its log holds. Failure says what
-// failed. Close does not close it.
+// storage failed: a write or read of its Pebble instance failed while
+// applying, or a read found data damaged on disk. Rather than go on from
+// state it could not read or write, the node stops applying, answers
+// every request unavailable, and should be restarted, which applies again
+// what its log holds (damaged data needs the node's replicas replaced).
+// Failure says what failed. Close does not close it.
 func (n *Node) Failed() <-chan struct{} { return n.host.Failed() }
 
 // Failure is the storage failure that stopped the node, or nil.
 func (n *Node) Failure() error { return n.host.Failure() }
 
+// failedError answers a request to a node its storage failure stopped.
+func (n *Node) failedError() error {
+	return &replication.StorageFailedError{Err: kv.Errorf(kv.CodeUnavailable,
+		"node %d stopped serving: its storage failed (%v); restart it", n.id, n.host.Failure())}
+}
+
 // Ready reports whether the node serves requests: the meta shard and every
 // local shard have a ready leader and the oracle issues timestamps.
 func (n *Node) Ready() error {
-	if err := n.host.Failure(); err != nil {
-		return kv.Errorf(kv.CodeUnavailable, "node %d stopped serving: its storage failed (%v); restart it", n.id, err)
+	if n.host.Failure() != nil {
+		return n.failedError()
 	}
 	n.mu.RLock()
 	ids := make([]uint64, 0, len(n.mu.replicas))
@@ -794,6 +806,9 @@ func (n *Node) begin(ctx context.Context) (context.Context, func(), error) {
 	case <-n.stop:
 		n.opsMu.RUnlock()
 		return nil, nil, kv.Errorf(kv.CodeUnavailable, "node is shutting down")
+	case <-n.host.Failed():
+		n.opsMu.RUnlock()
+		return nil, nil, n.failedError()
 	default:
 	}
 	if _, ok := ctx.Deadline(); ok {

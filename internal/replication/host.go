@@ -328,7 +328,8 @@ type Host struct {
 	stop         chan struct{}
 	done         chan struct{}
 	// failed is closed when the loop stops because storage failed.
-	failed chan struct{}
+	failed   chan struct{}
+	failOnce sync.Once
 }
 
 // NewHost returns a Host with no groups; Start runs its loop.
@@ -1112,6 +1113,25 @@ func (h *Host) Stop() {
 // storage failed (Failure says how); Stop does not close it.
 func (h *Host) Failed() <-chan struct{} { return h.failed }
 
+// Fail stops the loop because the node's storage failed outside it (a
+// read found its data damaged on disk), as a cycle that fails stops it:
+// every request is answered unavailable from then on, and Failed is
+// closed. It does not wait for the loop to end, and may be called from it.
+func (h *Host) Fail(err error) {
+	h.mu.Lock()
+	if h.mu.failure == nil {
+		h.mu.failure = err
+	}
+	stopped := h.mu.stopped
+	h.mu.stopped = true
+	h.mu.Unlock()
+	h.cfg.Logger.Error("storage failed; stopping the node's raft groups", "err", err)
+	h.failOnce.Do(func() { close(h.failed) })
+	if !stopped {
+		close(h.stop)
+	}
+}
+
 // Failure is the storage failure that stopped the loop, or nil.
 func (h *Host) Failure() error {
 	h.mu.Lock()
@@ -1200,9 +1220,11 @@ func (h *Host) run() {
 			h.cfg.Logger.Error("replication cycle failed; stopping the node's raft groups", "err", err)
 			h.mu.Lock()
 			h.mu.stopped = true
-			h.mu.failure = err
+			if h.mu.failure == nil {
+				h.mu.failure = err
+			}
 			h.mu.Unlock()
-			close(h.failed)
+			h.failOnce.Do(func() { close(h.failed) })
 			h.shutdown()
 			return
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -62,6 +63,51 @@ type Engine struct {
 	FS   vfs.FS
 	Dir  string
 	lock io.Closer
+	// corruption is what Pebble found damaged on disk.
+	corruption *corruption
+}
+
+// corruption records the on-disk corruption Pebble detects (checksum
+// mismatches of sstable blocks, found by reads and compactions) and tells
+// the engine's owner of it (OnCorruption).
+type corruption struct {
+	mu    sync.Mutex
+	first error
+	fn    func(error)
+}
+
+func (c *corruption) report(err error) {
+	c.mu.Lock()
+	if c.first == nil {
+		c.first = err
+	}
+	fn := c.fn
+	c.mu.Unlock()
+	if fn != nil {
+		fn(err)
+	}
+}
+
+// OnCorruption has fn called, without blocking, with every on-disk
+// corruption Pebble detects from now on, and at once with the first one
+// detected before, if any. A read that meets corruption fails with an
+// error; a damaged node should stop rather than go on with what it can
+// still read (its owner decides). Pebble's default, a panic, is not used.
+func (e *Engine) OnCorruption(fn func(error)) {
+	e.corruption.mu.Lock()
+	e.corruption.fn = fn
+	first := e.corruption.first
+	e.corruption.mu.Unlock()
+	if first != nil {
+		fn(first)
+	}
+}
+
+// Corruption returns the first on-disk corruption detected, or nil.
+func (e *Engine) Corruption() error {
+	e.corruption.mu.Lock()
+	defer e.corruption.mu.Unlock()
+	return e.corruption.first
 }
 
 const (
@@ -126,6 +172,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
+	corrupt := &corruption{}
 	popts := &pebble.Options{
 		FS:                 fs,
 		Cache:              cache,
@@ -137,7 +184,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 		MemTableStopWritesThreshold: memTablesQueued,
 		L0CompactionThreshold:       l0CompactionThreshold,
 		L0StopWritesThreshold:       l0StopWritesThreshold,
-		EventListener:               eventListener(logger),
+		EventListener:               eventListener(logger, corrupt),
 	}
 	for i := range popts.Levels {
 		// Point reads of latest-version pointers and raft state: a bloom
@@ -161,7 +208,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 		lock.Close()
 		return nil, fmt.Errorf("storage: syncing %s: %w", dir, err)
 	}
-	e := &Engine{DB: db, FS: fs, Dir: dir, lock: lock}
+	e := &Engine{DB: db, FS: fs, Dir: dir, lock: lock, corruption: corrupt}
 	if err := e.checkFormat(); err != nil {
 		e.Close()
 		return nil, err
@@ -235,8 +282,13 @@ func PutUint64(w pebble.Writer, key []byte, v uint64) error {
 // as warnings, since they hold every write of the node up; at debug level
 // it logs every flush, compaction and file change too, so that a latency
 // stall can be set beside what the storage engine was doing.
-func eventListener(logger *slog.Logger) *pebble.EventListener {
+func eventListener(logger *slog.Logger, corrupt *corruption) *pebble.EventListener {
 	el := pebble.EventListener{
+		DataCorruption: func(info pebble.DataCorruptionInfo) {
+			logger.Error("storage: on-disk corruption: this node's copy of its data is damaged", "file", info.Path,
+				"bounds", info.Bounds.String(), "err", info.Details.Error(), "component", "pebble")
+			corrupt.report(fmt.Errorf("on-disk corruption in %s: %v", info.Path, info.Details))
+		},
 		WriteStallBegin: func(info pebble.WriteStallBeginInfo) {
 			logger.Warn("storage: writes stalled", "reason", info.Reason, "component", "pebble")
 		},
