@@ -287,9 +287,6 @@ type Host struct {
 		transfers map[uint64]uint64
 		nextID    uint64
 		stopped   bool
-		// failure is why the loop stopped on its own: the node's storage
-		// failed (nil: it did not, or not yet).
-		failure error
 		// started is set by Start: Stop of a host whose loop never ran
 		// has no loop to wait for.
 		started bool
@@ -330,6 +327,13 @@ type Host struct {
 	// failed is closed when the loop stops because storage failed.
 	failed   chan struct{}
 	failOnce sync.Once
+	// failure is why: the node's storage failed (nil: it did not, or not
+	// yet). Its mutex is taken after h.mu, never before, and Fail takes
+	// no other: Pebble may call Fail from a read under any lock.
+	failure struct {
+		sync.Mutex
+		err error
+	}
 }
 
 // NewHost returns a Host with no groups; Start runs its loop.
@@ -1115,28 +1119,43 @@ func (h *Host) Failed() <-chan struct{} { return h.failed }
 
 // Fail stops the loop because the node's storage failed outside it (a
 // read found its data damaged on disk), as a cycle that fails stops it:
-// every request is answered unavailable from then on, and Failed is
-// closed. It does not wait for the loop to end, and may be called from it.
+// every request is answered unavailable from then on. Failed is closed at
+// once; the loop stops soon after. Fail does not block, and may be called
+// from the loop and under any lock.
 func (h *Host) Fail(err error) {
-	h.mu.Lock()
-	if h.mu.failure == nil {
-		h.mu.failure = err
+	if !h.setFailure(err) {
+		return
 	}
-	stopped := h.mu.stopped
-	h.mu.stopped = true
-	h.mu.Unlock()
 	h.cfg.Logger.Error("storage failed; stopping the node's raft groups", "err", err)
-	h.failOnce.Do(func() { close(h.failed) })
-	if !stopped {
-		close(h.stop)
+	go func() {
+		h.mu.Lock()
+		stopped := h.mu.stopped
+		h.mu.stopped = true
+		h.mu.Unlock()
+		if !stopped {
+			close(h.stop)
+		}
+	}()
+}
+
+// setFailure records err as the storage failure, unless one was, and
+// closes Failed; it reports whether err was the first.
+func (h *Host) setFailure(err error) bool {
+	h.failure.Lock()
+	first := h.failure.err == nil
+	if first {
+		h.failure.err = err
 	}
+	h.failure.Unlock()
+	h.failOnce.Do(func() { close(h.failed) })
+	return first
 }
 
 // Failure is the storage failure that stopped the loop, or nil.
 func (h *Host) Failure() error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.mu.failure
+	h.failure.Lock()
+	defer h.failure.Unlock()
+	return h.failure.err
 }
 
 // StorageFailedError is the answer of a Host stopped by a storage failure:
@@ -1151,8 +1170,8 @@ func (e *StorageFailedError) Unwrap() error { return e.Err }
 // stoppedError is the answer to a request the stopped loop will not serve
 // (h.mu held).
 func (h *Host) stoppedError() error {
-	if h.mu.failure != nil {
-		return &StorageFailedError{kv.Errorf(kv.CodeUnavailable, "node stopped serving: its storage failed (%v); it serves again once restarted", h.mu.failure)}
+	if f := h.Failure(); f != nil {
+		return &StorageFailedError{kv.Errorf(kv.CodeUnavailable, "node stopped serving: its storage failed (%v); it serves again once restarted", f)}
 	}
 	return kv.Errorf(kv.CodeUnavailable, "node is shutting down")
 }
@@ -1218,13 +1237,10 @@ func (h *Host) run() {
 			// The node's storage failed: it cannot go on without risking
 			// acknowledged writes. Stop serving.
 			h.cfg.Logger.Error("replication cycle failed; stopping the node's raft groups", "err", err)
+			h.setFailure(err)
 			h.mu.Lock()
 			h.mu.stopped = true
-			if h.mu.failure == nil {
-				h.mu.failure = err
-			}
 			h.mu.Unlock()
-			h.failOnce.Do(func() { close(h.failed) })
 			h.shutdown()
 			return
 		}
@@ -1245,7 +1261,7 @@ func (h *Host) shutdown() {
 	h.mu.Lock()
 	fail := outcome{err: h.stoppedError()}
 	unknown := kv.Errorf(kv.CodeCommitUnknown, "node shut down before the write was applied; it may or may not have been")
-	if h.mu.failure != nil {
+	if h.Failure() != nil {
 		unknown = kv.Errorf(kv.CodeCommitUnknown, "the node's storage failed before the write was applied; it may or may not have been")
 	}
 	h.mu.Unlock()
