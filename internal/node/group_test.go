@@ -633,8 +633,9 @@ func groupTransfer(ctx context.Context, n *Node, id string, a, b kv.KeyRef) erro
 // TestPlainWriteOfAGhostHeldKey: a late J of a group that no longer exists
 // (a retry that arrived after the group was refused or deleted) yields its
 // key to that ghost until the group's leader answers the JA with a D. A
-// plain put or delete of the key meanwhile waits for the release and
-// succeeds; it is never answered that the ghost group does not exist.
+// plain put, delete or batch put of the key, or a transaction's write of
+// it, meanwhile waits for the release and succeeds; it is never answered
+// that the key belongs to the ghost, nor that the ghost does not exist.
 func TestPlainWriteOfAGhostHeldKey(t *testing.T) {
 	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond})
 	defer n.Close()
@@ -656,7 +657,8 @@ func TestPlainWriteOfAGhostHeldKey(t *testing.T) {
 		return false
 	}
 	n.groups.sent.Store(&hook)
-	for _, k := range []string{"put-me", "delete-me", "read-me"} {
+	keys := []string{"put-me", "delete-me", "read-me"}
+	for _, k := range keys {
 		if k != "put-me" {
 			if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte(k), Value: []byte("v")}); err != nil {
 				t.Fatal(err)
@@ -668,9 +670,9 @@ func TestPlainWriteOfAGhostHeldKey(t *testing.T) {
 	}
 	ghostHolds := func(k string) bool { return n.groupHolding(uint64(s), d.ID, []byte(k)) == "ghost" }
 	deadline := time.Now().Add(10 * time.Second)
-	for !ghostHolds("put-me") || !ghostHolds("delete-me") || !ghostHolds("read-me") || held.Load() == 0 {
+	for slices.ContainsFunc(keys, func(k string) bool { return !ghostHolds(k) }) || held.Load() == 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("the ghost does not hold both keys (put-me %v, delete-me %v), %d Ds held", ghostHolds("put-me"), ghostHolds("delete-me"), held.Load())
+			t.Fatalf("the ghost does not hold every key, %d Ds held", held.Load())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -692,6 +694,45 @@ func TestPlainWriteOfAGhostHeldKey(t *testing.T) {
 	}
 	if _, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte("delete-me")}); kv.CodeOf(err) != kv.CodeNotFound {
 		t.Fatalf("read after the delete: %v, want not_found", err)
+	}
+
+	// Again, for a transaction and then for a batch put, each meeting a
+	// ghost of its own.
+	ghost := func(k string) {
+		release.Store(false)
+		j := group.EncodeMessage(group.Message{Type: group.MsgJ, From: s, To: s, Group: group.Ref{ID: "ghost", Leader: s, Inc: 1},
+			Key: group.Key{Collection: d.ID, Key: k}})
+		n.deliverGroupMessages(ctx, &groupMessages{Messages: [][]byte{j}})
+		for !ghostHolds(k) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the ghost does not hold %s", k)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		time.AfterFunc(100*time.Millisecond, func() { release.Store(true) })
+	}
+	ghost("txn-me")
+	id, err := n.BeginTxn(ctx, kv.TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := n.TxnGetForUpdate(ctx, id, kv.KeyRef{Collection: "c", Key: []byte("txn-me")}); err != nil {
+		t.Fatalf("transaction read of a key a ghost holds: %v", err)
+	}
+	if err := n.TxnPut(ctx, id, kv.PutItem{Collection: "c", Key: []byte("txn-me"), Value: []byte("t")}); err != nil {
+		t.Fatalf("transaction write of a key a ghost holds: %v", err)
+	}
+	if _, err := n.CommitTxn(ctx, id); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	ghost("batch-me")
+	if _, err := n.BatchPut(ctx, []kv.PutItem{{Collection: "c", Key: []byte("batch-me"), Value: []byte("b")}, {Collection: "c", Key: []byte("free"), Value: []byte("f")}}); err != nil {
+		t.Fatalf("batch put of a key a ghost holds: %v", err)
+	}
+	for k, v := range map[string]string{"batch-me": "b", "free": "f", "txn-me": "t"} {
+		if rec, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte(k)}); err != nil || string(rec.Value) != v {
+			t.Errorf("%s after the writes: %q %v, want %q", k, rec.Value, err, v)
+		}
 	}
 }
 

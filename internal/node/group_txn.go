@@ -876,6 +876,43 @@ func (n *Node) handleGroupOwner(ctx context.Context, req *groupOwnerRequest) (*g
 // groupPlainWrite writes one member key, refused by its home shard with
 // key_in_group, through its group: a one-key group transaction, which
 // reads the key first when the write is conditional.
+// groupGone reports whether group id is known to exist no more: its
+// registration is gone. A key yielded to it is a late join's, which the
+// group's leader undoes.
+func (n *Node) groupGone(ctx context.Context, id string) bool {
+	_, err := n.knownRegistration(ctx, id)
+	return kv.CodeOf(err) == kv.CodeNotFound
+}
+
+// heldByGhosts reports, for a write of keys of collection coll to shardID
+// refused because one belongs to a group, whether every key of them a
+// group holds is held by a group that no longer exists (a late join its
+// leader undoes): the write is then to be tried again. It asks the shard's
+// leader who holds each key.
+func (n *Node) heldByGhosts(ctx context.Context, shardID uint64, refs []kv.KeyRef) bool {
+	held := false
+	for _, ref := range refs {
+		d, err := n.collection(ref.Collection)
+		if err != nil {
+			return false
+		}
+		oreq := &groupOwnerRequest{Shard: shardID, Key: groupKeyWire{Collection: d.ID, Key: ref.Key}}
+		out, err := n.atGroupLeader(ctx, shardID, "GroupOwner", oreq, func(ctx context.Context) (any, error) {
+			return n.groupOwnerHere(ctx, oreq)
+		})
+		if err != nil {
+			return false
+		}
+		if g := out.(*groupOwnerResponse).Group; g != "" {
+			if !n.groupGone(ctx, g) {
+				return false
+			}
+			held = true
+		}
+	}
+	return held
+}
+
 // groupGoneError is an answer of groupPlainWrite: the key is in no group
 // any more, or in one that no longer exists; the plain write is to be
 // tried again (plainOrGroupWrite). Its Err is unavailable.

@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/groupkv/groupkv/internal/cluster"
 	"github.com/groupkv/groupkv/internal/kv"
@@ -265,8 +266,24 @@ func (n *Node) batchWrite(ctx context.Context, keys []kv.KeyRef, mk func(i int, 
 				}
 				return next
 			}
-			v, err := n.writeRouted(ctx, id, reroute, shard.EncodeWrite(sops))
-			outcomes <- outcome{ops, v, err}
+			cmd := shard.EncodeWrite(sops)
+			deadline := time.Now().Add(n.retryWindow())
+			for attempt := 0; ; attempt++ {
+				v, err := n.writeRouted(ctx, id, reroute, cmd)
+				if kv.CodeOf(err) == kv.CodeKeyInGroup {
+					// Keys a late join of a group gone meanwhile holds are
+					// released within a few messages: wait for them.
+					refs := make([]kv.KeyRef, len(ops))
+					for i, o := range ops {
+						refs[i] = keys[o.index]
+					}
+					if n.heldByGhosts(ctx, id, refs) && backoff(ctx, attempt, deadline, err) == nil {
+						continue
+					}
+				}
+				outcomes <- outcome{ops, v, err}
+				break
+			}
 		}(id, ops)
 	}
 	wg.Wait()

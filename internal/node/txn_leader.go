@@ -438,6 +438,11 @@ func (n *Node) txnLockLocal(ctx context.Context, req *txnLockRequest) (*txnLockR
 			continue // checked at prepare (shard/txn.go)
 		}
 		if g := n.groupHolding(req.Shard, t.Collection, t.Key); g != "" {
+			if n.groupGone(ctx, g) {
+				// A late join of a group refused or deleted meanwhile:
+				// its leader releases the key within a few messages.
+				return nil, kv.Errorf(kv.CodeUnavailable, "key %q is held by group %q, which no longer exists, until the group's leader releases it; retry", t.Key, g)
+			}
 			return nil, kv.Errorf(kv.CodeKeyInGroup, "key %q belongs to group %q; use a transaction of the group", t.Key, g)
 		}
 	}
