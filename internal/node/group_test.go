@@ -630,6 +630,62 @@ func groupTransfer(ctx context.Context, n *Node, id string, a, b kv.KeyRef) erro
 	return err
 }
 
+// TestCommitAfterARefusedRead: a read the transaction's lock request was
+// refused for (a key a group holds) took no lock and returned nothing to
+// the transaction, so it leaves nothing to validate: the transaction
+// still commits, and is not answered that its locks were lost.
+func TestCommitAfterARefusedRead(t *testing.T) {
+	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond})
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionRange, SplitPoints: [][]byte{[]byte("m")}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.CreateGroup(ctx, kv.GroupSpec{ID: "g", Leader: kv.KeyRef{Collection: "c", Key: []byte("a-leader")},
+		Members: []kv.KeyRef{{Collection: "c", Key: []byte("b-member")}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, other := range []string{"", "x-free"} { // alone, and with a read of another shard
+		id, err := n.BeginTxn(ctx, kv.TxnOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := n.TxnGet(ctx, id, kv.KeyRef{Collection: "c", Key: []byte("b-member")}); kv.CodeOf(err) != kv.CodeKeyInGroup {
+			t.Fatalf("read of a group's key: %v, want key_in_group", err)
+		}
+		if other != "" {
+			if _, _, err := n.TxnGet(ctx, id, kv.KeyRef{Collection: "c", Key: []byte(other)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := n.CommitTxn(ctx, id); err != nil {
+			t.Errorf("commit after a refused read (other read %q): %v", other, err)
+		}
+	}
+	// And with writes, on the refused key's shard and on another.
+	for _, key := range []string{"c-free", "y-free"} {
+		id, err := n.BeginTxn(ctx, kv.TxnOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := n.TxnGet(ctx, id, kv.KeyRef{Collection: "c", Key: []byte("b-member")}); kv.CodeOf(err) != kv.CodeKeyInGroup {
+			t.Fatalf("read of a group's key: %v, want key_in_group", err)
+		}
+		if err := n.TxnPut(ctx, id, kv.PutItem{Collection: "c", Key: []byte(key), Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+		v, err := n.CommitTxn(ctx, id)
+		if err != nil {
+			t.Errorf("commit of a write of %s after a refused read: %v", key, err)
+			continue
+		}
+		if rec, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte(key)}); err != nil || rec.Version != v {
+			t.Errorf("%s after the commit: %+v %v, want version %d", key, rec, err, v)
+		}
+	}
+}
+
 // TestPlainWriteOfAGhostHeldKey: a late J of a group that no longer exists
 // (a retry that arrived after the group was refused or deleted) yields its
 // key to that ghost until the group's leader answers the JA with a D. A

@@ -535,6 +535,15 @@ func (s *txnSession) lock(ctx context.Context, shardID uint64, targets []txn.Tar
 	p := s.part(shardID)
 	resp, err := n.txnLock(ctx, &txnLockRequest{Shard: shardID, Meta: s.meta, Targets: targets, Mode: mode, Read: read, CheckRecord: read && anchorHere, epoch: s.epoch})
 	if err != nil {
+		if p.term == 0 && len(p.reads) == 0 && len(p.writes) == 0 {
+			// The attempt's first request there failed: the shard is no
+			// participant. Whatever the request locked before it failed is
+			// let go, so that the commit need not validate a shard it
+			// never read (it would find no lock of a known term there).
+			if _, rerr := n.txnRelease(ctx, &txnReleaseRequest{Shard: shardID, ID: s.meta.ID}); rerr == nil {
+				delete(s.parts, shardID)
+			}
+		}
 		return nil, err
 	}
 	if p.term != 0 && p.term != resp.Term {
@@ -1240,6 +1249,9 @@ func (s *txnSession) commitReadOnly(ctx context.Context) (uint64, error) {
 	v := s.readTS
 	if v == 0 {
 		for _, p := range s.parts {
+			if p.term == 0 {
+				continue // no lock was granted there (its request failed): nothing to validate
+			}
 			held, err := n.txnRelease(ctx, &txnReleaseRequest{Shard: p.shard, ID: s.meta.ID, Term: p.term, Validate: true})
 			if err != nil {
 				return 0, err
