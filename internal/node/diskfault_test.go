@@ -753,3 +753,122 @@ func TestCorruptionStopsTheNode(t *testing.T) {
 		t.Errorf("seed %d: put on the stopped node: %v, want unavailable", seed, err)
 	}
 }
+
+// TestClusterOutlivesANodesFailedDisk fails every sstable read of one node
+// of three while clients write through another: the node stops (it cannot
+// read what its writes replace), the other two go on taking writes, and
+// restarted with a working disk it catches up: every acknowledged write
+// reads back through it, and a consistency check of every shard finds the
+// three replicas equal.
+func TestClusterOutlivesANodesFailedDisk(t *testing.T) {
+	seed := crashSeed(t)
+	t.Logf("seed %d (replay with GROUPKV_SEED=%d)", seed, seed)
+	faults := &readFaults{rng: rand.New(rand.NewPCG(seed, 2)), p: 1}
+	c := startCluster(t, 3, func(o *Options) {
+		o.ConsistencyInterval = -1
+		o.LatestCacheBytes = -1 // writes read the records they replace from disk
+		if o.NodeID == 3 {
+			o.FS = errorfs.Wrap(vfs.Default, faults)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n1 := c.node(1).n
+	if _, err := n1.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Shards: 2, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	const numKeys = 100
+	want := map[string]uint64{} // key -> last acknowledged version
+	value := map[string]string{}
+	put := func(i, round int) error {
+		k := fmt.Sprintf("key-%03d", i)
+		v := fmt.Sprintf("%s-%d", k, round)
+		ver, err := n1.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte(k), Value: []byte(v), Tags: []string{fmt.Sprint("t", round)}})
+		if err == nil {
+			want[k], value[k] = ver, v
+		}
+		return err
+	}
+	for i := range numKeys {
+		if err := put(i, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Node 3 holds its replicas in sstables, and its disk fails.
+	n3 := c.node(3).n
+	c.eventually(30*time.Second, "node 3 applied every write", func() error {
+		for _, id := range n3.localShardIDs() {
+			if a, _ := n3.host.AppliedIndex(id); a == 0 {
+				return fmt.Errorf("shard %d not applied", id)
+			}
+		}
+		_, err := n3.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte(fmt.Sprintf("key-%03d", numKeys-1))})
+		return err
+	})
+	if err := n3.eng.DB.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n3.eng.DB.Compact(ctx, []byte{0}, bytes.Repeat([]byte{0xff}, 64), false); err != nil {
+		t.Fatal(err)
+	}
+	faults.on.Store(true)
+	failedWrites := 0
+	for round := 1; round <= 3; round++ {
+		for i := range numKeys {
+			if err := put(i, round); err != nil {
+				failedWrites++ // a leader on node 3 lost: retried below
+				if err := put(i, round); err != nil {
+					t.Logf("round %d: put key-%03d: %v", round, i, err)
+				}
+			}
+		}
+	}
+	select {
+	case <-n3.Failed():
+		t.Logf("node 3 stopped: %v (%d writes failed once meanwhile)", n3.Failure(), failedWrites)
+	default:
+		t.Fatalf("seed %d: node 3 did not stop though every read of its tables failed (%d faults)", seed, faults.injected.Load())
+	}
+	// Every acknowledged write is there through node 1.
+	for k, ver := range want {
+		rec, err := n1.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte(k)})
+		if err != nil || rec.Version != ver || string(rec.Value) != value[k] {
+			t.Fatalf("seed %d: %s through node 1: %+v %v, want version %d", seed, k, rec, err, ver)
+		}
+	}
+
+	// Node 3 restarts with a working disk and catches up.
+	faults.on.Store(false)
+	old := c.node(3)
+	old.srv.Stop()
+	old.n.Close()
+	tn := c.startNode(3, old.n.opts.DataDir, nil, old.peer)
+	c.nodes[2] = tn
+	c.eventually(60*time.Second, "node 3 reads every acknowledged write", func() error {
+		for k, ver := range want {
+			rec, err := tn.n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte(k)})
+			if err != nil {
+				return err
+			}
+			if rec.Version != ver || string(rec.Value) != value[k] {
+				return fmt.Errorf("%s at version %d, want %d", k, rec.Version, ver)
+			}
+		}
+		return nil
+	})
+	c.eventually(60*time.Second, "every shard's replicas equal", func() error {
+		res, err := n1.CheckConsistency(ctx, nil)
+		if err != nil {
+			return err
+		}
+		for _, r := range res {
+			if r.Status == kv.ConsistencyMismatch {
+				t.Fatalf("seed %d: shard %d: %s", seed, r.Shard, r.Summary())
+			}
+			if r.Status != kv.ConsistencyOK {
+				return fmt.Errorf("shard %d: %s %v", r.Shard, r.Status, r.Errors)
+			}
+		}
+		return nil
+	})
+}
