@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -113,9 +114,20 @@ const metaCollection = "(meta)"
 // error saying why there is none: the node cannot be reached, or it answered
 // an error (its message is in the error).
 func fetchClusterStatus(ctx context.Context, addr string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/cluster", nil)
+	return askNode(ctx, addr, http.MethodGet, "/v1/cluster", nil)
+}
+
+// askNode sends a request to path on the node at addr and answers the
+// body of its 200, or an error saying why there is none: the node cannot
+// be reached or did not answer in time, or it answered an error (its
+// message is in the error).
+func askNode(ctx context.Context, addr, method, path string, body []byte) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, usagef("--addr %q is not host:port: give e.g. %s", addr, defaultAddr)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -123,17 +135,20 @@ func fetchClusterStatus(ctx context.Context, addr string) ([]byte, error) {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("no answer from %s in time: %v", addr, err)
+		}
 		return nil, fmt.Errorf("cannot reach a groupkv node at %s: %v (is it running? --addr takes its client address)", addr, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	out, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return nil, fmt.Errorf("reading the answer of %s: %v", addr, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, httpAnswerError(addr, resp.Status, body)
+		return nil, httpAnswerError(addr, resp.Status, out)
 	}
-	return body, nil
+	return out, nil
 }
 
 // httpAnswerError describes an answer other than 200: the code and message
@@ -269,6 +284,9 @@ node could not be asked), 2 on a usage error.`,
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			body, err := postConsistencyCheck(ctx, addr, ids)
+			if err != nil && ctx.Err() != nil {
+				return fmt.Errorf("%v: --timeout %v passed (the checks the node began go on)", err, timeout)
+			}
 			if err != nil {
 				return err
 			}
@@ -327,35 +345,11 @@ type consistencyCheck struct {
 // postConsistencyCheck answers the body of POST http://addr/v1/cluster/check
 // for shards (every shard when empty), or an error saying why there is none.
 func postConsistencyCheck(ctx context.Context, addr string, shards []uint64) ([]byte, error) {
-	reqBody, err := json.Marshal(map[string][]uint64{"shards": shards})
+	body, err := json.Marshal(map[string][]uint64{"shards": shards})
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/cluster/check", strings.NewReader(string(reqBody)))
-	if err != nil {
-		return nil, usagef("--addr %q is not host:port: give e.g. %s", addr, defaultAddr)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("no answer from %s within --timeout: %v (the checks it started go on)", addr, err)
-		}
-		return nil, fmt.Errorf("cannot reach a groupkv node at %s: %v (is it running? --addr takes its client address)", addr, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return nil, fmt.Errorf("reading the answer of %s: %v", addr, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, httpAnswerError(addr, resp.Status, body)
-	}
-	return body, nil
+	return askNode(ctx, addr, http.MethodPost, "/v1/cluster/check", body)
 }
 
 // formatConsistencyChecks writes the outcomes of a check as a table in the

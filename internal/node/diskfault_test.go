@@ -47,6 +47,18 @@ func (f *readFaults) MaybeError(op errorfs.Op) error {
 	return fmt.Errorf("injected read fault on %s: %w", op.Path, syscall.EIO)
 }
 
+// flushToTables writes everything n holds in memory to sstables and
+// compacts them, so that reads of it go to the files.
+func flushToTables(ctx context.Context, t *testing.T, n *Node) {
+	t.Helper()
+	if err := n.eng.DB.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.eng.DB.Compact(ctx, []byte{0}, bytes.Repeat([]byte{0xff}, 64), false); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // faultRecord is what a key of TestReadFaultsAnswerErrorsNotWrongData holds.
 type faultRecord struct {
 	value   []byte
@@ -105,12 +117,7 @@ func TestReadFaultsAnswerErrorsNotWrongData(t *testing.T) {
 		}
 		delete(want, keys[i])
 	}
-	if err := n.eng.DB.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.eng.DB.Compact(ctx, []byte{0}, bytes.Repeat([]byte{0xff}, 64), false); err != nil {
-		t.Fatal(err)
-	}
+	flushToTables(ctx, t, n)
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -371,12 +378,7 @@ func TestReadFaultsDuringWrites(t *testing.T) {
 	var stops int
 	for round := 0; round < maxRounds && stops < 3; round++ {
 		// The records in sstables, the caches cold: writes read the disk.
-		if err := n.eng.DB.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		if err := n.eng.DB.Compact(ctx, []byte{0}, bytes.Repeat([]byte{0xff}, 64), false); err != nil {
-			t.Fatal(err)
-		}
+		flushToTables(ctx, t, n)
 		if err := n.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -703,12 +705,7 @@ func TestCorruptionStopsTheNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := n.eng.DB.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.eng.DB.Compact(ctx, []byte{0}, bytes.Repeat([]byte{0xff}, 64), false); err != nil {
-		t.Fatal(err)
-	}
+	flushToTables(ctx, t, n)
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -805,12 +802,7 @@ func TestClusterOutlivesANodesFailedDisk(t *testing.T) {
 		_, err := n3.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte(fmt.Sprintf("key-%03d", numKeys-1))})
 		return err
 	})
-	if err := n3.eng.DB.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if err := n3.eng.DB.Compact(ctx, []byte{0}, bytes.Repeat([]byte{0xff}, 64), false); err != nil {
-		t.Fatal(err)
-	}
+	flushToTables(ctx, t, n3)
 	faults.on.Store(true)
 	failedWrites := 0
 	for round := 1; round <= 3; round++ {
