@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -58,7 +57,7 @@ func TestDamagedDataExitsCleanly(t *testing.T) {
 	}
 
 	cmd := exec.Command(binary, "server", "--data-dir", dir, "--listen", "127.0.0.1:0", "--peer-listen", "127.0.0.1:0", "--log-level", "warn")
-	var stderr bytes.Buffer
+	var stderr syncBuffer // written by the command's copier as the test reads it
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
