@@ -806,10 +806,11 @@ func (n *Node) begin(ctx context.Context) (context.Context, func(), error) {
 	case <-n.stop:
 		n.opsMu.RUnlock()
 		return nil, nil, kv.Errorf(kv.CodeUnavailable, "node is shutting down")
-	case <-n.host.Failed():
+	default:
+	}
+	if n.host.HasFailed() {
 		n.opsMu.RUnlock()
 		return nil, nil, n.failedError()
-	default:
 	}
 	if _, ok := ctx.Deadline(); ok {
 		return ctx, n.opsMu.RUnlock, nil

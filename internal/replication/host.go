@@ -334,6 +334,8 @@ type Host struct {
 		sync.Mutex
 		err error
 	}
+	// hasFailed is failure.err != nil, for a check on every request.
+	hasFailed atomic.Bool
 }
 
 // NewHost returns a Host with no groups; Start runs its loop.
@@ -1145,11 +1147,15 @@ func (h *Host) setFailure(err error) bool {
 	first := h.failure.err == nil
 	if first {
 		h.failure.err = err
+		h.hasFailed.Store(true)
 	}
 	h.failure.Unlock()
 	h.failOnce.Do(func() { close(h.failed) })
 	return first
 }
+
+// HasFailed reports whether a storage failure stopped the loop (Failure).
+func (h *Host) HasFailed() bool { return h.hasFailed.Load() }
 
 // Failure is the storage failure that stopped the loop, or nil.
 func (h *Host) Failure() error {
