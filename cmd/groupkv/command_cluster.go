@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/groupkv/groupkv/internal/kv"
 )
 
 func clusterCommand() *cobra.Command {
@@ -308,7 +310,7 @@ node could not be asked), 2 on a usage error.`,
 			if !ans.OK {
 				bad := 0
 				for _, c := range ans.Checks {
-					if c.Status != "ok" {
+					if c.Status != kv.ConsistencyOK {
 						bad++
 					}
 				}
@@ -326,20 +328,8 @@ node could not be asked), 2 on a usage error.`,
 
 // consistencyCheckAnswer is the answer of POST /v1/cluster/check.
 type consistencyCheckAnswer struct {
-	OK     bool               `json:"ok"`
-	Checks []consistencyCheck `json:"checks"`
-}
-
-type consistencyCheck struct {
-	Shard      uint64            `json:"shard"`
-	Collection string            `json:"collection"`
-	Index      uint64            `json:"index"`
-	Status     string            `json:"status"`
-	Replicas   []uint64          `json:"replicas"`
-	Sums       map[string]string `json:"sums"`
-	Mismatched []uint64          `json:"mismatched"`
-	Missing    []uint64          `json:"missing"`
-	Errors     []string          `json:"errors"`
+	OK     bool                  `json:"ok"`
+	Checks []kv.ConsistencyCheck `json:"checks"`
 }
 
 // postConsistencyCheck answers the body of POST http://addr/v1/cluster/check
@@ -354,7 +344,7 @@ func postConsistencyCheck(ctx context.Context, addr string, shards []uint64) ([]
 
 // formatConsistencyChecks writes the outcomes of a check as a table in the
 // order the node answered them.
-func formatConsistencyChecks(w io.Writer, checks []consistencyCheck) error {
+func formatConsistencyChecks(w io.Writer, checks []kv.ConsistencyCheck) error {
 	ids := func(xs []uint64) string {
 		s := make([]string, len(xs))
 		for i, x := range xs {

@@ -1079,6 +1079,18 @@ func (n *Node) placementNodes() []uint64 {
 
 // ClusterStatus describes the cluster as this node sees it: members and
 // their health, and every shard with its replicas and leader.
+// sortedCollections returns the collections of the catalog here, by name.
+func (n *Node) sortedCollections() []*cluster.CollectionDesc {
+	n.mu.RLock()
+	colls := make([]*cluster.CollectionDesc, 0, len(n.mu.catalog))
+	for _, c := range n.mu.catalog {
+		colls = append(colls, c)
+	}
+	n.mu.RUnlock()
+	sort.Slice(colls, func(i, j int) bool { return colls[i].Name < colls[j].Name })
+	return colls
+}
+
 func (n *Node) ClusterStatus(ctx context.Context) (kv.ClusterStatus, error) {
 	members := n.members()
 	var st kv.ClusterStatus
@@ -1142,14 +1154,7 @@ func (n *Node) ClusterStatus(ctx context.Context) (kv.ClusterStatus, error) {
 	}
 	st.Shards = append(st.Shards, kv.ShardStatus{Collection: "", Shard: cluster.MetaShardID,
 		Replicas: n.shardNodes(cluster.MetaShardID), Leader: leaders[cluster.MetaShardID], Voters: n.voterNodes(cluster.MetaShardID)})
-	n.mu.RLock()
-	colls := make([]*cluster.CollectionDesc, 0, len(n.mu.catalog))
-	for _, c := range n.mu.catalog {
-		colls = append(colls, c)
-	}
-	n.mu.RUnlock()
-	sort.Slice(colls, func(i, j int) bool { return colls[i].Name < colls[j].Name })
-	for _, c := range colls {
+	for _, c := range n.sortedCollections() {
 		for _, s := range c.Shards {
 			ss := kv.ShardStatus{Collection: c.Name, Shard: s.ID, Leader: leaders[s.ID], Voters: n.voterNodes(s.ID)}
 			for _, r := range s.Replicas {

@@ -257,16 +257,9 @@ func (n *Node) CheckConsistency(ctx context.Context, shards []uint64) ([]kv.Cons
 // order of its name and its shards, and the collection of each ("" for the
 // meta shard).
 func (n *Node) shardsByCollection() ([]uint64, map[uint64]string) {
-	n.mu.RLock()
-	cs := make([]*cluster.CollectionDesc, 0, len(n.mu.catalog))
-	for _, c := range n.mu.catalog {
-		cs = append(cs, c)
-	}
-	n.mu.RUnlock()
-	sort.Slice(cs, func(i, j int) bool { return cs[i].Name < cs[j].Name })
 	ids := []uint64{cluster.MetaShardID}
 	colls := map[uint64]string{cluster.MetaShardID: ""}
-	for _, c := range cs {
+	for _, c := range n.sortedCollections() {
 		for _, s := range c.Shards {
 			ids = append(ids, s.ID)
 			colls[s.ID] = c.Name

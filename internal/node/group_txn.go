@@ -884,11 +884,10 @@ func (n *Node) groupGone(ctx context.Context, id string) bool {
 	return kv.CodeOf(err) == kv.CodeNotFound
 }
 
-// heldByGhosts reports, for a write of keys of collection coll to shardID
-// refused because one belongs to a group, whether every key of them a
-// group holds is held by a group that no longer exists (a late join its
-// leader undoes): the write is then to be tried again. It asks the shard's
-// leader who holds each key.
+// heldByGhosts reports, for a write of refs to shardID refused because one
+// belongs to a group, whether every one of them a group holds is held by
+// a group that no longer exists (a late join its leader undoes): the write
+// is then to be tried again. It asks the shard's leader who holds each key.
 func (n *Node) heldByGhosts(ctx context.Context, shardID uint64, refs []kv.KeyRef) bool {
 	held := false
 	for _, ref := range refs {

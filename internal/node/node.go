@@ -748,7 +748,7 @@ func (n *Node) failedError() error {
 // Ready reports whether the node serves requests: the meta shard and every
 // local shard have a ready leader and the oracle issues timestamps.
 func (n *Node) Ready() error {
-	if n.host.Failure() != nil {
+	if n.host.HasFailed() {
 		return n.failedError()
 	}
 	n.mu.RLock()
