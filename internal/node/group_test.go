@@ -689,8 +689,8 @@ func TestCommitAfterARefusedRead(t *testing.T) {
 // TestPlainWriteOfAGhostHeldKey: a late J of a group that no longer exists
 // (a retry that arrived after the group was refused or deleted) yields its
 // key to that ghost until the group's leader answers the JA with a D. A
-// plain put, delete or batch put of the key, or a transaction's write of
-// it, meanwhile waits for the release and succeeds; it is never answered
+// plain put, delete, batch put or delete-range of the key, or a
+// transaction's write of it, meanwhile waits for the release and succeeds; it is never answered
 // that the key belongs to the ghost, nor that the ghost does not exist.
 func TestPlainWriteOfAGhostHeldKey(t *testing.T) {
 	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond})
@@ -794,6 +794,22 @@ func TestPlainWriteOfAGhostHeldKey(t *testing.T) {
 	for k, v := range map[string]string{"batch-me": "b", "free": "f", "txn-me": "t"} {
 		if rec, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte(k)}); err != nil || string(rec.Value) != v {
 			t.Errorf("%s after the writes: %q %v, want %q", k, rec.Value, err, v)
+		}
+	}
+	// And a delete-range over a key the ghost holds.
+	for _, k := range []string{"range-a", "range-me"} {
+		if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte(k), Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ghost("range-me")
+	res, err := n.DeleteRange(ctx, kv.DeleteRangeRequest{Collection: "c", Start: []byte("range-"), End: []byte("range-z")})
+	if err != nil || res.Deleted != 2 {
+		t.Fatalf("delete-range over a key a ghost holds: %+v %v, want 2 deleted", res, err)
+	}
+	for _, k := range []string{"range-a", "range-me"} {
+		if _, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte(k)}); kv.CodeOf(err) != kv.CodeNotFound {
+			t.Errorf("%s after the delete-range: %v, want not_found", k, err)
 		}
 	}
 }

@@ -374,11 +374,22 @@ func (n *Node) DeleteRange(ctx context.Context, req kv.DeleteRangeRequest) (kv.D
 	out := make(chan outcome, len(shards))
 	for _, id := range shards {
 		go func(id uint64) {
-			res, err := n.propose(ctx, id, shard.EncodeDeleteRange(req.Start, end))
-			if err == nil && res.Err != nil {
-				err = res.Err
+			deadline := time.Now().Add(n.retryWindow())
+			for attempt := 0; ; attempt++ {
+				res, err := n.propose(ctx, id, shard.EncodeDeleteRange(req.Start, end))
+				if err == nil && res.Err != nil {
+					err = res.Err
+				}
+				// A key a late join of a group gone meanwhile holds is
+				// released within a few messages: wait for it.
+				if kv.CodeOf(err) == kv.CodeKeyInGroup && res.Held != nil &&
+					n.heldByGhosts(ctx, id, []kv.KeyRef{{Collection: req.Collection, Key: res.Held}}) &&
+					backoff(ctx, attempt, deadline, err) == nil {
+					continue
+				}
+				out <- outcome{res.Count, err}
+				return
 			}
-			out <- outcome{res.Count, err}
 		}(id)
 	}
 	var (

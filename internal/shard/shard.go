@@ -94,6 +94,9 @@ type Result struct {
 	Desc *cluster.CollectionDesc
 	// Count is the number of keys a delete-range deleted.
 	Count int
+	// Held is the key a group holds that made a delete-range answer
+	// key_in_group.
+	Held []byte
 	// Node is the membership record a KindAddNode left.
 	Node *cluster.NodeDesc
 	// Txn is what a transaction command left.
@@ -693,7 +696,7 @@ func (s *Shard) applyDeleteRange(b *pebble.Batch, cmd Command) (Result, error) {
 		end = nil
 	}
 	if k, y, ok := s.groupHolds(start, end); ok {
-		return Result{Err: keyInGroupError(k, y)}, nil
+		return Result{Err: keyInGroupError(k, y), Held: k}, nil
 	}
 	if s.desc.Partitioning == kv.PartitionRange {
 		if bytes.Compare(start, s.desc.Start) < 0 {
