@@ -525,6 +525,8 @@ type tableWriteFaults struct {
 	// (-1: it does not); ops counts its writes so far (under mu).
 	failFrom map[string]int
 	ops      map[string]int
+	// all fails every write of every file instead.
+	all bool
 }
 
 func (f *tableWriteFaults) MaybeError(op errorfs.Op) error {
@@ -535,6 +537,10 @@ func (f *tableWriteFaults) MaybeError(op errorfs.Op) error {
 	}
 	if !f.on.Load() || !strings.HasSuffix(op.Path, ".sst") {
 		return nil
+	}
+	if f.all {
+		f.injected.Add(1)
+		return fmt.Errorf("injected write fault on %s: %w", op.Path, syscall.EIO)
 	}
 	f.mu.Lock()
 	from, ok := f.failFrom[op.Path]
@@ -863,4 +869,71 @@ func TestClusterOutlivesANodesFailedDisk(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestFailingFlushesStopTheNode fails every write of every sstable: no
+// flush can succeed, and Pebble retries them for good. After
+// StorageFailureLimit of failures the node stops (Failed names the
+// flushes) instead of leaving writes to wait, once its memtables are full,
+// without an error. Restarted on a working disk, it has every write it
+// acknowledged (they were in its log).
+func TestFailingFlushesStopTheNode(t *testing.T) {
+	seed := crashSeed(t)
+	t.Logf("seed %d (replay with GROUPKV_SEED=%d)", seed, seed)
+	faults := &tableWriteFaults{readFaults: readFaults{rng: rand.New(rand.NewPCG(seed, 2)), p: 1}, failFrom: map[string]int{}, ops: map[string]int{}, all: true}
+	mem := vfs.NewCrashableMem()
+	crashMakeDir(t, mem, "/data")
+	opts := Options{DataDir: "/data", FS: errorfs.Wrap(mem, faults), TickInterval: 10 * time.Millisecond,
+		ConsistencyInterval: -1, Logger: crashLogger(), StorageFailureLimit: 300 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n := crashOpen(t, seed, opts)
+	crashCreate(t, seed, n, kv.CollectionOptions{Name: "c", Shards: 2})
+
+	acked := map[string]uint64{}
+	faults.on.Store(true)
+	// Writes go on until the node stops; a flush is asked for now and
+	// then (the memtables would take long to fill).
+	stoppedAt := -1
+	for i := 0; stoppedAt < 0; i++ {
+		select {
+		case <-n.Failed():
+			stoppedAt = i
+			continue
+		case <-ctx.Done():
+			t.Fatalf("seed %d: the node did not stop while every flush failed (%d faults injected, %d writes)", seed, faults.injected.Load(), i)
+		default:
+		}
+		k := fmt.Sprintf("key-%03d", i%200)
+		v, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte(k), Value: []byte(fmt.Sprintf("%s-%d", k, i))})
+		if err == nil {
+			acked[k] = v
+		}
+		if i%50 == 0 {
+			go n.eng.DB.Flush() //nolint:errcheck // it fails; Pebble retries it
+		}
+	}
+	t.Logf("%d faults injected; the node stopped after %d writes", faults.injected.Load(), stoppedAt)
+	if err := n.Failure(); err == nil || !strings.Contains(err.Error(), "flushes have failed") {
+		t.Errorf("seed %d: Failure %v, want the flushes named", seed, err)
+	}
+	if err := n.Ready(); err == nil || !strings.Contains(err.Error(), "storage failed") {
+		t.Errorf("seed %d: Ready %v, want the storage failure", seed, err)
+	}
+	if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte("new"), Value: []byte("v")}); kv.CodeOf(err) != kv.CodeUnavailable {
+		t.Errorf("seed %d: put on the stopped node: %v, want unavailable", seed, err)
+	}
+
+	faults.on.Store(false)
+	crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: rand.New(rand.NewPCG(seed, 3))})
+	n.Close()
+	opts.FS = crashed
+	n = crashOpen(t, seed, opts)
+	defer n.Close()
+	for k, v := range acked {
+		rec, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte(k)})
+		if err != nil || rec.Version < v {
+			t.Errorf("seed %d: %s after the restart: version %d, %v; its last acknowledged write is version %d", seed, k, rec.Version, err, v)
+		}
+	}
 }

@@ -179,7 +179,7 @@ func Open(opts Options) (*Node, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	eng, err := storage.Open(opts.DataDir, storage.Options{FS: opts.FS, Logger: opts.Logger})
+	eng, err := storage.Open(opts.DataDir, storage.Options{FS: opts.FS, Logger: opts.Logger, BackgroundFailureLimit: opts.StorageFailureLimit})
 	if err != nil {
 		return nil, err
 	}
@@ -262,8 +262,10 @@ func (n *Node) start() error {
 
 	// Data found damaged on disk stops the node: its replicas elsewhere
 	// hold good copies, and a node that went on would answer errors for
-	// what it lost while it kept leading the shards (see Failed).
-	n.eng.OnCorruption(n.host.Fail)
+	// what it lost while it kept leading the shards (see Failed). So do
+	// flushes or compactions failing for good: writes would wait, without
+	// an error, once the memtables are full.
+	n.eng.OnFatal(n.host.Fail)
 
 	replicas, err := n.loadReplicas()
 	if err != nil {

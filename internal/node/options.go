@@ -63,6 +63,10 @@ type Options struct {
 	// Dialer opens the node's connections to other nodes' peer ports; nil
 	// means a plain TCP dial. Tests inject network faults through it.
 	Dialer func(ctx context.Context, addr string) (net.Conn, error)
+	// StorageFailureLimit is how long the storage's flushes, or its
+	// compactions, may fail every time they are tried before the node
+	// stops (Failed); 0 means storage.DefaultBackgroundFailureLimit.
+	StorageFailureLimit time.Duration
 	// SplitBytes is the estimated on-disk size above which a range shard
 	// splits at its middle key; 0 means 512 MiB, negative never.
 	SplitBytes int64

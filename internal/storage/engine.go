@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -55,7 +56,21 @@ type Options struct {
 	CacheSize int64
 	// Logger receives Pebble's log lines; nil means slog.Default().
 	Logger *slog.Logger
+	// BackgroundFailureLimit is how long flushes, or compactions, may
+	// fail every time they are tried before the engine reports it as
+	// fatal (OnFatal); 0 means DefaultBackgroundFailureLimit, negative
+	// never.
+	BackgroundFailureLimit time.Duration
+	// Now is the clock of BackgroundFailureLimit; nil means time.Now.
+	Now func() time.Time
 }
+
+// DefaultBackgroundFailureLimit is the default of
+// Options.BackgroundFailureLimit: long enough to ride out a disk that
+// refuses writes for a moment (a full disk being cleaned up), short
+// enough that a node whose writes would wait for good stops, and lets its
+// shards' other replicas lead.
+const DefaultBackgroundFailureLimit = time.Minute
 
 // Engine is a node's Pebble instance.
 type Engine struct {
@@ -63,20 +78,23 @@ type Engine struct {
 	FS   vfs.FS
 	Dir  string
 	lock io.Closer
-	// corruption is what Pebble found damaged on disk.
-	corruption *corruption
+	// fatal is what makes this engine unfit to go on: data found damaged
+	// on disk, or background writes failing for good.
+	fatal *fatal
 }
 
-// corruption records the on-disk corruption Pebble detects (checksum
-// mismatches of sstable blocks, found by reads and compactions) and tells
-// the engine's owner of it (OnCorruption).
-type corruption struct {
+// fatal records the conditions under which a node should stop rather than
+// go on with its storage: the on-disk corruption Pebble detects (checksum
+// mismatches of sstable blocks, found by reads and compactions), and
+// flushes or compactions that keep failing (background), and tells the
+// engine's owner of them (OnFatal).
+type fatal struct {
 	mu    sync.Mutex
 	first error
 	fn    func(error)
 }
 
-func (c *corruption) report(err error) {
+func (c *fatal) report(err error) {
 	c.mu.Lock()
 	if c.first == nil {
 		c.first = err
@@ -88,26 +106,122 @@ func (c *corruption) report(err error) {
 	}
 }
 
-// OnCorruption has fn called, without blocking, with every on-disk
-// corruption Pebble detects from now on, and at once with the first one
-// detected before, if any. A read that meets corruption fails with an
-// error; a damaged node should stop rather than go on with what it can
-// still read (its owner decides). Pebble's default, a panic, is not used.
-func (e *Engine) OnCorruption(fn func(error)) {
-	e.corruption.mu.Lock()
-	e.corruption.fn = fn
-	first := e.corruption.first
-	e.corruption.mu.Unlock()
+// OnFatal has fn called, without blocking, with every fatal condition
+// detected from now on, and at once with the first one detected before, if
+// any:
+//
+//   - on-disk corruption. A read that meets it fails with an error; a
+//     damaged node should stop rather than go on with what it can still
+//     read. Pebble's default, a panic, is not used.
+//   - flushes or compactions that have failed, each time they were tried,
+//     for Options.BackgroundFailureLimit. Pebble retries them; a disk that
+//     refuses them for good would otherwise leave writes waiting, once the
+//     memtables are full, without an error.
+//
+// The owner decides what to do; a node stops.
+func (e *Engine) OnFatal(fn func(error)) {
+	e.fatal.mu.Lock()
+	e.fatal.fn = fn
+	first := e.fatal.first
+	e.fatal.mu.Unlock()
 	if first != nil {
 		fn(first)
 	}
 }
 
-// Corruption returns the first on-disk corruption detected, or nil.
-func (e *Engine) Corruption() error {
-	e.corruption.mu.Lock()
-	defer e.corruption.mu.Unlock()
-	return e.corruption.first
+// Fatal returns the first fatal condition detected, or nil.
+func (e *Engine) Fatal() error {
+	e.fatal.mu.Lock()
+	defer e.fatal.mu.Unlock()
+	return e.fatal.first
+}
+
+// background tracks failures of flushes and of compactions: how long each
+// kind has failed, every time it was tried, since it last succeeded.
+type background struct {
+	limit  time.Duration
+	now    func() time.Time
+	log    *slog.Logger
+	report func(error)
+
+	mu         sync.Mutex
+	kinds      [2]backgroundKind // flushes, compactions
+	lastLog    time.Time
+	suppressed int
+}
+
+type backgroundKind struct {
+	since    time.Time // zero: not failing
+	failures int
+	reported bool
+}
+
+const (
+	kindFlush = iota
+	kindCompaction
+)
+
+var backgroundKindNames = [2]string{"flushes", "compactions"}
+
+// errEmptyTable is the text of the error Pebble's FlushEnd carries for a
+// flush that wrote no table (all its keys deleted): not a failure.
+const errEmptyTable = "pebble: empty table"
+
+// backgroundLogEvery rate-limits the log lines of background errors:
+// Pebble retries a failed flush at once, and a disk that refuses every
+// write would otherwise flood the log.
+const backgroundLogEvery = 5 * time.Second
+
+// ended records the end of a flush or compaction, failed when err is not
+// nil.
+func (b *background) ended(kind int, err error) {
+	b.mu.Lock()
+	k := &b.kinds[kind]
+	if err == nil {
+		if k.failures > 0 {
+			b.log.Warn("storage: "+backgroundKindNames[kind]+" succeed again", "failed", k.failures, "component", "pebble")
+		}
+		*k = backgroundKind{}
+		b.mu.Unlock()
+		return
+	}
+	now := b.now()
+	if k.failures == 0 {
+		k.since = now
+	}
+	k.failures++
+	var fatalErr error
+	if b.limit > 0 && !k.reported && now.Sub(k.since) >= b.limit {
+		k.reported = true
+		fatalErr = fmt.Errorf("%s have failed for %v, %d times, with no success (last error: %v)",
+			backgroundKindNames[kind], now.Sub(k.since).Round(time.Millisecond), k.failures, err)
+	}
+	b.mu.Unlock()
+	if fatalErr != nil {
+		b.log.Error("storage: giving up: "+fatalErr.Error(), "component", "pebble")
+		b.report(fatalErr)
+	}
+}
+
+// logError logs a background error (Pebble's BackgroundError: failed
+// flushes and compactions among them), at most one every
+// backgroundLogEvery, with the count of those not logged.
+func (b *background) logError(err error) {
+	b.mu.Lock()
+	now := b.now()
+	logIt := b.lastLog.IsZero() || now.Sub(b.lastLog) >= backgroundLogEvery
+	suppressed := b.suppressed
+	if logIt {
+		b.lastLog, b.suppressed = now, 0
+	} else {
+		b.suppressed++
+	}
+	flushes, compactions := b.kinds[kindFlush].failures, b.kinds[kindCompaction].failures
+	b.mu.Unlock()
+	if logIt {
+		b.log.Error("storage: background error; flushes and compactions are retried", "err", err.Error(),
+			"failed_flushes", flushes, "failed_compactions", compactions, "errors_not_logged", suppressed, "component", "pebble")
+	}
 }
 
 const (
@@ -172,7 +286,15 @@ func Open(dir string, opts Options) (*Engine, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	corrupt := &corruption{}
+	fat := &fatal{}
+	limit := opts.BackgroundFailureLimit
+	if limit == 0 {
+		limit = DefaultBackgroundFailureLimit
+	}
+	bg := &background{limit: limit, now: opts.Now, log: logger, report: fat.report}
+	if bg.now == nil {
+		bg.now = time.Now
+	}
 	popts := &pebble.Options{
 		FS:                 fs,
 		Cache:              cache,
@@ -184,7 +306,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 		MemTableStopWritesThreshold: memTablesQueued,
 		L0CompactionThreshold:       l0CompactionThreshold,
 		L0StopWritesThreshold:       l0StopWritesThreshold,
-		EventListener:               eventListener(logger, corrupt),
+		EventListener:               eventListener(logger, fat, bg),
 	}
 	for i := range popts.Levels {
 		// Point reads of latest-version pointers and raft state: a bloom
@@ -208,7 +330,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 		lock.Close()
 		return nil, fmt.Errorf("storage: syncing %s: %w", dir, err)
 	}
-	e := &Engine{DB: db, FS: fs, Dir: dir, lock: lock, corruption: corrupt}
+	e := &Engine{DB: db, FS: fs, Dir: dir, lock: lock, fatal: fat}
 	if err := e.checkFormat(); err != nil {
 		e.Close()
 		return nil, err
@@ -282,12 +404,26 @@ func PutUint64(w pebble.Writer, key []byte, v uint64) error {
 // as warnings, since they hold every write of the node up; at debug level
 // it logs every flush, compaction and file change too, so that a latency
 // stall can be set beside what the storage engine was doing.
-func eventListener(logger *slog.Logger, corrupt *corruption) *pebble.EventListener {
+func eventListener(logger *slog.Logger, fat *fatal, bg *background) *pebble.EventListener {
 	el := pebble.EventListener{
+		BackgroundError: bg.logError,
+		FlushEnd: func(info pebble.FlushInfo) {
+			err := info.Err
+			if err != nil && err.Error() == errEmptyTable {
+				err = nil
+			}
+			bg.ended(kindFlush, err)
+		},
+		CompactionEnd: func(info pebble.CompactionInfo) {
+			if errors.Is(info.Err, pebble.ErrCancelledCompaction) {
+				return
+			}
+			bg.ended(kindCompaction, info.Err)
+		},
 		DataCorruption: func(info pebble.DataCorruptionInfo) {
 			logger.Error("storage: on-disk corruption: this node's copy of its data is damaged", "file", info.Path,
 				"bounds", info.Bounds.String(), "err", info.Details.Error(), "component", "pebble")
-			corrupt.report(fmt.Errorf("on-disk corruption in %s: %v", info.Path, info.Details))
+			fat.report(fmt.Errorf("on-disk corruption in %s: %v", info.Path, info.Details))
 		},
 		WriteStallBegin: func(info pebble.WriteStallBeginInfo) {
 			logger.Warn("storage: writes stalled", "reason", info.Reason, "component", "pebble")

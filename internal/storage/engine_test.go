@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -182,5 +183,64 @@ func TestFlushLoggedAtDebugOnly(t *testing.T) {
 		if level == slog.LevelInfo && buf.String() != "" {
 			t.Errorf("info level: logged:\n%s", buf.String())
 		}
+	}
+}
+
+// TestBackgroundFailureLimit: flushes (or compactions) that fail every
+// time for the limit, by the injected clock, are reported once; a success
+// in between (a flush that had nothing to write is one) starts the count
+// again; a cancelled compaction is no failure; one kind's failures do not
+// count for the other.
+func TestBackgroundFailureLimit(t *testing.T) {
+	now := time.Unix(1000, 0)
+	var reported []error
+	fat := &fatal{}
+	fat.fn = func(err error) { reported = append(reported, err) }
+	bg := &background{limit: 10 * time.Second, now: func() time.Time { return now }, log: slog.New(slog.DiscardHandler), report: fat.report}
+	el := eventListener(slog.New(slog.DiscardHandler), fat, bg)
+	failedFlush := pebble.FlushInfo{Err: errors.New("disk says no")}
+	step := func(d time.Duration) { now = now.Add(d) }
+
+	el.FlushEnd(failedFlush)
+	step(9 * time.Second)
+	el.FlushEnd(failedFlush)
+	el.FlushEnd(pebble.FlushInfo{Err: errors.New(errEmptyTable)}) // a success: the count starts again
+	step(5 * time.Second)
+	el.FlushEnd(failedFlush)
+	step(9 * time.Second)
+	el.FlushEnd(failedFlush)
+	// Compactions failing meanwhile are counted on their own.
+	el.CompactionEnd(pebble.CompactionInfo{Err: errors.New("no room")})
+	el.CompactionEnd(pebble.CompactionInfo{Err: pebble.ErrCancelledCompaction})
+	if len(reported) != 0 {
+		t.Fatalf("reported before the limit: %v", reported)
+	}
+	step(time.Second)
+	el.FlushEnd(failedFlush)
+	if len(reported) != 1 || !strings.Contains(reported[0].Error(), "flushes have failed for 10s, 3 times") || !strings.Contains(reported[0].Error(), "disk says no") {
+		t.Fatalf("reported %v, want the flushes, once", reported)
+	}
+	step(time.Minute)
+	el.FlushEnd(failedFlush)
+	el.CompactionEnd(pebble.CompactionInfo{Err: pebble.ErrCancelledCompaction})
+	if len(reported) != 1 {
+		t.Fatalf("flushes reported again: %v", reported)
+	}
+	el.CompactionEnd(pebble.CompactionInfo{Err: errors.New("no room")})
+	if len(reported) != 2 || !strings.Contains(reported[1].Error(), "compactions have failed for 1m1s, 2 times") {
+		t.Fatalf("reported %v, want the compactions second", reported)
+	}
+	if got := fat.first; got != reported[0] {
+		t.Errorf("first fatal %v, want %v", got, reported[0])
+	}
+
+	// A negative limit never reports.
+	bg.limit = -1
+	bg.kinds = [2]backgroundKind{}
+	el.FlushEnd(failedFlush)
+	step(time.Hour)
+	el.FlushEnd(failedFlush)
+	if len(reported) != 2 {
+		t.Errorf("reported with no limit: %v", reported)
 	}
 }
