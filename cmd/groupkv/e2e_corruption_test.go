@@ -99,6 +99,9 @@ wait:
 	if strings.Contains(log, "panic:") || strings.Contains(log, "goroutine ") {
 		t.Errorf("the server panicked:\n%s", log)
 	}
+	if strings.Contains(log, "<corruption detail carrier>") {
+		t.Errorf("the server's log has Pebble's placeholder line instead of the file:\n%s", log)
+	}
 	t.Logf("exited with status 1 after %d reads; last lines:\n%s", reads, lastLines(log, 2))
 }
 

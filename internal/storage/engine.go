@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -321,7 +322,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 	db, err := pebble.Open(fs.PathJoin(dir, "pebble"), popts)
 	if err != nil {
 		lock.Close()
-		return nil, fmt.Errorf("storage: opening pebble in %s: %w", dir, err)
+		return nil, fmt.Errorf("storage: opening pebble in %s: %w", dir, corruptionError(err))
 	}
 	// Pebble syncs what it creates below its own directory; the entry of
 	// that directory in dir is ours to make durable.
@@ -344,7 +345,7 @@ func (e *Engine) checkFormat() error {
 		return e.DB.Set(NodeKey(formatVersionKey), binary.BigEndian.AppendUint32(nil, FormatVersion), pebble.Sync)
 	}
 	if err != nil {
-		return fmt.Errorf("storage: reading format version: %w", err)
+		return fmt.Errorf("storage: reading format version: %w", corruptionError(err))
 	}
 	defer closer.Close()
 	if len(v) != 4 {
@@ -359,6 +360,29 @@ func (e *Engine) checkFormat() error {
 	}
 	return nil
 }
+
+// corruptionError returns err, or for an error of on-disk corruption err
+// with a message that names the damaged file in place of the line Pebble
+// adds for the detail it carries ("<corruption detail carrier>").
+func corruptionError(err error) error {
+	info := pebble.ExtractDataCorruptionInfo(err)
+	if info == nil {
+		return err
+	}
+	return &damaged{err: err, path: info.Path}
+}
+
+type damaged struct {
+	err  error
+	path string
+}
+
+func (d *damaged) Error() string {
+	msg, _, _ := strings.Cut(d.err.Error(), "\n")
+	return fmt.Sprintf("%s (on-disk corruption in %s)", msg, d.path)
+}
+
+func (d *damaged) Unwrap() error { return d.err }
 
 // Close closes Pebble and releases the directory lock.
 func (e *Engine) Close() error {
