@@ -1264,13 +1264,11 @@ func (h *Host) shutdown() {
 	h.mu.queue = nil
 	groups := h.mu.groups
 	h.mu.Unlock()
-	h.mu.Lock()
 	fail := outcome{err: h.stoppedError()}
 	unknown := kv.Errorf(kv.CodeCommitUnknown, "node shut down before the write was applied; it may or may not have been")
 	if h.Failure() != nil {
 		unknown = kv.Errorf(kv.CodeCommitUnknown, "the node's storage failed before the write was applied; it may or may not have been")
 	}
-	h.mu.Unlock()
 	for _, p := range queue {
 		p.answer(fail)
 	}
