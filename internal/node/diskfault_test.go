@@ -937,3 +937,108 @@ func TestFailingFlushesStopTheNode(t *testing.T) {
 		}
 	}
 }
+
+// walFaults fails every write and sync of the write-ahead log (Pebble's
+// *.log files) while it is on: a disk that stops taking the log.
+type walFaults struct {
+	on       atomic.Bool
+	injected atomic.Int64
+}
+
+func (f *walFaults) String() string { return "EIO on WAL writes and syncs" }
+
+func (f *walFaults) MaybeError(op errorfs.Op) error {
+	switch op.Kind {
+	case errorfs.OpFileWrite, errorfs.OpFileWriteAt, errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
+	default:
+		return nil
+	}
+	if !f.on.Load() || !strings.HasSuffix(op.Path, ".log") {
+		return nil
+	}
+	f.injected.Add(1)
+	return fmt.Errorf("injected WAL fault on %s: %w", op.Path, syscall.EIO)
+}
+
+// TestWALFaultsStopTheNode has the log's writes fail while clients write:
+// no write is acknowledged that is not durable. The node stops (no panic;
+// it says why), its writes in flight answer an error, and restarted on a
+// working disk after a crash that drops what was not synced, every
+// acknowledged write is there.
+func TestWALFaultsStopTheNode(t *testing.T) {
+	seed := crashSeed(t)
+	t.Logf("seed %d (replay with GROUPKV_SEED=%d)", seed, seed)
+	faults := &walFaults{}
+	mem := vfs.NewCrashableMem()
+	crashMakeDir(t, mem, "/data")
+	opts := Options{DataDir: "/data", FS: errorfs.Wrap(mem, faults), TickInterval: 10 * time.Millisecond,
+		ConsistencyInterval: -1, Logger: crashLogger()}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n := crashOpen(t, seed, opts)
+	crashCreate(t, seed, n, kv.CollectionOptions{Name: "c", Shards: 2})
+
+	const writers = 4
+	rng := rand.New(rand.NewPCG(seed, 5))
+	failAfter := time.Duration(20+rng.IntN(80)) * time.Millisecond
+	var (
+		mu     sync.Mutex
+		acked  = map[string]uint64{}
+		failed atomic.Int64
+		wg     sync.WaitGroup
+	)
+	time.AfterFunc(failAfter, func() { faults.on.Store(true) })
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-n.Failed():
+					return
+				case <-ctx.Done():
+					return
+				default:
+				}
+				k := fmt.Sprintf("w%d-%03d", w, i%100)
+				v, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte(k), Value: []byte(fmt.Sprint(i))})
+				if err != nil {
+					failed.Add(1)
+					if c := kv.CodeOf(err); c != kv.CodeUnavailable && c != kv.CodeCommitUnknown {
+						t.Errorf("seed %d: put %s: %v, want unavailable or commit_unknown", seed, k, err)
+					}
+					continue
+				}
+				mu.Lock()
+				acked[k] = max(acked[k], v)
+				mu.Unlock()
+			}
+		}()
+	}
+	select {
+	case <-n.Failed():
+	case <-ctx.Done():
+		t.Fatalf("seed %d: the node did not stop while its log could not be written (%d faults injected)", seed, faults.injected.Load())
+	}
+	wg.Wait()
+	t.Logf("faults from %v: %d injected, %d writes acknowledged (keys), %d failed; failure: %v", failAfter, faults.injected.Load(), len(acked), failed.Load(), n.Failure())
+	if n.Failure() == nil {
+		t.Errorf("seed %d: Failed closed without a Failure", seed)
+	}
+	if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte("new"), Value: []byte("v")}); kv.CodeOf(err) != kv.CodeUnavailable {
+		t.Errorf("seed %d: put on the stopped node: %v, want unavailable", seed, err)
+	}
+
+	faults.on.Store(false)
+	crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	n.Close()
+	opts.FS = crashed
+	n = crashOpen(t, seed, opts)
+	defer n.Close()
+	for k, v := range acked {
+		rec, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte(k)})
+		if err != nil || rec.Version < v {
+			t.Errorf("seed %d: %s after the restart: version %d, %v; it was acknowledged at version %d", seed, k, rec.Version, err, v)
+		}
+	}
+}
