@@ -417,3 +417,42 @@ func BenchmarkDecodePipelineResponse(b *testing.B) {
 		}
 	})
 }
+
+// FuzzDecodePipelineRequest: whatever bytes a stream carries,
+// decodePipelineRequest either leaves them to proto.Unmarshal or decodes
+// them as it does (and never panics). The seeds are messages clients send.
+func FuzzDecodePipelineRequest(f *testing.F) {
+	fuzzDecode(f, randPipelineRequest, decodePipelineRequest)
+}
+
+// FuzzDecodePipelineResponse is FuzzDecodePipelineRequest for the answers.
+func FuzzDecodePipelineResponse(f *testing.F) {
+	fuzzDecode(f, randPipelineResponse, decodePipelineResponse)
+}
+
+func fuzzDecode[T any, M interface {
+	*T
+	proto.Message
+}](f *testing.F, gen func(*rand.Rand) M, decode func([]byte, M) bool) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 16 {
+		b, err := proto.Marshal(gen(rng))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got := M(new(T))
+		if !decode(b, got) {
+			return
+		}
+		want := M(new(T))
+		if err := proto.Unmarshal(b, want); err != nil {
+			t.Fatalf("decoded %x, which proto.Unmarshal refuses: %v", b, err)
+		}
+		if !proto.Equal(got, want) {
+			t.Fatalf("decoded %x as\n%v\nproto.Unmarshal as\n%v", b, got, want)
+		}
+	})
+}
