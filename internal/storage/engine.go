@@ -58,9 +58,9 @@ type Options struct {
 	// Logger receives Pebble's log lines; nil means slog.Default().
 	Logger *slog.Logger
 	// BackgroundFailureLimit is how long flushes, or compactions, may
-	// fail every time they are tried before the engine reports it as
-	// fatal (OnFatal); 0 means DefaultBackgroundFailureLimit, negative
-	// never.
+	// fail every time they are tried (at least backgroundMinFailures
+	// times) before the engine reports it as fatal (OnFatal); 0 means
+	// DefaultBackgroundFailureLimit, negative never.
 	BackgroundFailureLimit time.Duration
 	// Now is the clock of BackgroundFailureLimit; nil means time.Now.
 	Now func() time.Time
@@ -168,6 +168,11 @@ var backgroundKindNames = [2]string{"flushes", "compactions"}
 // flush that wrote no table (all its keys deleted): not a failure.
 const errEmptyTable = "pebble: empty table"
 
+// backgroundMinFailures is how many failures in a row, at the least, are
+// fatal once the limit has passed: two failures an idle hour apart are not
+// a disk that refuses writes.
+const backgroundMinFailures = 3
+
 // backgroundLogEvery rate-limits the log lines of background errors:
 // Pebble retries a failed flush at once, and a disk that refuses every
 // write would otherwise flood the log.
@@ -192,7 +197,7 @@ func (b *background) ended(kind int, err error) {
 	}
 	k.failures++
 	var fatalErr error
-	if b.limit > 0 && !k.reported && now.Sub(k.since) >= b.limit {
+	if b.limit > 0 && !k.reported && k.failures >= backgroundMinFailures && now.Sub(k.since) >= b.limit {
 		k.reported = true
 		fatalErr = fmt.Errorf("%s have failed for %v, %d times, with no success (last error: %v)",
 			backgroundKindNames[kind], now.Sub(k.since).Round(time.Millisecond), k.failures, err)
