@@ -82,8 +82,18 @@ serves HTTP/JSON and gRPC on 127.0.0.1:7070 and listens for peers on
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			if err := s.Close(ctx); failed == nil {
-				return err
+			if failed == nil {
+				return s.Close(ctx)
+			}
+			// A node whose storage failed may not close: a write waiting
+			// for a flush that will never succeed holds its loop. What it
+			// acknowledged is in its log; it exits either way.
+			closed := make(chan error, 1)
+			go func() { closed <- s.Close(ctx) }()
+			select {
+			case <-closed:
+			case <-time.After(failedCloseWait):
+				cfg.Logger.Error("storage failed; the node did not close in time, exiting without it", "waited", failedCloseWait.String())
 			}
 			return failed
 		},
@@ -126,3 +136,7 @@ func serverProcs(procs int) int {
 	}
 	return min(2*procs, 4)
 }
+
+// failedCloseWait bounds how long a node whose storage failed is given to
+// close before the server exits without it.
+const failedCloseWait = 15 * time.Second

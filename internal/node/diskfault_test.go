@@ -872,11 +872,14 @@ func TestClusterOutlivesANodesFailedDisk(t *testing.T) {
 }
 
 // TestFailingFlushesStopTheNode fails every write of every sstable: no
-// flush can succeed, and Pebble retries them for good. After
-// StorageFailureLimit of failures the node stops (Failed names the
-// flushes) instead of leaving writes to wait, once its memtables are full,
-// without an error. Restarted on a working disk, it has every write it
-// acknowledged (they were in its log).
+// flush can succeed, and Pebble retries them for good. Memtables are
+// flushed (so queued) as writes go on, until writes stall for a flush
+// that will not come. After StorageFailureLimit of failures the node
+// stops (Failed names the flushes) instead of leaving writes to wait
+// without an error: the writes in flight answer (commit_unknown), though
+// the stalled write still holds the replication loop, and new ones answer
+// unavailable. With the disk working again the node closes; after a crash
+// it has every write it acknowledged (they were in its log).
 func TestFailingFlushesStopTheNode(t *testing.T) {
 	seed := crashSeed(t)
 	t.Logf("seed %d (replay with GROUPKV_SEED=%d)", seed, seed)
@@ -888,32 +891,67 @@ func TestFailingFlushesStopTheNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	n := crashOpen(t, seed, opts)
+	// However the test ends, the disk works again and the node closes:
+	// Pebble retries failed flushes without a pause, for good.
+	var flushes sync.WaitGroup // DB.Flush calls, which must end before Close
+	first := n
+	closeFirst := sync.OnceFunc(func() {
+		faults.on.Store(false)
+		flushes.Wait()
+		first.Close()
+	})
+	t.Cleanup(closeFirst)
 	crashCreate(t, seed, n, kv.CollectionOptions{Name: "c", Shards: 2})
 
-	acked := map[string]uint64{}
+	var (
+		mu      sync.Mutex
+		acked   = map[string]uint64{}
+		unknown atomic.Int64
+		writes  atomic.Int64
+	)
 	faults.on.Store(true)
-	// Writes go on until the node stops; a flush is asked for now and
-	// then (the memtables would take long to fill).
-	stoppedAt := -1
-	for i := 0; stoppedAt < 0; i++ {
-		select {
-		case <-n.Failed():
-			stoppedAt = i
-			continue
-		case <-ctx.Done():
-			t.Fatalf("seed %d: the node did not stop while every flush failed (%d faults injected, %d writes)", seed, faults.injected.Load(), i)
-		default:
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-n.Failed():
+				return
+			default:
+			}
+			k := fmt.Sprintf("key-%03d", i%200)
+			v, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte(k), Value: []byte(fmt.Sprintf("%s-%d", k, i))})
+			writes.Add(1)
+			switch c := kv.CodeOf(err); {
+			case err == nil:
+				mu.Lock()
+				acked[k] = v
+				mu.Unlock()
+			case c == kv.CodeCommitUnknown:
+				unknown.Add(1)
+			case c != kv.CodeUnavailable:
+				t.Errorf("seed %d: put %s: %v, want unavailable or commit_unknown", seed, k, err)
+			}
+			if i%50 == 0 {
+				// A flush queues the memtable, whatever its size: two
+				// queued stall writes (Pebble's stop threshold).
+				flushes.Go(func() { _ = n.eng.DB.Flush() }) // it fails; Pebble retries it
+			}
 		}
-		k := fmt.Sprintf("key-%03d", i%200)
-		v, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte(k), Value: []byte(fmt.Sprintf("%s-%d", k, i))})
-		if err == nil {
-			acked[k] = v
-		}
-		if i%50 == 0 {
-			go n.eng.DB.Flush() //nolint:errcheck // it fails; Pebble retries it
-		}
+	}()
+	select {
+	case <-n.Failed():
+	case <-ctx.Done():
+		t.Fatalf("seed %d: the node did not stop while every flush failed (%d faults injected, %d writes)", seed, faults.injected.Load(), writes.Load())
 	}
-	t.Logf("%d faults injected; the node stopped after %d writes", faults.injected.Load(), stoppedAt)
+	// Liveness: a generous deadline that only catches a write left
+	// waiting on the stopped node.
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("seed %d: a write still waits 30 s after the node stopped", seed)
+	}
+	t.Logf("%d faults injected; the node stopped after %d writes (%d answered commit_unknown): %v", faults.injected.Load(), writes.Load(), unknown.Load(), n.Failure())
 	if err := n.Failure(); err == nil || !strings.Contains(err.Error(), "flushes have failed") {
 		t.Errorf("seed %d: Failure %v, want the flushes named", seed, err)
 	}
@@ -924,9 +962,8 @@ func TestFailingFlushesStopTheNode(t *testing.T) {
 		t.Errorf("seed %d: put on the stopped node: %v, want unavailable", seed, err)
 	}
 
-	faults.on.Store(false)
 	crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: rand.New(rand.NewPCG(seed, 3))})
-	n.Close()
+	closeFirst() // the disk works again: a stalled write goes through, and the node closes
 	opts.FS = crashed
 	n = crashOpen(t, seed, opts)
 	defer n.Close()

@@ -589,7 +589,32 @@ func (h *Host) ProposeThen(ctx context.Context, shardID uint64, cmd []byte, then
 			}()
 		}
 		return shard.Result{}, ctx.Err()
+	case <-h.failed:
+		// The loop may be stuck in storage that no longer takes writes
+		// (a write stall no flush will end): the outcome is not waited
+		// for.
+		select {
+		case o := <-p.done:
+			if then != nil {
+				then()
+			}
+			return o.res, o.err
+		default:
+		}
+		if then != nil {
+			go func() {
+				<-p.done
+				then()
+			}()
+		}
+		return shard.Result{}, failedUnknown()
 	}
+}
+
+// failedUnknown answers a proposal whose host's storage failed before its
+// outcome was known.
+func failedUnknown() *kv.Error {
+	return kv.Errorf(kv.CodeCommitUnknown, "the node's storage failed before the write was applied; it may or may not have been")
 }
 
 // ProposeAsync hands cmd to shardID's raft group as Propose does, and
@@ -635,6 +660,8 @@ func (h *Host) ProposeConfChange(ctx context.Context, shardID uint64, cc raftpb.
 		return nil
 	case <-ctx.Done():
 		return kv.Errorf(kv.CodeUnavailable, "shard %d: configuration change not applied: %v", shardID, ctx.Err())
+	case <-h.failed:
+		return h.stoppedError()
 	}
 }
 
@@ -1267,7 +1294,7 @@ func (h *Host) shutdown() {
 	fail := outcome{err: h.stoppedError()}
 	unknown := kv.Errorf(kv.CodeCommitUnknown, "node shut down before the write was applied; it may or may not have been")
 	if h.Failure() != nil {
-		unknown = kv.Errorf(kv.CodeCommitUnknown, "the node's storage failed before the write was applied; it may or may not have been")
+		unknown = failedUnknown()
 	}
 	for _, p := range queue {
 		p.answer(fail)
