@@ -951,7 +951,7 @@ func TestFailingFlushesStopTheNode(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("seed %d: a write still waits 30 s after the node stopped", seed)
 	}
-	t.Logf("%d faults injected; the node stopped after %d writes (%d answered commit_unknown): %v", faults.injected.Load(), writes.Load(), unknown.Load(), n.Failure())
+	t.Logf("%d faults injected; the node stopped after %d writes (%d answered commit_unknown), %d write stalls: %v", faults.injected.Load(), writes.Load(), unknown.Load(), n.eng.WriteStalls(), n.Failure())
 	if err := n.Failure(); err == nil || !strings.Contains(err.Error(), "flushes have failed") {
 		t.Errorf("seed %d: Failure %v, want the flushes named", seed, err)
 	}

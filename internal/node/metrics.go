@@ -51,10 +51,11 @@ var (
 	pebbleL0Files   = prometheus.NewDesc("groupkv_pebble_l0_files", "Files in Pebble's level 0.", nil, nil)
 	pebbleCacheHits = prometheus.NewDesc("groupkv_pebble_block_cache_hits_total", "Pebble block cache hits.", nil, nil)
 	pebbleCacheMiss = prometheus.NewDesc("groupkv_pebble_block_cache_misses_total", "Pebble block cache misses.", nil, nil)
+	pebbleStalls    = prometheus.NewDesc("groupkv_pebble_write_stalls_total", "Times Pebble stopped writes to wait for flushes or compactions.", nil, nil)
 )
 
 func (c pebbleCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{pebbleDiskBytes, pebbleMemtable, pebbleWALBytes, pebbleCompacts, pebbleFlushed, pebbleCompacted, pebbleL0Files, pebbleCacheHits, pebbleCacheMiss} {
+	for _, d := range []*prometheus.Desc{pebbleDiskBytes, pebbleMemtable, pebbleWALBytes, pebbleCompacts, pebbleFlushed, pebbleCompacted, pebbleL0Files, pebbleCacheHits, pebbleCacheMiss, pebbleStalls} {
 		ch <- d
 	}
 }
@@ -74,6 +75,7 @@ func (c pebbleCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(pebbleFlushed, prometheus.CounterValue, float64(flushed))
 	ch <- prometheus.MustNewConstMetric(pebbleCompacted, prometheus.CounterValue, float64(compacted))
 	ch <- prometheus.MustNewConstMetric(pebbleL0Files, prometheus.GaugeValue, float64(m.Levels[0].TablesCount))
+	ch <- prometheus.MustNewConstMetric(pebbleStalls, prometheus.CounterValue, float64(c.eng.WriteStalls()))
 	ch <- prometheus.MustNewConstMetric(pebbleCacheHits, prometheus.CounterValue, float64(m.BlockCache.Hits))
 	ch <- prometheus.MustNewConstMetric(pebbleCacheMiss, prometheus.CounterValue, float64(m.BlockCache.Misses))
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -82,7 +83,13 @@ type Engine struct {
 	// fatal is what makes this engine unfit to go on: data found damaged
 	// on disk, or background writes failing for good.
 	fatal *fatal
+	// stalls counts write stalls (WriteStalls).
+	stalls *atomic.Int64
 }
+
+// WriteStalls is how many times writes stopped to wait for flushes or
+// compactions since the engine opened.
+func (e *Engine) WriteStalls() int64 { return e.stalls.Load() }
 
 // fatal records the conditions under which a node should stop rather than
 // go on with its storage: the on-disk corruption Pebble detects (checksum
@@ -298,6 +305,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 		limit = DefaultBackgroundFailureLimit
 	}
 	bg := &background{limit: limit, now: opts.Now, log: logger, report: fat.report}
+	stalls := new(atomic.Int64)
 	if bg.now == nil {
 		bg.now = time.Now
 	}
@@ -312,7 +320,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 		MemTableStopWritesThreshold: memTablesQueued,
 		L0CompactionThreshold:       l0CompactionThreshold,
 		L0StopWritesThreshold:       l0StopWritesThreshold,
-		EventListener:               eventListener(logger, fat, bg),
+		EventListener:               eventListener(logger, fat, bg, stalls),
 	}
 	for i := range popts.Levels {
 		// Point reads of latest-version pointers and raft state: a bloom
@@ -336,7 +344,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 		lock.Close()
 		return nil, fmt.Errorf("storage: syncing %s: %w", dir, err)
 	}
-	e := &Engine{DB: db, FS: fs, Dir: dir, lock: lock, fatal: fat}
+	e := &Engine{DB: db, FS: fs, Dir: dir, lock: lock, fatal: fat, stalls: stalls}
 	if err := e.checkFormat(); err != nil {
 		e.Close()
 		return nil, err
@@ -433,7 +441,7 @@ func PutUint64(w pebble.Writer, key []byte, v uint64) error {
 // as warnings, since they hold every write of the node up; at debug level
 // it logs every flush, compaction and file change too, so that a latency
 // stall can be set beside what the storage engine was doing.
-func eventListener(logger *slog.Logger, fat *fatal, bg *background) *pebble.EventListener {
+func eventListener(logger *slog.Logger, fat *fatal, bg *background, stalls *atomic.Int64) *pebble.EventListener {
 	el := pebble.EventListener{
 		BackgroundError: bg.logError,
 		FlushEnd: func(info pebble.FlushInfo) {
@@ -455,6 +463,7 @@ func eventListener(logger *slog.Logger, fat *fatal, bg *background) *pebble.Even
 			fat.report(fmt.Errorf("on-disk corruption in %s: %v", info.Path, info.Details))
 		},
 		WriteStallBegin: func(info pebble.WriteStallBeginInfo) {
+			stalls.Add(1)
 			logger.Warn("storage: writes stalled", "reason", info.Reason, "component", "pebble")
 		},
 		WriteStallEnd: func() {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -198,7 +199,7 @@ func TestBackgroundFailureLimit(t *testing.T) {
 	fat := &fatal{}
 	fat.fn = func(err error) { reported = append(reported, err) }
 	bg := &background{limit: 10 * time.Second, now: func() time.Time { return now }, log: slog.New(slog.DiscardHandler), report: fat.report}
-	el := eventListener(slog.New(slog.DiscardHandler), fat, bg)
+	el := eventListener(slog.New(slog.DiscardHandler), fat, bg, new(atomic.Int64))
 	failedFlush := pebble.FlushInfo{Err: errors.New("disk says no")}
 	step := func(d time.Duration) { now = now.Add(d) }
 
