@@ -529,13 +529,17 @@ type tableWriteFaults struct {
 	all bool
 }
 
-func (f *tableWriteFaults) MaybeError(op errorfs.Op) error {
+// isFileWrite reports whether op writes or syncs a file.
+func isFileWrite(op errorfs.Op) bool {
 	switch op.Kind {
 	case errorfs.OpFileWrite, errorfs.OpFileWriteAt, errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
-	default:
-		return nil
+		return true
 	}
-	if !f.on.Load() || !strings.HasSuffix(op.Path, ".sst") {
+	return false
+}
+
+func (f *tableWriteFaults) MaybeError(op errorfs.Op) error {
+	if !isFileWrite(op) || !f.on.Load() || !strings.HasSuffix(op.Path, ".sst") {
 		return nil
 	}
 	if f.all {
@@ -985,12 +989,7 @@ type walFaults struct {
 func (f *walFaults) String() string { return "EIO on WAL writes and syncs" }
 
 func (f *walFaults) MaybeError(op errorfs.Op) error {
-	switch op.Kind {
-	case errorfs.OpFileWrite, errorfs.OpFileWriteAt, errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
-	default:
-		return nil
-	}
-	if !f.on.Load() || !strings.HasSuffix(op.Path, ".log") {
+	if !isFileWrite(op) || !f.on.Load() || !strings.HasSuffix(op.Path, ".log") {
 		return nil
 	}
 	f.injected.Add(1)
