@@ -880,9 +880,9 @@ func TestClusterOutlivesANodesFailedDisk(t *testing.T) {
 // flushed (so queued) as writes go on, until writes stall for a flush
 // that will not come. After StorageFailureLimit of failures the node
 // stops (Failed names the flushes) instead of leaving writes to wait
-// without an error: the writes in flight answer (commit_unknown), though
-// the stalled write still holds the replication loop, and new ones answer
-// unavailable. With the disk working again the node closes; after a crash
+// without an error: the writes in flight answer (commit_unknown), and the
+// reads, though the stalled write still holds the replication loop; new
+// requests answer unavailable. With the disk working again the node closes; after a crash
 // it has every write it acknowledged (they were in its log).
 func TestFailingFlushesStopTheNode(t *testing.T) {
 	seed := crashSeed(t)
@@ -914,9 +914,25 @@ func TestFailingFlushesStopTheNode(t *testing.T) {
 		writes  atomic.Int64
 	)
 	faults.on.Store(true)
+	var active sync.WaitGroup
+	// A reader reads meanwhile: its read in flight at the stop answers too.
+	active.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-n.Failed():
+				return
+			default:
+			}
+			_, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte(fmt.Sprintf("key-%03d", i%200))})
+			if c := kv.CodeOf(err); err != nil && c != kv.CodeNotFound && c != kv.CodeUnavailable {
+				t.Errorf("seed %d: get: %v, want a value, not_found or unavailable", seed, err)
+			}
+		}
+	})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		defer active.Wait()
 		for i := 0; ; i++ {
 			select {
 			case <-n.Failed():
@@ -953,7 +969,7 @@ func TestFailingFlushesStopTheNode(t *testing.T) {
 	select {
 	case <-done:
 	case <-time.After(30 * time.Second):
-		t.Fatalf("seed %d: a write still waits 30 s after the node stopped", seed)
+		t.Fatalf("seed %d: a write or a read still waits 30 s after the node stopped", seed)
 	}
 	t.Logf("%d faults injected; the node stopped after %d writes (%d answered commit_unknown), %d write stalls: %v", faults.injected.Load(), writes.Load(), unknown.Load(), n.eng.WriteStalls(), n.Failure())
 	if err := n.Failure(); err == nil || !strings.Contains(err.Error(), "flushes have failed") {

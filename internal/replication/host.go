@@ -762,6 +762,8 @@ func (h *Host) WaitApplied(ctx context.Context, shardID, index uint64) error {
 		case <-ch:
 		case <-ctx.Done():
 			return kv.Errorf(kv.CodeUnavailable, "shard %d did not catch up to index %d: %v", shardID, index, ctx.Err())
+		case <-h.failed:
+			return h.stoppedError()
 		}
 	}
 }
@@ -832,6 +834,8 @@ func (h *Host) ReadBarrier(ctx context.Context, shardID uint64) error {
 	case index = <-r.done:
 	case <-ctx.Done():
 		return kv.Errorf(kv.CodeUnavailable, "shard %d could not confirm its leadership: %v", shardID, ctx.Err())
+	case <-h.failed:
+		return h.stoppedError()
 	}
 	if index == 0 {
 		return kv.Errorf(kv.CodeUnavailable, "shard %d has no reachable leader to confirm a read; retry", shardID)
@@ -859,6 +863,8 @@ func (h *Host) WaitReady(ctx context.Context, shardID uint64) error {
 		case <-ch:
 		case <-ctx.Done():
 			return kv.Errorf(kv.CodeUnavailable, "shard %d has no ready leader: %v", shardID, ctx.Err())
+		case <-h.failed:
+			return h.stoppedError()
 		}
 	}
 }
