@@ -1077,8 +1077,6 @@ func (n *Node) placementNodes() []uint64 {
 	return ids
 }
 
-// ClusterStatus describes the cluster as this node sees it: members and
-// their health, and every shard with its replicas and leader.
 // sortedCollections returns the collections of the catalog here, by name.
 func (n *Node) sortedCollections() []*cluster.CollectionDesc {
 	n.mu.RLock()
@@ -1091,6 +1089,8 @@ func (n *Node) sortedCollections() []*cluster.CollectionDesc {
 	return colls
 }
 
+// ClusterStatus describes the cluster as this node sees it: members and
+// their health, and every shard with its replicas and leader.
 func (n *Node) ClusterStatus(ctx context.Context) (kv.ClusterStatus, error) {
 	members := n.members()
 	var st kv.ClusterStatus

@@ -44,7 +44,22 @@ func (f *readFaults) MaybeError(op errorfs.Op) error {
 		return nil
 	}
 	f.injected.Add(1)
-	return fmt.Errorf("injected read fault on %s: %w", op.Path, syscall.EIO)
+	return injectedEIO("read", op)
+}
+
+// faultyDisk is a crashable in-memory disk holding /data, and the options
+// of a node on it whose file operations go through faults first.
+func faultyDisk(t *testing.T, faults errorfs.Injector) (*vfs.MemFS, Options) {
+	t.Helper()
+	mem := vfs.NewCrashableMem()
+	crashMakeDir(t, mem, "/data")
+	return mem, Options{DataDir: "/data", FS: errorfs.Wrap(mem, faults), TickInterval: 10 * time.Millisecond,
+		ConsistencyInterval: -1, Logger: crashLogger()}
+}
+
+// injectedEIO is the error a fault injector answers for op.
+func injectedEIO(what string, op errorfs.Op) error {
+	return fmt.Errorf("injected %s fault on %s: %w", what, op.Path, syscall.EIO)
 }
 
 // flushToTables writes everything n holds in memory to sstables and
@@ -339,10 +354,8 @@ func TestReadFaultsDuringWrites(t *testing.T) {
 	t.Logf("seed %d (replay with GROUPKV_SEED=%d)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	faults := &readFaults{rng: rand.New(rand.NewPCG(seed, 2)), p: 0.01}
-	mem := vfs.NewCrashableMem()
-	crashMakeDir(t, mem, "/data")
-	opts := Options{DataDir: "/data", FS: errorfs.Wrap(mem, faults), TickInterval: 10 * time.Millisecond, LatestCacheBytes: -1,
-		ConsistencyInterval: -1, Logger: crashLogger()}
+	mem, opts := faultyDisk(t, faults)
+	opts.LatestCacheBytes = -1
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -544,7 +557,7 @@ func (f *tableWriteFaults) MaybeError(op errorfs.Op) error {
 	}
 	if f.all {
 		f.injected.Add(1)
-		return fmt.Errorf("injected write fault on %s: %w", op.Path, syscall.EIO)
+		return injectedEIO("write", op)
 	}
 	f.mu.Lock()
 	from, ok := f.failFrom[op.Path]
@@ -562,7 +575,7 @@ func (f *tableWriteFaults) MaybeError(op errorfs.Op) error {
 		return nil
 	}
 	f.injected.Add(1)
-	return fmt.Errorf("injected write fault on %s: %w", op.Path, syscall.EIO)
+	return injectedEIO("write", op)
 }
 
 // TestTableWriteFaultsLoseNothing writes while the writes of about a third
@@ -573,10 +586,7 @@ func TestTableWriteFaultsLoseNothing(t *testing.T) {
 	seed := crashSeed(t)
 	t.Logf("seed %d (replay with GROUPKV_SEED=%d)", seed, seed)
 	faults := &tableWriteFaults{readFaults: readFaults{rng: rand.New(rand.NewPCG(seed, 2)), p: 0.3}, failFrom: map[string]int{}, ops: map[string]int{}}
-	mem := vfs.NewCrashableMem()
-	crashMakeDir(t, mem, "/data")
-	opts := Options{DataDir: "/data", FS: errorfs.Wrap(mem, faults), TickInterval: 10 * time.Millisecond,
-		ConsistencyInterval: -1, Logger: crashLogger()}
+	mem, opts := faultyDisk(t, faults)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	n := crashOpen(t, seed, opts)
@@ -888,10 +898,8 @@ func TestFailingFlushesStopTheNode(t *testing.T) {
 	seed := crashSeed(t)
 	t.Logf("seed %d (replay with GROUPKV_SEED=%d)", seed, seed)
 	faults := &tableWriteFaults{readFaults: readFaults{rng: rand.New(rand.NewPCG(seed, 2)), p: 1}, failFrom: map[string]int{}, ops: map[string]int{}, all: true}
-	mem := vfs.NewCrashableMem()
-	crashMakeDir(t, mem, "/data")
-	opts := Options{DataDir: "/data", FS: errorfs.Wrap(mem, faults), TickInterval: 10 * time.Millisecond,
-		ConsistencyInterval: -1, Logger: crashLogger(), StorageFailureLimit: 300 * time.Millisecond}
+	mem, opts := faultyDisk(t, faults)
+	opts.StorageFailureLimit = 300 * time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	n := crashOpen(t, seed, opts)
@@ -1009,7 +1017,7 @@ func (f *walFaults) MaybeError(op errorfs.Op) error {
 		return nil
 	}
 	f.injected.Add(1)
-	return fmt.Errorf("injected WAL fault on %s: %w", op.Path, syscall.EIO)
+	return injectedEIO("WAL", op)
 }
 
 // TestWALFaultsStopTheNode has the log's writes fail while clients write:
@@ -1021,10 +1029,7 @@ func TestWALFaultsStopTheNode(t *testing.T) {
 	seed := crashSeed(t)
 	t.Logf("seed %d (replay with GROUPKV_SEED=%d)", seed, seed)
 	faults := &walFaults{}
-	mem := vfs.NewCrashableMem()
-	crashMakeDir(t, mem, "/data")
-	opts := Options{DataDir: "/data", FS: errorfs.Wrap(mem, faults), TickInterval: 10 * time.Millisecond,
-		ConsistencyInterval: -1, Logger: crashLogger()}
+	mem, opts := faultyDisk(t, faults)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	n := crashOpen(t, seed, opts)

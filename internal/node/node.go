@@ -924,13 +924,7 @@ func (n *Node) CreateCollection(ctx context.Context, opts kv.CollectionOptions) 
 
 // ListCollections implements kv.Backend.
 func (n *Node) ListCollections(ctx context.Context) ([]kv.CollectionInfo, error) {
-	n.mu.RLock()
-	descs := make([]*cluster.CollectionDesc, 0, len(n.mu.catalog))
-	for _, d := range n.mu.catalog {
-		descs = append(descs, d)
-	}
-	n.mu.RUnlock()
-	sort.Slice(descs, func(i, j int) bool { return descs[i].Name < descs[j].Name })
+	descs := n.sortedCollections()
 	out := make([]kv.CollectionInfo, 0, len(descs))
 	for _, d := range descs {
 		out = append(out, d.Info(n.leaderNode(d)))

@@ -575,38 +575,38 @@ func (h *Host) ProposeThen(ctx context.Context, shardID uint64, cmd []byte, then
 		}
 		return shard.Result{}, err
 	}
-	select {
-	case o := <-p.done:
+	answered := func(o outcome) (shard.Result, error) {
 		if then != nil {
 			then()
 		}
 		return o.res, o.err
-	case <-ctx.Done():
+	}
+	// thenLater has then called once the outcome comes, for a caller
+	// that stops waiting for it.
+	thenLater := func() {
 		if then != nil {
 			go func() {
 				<-p.done
 				then()
 			}()
 		}
+	}
+	select {
+	case o := <-p.done:
+		return answered(o)
+	case <-ctx.Done():
+		thenLater()
 		return shard.Result{}, ctx.Err()
 	case <-h.failed:
 		// The loop may be stuck in storage that no longer takes writes
 		// (a write stall no flush will end): the outcome is not waited
-		// for.
+		// for, unless it is here.
 		select {
 		case o := <-p.done:
-			if then != nil {
-				then()
-			}
-			return o.res, o.err
+			return answered(o)
 		default:
 		}
-		if then != nil {
-			go func() {
-				<-p.done
-				then()
-			}()
-		}
+		thenLater()
 		return shard.Result{}, failedUnknown()
 	}
 }
