@@ -886,31 +886,39 @@ func TestClusterOutlivesANodesFailedDisk(t *testing.T) {
 }
 
 // TestFailingFlushesStopTheNode fails every write of every sstable: no
-// flush can succeed, and Pebble retries them for good. Memtables are
-// flushed (so queued) as writes go on, until writes stall for a flush
-// that will not come. After StorageFailureLimit of failures the node
-// stops (Failed names the flushes) instead of leaving writes to wait
-// without an error: the writes in flight answer (commit_unknown), and the
-// reads, though the stalled write still holds the replication loop; new
-// requests answer unavailable. With the disk working again the node closes; after a crash
-// it has every write it acknowledged (they were in its log).
+// flush can succeed, and Pebble retries them for good. Small memtables
+// fill and queue as writes go on, until writes stall for a flush that
+// will not come. After StorageFailureLimit of failures the node stops
+// (Failed names the flushes) instead of leaving writes to wait without an
+// error: the writes in flight answer (commit_unknown), and the reads,
+// though the stalled write still holds the replication loop; new requests
+// answer unavailable; Close returns (after FailedCloseWait) though the
+// node cannot finish closing. With the disk working again it does; after
+// a crash it has every write it acknowledged (they were in its log).
 func TestFailingFlushesStopTheNode(t *testing.T) {
 	seed := crashSeed(t)
 	t.Logf("seed %d (replay with GROUPKV_SEED=%d)", seed, seed)
 	faults := &tableWriteFaults{readFaults: readFaults{rng: rand.New(rand.NewPCG(seed, 2)), p: 1}, failFrom: map[string]int{}, ops: map[string]int{}, all: true}
 	mem, opts := faultyDisk(t, faults)
 	opts.StorageFailureLimit = 300 * time.Millisecond
+	opts.FailedCloseWait = 300 * time.Millisecond
+	// Small memtables fill while their flushes fail: two full ones
+	// waiting stall writes (Pebble's stop threshold).
+	opts.MemTableSize = 64 << 10
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	n := crashOpen(t, seed, opts)
-	// However the test ends, the disk works again and the node closes:
-	// Pebble retries failed flushes without a pause, for good.
-	var flushes sync.WaitGroup // DB.Flush calls, which must end before Close
+	// However the test ends, the disk works again and the node finishes
+	// closing: Pebble retries failed flushes without a pause, for good.
 	first := n
 	closeFirst := sync.OnceFunc(func() {
 		faults.on.Store(false)
-		flushes.Wait()
 		first.Close()
+		select {
+		case <-first.closeDone: // a Close that gave up finishes now
+		case <-time.After(60 * time.Second):
+			t.Errorf("seed %d: the node did not finish closing 60 s after the disk took writes again", seed)
+		}
 	})
 	t.Cleanup(closeFirst)
 	crashCreate(t, seed, n, kv.CollectionOptions{Name: "c", Shards: 2})
@@ -960,11 +968,6 @@ func TestFailingFlushesStopTheNode(t *testing.T) {
 			case c != kv.CodeUnavailable:
 				t.Errorf("seed %d: put %s: %v, want unavailable or commit_unknown", seed, k, err)
 			}
-			if i%50 == 0 {
-				// A flush queues the memtable, whatever its size: two
-				// queued stall writes (Pebble's stop threshold).
-				flushes.Go(func() { _ = n.eng.DB.Flush() }) // it fails; Pebble retries it
-			}
 		}
 	}()
 	select {
@@ -990,8 +993,28 @@ func TestFailingFlushesStopTheNode(t *testing.T) {
 		t.Errorf("seed %d: put on the stopped node: %v, want unavailable", seed, err)
 	}
 
+	// Close, the disk still failing, returns: it waits FailedCloseWait
+	// for a node held by a stalled write (Pebble's Close would wait for
+	// that write too, and for its flushes).
+	closed := make(chan error, 1)
+	go func() { closed <- n.Close() }()
+	select {
+	case err := <-closed:
+		t.Logf("Close on the failing disk: %v", err)
+		switch {
+		case err != nil && !strings.Contains(err.Error(), "storage failed"):
+			t.Errorf("seed %d: Close on the failing disk: %v, want the storage failure named", seed, err)
+		case err == nil && n.eng.WriteStalls() > 0:
+			// A stalled write holds Pebble's commit lock, which its
+			// Close takes: the node cannot have closed.
+			t.Errorf("seed %d: Close on the failing disk with a write stalled answered no error", seed)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("seed %d: Close still waits 60 s after it was called on the failing disk", seed)
+	}
+
 	crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: rand.New(rand.NewPCG(seed, 3))})
-	closeFirst() // the disk works again: a stalled write goes through, and the node closes
+	closeFirst() // the disk works again: a stalled write goes through, and the node finishes closing
 	opts.FS = crashed
 	n = crashOpen(t, seed, opts)
 	defer n.Close()

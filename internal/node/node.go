@@ -160,9 +160,13 @@ type Node struct {
 	// returns it on every async put and every GetNow.
 	endOps func()
 
-	closeMu  sync.Mutex
-	closed   bool
-	reconcil chan struct{}
+	closeMu sync.Mutex
+	closed  bool
+	// closeDone is closed when close has returned closeErr (Close may
+	// have stopped waiting for it).
+	closeDone chan struct{}
+	closeErr  error
+	reconcil  chan struct{}
 	// stepKick wakes the cluster loop to take the next step of a split or
 	// a merge now instead of at its next tick (kickSteps).
 	stepKick chan struct{}
@@ -179,11 +183,11 @@ func Open(opts Options) (*Node, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	eng, err := storage.Open(opts.DataDir, storage.Options{FS: opts.FS, Logger: opts.Logger, BackgroundFailureLimit: opts.StorageFailureLimit})
+	eng, err := storage.Open(opts.DataDir, storage.Options{FS: opts.FS, Logger: opts.Logger, BackgroundFailureLimit: opts.StorageFailureLimit, MemTableSize: opts.MemTableSize})
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{opts: opts, eng: eng, log: opts.Logger, stop: make(chan struct{}), workers: workpool.New(), reconcil: make(chan struct{}, 1), stepKick: make(chan struct{}, 1)}
+	n := &Node{opts: opts, eng: eng, log: opts.Logger, stop: make(chan struct{}), closeDone: make(chan struct{}), workers: workpool.New(), reconcil: make(chan struct{}, 1), stepKick: make(chan struct{}, 1)}
 	n.endOps = n.opsMu.RUnlock
 	n.initGroups()
 	n.mu.catalog = make(map[string]*cluster.CollectionDesc)
@@ -357,7 +361,12 @@ func (n *Node) loadReplicas() (map[uint64]localReplica, error) {
 // ID returns the node's id.
 func (n *Node) ID() uint64 { return n.id }
 
-// Close stops the node and releases its data directory.
+// Close stops the node and releases its data directory. On a node whose
+// storage failed (Failed) it waits at most Options.FailedCloseWait: a write
+// that Pebble stalls behind flushes that cannot succeed holds the node
+// until the disk takes writes again, and so would Close. It then returns an
+// error; the node finishes closing, and releases its data directory, if
+// the write ever ends.
 func (n *Node) Close() error {
 	n.closeMu.Lock()
 	defer n.closeMu.Unlock()
@@ -365,6 +374,25 @@ func (n *Node) Close() error {
 		return nil
 	}
 	n.closed = true
+	go func() {
+		n.closeErr = n.close()
+		close(n.closeDone)
+	}()
+	select {
+	case <-n.closeDone:
+		return n.closeErr
+	case <-n.host.Failed():
+	}
+	select {
+	case <-n.closeDone:
+		return n.closeErr
+	case <-time.After(n.opts.FailedCloseWait):
+		return fmt.Errorf("node %d: its storage failed (%v) and it did not stop within %v: a write it holds has not ended; it releases its data directory if the write ends", n.id, n.host.Failure(), n.opts.FailedCloseWait)
+	}
+}
+
+// close is Close's work.
+func (n *Node) close() error {
 	n.handOffLeadership()
 	close(n.stop)
 	n.opsMu.Lock() // wait out operations in flight (watches end on stop)

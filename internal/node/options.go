@@ -67,6 +67,14 @@ type Options struct {
 	// compactions, may fail every time they are tried before the node
 	// stops (Failed); 0 means storage.DefaultBackgroundFailureLimit.
 	StorageFailureLimit time.Duration
+	// MemTableSize is the size of each of the storage's memtables; 0
+	// means 16 MiB.
+	MemTableSize uint64
+	// FailedCloseWait bounds how long Close waits for a node whose storage
+	// failed to stop (a write Pebble stalls behind flushes that cannot
+	// succeed holds it until the disk takes writes again); 0 means 10
+	// seconds. Close then returns an error and leaves the storage open.
+	FailedCloseWait time.Duration
 	// SplitBytes is the estimated on-disk size above which a range shard
 	// splits at its middle key; 0 means 512 MiB, negative never.
 	SplitBytes int64
@@ -124,6 +132,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.SplitBytes == 0 {
 		o.SplitBytes = 512 << 20
+	}
+	if o.FailedCloseWait == 0 {
+		o.FailedCloseWait = 10 * time.Second
 	}
 	if o.SplitCheckInterval == 0 {
 		o.SplitCheckInterval = 30 * time.Second

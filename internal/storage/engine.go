@@ -54,7 +54,7 @@ type Options struct {
 	// CacheSize is the bytes of Pebble's block cache left for blocks; 0
 	// means 256 MiB, enough for a node's hot set in tests and small
 	// deployments. Pebble charges its memtables to the block cache, so the
-	// cache is made larger by what they may hold (memTableReservation).
+	// cache is made larger by what they may hold (memReservation in Open).
 	CacheSize int64
 	// Logger receives Pebble's log lines; nil means slog.Default().
 	Logger *slog.Logger
@@ -65,6 +65,9 @@ type Options struct {
 	BackgroundFailureLimit time.Duration
 	// Now is the clock of BackgroundFailureLimit; nil means time.Now.
 	Now func() time.Time
+	// MemTableSize is the size of each memtable; 0 means 16 MiB
+	// (memTableSize). Tests make it small to fill memtables quickly.
+	MemTableSize uint64
 }
 
 // DefaultBackgroundFailureLimit is the default of
@@ -266,12 +269,6 @@ const (
 	// until compactions catch up: three times the threshold, as Pebble's
 	// defaults have it (4 and 12).
 	l0StopWritesThreshold = 3 * l0CompactionThreshold
-	// memTableReservation is what the memtables may take of the block
-	// cache: Pebble reserves every memtable's size in it (the one being
-	// written and those waiting to be flushed). A cache no larger than
-	// that caches nothing once the first memtable has grown to full size:
-	// every read then goes to the files.
-	memTableReservation = (memTablesQueued + 1) * memTableSize
 )
 
 // Open opens (creating if needed) the data directory dir. It takes the
@@ -293,7 +290,17 @@ func Open(dir string, opts Options) (*Engine, error) {
 	if cacheSize == 0 {
 		cacheSize = 256 << 20
 	}
-	cache := pebble.NewCache(cacheSize + memTableReservation)
+	memSize := opts.MemTableSize
+	if memSize == 0 {
+		memSize = memTableSize
+	}
+	// The memtables' reservation in the block cache: Pebble reserves
+	// every memtable's size in it (the one being written and those
+	// waiting to be flushed). A cache no larger than that caches nothing
+	// once the first memtable has grown to full size: every read then
+	// goes to the files.
+	memReservation := int64((memTablesQueued + 1) * memSize)
+	cache := pebble.NewCache(cacheSize + memReservation)
 	defer cache.Unref()
 	logger := opts.Logger
 	if logger == nil {
@@ -314,9 +321,9 @@ func Open(dir string, opts Options) (*Engine, error) {
 		Cache:              cache,
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             pebbleLogger{logger},
-		MemTableSize:       memTableSize,
+		MemTableSize:       memSize,
 		// Writes stop while this many memtables wait to be flushed; the
-		// cache is sized for it (memTableReservation).
+		// cache is sized for it (memReservation).
 		MemTableStopWritesThreshold: memTablesQueued,
 		L0CompactionThreshold:       l0CompactionThreshold,
 		L0StopWritesThreshold:       l0StopWritesThreshold,
