@@ -15,6 +15,7 @@ import (
 
 	"github.com/groupkv/groupkv/internal/node"
 	"github.com/groupkv/groupkv/internal/server"
+	"github.com/groupkv/groupkv/internal/storage"
 )
 
 func serverCommand() *cobra.Command {
@@ -117,6 +118,7 @@ serves HTTP/JSON and gRPC on 127.0.0.1:7070 and listens for peers on
 	f.DurationVar(&cfg.Node.TxnIdleTimeout, "txn-idle-timeout", 30*time.Second, "how long a session transaction may go without a request before its node aborts it")
 	f.DurationVar(&cfg.Node.TxnRecordRetention, "txn-record-retention", 0, "how long the record of a finished transaction is kept after it was decided and resolved (default: 4 × --txn-idle-timeout; negative: forever)")
 	f.DurationVar(&cfg.Node.MaxTxnDuration, "max-txn-duration", time.Minute, "longest a transaction attempt may run from its start to its commit")
+	f.DurationVar(&cfg.Node.StorageFailureLimit, "storage-failure-limit", storage.DefaultBackgroundFailureLimit, "how long the storage's flushes, or its compactions, may fail every time they are tried (a full or failing disk) before the server stops (negative: never)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.BoolVar(&cfg.Pprof, "pprof", false, "serve Go's CPU, heap, allocation and lock-contention profiles under /debug/pprof/ on the client address")
 	return cmd
