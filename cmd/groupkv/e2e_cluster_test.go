@@ -44,7 +44,8 @@ type tnode struct {
 	id             int
 	addr, peerAddr string
 	dir            string
-	logs           *tlog // the output of every run, each run headed by a line "=== run N"
+	args           []string // more flags for every start
+	logs           *tlog    // the output of every run, each run headed by a line "=== run N"
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd     // the current (or last) process
@@ -202,6 +203,7 @@ func (c *tcluster) start(id int, join bool) {
 	if join {
 		args = append(args, "--join", c.node(1).peerAddr)
 	}
+	args = append(args, n.args...)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.runs++

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,8 +11,10 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -25,15 +28,7 @@ import (
 // and takes new ones. It needs to mount a tmpfs (root), as CI's machine
 // can.
 func TestDiskFullStopsCleanly(t *testing.T) {
-	mnt := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("this test mounts a tmpfs, which needs root: %v %s", err, bytes.TrimSpace(out))
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v %s", mnt, err, out)
-		}
-	})
+	mnt := smallDisk(t, 48)
 	dir := filepath.Join(mnt, "d")
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
@@ -65,15 +60,7 @@ func TestDiskFullStopsCleanly(t *testing.T) {
 		t.Fatalf("create collection: %d %s", code, body)
 	}
 
-	// value is the i-th write's value: 64 KiB drawn from the seed.
-	value := func(i int) []byte {
-		rng := rand.New(rand.NewPCG(seed, uint64(i)))
-		b := make([]byte, 64<<10)
-		for j := range b {
-			b[j] = byte(rng.Uint32())
-		}
-		return b
-	}
+	value := func(i int) []byte { return bigValue(seed, i) }
 	key := func(i int) string { return fmt.Sprintf("k%05d", i) }
 	const writers = 4
 	var (
@@ -147,9 +134,7 @@ func TestDiskFullStopsCleanly(t *testing.T) {
 	t.Logf("%d writes acknowledged, %d answered 503 or cut off (%d after the exit); last lines:\n%s", len(acked), len(unknown), refused, lastLines(log, 2))
 
 	// Room again: every acknowledged write is there.
-	if out, err := exec.Command("mount", "-o", "remount,size=512m", mnt).CombinedOutput(); err != nil {
-		t.Fatalf("growing the tmpfs: %v %s", err, out)
-	}
+	growDisk(t, mnt)
 	p := startServer(t, dir)
 	base = "http://" + p.addr
 	get := func(i int) (int, []byte) {
@@ -180,4 +165,160 @@ func TestDiskFullStopsCleanly(t *testing.T) {
 	}
 	t.Logf("after the restart: every acknowledged write there; %d of the %d unacknowledged kept", kept, len(unknown))
 	p.stop(t)
+}
+
+// smallDisk mounts a tmpfs of mib MiB on a new temporary directory, which
+// it answers, and unmounts it when the test ends; it skips the test where
+// it cannot mount (not root).
+func smallDisk(t *testing.T, mib int) string {
+	t.Helper()
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%dm", mib), "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("this test mounts a tmpfs, which needs root: %v %s", err, bytes.TrimSpace(out))
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v %s", mnt, err, out)
+		}
+	})
+	return mnt
+}
+
+// growDisk makes the tmpfs on mnt 512 MiB: room again.
+func growDisk(t *testing.T, mnt string) {
+	t.Helper()
+	if out, err := exec.Command("mount", "-o", "remount,size=512m", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("growing the tmpfs on %s: %v %s", mnt, err, out)
+	}
+}
+
+// bigValue is the i-th write's value: 64 KiB drawn from seed.
+func bigValue(seed uint64, i int) []byte {
+	rng := rand.New(rand.NewPCG(seed, uint64(i)))
+	b := make([]byte, 64<<10)
+	for j := range b {
+		b[j] = byte(rng.Uint32())
+	}
+	return b
+}
+
+// exitedWith waits (at most wait) for node id's process to exit and
+// answers its exit status; it fails the test if the node is still running.
+func (c *tcluster) exitedWith(id int, wait time.Duration) error {
+	c.tb.Helper()
+	n := c.node(id)
+	n.mu.Lock()
+	done := n.done
+	n.mu.Unlock()
+	select {
+	case <-done:
+	case <-time.After(wait):
+		c.tb.Fatalf("node %d still runs after %v", id, wait)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.err
+}
+
+// TestClusterOutlivesAFullDisk runs a three-node cluster whose node 3 has
+// its data directory on a small tmpfs, and writes 64 KiB values through
+// nodes 1 and 2 from four clients until node 3's disk is full: node 3
+// exits with status 1 naming the full disk, the cluster goes on taking
+// writes on the two others, and node 3, restarted once there is room
+// again, catches up: every acknowledged write reads back through it, and
+// the replicas of every shard hold the same data (groupkv cluster check).
+func TestClusterOutlivesAFullDisk(t *testing.T) {
+	mnt := smallDisk(t, 64)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	c := newTCluster(t, 3)
+	c.node(3).dir = filepath.Join(mnt, "node3")
+	c.node(3).args = []string{"--storage-failure-limit", "5s"}
+	c.startAll()
+	const coll = "c"
+	c.createCollection(1, coll, 3)
+
+	key := func(i int) string { return fmt.Sprintf("k%05d", i) }
+	var (
+		mu      sync.Mutex
+		acked   []int
+		unknown int
+		after   atomic.Int64 // writes acknowledged after node 3 exited
+	)
+	n3 := c.node(3)
+	n3.mu.Lock()
+	n3done := n3.done
+	n3.mu.Unlock()
+	const writers, wantAfter = 4, 40
+	deadline := time.Now().Add(3 * time.Minute)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := w; after.Load() < wantAfter && time.Now().Before(deadline); i += writers {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				a, err := c.do(ctx, "PUT", c.url(1+i%2)+"/v1/kv/"+coll+"/"+key(i), string(bigValue(seed, i)))
+				cancel()
+				mu.Lock()
+				switch {
+				case err == nil && a.code == 200:
+					acked = append(acked, i)
+					select {
+					case <-n3done:
+						after.Add(1)
+					default:
+					}
+				case err == nil && a.code == 503 && (a.errCode == "unavailable" || a.errCode == "commit_unknown"):
+					unknown++ // a leader on node 3 stopped, or moved
+				default:
+					t.Errorf("put %s through node %d: %v %v, want 200, or 503 unavailable or commit_unknown", key(i), 1+i%2, err, a)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	werr := c.exitedWith(3, time.Until(deadline)+time.Second)
+	log := n3.logs.tail(20)
+	var ee *exec.ExitError
+	if !errors.As(werr, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("node 3 on a full disk exited with %v, want status 1:\n%s", werr, log)
+	}
+	if !strings.Contains(log, "no space left on device") {
+		t.Errorf("node 3's log does not say its disk is full:\n%s", log)
+	}
+	if strings.Contains(log, "panic:") || strings.Contains(log, "goroutine ") {
+		t.Errorf("node 3 panicked:\n%s", log)
+	}
+	if after.Load() < wantAfter {
+		t.Fatalf("%d writes acknowledged after node 3 exited by the deadline, want %d", after.Load(), wantAfter)
+	}
+	t.Logf("%d writes acknowledged (%d after node 3 exited), %d answered 503; node 3's last lines:\n%s", len(acked), after.Load(), unknown, lastLines(log, 2))
+
+	// Room again: node 3 restarts on its data and catches up.
+	growDisk(t, mnt)
+	c.start(3, false)
+	t.Logf("node 3 restarted, healthy after %v", c.waitHealthy(3).Round(time.Millisecond))
+	for _, i := range acked {
+		a, err := c.do(context.Background(), "GET", c.url(3)+"/v1/kv/"+coll+"/"+key(i), "")
+		if err != nil || a.code != 200 || a.body != string(bigValue(seed, i)) {
+			t.Fatalf("acknowledged write of %s through node 3 after its restart: %v %d, %d bytes", key(i), err, a.code, len(a.body))
+		}
+	}
+	c.eventually(60*time.Second, "groupkv cluster check ok", func() error {
+		out, err := exec.Command(binary, "cluster", "check", "--addr", c.node(3).addr).CombinedOutput()
+		if strings.Contains(string(out), "mismatch") {
+			t.Fatalf("groupkv cluster check found diverged replicas:\n%s", out)
+		}
+		if err != nil {
+			return fmt.Errorf("groupkv cluster check: %v\n%s", err, out)
+		}
+		ok := regexp.MustCompile(`(?m)^`+coll+`\s+\d+\s+\d+\s+1,2,3\s+ok\s`).FindAllString(string(out), -1)
+		if len(ok) != 3 {
+			return fmt.Errorf("groupkv cluster check lists %d shards of %s ok, want 3:\n%s", len(ok), coll, out)
+		}
+		return nil
+	})
+	for _, id := range c.ids() {
+		c.stop(id)
+	}
 }

@@ -316,7 +316,7 @@ func (n *Node) frozenHere(shardID uint64) *shard.FrozenState {
 	// The apply batch that froze it was committed without a sync: sync
 	// the log, so that the frozen records survive a crash before the
 	// trigger removes this replica (whose log could not replay them then).
-	if err := n.eng.DB.LogData(nil, pebble.Sync); err != nil {
+	if err := n.eng.LogData(nil, pebble.Sync); err != nil {
 		return nil
 	}
 	return f
@@ -346,7 +346,7 @@ func (n *Node) onMerge(left uint64, mr *shard.MergeResult) {
 	b := n.eng.DB.NewBatch()
 	defer b.Close()
 	if err := n.writeReplica(b, lr); err == nil {
-		if err := b.Commit(pebble.Sync); err != nil {
+		if err := n.eng.Commit(b, pebble.Sync); err != nil {
 			n.log.Error("recording a merge failed", "shard", left, "err", err)
 		}
 	}
@@ -685,7 +685,7 @@ func (n *Node) dropCovered() error {
 			b.Close()
 			return err
 		}
-		err := b.Commit(pebble.Sync)
+		err := n.eng.Commit(b, pebble.Sync)
 		b.Close()
 		if err != nil {
 			return err

@@ -219,7 +219,7 @@ func (n *Node) start() error {
 		if id == 0 {
 			id = 1
 		}
-		if err := n.eng.DB.Set(storage.NodeKey(metaNodeID), binary.BigEndian.AppendUint64(nil, id), pebble.Sync); err != nil {
+		if err := n.eng.Set(storage.NodeKey(metaNodeID), binary.BigEndian.AppendUint64(nil, id), pebble.Sync); err != nil {
 			return err
 		}
 	case n.opts.NodeID != 0 && n.opts.NodeID != id:
@@ -701,7 +701,7 @@ func (n *Node) commitDropping(b *pebble.Batch) error {
 		n.latestCache.Clear()
 		defer n.latestCache.Clear()
 	}
-	return b.Commit(pebble.Sync)
+	return n.eng.Commit(b, pebble.Sync)
 }
 
 func (n *Node) gcLoop() {

@@ -313,7 +313,7 @@ func (n *Node) onSplit(parent uint64, sr *shard.SplitResult) {
 		n.log.Error("recording a split failed", "shard", parent, "err", err)
 		return
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := n.eng.Commit(b, pebble.Sync); err != nil {
 		n.log.Error("recording a split failed", "shard", parent, "err", err)
 		return
 	}
@@ -345,7 +345,7 @@ func (n *Node) startChild(child localReplica, campaign bool) error {
 		if err := n.writeReplica(b, child); err != nil {
 			return err
 		}
-		if err := b.Commit(pebble.Sync); err != nil {
+		if err := n.eng.Commit(b, pebble.Sync); err != nil {
 			return err
 		}
 		if err := n.host.AddGroupWith(child.Desc, child.ReplicaID, replication.GroupOptions{Campaign: campaign}); err != nil {

@@ -365,7 +365,7 @@ func (h *Host) Bootstrap(shardID uint64, voters []uint64, extra func(b *pebble.B
 			return err
 		}
 	}
-	return b.Commit(pebble.Sync)
+	return h.cfg.Engine.Commit(b, pebble.Sync)
 }
 
 // ErrReplicaExists is returned by CreateEmpty when the shard already has
@@ -396,7 +396,7 @@ func (h *Host) CreateEmpty(shardID uint64, extra func(b *pebble.Batch) error) er
 			return err
 		}
 	}
-	return b.Commit(pebble.Sync)
+	return h.cfg.Engine.Commit(b, pebble.Sync)
 }
 
 // GroupOptions are the options of AddGroup.
@@ -1558,10 +1558,10 @@ func (h *Host) processReady(groups []*group) (bool, error) {
 	if len(snaps) == 0 && !wb.Empty() {
 		var err error
 		if mustSync {
-			err = h.db.ApplyNoSyncWait(wb, pebble.Sync)
+			err = h.cfg.Engine.ApplyNoSyncWait(wb, pebble.Sync)
 			syncing = err == nil
 		} else {
-			err = wb.Commit(pebble.NoSync)
+			err = h.cfg.Engine.Commit(wb, pebble.NoSync)
 		}
 		if err != nil {
 			wb.Close()
@@ -1732,7 +1732,7 @@ func (h *Host) persistWithSnapshots(b *pebble.Batch, rgs, snaps []readyGroup) er
 	for _, r := range snaps {
 		h.cfg.GCThresholds.Hold(r.g.id)
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := h.cfg.Engine.Commit(b, pebble.Sync); err != nil {
 		return err
 	}
 	if c := h.cfg.LatestCache; c != nil {
@@ -2199,7 +2199,7 @@ func (h *Host) applyReady(rgs []readyGroup, waitSync func() error, early bool) (
 	}
 	if !ab.Empty() {
 		committing := time.Now()
-		if err := ab.Commit(pebble.NoSync); err != nil {
+		if err := h.cfg.Engine.Commit(ab, pebble.NoSync); err != nil {
 			if sumSnap != nil {
 				sumSnap.Close()
 			}
@@ -2675,7 +2675,7 @@ func (h *Host) maybeTruncate(g *group) error {
 	if err != nil {
 		return err
 	}
-	if err := b.Commit(pebble.NoSync); err != nil {
+	if err := h.cfg.Engine.Commit(b, pebble.NoSync); err != nil {
 		return err
 	}
 	g.storage.truncated(index, term)

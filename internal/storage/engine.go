@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -88,11 +89,63 @@ type Engine struct {
 	fatal *fatal
 	// stalls counts write stalls (WriteStalls).
 	stalls *atomic.Int64
+	// wedged holds the failed write that left Pebble unable to write or
+	// close (recoverWrite).
+	wedged atomic.Pointer[error]
 }
 
 // WriteStalls is how many times writes stopped to wait for flushes or
 // compactions since the engine opened.
 func (e *Engine) WriteStalls() int64 { return e.stalls.Load() }
+
+// Commit commits b. Pebble panics when it cannot write a batch to its
+// write-ahead log (a full disk, an I/O error), or sync it, with the
+// pipeline that orders commits left locked: no later write returns. Commit answers that
+// as an error instead, and reports it as fatal (OnFatal), so that a node
+// stops writing and says why rather than crash its process (or the
+// program it is embedded in). A panic that is not an error, or is a
+// runtime error, is not Pebble's: it goes on.
+func (e *Engine) Commit(b *pebble.Batch, opts *pebble.WriteOptions) (err error) {
+	defer e.recoverWrite(&err)
+	return b.Commit(opts)
+}
+
+// ApplyNoSyncWait is DB.ApplyNoSyncWait, with Commit's treatment of a
+// failed log write.
+func (e *Engine) ApplyNoSyncWait(b *pebble.Batch, opts *pebble.WriteOptions) (err error) {
+	defer e.recoverWrite(&err)
+	return e.DB.ApplyNoSyncWait(b, opts)
+}
+
+// Set is DB.Set, with Commit's treatment of a failed log write.
+func (e *Engine) Set(key, value []byte, opts *pebble.WriteOptions) (err error) {
+	defer e.recoverWrite(&err)
+	return e.DB.Set(key, value, opts)
+}
+
+// LogData is DB.LogData, with Commit's treatment of a failed log write.
+func (e *Engine) LogData(data []byte, opts *pebble.WriteOptions) (err error) {
+	defer e.recoverWrite(&err)
+	return e.DB.LogData(data, opts)
+}
+
+// recoverWrite turns Pebble's panic on a failed log write into *err, and
+// reports it as fatal.
+func (e *Engine) recoverWrite(err *error) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	perr, ok := r.(error)
+	var rerr runtime.Error
+	if !ok || errors.As(perr, &rerr) {
+		panic(r)
+	}
+	*err = fmt.Errorf("storage: writing the write-ahead log: %w", perr)
+	failed := *err
+	e.wedged.CompareAndSwap(nil, &failed)
+	e.fatal.report(*err)
+}
 
 // fatal records the conditions under which a node should stop rather than
 // go on with its storage: the on-disk corruption Pebble detects (checksum
@@ -124,6 +177,7 @@ func (c *fatal) report(err error) {
 //   - on-disk corruption. A read that meets it fails with an error; a
 //     damaged node should stop rather than go on with what it can still
 //     read. Pebble's default, a panic, is not used.
+//   - a write the write-ahead log did not take (Commit).
 //   - flushes or compactions that have failed, each time they were tried,
 //     for Options.BackgroundFailureLimit. Pebble retries them; a disk that
 //     refuses them for good would otherwise leave writes waiting, once the
@@ -362,7 +416,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 func (e *Engine) checkFormat() error {
 	v, closer, err := e.DB.Get(NodeKey(formatVersionKey))
 	if errors.Is(err, pebble.ErrNotFound) {
-		return e.DB.Set(NodeKey(formatVersionKey), binary.BigEndian.AppendUint32(nil, FormatVersion), pebble.Sync)
+		return e.Set(NodeKey(formatVersionKey), binary.BigEndian.AppendUint32(nil, FormatVersion), pebble.Sync)
 	}
 	if err != nil {
 		return fmt.Errorf("storage: reading format version: %w", corruptionError(err))
@@ -376,7 +430,7 @@ func (e *Engine) checkFormat() error {
 		return fmt.Errorf("%w: %s has format version %d, this binary reads versions %d to %d", ErrUnknownFormat, e.Dir, got, oldestFormatVersion, FormatVersion)
 	}
 	if got < FormatVersion {
-		return e.DB.Set(NodeKey(formatVersionKey), binary.BigEndian.AppendUint32(nil, FormatVersion), pebble.Sync)
+		return e.Set(NodeKey(formatVersionKey), binary.BigEndian.AppendUint32(nil, FormatVersion), pebble.Sync)
 	}
 	return nil
 }
@@ -406,6 +460,13 @@ func (d *damaged) Unwrap() error { return d.err }
 
 // Close closes Pebble and releases the directory lock.
 func (e *Engine) Close() error {
+	if err := e.wedged.Load(); err != nil {
+		// Pebble's Close would wait for the commit pipeline the failed
+		// write left locked, for good. The directory stays locked until
+		// the process exits: Pebble's background work may still write
+		// files in it.
+		return fmt.Errorf("storage: %s not closed after a failed write (%w); it is released when the process exits", e.Dir, *err)
+	}
 	err := e.DB.Close()
 	if lerr := e.lock.Close(); err == nil {
 		err = lerr
@@ -495,9 +556,26 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
 }
 func (p pebbleLogger) Fatalf(format string, args ...any) {
-	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
-	panic(fmt.Sprintf(format, args...))
+	f := &fatalPanic{msg: fmt.Sprintf(format, args...)}
+	for _, a := range args {
+		if err, ok := a.(error); ok {
+			f.err = err
+			break
+		}
+	}
+	p.l.Error(f.msg, "component", "pebble")
+	panic(f)
 }
+
+// fatalPanic is what Pebble's fatal log lines panic with: an error, which
+// wraps the error they name, if any (Engine.Commit recovers it).
+type fatalPanic struct {
+	msg string
+	err error
+}
+
+func (f *fatalPanic) Error() string { return f.msg }
+func (f *fatalPanic) Unwrap() error { return f.err }
 
 // mkdirAllAndSync creates dir and its missing parents and syncs every
 // directory whose entries changed, up to the closest ancestor that existed,

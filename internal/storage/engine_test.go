@@ -8,10 +8,13 @@ import (
 	"log/slog"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
 func TestOpenLockedAndReopen(t *testing.T) {
@@ -250,5 +253,77 @@ func TestBackgroundFailureLimit(t *testing.T) {
 	el.FlushEnd(failedFlush)
 	if len(reported) != 2 {
 		t.Errorf("reported with no limit: %v", reported)
+	}
+}
+
+// walWriteFaults fails every write of the write-ahead log while on.
+type walWriteFaults struct{ on atomic.Bool }
+
+func (f *walWriteFaults) String() string { return "ENOSPC on WAL writes" }
+
+func (f *walWriteFaults) MaybeError(op errorfs.Op) error {
+	if f.on.Load() && op.Kind == errorfs.OpFileWrite && strings.HasSuffix(op.Path, ".log") {
+		return fmt.Errorf("injected fault on %s: %w", op.Path, syscall.ENOSPC)
+	}
+	return nil
+}
+
+// TestFailedLogWriteIsAnError: Pebble panics on a commit whose sync of
+// the write-ahead log failed (its fatal log line), and on a commit whose
+// log write meets an earlier failure. The engine's writes answer an error
+// instead, report it as fatal, and Close answers at once (Pebble's own
+// would wait for good on the commit pipeline the second panic leaves
+// locked).
+func TestFailedLogWriteIsAnError(t *testing.T) {
+	faults := &walWriteFaults{}
+	mem := vfs.NewMem()
+	e, err := Open("/data", Options{FS: errorfs.Wrap(mem, faults), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reported atomic.Pointer[error]
+	e.OnFatal(func(err error) { reported.CompareAndSwap(nil, &err) })
+	if err := e.Set([]byte("a"), []byte("1"), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	faults.on.Store(true)
+	err = e.Set([]byte("b"), []byte("2"), pebble.Sync)
+	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "write-ahead log") {
+		t.Fatalf("synced write on a failing log: %v, want the log's ENOSPC", err)
+	}
+	if r := reported.Load(); r == nil || !errors.Is(*r, syscall.ENOSPC) {
+		t.Errorf("OnFatal got %v, want the failed write", r)
+	}
+	if f := e.Fatal(); !errors.Is(f, syscall.ENOSPC) {
+		t.Errorf("Fatal() = %v, want the failed write", f)
+	}
+	// Unsynced commits go on into the log writer's buffer until it hands
+	// a full block to its flusher and takes the flusher's error.
+	value := bytes.Repeat([]byte{'v'}, 8<<10)
+	for i := 0; ; i++ {
+		b := e.DB.NewBatch()
+		b.Set(fmt.Appendf(nil, "c%d", i), value, nil)
+		err := e.Commit(b, pebble.NoSync)
+		if err != nil {
+			if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "write-ahead log") {
+				t.Fatalf("unsynced commit %d after the log failed: %v, want the log's ENOSPC", i, err)
+			}
+			t.Logf("unsynced commit %d after the log failed: %v", i, err)
+			break
+		}
+		b.Close()
+		if i == 100 {
+			t.Fatal("100 unsynced commits of 8 KiB after the log failed answered no error")
+		}
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- e.Close() }()
+	select {
+	case err := <-closed:
+		if err == nil || !strings.Contains(err.Error(), "not closed") {
+			t.Errorf("Close after the failed write: %v, want it to say the engine is not closed", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Close after the failed write still waits after a minute")
 	}
 }
