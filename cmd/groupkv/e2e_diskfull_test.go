@@ -133,6 +133,45 @@ func TestDiskFullStopsCleanly(t *testing.T) {
 	}
 	t.Logf("%d writes acknowledged, %d answered 503 or cut off (%d after the exit); last lines:\n%s", len(acked), len(unknown), refused, lastLines(log, 2))
 
+	// Restarted on the disk still full, it exits with status 1 naming
+	// it (opening, Pebble flushes what it replays from its log, which
+	// cannot succeed, and retries for good: the server gives up after
+	// --storage-failure-limit), or, if what it replays fits, serves.
+	restart := exec.Command(binary, "server", "--data-dir", dir, "--listen", "127.0.0.1:0", "--peer-listen", "127.0.0.1:0",
+		"--log-level", "warn", "--storage-failure-limit", "2s")
+	var restartLog syncBuffer
+	restart.Stderr = &restartLog
+	if err := restart.Start(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := make(chan error, 1)
+	go func() { restarted <- restart.Wait() }()
+	deadline := time.After(2 * time.Minute)
+restartWait:
+	for {
+		select {
+		case werr := <-restarted:
+			log := restartLog.String()
+			if !errors.As(werr, &ee) || ee.ExitCode() != 1 || !strings.Contains(log, "no space left on device") ||
+				strings.Contains(log, "panic:") || strings.Contains(log, "goroutine ") {
+				t.Fatalf("restarted on the full disk, the server exited with %v; want status 1 and the full disk named:\n%s", werr, log)
+			}
+			t.Logf("restarted on the full disk: %s", lastLines(log, 1))
+			break restartWait
+		case <-deadline:
+			restart.Process.Kill()
+			<-restarted
+			t.Fatalf("restarted on the full disk, the server neither served nor exited within 2 minutes:\n%s", lastLines(restartLog.String(), 5))
+		case <-time.After(50 * time.Millisecond):
+			if servingRE.MatchString(restartLog.String()) {
+				t.Logf("restarted on the full disk, the server serves")
+				restart.Process.Kill()
+				<-restarted
+				break restartWait
+			}
+		}
+	}
+
 	// Room again: every acknowledged write is there.
 	growDisk(t, mnt)
 	p := startServer(t, dir)

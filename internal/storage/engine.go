@@ -104,7 +104,12 @@ func (e *Engine) WriteStalls() int64 { return e.stalls.Load() }
 // as an error instead, and reports it as fatal (OnFatal), so that a node
 // stops writing and says why rather than crash its process (or the
 // program it is embedded in). A panic that is not an error, or is a
-// runtime error, is not Pebble's: it goes on.
+// runtime error, is not Pebble's: it goes on. One failure cannot be
+// recovered: a log that fails as Pebble closes it to start a new one
+// (the memtable filled) panics with Pebble's mutex released, and the
+// unlock deferred under it ends the process (a fatal error). The node's
+// first failed write stops it, so only a first failure that meets such a
+// rotation does.
 func (e *Engine) Commit(b *pebble.Batch, opts *pebble.WriteOptions) (err error) {
 	defer e.recoverWrite(&err)
 	return b.Commit(opts)
@@ -365,7 +370,14 @@ func Open(dir string, opts Options) (*Engine, error) {
 	if limit == 0 {
 		limit = DefaultBackgroundFailureLimit
 	}
-	bg := &background{limit: limit, now: opts.Now, log: logger, report: fat.report}
+	gaveUp := make(chan error, 1) // flushes or compactions failed for the limit
+	bg := &background{limit: limit, now: opts.Now, log: logger, report: func(err error) {
+		select {
+		case gaveUp <- err:
+		default:
+		}
+		fat.report(err)
+	}}
 	stalls := new(atomic.Int64)
 	if bg.now == nil {
 		bg.now = time.Now
@@ -393,7 +405,27 @@ func Open(dir string, opts Options) (*Engine, error) {
 			popts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
 		}
 	}
-	db, err := pebble.Open(fs.PathJoin(dir, "pebble"), popts)
+	// Pebble's Open flushes what it replays from the write-ahead log and
+	// waits for that flush, retrying it for good (a full disk): it gives
+	// up when the flushes have failed for the background failure limit.
+	type opened struct {
+		db  *pebble.DB
+		err error
+	}
+	open := make(chan opened, 1)
+	go func() {
+		db, err := pebble.Open(fs.PathJoin(dir, "pebble"), popts)
+		open <- opened{db, err}
+	}()
+	var db *pebble.DB
+	select {
+	case o := <-open:
+		db, err = o.db, o.err
+	case err := <-gaveUp:
+		// The directory stays locked: Pebble goes on trying to open it
+		// until the process exits.
+		return nil, fmt.Errorf("storage: opening pebble in %s: %w (it stays locked until this process exits)", dir, err)
+	}
 	if err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("storage: opening pebble in %s: %w", dir, corruptionError(err))

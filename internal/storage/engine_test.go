@@ -298,8 +298,11 @@ func TestFailedLogWriteIsAnError(t *testing.T) {
 		t.Errorf("Fatal() = %v, want the failed write", f)
 	}
 	// Unsynced commits go on into the log writer's buffer until it hands
-	// a full block to its flusher and takes the flusher's error.
-	value := bytes.Repeat([]byte{'v'}, 8<<10)
+	// a full block (32 KiB) to its flusher and takes the flusher's error.
+	// They are small enough not to fill the memtable: Pebble's panic on
+	// the log while it rotates memtables is one no one can recover (see
+	// Commit).
+	value := bytes.Repeat([]byte{'v'}, 1<<10)
 	for i := 0; ; i++ {
 		b := e.DB.NewBatch()
 		b.Set(fmt.Appendf(nil, "c%d", i), value, nil)
@@ -312,8 +315,8 @@ func TestFailedLogWriteIsAnError(t *testing.T) {
 			break
 		}
 		b.Close()
-		if i == 100 {
-			t.Fatal("100 unsynced commits of 8 KiB after the log failed answered no error")
+		if i == 200 {
+			t.Fatal("200 unsynced commits of 1 KiB after the log failed answered no error")
 		}
 	}
 	closed := make(chan error, 1)
@@ -326,4 +329,54 @@ func TestFailedLogWriteIsAnError(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("Close after the failed write still waits after a minute")
 	}
+}
+
+// tableWriteFaults fails every write of an sstable while on.
+type tableWriteFaults struct{ on atomic.Bool }
+
+func (f *tableWriteFaults) String() string { return "ENOSPC on sstable writes" }
+
+func (f *tableWriteFaults) MaybeError(op errorfs.Op) error {
+	if f.on.Load() && op.Kind == errorfs.OpFileWrite && strings.HasSuffix(op.Path, ".sst") {
+		return fmt.Errorf("injected fault on %s: %w", op.Path, syscall.ENOSPC)
+	}
+	return nil
+}
+
+// TestOpenGivesUpOnFailingFlushes reopens an engine whose write-ahead log
+// holds writes on a disk that takes no sstable: Pebble's open flushes
+// what it replays and waits for that flush, retrying it for good. Open
+// answers an error once flushes have failed for BackgroundFailureLimit.
+func TestOpenGivesUpOnFailingFlushes(t *testing.T) {
+	faults := &tableWriteFaults{}
+	fs := errorfs.Wrap(vfs.NewMem(), faults)
+	opts := Options{FS: fs, Logger: slog.New(slog.DiscardHandler), BackgroundFailureLimit: 200 * time.Millisecond}
+	e, err := Open("/data", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Set([]byte("a"), []byte("1"), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	faults.on.Store(true)
+	opened := make(chan error, 1)
+	go func() {
+		_, err := Open("/data", opts)
+		opened <- err
+	}()
+	select {
+	case err := <-opened:
+		if err == nil || !strings.Contains(err.Error(), "no space left on device") || !strings.Contains(err.Error(), "flushes have failed") {
+			t.Fatalf("Open on a disk that takes no sstable: %v, want the failing flushes named", err)
+		}
+		t.Logf("Open: %v", err)
+	case <-time.After(time.Minute):
+		// Liveness: a generous deadline that only catches an Open that
+		// waits for good.
+		t.Fatal("Open on a disk that takes no sstable still waits after a minute")
+	}
+	faults.on.Store(false) // Pebble's open, left running, finishes
 }
