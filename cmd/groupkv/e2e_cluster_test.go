@@ -309,6 +309,21 @@ func (c *tcluster) killProc(n *tnode) {
 	<-done
 }
 
+// signal sends sig to node id's process.
+func (c *tcluster) signal(id int, sig syscall.Signal) {
+	c.tb.Helper()
+	n := c.node(id)
+	n.mu.Lock()
+	cmd := n.cmd
+	n.mu.Unlock()
+	if cmd == nil || !n.running() {
+		c.tb.Fatalf("node %d is not running", id)
+	}
+	if err := cmd.Process.Signal(sig); err != nil {
+		c.tb.Fatalf("signalling node %d: %v", id, err)
+	}
+}
+
 // kill kills node id with SIGKILL.
 func (c *tcluster) kill(id int) {
 	c.tb.Helper()
@@ -849,6 +864,24 @@ func linOp(rec *linearizability.Recorder, st *linStats, client int, hc *http.Cli
 // The clients' choices derive from a seed, printed, that GROUPKV_SEED
 // overrides; the timing of the kills does not (it is not reproducible).
 func TestClusterKillLeaderLinearizable(t *testing.T) {
+	leaderFaultLinearizable(t, false)
+}
+
+// TestClusterPauseLeaderLinearizable is TestClusterKillLeaderLinearizable
+// with the leader paused (SIGSTOP) for 3 seconds, long enough for the
+// others to elect a new one, and resumed (SIGCONT), three times: in the
+// second round the leader of the meta shard, which runs the timestamp
+// oracle. The clients go on sending requests to the paused node: they
+// wait, and are served once it runs again, when it still believes it
+// leads until it hears otherwise — a stale read or a lost write then
+// would show in the history.
+func TestClusterPauseLeaderLinearizable(t *testing.T) {
+	leaderFaultLinearizable(t, true)
+}
+
+// leaderFaultLinearizable runs TestClusterKillLeaderLinearizable, or with
+// pause TestClusterPauseLeaderLinearizable.
+func leaderFaultLinearizable(t *testing.T, pause bool) {
 	seed := time.Now().UnixNano()
 	if s := os.Getenv("GROUPKV_SEED"); s != "" {
 		var err error
@@ -911,6 +944,32 @@ func TestClusterKillLeaderLinearizable(t *testing.T) {
 
 	time.Sleep(time.Second)
 	for round := 1; round <= 3; round++ {
+		if pause {
+			target := coll
+			if round == 2 {
+				target = "" // the meta shard
+			}
+			leader := c.leaderOf(target)
+			paused := time.Now()
+			c.signal(leader, syscall.SIGSTOP)
+			var others []int
+			for _, id := range c.ids() {
+				if id != leader {
+					others = append(others, id)
+				}
+			}
+			resume, err := waitWrite(c, others, coll, "probe", paused, 30*time.Second)
+			if err != nil {
+				c.signal(leader, syscall.SIGCONT)
+				t.Fatalf("round %d: writes did not resume after node %d was paused: %v", round, leader, err)
+			}
+			time.Sleep(time.Until(paused.Add(3 * time.Second)))
+			c.signal(leader, syscall.SIGCONT)
+			t.Logf("round %d: paused node %d (leader of %q) for %v; writes resumed through the others after %v",
+				round, leader, target, time.Since(paused).Round(time.Millisecond), resume.Round(time.Millisecond))
+			time.Sleep(2 * time.Second)
+			continue
+		}
 		leader := c.leaderOf(coll)
 		down.Store(int64(leader))
 		killed := time.Now()
