@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -22,7 +23,8 @@ var errGroupTxnGone = errors.New("unavailable")
 // three real nodes. Transfers and audits run as group transactions
 // (POST /v1/groups/{id}/txn, then /v1/txn/{id}/get|put|commit, retried
 // with retry_of on 409); the node leading the group is killed with
-// SIGKILL mid-run and restarted. Every audit sees the same total; after
+// SIGKILL mid-run and restarted, then the node leading it is paused
+// (SIGSTOP) for 3 s and resumed. Every audit sees the same total; after
 // DELETE /v1/groups/{id}, plain GETs through every node do too.
 func TestEndToEndGroupBankWithKill(t *testing.T) {
 	if testing.Short() {
@@ -283,6 +285,27 @@ func TestEndToEndGroupBankWithKill(t *testing.T) {
 	c.waitHealthy(leaderNode)
 	down.Store(0)
 	waitTransfers(transfers.Load()+10, "transfers after the restart")
+	// The node leading the group now is paused (SIGSTOP) for 3 s, long
+	// enough for its shards to elect other leaders, and resumed; the
+	// clients go on sending to it. A group transaction it ran on from
+	// a leadership it lost would show in the audits.
+	var paused int
+	c.eventually(60*time.Second, "the group's leader after the restart", func() error {
+		d, err := describe(1)
+		if err != nil {
+			return err
+		}
+		if ln, _ := d["leader_node"].(float64); ln >= 1 && ln <= 3 {
+			paused = int(ln)
+			return nil
+		}
+		return fmt.Errorf("describe: %v", d)
+	})
+	c.signal(paused, syscall.SIGSTOP)
+	time.Sleep(3 * time.Second)
+	c.signal(paused, syscall.SIGCONT)
+	t.Logf("paused node %d (leading the group) for 3s", paused)
+	waitTransfers(transfers.Load()+10, "transfers after the pause")
 	stop.Store(true)
 	wg.Wait()
 	close(errs)
