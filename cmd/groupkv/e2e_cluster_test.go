@@ -309,6 +309,29 @@ func (c *tcluster) killProc(n *tnode) {
 	<-done
 }
 
+// wantCheckedOK runs `groupkv cluster check` through node id until it
+// says ok for the meta shard and the shards of coll (want of them), all
+// with replicas on nodes 1, 2 and 3; a mismatch fails the test at once. (A
+// replica still catching up may miss a check, which is then incomplete
+// and is run again.)
+func (c *tcluster) wantCheckedOK(id int, coll string, want int) {
+	c.tb.Helper()
+	c.eventually(60*time.Second, "groupkv cluster check ok", func() error {
+		out, err := exec.Command(binary, "cluster", "check", "--addr", c.node(id).addr).CombinedOutput()
+		if strings.Contains(string(out), "mismatch") {
+			c.tb.Fatalf("groupkv cluster check found diverged replicas:\n%s", out)
+		}
+		if err != nil {
+			return fmt.Errorf("groupkv cluster check: %v\n%s", err, out)
+		}
+		ok := regexp.MustCompile(`(?m)^`+coll+`\s+\d+\s+\d+\s+1,2,3\s+ok\s`).FindAllString(string(out), -1)
+		if len(ok) != want || !regexp.MustCompile(`(?m)^\(meta\)\s+1\s+\d+\s+1,2,3\s+ok\s`).MatchString(string(out)) {
+			return fmt.Errorf("groupkv cluster check lists %d shards of %s ok (want %d), or not the meta shard:\n%s", len(ok), coll, want, out)
+		}
+		return nil
+	})
+}
+
 // signal sends sig to node id's process.
 func (c *tcluster) signal(id int, sig syscall.Signal) {
 	c.tb.Helper()
@@ -752,20 +775,7 @@ func TestClusterFormsAndServes(t *testing.T) {
 	// CLI's on-demand check says ok for the meta shard and the 6 shards.
 	// (A replica still catching up may miss a check, which is then
 	// incomplete and is run again; a mismatch fails at once.)
-	c.eventually(60*time.Second, "groupkv cluster check ok", func() error {
-		out, err := exec.Command(binary, "cluster", "check", "--addr", c.node(3).addr).CombinedOutput()
-		if strings.Contains(string(out), "mismatch") {
-			t.Fatalf("groupkv cluster check found diverged replicas:\n%s", out)
-		}
-		if err != nil {
-			return fmt.Errorf("groupkv cluster check: %v\n%s", err, out)
-		}
-		ok := regexp.MustCompile(`(?m)^`+coll+`\s+\d+\s+\d+\s+1,2,3\s+ok\s`).FindAllString(string(out), -1)
-		if len(ok) != 6 || !regexp.MustCompile(`(?m)^\(meta\)\s+1\s+\d+\s+1,2,3\s+ok\s`).MatchString(string(out)) {
-			return fmt.Errorf("groupkv cluster check lists %d shards of %s ok (want 6), or not the meta shard:\n%s", len(ok), coll, out)
-		}
-		return nil
-	})
+	c.wantCheckedOK(3, coll, 6)
 	for _, id := range c.ids() {
 		c.stop(id)
 	}

@@ -56,25 +56,16 @@ func TestDamagedDataExitsCleanly(t *testing.T) {
 		}
 	}
 
-	cmd := exec.Command(binary, "server", "--data-dir", dir, "--listen", "127.0.0.1:0", "--peer-listen", "127.0.0.1:0", "--log-level", "warn")
-	var stderr syncBuffer // written by the command's copier as the test reads it
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	srv := startWatched(t, dir)
+	stderr := &srv.log
 	deadline := time.After(90 * time.Second)
-	var werr error
 	reads := 0
 wait:
 	for {
 		select {
-		case werr = <-exited:
+		case <-srv.done:
 			break wait
 		case <-deadline:
-			cmd.Process.Kill()
-			<-exited
 			t.Fatalf("the server on damaged data did not exit within 90s (%d reads sent):\n%s", reads, stderr.String())
 		case <-time.After(50 * time.Millisecond):
 		}
@@ -89,8 +80,8 @@ wait:
 		}
 	}
 	var ee *exec.ExitError
-	if !errors.As(werr, &ee) || ee.ExitCode() != 1 {
-		t.Fatalf("the server on damaged data exited with %v, want status 1:\n%s", werr, stderr.String())
+	if !errors.As(srv.err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("the server on damaged data exited with %v, want status 1:\n%s", srv.err, stderr.String())
 	}
 	log := stderr.String()
 	if !strings.Contains(log, "checksum mismatch") || !strings.Contains(log, "corruption") {

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,27 +32,13 @@ func TestDiskFullStopsCleanly(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 
-	cmd := exec.Command(binary, "server", "--data-dir", dir, "--listen", "127.0.0.1:0", "--peer-listen", "127.0.0.1:0",
-		"--log-level", "warn", "--storage-failure-limit", "5s")
-	var stderr syncBuffer // written by the command's copier as the test reads it
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-exited
-		}
-	})
+	srv := startWatched(t, dir, "--storage-failure-limit", "5s")
 	var base string
 	for deadline := time.Now().Add(60 * time.Second); base == ""; time.Sleep(20 * time.Millisecond) {
-		if m := servingRE.FindStringSubmatch(stderr.String()); m != nil {
+		if m := servingRE.FindStringSubmatch(srv.log.String()); m != nil {
 			base = "http://" + m[1]
 		} else if time.Now().After(deadline) {
-			t.Fatalf("the server did not start within 60s:\n%s", stderr.String())
+			t.Fatalf("the server did not start within 60s:\n%s", srv.log.String())
 		}
 	}
 	if code, _, body := httpDo(t, "POST", base+"/v1/collections", `{"name": "c", "shards": 4}`); code != 200 {
@@ -110,14 +95,13 @@ func TestDiskFullStopsCleanly(t *testing.T) {
 	}
 	// Liveness: a generous deadline that only catches a server that goes
 	// on without its disk, or hangs.
-	var werr error
 	select {
-	case werr = <-exited:
+	case <-srv.done:
 	case <-time.After(3 * time.Minute):
-		t.Fatalf("the server did not exit within 3 minutes of writes to a 48 MiB disk (%d acknowledged):\n%s", len(acked), stderr.String())
+		t.Fatalf("the server did not exit within 3 minutes of writes to a 48 MiB disk (%d acknowledged):\n%s", len(acked), srv.log.String())
 	}
 	wg.Wait()
-	log := stderr.String()
+	werr, log := srv.err, srv.log.String()
 	var ee *exec.ExitError
 	if !errors.As(werr, &ee) || ee.ExitCode() != 1 {
 		t.Fatalf("the server on a full disk exited with %v, want status 1:\n%s", werr, log)
@@ -137,36 +121,25 @@ func TestDiskFullStopsCleanly(t *testing.T) {
 	// it (opening, Pebble flushes what it replays from its log, which
 	// cannot succeed, and retries for good: the server gives up after
 	// --storage-failure-limit), or, if what it replays fits, serves.
-	restart := exec.Command(binary, "server", "--data-dir", dir, "--listen", "127.0.0.1:0", "--peer-listen", "127.0.0.1:0",
-		"--log-level", "warn", "--storage-failure-limit", "2s")
-	var restartLog syncBuffer
-	restart.Stderr = &restartLog
-	if err := restart.Start(); err != nil {
-		t.Fatal(err)
-	}
-	restarted := make(chan error, 1)
-	go func() { restarted <- restart.Wait() }()
+	restart := startWatched(t, dir, "--storage-failure-limit", "2s")
 	deadline := time.After(2 * time.Minute)
 restartWait:
 	for {
 		select {
-		case werr := <-restarted:
-			log := restartLog.String()
-			if !errors.As(werr, &ee) || ee.ExitCode() != 1 || !strings.Contains(log, "no space left on device") ||
+		case <-restart.done:
+			log := restart.log.String()
+			if !errors.As(restart.err, &ee) || ee.ExitCode() != 1 || !strings.Contains(log, "no space left on device") ||
 				strings.Contains(log, "panic:") || strings.Contains(log, "goroutine ") {
-				t.Fatalf("restarted on the full disk, the server exited with %v; want status 1 and the full disk named:\n%s", werr, log)
+				t.Fatalf("restarted on the full disk, the server exited with %v; want status 1 and the full disk named:\n%s", restart.err, log)
 			}
 			t.Logf("restarted on the full disk: %s", lastLines(log, 1))
 			break restartWait
 		case <-deadline:
-			restart.Process.Kill()
-			<-restarted
-			t.Fatalf("restarted on the full disk, the server neither served nor exited within 2 minutes:\n%s", lastLines(restartLog.String(), 5))
+			t.Fatalf("restarted on the full disk, the server neither served nor exited within 2 minutes:\n%s", lastLines(restart.log.String(), 5))
 		case <-time.After(50 * time.Millisecond):
-			if servingRE.MatchString(restartLog.String()) {
+			if servingRE.MatchString(restart.log.String()) {
 				t.Logf("restarted on the full disk, the server serves")
-				restart.Process.Kill()
-				<-restarted
+				restart.kill()
 				break restartWait
 			}
 		}
@@ -343,20 +316,7 @@ func TestClusterOutlivesAFullDisk(t *testing.T) {
 			t.Fatalf("acknowledged write of %s through node 3 after its restart: %v %d, %d bytes", key(i), err, a.code, len(a.body))
 		}
 	}
-	c.eventually(60*time.Second, "groupkv cluster check ok", func() error {
-		out, err := exec.Command(binary, "cluster", "check", "--addr", c.node(3).addr).CombinedOutput()
-		if strings.Contains(string(out), "mismatch") {
-			t.Fatalf("groupkv cluster check found diverged replicas:\n%s", out)
-		}
-		if err != nil {
-			return fmt.Errorf("groupkv cluster check: %v\n%s", err, out)
-		}
-		ok := regexp.MustCompile(`(?m)^`+coll+`\s+\d+\s+\d+\s+1,2,3\s+ok\s`).FindAllString(string(out), -1)
-		if len(ok) != 3 {
-			return fmt.Errorf("groupkv cluster check lists %d shards of %s ok, want 3:\n%s", len(ok), coll, out)
-		}
-		return nil
-	})
+	c.wantCheckedOK(3, coll, 3)
 	for _, id := range c.ids() {
 		c.stop(id)
 	}

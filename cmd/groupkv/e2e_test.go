@@ -123,6 +123,44 @@ func startServer(t *testing.T, dir string, extra ...string) *proc {
 	}
 }
 
+// watchedServer is a `groupkv server` process whose output the test reads
+// as it runs, and which may exit on its own.
+type watchedServer struct {
+	cmd  *exec.Cmd
+	log  syncBuffer    // written by the command's copier as the test reads it
+	done chan struct{} // closed once the process exited
+	err  error         // its exit status, once done is closed
+}
+
+// startWatched runs `groupkv server` on dir (ports picked by the kernel,
+// --log-level warn, then extra) and does not wait for it to serve. It is
+// killed when the test ends, if it still runs.
+func startWatched(t *testing.T, dir string, extra ...string) *watchedServer {
+	t.Helper()
+	args := append([]string{"server", "--data-dir", dir, "--listen", "127.0.0.1:0", "--peer-listen", "127.0.0.1:0", "--log-level", "warn"}, extra...)
+	w := &watchedServer{cmd: exec.Command(binary, args...), done: make(chan struct{})}
+	w.cmd.Stderr = &w.log
+	if err := w.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		w.err = w.cmd.Wait()
+		close(w.done)
+	}()
+	t.Cleanup(w.kill)
+	return w
+}
+
+// kill kills the process, if it runs, and waits for it.
+func (w *watchedServer) kill() {
+	select {
+	case <-w.done:
+	default:
+		w.cmd.Process.Kill()
+		<-w.done
+	}
+}
+
 func (p *proc) logText() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
