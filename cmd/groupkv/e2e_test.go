@@ -137,8 +137,19 @@ type watchedServer struct {
 // killed when the test ends, if it still runs.
 func startWatched(t *testing.T, dir string, extra ...string) *watchedServer {
 	t.Helper()
-	args := append([]string{"server", "--data-dir", dir, "--listen", "127.0.0.1:0", "--peer-listen", "127.0.0.1:0", "--log-level", "warn"}, extra...)
-	w := &watchedServer{cmd: exec.Command(binary, args...), done: make(chan struct{})}
+	return startWatchedCmd(t, exec.Command(binary, serverArgs(dir, extra...)...))
+}
+
+// serverArgs are the arguments of `groupkv server` on dir, with ports
+// picked by the kernel, --log-level warn, then extra.
+func serverArgs(dir string, extra ...string) []string {
+	return append([]string{"server", "--data-dir", dir, "--listen", "127.0.0.1:0", "--peer-listen", "127.0.0.1:0", "--log-level", "warn"}, extra...)
+}
+
+// startWatchedCmd is startWatched for a command of the test's making.
+func startWatchedCmd(t *testing.T, cmd *exec.Cmd) *watchedServer {
+	t.Helper()
+	w := &watchedServer{cmd: cmd, done: make(chan struct{})}
 	w.cmd.Stderr = &w.log
 	if err := w.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -20,12 +20,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/groupkv/groupkv/internal/api"
 	"github.com/groupkv/groupkv/internal/node"
+	"github.com/groupkv/groupkv/internal/storage"
 )
 
 // Config configures a server.
@@ -42,8 +44,41 @@ type Config struct {
 	// bound peer port).
 	AdvertiseAddr, AdvertisePeerAddr string
 	// Pprof serves Go's profiles under /debug/pprof/ on the client address.
-	Pprof  bool
-	Logger *slog.Logger
+	Pprof bool
+	// MaxConnections bounds the client connections served at once; more
+	// wait to be accepted. 0 means what the process's file descriptor
+	// limit leaves after the storage's share (storage.FileReserve), at
+	// most DefaultMaxConnections: connections beyond that would take the
+	// descriptors the storage needs, and a node that cannot open a file
+	// stops.
+	MaxConnections int
+	Logger         *slog.Logger
+}
+
+// DefaultMaxConnections is the most client connections served at once by
+// default, where the file descriptor limit allows more.
+const DefaultMaxConnections = 10000
+
+// minConnections is the fewest client connections a server starts with.
+const minConnections = 16
+
+// connectionLimit answers the client connections a server serves at
+// once: configured if set, else what the descriptor limit leaves.
+func connectionLimit(configured int, fileLimit uint64) (int, error) {
+	if configured < 0 {
+		return 0, fmt.Errorf("server: a connection limit of %d: want 0 (from the open file limit) or more", configured)
+	}
+	if configured > 0 {
+		return configured, nil
+	}
+	if fileLimit == 0 {
+		return DefaultMaxConnections, nil
+	}
+	reserve := storage.FileReserve(fileLimit)
+	if fileLimit < reserve+minConnections {
+		return 0, fmt.Errorf("server: the limit of %d open files leaves no room for client connections (the storage needs up to %d); raise it (ulimit -n)", fileLimit, reserve)
+	}
+	return int(min(fileLimit-reserve, DefaultMaxConnections)), nil
 }
 
 // Server is a running node with its listeners.
@@ -81,6 +116,10 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.Node.Registry == nil {
 		cfg.Node.Registry = prometheus.NewRegistry()
 	}
+	conns, err := connectionLimit(cfg.MaxConnections, storage.FileLimit())
+	if err != nil {
+		return nil, err
+	}
 	// The node first: a second server on the same data directory is refused
 	// by the directory's lock before it touches any port.
 	n, err := node.Open(cfg.Node)
@@ -92,6 +131,8 @@ func Start(cfg Config) (*Server, error) {
 		n.Close()
 		return nil, fmt.Errorf("server: listening on %s: %w", cfg.Listen, err)
 	}
+	// Connections beyond the limit wait in the kernel's accept queue.
+	l = netutil.LimitListener(l, conns)
 	peerL, err := net.Listen("tcp", cfg.PeerListen)
 	if err != nil {
 		l.Close()
@@ -147,7 +188,7 @@ func Start(cfg Config) (*Server, error) {
 	}
 	n.Serve(adv, advPeer)
 	cfg.Logger.Info("groupkv node started", "node", n.ID(), "listen", l.Addr().String(),
-		"peer_listen", peerL.Addr().String(), "data_dir", cfg.Node.DataDir)
+		"peer_listen", peerL.Addr().String(), "data_dir", cfg.Node.DataDir, "max_connections", conns)
 	return s, nil
 }
 

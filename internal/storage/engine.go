@@ -388,6 +388,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             pebbleLogger{logger},
 		MemTableSize:       memSize,
+		MaxOpenFiles:       tableFiles(FileLimit()),
 		// Writes stop while this many memtables wait to be flushed; the
 		// cache is sized for it (memReservation).
 		MemTableStopWritesThreshold: memTablesQueued,
