@@ -1,9 +1,15 @@
 package server
 
 import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/groupkv/groupkv/internal/node"
 	"github.com/groupkv/groupkv/internal/storage"
 )
 
@@ -32,4 +38,40 @@ func TestConnectionLimit(t *testing.T) {
 			t.Errorf("connectionLimit(0, %d) = %d leaves the storage less than its reserve of %d", c.files, got, storage.FileReserve(c.files))
 		}
 	}
+}
+
+// TestIdleConnectionsMakeRoom: with room for two connections, two idle
+// HTTP keep-alive connections do not keep a third client waiting past
+// IdleTimeout: the server closes them, and the third is served.
+func TestIdleConnectionsMakeRoom(t *testing.T) {
+	s, err := Start(Config{Node: node.Options{DataDir: t.TempDir()}, Listen: "127.0.0.1:0", PeerListen: "127.0.0.1:0",
+		MaxConnections: 2, IdleTimeout: 300 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	get := func(hc *http.Client) error {
+		resp, err := hc.Get("http://" + s.Addr() + "/healthz")
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		return resp.Body.Close()
+	}
+	// Two clients, each keeping its connection open after a request.
+	for range 2 {
+		hc := &http.Client{Transport: &http.Transport{}}
+		defer hc.CloseIdleConnections()
+		if err := get(hc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A third, on a connection of its own, waits to be accepted until the
+	// server has closed an idle one. Liveness: a generous deadline.
+	third := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: time.Minute}
+	start := time.Now()
+	if err := get(third); err != nil {
+		t.Fatalf("the third client, after %v: %v", time.Since(start), err)
+	}
+	t.Logf("the third client was served after %v", time.Since(start).Round(time.Millisecond))
 }

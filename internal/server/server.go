@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/groupkv/groupkv/internal/api"
 	"github.com/groupkv/groupkv/internal/node"
@@ -52,7 +53,12 @@ type Config struct {
 	// descriptors the storage needs, and a node that cannot open a file
 	// stops.
 	MaxConnections int
-	Logger         *slog.Logger
+	// IdleTimeout is how long a client connection may go without a
+	// request (HTTP) or a call (gRPC) before the server closes it, so that
+	// idle connections do not keep others waiting under MaxConnections; 0
+	// means 2 minutes.
+	IdleTimeout time.Duration
+	Logger      *slog.Logger
 }
 
 // DefaultMaxConnections is the most client connections served at once by
@@ -112,6 +118,9 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = 2 * time.Minute
+	}
 	cfg.Node.Logger = cfg.Logger
 	if cfg.Node.Registry == nil {
 		cfg.Node.Registry = prometheus.NewRegistry()
@@ -154,6 +163,10 @@ func Start(cfg Config) (*Server, error) {
 		// workers for more requests in flight than there are cores: an
 		// idle worker costs its stack, a few KiB.
 		grpc.NumStreamWorkers(uint32(max(streamWorkers, 16*runtime.GOMAXPROCS(0)))),
+		// A connection without a call for IdleTimeout is closed (clients
+		// reconnect when they call again): with connections bounded
+		// (MaxConnections), idle ones would keep others waiting.
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.IdleTimeout}),
 		grpc.ChainUnaryInterceptor(api.GRPCMetricsInterceptor(metrics.Observe)),
 		grpc.ChainStreamInterceptor(api.GRPCStreamMetricsInterceptor(metrics.Observe)))
 	var handler http.Handler = api.NewHTTPHandler(n, api.HTTPConfig{
@@ -169,6 +182,7 @@ func Start(cfg Config) (*Server, error) {
 	s.httpSrv = &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       cfg.IdleTimeout,
 		BaseContext:       func(net.Listener) context.Context { return baseCtx },
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
