@@ -120,6 +120,7 @@ serves HTTP/JSON and gRPC on 127.0.0.1:7070 and listens for peers on
 	f.DurationVar(&cfg.Node.MaxTxnDuration, "max-txn-duration", time.Minute, "longest a transaction attempt may run from its start to its commit")
 	f.DurationVar(&cfg.Node.StorageFailureLimit, "storage-failure-limit", storage.DefaultBackgroundFailureLimit, "how long the storage's flushes, or its compactions, may fail every time they are tried (a full or failing disk) before the server stops (negative: never)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.Int64Var(&cfg.Node.MinFreeBytes, "min-free-space", storage.DefaultMinFreeBytes, "bytes the node keeps free on its disk: it does not start on a disk with less, and stops once its disk has less, before a write finds no room (negative: no check)")
 	f.IntVar(&cfg.MaxConnections, "max-connections", 0, "client connections served at once; more wait to be accepted (default: what the open file limit leaves after the storage's share, at most 10000)")
 	f.BoolVar(&cfg.Pprof, "pprof", false, "serve Go's CPU, heap, allocation and lock-contention profiles under /debug/pprof/ on the client address")
 	return cmd

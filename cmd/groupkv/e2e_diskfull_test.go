@@ -32,15 +32,10 @@ func TestDiskFullStopsCleanly(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 
-	srv := startWatched(t, dir, "--storage-failure-limit", "5s")
-	var base string
-	for deadline := time.Now().Add(60 * time.Second); base == ""; time.Sleep(20 * time.Millisecond) {
-		if m := servingRE.FindStringSubmatch(srv.log.String()); m != nil {
-			base = "http://" + m[1]
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the server did not start within 60s:\n%s", srv.log.String())
-		}
-	}
+	// No free-space floor: the disk fills to the last byte
+	// (TestLowDiskSpaceStopsEarly has the floor).
+	srv := startWatched(t, dir, "--storage-failure-limit", "5s", "--min-free-space", "-1")
+	base := "http://" + srv.serving(t)
 	if code, _, body := httpDo(t, "POST", base+"/v1/collections", `{"name": "c", "shards": 4}`); code != 200 {
 		t.Fatalf("create collection: %d %s", code, body)
 	}
@@ -121,7 +116,7 @@ func TestDiskFullStopsCleanly(t *testing.T) {
 	// it (opening, Pebble flushes what it replays from its log, which
 	// cannot succeed, and retries for good: the server gives up after
 	// --storage-failure-limit), or, if what it replays fits, serves.
-	restart := startWatched(t, dir, "--storage-failure-limit", "2s")
+	restart := startWatched(t, dir, "--storage-failure-limit", "2s", "--min-free-space", "-1")
 	deadline := time.After(2 * time.Minute)
 restartWait:
 	for {
@@ -245,7 +240,7 @@ func TestClusterOutlivesAFullDisk(t *testing.T) {
 	t.Logf("seed %d", seed)
 	c := newTCluster(t, 3)
 	c.node(3).dir = filepath.Join(mnt, "node3")
-	c.node(3).args = []string{"--storage-failure-limit", "5s"}
+	c.node(3).args = []string{"--storage-failure-limit", "5s", "--min-free-space", "-1"}
 	c.startAll()
 	const coll = "c"
 	c.createCollection(1, coll, 3)
@@ -320,4 +315,72 @@ func TestClusterOutlivesAFullDisk(t *testing.T) {
 	for _, id := range c.ids() {
 		c.stop(id)
 	}
+}
+
+// TestLowDiskSpaceStopsEarly writes 64 KiB values, paced, to a server on a
+// 160 MiB tmpfs: the server stops, and exits with status 1, once its disk
+// has less than --min-free-space (64 MiB by default) free, before any
+// write finds no room. Restarted with the disk as it is, it refuses to
+// start, saying why; given room, it has every write it acknowledged.
+func TestLowDiskSpaceStopsEarly(t *testing.T) {
+	mnt := smallDisk(t, 160)
+	dir := filepath.Join(mnt, "d")
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	srv := startWatched(t, dir)
+	base := "http://" + srv.serving(t)
+	if code, _, body := httpDo(t, "POST", base+"/v1/collections", `{"name": "c", "shards": 2}`); code != 200 {
+		t.Fatalf("create collection: %d %s", code, body)
+	}
+	var acked []int
+	client := &http.Client{Timeout: time.Minute}
+	deadline := time.After(3 * time.Minute)
+writes:
+	for i := 0; ; i++ {
+		select {
+		case <-srv.done:
+			break writes
+		case <-deadline:
+			t.Fatalf("the server did not stop within 3 minutes of writes (%d acknowledged):\n%s", len(acked), srv.log.String())
+		case <-time.After(5 * time.Millisecond): // paced: the free space is looked at every 100 ms
+		}
+		req, _ := http.NewRequest("PUT", fmt.Sprintf("%s/v1/kv/c/k%05d", base, i), bytes.NewReader(bigValue(seed, i)))
+		resp, err := client.Do(req)
+		if err != nil {
+			continue // the server stopped; the exit ends the loop
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			acked = append(acked, i)
+		}
+	}
+	werr, log := srv.err, srv.log.String()
+	var ee *exec.ExitError
+	if !errors.As(werr, &ee) || ee.ExitCode() != 1 || !strings.Contains(log, "--min-free-space") {
+		t.Fatalf("the server exited with %v, want status 1 and the free space named:\n%s", werr, lastLines(log, 5))
+	}
+	if strings.Contains(log, "no space left on device") {
+		t.Errorf("a write found no room before the server stopped:\n%s", lastLines(log, 5))
+	}
+	t.Logf("%d writes acknowledged; %s", len(acked), lastLines(log, 1))
+
+	again := startWatched(t, dir)
+	select {
+	case <-again.done:
+		if !errors.As(again.err, &ee) || ee.ExitCode() != 1 || !strings.Contains(again.log.String(), "--min-free-space") {
+			t.Fatalf("restarted on the low disk, the server exited with %v:\n%s", again.err, again.log.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("restarted on the low disk, the server still runs after a minute:\n%s", again.log.String())
+	}
+
+	growDisk(t, mnt)
+	p := startServer(t, dir)
+	for _, i := range acked {
+		if code, _, body := httpDo(t, "GET", fmt.Sprintf("http://%s/v1/kv/c/k%05d", p.addr, i), ""); code != 200 || body != string(bigValue(seed, i)) {
+			t.Fatalf("acknowledged write k%05d after the restart: %d, %d bytes", i, code, len(body))
+		}
+	}
+	p.stop(t)
 }

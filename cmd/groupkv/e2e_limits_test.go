@@ -23,19 +23,7 @@ import (
 func TestFileLimitKeepsTheServerUp(t *testing.T) {
 	args := append([]string{"-c", `ulimit -n 256 && exec "$0" "$@"`, binary}, serverArgs(t.TempDir())...)
 	srv := startWatchedCmd(t, exec.Command("sh", args...))
-	var base string
-	for deadline := time.Now().Add(60 * time.Second); base == ""; time.Sleep(20 * time.Millisecond) {
-		select {
-		case <-srv.done:
-			t.Fatalf("the server exited: %v\n%s", srv.err, srv.log.String())
-		default:
-		}
-		if m := servingRE.FindStringSubmatch(srv.log.String()); m != nil {
-			base = "http://" + m[1]
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the server did not start within 60s:\n%s", srv.log.String())
-		}
-	}
+	base := "http://" + srv.serving(t)
 	if code, _, body := httpDo(t, "POST", base+"/v1/collections", `{"name": "c", "shards": 8}`); code != 200 {
 		t.Fatalf("create collection: %d %s", code, body)
 	}

@@ -162,6 +162,26 @@ func startWatchedCmd(t *testing.T, cmd *exec.Cmd) *watchedServer {
 	return w
 }
 
+// serving waits until the server says it serves and answers its client
+// address; it fails the test if the server exits first or does not serve
+// within a minute.
+func (w *watchedServer) serving(t *testing.T) string {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if m := servingRE.FindStringSubmatch(w.log.String()); m != nil {
+			return m[1]
+		}
+		select {
+		case <-w.done:
+			t.Fatalf("the server exited before it served: %v\n%s", w.err, w.log.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server did not serve within 60s:\n%s", w.log.String())
+		}
+	}
+}
+
 // kill kills the process, if it runs, and waits for it.
 func (w *watchedServer) kill() {
 	select {

@@ -183,7 +183,7 @@ func Open(opts Options) (*Node, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	eng, err := storage.Open(opts.DataDir, storage.Options{FS: opts.FS, Logger: opts.Logger, BackgroundFailureLimit: opts.StorageFailureLimit, MemTableSize: opts.MemTableSize})
+	eng, err := storage.Open(opts.DataDir, storage.Options{FS: opts.FS, Logger: opts.Logger, BackgroundFailureLimit: opts.StorageFailureLimit, MemTableSize: opts.MemTableSize, MinFreeBytes: opts.MinFreeBytes})
 	if err != nil {
 		return nil, err
 	}

@@ -70,6 +70,11 @@ type Options struct {
 	// MemTableSize is the size of each of the storage's memtables; 0
 	// means 16 MiB.
 	MemTableSize uint64
+	// MinFreeBytes is the free space the node keeps on its disk: it does
+	// not open on a disk with less, and stops (Failed) once its disk has
+	// less, before a write finds no room; 0 means 64 MiB, negative no
+	// check.
+	MinFreeBytes int64
 	// FailedCloseWait bounds how long Close waits for a node whose storage
 	// failed to stop (a write Pebble stalls behind flushes that cannot
 	// succeed holds it until the disk takes writes again); 0 means 10

@@ -69,6 +69,11 @@ type Options struct {
 	// MemTableSize is the size of each memtable; 0 means 16 MiB
 	// (memTableSize). Tests make it small to fill memtables quickly.
 	MemTableSize uint64
+	// MinFreeBytes is the free space the engine keeps on its disk: Open
+	// refuses a directory on a disk with less, and the engine reports it
+	// as fatal (OnFatal) once its disk has less; 0 means
+	// DefaultMinFreeBytes, negative no check.
+	MinFreeBytes int64
 }
 
 // DefaultBackgroundFailureLimit is the default of
@@ -92,6 +97,9 @@ type Engine struct {
 	// wedged holds the failed write that left Pebble unable to write or
 	// close (recoverWrite).
 	wedged atomic.Pointer[error]
+	// stop, closed by Close, ends the watch of the free space.
+	stop     chan struct{}
+	stopOnce sync.Once
 }
 
 // WriteStalls is how many times writes stopped to wait for flushes or
@@ -183,6 +191,7 @@ func (c *fatal) report(err error) {
 //     damaged node should stop rather than go on with what it can still
 //     read. Pebble's default, a panic, is not used.
 //   - a write the write-ahead log did not take (Commit).
+//   - less free space on the disk than Options.MinFreeBytes.
 //   - flushes or compactions that have failed, each time they were tried,
 //     for Options.BackgroundFailureLimit. Pebble retries them; a disk that
 //     refuses them for good would otherwise leave writes waiting, once the
@@ -345,6 +354,19 @@ func Open(dir string, opts Options) (*Engine, error) {
 		return nil, fmt.Errorf("%w: %s (lock %s: %v); stop the other server or use another --data-dir",
 			ErrLocked, dir, fs.PathJoin(dir, lockFileName), err)
 	}
+	var floor uint64
+	switch {
+	case opts.MinFreeBytes == 0:
+		floor = DefaultMinFreeBytes
+	case opts.MinFreeBytes > 0:
+		floor = uint64(opts.MinFreeBytes)
+	}
+	if floor > 0 {
+		if err := checkFreeSpace(fs, dir, floor); err != nil {
+			lock.Close()
+			return nil, err
+		}
+	}
 	cacheSize := opts.CacheSize
 	if cacheSize == 0 {
 		cacheSize = 256 << 20
@@ -438,10 +460,13 @@ func Open(dir string, opts Options) (*Engine, error) {
 		lock.Close()
 		return nil, fmt.Errorf("storage: syncing %s: %w", dir, err)
 	}
-	e := &Engine{DB: db, FS: fs, Dir: dir, lock: lock, fatal: fat, stalls: stalls}
+	e := &Engine{DB: db, FS: fs, Dir: dir, lock: lock, fatal: fat, stalls: stalls, stop: make(chan struct{})}
 	if err := e.checkFormat(); err != nil {
 		e.Close()
 		return nil, err
+	}
+	if floor > 0 {
+		go e.watchFreeSpace(floor, e.stop)
 	}
 	return e, nil
 }
@@ -493,6 +518,7 @@ func (d *damaged) Unwrap() error { return d.err }
 
 // Close closes Pebble and releases the directory lock.
 func (e *Engine) Close() error {
+	e.stopOnce.Do(func() { close(e.stop) })
 	if err := e.wedged.Load(); err != nil {
 		// Pebble's Close would wait for the commit pipeline the failed
 		// write left locked, for good. The directory stays locked until

@@ -380,3 +380,46 @@ func TestOpenGivesUpOnFailingFlushes(t *testing.T) {
 	}
 	faults.on.Store(false) // Pebble's open, left running, finishes
 }
+
+// TestLowSpace: Open refuses a disk with less free space than
+// MinFreeBytes, and an open engine reports it as fatal once its disk has
+// less.
+func TestLowSpace(t *testing.T) {
+	mem := vfs.NewMem()
+	opts := Options{FS: mem, Logger: slog.New(slog.DiscardHandler), MinFreeBytes: 10 << 20}
+	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 9 << 20, TotalBytes: 100 << 20, UsedBytes: 91 << 20})
+	_, err := Open("/data", opts)
+	var low *LowSpaceError
+	if !errors.As(err, &low) || low.Free != 9<<20 || low.Floor != 10<<20 {
+		t.Fatalf("Open with 9 MiB free of the 10 kept: %v, want a LowSpaceError", err)
+	}
+	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 50 << 20, TotalBytes: 100 << 20, UsedBytes: 50 << 20})
+	e, err := Open("/data", opts)
+	if err != nil {
+		t.Fatalf("Open with 50 MiB free: %v", err)
+	}
+	defer e.Close()
+	reported := make(chan error, 1)
+	e.OnFatal(func(err error) {
+		select {
+		case reported <- err:
+		default:
+		}
+	})
+	select {
+	case err := <-reported:
+		t.Fatalf("fatal with 50 MiB free: %v", err)
+	case <-time.After(5 * freeSpaceInterval):
+	}
+	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1 << 20, TotalBytes: 100 << 20, UsedBytes: 99 << 20})
+	select {
+	case err := <-reported:
+		if !errors.As(err, &low) || !strings.Contains(err.Error(), "--min-free-space") {
+			t.Fatalf("reported %v, want a LowSpaceError", err)
+		}
+		t.Log(err)
+	case <-time.After(time.Minute):
+		// Liveness: a generous deadline.
+		t.Fatal("no fatal report a minute after the disk had 1 MiB free")
+	}
+}
