@@ -107,11 +107,11 @@ type Engine struct {
 func (e *Engine) WriteStalls() int64 { return e.stalls.Load() }
 
 // Commit commits b. Pebble panics when it cannot write a batch to its
-// write-ahead log (a full disk, an I/O error), or sync it, with the
-// pipeline that orders commits left locked: no later write returns. Commit answers that
-// as an error instead, and reports it as fatal (OnFatal), so that a node
-// stops writing and says why rather than crash its process (or the
-// program it is embedded in). A panic that is not an error, or is a
+// write-ahead log (a full disk, an I/O error), or sync it; after the
+// first, the pipeline that orders commits stays locked and no later write
+// returns. Commit answers such a panic as an error instead, and reports it
+// as fatal (OnFatal), so that a node stops writing and says why rather
+// than crash its process (or the program it is embedded in). A panic that is not an error, or is a
 // runtime error, is not Pebble's: it goes on. One failure cannot be
 // recovered: a log that fails as Pebble closes it to start a new one
 // (the memtable filled) panics with Pebble's mutex released, and the
