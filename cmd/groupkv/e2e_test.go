@@ -359,7 +359,7 @@ func TestEndToEndHTTPAndGRPC(t *testing.T) {
 	}
 	// /metrics is Prometheus text with request, raft and pebble series.
 	code, _, body = httpDo(t, "GET", base+"/metrics", "")
-	for _, m := range []string{"groupkv_requests_total", "groupkv_request_duration_seconds", "groupkv_raft_proposals_total", "groupkv_raft_apply_seconds", "groupkv_raft_fsync_seconds", "groupkv_pebble_disk_space_bytes"} {
+	for _, m := range []string{"groupkv_requests_total", "groupkv_request_duration_seconds", "groupkv_raft_proposals_total", "groupkv_raft_apply_seconds", "groupkv_raft_fsync_seconds", "groupkv_pebble_disk_space_bytes", "groupkv_disk_free_bytes"} {
 		if code != 200 || !strings.Contains(body, m) {
 			t.Errorf("/metrics lacks %s", m)
 		}

@@ -52,10 +52,11 @@ var (
 	pebbleCacheHits = prometheus.NewDesc("groupkv_pebble_block_cache_hits_total", "Pebble block cache hits.", nil, nil)
 	pebbleCacheMiss = prometheus.NewDesc("groupkv_pebble_block_cache_misses_total", "Pebble block cache misses.", nil, nil)
 	pebbleStalls    = prometheus.NewDesc("groupkv_pebble_write_stalls_total", "Times Pebble stopped writes to wait for flushes or compactions.", nil, nil)
+	diskFree        = prometheus.NewDesc("groupkv_disk_free_bytes", "Free space on the disk holding the node's data; the node stops below --min-free-space.", nil, nil)
 )
 
 func (c pebbleCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{pebbleDiskBytes, pebbleMemtable, pebbleWALBytes, pebbleCompacts, pebbleFlushed, pebbleCompacted, pebbleL0Files, pebbleCacheHits, pebbleCacheMiss, pebbleStalls} {
+	for _, d := range []*prometheus.Desc{pebbleDiskBytes, pebbleMemtable, pebbleWALBytes, pebbleCompacts, pebbleFlushed, pebbleCompacted, pebbleL0Files, pebbleCacheHits, pebbleCacheMiss, pebbleStalls, diskFree} {
 		ch <- d
 	}
 }
@@ -76,6 +77,9 @@ func (c pebbleCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(pebbleCompacted, prometheus.CounterValue, float64(compacted))
 	ch <- prometheus.MustNewConstMetric(pebbleL0Files, prometheus.GaugeValue, float64(m.Levels[0].TablesCount))
 	ch <- prometheus.MustNewConstMetric(pebbleStalls, prometheus.CounterValue, float64(c.eng.WriteStalls()))
+	if free, ok := c.eng.FreeBytes(); ok {
+		ch <- prometheus.MustNewConstMetric(diskFree, prometheus.GaugeValue, float64(free))
+	}
 	ch <- prometheus.MustNewConstMetric(pebbleCacheHits, prometheus.CounterValue, float64(m.BlockCache.Hits))
 	ch <- prometheus.MustNewConstMetric(pebbleCacheMiss, prometheus.CounterValue, float64(m.BlockCache.Misses))
 }

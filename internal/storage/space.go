@@ -64,3 +64,13 @@ func (e *Engine) watchFreeSpace(floor uint64, stop <-chan struct{}) {
 		}
 	}
 }
+
+// FreeBytes is the free space of the disk holding the engine's directory;
+// ok is false when the filesystem cannot tell.
+func (e *Engine) FreeBytes() (free uint64, ok bool) {
+	u, err := e.FS.GetDiskUsage(e.Dir)
+	if err != nil {
+		return 0, false
+	}
+	return u.AvailBytes, true
+}
