@@ -429,6 +429,17 @@ func (n *Node) confirmOracle(ctx context.Context, term uint64) error {
 	return nil
 }
 
+// oracleUnavailable is the answer of a caller that could not get a
+// timestamp: a not_leader of the meta shard (its leader moving, or cut off
+// from its quorum) says unavailable to the caller, which addressed no
+// shard and has no leader to ask.
+func oracleUnavailable(err error) error {
+	if kv.CodeOf(err) == kv.CodeNotLeader {
+		return kv.Errorf(kv.CodeUnavailable, "no timestamp: the timestamp oracle is moving to another node (%v); retry", err)
+	}
+	return err
+}
+
 // uniqueTimestamp returns a timestamp the oracle issues to this caller
 // alone, above every timestamp Latest answered before.
 func (n *Node) uniqueTimestamp(ctx context.Context) (uint64, error) {
@@ -453,10 +464,10 @@ func (n *Node) uniqueTimestamp(ctx context.Context) (uint64, error) {
 			}
 		}
 		if !retryable(err) || ctx.Err() != nil {
-			return 0, err
+			return 0, oracleUnavailable(err)
 		}
 		if berr := backoff(ctx, attempt, deadline, err); berr != nil {
-			return 0, berr
+			return 0, oracleUnavailable(berr)
 		}
 	}
 }
@@ -485,10 +496,10 @@ func (n *Node) latest(ctx context.Context) (uint64, error) {
 			}
 		}
 		if !retryable(err) || ctx.Err() != nil {
-			return 0, err
+			return 0, oracleUnavailable(err)
 		}
 		if berr := backoff(ctx, attempt, deadline, err); berr != nil {
-			return 0, berr
+			return 0, oracleUnavailable(berr)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,5 +89,39 @@ func TestPutGetDeleteAcrossRestart(t *testing.T) {
 	}
 	if _, err := n.Get(ctx, kv.GetRequest{Collection: "nope", Key: []byte("k")}); !errors.Is(err, kv.ErrCollectionNotFound) {
 		t.Fatalf("unknown collection: %v", err)
+	}
+}
+
+// TestFailedNodeAnswersNoRead: once the node's storage failed, a get
+// answers unavailable at once, even in the moment before its raft loop
+// has stopped (the fast path of a single voter's reads looked only at
+// the loop's state).
+func TestFailedNodeAnswersNoRead(t *testing.T) {
+	ctx := context.Background()
+	n := openTest(t, t.TempDir(), Options{})
+	defer n.Close()
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte("k"), Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte("k")}); err != nil {
+		t.Fatal(err)
+	}
+	n.host.Fail(errors.New("injected storage failure"))
+	if _, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte("k")}); kv.CodeOf(err) != kv.CodeUnavailable {
+		t.Fatalf("get right after the failure: %v, want unavailable", err)
+	}
+}
+
+func TestOracleUnavailable(t *testing.T) {
+	err := oracleUnavailable(kv.Errorf(kv.CodeNotLeader, "node 3 no longer leads the meta shard"))
+	if kv.CodeOf(err) != kv.CodeUnavailable || !strings.Contains(err.Error(), "node 3 no longer leads") {
+		t.Errorf("a not_leader of the meta shard: %v, want unavailable naming it", err)
+	}
+	other := kv.Errorf(kv.CodeTxnAborted, "aborted")
+	if got := oracleUnavailable(other); got != other {
+		t.Errorf("another error: %v, want it unchanged", got)
 	}
 }

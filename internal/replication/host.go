@@ -885,7 +885,7 @@ func (h *Host) Ready(shardID uint64) bool {
 // everything committed is applied here (ReadBarrier would not wait).
 func (h *Host) ReadableNow(shardID uint64) bool {
 	g := h.group(shardID)
-	if g == nil || !g.singleVoter.Load() {
+	if g == nil || !g.singleVoter.Load() || h.hasFailed.Load() {
 		return false
 	}
 	g.mu.Lock()
