@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/groupkv/groupkv/internal/node"
 	"github.com/groupkv/groupkv/internal/storage"
 )
@@ -66,6 +68,9 @@ func TestIdleConnectionsMakeRoom(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if open := testutil.ToFloat64(s.openConns); open != 2 {
+		t.Errorf("groupkv_client_connections = %v with two connections open, want 2", open)
+	}
 	// A third, on a connection of its own, waits to be accepted until the
 	// server has closed an idle one. Liveness: a generous deadline.
 	third := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: time.Minute}
@@ -74,4 +79,11 @@ func TestIdleConnectionsMakeRoom(t *testing.T) {
 		t.Fatalf("the third client, after %v: %v", time.Since(start), err)
 	}
 	t.Logf("the third client was served after %v", time.Since(start).Round(time.Millisecond))
+	// Every connection ends: the idle ones closed by the server, the
+	// third by its client.
+	for deadline := time.Now().Add(time.Minute); testutil.ToFloat64(s.openConns) != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("groupkv_client_connections = %v a minute after every connection ended, want 0", testutil.ToFloat64(s.openConns))
+		}
+	}
 }

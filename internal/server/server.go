@@ -102,6 +102,51 @@ type Server struct {
 	// draining, closed by Close, ends the Pipeline streams.
 	draining  chan struct{}
 	drainOnce sync.Once
+	// openConns counts the client connections open.
+	openConns prometheus.Gauge
+}
+
+// registerGauge registers a gauge named name with reg, or answers the one
+// reg holds under that name.
+func registerGauge(reg prometheus.Registerer, name, help string) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	if err := reg.Register(g); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(prometheus.Gauge); ok {
+				return existing
+			}
+		}
+		panic(err)
+	}
+	return g
+}
+
+// countingListener counts in open the connections it accepted that are
+// not closed yet.
+type countingListener struct {
+	net.Listener
+	open prometheus.Gauge
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.open.Inc()
+	return &countedConn{Conn: c, open: l.open}, nil
+}
+
+type countedConn struct {
+	net.Conn
+	open prometheus.Gauge
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(c.open.Dec)
+	return c.Conn.Close()
 }
 
 // maxMessage is the largest gRPC message: a request of the largest value
@@ -141,7 +186,11 @@ func Start(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: listening on %s: %w", cfg.Listen, err)
 	}
 	// Connections beyond the limit wait in the kernel's accept queue.
-	l = netutil.LimitListener(l, conns)
+	open := registerGauge(cfg.Node.Registry, "groupkv_client_connections", "Client connections open (HTTP and gRPC).")
+	open.Set(0) // a server started again on the registry of one closed
+	registerGauge(cfg.Node.Registry, "groupkv_client_connections_max",
+		"Client connections served at once (--max-connections); more wait to be accepted.").Set(float64(conns))
+	l = netutil.LimitListener(&countingListener{Listener: l, open: open}, conns)
 	peerL, err := net.Listen("tcp", cfg.PeerListen)
 	if err != nil {
 		l.Close()
@@ -149,7 +198,7 @@ func Start(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: listening on peer address %s: %w", cfg.PeerListen, err)
 	}
 	metrics := api.NewMetrics(cfg.Node.Registry)
-	s := &Server{Node: n, cfg: cfg, peerL: peerL, serveErr: make(chan error, 2)}
+	s := &Server{Node: n, cfg: cfg, peerL: peerL, serveErr: make(chan error, 2), openConns: open}
 	// Requests run under baseCtx so that Close can end long-lived ones
 	// (watch streams), which Shutdown alone would wait for.
 	baseCtx, cancelRequests := context.WithCancel(context.Background())
