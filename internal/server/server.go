@@ -56,7 +56,8 @@ type Config struct {
 	// IdleTimeout is how long a client connection may go without a
 	// request (HTTP) or a call (gRPC) before the server closes it, so that
 	// idle connections do not keep others waiting under MaxConnections; 0
-	// means 2 minutes.
+	// means 2 minutes. A gRPC connection with a stream open (the Go
+	// client's Pipeline) is not idle.
 	IdleTimeout time.Duration
 	Logger      *slog.Logger
 }
