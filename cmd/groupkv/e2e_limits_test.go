@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -13,9 +15,10 @@ import (
 )
 
 // TestFileLimitKeepsTheServerUp runs a server under a limit of 256 open
-// files and has 400 clients write to it at once, half of them on a new
-// connection for every request: connections beyond what the limit leaves
-// after the storage's share wait to be accepted, so the storage never
+// files, holds 300 connections to its peer port, and has 400 clients
+// write to it at once, half of them on a new connection for every
+// request: connections beyond what the limit leaves after the storage's
+// share wait to be accepted, so the storage never
 // fails to open a file (a node that cannot is stopped, or crashed by
 // Pebble when the file is its next write-ahead log). The server stays up
 // and healthy, its log has no "too many open files", and the writes it
@@ -24,6 +27,25 @@ func TestFileLimitKeepsTheServerUp(t *testing.T) {
 	args := append([]string{"-c", `ulimit -n 256 && exec "$0" "$@"`, binary}, serverArgs(t.TempDir())...)
 	srv := startWatchedCmd(t, exec.Command("sh", args...))
 	base := "http://" + srv.serving(t)
+	// 300 connections to the peer port, held open for the whole run, as a
+	// scan of the port, or a misbehaving peer, would.
+	peer := regexp.MustCompile(`\(peers: (\S+)\)`).FindStringSubmatch(srv.log.String())
+	if peer == nil {
+		t.Fatalf("the server's log names no peer address:\n%s", srv.log.String())
+	}
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for range 300 {
+		c, err := net.DialTimeout("tcp", peer[1], time.Second)
+		if err != nil {
+			break // the accept queue is full: the rest are refused
+		}
+		held = append(held, c)
+	}
 	if code, _, body := httpDo(t, "POST", base+"/v1/collections", `{"name": "c", "shards": 8}`); code != 200 {
 		t.Fatalf("create collection: %d %s", code, body)
 	}
@@ -80,5 +102,5 @@ func TestFileLimitKeepsTheServerUp(t *testing.T) {
 			t.Fatalf("acknowledged write k%03d-%05d reads %d, %d bytes", c, i, code, len(body))
 		}
 	}
-	t.Logf("%d writes from %d clients acknowledged, %d failed; the server's log:\n%s", len(acked), clients, failed, lastLines(log, 3))
+	t.Logf("%d peer connections held; %d writes from %d clients acknowledged, %d failed; the server's log:\n%s", len(held), len(acked), clients, failed, lastLines(log, 3))
 }

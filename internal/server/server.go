@@ -6,6 +6,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,10 +49,10 @@ type Config struct {
 	Pprof bool
 	// MaxConnections bounds the client connections served at once; more
 	// wait to be accepted. 0 means what the process's file descriptor
-	// limit leaves after the storage's share (storage.FileReserve), at
-	// most DefaultMaxConnections: connections beyond that would take the
-	// descriptors the storage needs, and a node that cannot open a file
-	// stops.
+	// limit leaves after the storage's share (storage.FileReserve) and
+	// the peer port's, at most DefaultMaxConnections: connections beyond
+	// that would take the descriptors the storage needs, and a node that
+	// cannot open a file stops (connectionLimits).
 	MaxConnections int
 	// IdleTimeout is how long a client connection may go without a
 	// request (HTTP) or a call (gRPC) before the server closes it, so that
@@ -69,23 +70,31 @@ const DefaultMaxConnections = 10000
 // minConnections is the fewest client connections a server starts with.
 const minConnections = 16
 
-// connectionLimit answers the client connections a server serves at
-// once: configured if set, else what the descriptor limit leaves.
-func connectionLimit(configured int, fileLimit uint64) (int, error) {
+// maxPeerConnections is the most node-to-node connections a server
+// accepts at once: a few per other node, for clusters of hundreds.
+const maxPeerConnections = 1024
+
+// connectionLimits answers the client and the peer connections a server
+// serves at once: of what the descriptor limit leaves after the storage's
+// share, a quarter (up to maxPeerConnections) for peers and the rest (up
+// to DefaultMaxConnections) for clients, or configured clients if set.
+// Connections beyond them wait to be accepted, so that neither port can
+// take the descriptors the storage needs.
+func connectionLimits(configured int, fileLimit uint64) (clients, peers int, err error) {
 	if configured < 0 {
-		return 0, fmt.Errorf("server: a connection limit of %d: want 0 (from the open file limit) or more", configured)
-	}
-	if configured > 0 {
-		return configured, nil
+		return 0, 0, fmt.Errorf("server: a connection limit of %d: want 0 (from the open file limit) or more", configured)
 	}
 	if fileLimit == 0 {
-		return DefaultMaxConnections, nil
+		return cmp.Or(configured, DefaultMaxConnections), maxPeerConnections, nil
 	}
 	reserve := storage.FileReserve(fileLimit)
-	if fileLimit < reserve+minConnections {
-		return 0, fmt.Errorf("server: the limit of %d open files leaves no room for client connections (the storage needs up to %d); raise it (ulimit -n)", fileLimit, reserve)
+	if fileLimit < reserve+2*minConnections {
+		return 0, 0, fmt.Errorf("server: the limit of %d open files leaves no room for connections (the storage needs up to %d); raise it (ulimit -n)", fileLimit, reserve)
 	}
-	return int(min(fileLimit-reserve, DefaultMaxConnections)), nil
+	left := fileLimit - reserve
+	peers = int(min(max(left/4, minConnections), maxPeerConnections))
+	clients = int(min(left-uint64(peers), DefaultMaxConnections))
+	return cmp.Or(configured, clients), peers, nil
 }
 
 // Server is a running node with its listeners.
@@ -171,7 +180,7 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.Node.Registry == nil {
 		cfg.Node.Registry = prometheus.NewRegistry()
 	}
-	conns, err := connectionLimit(cfg.MaxConnections, storage.FileLimit())
+	conns, peerConns, err := connectionLimits(cfg.MaxConnections, storage.FileLimit())
 	if err != nil {
 		return nil, err
 	}
@@ -198,6 +207,7 @@ func Start(cfg Config) (*Server, error) {
 		n.Close()
 		return nil, fmt.Errorf("server: listening on peer address %s: %w", cfg.PeerListen, err)
 	}
+	peerL = netutil.LimitListener(peerL, peerConns)
 	metrics := api.NewMetrics(cfg.Node.Registry)
 	s := &Server{Node: n, cfg: cfg, peerL: peerL, serveErr: make(chan error, 2), openConns: open}
 	// Requests run under baseCtx so that Close can end long-lived ones
