@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -96,17 +95,8 @@ func TestDiskFullStopsCleanly(t *testing.T) {
 		t.Fatalf("the server did not exit within 3 minutes of writes to a 48 MiB disk (%d acknowledged):\n%s", len(acked), srv.log.String())
 	}
 	wg.Wait()
-	werr, log := srv.err, srv.log.String()
-	var ee *exec.ExitError
-	if !errors.As(werr, &ee) || ee.ExitCode() != 1 {
-		t.Fatalf("the server on a full disk exited with %v, want status 1:\n%s", werr, log)
-	}
-	if !strings.Contains(log, "no space left on device") {
-		t.Errorf("the server's log does not say the disk is full:\n%s", log)
-	}
-	if strings.Contains(log, "panic:") || strings.Contains(log, "goroutine ") {
-		t.Errorf("the server panicked:\n%s", log)
-	}
+	log := srv.log.String()
+	wantFailStop(t, "the server on a full disk", srv.err, log, "no space left on device")
 	if len(acked) == 0 {
 		t.Fatalf("no write was acknowledged before the disk filled:\n%s", log)
 	}
@@ -123,10 +113,7 @@ restartWait:
 		select {
 		case <-restart.done:
 			log := restart.log.String()
-			if !errors.As(restart.err, &ee) || ee.ExitCode() != 1 || !strings.Contains(log, "no space left on device") ||
-				strings.Contains(log, "panic:") || strings.Contains(log, "goroutine ") {
-				t.Fatalf("restarted on the full disk, the server exited with %v; want status 1 and the full disk named:\n%s", restart.err, log)
-			}
+			wantFailStop(t, "the server restarted on the full disk", restart.err, log, "no space left on device")
 			t.Logf("restarted on the full disk: %s", lastLines(log, 1))
 			break restartWait
 		case <-deadline:
@@ -286,16 +273,7 @@ func TestClusterOutlivesAFullDisk(t *testing.T) {
 	wg.Wait()
 	werr := c.exitedWith(3, time.Until(deadline)+time.Second)
 	log := n3.logs.tail(20)
-	var ee *exec.ExitError
-	if !errors.As(werr, &ee) || ee.ExitCode() != 1 {
-		t.Fatalf("node 3 on a full disk exited with %v, want status 1:\n%s", werr, log)
-	}
-	if !strings.Contains(log, "no space left on device") {
-		t.Errorf("node 3's log does not say its disk is full:\n%s", log)
-	}
-	if strings.Contains(log, "panic:") || strings.Contains(log, "goroutine ") {
-		t.Errorf("node 3 panicked:\n%s", log)
-	}
+	wantFailStop(t, "node 3 on a full disk", werr, log, "no space left on device")
 	if after.Load() < wantAfter {
 		t.Fatalf("%d writes acknowledged after node 3 exited by the deadline, want %d", after.Load(), wantAfter)
 	}
@@ -355,11 +333,8 @@ writes:
 			acked = append(acked, i)
 		}
 	}
-	werr, log := srv.err, srv.log.String()
-	var ee *exec.ExitError
-	if !errors.As(werr, &ee) || ee.ExitCode() != 1 || !strings.Contains(log, "--min-free-space") {
-		t.Fatalf("the server exited with %v, want status 1 and the free space named:\n%s", werr, lastLines(log, 5))
-	}
+	log := srv.log.String()
+	wantFailStop(t, "the server on a filling disk", srv.err, log, "--min-free-space")
 	if strings.Contains(log, "no space left on device") {
 		t.Errorf("a write found no room before the server stopped:\n%s", lastLines(log, 5))
 	}
@@ -368,9 +343,7 @@ writes:
 	again := startWatched(t, dir)
 	select {
 	case <-again.done:
-		if !errors.As(again.err, &ee) || ee.ExitCode() != 1 || !strings.Contains(again.log.String(), "--min-free-space") {
-			t.Fatalf("restarted on the low disk, the server exited with %v:\n%s", again.err, again.log.String())
-		}
+		wantFailStop(t, "the server restarted on the low disk", again.err, again.log.String(), "--min-free-space")
 	case <-time.After(time.Minute):
 		t.Fatalf("restarted on the low disk, the server still runs after a minute:\n%s", again.log.String())
 	}

@@ -182,6 +182,23 @@ func (w *watchedServer) serving(t *testing.T) string {
 	}
 }
 
+// wantFailStop checks that a server (what names it) that stopped on a
+// storage failure exited with status 1, its log (log) saying why (says),
+// without a panic.
+func wantFailStop(t *testing.T, what string, exit error, log, says string) {
+	t.Helper()
+	var ee *exec.ExitError
+	if !errors.As(exit, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("%s exited with %v, want status 1:\n%s", what, exit, lastLines(log, 20))
+	}
+	if !strings.Contains(log, says) {
+		t.Errorf("%s's log does not say %q:\n%s", what, says, lastLines(log, 20))
+	}
+	if strings.Contains(log, "panic:") || strings.Contains(log, "goroutine ") {
+		t.Errorf("%s panicked:\n%s", what, log)
+	}
+}
+
 // kill kills the process, if it runs, and waits for it.
 func (w *watchedServer) kill() {
 	select {

@@ -1392,11 +1392,6 @@ func (n *Node) GetNow(req kv.GetRequest) (rec kv.Record, err error, ok bool) {
 		return kv.Record{}, nil, false
 	}
 	defer end()
-	if n.host.HasFailed() {
-		// Failed, the node answers nothing from its storage, even before
-		// its raft loop has stopped (ReadableNow would still be true).
-		return kv.Record{}, n.failedError(), true
-	}
 	d, err := n.collection(req.Collection)
 	if err != nil || d.Partitioning == kv.PartitionTag {
 		return kv.Record{}, nil, false

@@ -882,7 +882,9 @@ func (h *Host) Ready(shardID uint64) bool {
 
 // ReadableNow reports whether a read of shardID here needs no barrier:
 // the replica is the group's only voter and its ready leader, so that
-// everything committed is applied here (ReadBarrier would not wait).
+// everything committed is applied here (ReadBarrier would not wait). A
+// host whose storage failed serves no read, even in the moment before its
+// loop has stopped.
 func (h *Host) ReadableNow(shardID uint64) bool {
 	g := h.group(shardID)
 	if g == nil || !g.singleVoter.Load() || h.hasFailed.Load() {

@@ -23,12 +23,12 @@ func TestConnectionLimits(t *testing.T) {
 		clients, err string
 		peers        int
 	}{
-		{configured: 50, files: 256, clients: "50", peers: 32},
+		{configured: 50, files: 256, clients: "50", peers: 16},
 		{files: 0, clients: "10000", peers: maxPeerConnections},
 		{configured: 7, files: 0, clients: "7", peers: maxPeerConnections},
 		{files: 1 << 20, clients: "10000", peers: maxPeerConnections},
 		{files: 4096, clients: fmt.Sprint(4096 - storage.FileReserve(4096) - (4096-storage.FileReserve(4096))/4), peers: int(4096-storage.FileReserve(4096)) / 4},
-		{files: 256, clients: "96", peers: 32},
+		{files: 256, clients: "48", peers: 16},
 		{files: 100, err: "leaves no room for connections"},
 		{configured: -1, files: 4096, err: "want 0"},
 	} {

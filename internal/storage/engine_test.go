@@ -256,13 +256,17 @@ func TestBackgroundFailureLimit(t *testing.T) {
 	}
 }
 
-// walWriteFaults fails every write of the write-ahead log while on.
-type walWriteFaults struct{ on atomic.Bool }
+// fullDisk fails every write of the files whose names end in suffix
+// (".log", ".sst") with ENOSPC while on.
+type fullDisk struct {
+	suffix string
+	on     atomic.Bool
+}
 
-func (f *walWriteFaults) String() string { return "ENOSPC on WAL writes" }
+func (f *fullDisk) String() string { return "ENOSPC on writes of *" + f.suffix }
 
-func (f *walWriteFaults) MaybeError(op errorfs.Op) error {
-	if f.on.Load() && op.Kind == errorfs.OpFileWrite && strings.HasSuffix(op.Path, ".log") {
+func (f *fullDisk) MaybeError(op errorfs.Op) error {
+	if f.on.Load() && op.Kind == errorfs.OpFileWrite && strings.HasSuffix(op.Path, f.suffix) {
 		return fmt.Errorf("injected fault on %s: %w", op.Path, syscall.ENOSPC)
 	}
 	return nil
@@ -275,7 +279,7 @@ func (f *walWriteFaults) MaybeError(op errorfs.Op) error {
 // would wait for good on the commit pipeline the second panic leaves
 // locked).
 func TestFailedLogWriteIsAnError(t *testing.T) {
-	faults := &walWriteFaults{}
+	faults := &fullDisk{suffix: ".log"}
 	mem := vfs.NewMem()
 	e, err := Open("/data", Options{FS: errorfs.Wrap(mem, faults), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -331,24 +335,12 @@ func TestFailedLogWriteIsAnError(t *testing.T) {
 	}
 }
 
-// tableWriteFaults fails every write of an sstable while on.
-type tableWriteFaults struct{ on atomic.Bool }
-
-func (f *tableWriteFaults) String() string { return "ENOSPC on sstable writes" }
-
-func (f *tableWriteFaults) MaybeError(op errorfs.Op) error {
-	if f.on.Load() && op.Kind == errorfs.OpFileWrite && strings.HasSuffix(op.Path, ".sst") {
-		return fmt.Errorf("injected fault on %s: %w", op.Path, syscall.ENOSPC)
-	}
-	return nil
-}
-
 // TestOpenGivesUpOnFailingFlushes reopens an engine whose write-ahead log
 // holds writes on a disk that takes no sstable: Pebble's open flushes
 // what it replays and waits for that flush, retrying it for good. Open
 // answers an error once flushes have failed for BackgroundFailureLimit.
 func TestOpenGivesUpOnFailingFlushes(t *testing.T) {
-	faults := &tableWriteFaults{}
+	faults := &fullDisk{suffix: ".sst"}
 	fs := errorfs.Wrap(vfs.NewMem(), faults)
 	opts := Options{FS: fs, Logger: slog.New(slog.DiscardHandler), BackgroundFailureLimit: 200 * time.Millisecond}
 	e, err := Open("/data", opts)

@@ -13,9 +13,13 @@ const (
 	maxTableFiles = 1000 // Pebble's default
 	minTableFiles = 32
 	// otherFiles are the engine's other descriptors and the process's
-	// own: the log and the manifest, the directory lock, listeners, peer
-	// connections, the runtime's poller.
-	otherFiles = 64
+	// own: logs and manifests, sstables a compaction or a flush writes,
+	// sstables held open past MaxOpenFiles while iterators use them (the
+	// table cache only closes files no one reads), the directory lock,
+	// listeners, outgoing connections, the runtime's poller. 64 was too
+	// few under 256 files (TestFileLimitKeepsTheServerUp: a compaction
+	// could not open its input).
+	otherFiles = 128
 )
 
 // FileLimit is the process's limit on open file descriptors (its soft

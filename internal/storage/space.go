@@ -1,7 +1,6 @@
 package storage
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -35,14 +34,20 @@ func mib(n uint64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 // less than floor bytes free, and nil when it has that much or fs cannot
 // tell.
 func checkFreeSpace(fs vfs.FS, dir string, floor uint64) error {
-	u, err := fs.GetDiskUsage(dir)
-	if errors.Is(err, vfs.ErrUnsupported) || err != nil {
-		return nil
-	}
-	if u.AvailBytes < floor {
-		return &LowSpaceError{Dir: dir, Free: u.AvailBytes, Floor: floor}
+	if free, ok := freeBytes(fs, dir); ok && free < floor {
+		return &LowSpaceError{Dir: dir, Free: free, Floor: floor}
 	}
 	return nil
+}
+
+// freeBytes is the free space of the disk holding dir; ok is false when
+// fs cannot tell (vfs.ErrUnsupported, or a failed statfs).
+func freeBytes(fs vfs.FS, dir string) (free uint64, ok bool) {
+	u, err := fs.GetDiskUsage(dir)
+	if err != nil {
+		return 0, false
+	}
+	return u.AvailBytes, true
 }
 
 // watchFreeSpace looks at the free space every freeSpaceInterval until
@@ -67,10 +72,4 @@ func (e *Engine) watchFreeSpace(floor uint64, stop <-chan struct{}) {
 
 // FreeBytes is the free space of the disk holding the engine's directory;
 // ok is false when the filesystem cannot tell.
-func (e *Engine) FreeBytes() (free uint64, ok bool) {
-	u, err := e.FS.GetDiskUsage(e.Dir)
-	if err != nil {
-		return 0, false
-	}
-	return u.AvailBytes, true
-}
+func (e *Engine) FreeBytes() (free uint64, ok bool) { return freeBytes(e.FS, e.Dir) }
