@@ -31,7 +31,9 @@ type router struct {
 	seed     *remoteDB
 	seedAddr string
 	opts     dialOptions
-	http     *http.Client
+	// scheme is that of the seed's HTTP address: "https://" over TLS.
+	scheme string
+	http   *http.Client
 
 	mu struct {
 		sync.Mutex
@@ -56,7 +58,11 @@ type routedDB struct {
 }
 
 func newRoutedDB(seed *remoteDB, addr string, o dialOptions) *routedDB {
-	r := &router{seed: seed, seedAddr: addr, opts: o, http: &http.Client{Timeout: 2 * time.Second}}
+	r := &router{seed: seed, seedAddr: addr, opts: o, http: &http.Client{Timeout: 2 * time.Second}, scheme: "http://"}
+	if o.tls != nil {
+		r.scheme = "https://"
+		r.http.Transport = &http.Transport{TLSClientConfig: o.tls.Clone(), Proxy: http.ProxyFromEnvironment}
+	}
 	r.mu.conns = make(map[string]*remoteDB)
 	return &routedDB{remoteDB: seed, r: r}
 }
@@ -86,7 +92,7 @@ func (r *router) refresh() {
 	if err != nil {
 		return
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.seedAddr+"/v1/cluster", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.scheme+r.seedAddr+"/v1/cluster", nil)
 	if err != nil {
 		return
 	}

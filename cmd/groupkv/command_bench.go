@@ -215,8 +215,7 @@ table first: collection "usertable", etcd prefix "usertable/", Redis keys
 	}
 	f := cmd.Flags()
 	f.StringVar(&target, "target", "groupkv", "system to measure: groupkv, etcd or redis (txn workload: groupkv, etcd or postgresql)")
-	addAddrFlag(cmd)
-	f.Lookup("addr").Usage = "server address as host:port (no scheme); for a groupkv or etcd cluster, its nodes' addresses comma-separated, clients spread over them"
+	f.String("addr", defaultAddr, "server address as host:port (no scheme); for a groupkv or etcd cluster, its nodes' addresses comma-separated, clients spread over them")
 	f.StringVar(&workloads, "workload", "a", "workload: a to f or timeline, or a comma-separated list run in order")
 	f.IntVar(&opts.Records, "records", 100000, "records of the load phase (and the key space of the runs)")
 	f.IntVar(&opts.ValueSize, "value-size", 100, "value size in bytes")

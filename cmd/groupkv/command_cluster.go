@@ -57,13 +57,16 @@ collection "(meta)". A leader of "-" means the shard has no leader now.`,
   groupkv cluster status --json`,
 		Args: argsBetween(0, 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			addr, _ := cmd.Flags().GetString("addr")
-			if strings.Contains(addr, "://") {
-				return usagef("--addr %q has a scheme: give host:port, e.g. %s", addr, defaultAddr)
+			r, err := remoteOf(cmd)
+			if err != nil {
+				return err
+			}
+			if strings.Contains(r.addr, "://") {
+				return usagef("--addr %q has a scheme: give host:port, e.g. %s", r.addr, defaultAddr)
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
 			defer cancel()
-			body, err := fetchClusterStatus(ctx, addr)
+			body, err := fetchClusterStatus(ctx, r)
 			if err != nil {
 				return err
 			}
@@ -115,23 +118,24 @@ const metaCollection = "(meta)"
 // fetchClusterStatus answers the body of GET http://addr/v1/cluster, or an
 // error saying why there is none: the node cannot be reached, or it answered
 // an error (its message is in the error).
-func fetchClusterStatus(ctx context.Context, addr string) ([]byte, error) {
-	return askNode(ctx, addr, http.MethodGet, "/v1/cluster", nil)
+func fetchClusterStatus(ctx context.Context, r remote) ([]byte, error) {
+	return askNode(ctx, r, http.MethodGet, "/v1/cluster", nil)
 }
 
 // askNode sends a request to path on the node at addr and answers the
 // body of its 200, or an error saying why there is none: the node cannot
 // be reached or did not answer in time, or it answered an error (its
 // message is in the error).
-func askNode(ctx context.Context, addr, method, path string, body []byte) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, bytes.NewReader(body))
+func askNode(ctx context.Context, r remote, method, path string, body []byte) ([]byte, error) {
+	addr := r.addr
+	req, err := http.NewRequestWithContext(ctx, method, r.url(path), bytes.NewReader(body))
 	if err != nil {
 		return nil, usagef("--addr %q is not host:port: give e.g. %s", addr, defaultAddr)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := r.http().Do(req)
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {
@@ -269,9 +273,12 @@ node could not be asked), 2 on a usage error.`,
   groupkv cluster check --json --timeout 30m`,
 		Args: argsBetween(0, 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			addr, _ := cmd.Flags().GetString("addr")
-			if strings.Contains(addr, "://") {
-				return usagef("--addr %q has a scheme: give host:port, e.g. %s", addr, defaultAddr)
+			r, err := remoteOf(cmd)
+			if err != nil {
+				return err
+			}
+			if strings.Contains(r.addr, "://") {
+				return usagef("--addr %q has a scheme: give host:port, e.g. %s", r.addr, defaultAddr)
 			}
 			if timeout <= 0 {
 				return usagef("--timeout %v: give a positive duration, e.g. 10m", timeout)
@@ -285,7 +292,7 @@ node could not be asked), 2 on a usage error.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			body, err := postConsistencyCheck(ctx, addr, ids)
+			body, err := postConsistencyCheck(ctx, r, ids)
 			if err != nil && ctx.Err() != nil {
 				return fmt.Errorf("%v: --timeout %v passed (the checks the node began go on)", err, timeout)
 			}
@@ -334,12 +341,12 @@ type consistencyCheckAnswer struct {
 
 // postConsistencyCheck answers the body of POST http://addr/v1/cluster/check
 // for shards (every shard when empty), or an error saying why there is none.
-func postConsistencyCheck(ctx context.Context, addr string, shards []uint64) ([]byte, error) {
+func postConsistencyCheck(ctx context.Context, r remote, shards []uint64) ([]byte, error) {
 	body, err := json.Marshal(map[string][]uint64{"shards": shards})
 	if err != nil {
 		return nil, err
 	}
-	return askNode(ctx, addr, http.MethodPost, "/v1/cluster/check", body)
+	return askNode(ctx, r, http.MethodPost, "/v1/cluster/check", body)
 }
 
 // formatConsistencyChecks writes the outcomes of a check as a table in the

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"time"
@@ -25,22 +24,15 @@ func collectionsMergeCommand() *cobra.Command {
 				return usagef("give --shard ID: the shard that takes in its right neighbour (see groupkv collections describe %s)", args[0])
 			}
 			data, _ := json.Marshal(map[string]any{"shard": shard})
-			addr, _ := cmd.Flags().GetString("addr")
+			r, err := remoteOf(cmd)
+			if err != nil {
+				return err
+			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
 			defer cancel()
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost,
-				fmt.Sprintf("http://%s/v1/collections/%s/merge", addr, url.PathEscape(args[0])), bytes.NewReader(data))
+			answer, err := askNode(ctx, r, http.MethodPost, "/v1/collections/"+url.PathEscape(args[0])+"/merge", data)
 			if err != nil {
-				return usagef("--addr %q is not host:port: give e.g. %s", addr, defaultAddr)
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				return fmt.Errorf("cannot reach a groupkv node at %s: %v", addr, err)
-			}
-			defer resp.Body.Close()
-			answer, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-			if resp.StatusCode != http.StatusOK {
-				return httpAnswerError(addr, resp.Status, answer)
+				return err
 			}
 			var out bytes.Buffer
 			if json.Indent(&out, answer, "", "  ") != nil {

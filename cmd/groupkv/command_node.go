@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -40,22 +38,15 @@ without loss of availability. --undo takes the decommission back.`,
 			if err != nil || id == 0 {
 				return usagef("node id %q is not a positive integer", args[0])
 			}
-			addr, _ := cmd.Flags().GetString("addr")
+			r, err := remoteOf(cmd)
+			if err != nil {
+				return err
+			}
 			body, _ := json.Marshal(map[string]bool{"draining": !undo})
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("http://%s/v1/nodes/%d/decommission", addr, id), bytes.NewReader(body))
-			if err != nil {
-				return usagef("--addr %q is not host:port: give e.g. %s", addr, defaultAddr)
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				return fmt.Errorf("cannot reach a groupkv node at %s: %v", addr, err)
-			}
-			answer, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return httpAnswerError(addr, resp.Status, answer)
+			if _, err := askNode(ctx, r, http.MethodPost, fmt.Sprintf("/v1/nodes/%d/decommission", id), body); err != nil {
+				return err
 			}
 			out := cmd.OutOrStdout()
 			if undo {
@@ -69,7 +60,7 @@ without loss of availability. --undo takes the decommission back.`,
 			deadline := time.Now().Add(wait)
 			for {
 				ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
-				st, err := fetchClusterStatus(ctx, addr)
+				st, err := fetchClusterStatus(ctx, r)
 				cancel()
 				if err == nil {
 					var cs struct {
@@ -89,7 +80,7 @@ without loss of availability. --undo takes the decommission back.`,
 					}
 				}
 				if time.Now().After(deadline) {
-					return fmt.Errorf("node %d still holds replicas after %v; see groupkv cluster status --addr %s", id, wait, addr)
+					return fmt.Errorf("node %d still holds replicas after %v; see groupkv cluster status --addr %s", id, wait, r.addr)
 				}
 				time.Sleep(time.Second)
 			}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/groupkv/groupkv/internal/node"
 	"github.com/groupkv/groupkv/internal/server"
 	"github.com/groupkv/groupkv/internal/storage"
+	"github.com/groupkv/groupkv/internal/tlsfiles"
 )
 
 func serverCommand() *cobra.Command {
@@ -23,6 +25,7 @@ func serverCommand() *cobra.Command {
 		cfg       server.Config
 		logLevel  string
 		mergeSize int64
+		tlsFiles  serverTLSFiles
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -45,6 +48,10 @@ serves HTTP/JSON and gRPC on 127.0.0.1:7070 and listens for peers on
 				}
 			}
 			cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			var err error
+			if cfg.TLS, cfg.PeerTLS, err = tlsFiles.configs(); err != nil {
+				return err
+			}
 			switch {
 			case !cmd.Flags().Changed("merge-size"):
 				cfg.Node.MergeBytes = 0 // a quarter of the split size
@@ -122,8 +129,39 @@ serves HTTP/JSON and gRPC on 127.0.0.1:7070 and listens for peers on
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.Int64Var(&cfg.Node.MinFreeBytes, "min-free-space", storage.DefaultMinFreeBytes, "bytes the node keeps free on its disk: it does not start on a disk with less, and stops once its disk has less, before a write finds no room (negative: no check)")
 	f.IntVar(&cfg.MaxConnections, "max-connections", 0, "client connections served at once; more wait to be accepted (default: what the open file limit leaves after the storage's share, at most 10000)")
+	f.StringVar(&tlsFiles.cert, "cert-file", "", "certificate the client port serves, HTTP/JSON and gRPC alike, over TLS only (with --key-file; read again when it changes)")
+	f.StringVar(&tlsFiles.key, "key-file", "", "key of --cert-file")
+	f.StringVar(&tlsFiles.clientCA, "client-ca-file", "", "CA certificates of the clients the client port accepts: each must present a certificate one of them signed (needs --cert-file)")
+	f.StringVar(&tlsFiles.peerCert, "peer-cert-file", "", "certificate of this node on the peer port, served and presented to the nodes it dials: mutual TLS between nodes (with --peer-key-file and --peer-ca-file; list every name other nodes dial it by)")
+	f.StringVar(&tlsFiles.peerKey, "peer-key-file", "", "key of --peer-cert-file")
+	f.StringVar(&tlsFiles.peerCA, "peer-ca-file", "", "CA certificates of the cluster's nodes: a peer's certificate must be signed by one of them, both ways")
 	f.BoolVar(&cfg.Pprof, "pprof", false, "serve Go's CPU, heap, allocation and lock-contention profiles under /debug/pprof/ on the client address")
 	return cmd
+}
+
+// serverTLSFiles are the server's TLS flags.
+type serverTLSFiles struct {
+	cert, key, clientCA       string
+	peerCert, peerKey, peerCA string
+}
+
+// configs answers the TLS configurations of the client port and of the
+// peer port, nil for a port served in the clear.
+func (f serverTLSFiles) configs() (client, peer *tls.Config, err error) {
+	switch {
+	case f.cert != "" || f.key != "":
+		if client, err = tlsfiles.Server(f.cert, f.key, f.clientCA); err != nil {
+			return nil, nil, usagef("--cert-file and --key-file: %v", err)
+		}
+	case f.clientCA != "":
+		return nil, nil, usagef("--client-ca-file needs --cert-file and --key-file: client certificates are asked for over TLS")
+	}
+	if f.peerCert != "" || f.peerKey != "" || f.peerCA != "" {
+		if peer, err = tlsfiles.Peer(f.peerCert, f.peerKey, f.peerCA); err != nil {
+			return nil, nil, usagef("--peer-cert-file, --peer-key-file and --peer-ca-file: %v", err)
+		}
+	}
+	return client, peer, nil
 }
 
 // serverProcs is the GOMAXPROCS a server runs with where Go would run

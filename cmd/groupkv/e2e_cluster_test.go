@@ -100,6 +100,11 @@ type tcluster struct {
 	tb     testing.TB
 	nodes  []*tnode
 	client *http.Client // for requests of the test itself
+	// scheme is that of the nodes' client ports, "https://" for a cluster
+	// served over TLS (client then trusts its CA), and cliArgs the flags
+	// the groupkv commands of the test reach it with.
+	scheme  string
+	cliArgs []string
 }
 
 // newTCluster prepares (does not start) a cluster of n nodes, each with its
@@ -110,7 +115,7 @@ func newTCluster(tb testing.TB, n int) *tcluster {
 	tb.Helper()
 	root := tb.TempDir() // before the Cleanup below: it runs after the kill
 	ports := pickLoopbackPorts(tb, 2*n)
-	c := &tcluster{tb: tb, client: &http.Client{
+	c := &tcluster{tb: tb, scheme: "http://", client: &http.Client{
 		Timeout:   10 * time.Second,
 		Transport: &http.Transport{MaxIdleConnsPerHost: 64},
 	}}
@@ -178,7 +183,7 @@ func pickLoopbackPorts(tb testing.TB, n int) []int {
 func (c *tcluster) node(id int) *tnode { return c.nodes[id-1] }
 
 // url answers node id's base URL.
-func (c *tcluster) url(id int) string { return "http://" + c.node(id).addr }
+func (c *tcluster) url(id int) string { return c.scheme + c.node(id).addr }
 
 // ids answers the ids of every node.
 func (c *tcluster) ids() []int {
@@ -317,7 +322,7 @@ func (c *tcluster) killProc(n *tnode) {
 func (c *tcluster) wantCheckedOK(id int, coll string, want int) {
 	c.tb.Helper()
 	c.eventually(60*time.Second, "groupkv cluster check ok", func() error {
-		out, err := exec.Command(binary, "cluster", "check", "--addr", c.node(id).addr).CombinedOutput()
+		out, err := exec.Command(binary, append([]string{"cluster", "check", "--addr", c.node(id).addr}, c.cliArgs...)...).CombinedOutput()
 		if strings.Contains(string(out), "mismatch") {
 			c.tb.Fatalf("groupkv cluster check found diverged replicas:\n%s", out)
 		}

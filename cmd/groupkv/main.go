@@ -43,7 +43,7 @@ func main() {
 		scanCommand(), tagsCommand(), watchCommand(), batchCommand(), deleteRangeCommand(), txnCommand(),
 		groupCommand())
 	root.AddCommand(benchCommand(), nodeCommand())
-	root.AddCommand(clusterCommand())
+	root.AddCommand(clusterCommand(), certsCommand())
 	if err := root.Execute(); err != nil {
 		var ue usageError
 		if errors.As(err, &ue) {
@@ -80,13 +80,3 @@ func argsBetween(lo, hi int) cobra.PositionalArgs {
 
 // defaultAddr is the client address of a server started with defaults.
 const defaultAddr = "127.0.0.1:7070"
-
-// dial connects to the server named by the command's --addr flag.
-func dial(cmd *cobra.Command) (groupkv.DB, error) {
-	addr, _ := cmd.Flags().GetString("addr")
-	return groupkv.Dial(addr)
-}
-
-func addAddrFlag(cmd *cobra.Command) {
-	cmd.Flags().String("addr", defaultAddr, "server address as host:port (no scheme)")
-}

@@ -1,9 +1,12 @@
 package api
 
 import (
+	"crypto/tls"
 	"errors"
+	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,10 +48,10 @@ type MuxConfig struct {
 // PeekTimeout.
 //
 // The mux sees the bytes the listener yields. To serve TLS, wrap the
-// listener with tls.NewListener (NextProtos "h2" and "http/1.1": gRPC
-// clients insist on ALPN h2) and give both servers no TLS of their own; the
-// handshake then runs inside the peek, under its deadline. HTTP/2 over
-// cleartext for anything but gRPC is not routed to the HTTP server.
+// listener with tls.NewListener and a configuration from MuxTLS, and give
+// both servers no TLS of their own; the handshake then runs inside the
+// peek, under its deadline. HTTP/2 for anything but gRPC is not routed to
+// the HTTP server (MuxTLS keeps HTTP clients on HTTP/1.1).
 //
 // Shutdown. Stop a node in this order:
 //
@@ -87,6 +90,26 @@ type Mux struct {
 		// Nothing blocking is done while holding mu.
 		pending map[net.Conn]struct{}
 	}
+}
+
+// MuxTLS answers base set up for the tls.Listener of a Mux, which tells
+// gRPC from HTTP by the HTTP/2 preface: a client that offers HTTP/1.1
+// among its ALPN protocols (curl, browsers, Go's http.Client) is answered
+// "http/1.1", so it speaks HTTP/1.1 and reaches the HTTP server; one that
+// offers only "h2" (gRPC clients, which insist on it) is answered "h2".
+// base's own NextProtos and GetConfigForClient are not used.
+func MuxTLS(base *tls.Config) *tls.Config {
+	h1, h2 := base.Clone(), base.Clone()
+	h1.NextProtos, h2.NextProtos = []string{"http/1.1"}, []string{"h2"}
+	h1.GetConfigForClient, h2.GetConfigForClient = nil, nil
+	cfg := h1.Clone()
+	cfg.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+		if slices.Contains(hello.SupportedProtos, "h2") && !slices.Contains(hello.SupportedProtos, "http/1.1") {
+			return h2, nil
+		}
+		return h1, nil
+	}
+	return cfg
 }
 
 // NewMux returns a Mux that routes the connections of l between grpcSrv and
@@ -210,6 +233,13 @@ func (m *Mux) route(c net.Conn) {
 	defer m.peeks.Done()
 	isGRPC, pc, err := peek(c, m.peekTimeout)
 	if !m.untrack(c) || err != nil {
+		// An HTTP request sent in the clear to a TLS port is told so, as
+		// net/http's own TLS server does, rather than cut without a word.
+		var re tls.RecordHeaderError
+		if errors.As(err, &re) && re.Conn != nil && looksLikeHTTP(re.RecordHeader) {
+			_ = re.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+			_, _ = io.WriteString(re.Conn, "HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain\r\n\r\nthis port serves TLS: use https://\n")
+		}
 		c.Close() // closed by Close already, or silent, or broken
 		return
 	}
@@ -218,6 +248,16 @@ func (m *Mux) route(c net.Conn) {
 		target = m.grpcL
 	}
 	target.deliver(pc, m.done)
+}
+
+// looksLikeHTTP reports whether the first bytes of a connection are
+// those of an HTTP/1.x request.
+func looksLikeHTTP(hdr [5]byte) bool {
+	switch string(hdr[:]) {
+	case "GET /", "HEAD ", "POST ", "PUT /", "DELET", "OPTIO", "PATCH":
+		return true
+	}
+	return false
 }
 
 // peek reads from c until its first bytes tell whether it opens with the

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -63,6 +64,11 @@ type Options struct {
 	// Dialer opens the node's connections to other nodes' peer ports; nil
 	// means a plain TCP dial. Tests inject network faults through it.
 	Dialer func(ctx context.Context, addr string) (net.Conn, error)
+	// PeerTLS, when set, secures the node's connections to other nodes'
+	// peer ports (tlsfiles.Peer: the node's certificate, and the CAs whose
+	// certificates it accepts from the nodes it dials); nil means none.
+	// The server end is server.Config.PeerTLS.
+	PeerTLS *tls.Config
 	// StorageFailureLimit is how long the storage's flushes, or its
 	// compactions, may fail every time they are tried before the node
 	// stops (Failed); 0 means storage.DefaultBackgroundFailureLimit.

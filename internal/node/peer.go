@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	grpcbackoff "google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/peer"
@@ -170,7 +171,11 @@ type peers struct {
 
 // dialOptions returns the options of a connection to a peer port.
 func (n *Node) dialOptions(extra ...grpc.DialOption) []grpc.DialOption {
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+	creds := insecure.NewCredentials()
+	if n.opts.PeerTLS != nil {
+		creds = credentials.NewTLS(n.opts.PeerTLS)
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
 		// A peer that comes back is reached within about an election
 		// timeout, not after gRPC's default two-minute backoff.
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: grpcbackoff.Config{

@@ -8,6 +8,7 @@ package server
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -60,7 +62,16 @@ type Config struct {
 	// means 2 minutes. A gRPC connection with a stream open (the Go
 	// client's Pipeline) is not idle.
 	IdleTimeout time.Duration
-	Logger      *slog.Logger
+	// TLS, when set, serves the client port over TLS only, HTTP/JSON and
+	// gRPC alike (tlsfiles.Server; it must offer "h2" and "http/1.1");
+	// nil serves it in the clear. Start wraps it with api.MuxTLS.
+	TLS *tls.Config
+	// PeerTLS, when set, serves the peer port over TLS only and should
+	// require client certificates (tlsfiles.Peer): anyone who can reach a
+	// peer port in the clear can speak for a node. The node dials other
+	// nodes with Node.PeerTLS, which Start sets to PeerTLS when unset.
+	PeerTLS *tls.Config
+	Logger  *slog.Logger
 }
 
 // DefaultMaxConnections is the most client connections served at once by
@@ -177,6 +188,9 @@ func Start(cfg Config) (*Server, error) {
 		cfg.IdleTimeout = 2 * time.Minute
 	}
 	cfg.Node.Logger = cfg.Logger
+	if cfg.Node.PeerTLS == nil {
+		cfg.Node.PeerTLS = cfg.PeerTLS
+	}
 	if cfg.Node.Registry == nil {
 		cfg.Node.Registry = prometheus.NewRegistry()
 	}
@@ -201,6 +215,10 @@ func Start(cfg Config) (*Server, error) {
 	registerGauge(cfg.Node.Registry, "groupkv_client_connections_max",
 		"Client connections served at once (--max-connections); more wait to be accepted.").Set(float64(conns))
 	l = netutil.LimitListener(&countingListener{Listener: l, open: open}, conns)
+	if cfg.TLS != nil {
+		// The handshake runs in the mux's peek, under its deadline.
+		l = tls.NewListener(l, api.MuxTLS(cfg.TLS))
+	}
 	peerL, err := net.Listen("tcp", cfg.PeerListen)
 	if err != nil {
 		l.Close()
@@ -249,7 +267,15 @@ func Start(cfg Config) (*Server, error) {
 	s.mux = api.NewMux(l, s.grpcSrv, s.httpSrv, api.MuxConfig{})
 	// The peer port carries node-to-node traffic: raft messages, the peer
 	// service and the standard health service.
-	s.peerSrv = grpc.NewServer(grpc.MaxRecvMsgSize(1<<30), grpc.MaxSendMsgSize(1<<30))
+	peerOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(1 << 30), grpc.MaxSendMsgSize(1 << 30),
+		// A connection that has not finished its handshake (TLS, and
+		// HTTP/2's preface) in time is closed: it holds one of the peer
+		// port's few slots.
+		grpc.ConnectionTimeout(10 * time.Second)}
+	if cfg.PeerTLS != nil {
+		peerOpts = append(peerOpts, grpc.Creds(credentials.NewTLS(cfg.PeerTLS)))
+	}
+	s.peerSrv = grpc.NewServer(peerOpts...)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(s.peerSrv, hs)
 	n.RegisterPeer(s.peerSrv)

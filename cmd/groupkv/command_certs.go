@@ -1,0 +1,89 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/groupkv/groupkv/internal/tlsfiles"
+)
+
+func certsCommand() *cobra.Command {
+	var (
+		dir      string
+		validFor time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "certs",
+		Short: "Create a CA and the TLS certificates of a cluster's nodes and clients",
+		Long: `Create the files TLS needs: a CA, then a certificate signed by it for each
+node (serve it with groupkv server --cert-file/--key-file on the client port
+and --peer-cert-file/--peer-key-file on the peer port, with --peer-ca-file
+ca.crt) and for each client that must present one (--client-ca-file on the
+server; --cert-file/--key-file on the client). Files go to --dir as
+NAME.crt and NAME.key; keys are readable by their owner only. A node's
+certificate must list every host name and IP address clients and other
+nodes dial it by.`,
+		Example: `  groupkv certs ca --dir certs
+  groupkv certs issue node1 --dir certs --host 10.0.0.1 --host db1.internal
+  groupkv certs issue app --dir certs`,
+	}
+	cmd.PersistentFlags().StringVar(&dir, "dir", "certs", "directory of the CA's files and of the certificates issued")
+	cmd.PersistentFlags().DurationVar(&validFor, "valid-for", 5*365*24*time.Hour, "how long a certificate is valid (no longer than its CA)")
+
+	ca := &cobra.Command{
+		Use:   "ca",
+		Short: "Create a CA: ca.crt (give it to nodes and clients) and ca.key (keep it private)",
+		Args:  argsBetween(0, 0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := os.Stat(filepath.Join(dir, "ca.key")); err == nil {
+				return fmt.Errorf("%s already holds a CA (ca.key): remove it first to create another; certificates it signed are not trusted by a new one", dir)
+			}
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return err
+			}
+			c, err := tlsfiles.NewCA("groupkv CA", validFor)
+			if err != nil {
+				return err
+			}
+			certFile, keyFile, err := tlsfiles.WriteFiles(dir, "ca", c.CertPEM, c.KeyPEM)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "CA certificate %s, key %s\n", certFile, keyFile)
+			return nil
+		},
+	}
+	var hosts []string
+	issue := &cobra.Command{
+		Use:   "issue NAME",
+		Short: "Issue a certificate signed by the CA of --dir, as NAME.crt and NAME.key",
+		Args:  argsBetween(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			if name == "ca" || filepath.Base(name) != name {
+				return usagef("certificate name %q: give a plain file name other than ca", name)
+			}
+			c, err := tlsfiles.LoadCA(filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key"))
+			if err != nil {
+				return fmt.Errorf("%v (create the CA first: groupkv certs ca --dir %s)", err, dir)
+			}
+			certPEM, keyPEM, err := c.Issue(name, hosts, validFor)
+			if err != nil {
+				return err
+			}
+			certFile, keyFile, err := tlsfiles.WriteFiles(dir, name, certPEM, keyPEM)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "certificate %s, key %s\n", certFile, keyFile)
+			return nil
+		},
+	}
+	issue.Flags().StringSliceVar(&hosts, "host", nil, "host name or IP address the certificate is valid for (repeat, or comma-separate; a node's every address)")
+	cmd.AddCommand(ca, issue)
+	return cmd
+}
