@@ -19,6 +19,7 @@
 //	groupkv group describe|delete ID
 //	groupkv group list
 //	groupkv group txn ID [--file F] < txn.json
+//	groupkv certs ca|issue NAME [--dir D] [--host H]...
 //	groupkv bench ...
 package main
 
@@ -26,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -44,7 +46,7 @@ func main() {
 		groupCommand())
 	root.AddCommand(benchCommand(), nodeCommand())
 	root.AddCommand(clusterCommand(), certsCommand())
-	if err := root.Execute(); err != nil {
+	if cmd, err := root.ExecuteC(); err != nil {
 		var ue usageError
 		if errors.As(err, &ue) {
 			fmt.Fprintf(os.Stderr, "groupkv: %v\n", err)
@@ -52,12 +54,34 @@ func main() {
 		}
 		var e *groupkv.Error
 		if errors.As(err, &e) {
-			fmt.Fprintf(os.Stderr, "groupkv: %s: %s\n", e.Code, e.Message)
+			fmt.Fprintf(os.Stderr, "groupkv: %s: %s%s\n", e.Code, e.Message, tlsHint(cmd, e))
 		} else {
 			fmt.Fprintf(os.Stderr, "groupkv: %v\n", err)
 		}
 		os.Exit(1)
 	}
+}
+
+// tlsHint answers a hint for a command that could not reach its server
+// because the two disagree on TLS: a connection cut at its start is what a
+// client in the clear meets at a TLS port, and what a client without a
+// certificate meets at one that asks for it.
+func tlsHint(cmd *cobra.Command, e *groupkv.Error) string {
+	if cmd == nil || e.Code != groupkv.CodeUnavailable || cmd.Flags().Lookup("ca-file") == nil {
+		return ""
+	}
+	m := e.Message
+	if !strings.Contains(m, "preface") && !strings.Contains(m, "broken pipe") && !strings.Contains(m, "connection reset") &&
+		!strings.Contains(m, "tls:") && !strings.Contains(m, "certificate") {
+		return ""
+	}
+	if ca, _ := cmd.Flags().GetString("ca-file"); ca == "" {
+		return " (if the server serves TLS, give --ca-file, and --cert-file and --key-file if it asks for a client certificate)"
+	}
+	if cert, _ := cmd.Flags().GetString("cert-file"); cert == "" {
+		return " (if the server asks for a client certificate, give --cert-file and --key-file)"
+	}
+	return ""
 }
 
 // usageError is a mistake on the command line (exit status 2).

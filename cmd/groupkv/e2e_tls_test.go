@@ -1,0 +1,161 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/groupkv/groupkv/internal/tlsfiles"
+)
+
+// groupkvCLI runs the binary with args and fails the test on an error.
+func groupkvCLI(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(binary, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("groupkv %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// servedSerial answers the serial number of the certificate served at addr.
+func servedSerial(addr string, roots *x509.CertPool) (string, error) {
+	c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: roots, NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	return c.ConnectionState().PeerCertificates[0].SerialNumber.String(), nil
+}
+
+// TestEndToEndTLSCluster runs a three-node cluster of real processes with
+// certificates made by `groupkv certs`: client ports over TLS that ask for
+// client certificates, peer ports over mutual TLS. It writes and reads over
+// HTTPS and with the CLI, kills a node and restarts it (it catches up over
+// mutual TLS), has `groupkv cluster check` find every replica equal, and
+// renews a node's certificate in place: the node serves the new one
+// without a restart.
+func TestEndToEndTLSCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster of real processes")
+	}
+	certs := t.TempDir()
+	groupkvCLI(t, "certs", "ca", "--dir", certs)
+	if out, err := exec.Command(binary, "certs", "ca", "--dir", certs).CombinedOutput(); err == nil || !strings.Contains(string(out), "already holds a CA") {
+		t.Fatalf("a second CA in the same directory: %v %s, want a refusal", err, out)
+	}
+	c := newTCluster(t, 3)
+	for _, n := range c.nodes {
+		name := fmt.Sprint("node", n.id)
+		groupkvCLI(t, "certs", "issue", name, "--dir", certs, "--host", "127.0.0.1,localhost")
+		crt, key := filepath.Join(certs, name+".crt"), filepath.Join(certs, name+".key")
+		n.args = []string{"--cert-file", crt, "--key-file", key, "--client-ca-file", filepath.Join(certs, "ca.crt"),
+			"--peer-cert-file", crt, "--peer-key-file", key, "--peer-ca-file", filepath.Join(certs, "ca.crt")}
+	}
+	groupkvCLI(t, "certs", "issue", "app", "--dir", certs)
+	caFile, appCert, appKey := filepath.Join(certs, "ca.crt"), filepath.Join(certs, "app.crt"), filepath.Join(certs, "app.key")
+	appTLS, err := tlsfiles.Client(caFile, appCert, appKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.scheme = "https://"
+	c.client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: appTLS, MaxIdleConnsPerHost: 64}}
+	c.cliArgs = []string{"--ca-file", caFile, "--cert-file", appCert, "--key-file", appKey}
+
+	c.startAll()
+	c.createCollection(1, "s", 4)
+	versions := map[string]uint64{}
+	for i := range 30 {
+		k := fmt.Sprint("k", i)
+		versions[k] = c.put(1+i%3, "s", k, "v"+k)
+	}
+	for k, v := range versions {
+		c.wantRead(2, "s", k, "v"+k, v)
+	}
+
+	// The CLI, with and without its TLS flags.
+	cli := append([]string{"--addr", c.node(3).addr}, c.cliArgs...)
+	groupkvCLI(t, append([]string{"put", "s", "cli", "over-tls"}, cli...)...)
+	if out := groupkvCLI(t, append([]string{"get", "s", "cli"}, cli...)...); strings.TrimSpace(out) != "over-tls" {
+		t.Fatalf("groupkv get over TLS: %q", out)
+	}
+	if out, err := exec.Command(binary, "get", "s", "cli", "--addr", c.node(3).addr).CombinedOutput(); err == nil {
+		t.Fatalf("groupkv get in the clear from a TLS port succeeded: %s", out)
+	}
+	if out, err := exec.Command(binary, "get", "s", "cli", "--addr", c.node(3).addr, "--ca-file", caFile).CombinedOutput(); err == nil {
+		t.Fatalf("groupkv get without a client certificate succeeded: %s", out)
+	}
+	if out := groupkvCLI(t, append([]string{"cluster", "status"}, cli...)...); !strings.Contains(out, "member") {
+		t.Fatalf("groupkv cluster status over TLS:\n%s", out)
+	}
+
+	// Node 2 killed, written past, restarted: it rejoins over mutual TLS
+	// and catches up.
+	c.kill(2)
+	for i := range 10 {
+		k := fmt.Sprint("after", i)
+		versions[k] = c.put(1, "s", k, "v"+k)
+	}
+	c.start(2, false)
+	c.waitHealthy(2)
+	c.wantCheckedOK(1, "s", 4)
+	for k, v := range versions {
+		c.wantRead(2, "s", k, "v"+k, v)
+	}
+
+	// Node 1's certificate renewed in place (the same files): new
+	// connections to both its ports are served the new one.
+	roots := x509.NewCertPool()
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots.AppendCertsFromPEM(pem)
+	old, err := servedSerial(c.node(1).addr, roots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groupkvCLI(t, "certs", "issue", "node1", "--dir", certs, "--host", "127.0.0.1,localhost")
+	renewed := ""
+	c.eventually(30*time.Second, "node 1 serves its renewed certificate", func() error {
+		s, err := servedSerial(c.node(1).addr, roots)
+		if err != nil {
+			return err
+		}
+		if s == old {
+			return fmt.Errorf("still serial %s", s)
+		}
+		renewed = s
+		return nil
+	})
+	peerTLS, err := tlsfiles.Peer(filepath.Join(certs, "node2.crt"), filepath.Join(certs, "node2.key"), caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.eventually(30*time.Second, "node 1's peer port serves its renewed certificate", func() error {
+		cfg := peerTLS.Clone()
+		cfg.NextProtos = []string{"h2"}
+		conn, err := tls.Dial("tcp", c.node(1).peerAddr, cfg)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		if s := conn.ConnectionState().PeerCertificates[0].SerialNumber.String(); s != renewed {
+			return fmt.Errorf("peer port serves serial %s, want %s", s, renewed)
+		}
+		return nil
+	})
+	// And the cluster still serves writes through every node.
+	for id := 1; id <= 3; id++ {
+		k := fmt.Sprint("renewed", id)
+		v := c.put(id, "s", k, "v")
+		c.wantRead(1+id%3, "s", k, "v", v)
+	}
+}
