@@ -80,6 +80,13 @@ table first: collection "usertable", etcd prefix "usertable/", Redis keys
 		Args: argsBetween(0, 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			target = strings.ToLower(target)
+			server, err := remoteOf(cmd)
+			if err != nil {
+				return err
+			}
+			if server.tls != nil && target != "groupkv" {
+				return usagef("--ca-file, --cert-file and --key-file: groupkv targets only")
+			}
 			if cpuProfile != "" {
 				stop, err := startCPUProfile(cpuProfile)
 				if err != nil {
@@ -100,7 +107,7 @@ table first: collection "usertable", etcd prefix "usertable/", Redis keys
 					opts.Progress = bench.NewProgressBar(os.Stderr).Update
 				}
 				return runTxnBench(cmd, txnBenchRun{target: target, addr: addr, table: table, tableSet: cmd.Flags().Changed("table"),
-					version: version, out: out, system: systemName, load: load, opts: opts, txn: txn})
+					version: version, out: out, system: systemName, load: load, opts: opts, txn: txn, tls: server.tls})
 			}
 			if _, ok := bench.DefaultAddr[target]; !ok {
 				return usagef("--target %q: use %s", target, strings.Join(bench.Targets, ", "))
@@ -159,7 +166,7 @@ table first: collection "usertable", etcd prefix "usertable/", Redis keys
 
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			d, err := bench.Open(ctx, target, addr, bench.DriverOptions{Table: table, Shards: opts.Shards, Replicas: opts.Replicas, Conns: opts.Clients})
+			d, err := bench.Open(ctx, target, addr, bench.DriverOptions{Table: table, Shards: opts.Shards, Replicas: opts.Replicas, Conns: opts.Clients, TLS: server.tls})
 			if err != nil {
 				return err
 			}
@@ -216,6 +223,9 @@ table first: collection "usertable", etcd prefix "usertable/", Redis keys
 	f := cmd.Flags()
 	f.StringVar(&target, "target", "groupkv", "system to measure: groupkv, etcd or redis (txn workload: groupkv, etcd or postgresql)")
 	f.String("addr", defaultAddr, "server address as host:port (no scheme); for a groupkv or etcd cluster, its nodes' addresses comma-separated, clients spread over them")
+	f.String("ca-file", "", "groupkv over TLS: CA certificates trusted to sign the server's certificate")
+	f.String("cert-file", "", "groupkv over TLS: client certificate, for a server that asks for one (with --key-file)")
+	f.String("key-file", "", "key of --cert-file")
 	f.StringVar(&workloads, "workload", "a", "workload: a to f or timeline, or a comma-separated list run in order")
 	f.IntVar(&opts.Records, "records", 100000, "records of the load phase (and the key space of the runs)")
 	f.IntVar(&opts.ValueSize, "value-size", 100, "value size in bytes")

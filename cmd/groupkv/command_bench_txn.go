@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"os"
@@ -42,6 +43,7 @@ type txnBenchRun struct {
 	opts                                      bench.Options
 	txn                                       txnBenchFlags
 	tableSet                                  bool
+	tls                                       *tls.Config // groupkv over TLS
 }
 
 // parseTxnKeys parses --txn-keys.
@@ -116,7 +118,7 @@ func runTxnBench(cmd *cobra.Command, run txnBenchRun) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	dopts := bench.DriverOptions{Table: table, Shards: opts.Shards, Replicas: opts.Replicas, Conns: opts.Clients}
+	dopts := bench.DriverOptions{Table: table, Shards: opts.Shards, Replicas: opts.Replicas, Conns: opts.Clients, TLS: run.tls}
 	var d bench.TxnDriver
 	switch {
 	case run.txn.embedded != "":

@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -126,28 +127,38 @@ func (r Result) ClientCPUPerOp() float64 {
 var errNoMeter = errors.New("bench: no server to ask for its CPU time")
 
 // metricsURLs are the /metrics endpoints of groupkv nodes at addrs
-// (host:port, serving HTTP and gRPC).
-func metricsURLs(addrs []string) []string {
+// (host:port, serving HTTP and gRPC), over TLS when secure.
+func metricsURLs(addrs []string, secure bool) []string {
+	scheme := "http://"
+	if secure {
+		scheme = "https://"
+	}
 	out := make([]string, len(addrs))
 	for i, a := range addrs {
-		out[i] = "http://" + a + "/metrics"
+		out[i] = scheme + a + "/metrics"
 	}
 	return out
 }
 
-func serverCPU(ctx context.Context, urls []string) (time.Duration, error) {
+// serverCPU sums the CPU time the servers of urls report; tlsCfg (nil:
+// none) reaches those served over TLS.
+func serverCPU(ctx context.Context, urls []string, tlsCfg *tls.Config) (time.Duration, error) {
 	if len(urls) == 0 {
 		return 0, errNoMeter
 	}
-	return metricsCPU(ctx, urls)
+	return metricsCPU(ctx, urls, tlsCfg)
 }
 
 // metricsCPU sums process_cpu_seconds_total of the Prometheus endpoints
 // urls (groupkv's and etcd's /metrics).
-func metricsCPU(ctx context.Context, urls []string) (time.Duration, error) {
+func metricsCPU(ctx context.Context, urls []string, tlsCfg *tls.Config) (time.Duration, error) {
+	client := metricsClient
+	if tlsCfg != nil {
+		client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: tlsCfg}}
+	}
 	var total float64
 	for _, u := range urls {
-		s, err := scrapeCPU(ctx, u)
+		s, err := scrapeCPU(ctx, client, u)
 		if err != nil {
 			return 0, err
 		}
@@ -161,12 +172,12 @@ func metricsCPU(ctx context.Context, urls []string) (time.Duration, error) {
 // left with an idle HTTP/1.1 connection.
 var metricsClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 
-func scrapeCPU(ctx context.Context, url string) (float64, error) {
+func scrapeCPU(ctx context.Context, client *http.Client, url string) (float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, err
 	}
-	resp, err := metricsClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, err
 	}

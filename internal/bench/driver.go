@@ -2,9 +2,14 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"strings"
 	"time"
+
+	groupkv "github.com/groupkv/groupkv"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Driver is one system under test, reached through its ordinary Go client.
@@ -57,6 +62,9 @@ type DriverOptions struct {
 	Conns int
 	// DialTimeout bounds connecting; 0 means 10 seconds.
 	DialTimeout time.Duration
+	// TLS, when set, reaches groupkv servers over TLS (their gRPC, and the
+	// /metrics the CPU is read from).
+	TLS *tls.Config
 	// NoCachedSnapshot makes the groups driver's group transactions read
 	// the group's snapshot from its leader each time, instead of from
 	// the one their last commit brought back (groupkv.WithCachedSnapshot).
@@ -74,6 +82,24 @@ func (o *DriverOptions) EnsureDefaults() {
 	if o.DialTimeout == 0 {
 		o.DialTimeout = 10 * time.Second
 	}
+}
+
+// dialOptions are the Go client's options of a groupkv driver.
+func (o DriverOptions) dialOptions() []groupkv.DialOption {
+	opts := []groupkv.DialOption{groupkv.WithDialTimeout(o.DialTimeout)}
+	if o.TLS != nil {
+		opts = append(opts, groupkv.WithTLS(o.TLS))
+	}
+	return opts
+}
+
+// transportCredentials are those of a groupkv driver's own gRPC
+// connections.
+func (o DriverOptions) transportCredentials() credentials.TransportCredentials {
+	if o.TLS != nil {
+		return credentials.NewTLS(o.TLS)
+	}
+	return insecure.NewCredentials()
 }
 
 // Targets lists the systems Open knows, in the order results show them.

@@ -73,7 +73,7 @@ func (e *Etcd) ServerCPU(ctx context.Context) (time.Duration, error) {
 	for i, ep := range e.endpoints {
 		urls[i] = ep + "/metrics"
 	}
-	return serverCPU(ctx, urls)
+	return serverCPU(ctx, urls, nil)
 }
 
 func (e *Etcd) Version(ctx context.Context) (string, error) {

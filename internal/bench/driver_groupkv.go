@@ -36,7 +36,7 @@ func OpenGroupKV(ctx context.Context, addr string, opts DriverOptions) (*GroupKV
 	}
 	g := &GroupKV{own: true, opts: opts}
 	for _, a := range addrs {
-		db, err := groupkv.Dial(a, groupkv.WithDialTimeout(opts.DialTimeout))
+		db, err := groupkv.Dial(a, opts.dialOptions()...)
 		if err != nil {
 			g.Close()
 			return nil, err
@@ -44,13 +44,13 @@ func OpenGroupKV(ctx context.Context, addr string, opts DriverOptions) (*GroupKV
 		g.dbs = append(g.dbs, db)
 	}
 	g.db = g.dbs[0]
-	g.metrics = metricsURLs(addrs)
+	g.metrics = metricsURLs(addrs, opts.TLS != nil)
 	return g, nil
 }
 
 // ServerCPU implements CPUMeter: the nodes' process_cpu_seconds_total.
 func (g *GroupKV) ServerCPU(ctx context.Context) (time.Duration, error) {
-	return serverCPU(ctx, g.metrics)
+	return serverCPU(ctx, g.metrics, g.opts.TLS)
 }
 
 // NewGroupKV drives db, which the caller keeps and closes (Close does not).

@@ -35,20 +35,20 @@ func OpenGroupKVGroups(ctx context.Context, addr string, opts DriverOptions) (*G
 	}
 	g := &GroupKVGroups{own: true, opts: opts}
 	for _, a := range addrs {
-		db, err := groupkv.Dial(a, groupkv.WithDialTimeout(opts.DialTimeout))
+		db, err := groupkv.Dial(a, opts.dialOptions()...)
 		if err != nil {
 			g.Close()
 			return nil, err
 		}
 		g.dbs = append(g.dbs, db)
 	}
-	g.metrics = metricsURLs(addrs)
+	g.metrics = metricsURLs(addrs, opts.TLS != nil)
 	return g, nil
 }
 
 // ServerCPU implements CPUMeter: the nodes' process_cpu_seconds_total.
 func (g *GroupKVGroups) ServerCPU(ctx context.Context) (time.Duration, error) {
-	return serverCPU(ctx, g.metrics)
+	return serverCPU(ctx, g.metrics, g.opts.TLS)
 }
 
 // OpenGroupKVGroupsEmbedded opens a groupkv node in this process on the

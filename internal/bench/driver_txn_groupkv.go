@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,7 +10,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	groupkv "github.com/groupkv/groupkv"
 	"github.com/groupkv/groupkv/internal/api"
@@ -38,15 +38,17 @@ type GroupKVTxn struct {
 	shards, replicas int
 	// closers are closed by Close, in order.
 	closers []func() error
-	// metrics is the node's Prometheus endpoint (remote only).
-	metrics []string
+	// metrics is the node's Prometheus endpoint (remote only), reached
+	// with metricsTLS.
+	metrics    []string
+	metricsTLS *tls.Config
 }
 
 var _ TxnDriver = (*GroupKVTxn)(nil)
 
 // ServerCPU implements CPUMeter: the node's process_cpu_seconds_total.
 func (g *GroupKVTxn) ServerCPU(ctx context.Context) (time.Duration, error) {
-	return serverCPU(ctx, g.metrics)
+	return serverCPU(ctx, g.metrics, g.metricsTLS)
 }
 
 // NewGroupKVTxn drives the transactions of txn and the plain reads and
@@ -66,12 +68,12 @@ func NewGroupKVTxn(txn kv.TxnBackend, plain PlainKV, admin adminDB, opts DriverO
 // multiplexes the calls of every client of the run.
 func OpenGroupKVTxn(ctx context.Context, addr string, opts DriverOptions) (*GroupKVTxn, error) {
 	opts.EnsureDefaults()
-	db, err := groupkv.Dial(addr, groupkv.WithDialTimeout(opts.DialTimeout))
+	db, err := groupkv.Dial(addr, opts.dialOptions()...)
 	if err != nil {
 		return nil, err
 	}
 	conn, err := grpc.NewClient("dns:///"+addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(opts.transportCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(api.MaxMessageSize), grpc.MaxCallSendMsgSize(api.MaxMessageSize), api.CodecCallOption()))
 	if err != nil {
 		db.Close()
@@ -90,7 +92,7 @@ func OpenGroupKVTxn(ctx context.Context, addr string, opts DriverOptions) (*Grou
 	cancel()
 	g := NewGroupKVTxn(tc, db, db, opts)
 	g.closers = []func() error{func() error { pipe.Close(); return nil }, conn.Close, db.Close}
-	g.metrics = metricsURLs([]string{addr})
+	g.metrics, g.metricsTLS = metricsURLs([]string{addr}, opts.TLS != nil), opts.TLS
 	return g, nil
 }
 
