@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
@@ -25,6 +26,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/groupkv/groupkv/internal/kv"
+	"github.com/groupkv/groupkv/internal/tlsfiles"
 )
 
 func clusterCommand() *cobra.Command {
@@ -386,6 +388,76 @@ type localOptions struct {
 	Nodes    int
 	BasePort int
 	Timeout  time.Duration // how long each node may take to become healthy
+	// TLS serves both ports of every node over TLS, with certificates in
+	// Dir/certs (made when missing).
+	TLS bool
+}
+
+// certsDir is where a local cluster over TLS keeps its CA and certificates.
+func (o localOptions) certsDir() string { return filepath.Join(o.Dir, "certs") }
+
+// clientTLSArgs are the flags a client of a local cluster over TLS gives.
+func (o localOptions) clientTLSArgs() []string {
+	if !o.TLS {
+		return nil
+	}
+	d := o.certsDir()
+	return []string{"--ca-file", filepath.Join(d, "ca.crt"), "--cert-file", filepath.Join(d, "client.crt"), "--key-file", filepath.Join(d, "client.key")}
+}
+
+// ensureCerts makes the CA of a local cluster over TLS, a certificate for
+// each node (for 127.0.0.1 and localhost) and one for clients, keeping the
+// files that exist.
+func (o localOptions) ensureCerts() error {
+	if !o.TLS {
+		return nil
+	}
+	d := o.certsDir()
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return err
+	}
+	const validFor = 5 * 365 * 24 * time.Hour
+	ca, err := tlsfiles.LoadCA(filepath.Join(d, "ca.crt"), filepath.Join(d, "ca.key"))
+	if errors.Is(err, fs.ErrNotExist) {
+		if ca, err = tlsfiles.NewCA("groupkv local CA", validFor); err == nil {
+			_, _, err = tlsfiles.WriteFiles(d, "ca", ca.CertPEM, ca.KeyPEM)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("the CA of %s: %w", d, err)
+	}
+	names := []string{"client"}
+	for i := 1; i <= o.Nodes; i++ {
+		names = append(names, "node"+strconv.Itoa(i))
+	}
+	for _, name := range names {
+		if _, err := os.Stat(filepath.Join(d, name+".key")); err == nil {
+			continue
+		}
+		c, k, err := ca.Issue(name, []string{"127.0.0.1", "localhost"}, validFor)
+		if err == nil {
+			_, _, err = tlsfiles.WriteFiles(d, name, c, k)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// httpClient answers a client of the nodes' HTTP API.
+func (o localOptions) httpClient() (*http.Client, string, error) {
+	client := &http.Client{Timeout: 2 * time.Second}
+	if !o.TLS {
+		return client, "http://", nil
+	}
+	d := o.certsDir()
+	cfg, err := tlsfiles.Client(filepath.Join(d, "ca.crt"), filepath.Join(d, "client.crt"), filepath.Join(d, "client.key"))
+	if err != nil {
+		return nil, "", err
+	}
+	client.Transport = &http.Transport{TLSClientConfig: cfg}
+	return client, "https://", nil
 }
 
 // maxLocalNodes keeps a typo from starting hundreds of servers.
@@ -454,6 +526,12 @@ func (o localOptions) serverArgs(n localNode) []string {
 		// restarted on its data needs no --join, but it does no harm.
 		args = append(args, "--join", o.node(1).peerAddr)
 	}
+	if o.TLS {
+		d := o.certsDir()
+		crt, key, ca := filepath.Join(d, "node"+strconv.Itoa(n.id)+".crt"), filepath.Join(d, "node"+strconv.Itoa(n.id)+".key"), filepath.Join(d, "ca.crt")
+		args = append(args, "--cert-file", crt, "--key-file", key, "--client-ca-file", ca,
+			"--peer-cert-file", crt, "--peer-key-file", key, "--peer-ca-file", ca)
+	}
 	return args
 }
 
@@ -471,9 +549,15 @@ on the port above that. Node 1 starts first and the others join it, one at a
 time, each once the one before answers /healthz.
 
 Run the same command again on the same --dir to restart the same nodes on
-their data. Delete the directory to start afresh.`,
+their data. Delete the directory to start afresh.
+
+With --tls every node serves both its ports over TLS only: mutual TLS
+between nodes, and clients must present a certificate. The CA and the
+certificates (each node's, for 127.0.0.1 and localhost, and client.crt for
+clients) are made in DIR/certs, kept across restarts.`,
 		Example: `  groupkv cluster local
-  groupkv cluster local --nodes 5 --base-port 8000 --dir /tmp/kv`,
+  groupkv cluster local --nodes 5 --base-port 8000 --dir /tmp/kv
+  groupkv cluster local --tls`,
 		Args: argsBetween(0, 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.validate(); err != nil {
@@ -490,6 +574,7 @@ their data. Delete the directory to start afresh.`,
 	f.IntVar(&o.Nodes, "nodes", 3, "number of nodes")
 	f.IntVar(&o.BasePort, "base-port", 7070, "client port of node 1; node i uses base-port+10*(i-1), and the port above for its peers")
 	f.DurationVar(&o.Timeout, "timeout", 60*time.Second, "how long each node may take to answer /healthz")
+	f.BoolVar(&o.TLS, "tls", false, "serve both ports of every node over TLS (mutual between nodes, client certificates asked for), with a CA and certificates made in DIR/certs")
 	return cmd
 }
 
@@ -581,9 +666,12 @@ var errInterrupted = errors.New("interrupted")
 
 // waitHealthy waits until p's /healthz answers 200, p exits, a signal
 // arrives (errInterrupted) or the deadline passes.
-func waitHealthy(p *localProc, deadline time.Time, interrupted <-chan struct{}) error {
-	client := &http.Client{Timeout: 2 * time.Second}
-	healthURL := "http://" + p.node.addr + "/healthz"
+func waitHealthy(p *localProc, o localOptions, deadline time.Time, interrupted <-chan struct{}) error {
+	client, scheme, err := o.httpClient()
+	if err != nil {
+		return err
+	}
+	healthURL := scheme + p.node.addr + "/healthz"
 	last := "no answer yet"
 	for {
 		select {
@@ -708,6 +796,9 @@ func runLocalCluster(out, errOut io.Writer, o localOptions, sig <-chan os.Signal
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return err
 	}
+	if err := o.ensureCerts(); err != nil {
+		return err
+	}
 	for i := o.Nodes + 1; ; i++ {
 		extra := o.node(i)
 		if _, err := os.Stat(extra.dataDir); err != nil {
@@ -764,7 +855,7 @@ func runLocalCluster(out, errOut io.Writer, o localOptions, sig <-chan os.Signal
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs[i] = waitHealthy(p, deadline, interrupted)
+				errs[i] = waitHealthy(p, o, deadline, interrupted)
 			}()
 		}
 		wg.Wait()
@@ -790,7 +881,7 @@ func runLocalCluster(out, errOut io.Writer, o localOptions, sig <-chan os.Signal
 		if err != nil {
 			return err
 		}
-		if err := waitHealthy(p, time.Now().Add(o.Timeout), interrupted); err != nil {
+		if err := waitHealthy(p, o, time.Now().Add(o.Timeout), interrupted); err != nil {
 			return err
 		}
 	}
@@ -803,6 +894,11 @@ func runLocalCluster(out, errOut io.Writer, o localOptions, sig <-chan os.Signal
 	}
 	tw.Flush()
 	first, last := nodes[0].addr, nodes[len(nodes)-1].addr
+	if o.TLS {
+		tlsArgs := " " + strings.Join(o.clientTLSArgs(), " ")
+		first, last = first+tlsArgs, last+tlsArgs
+		fmt.Fprintf(out, "\nBoth ports of every node serve TLS only; the CA and certificates are in %s.\n", o.certsDir())
+	}
 	fmt.Fprintf(out, `
 Any node serves clients. Try:
   groupkv cluster status --addr %s

@@ -235,7 +235,7 @@ func TestClusterLocalLayout(t *testing.T) {
 
 func TestClusterLocalPlan(t *testing.T) {
 	dir := t.TempDir()
-	base := freePortPair(t)
+	base := freeLocalBase(t, 2)
 	o := localOptions{Dir: dir, Nodes: 1, BasePort: base, Timeout: time.Minute}
 
 	nodes, err := planLocalCluster(o)
@@ -270,6 +270,23 @@ func TestClusterLocalPlan(t *testing.T) {
 	if err != nil || !nodes[0].existing || !nodes[1].existing {
 		t.Fatalf("restart: %v %+v", err, nodes)
 	}
+}
+
+// freeLocalBase answers a base port for `groupkv cluster local` whose
+// nodes' ports (node i's 10*(i-1) above it, and the port above that) are
+// all free now.
+func freeLocalBase(t *testing.T, nodes int) int {
+	t.Helper()
+	var err error
+	for range 50 {
+		base := freePortPair(t)
+		o := localOptions{Dir: t.TempDir(), Nodes: nodes, BasePort: base, Timeout: time.Minute}
+		if _, err = planLocalCluster(o); err == nil {
+			return base
+		}
+	}
+	t.Fatalf("no free ports for %d local nodes: %v", nodes, err)
+	return 0
 }
 
 // freePortPair answers a loopback port p such that p and p+1 are free now.
@@ -381,6 +398,37 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// TestClusterLocalTLS runs a two-node `groupkv cluster local --tls`: the
+// nodes serve TLS only, the output names the client flags, and the CLI
+// with them writes through one node and reads through the other.
+func TestClusterLocalTLS(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cluster")
+	base := freeLocalBase(t, 2)
+	o := localOptions{Dir: dir, Nodes: 2, BasePort: base, TLS: true}
+	r, out := startLocal(t, "--dir", dir, "--nodes", "2", "--base-port", strconv.Itoa(base), "--tls")
+	flags := o.clientTLSArgs()
+	if !strings.Contains(out, strings.Join(flags, " ")) || !strings.Contains(out, "TLS only") {
+		t.Errorf("output lacks the client's TLS flags %q:\n%s", flags, out)
+	}
+	cli := func(addr string, args ...string) (string, error) {
+		out, err := exec.Command(binary, append(append(args, "--addr", addr), flags...)...).CombinedOutput()
+		return string(out), err
+	}
+	if out, err := cli(o.node(1).addr, "collections", "create", "users", "--shards", "2"); err != nil {
+		t.Fatalf("collections create: %v\n%s", err, out)
+	}
+	if out, err := cli(o.node(2).addr, "put", "users", "alice", "hello"); err != nil {
+		t.Fatalf("put through node 2: %v\n%s", err, out)
+	}
+	if out, err := cli(o.node(1).addr, "get", "users", "alice"); err != nil || strings.TrimSpace(out) != "hello" {
+		t.Fatalf("get through node 1: %v %q", err, out)
+	}
+	if code, _, body := httpDo(t, "GET", "http://"+o.node(1).addr+"/healthz", ""); code != http.StatusBadRequest {
+		t.Errorf("healthz in the clear: %d %s, want 400", code, body)
+	}
+	r.stop(t)
 }
 
 // TestClusterLocalOneNode runs a one-node `groupkv cluster local`, writes
