@@ -76,6 +76,24 @@ func puts(reg *prometheus.Registry) float64 {
 	return requests(reg, func(op string) bool { return op == "put" })
 }
 
+// wantRoutedPuts puts into collection c through db, dialed to node 1,
+// until nodes 2 and 3 (of regs) have served some of the puts directly:
+// the first calls may go through the dialed node while the shard map
+// loads.
+func wantRoutedPuts(t *testing.T, db groupkv.DB, regs []*prometheus.Registry) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; puts(regs[1])+puts(regs[2]) == 0; i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d puts through node 1, nodes 2 and 3 served none directly", i)
+		}
+		if _, err := db.Put(context.Background(), groupkv.PutRequest{Collection: "c", Key: []byte(fmt.Sprint("k", i)), Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // TestDialRoutesToLeaders checks that a client dialed to one node sends
 // single-key writes straight to the other nodes that lead their shards, and
 // keeps working when a node it routes to goes away.
@@ -90,17 +108,7 @@ func TestDialRoutesToLeaders(t *testing.T) {
 	if _, err := db.CreateCollection(ctx, groupkv.CollectionOptions{Name: "c", Shards: 6}); err != nil {
 		t.Fatal(err)
 	}
-	// The first calls may go through the dialed node while the map loads.
-	deadline := time.Now().Add(30 * time.Second)
-	for i := 0; puts(regs[1])+puts(regs[2]) == 0; i++ {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %d puts through node 1, nodes 2 and 3 served none directly", i)
-		}
-		if _, err := db.Put(ctx, groupkv.PutRequest{Collection: "c", Key: []byte(fmt.Sprint("k", i)), Value: []byte("v")}); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	wantRoutedPuts(t, db, regs)
 	_ = testutil.ToFloat64 // keep the import honest if metrics change shape
 	for i := 0; i < 50; i++ {
 		k := []byte(fmt.Sprint("x", i))
