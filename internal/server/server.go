@@ -63,8 +63,9 @@ type Config struct {
 	// client's Pipeline) is not idle.
 	IdleTimeout time.Duration
 	// TLS, when set, serves the client port over TLS only, HTTP/JSON and
-	// gRPC alike (tlsfiles.Server; it must offer "h2" and "http/1.1");
-	// nil serves it in the clear. Start wraps it with api.MuxTLS.
+	// gRPC alike (tlsfiles.Server); nil serves it in the clear. Start
+	// wraps it with api.MuxTLS, which answers each client the ALPN
+	// protocol that reaches the right server.
 	TLS *tls.Config
 	// PeerTLS, when set, serves the peer port over TLS only and should
 	// require client certificates (tlsfiles.Peer): anyone who can reach a
@@ -288,8 +289,19 @@ func Start(cfg Config) (*Server, error) {
 	}
 	n.Serve(adv, advPeer)
 	cfg.Logger.Info("groupkv node started", "node", n.ID(), "listen", l.Addr().String(),
-		"peer_listen", peerL.Addr().String(), "data_dir", cfg.Node.DataDir, "max_connections", conns)
+		"peer_listen", peerL.Addr().String(), "data_dir", cfg.Node.DataDir, "max_connections", conns,
+		"tls", cfg.TLS != nil, "peer_tls", cfg.PeerTLS != nil)
+	if cfg.PeerTLS == nil && !isLoopback(peerL.Addr()) {
+		cfg.Logger.Warn("the peer port is served in the clear on an address other machines may reach: anyone who reaches it can speak for a node; serve it over mutual TLS (--peer-cert-file, --peer-key-file, --peer-ca-file) or keep it on a private network",
+			"peer_listen", peerL.Addr().String())
+	}
 	return s, nil
+}
+
+// isLoopback reports whether addr is bound to a loopback address only.
+func isLoopback(addr net.Addr) bool {
+	ta, ok := addr.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
 }
 
 // advertised returns the addresses the node announces to the cluster.
