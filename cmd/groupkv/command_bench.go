@@ -223,9 +223,7 @@ table first: collection "usertable", etcd prefix "usertable/", Redis keys
 	f := cmd.Flags()
 	f.StringVar(&target, "target", "groupkv", "system to measure: groupkv, etcd or redis (txn workload: groupkv, etcd or postgresql)")
 	f.String("addr", defaultAddr, "server address as host:port (no scheme); for a groupkv or etcd cluster, its nodes' addresses comma-separated, clients spread over them")
-	f.String("ca-file", "", "groupkv over TLS: CA certificates trusted to sign the server's certificate")
-	f.String("cert-file", "", "groupkv over TLS: client certificate, for a server that asks for one (with --key-file)")
-	f.String("key-file", "", "key of --cert-file")
+	addTLSFlags(cmd) // groupkv targets only
 	f.StringVar(&workloads, "workload", "a", "workload: a to f or timeline, or a comma-separated list run in order")
 	f.IntVar(&opts.Records, "records", 100000, "records of the load phase (and the key space of the runs)")
 	f.IntVar(&opts.ValueSize, "value-size", 100, "value size in bytes")

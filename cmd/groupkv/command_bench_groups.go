@@ -98,6 +98,7 @@ clients, --load-batch players per batch put).`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&f.addr, "addr", defaultAddr, "server address as host:port (no scheme); for a cluster, its nodes' addresses comma-separated, clients spread over them")
+	addTLSFlags(cmd)
 	fs.StringVar(&f.embedded, "embedded", "", "run a groupkv node in this process on this data directory instead of connecting to --addr")
 	fs.StringVar(&f.table, "table", "players", "collection of the players")
 	fs.IntVar(&f.w.Players, "players", 1_000_000, "players in the collection")
@@ -163,7 +164,11 @@ func runGroupsBench(cmd *cobra.Command, f groupsBenchFlags) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	dopts := bench.DriverOptions{Table: f.table, Shards: opts.Shards, Replicas: opts.Replicas, NoCachedSnapshot: f.noCache}
+	server, err := remoteOf(cmd)
+	if err != nil {
+		return err
+	}
+	dopts := bench.DriverOptions{Table: f.table, Shards: opts.Shards, Replicas: opts.Replicas, NoCachedSnapshot: f.noCache, TLS: server.tls}
 	var d *bench.GroupKVGroups
 	if f.embedded != "" {
 		// The node logs through the default logger: warnings and errors

@@ -73,8 +73,14 @@ func dial(cmd *cobra.Command) (groupkv.DB, error) {
 
 // addAddrFlag adds --addr and the flags of a server served over TLS.
 func addAddrFlag(cmd *cobra.Command) {
+	cmd.Flags().String("addr", defaultAddr, "server address as host:port (no scheme)")
+	addTLSFlags(cmd)
+}
+
+// addTLSFlags adds the flags of a client of a server served over TLS,
+// which remoteOf reads.
+func addTLSFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.String("addr", defaultAddr, "server address as host:port (no scheme)")
 	f.String("ca-file", "", "CA certificates trusted to sign the server's certificate: talk to it over TLS (groupkv server --cert-file)")
 	f.String("cert-file", "", "client certificate, for a server that asks for one (groupkv server --client-ca-file; with --key-file)")
 	f.String("key-file", "", "key of --cert-file")
