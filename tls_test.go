@@ -117,6 +117,30 @@ func TestTLSCluster(t *testing.T) {
 	// its shard map came from the dialed node's HTTP API over TLS.
 	wantRoutedPuts(t, db, regs)
 
+	// Each port's certificate expiry is a metric.
+	mfs, err := regs[0].Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	expiries := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() == "groupkv_tls_certificate_expiry_seconds" {
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "port" {
+						expiries[l.GetValue()] = m.GetGauge().GetValue()
+					}
+				}
+			}
+		}
+	}
+	soon, late := float64(time.Now().Add(30*time.Minute).Unix()), float64(time.Now().Add(2*time.Hour).Unix())
+	for _, port := range []string{"client", "peer"} {
+		if e := expiries[port]; e < soon || e > late { // issued for an hour
+			t.Errorf("groupkv_tls_certificate_expiry_seconds{port=%q} = %v, want about an hour from now", port, e)
+		}
+	}
+
 	// A transaction across shards.
 	keys := []string{"a", "b", "c", "d"}
 	err = db.Transact(ctx, func(tx *groupkv.Tx) error {

@@ -9,6 +9,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -227,6 +228,7 @@ func Start(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: listening on peer address %s: %w", cfg.PeerListen, err)
 	}
 	peerL = netutil.LimitListener(peerL, peerConns)
+	registerCertificateExpiry(cfg.Node.Registry, map[string]*tls.Config{"client": cfg.TLS, "peer": cfg.PeerTLS})
 	metrics := api.NewMetrics(cfg.Node.Registry)
 	s := &Server{Node: n, cfg: cfg, peerL: peerL, serveErr: make(chan error, 2), openConns: open}
 	// Requests run under baseCtx so that Close can end long-lived ones
@@ -296,6 +298,61 @@ func Start(cfg Config) (*Server, error) {
 			"peer_listen", peerL.Addr().String())
 	}
 	return s, nil
+}
+
+// registerCertificateExpiry registers groupkv_tls_certificate_expiry_seconds,
+// when the certificate each port serves expires (a Unix time, read at each
+// scrape, so a renewed certificate shows), for an alert well before a port
+// stops taking connections. Ports served in the clear (nil) have none.
+func registerCertificateExpiry(reg prometheus.Registerer, ports map[string]*tls.Config) {
+	for port, cfg := range ports {
+		if cfg == nil {
+			continue
+		}
+		g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "groupkv_tls_certificate_expiry_seconds",
+			Help:        "When the certificate a port serves expires, in seconds since the Unix epoch.",
+			ConstLabels: prometheus.Labels{"port": port},
+		}, func() float64 {
+			leaf := servedLeaf(cfg)
+			if leaf == nil {
+				return 0
+			}
+			return float64(leaf.NotAfter.Unix())
+		})
+		if err := reg.Register(g); err != nil {
+			// A server started again on the registry of one closed
+			// replaces the old gauge, which reads the old configuration.
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				panic(err)
+			}
+			reg.Unregister(are.ExistingCollector)
+			reg.MustRegister(g)
+		}
+	}
+}
+
+// servedLeaf answers the certificate cfg serves now, or nil.
+func servedLeaf(cfg *tls.Config) *x509.Certificate {
+	var cert *tls.Certificate
+	switch {
+	case cfg.GetCertificate != nil:
+		cert, _ = cfg.GetCertificate(&tls.ClientHelloInfo{})
+	case len(cfg.Certificates) > 0:
+		cert = &cfg.Certificates[0]
+	}
+	if cert == nil || len(cert.Certificate) == 0 {
+		return nil
+	}
+	if cert.Leaf != nil {
+		return cert.Leaf
+	}
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil {
+		return nil
+	}
+	return leaf
 }
 
 // isLoopback reports whether addr is bound to a loopback address only.
