@@ -16,12 +16,19 @@
 #   6. kills (`docker kill`) the meta shard's leader and writes and reads
 #      through the two others.
 #
+# With TLS=1 the nodes serve both ports over TLS only (mutual TLS between
+# them, client certificates asked for), with certificates made by `groupkv
+# certs` for their network names (node1..node3) and 127.0.0.1, mounted
+# read-only; the checks above run over HTTPS, and a request in the clear
+# must be refused. TLS mode runs the containers with plain `docker run`.
+#
 # Every wait is bounded (WAIT seconds). Whatever the exit, the containers,
 # the network and the volumes it made are removed; on failure it prints the
 # nodes' logs and exits 1.
 #
 #   scripts/docker-cluster-test.sh
 #   COMPOSE=plain WAIT=120 scripts/docker-cluster-test.sh
+#   TLS=1 scripts/docker-cluster-test.sh
 #
 # Environment:
 #   COMPOSE   "docker compose", "docker-compose" or "plain" (default: the
@@ -32,6 +39,7 @@
 #   WAIT      bound of each wait, in seconds (default 60)
 #   PROJECT   compose project, prefix of the containers, network and volumes
 #             (default groupkvtest<pid>)
+#   TLS       1: the nodes serve TLS (see above; default 0)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -41,6 +49,7 @@ IMAGE=${IMAGE:-groupkv:test}
 read -r -a PORT <<<"${PORTS:-27070 27080 27090}"
 WAIT=${WAIT:-60}
 PROJECT=${PROJECT:-groupkvtest$$}
+TLS=${TLS:-0}
 COLLECTION=dockertest
 
 say() { echo "[$(date +%H:%M:%S)] $*"; }
@@ -72,6 +81,11 @@ fi
 case $COMPOSE in
 "docker compose" | docker-compose | plain) ;;
 *) fail "COMPOSE must be \"docker compose\", docker-compose or plain, not '$COMPOSE'" ;;
+esac
+case $TLS in
+0) ;;
+1) COMPOSE=plain ;; # docker-compose.yml runs its nodes in the clear
+*) fail "TLS must be 0 or 1, not '$TLS'" ;;
 esac
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/groupkv-docker.XXXXXX")
@@ -137,6 +151,27 @@ docker build -t "$IMAGE" "$TMP/context" >"$TMP/build.out" 2>&1 || {
 	fail "docker build failed"
 }
 
+# TLS: the certificates, the nodes' flags (paths in their containers) and
+# the clients' (paths here).
+NODE_TLS=()   # node N's flags, with N for the node's number
+CURL_TLS=()   # curl's
+CLIENT_TLS=() # the groupkv CLI's
+SCHEME=http
+if [[ $TLS == 1 ]]; then
+	say "making a CA and certificates (groupkv certs)"
+	mkdir -p "$TMP/certs"
+	"$TMP/groupkv" certs ca --dir "$TMP/certs" >/dev/null
+	for n in 1 2 3; do
+		"$TMP/groupkv" certs issue "node$n" --dir "$TMP/certs" --host "node$n" --host 127.0.0.1 >/dev/null
+	done
+	"$TMP/groupkv" certs issue client --dir "$TMP/certs" >/dev/null
+	NODE_TLS=(--cert-file /certs/nodeN.crt --key-file /certs/nodeN.key --client-ca-file /certs/ca.crt
+		--peer-cert-file /certs/nodeN.crt --peer-key-file /certs/nodeN.key --peer-ca-file /certs/ca.crt)
+	CURL_TLS=(--cacert "$TMP/certs/ca.crt" --cert "$TMP/certs/client.crt" --key "$TMP/certs/client.key")
+	CLIENT_TLS=(--ca-file "$TMP/certs/ca.crt" --cert-file "$TMP/certs/client.crt" --key-file "$TMP/certs/client.key")
+	SCHEME=https
+fi
+
 # ---------------------------------------------------------------------------
 # Helpers.
 
@@ -148,12 +183,16 @@ start_node() {
 	local n=$1
 	if [[ $COMPOSE == plain ]]; then
 		# Keep in step with docker-compose.yml.
-		local join=()
+		local join=() tls=() mounts=()
 		[[ $n -eq 1 ]] || join=(--join node1:7071)
+		if [[ $TLS == 1 ]]; then
+			tls=("${NODE_TLS[@]//nodeN/node$n}")
+			mounts=(-v "$TMP/certs:/certs:ro")
+		fi
 		docker run -d --name "$PROJECT-node$n" --network "$PROJECT-net" --network-alias "node$n" \
-			--restart on-failure -p "127.0.0.1:$(port "$n"):7070" -v "$PROJECT-node$n-data:/data" \
+			--restart on-failure -p "127.0.0.1:$(port "$n"):7070" -v "$PROJECT-node$n-data:/data" "${mounts[@]}" \
 			"$IMAGE" server --node-id "$n" --data-dir /data --listen 0.0.0.0:7070 --peer-listen 0.0.0.0:7071 \
-			--advertise-addr "node$n:7070" "${join[@]}" >/dev/null
+			--advertise-addr "node$n:7070" "${join[@]}" "${tls[@]}" >/dev/null
 		CID[$n]=$PROJECT-node$n
 	else
 		compose up -d --no-build "node$n" >"$TMP/compose.out" 2>&1 || {
@@ -173,10 +212,10 @@ start_node() {
 # when there is no answer) and BODY.
 request() {
 	local method=$1 n=$2 path=$3
-	local args=(-sS -m 5 -o "$TMP/body" -w '%{http_code}' -X "$method")
+	local args=(-sS -m 5 -o "$TMP/body" -w '%{http_code}' -X "$method" "${CURL_TLS[@]}")
 	[[ $# -lt 4 ]] || args+=(--data-binary "$4")
 	rm -f "$TMP/body"
-	CODE=$(curl "${args[@]}" "http://127.0.0.1:$(port "$n")$path" 2>"$TMP/curl.err") || CODE=000
+	CODE=$(curl "${args[@]}" "$SCHEME://127.0.0.1:$(port "$n")$path" 2>"$TMP/curl.err") || CODE=000
 	BODY=$(cat "$TMP/body" 2>/dev/null || true)
 	[[ $CODE != 000 ]] || BODY=$(cat "$TMP/curl.err")
 }
@@ -193,7 +232,7 @@ wait_healthy() {
 }
 
 # status N: the cluster status table as node N sees it (empty if it fails).
-status() { "$TMP/groupkv" cluster status --addr "127.0.0.1:$(port "$1")" 2>"$TMP/status.err" || true; }
+status() { "$TMP/groupkv" cluster status --addr "127.0.0.1:$(port "$1")" "${CLIENT_TLS[@]}" 2>"$TMP/status.err" || true; }
 
 # wait_nodes_healthy N: wait until node N lists three nodes, all healthy.
 wait_nodes_healthy() {
@@ -265,11 +304,21 @@ say "every node lists 3 healthy nodes"
 # The meta shard gains its three voters a moment after the nodes are
 # healthy; losing a node before that would leave it without a quorum.
 deadline=$((SECONDS + WAIT))
-until curl -s "http://127.0.0.1:$(port 1)/v1/cluster" | tr -d ' \n' | grep -q '"collection":"","shard":1,[^}]*"voters":\[[0-9]*,[0-9]*,[0-9]*\]'; do
+until curl -s "${CURL_TLS[@]}" "$SCHEME://127.0.0.1:$(port 1)/v1/cluster" | tr -d ' \n' | grep -q '"collection":"","shard":1,[^}]*"voters":\[[0-9]*,[0-9]*,[0-9]*\]'; do
 	((SECONDS < deadline)) || fail "the meta shard has not got three voters within ${WAIT}s"
 	sleep 0.5
 done
 say "the meta shard has three voters"
+if [[ $TLS == 1 ]]; then
+	# In the clear, the client port answers 400; a client without a
+	# certificate is refused.
+	code=$(curl -s -m 5 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$(port 1)/healthz" || true)
+	[[ $code == 400 ]] || fail "a request in the clear to node1's TLS port: $code, want 400"
+	if curl -s -m 5 -o /dev/null --cacert "$TMP/certs/ca.crt" "https://127.0.0.1:$(port 1)/healthz"; then
+		fail "node1 served a client without a certificate"
+	fi
+	say "the nodes serve TLS only, to clients with certificates"
+fi
 
 # ---------------------------------------------------------------------------
 # Replication.

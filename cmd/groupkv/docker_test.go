@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
@@ -13,7 +14,8 @@ import (
 
 // TestDockerCluster runs scripts/docker-cluster-test.sh: a three-node cluster
 // in Docker, its replication, a partitioned node catching up and a killed
-// one. It needs a Docker engine and is skipped without one:
+// one; then the same over TLS (TLS=1). It needs a Docker engine and is
+// skipped without one:
 //
 //	go test -tags docker -run DockerCluster -v ./cmd/groupkv/
 func TestDockerCluster(t *testing.T) {
@@ -24,15 +26,20 @@ func TestDockerCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", script)
-	// On timeout, SIGTERM lets the script remove its containers.
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = time.Minute
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", script, err, out)
+	for _, tls := range []string{"0", "1"} {
+		t.Run("tls="+tls, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "bash", script)
+			cmd.Env = append(os.Environ(), "TLS="+tls)
+			// On timeout, SIGTERM lets the script remove its containers.
+			cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+			cmd.WaitDelay = time.Minute
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("TLS=%s %s: %v\n%s", tls, script, err, out)
+			}
+			t.Logf("TLS=%s %s\n%s", tls, script, out)
+		})
 	}
-	t.Logf("%s\n%s", script, out)
 }
