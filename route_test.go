@@ -18,8 +18,9 @@ import (
 	"github.com/groupkv/groupkv/internal/server"
 )
 
-// startServers starts a cluster of three in-process servers on 127.0.0.1.
-func startServers(t *testing.T) ([]*server.Server, []*prometheus.Registry) {
+// startServers starts a cluster of three in-process servers on 127.0.0.1;
+// configure, when given, changes node i's configuration (1-based) first.
+func startServers(t *testing.T, configure ...func(i int, cfg *server.Config)) ([]*server.Server, []*prometheus.Registry) {
 	t.Helper()
 	var (
 		servers []*server.Server
@@ -28,12 +29,16 @@ func startServers(t *testing.T) ([]*server.Server, []*prometheus.Registry) {
 	)
 	for i := 1; i <= 3; i++ {
 		reg := prometheus.NewRegistry()
-		s, err := server.Start(server.Config{
+		cfg := server.Config{
 			Node: node.Options{DataDir: t.TempDir(), NodeID: uint64(i), Join: join, Registry: reg,
 				TickInterval: 20 * time.Millisecond},
 			Listen: "127.0.0.1:0", PeerListen: "127.0.0.1:0",
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		})
+		}
+		for _, c := range configure {
+			c(i, &cfg)
+		}
+		s, err := server.Start(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,17 +5,13 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	groupkv "github.com/groupkv/groupkv"
-	"github.com/groupkv/groupkv/internal/node"
 	"github.com/groupkv/groupkv/internal/server"
 	"github.com/groupkv/groupkv/internal/tlsfiles"
 )
@@ -34,7 +30,7 @@ func newTestPKI(t *testing.T) *testPKI {
 		t.Fatal(err)
 	}
 	p := &testPKI{t: t, dir: t.TempDir(), ca: ca}
-	if _, _, err := tlsfiles.WriteFiles(p.dir, "ca", ca.CertPEM, ca.KeyPEM); err != nil {
+	if _, _, err := ca.WriteFiles(p.dir); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -44,11 +40,7 @@ func (p *testPKI) caFile() string { return filepath.Join(p.dir, "ca.crt") }
 
 func (p *testPKI) issue(name string, hosts ...string) (certFile, keyFile string) {
 	p.t.Helper()
-	c, k, err := p.ca.Issue(name, hosts, time.Hour)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	certFile, keyFile, err = tlsfiles.WriteFiles(p.dir, name, c, k)
+	certFile, keyFile, err := p.ca.IssueFiles(p.dir, name, hosts, time.Hour)
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -62,42 +54,16 @@ func (p *testPKI) issue(name string, hosts ...string) (certFile, keyFile string)
 // one without a certificate, and a node of another CA are refused.
 func TestTLSCluster(t *testing.T) {
 	p := newTestPKI(t)
-	var (
-		servers []*server.Server
-		regs    []*prometheus.Registry
-		join    []string
-	)
-	for i := 1; i <= 3; i++ {
+	servers, regs := startServers(t, func(i int, cfg *server.Config) {
 		cert, key := p.issue(fmt.Sprint("node", i), "127.0.0.1")
-		clientTLS, err := tlsfiles.Server(cert, key, p.caFile())
-		if err != nil {
+		var err error
+		if cfg.TLS, err = tlsfiles.Server(cert, key, p.caFile()); err != nil {
 			t.Fatal(err)
 		}
-		peerTLS, err := tlsfiles.Peer(cert, key, p.caFile())
-		if err != nil {
+		if cfg.PeerTLS, err = tlsfiles.Peer(cert, key, p.caFile()); err != nil {
 			t.Fatal(err)
 		}
-		reg := prometheus.NewRegistry()
-		s, err := server.Start(server.Config{
-			Node: node.Options{DataDir: t.TempDir(), NodeID: uint64(i), Join: join, Registry: reg,
-				TickInterval: 20 * time.Millisecond},
-			Listen: "127.0.0.1:0", PeerListen: "127.0.0.1:0", TLS: clientTLS, PeerTLS: peerTLS,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close(context.Background()) })
-		if join == nil {
-			join = []string{s.PeerAddr()}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if err := s.Node.WaitReady(ctx); err != nil {
-			t.Fatalf("node %d joining over mutual TLS: %v", i, err)
-		}
-		cancel()
-		servers, regs = append(servers, s), append(regs, reg)
-	}
+	})
 
 	appCert, appKey := p.issue("app")
 	appTLS, err := tlsfiles.Client(p.caFile(), appCert, appKey)

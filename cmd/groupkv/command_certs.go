@@ -49,7 +49,7 @@ nodes dial it by.`,
 			if err != nil {
 				return err
 			}
-			certFile, keyFile, err := tlsfiles.WriteFiles(dir, "ca", c.CertPEM, c.KeyPEM)
+			certFile, keyFile, err := c.WriteFiles(dir)
 			if err != nil {
 				return err
 			}
@@ -71,11 +71,7 @@ nodes dial it by.`,
 			if err != nil {
 				return fmt.Errorf("%v (create the CA first: groupkv certs ca --dir %s)", err, dir)
 			}
-			certPEM, keyPEM, err := c.Issue(name, hosts, validFor)
-			if err != nil {
-				return err
-			}
-			certFile, keyFile, err := tlsfiles.WriteFiles(dir, name, certPEM, keyPEM)
+			certFile, keyFile, err := c.IssueFiles(dir, name, hosts, validFor)
 			if err != nil {
 				return err
 			}

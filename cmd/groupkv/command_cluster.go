@@ -137,7 +137,7 @@ func askNode(ctx context.Context, r remote, method, path string, body []byte) ([
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := r.http().Do(req)
+	resp, err := r.client.Do(req)
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {
@@ -420,7 +420,7 @@ func (o localOptions) ensureCerts() error {
 	ca, err := tlsfiles.LoadCA(filepath.Join(d, "ca.crt"), filepath.Join(d, "ca.key"))
 	if errors.Is(err, fs.ErrNotExist) {
 		if ca, err = tlsfiles.NewCA("groupkv local CA", validFor); err == nil {
-			_, _, err = tlsfiles.WriteFiles(d, "ca", ca.CertPEM, ca.KeyPEM)
+			_, _, err = ca.WriteFiles(d)
 		}
 	}
 	if err != nil {
@@ -434,11 +434,7 @@ func (o localOptions) ensureCerts() error {
 		if _, err := os.Stat(filepath.Join(d, name+".key")); err == nil {
 			continue
 		}
-		c, k, err := ca.Issue(name, []string{"127.0.0.1", "localhost"}, validFor)
-		if err == nil {
-			_, _, err = tlsfiles.WriteFiles(d, name, c, k)
-		}
-		if err != nil {
+		if _, _, err := ca.IssueFiles(d, name, []string{"127.0.0.1", "localhost"}, validFor); err != nil {
 			return err
 		}
 	}

@@ -69,9 +69,6 @@ func servedSerial(addr string, roots *x509.CertPool) (string, error) {
 // renews a node's certificate in place: the node serves the new one
 // without a restart.
 func TestEndToEndTLSCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a cluster of real processes")
-	}
 	certs := t.TempDir()
 	groupkvCLI(t, "certs", "ca", "--dir", certs)
 	if out, err := exec.Command(binary, "certs", "ca", "--dir", certs).CombinedOutput(); err == nil || !strings.Contains(string(out), "already holds a CA") {

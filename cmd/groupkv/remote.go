@@ -14,8 +14,9 @@ import (
 // remote is the server a client command talks to: its client address
 // and, for a server that serves TLS, how to reach it.
 type remote struct {
-	addr string
-	tls  *tls.Config // nil: in the clear
+	addr   string
+	tls    *tls.Config  // nil: in the clear
+	client *http.Client // for its HTTP API; one per remote, so that repeated requests reuse connections
 }
 
 // remoteOf reads the command's --addr and TLS flags (addAddrFlag).
@@ -25,7 +26,7 @@ func remoteOf(cmd *cobra.Command) (remote, error) {
 	ca, _ := f.GetString("ca-file")
 	cert, _ := f.GetString("cert-file")
 	key, _ := f.GetString("key-file")
-	r := remote{addr: addr}
+	r := remote{addr: addr, client: http.DefaultClient}
 	if ca == "" && cert == "" && key == "" {
 		return r, nil
 	}
@@ -34,6 +35,8 @@ func remoteOf(cmd *cobra.Command) (remote, error) {
 		return remote{}, usagef("--ca-file, --cert-file and --key-file: %v", err)
 	}
 	r.tls = cfg
+	r.client = &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, Proxy: http.ProxyFromEnvironment,
+		IdleConnTimeout: 90 * time.Second}}
 	return r, nil
 }
 
@@ -43,15 +46,6 @@ func (r remote) url(path string) string {
 		return "https://" + r.addr + path
 	}
 	return "http://" + r.addr + path
-}
-
-// http answers a client of the server's HTTP API.
-func (r remote) http() *http.Client {
-	if r.tls == nil {
-		return http.DefaultClient
-	}
-	return &http.Client{Transport: &http.Transport{TLSClientConfig: r.tls, Proxy: http.ProxyFromEnvironment,
-		IdleConnTimeout: 90 * time.Second}}
 }
 
 // dial connects the Go client to the server.

@@ -131,6 +131,21 @@ func (ca *CA) Issue(name string, hosts []string, validFor time.Duration) (certPE
 	return encodePEM("CERTIFICATE", der), keyPEM, nil
 }
 
+// WriteFiles writes the CA to dir as ca.crt and ca.key (WriteFiles).
+func (ca *CA) WriteFiles(dir string) (certFile, keyFile string, err error) {
+	return WriteFiles(dir, "ca", ca.CertPEM, ca.KeyPEM)
+}
+
+// IssueFiles issues a certificate (Issue) and writes it to dir as
+// name.crt and name.key (WriteFiles).
+func (ca *CA) IssueFiles(dir, name string, hosts []string, validFor time.Duration) (certFile, keyFile string, err error) {
+	certPEM, keyPEM, err := ca.Issue(name, hosts, validFor)
+	if err != nil {
+		return "", "", err
+	}
+	return WriteFiles(dir, name, certPEM, keyPEM)
+}
+
 // WriteFiles writes a certificate and its key to dir as name.crt and
 // name.key (the key readable by its owner only), replacing each file
 // whole (a server reading it at a handshake never sees half of it).

@@ -28,7 +28,7 @@ func newPKI(t *testing.T, dir string) *pki {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := WriteFiles(dir, "ca", ca.CertPEM, ca.KeyPEM); err != nil {
+	if _, _, err := ca.WriteFiles(dir); err != nil {
 		t.Fatal(err)
 	}
 	return &pki{t: t, dir: dir, ca: ca}
@@ -39,11 +39,7 @@ func (p *pki) caFile() string { return filepath.Join(p.dir, "ca.crt") }
 // issue writes name.crt and name.key for hosts.
 func (p *pki) issue(name string, hosts ...string) (certFile, keyFile string) {
 	p.t.Helper()
-	c, k, err := p.ca.Issue(name, hosts, time.Hour)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	certFile, keyFile, err = WriteFiles(p.dir, name, c, k)
+	certFile, keyFile, err := p.ca.IssueFiles(p.dir, name, hosts, time.Hour)
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -205,13 +201,7 @@ func TestKeyPairIsReadAgain(t *testing.T) {
 	}
 	first := serial()
 	// Renewed: served once a second has passed since the last look.
-	c, k, err := p.ca.Issue("node1", []string{"localhost"}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := WriteFiles(p.dir, "node1", c, k); err != nil {
-		t.Fatal(err)
-	}
+	p.issue("node1", "localhost")
 	now = now.Add(recheck / 2)
 	if got := serial(); got != first {
 		t.Fatalf("the renewed certificate was read before a second passed")
