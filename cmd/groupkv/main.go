@@ -45,7 +45,7 @@ func main() {
 		scanCommand(), tagsCommand(), watchCommand(), batchCommand(), deleteRangeCommand(), txnCommand(),
 		groupCommand())
 	root.AddCommand(benchCommand(), nodeCommand())
-	root.AddCommand(clusterCommand(), certsCommand())
+	root.AddCommand(clusterCommand(), certsCommand(), backupCommand(), restoreCommand())
 	if cmd, err := root.ExecuteC(); err != nil {
 		var ue usageError
 		if errors.As(err, &ue) {

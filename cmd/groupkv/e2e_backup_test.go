@@ -1,0 +1,422 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	groupkv "github.com/groupkv/groupkv"
+	"github.com/groupkv/groupkv/internal/api"
+)
+
+// backedUp is a record as a backup file holds it.
+type backedUp struct {
+	Value string
+	Tags  []string
+}
+
+// readBackupFile parses a backup file on its own terms (not with the
+// command's reader): the records of each collection, and its header's
+// version.
+func readBackupFile(t *testing.T, path string) (uint64, map[string]map[string]backedUp) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]map[string]backedUp{}
+	var version uint64
+	cur := ""
+	for i, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+		var l map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatalf("line %d: %v: %s", i+1, err, line)
+		}
+		switch {
+		case l["groupkv_backup"] != nil:
+			if err := json.Unmarshal(l["version"], &version); err != nil {
+				t.Fatal(err)
+			}
+		case l["collection"] != nil:
+			var c struct{ Name string }
+			json.Unmarshal(l["collection"], &c)
+			cur = c.Name
+			out[cur] = map[string]backedUp{}
+		case l["collection_end"] != nil, l["end"] != nil:
+			cur = ""
+		default:
+			var r api.RecordJSON
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				t.Fatal(err)
+			}
+			key, _, _ := api.BytesFromJSON("key", r.Key, r.KeyBase64)
+			value, _, _ := api.BytesFromJSON("value", r.Value, r.ValueBase64)
+			out[cur][string(key)] = backedUp{Value: string(value), Tags: r.Tags}
+		}
+	}
+	return version, out
+}
+
+// scanAll reads every record of collection coll, at the latest version.
+func scanAll(t *testing.T, db groupkv.DB, coll string) map[string]backedUp {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out := map[string]backedUp{}
+	page := ""
+	for {
+		res, err := db.Scan(ctx, groupkv.ScanRequest{Collection: coll, Page: page, Limit: 1000})
+		if err != nil {
+			t.Fatalf("scanning %s: %v", coll, err)
+		}
+		for _, r := range res.Items {
+			out[string(r.Key)] = backedUp{Value: string(r.Value), Tags: r.Tags}
+		}
+		if res.NextPage == "" {
+			return out
+		}
+		page = res.NextPage
+	}
+}
+
+// sameRecords reports how want and got differ ("" when they do not);
+// no tags and [] are the same.
+func sameRecords(want, got map[string]backedUp) string {
+	for k, w := range want {
+		g, ok := got[k]
+		switch {
+		case !ok:
+			return fmt.Sprintf("key %q missing", k)
+		case g.Value != w.Value || len(g.Tags)+len(w.Tags) > 0 && !reflect.DeepEqual(g.Tags, w.Tags):
+			return fmt.Sprintf("key %q: %q %v, want %q %v", k, g.Value, g.Tags, w.Value, w.Tags)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			return fmt.Sprintf("key %q not expected", k)
+		}
+	}
+	return ""
+}
+
+// TestEndToEndBackupRestore: groupkv backup of a server whose bank
+// collection takes transfers throughout is one consistent state (the
+// total is the same), has every write acknowledged before it began and
+// none acknowledged after it ended; --version reads an older state;
+// groupkv restore recreates the collections (partitioning, shards, split
+// points) and records (bytes that are not UTF-8, tags) on another server,
+// refuses collections that exist, and refuses a changed or truncated file
+// before it writes anything.
+func TestEndToEndBackupRestore(t *testing.T) {
+	dir := t.TempDir()
+	a := startServer(t, filepath.Join(dir, "a"))
+	b := startServer(t, filepath.Join(dir, "b"))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dbA, err := groupkv.Dial(a.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dbA.Close()
+	dbB, err := groupkv.Dial(b.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dbB.Close()
+
+	for _, o := range []groupkv.CollectionOptions{
+		{Name: "users", Shards: 4},
+		{Name: "events", Partitioning: groupkv.PartitionRange, SplitPoints: [][]byte{[]byte("g"), []byte("p")}},
+		{Name: "timeline", Partitioning: "tag", Shards: 2},
+		{Name: "bank", Shards: 4},
+		{Name: "vault", Shards: 2},
+	} {
+		if _, err := dbA.CreateCollection(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var items []groupkv.PutItem
+	for i := range 1500 { // more than one page and one restore batch
+		items = append(items, groupkv.PutItem{Collection: "users", Key: []byte(fmt.Sprintf("u%04d", i)), Value: []byte(fmt.Sprintf("user %d", i)), Tags: []string{"t" + strconv.Itoa(i%3)}})
+		if len(items) == 500 {
+			if _, err := dbA.BatchPut(ctx, items); err != nil {
+				t.Fatal(err)
+			}
+			items = items[:0]
+		}
+	}
+	for _, it := range []groupkv.PutItem{
+		{Collection: "users", Key: []byte{0xff, 0x00, 'k'}, Value: []byte{0x00, 0xfe, 0xff}},
+		{Collection: "users", Key: []byte("empty"), Value: []byte{}},
+		{Collection: "events", Key: []byte("apple"), Value: []byte("1")},
+		{Collection: "events", Key: []byte("kiwi"), Value: []byte("2")},
+		{Collection: "events", Key: []byte("zucchini"), Value: []byte("3")},
+		{Collection: "timeline", Key: []byte("post1"), Value: []byte("hi"), Tags: []string{"alice", "news"}},
+		{Collection: "timeline", Key: []byte("post2"), Value: []byte("yo"), Tags: []string{"bob"}},
+	} {
+		if _, err := dbA.Put(ctx, groupkv.PutRequest{Collection: it.Collection, Key: it.Key, Value: it.Value, Tags: it.Tags}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := dbA.Delete(ctx, groupkv.DeleteRequest{Collection: "users", Key: []byte("u0007")}); err != nil {
+		t.Fatal(err)
+	}
+	const accounts, initial = 20, 100
+	// The accounts are in two collections: a backup that read them at two
+	// versions would not add up.
+	acct := func(i int) []byte { return []byte(fmt.Sprintf("acct%02d", i)) }
+	coll := func(i int) string { return []string{"bank", "vault"}[i%2] }
+	for i := range accounts {
+		if _, err := dbA.Put(ctx, groupkv.PutRequest{Collection: coll(i), Key: acct(i), Value: []byte(strconv.Itoa(initial))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v1, err := dbA.Put(ctx, groupkv.PutRequest{Collection: "users", Key: []byte("pit"), Value: []byte("one")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dbA.Put(ctx, groupkv.PutRequest{Collection: "users", Key: []byte("pit"), Value: []byte("two")}); err != nil {
+		t.Fatal(err)
+	}
+	wantUsers := scanAll(t, dbA, "users")
+	if len(wantUsers) != 1502 {
+		t.Fatalf("users holds %d records before the backup, want 1502", len(wantUsers))
+	}
+
+	// Transfers run while the backup reads.
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var transfers atomic.Int64
+	errs := make(chan error, 4)
+	for w := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(seed), uint64(w)))
+			for !stop.Load() {
+				from, to := rng.IntN(accounts), rng.IntN(accounts)
+				if from == to {
+					continue
+				}
+				err := dbA.Transact(ctx, func(tx *groupkv.Tx) error {
+					x, err := tx.Get(ctx, groupkv.GetRequest{Collection: coll(from), Key: acct(from)})
+					if err != nil {
+						return err
+					}
+					y, err := tx.Get(ctx, groupkv.GetRequest{Collection: coll(to), Key: acct(to)})
+					if err != nil {
+						return err
+					}
+					xv, _ := strconv.Atoi(string(x.Value))
+					yv, _ := strconv.Atoi(string(y.Value))
+					if err := tx.Put(ctx, groupkv.PutRequest{Collection: coll(from), Key: acct(from), Value: []byte(strconv.Itoa(xv - 3))}); err != nil {
+						return err
+					}
+					return tx.Put(ctx, groupkv.PutRequest{Collection: coll(to), Key: acct(to), Value: []byte(strconv.Itoa(yv + 3))})
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+				transfers.Add(1)
+			}
+		}()
+	}
+	for transfers.Load() < 20 && len(errs) == 0 { // the load is under way
+		time.Sleep(10 * time.Millisecond)
+	}
+	full := filepath.Join(dir, "full.backup")
+	out, err := exec.Command(binary, "backup", "--addr", a.addr, "--out", full).CombinedOutput()
+	if err != nil {
+		t.Fatalf("backup: %v\n%s", err, out)
+	}
+	if _, err := dbA.Put(ctx, groupkv.PutRequest{Collection: "users", Key: []byte("late"), Value: []byte("after the backup")}); err != nil {
+		t.Fatal(err)
+	}
+	stop.Store(true)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("transfer: %v", err)
+	}
+	t.Logf("%d transfers; backup: %s", transfers.Load(), out)
+	if _, err := os.Stat(full + ".tmp"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the backup's temporary file is left: %v", err)
+	}
+
+	version, got := readBackupFile(t, full)
+	if version == 0 || len(got) != 5 {
+		t.Fatalf("backup at version %d with collections %v, want 5", version, slices.Collect(mapKeys(got)))
+	}
+	if d := sameRecords(wantUsers, got["users"]); d != "" {
+		t.Errorf("backed-up users: %s", d)
+	}
+	total := 0
+	for _, c := range []string{"bank", "vault"} {
+		for k, r := range got[c] {
+			n, err := strconv.Atoi(r.Value)
+			if err != nil {
+				t.Fatalf("%s %s: %q", c, k, r.Value)
+			}
+			total += n
+		}
+	}
+	if n := len(got["bank"]) + len(got["vault"]); n != accounts || total != accounts*initial {
+		t.Errorf("the backup's accounts: %d, total %d; want %d and %d (not one state)", n, total, accounts, accounts*initial)
+	}
+
+	// Restore on b: the same collections and records.
+	out, err = exec.Command(binary, "restore", full, "--addr", b.addr).CombinedOutput()
+	if err != nil {
+		t.Fatalf("restore: %v\n%s", err, out)
+	}
+	for _, name := range []string{"users", "events", "timeline", "bank", "vault"} {
+		if d := sameRecords(got[name], scanAll(t, dbB, name)); d != "" {
+			t.Errorf("restored %s: %s", name, d)
+		}
+		ia, err := dbA.DescribeCollection(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ib, err := dbB.DescribeCollection(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ia.Partitioning != ib.Partitioning || len(ia.Shards) != len(ib.Shards) || !reflect.DeepEqual(ia.SplitPoints, ib.SplitPoints) {
+			t.Errorf("restored %s: %s, %d shards, split points %q; want %s, %d, %q", name,
+				ib.Partitioning, len(ib.Shards), ib.SplitPoints, ia.Partitioning, len(ia.Shards), ia.SplitPoints)
+		}
+	}
+	res, err := dbB.GetByTags(ctx, groupkv.TagQuery{Collection: "timeline", Any: []string{"alice"}})
+	if err != nil || len(res.Items) != 1 || string(res.Items[0].Key) != "post1" {
+		t.Errorf("tag query on the restored timeline: %+v %v", res.Items, err)
+	}
+
+	// Collections that exist are refused; nothing is written.
+	if _, err := dbB.Put(ctx, groupkv.PutRequest{Collection: "users", Key: []byte("u0001"), Value: []byte("changed")}); err != nil {
+		t.Fatal(err)
+	}
+	u0001 := func() string {
+		r, err := dbB.Get(ctx, groupkv.GetRequest{Collection: "users", Key: []byte("u0001")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(r.Value)
+	}
+	restore := func(wantOK bool, says string, args ...string) {
+		t.Helper()
+		cmd := exec.Command(binary, append([]string{"restore", "--addr", b.addr}, args...)...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		if wantOK != (err == nil) || !strings.Contains(stderr.String(), says) {
+			t.Errorf("restore %v: %v, %q; want success %v and %q", args, err, stderr.String(), wantOK, says)
+		}
+	}
+	restore(false, "already (bank, events, timeline, users, vault)", full)
+	if v := u0001(); v != "changed" {
+		t.Errorf("a refused restore wrote u0001: %q", v)
+	}
+
+	// A changed or truncated file is refused before anything is written.
+	raw, err := os.ReadFile(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := bytes.Replace(raw, []byte(`"user 1"`), []byte(`"user X"`), 1)
+	cut := raw[:len(raw)*2/3]
+	cut = cut[:bytes.LastIndexByte(cut, '\n')+1]
+	for name, data := range map[string][]byte{"changed": changed, "cut": cut, "empty": nil} {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		says := map[string]string{"changed": "the file was changed", "cut": "cut short", "empty": "is empty"}[name]
+		restore(false, says, path, "--overwrite")
+	}
+	if v := u0001(); v != "changed" {
+		t.Errorf("a restore of a damaged file wrote u0001: %q", v)
+	}
+
+	// --overwrite of one collection, from standard input.
+	cmd := exec.Command(binary, "restore", "-", "--addr", b.addr, "--overwrite", "--collection", "users")
+	cmd.Stdin = bytes.NewReader(raw)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("restore --overwrite: %v\n%s", err, out)
+	}
+	if v := u0001(); v != "user 1" {
+		t.Errorf("after restore --overwrite, u0001 is %q", v)
+	}
+
+	// An older state: --version.
+	pit := filepath.Join(dir, "pit.backup")
+	if out, err := exec.Command(binary, "backup", "--addr", a.addr, "--out", pit, "--collection", "users", "--version", strconv.FormatUint(v1, 10)).CombinedOutput(); err != nil {
+		t.Fatalf("backup --version: %v\n%s", err, out)
+	}
+	_, old := readBackupFile(t, pit)
+	if len(old) != 1 || old["users"]["pit"].Value != "one" || len(old["users"]) != 1502 {
+		t.Errorf("backup at version %d: pit %+v, %d users; want one, 1502", v1, old["users"]["pit"], len(old["users"]))
+	}
+	if _, ok := got["users"]["late"]; ok {
+		t.Errorf("the backup holds a write acknowledged after it ended")
+	}
+}
+
+func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
+	return func(yield func(K) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// TestBackupFlags: mistakes on backup's and restore's command lines are
+// usage errors (exit status 2) that say what was wrong.
+func TestBackupFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"backup"}, "--out is required"},
+		{[]string{"backup", "--out", "x", "--version", "5", "--ago", "1m"}, "give one of them"},
+		{[]string{"backup", "--out", "x", "--ago", "-1m"}, "into the past"},
+		{[]string{"restore"}, "restore takes 1 arguments, got 0"},
+		{[]string{"restore", "f", "--replicas", "-1"}, "replication factor"},
+	} {
+		cmd := exec.Command(binary, c.args...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(stderr.String(), c.says) {
+			t.Errorf("%v: %v, %q; want exit status 2 and %q", c.args, err, stderr.String(), c.says)
+		}
+	}
+	// A restore of a file that is not a backup says so.
+	path := filepath.Join(t.TempDir(), "x")
+	os.WriteFile(path, []byte("{\"hello\": 1}\n"), 0o600)
+	cmd := exec.Command(binary, "restore", path)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err == nil || !strings.Contains(stderr.String(), "not a backup") {
+		t.Errorf("restore of a file that is not a backup: %v, %q", err, stderr.String())
+	}
+}
