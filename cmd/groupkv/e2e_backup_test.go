@@ -198,49 +198,7 @@ func TestEndToEndBackupRestore(t *testing.T) {
 	}
 
 	// Transfers run while the backup reads.
-	seed := time.Now().UnixNano()
-	t.Logf("seed %d", seed)
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	var transfers atomic.Int64
-	errs := make(chan error, 4)
-	for w := range 3 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(seed), uint64(w)))
-			for !stop.Load() {
-				from, to := rng.IntN(accounts), rng.IntN(accounts)
-				if from == to {
-					continue
-				}
-				err := dbA.Transact(ctx, func(tx *groupkv.Tx) error {
-					x, err := tx.Get(ctx, groupkv.GetRequest{Collection: coll(from), Key: acct(from)})
-					if err != nil {
-						return err
-					}
-					y, err := tx.Get(ctx, groupkv.GetRequest{Collection: coll(to), Key: acct(to)})
-					if err != nil {
-						return err
-					}
-					xv, _ := strconv.Atoi(string(x.Value))
-					yv, _ := strconv.Atoi(string(y.Value))
-					if err := tx.Put(ctx, groupkv.PutRequest{Collection: coll(from), Key: acct(from), Value: []byte(strconv.Itoa(xv - 3))}); err != nil {
-						return err
-					}
-					return tx.Put(ctx, groupkv.PutRequest{Collection: coll(to), Key: acct(to), Value: []byte(strconv.Itoa(yv + 3))})
-				})
-				if err != nil {
-					errs <- err
-					return
-				}
-				transfers.Add(1)
-			}
-		}()
-	}
-	for transfers.Load() < 20 && len(errs) == 0 { // the load is under way
-		time.Sleep(10 * time.Millisecond)
-	}
+	stopTransfers := startTransfers(t, ctx, []groupkv.DB{dbA}, accounts, coll, acct)
 	full := filepath.Join(dir, "full.backup")
 	out, err := exec.Command(binary, "backup", "--addr", a.addr, "--out", full).CombinedOutput()
 	if err != nil {
@@ -249,13 +207,7 @@ func TestEndToEndBackupRestore(t *testing.T) {
 	if _, err := dbA.Put(ctx, groupkv.PutRequest{Collection: "users", Key: []byte("late"), Value: []byte("after the backup")}); err != nil {
 		t.Fatal(err)
 	}
-	stop.Store(true)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatalf("transfer: %v", err)
-	}
-	t.Logf("%d transfers; backup: %s", transfers.Load(), out)
+	t.Logf("%d transfers; backup: %s", stopTransfers(), out)
 	if _, err := os.Stat(full + ".tmp"); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the backup's temporary file is left: %v", err)
 	}
@@ -267,19 +219,7 @@ func TestEndToEndBackupRestore(t *testing.T) {
 	if d := sameRecords(wantUsers, got["users"]); d != "" {
 		t.Errorf("backed-up users: %s", d)
 	}
-	total := 0
-	for _, c := range []string{"bank", "vault"} {
-		for k, r := range got[c] {
-			n, err := strconv.Atoi(r.Value)
-			if err != nil {
-				t.Fatalf("%s %s: %q", c, k, r.Value)
-			}
-			total += n
-		}
-	}
-	if n := len(got["bank"]) + len(got["vault"]); n != accounts || total != accounts*initial {
-		t.Errorf("the backup's accounts: %d, total %d; want %d and %d (not one state)", n, total, accounts, accounts*initial)
-	}
+	wantBalanced(t, got, accounts, accounts*initial)
 
 	// Restore on b: the same collections and records.
 	out, err = exec.Command(binary, "restore", full, "--addr", b.addr).CombinedOutput()
@@ -378,6 +318,85 @@ func TestEndToEndBackupRestore(t *testing.T) {
 	}
 }
 
+// startTransfers runs transactions that move money between accounts
+// (acct(i) in collection coll(i)) through dbs until the function it
+// returns is called, which answers how many committed; a transfer that
+// fails fails the test.
+func startTransfers(t *testing.T, ctx context.Context, dbs []groupkv.DB, accounts int, coll func(int) string, acct func(int) []byte) func() int64 {
+	seed := time.Now().UnixNano()
+	t.Logf("transfers: seed %d", seed)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var transfers atomic.Int64
+	errs := make(chan error, 4)
+	for w := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(seed), uint64(w)))
+			db := dbs[w%len(dbs)]
+			for !stop.Load() {
+				from, to := rng.IntN(accounts), rng.IntN(accounts)
+				if from == to {
+					continue
+				}
+				err := db.Transact(ctx, func(tx *groupkv.Tx) error {
+					x, err := tx.Get(ctx, groupkv.GetRequest{Collection: coll(from), Key: acct(from)})
+					if err != nil {
+						return err
+					}
+					y, err := tx.Get(ctx, groupkv.GetRequest{Collection: coll(to), Key: acct(to)})
+					if err != nil {
+						return err
+					}
+					xv, _ := strconv.Atoi(string(x.Value))
+					yv, _ := strconv.Atoi(string(y.Value))
+					if err := tx.Put(ctx, groupkv.PutRequest{Collection: coll(from), Key: acct(from), Value: []byte(strconv.Itoa(xv - 3))}); err != nil {
+						return err
+					}
+					return tx.Put(ctx, groupkv.PutRequest{Collection: coll(to), Key: acct(to), Value: []byte(strconv.Itoa(yv + 3))})
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+				transfers.Add(1)
+			}
+		}()
+	}
+	for transfers.Load() < 20 && len(errs) == 0 { // the load is under way
+		time.Sleep(10 * time.Millisecond)
+	}
+	return func() int64 {
+		stop.Store(true)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("transfer: %v", err)
+		}
+		return transfers.Load()
+	}
+}
+
+// wantBalanced checks that the accounts of a backup, in its collections
+// bank and vault, are all there and add up to total.
+func wantBalanced(t *testing.T, got map[string]map[string]backedUp, accounts, total int) {
+	t.Helper()
+	sum := 0
+	for _, c := range []string{"bank", "vault"} {
+		for k, r := range got[c] {
+			n, err := strconv.Atoi(r.Value)
+			if err != nil {
+				t.Fatalf("%s %s: %q", c, k, r.Value)
+			}
+			sum += n
+		}
+	}
+	if n := len(got["bank"]) + len(got["vault"]); n != accounts || sum != total {
+		t.Errorf("the backup's accounts: %d, total %d; want %d and %d (not one state)", n, sum, accounts, total)
+	}
+}
+
 func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
 	return func(yield func(K) bool) {
 		for k := range m {
@@ -418,5 +437,78 @@ func TestBackupFlags(t *testing.T) {
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err == nil || !strings.Contains(stderr.String(), "not a backup") {
 		t.Errorf("restore of a file that is not a backup: %v, %q", err, stderr.String())
+	}
+}
+
+// TestEndToEndBackupCluster: on a three-node cluster (real processes), a
+// backup through one node while transactions run through the others adds
+// up, and so does one taken with a node down; a dropped collection is
+// restored from it, replicated three times again.
+func TestEndToEndBackupCluster(t *testing.T) {
+	c := newTCluster(t, 3)
+	c.startAll()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c.createCollection(1, "bank", 4)
+	c.createCollection(1, "vault", 2)
+	c.leaderOf("bank")
+	c.leaderOf("vault")
+	const accounts, initial = 16, 100
+	acct := func(i int) []byte { return []byte(fmt.Sprintf("acct%02d", i)) }
+	coll := func(i int) string { return []string{"bank", "vault"}[i%2] }
+	for i := range accounts {
+		c.put(1+i%3, coll(i), string(acct(i)), strconv.Itoa(initial))
+	}
+	dbs := make([]groupkv.DB, 3)
+	for i := range dbs {
+		db, err := groupkv.Dial(c.node(i + 1).addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		dbs[i] = db
+	}
+	backup := func(via int, path string) map[string]map[string]backedUp {
+		t.Helper()
+		out, err := exec.Command(binary, "backup", "--addr", c.node(via).addr, "--out", path).CombinedOutput()
+		if err != nil {
+			t.Fatalf("backup through node %d: %v\n%s", via, err, out)
+		}
+		_, got := readBackupFile(t, path)
+		return got
+	}
+	dir := t.TempDir()
+	stop := startTransfers(t, ctx, []groupkv.DB{dbs[0], dbs[2]}, accounts, coll, acct)
+	wantBalanced(t, backup(2, filepath.Join(dir, "one")), accounts, accounts*initial)
+	t.Logf("%d transfers during the first backup", stop())
+
+	c.kill(3)
+	stop = startTransfers(t, ctx, []groupkv.DB{dbs[0], dbs[1]}, accounts, coll, acct)
+	second := backup(1, filepath.Join(dir, "two"))
+	t.Logf("%d transfers during the backup with node 3 down", stop())
+	wantBalanced(t, second, accounts, accounts*initial)
+
+	if err := dbs[1].DropCollection(ctx, "vault"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(binary, "restore", filepath.Join(dir, "two"), "--collection", "vault", "--addr", c.node(2).addr).CombinedOutput()
+	if err != nil {
+		t.Fatalf("restore: %v\n%s", err, out)
+	}
+	if d := sameRecords(second["vault"], scanAll(t, dbs[0], "vault")); d != "" {
+		t.Errorf("restored vault: %s", d)
+	}
+	info, err := dbs[0].DescribeCollection(ctx, "vault")
+	if err != nil || len(info.Shards) != 2 {
+		t.Fatalf("restored vault: %+v %v", info, err)
+	}
+	st, err := c.status(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sh := range st.shards("vault") {
+		if len(sh.Replicas) != 3 {
+			t.Errorf("restored vault's shard %d has replicas %v, want 3", sh.Shard, sh.Replicas)
+		}
 	}
 }
