@@ -10,10 +10,13 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -344,6 +347,7 @@ func restoreCommand() *cobra.Command {
 		overwrite   bool
 		collections []string
 		replicas    int
+		parallel    int
 	)
 	cmd := &cobra.Command{
 		Use:   "restore FILE",
@@ -359,7 +363,7 @@ keys; other keys stay).
 
 Collections are created with the backup's partitioning, shard count and
 split points (and --replicas, default as for groupkv collections create).
-Records are written in batches, each atomic, at new versions: a restored
+Records are written in batches, each atomic, --parallel at once, at new versions: a restored
 record keeps its key, value and tags, not its version. A restore that
 stops part way (the server went away) can be run again with --overwrite.`,
 		Example: `  groupkv restore users.backup
@@ -367,6 +371,9 @@ stops part way (the server went away) can be run again with --overwrite.`,
   groupkv restore cluster.backup --collection users --overwrite`,
 		Args: argsBetween(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if parallel < 1 {
+				return usagef("--parallel %d: give at least 1", parallel)
+			}
 			if replicas < 0 {
 				return usagef("--replicas %d: give a replication factor, or 0 for the default", replicas)
 			}
@@ -395,13 +402,14 @@ stops part way (the server went away) can be run again with --overwrite.`,
 			if ctx == nil {
 				ctx = context.Background()
 			}
-			return runRestore(ctx, cmd, db, path, plan, overwrite, replicas)
+			return runRestore(ctx, cmd, db, path, plan, overwrite, replicas, parallel)
 		},
 	}
 	f := cmd.Flags()
 	f.BoolVar(&overwrite, "overwrite", false, "write into collections that exist on the server")
 	f.StringSliceVar(&collections, "collection", nil, "restore only this collection of the backup (repeat, or separate with commas)")
 	f.IntVar(&replicas, "replicas", 0, "replication factor of the collections created (0: 3 on a cluster of 3 or more nodes, else the node count)")
+	f.IntVar(&parallel, "parallel", 4, "batches written at once")
 	addAddrFlag(cmd)
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	return cmd
@@ -623,7 +631,7 @@ const (
 
 // runRestore creates the plan's collections on db and writes their
 // records from the backup at path, which checkBackup checked.
-func runRestore(ctx context.Context, cmd *cobra.Command, db groupkv.DB, path string, plan *restorePlan, overwrite bool, replicas int) error {
+func runRestore(ctx context.Context, cmd *cobra.Command, db groupkv.DB, path string, plan *restorePlan, overwrite bool, replicas, parallel int) error {
 	existing, err := db.ListCollections(ctx)
 	if err != nil {
 		return err
@@ -660,23 +668,57 @@ func runRestore(ctx context.Context, cmd *cobra.Command, db groupkv.DB, path str
 		return err
 	}
 	defer f.Close()
+	// Batches go out parallel at a time; a collection is complete once
+	// every batch of it was answered.
 	var (
-		batch   []groupkv.PutItem
-		size    int
-		written int64
+		batches = map[int]*restoreBatch{} // by shard of cur
+		info    groupkv.CollectionInfo    // cur's, for its shards
 		cur     string
 		done    []string
+		wg      sync.WaitGroup
+		slots   = make(chan struct{}, parallel)
+		mu      sync.Mutex
+		written int64
+		failed  error
 	)
-	flush := func() error {
-		if len(batch) == 0 {
+	failure := func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		return failed
+	}
+	// settle waits for the batches in flight and answers the first error.
+	settle := func() error {
+		wg.Wait()
+		if err := failure(); err != nil {
+			return fmt.Errorf("restoring collection %q: %w (%d records of the backup written; collections complete: %s); run the restore again with --overwrite to finish it",
+				cur, err, written, listOrNone(done))
+		}
+		return nil
+	}
+	send := func(b *restoreBatch) error {
+		if len(b.items) == 0 {
 			return nil
 		}
-		if _, err := db.BatchPut(ctx, batch); err != nil {
-			return fmt.Errorf("restoring collection %q (%d records of the backup written before this batch; collections complete: %s): %w; run the restore again with --overwrite to finish it",
-				cur, written, listOrNone(done), err)
+		if failure() != nil {
+			return settle()
 		}
-		written += int64(len(batch))
-		batch, size = batch[:0], 0
+		items := b.items
+		b.items, b.size = nil, 0
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			_, err := db.BatchPut(ctx, items)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if failed == nil {
+					failed = err
+				}
+				return
+			}
+			written += int64(len(items))
+		}()
 		return nil
 	}
 	for {
@@ -685,13 +727,26 @@ func runRestore(ctx context.Context, cmd *cobra.Command, db groupkv.DB, path str
 			break
 		}
 		if err != nil {
+			wg.Wait()
 			return err
 		}
 		switch {
 		case l.Collection != nil:
 			cur = l.Collection.Name
+			clear(batches)
+			info = groupkv.CollectionInfo{}
+			if plan.restores(cur) {
+				if info, err = db.DescribeCollection(ctx, cur); err != nil {
+					return settleWith(wg.Wait, fmt.Errorf("collection %q: %w", cur, err))
+				}
+			}
 		case l.CollectionEnd != nil:
-			if err := flush(); err != nil {
+			for _, sh := range slices.Sorted(maps.Keys(batches)) {
+				if err := send(batches[sh]); err != nil {
+					return err
+				}
+			}
+			if err := settle(); err != nil {
 				return err
 			}
 			if plan.restores(cur) {
@@ -705,21 +760,61 @@ func runRestore(ctx context.Context, cmd *cobra.Command, db groupkv.DB, path str
 			}
 			key, value, tags, err := b.record(l)
 			if err != nil {
+				wg.Wait()
 				return err
 			}
-			if len(batch) == restoreBatchItems || size+len(key)+len(value) > restoreBatchBytes {
-				if err := flush(); err != nil {
+			sh := shardOf(info, key, tags)
+			b := batches[sh]
+			if b == nil {
+				b = &restoreBatch{}
+				batches[sh] = b
+			}
+			if len(b.items) == restoreBatchItems || b.size+len(key)+len(value) > restoreBatchBytes {
+				if err := send(b); err != nil {
 					return err
 				}
 			}
-			batch = append(batch, groupkv.PutItem{Collection: cur, Key: key, Value: value, Tags: tags})
-			size += len(key) + len(value)
+			b.items = append(b.items, groupkv.PutItem{Collection: cur, Key: key, Value: value, Tags: tags})
+			b.size += len(key) + len(value)
 		}
 	}
-	if err := flush(); err != nil {
+	if err := settle(); err != nil {
 		return err
 	}
 	return printJSON(cmd, backupSummary{Version: plan.version, Time: plan.time, Collections: len(done), Records: written})
+}
+
+// restoreBatch is a batch put a restore is filling: records of one shard,
+// so that the batch commits in that shard alone.
+type restoreBatch struct {
+	items []groupkv.PutItem
+	size  int // bytes of keys and values
+}
+
+// shardOf answers the index of the shard of info that a record of key
+// with tags goes to, as the node routes it (cluster.CollectionDesc.Route);
+// -1 when info has no shards. It only groups a restore's batches: a
+// batch whose records turn out to be in several shards is still written,
+// atomically.
+func shardOf(info groupkv.CollectionInfo, key []byte, tags []string) int {
+	if len(info.Shards) == 0 {
+		return -1
+	}
+	if info.Partitioning == kv.PartitionRange {
+		return sort.Search(len(info.SplitPoints), func(i int) bool { return bytes.Compare(info.SplitPoints[i], key) > 0 })
+	}
+	b := key
+	if info.Partitioning == kv.PartitionTag && len(tags) > 0 {
+		b = []byte(tags[0])
+	}
+	bucket := uint32(cluster.Bucket(b))
+	return sort.Search(len(info.Shards), func(i int) bool { return info.Shards[i].BucketEnd > bucket })
+}
+
+// settleWith waits (wait) for the batches in flight and answers err.
+func settleWith(wait func(), err error) error {
+	wait()
+	return err
 }
 
 func listOrNone(names []string) string {
