@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -57,10 +58,10 @@ func TestTLSCluster(t *testing.T) {
 	servers, regs := startServers(t, func(i int, cfg *server.Config) {
 		cert, key := p.issue(fmt.Sprint("node", i), "127.0.0.1")
 		var err error
-		if cfg.TLS, err = tlsfiles.Server(cert, key, p.caFile()); err != nil {
+		if cfg.TLS, err = tlsfiles.Server(cert, key, p.caFile(), ""); err != nil {
 			t.Fatal(err)
 		}
-		if cfg.PeerTLS, err = tlsfiles.Peer(cert, key, p.caFile()); err != nil {
+		if cfg.PeerTLS, err = tlsfiles.Peer(cert, key, p.caFile(), ""); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -177,7 +178,7 @@ func TestTLSCluster(t *testing.T) {
 	// refuses its handshake.
 	other := newTestPKI(t)
 	xc, xk := other.issue("intruder", "127.0.0.1")
-	xTLS, err := tlsfiles.Peer(xc, xk, p.caFile()) // it even trusts the cluster's CA
+	xTLS, err := tlsfiles.Peer(xc, xk, p.caFile(), "") // it even trusts the cluster's CA
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +187,7 @@ func TestTLSCluster(t *testing.T) {
 	}
 	// A node of the cluster's CA is accepted (the check above can fail).
 	c4, k4 := p.issue("node4", "127.0.0.1")
-	n4TLS, err := tlsfiles.Peer(c4, k4, p.caFile())
+	n4TLS, err := tlsfiles.Peer(c4, k4, p.caFile(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +201,11 @@ func TestTLSCluster(t *testing.T) {
 // certificate shows at the first read, which then fails with the
 // server's alert rather than waiting for data.
 func peerHandshake(addr string, cfg *tls.Config) error {
-	cfg = cfg.Clone()
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	cfg = tlsfiles.DialConfig(cfg, host)
 	cfg.NextProtos = []string{"h2"}
 	c, err := tls.Dial("tcp", addr, cfg)
 	if err != nil {

@@ -69,6 +69,50 @@ func TestCertsCommand(t *testing.T) {
 	if _, err := node.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 		t.Errorf("node1's certificate as a client's (nodes dial each other with it): %v", err)
 	}
+	// Revocation: ca.crl is made with the CA, empty; revoke adds to it.
+	crl := func() *x509.RevocationList {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(dir, "ca.crl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		blk, _ := pem.Decode(b)
+		if blk == nil || blk.Type != "X509 CRL" {
+			t.Fatal("ca.crl holds no PEM CRL")
+		}
+		l, err := x509.ParseRevocationList(blk.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.CheckSignatureFrom(ca); err != nil {
+			t.Fatalf("ca.crl: %v", err)
+		}
+		return l
+	}
+	if n := len(crl().RevokedCertificateEntries); n != 0 {
+		t.Fatalf("a new CA's list revokes %d certificates", n)
+	}
+	if out, err := run("issue", "app", "--dir", dir); err != nil {
+		t.Fatalf("issue app: %v %s", err, out)
+	}
+	if out, err := run("revoke", "node1", "--dir", dir); err != nil || !strings.Contains(out, "revoked node1") {
+		t.Fatalf("revoke node1: %v %s", err, out)
+	}
+	if out, err := run("revoke", filepath.Join(dir, "app.crt"), "--dir", dir); err != nil {
+		t.Fatalf("revoke app.crt: %v %s", err, out)
+	}
+	l := crl()
+	if len(l.RevokedCertificateEntries) != 2 || l.RevokedCertificateEntries[0].SerialNumber.Cmp(node.SerialNumber) != 0 ||
+		l.RevokedCertificateEntries[1].SerialNumber.Cmp(read("app").SerialNumber) != 0 {
+		t.Errorf("ca.crl after two revocations: %+v", l.RevokedCertificateEntries)
+	}
+	other := t.TempDir()
+	if out, err := run("ca", "--dir", other); err != nil {
+		t.Fatalf("ca: %v %s", err, out)
+	}
+	if out, err := run("revoke", filepath.Join(dir, "app.crt"), "--dir", other); err == nil || !strings.Contains(out, "not signed by this CA") {
+		t.Errorf("revoking a certificate of another CA: %v %s", err, out)
+	}
 	for _, key := range []string{"ca.key", "node1.key"} {
 		fi, err := os.Stat(filepath.Join(dir, key))
 		if err != nil {
@@ -98,7 +142,9 @@ func TestServerTLSFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--client-ca-file", f("ca.crt")}, "--client-ca-file needs --cert-file"},
+		{[]string{"--client-ca-file", f("ca.crt")}, "--client-ca-file and --client-crl-file need --cert-file"},
+		{[]string{"--cert-file", f("node1.crt"), "--key-file", f("node1.key"), "--client-crl-file", f("ca.crl")}, "--client-crl-file needs --client-ca-file"},
+		{[]string{"--peer-cert-file", f("node1.crt"), "--peer-key-file", f("node1.key"), "--peer-ca-file", f("ca.crt"), "--peer-crl-file", f("ca.crt")}, "not an X509 CRL"},
 		{[]string{"--cert-file", f("node1.crt")}, "needs its key"},
 		{[]string{"--cert-file", f("node1.crt"), "--key-file", f("node2.key")}, "private key does not match"},
 		{[]string{"--peer-cert-file", f("node1.crt"), "--peer-key-file", f("node1.key")}, "all three"},

@@ -131,18 +131,20 @@ serves HTTP/JSON and gRPC on 127.0.0.1:7070 and listens for peers on
 	f.IntVar(&cfg.MaxConnections, "max-connections", 0, "client connections served at once; more wait to be accepted (default: what the open file limit leaves after the storage's share, at most 10000)")
 	f.StringVar(&tlsFiles.cert, "cert-file", "", "certificate the client port serves, HTTP/JSON and gRPC alike, over TLS only (with --key-file; read again when it changes)")
 	f.StringVar(&tlsFiles.key, "key-file", "", "key of --cert-file")
-	f.StringVar(&tlsFiles.clientCA, "client-ca-file", "", "CA certificates of the clients the client port accepts: each must present a certificate one of them signed (needs --cert-file)")
+	f.StringVar(&tlsFiles.clientCA, "client-ca-file", "", "CA certificates of the clients the client port accepts: each must present a certificate one of them signed (needs --cert-file; read again when it changes)")
+	f.StringVar(&tlsFiles.clientCRL, "client-crl-file", "", "certificate revocation list, signed by a CA of --client-ca-file: the client certificates it lists are refused (groupkv certs revoke; read again when it changes)")
 	f.StringVar(&tlsFiles.peerCert, "peer-cert-file", "", "certificate of this node on the peer port, served and presented to the nodes it dials: mutual TLS between nodes (with --peer-key-file and --peer-ca-file; list every name other nodes dial it by)")
 	f.StringVar(&tlsFiles.peerKey, "peer-key-file", "", "key of --peer-cert-file")
-	f.StringVar(&tlsFiles.peerCA, "peer-ca-file", "", "CA certificates of the cluster's nodes: a peer's certificate must be signed by one of them, both ways")
+	f.StringVar(&tlsFiles.peerCA, "peer-ca-file", "", "CA certificates of the cluster's nodes: a peer's certificate must be signed by one of them, both ways (read again when it changes)")
+	f.StringVar(&tlsFiles.peerCRL, "peer-crl-file", "", "certificate revocation list, signed by a CA of --peer-ca-file: the node certificates it lists are refused, both ways (read again when it changes)")
 	f.BoolVar(&cfg.Pprof, "pprof", false, "serve Go's CPU, heap, allocation and lock-contention profiles under /debug/pprof/ on the client address")
 	return cmd
 }
 
 // serverTLSFiles are the server's TLS flags.
 type serverTLSFiles struct {
-	cert, key, clientCA       string
-	peerCert, peerKey, peerCA string
+	cert, key, clientCA, clientCRL     string
+	peerCert, peerKey, peerCA, peerCRL string
 }
 
 // configs answers the TLS configurations of the client port and of the
@@ -150,15 +152,18 @@ type serverTLSFiles struct {
 func (f serverTLSFiles) configs() (client, peer *tls.Config, err error) {
 	switch {
 	case f.cert != "" || f.key != "":
-		if client, err = tlsfiles.Server(f.cert, f.key, f.clientCA); err != nil {
-			return nil, nil, usagef("--cert-file and --key-file: %v", err)
+		if f.clientCRL != "" && f.clientCA == "" {
+			return nil, nil, usagef("--client-crl-file needs --client-ca-file: it revokes client certificates, which are asked for only then")
 		}
-	case f.clientCA != "":
-		return nil, nil, usagef("--client-ca-file needs --cert-file and --key-file: client certificates are asked for over TLS")
+		if client, err = tlsfiles.Server(f.cert, f.key, f.clientCA, f.clientCRL); err != nil {
+			return nil, nil, usagef("--cert-file, --key-file, --client-ca-file and --client-crl-file: %v", err)
+		}
+	case f.clientCA != "" || f.clientCRL != "":
+		return nil, nil, usagef("--client-ca-file and --client-crl-file need --cert-file and --key-file: client certificates are asked for over TLS")
 	}
-	if f.peerCert != "" || f.peerKey != "" || f.peerCA != "" {
-		if peer, err = tlsfiles.Peer(f.peerCert, f.peerKey, f.peerCA); err != nil {
-			return nil, nil, usagef("--peer-cert-file, --peer-key-file and --peer-ca-file: %v", err)
+	if f.peerCert != "" || f.peerKey != "" || f.peerCA != "" || f.peerCRL != "" {
+		if peer, err = tlsfiles.Peer(f.peerCert, f.peerKey, f.peerCA, f.peerCRL); err != nil {
+			return nil, nil, usagef("--peer-cert-file, --peer-key-file, --peer-ca-file and --peer-crl-file: %v", err)
 		}
 	}
 	return client, peer, nil

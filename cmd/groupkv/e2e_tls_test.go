@@ -67,7 +67,8 @@ func servedSerial(addr string, roots *x509.CertPool) (string, error) {
 // HTTPS and with the CLI, kills a node and restarts it (it catches up over
 // mutual TLS), has `groupkv cluster check` find every replica equal, and
 // renews a node's certificate in place: the node serves the new one
-// without a restart.
+// without a restart; and revokes the client's certificate: every node
+// refuses it, without a restart.
 func TestEndToEndTLSCluster(t *testing.T) {
 	certs := t.TempDir()
 	groupkvCLI(t, "certs", "ca", "--dir", certs)
@@ -80,7 +81,9 @@ func TestEndToEndTLSCluster(t *testing.T) {
 		groupkvCLI(t, "certs", "issue", name, "--dir", certs, "--host", "127.0.0.1,localhost")
 		crt, key := filepath.Join(certs, name+".crt"), filepath.Join(certs, name+".key")
 		n.args = []string{"--cert-file", crt, "--key-file", key, "--client-ca-file", filepath.Join(certs, "ca.crt"),
+			"--client-crl-file", filepath.Join(certs, "ca.crl"),
 			"--peer-cert-file", crt, "--peer-key-file", key, "--peer-ca-file", filepath.Join(certs, "ca.crt"),
+			"--peer-crl-file", filepath.Join(certs, "ca.crl"),
 			// Short raft logs: a node that was down catches up by snapshot,
 			// streamed over the peer port's TLS too.
 			"--raft-log-entries", "8"}
@@ -165,12 +168,12 @@ func TestEndToEndTLSCluster(t *testing.T) {
 		renewed = s
 		return nil
 	})
-	peerTLS, err := tlsfiles.Peer(filepath.Join(certs, "node2.crt"), filepath.Join(certs, "node2.key"), caFile)
+	peerTLS, err := tlsfiles.Peer(filepath.Join(certs, "node2.crt"), filepath.Join(certs, "node2.key"), caFile, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.eventually(30*time.Second, "node 1's peer port serves its renewed certificate", func() error {
-		cfg := peerTLS.Clone()
+		cfg := tlsfiles.DialConfig(peerTLS, "127.0.0.1")
 		cfg.NextProtos = []string{"h2"}
 		conn, err := tls.Dial("tcp", c.node(1).peerAddr, cfg)
 		if err != nil {
@@ -187,5 +190,30 @@ func TestEndToEndTLSCluster(t *testing.T) {
 		k := fmt.Sprint("renewed", id)
 		v := c.put(id, "s", k, "v")
 		c.wantRead(1+id%3, "s", k, "v", v)
+	}
+
+	// The app's certificate revoked (ca.crl, which every node reads again
+	// when it changes): the CLI with it is refused by every node, one with
+	// a new certificate is served.
+	groupkvCLI(t, "certs", "revoke", "app", "--dir", certs)
+	for id := 1; id <= 3; id++ {
+		c.eventually(30*time.Second, fmt.Sprintf("node %d refuses the revoked certificate", id), func() error {
+			out, err := exec.Command(binary, append([]string{"get", "s", "cli", "--addr", c.node(id).addr}, c.cliArgs...)...).CombinedOutput()
+			if err == nil {
+				return fmt.Errorf("served: %s", out)
+			}
+			if !strings.Contains(string(out), "certificate") {
+				t.Fatalf("node %d: the CLI with a revoked certificate: %s", id, out)
+			}
+			return nil
+		})
+	}
+	groupkvCLI(t, "certs", "issue", "app2", "--dir", certs)
+	for id := 1; id <= 3; id++ {
+		out := groupkvCLI(t, "get", "s", "cli", "--addr", c.node(id).addr, "--ca-file", caFile,
+			"--cert-file", filepath.Join(certs, "app2.crt"), "--key-file", filepath.Join(certs, "app2.key"))
+		if strings.TrimSpace(out) != "over-tls" {
+			t.Fatalf("node %d, with a new client certificate: %q", id, out)
+		}
 	}
 }

@@ -235,7 +235,9 @@ func (n *Node) start() error {
 	n.peers.dialOptions = n.dialOptions
 	n.tr = transport.NewGRPC(transport.Options{Resolver: n.resolve, Logger: n.log,
 		SnapshotSent: func(shardID, to uint64, ok bool) { n.host.ReportSnapshot(shardID, to, ok) },
-		DialOptions:  n.dialOptions(grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxPeerMessage)))})
+		DialOptions: func(addr string) []grpc.DialOption {
+			return n.dialOptions(addr, grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxPeerMessage)))
+		}})
 	if n.opts.LatestCacheBytes >= 0 {
 		n.latestCache = shard.NewLatestCache(cmp.Or(n.opts.LatestCacheBytes, 64<<20))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"sync"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/groupkv/groupkv/internal/cluster"
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/shard"
+	"github.com/groupkv/groupkv/internal/tlsfiles"
 	"github.com/groupkv/groupkv/internal/txn"
 )
 
@@ -164,16 +166,21 @@ func (n *Node) RegisterPeer(s grpc.ServiceRegistrar) {
 
 // peers holds the node's client connections to other nodes' peer ports.
 type peers struct {
-	dialOptions func(...grpc.DialOption) []grpc.DialOption
+	dialOptions func(addr string, extra ...grpc.DialOption) []grpc.DialOption
 	mu          sync.Mutex
 	conns       map[string]*grpc.ClientConn
 }
 
-// dialOptions returns the options of a connection to a peer port.
-func (n *Node) dialOptions(extra ...grpc.DialOption) []grpc.DialOption {
+// dialOptions returns the options of a connection to the peer port at
+// addr (host:port).
+func (n *Node) dialOptions(addr string, extra ...grpc.DialOption) []grpc.DialOption {
 	creds := insecure.NewCredentials()
 	if n.opts.PeerTLS != nil {
-		creds = credentials.NewTLS(n.opts.PeerTLS)
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			host = addr
+		}
+		creds = credentials.NewTLS(tlsfiles.DialConfig(n.opts.PeerTLS, host))
 	}
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
 		// A peer that comes back is reached within about an election
@@ -197,7 +204,7 @@ func (p *peers) conn(addr string) (*grpc.ClientConn, error) {
 	}
 	// Answers of forwarded reads and of parts of reads are as large as a
 	// page of records, beyond gRPC's default 4 MiB.
-	c, err := grpc.NewClient(addr, p.dialOptions(grpc.WithDefaultCallOptions(grpc.CallContentSubtype(peerCodec), grpc.MaxCallRecvMsgSize(maxPeerMessage)))...)
+	c, err := grpc.NewClient(addr, p.dialOptions(addr, grpc.WithDefaultCallOptions(grpc.CallContentSubtype(peerCodec), grpc.MaxCallRecvMsgSize(maxPeerMessage)))...)
 	if err != nil {
 		return nil, err
 	}

@@ -44,9 +44,9 @@ type Options struct {
 	// 20ms (a restarting peer is back quickly) and 1s (about an election
 	// timeout, so a returning peer is not kept waiting much longer).
 	MinBackoff, MaxBackoff time.Duration
-	// DialOptions are added to every peer connection; with none the
-	// connections are insecure (plaintext).
-	DialOptions []grpc.DialOption
+	// DialOptions answers the options of a connection to a peer at addr
+	// (host:port); with none the connections are insecure (plaintext).
+	DialOptions func(addr string) []grpc.DialOption
 	// SnapshotSent, if set, is told how sending each snapshot that went on
 	// a stream of its own ended (see snapshot.go). It must not block.
 	SnapshotSent func(shardID, to uint64, ok bool)
@@ -70,8 +70,10 @@ func (o *Options) EnsureDefaults() {
 	if o.MaxBackoff < o.MinBackoff {
 		o.MaxBackoff = o.MinBackoff
 	}
-	if len(o.DialOptions) == 0 {
-		o.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if o.DialOptions == nil {
+		o.DialOptions = func(string) []grpc.DialOption {
+			return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		}
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -282,7 +284,7 @@ func (s *sender) stop() { s.cancel() }
 func (s *sender) run() {
 	defer close(s.done)
 	log := s.t.opts.Logger.With("node", s.node, "addr", s.addr)
-	conn, err := grpc.NewClient(s.addr, s.t.opts.DialOptions...)
+	conn, err := grpc.NewClient(s.addr, s.t.opts.DialOptions(s.addr)...)
 	if err != nil {
 		// A malformed address: nothing will ever reach this node.
 		log.Error("raft transport: bad peer address", "err", err)

@@ -86,7 +86,7 @@ func (t *GRPC) sendSnapshot(addr string, m replication.Message) error {
 	if err != nil {
 		return err
 	}
-	conn, err := grpc.NewClient(addr, t.opts.DialOptions...)
+	conn, err := grpc.NewClient(addr, t.opts.DialOptions(addr)...)
 	if err != nil {
 		return err
 	}
