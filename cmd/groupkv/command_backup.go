@@ -274,6 +274,9 @@ func backupCollections(ctx context.Context, db groupkv.DB, names []string) ([]gr
 		if slices.ContainsFunc(infos, func(c groupkv.CollectionInfo) bool { return c.Name == name }) {
 			continue
 		}
+		if strings.HasPrefix(name, "_") {
+			return nil, usagef("--collection %q: collections whose names begin with _ are groupkv's own, not backed up", name)
+		}
 		c, err := db.DescribeCollection(ctx, name)
 		if err != nil {
 			return nil, fmt.Errorf("collection %q: %w", name, err)
@@ -524,9 +527,15 @@ func (b *backupReader) record(l backupLine) (key, value []byte, tags []string, e
 	if err != nil || !given || len(key) == 0 {
 		return nil, nil, nil, b.errorf("a record without a valid key")
 	}
+	if err := kv.ValidateKey(key); err != nil {
+		return nil, nil, nil, b.errorf("%s", kv.AsError(err).Message)
+	}
 	value, given, err = api.BytesFromJSON("value", l.Value, l.ValueBase64)
 	if err != nil || !given {
 		return nil, nil, nil, b.errorf("the record of key %q has no valid value", key)
+	}
+	if err := kv.ValidateTags(l.Tags); err != nil {
+		return nil, nil, nil, b.errorf("the record of key %q: %s", key, kv.AsError(err).Message)
 	}
 	return key, value, l.Tags, nil
 }
@@ -576,6 +585,16 @@ func checkBackup(path string) (*restorePlan, error) {
 			c := *l.Collection
 			if slices.ContainsFunc(plan.collections, func(o backupCollection) bool { return o.Name == c.Name }) {
 				return nil, b.errorf("collection %q appears twice", c.Name)
+			}
+			opts := groupkv.CollectionOptions{Name: c.Name, Partitioning: c.Partitioning, Shards: c.Shards, SplitPoints: c.SplitPoints}
+			if c.Partitioning == kv.PartitionRange {
+				opts.Shards = 0
+			}
+			if err := kv.ValidateCollectionOptions(&opts); err != nil {
+				return nil, b.errorf("collection %q: %s", c.Name, kv.AsError(err).Message)
+			}
+			if strings.HasPrefix(c.Name, "_") {
+				return nil, b.errorf("collection %q is groupkv's own: it cannot be restored", c.Name)
 			}
 			plan.collections = append(plan.collections, c)
 			cur, count, last = &plan.collections[len(plan.collections)-1], 0, nil

@@ -429,6 +429,14 @@ func TestBackupFlags(t *testing.T) {
 			t.Errorf("%v: %v, %q; want exit status 2 and %q", c.args, err, stderr.String(), c.says)
 		}
 	}
+	// A backup of groupkv's own collections is refused before any request.
+	cmd0 := exec.Command(binary, "backup", "--out", filepath.Join(t.TempDir(), "b"), "--collection", "_groups", "--addr", "127.0.0.1:1")
+	var stderr0 bytes.Buffer
+	cmd0.Stderr = &stderr0
+	var exit *exec.ExitError
+	if err := cmd0.Run(); !errors.As(err, &exit) || !strings.Contains(stderr0.String(), "groupkv's own") {
+		t.Errorf("backup --collection _groups: %v, %q", err, stderr0.String())
+	}
 	// A restore of a file that is not a backup says so.
 	path := filepath.Join(t.TempDir(), "x")
 	os.WriteFile(path, []byte("{\"hello\": 1}\n"), 0o600)
