@@ -176,6 +176,13 @@ func TestTLSHint(t *testing.T) {
 	if h := tlsHint(cmd, unavailable); !strings.Contains(h, "--cert-file") || strings.Contains(h, "--ca-file") {
 		t.Errorf("--ca-file given: hint %q, want one naming --cert-file only", h)
 	}
+	if err := cmd.Flags().Set("cert-file", "app.crt"); err != nil {
+		t.Fatal(err)
+	}
+	cut := &groupkv.Error{Code: groupkv.CodeUnavailable, Message: "grpc Unavailable: write tcp 127.0.0.1:1->127.0.0.1:2: write: broken pipe"}
+	if h := tlsHint(cmd, cut); !strings.Contains(h, "revoked") {
+		t.Errorf("a client certificate given, a connection cut: hint %q, want one saying it may be refused", h)
+	}
 	other := &groupkv.Error{Code: groupkv.CodeUnavailable, Message: "no leader for shard 3"}
 	if h := tlsHint(cmd, other); h != "" {
 		t.Errorf("an unavailable shard: hint %q, want none", h)

@@ -216,4 +216,12 @@ func TestEndToEndTLSCluster(t *testing.T) {
 			t.Fatalf("node %d, with a new client certificate: %q", id, out)
 		}
 	}
+	// A backup over TLS holds what was written.
+	backup := filepath.Join(t.TempDir(), "s.backup")
+	groupkvCLI(t, "backup", "--out", backup, "--collection", "s", "--addr", c.node(2).addr, "--ca-file", caFile,
+		"--cert-file", filepath.Join(certs, "app2.crt"), "--key-file", filepath.Join(certs, "app2.key"))
+	_, got := readBackupFile(t, backup)
+	if len(got["s"]) != len(versions)+4 || got["s"]["cli"].Value != "over-tls" {
+		t.Fatalf("backup over TLS: %d records, cli %+v; want %d and over-tls", len(got["s"]), got["s"]["cli"], len(versions)+4)
+	}
 }

@@ -81,7 +81,7 @@ func tlsHint(cmd *cobra.Command, e *groupkv.Error) string {
 	if cert, _ := cmd.Flags().GetString("cert-file"); cert == "" {
 		return " (if the server asks for a client certificate, give --cert-file and --key-file)"
 	}
-	return ""
+	return " (the server may have refused the client certificate: signed by a CA it does not trust, expired, or revoked)"
 }
 
 // usageError is a mistake on the command line (exit status 2).
