@@ -137,10 +137,7 @@ error when groups are active.`,
 				return err
 			}
 			defer db.Close()
-			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
+			ctx := commandContext(cmd)
 			return runBackup(ctx, cmd, db, out, collections, version)
 		},
 	}
@@ -401,10 +398,7 @@ stops part way (the server went away) can be run again with --overwrite.`,
 				return err
 			}
 			defer db.Close()
-			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
+			ctx := commandContext(cmd)
 			return runRestore(ctx, cmd, db, path, plan, overwrite, replicas, parallel)
 		},
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -59,10 +58,7 @@ transaction may or may not have been applied.`,
 				return err
 			}
 			defer db.Close()
-			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
+			ctx := commandContext(cmd)
 			res, err := db.Exec(ctx, req)
 			if err != nil {
 				return err
