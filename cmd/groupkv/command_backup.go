@@ -345,6 +345,7 @@ func (b *backupWriter) line(l backupLine) {
 func restoreCommand() *cobra.Command {
 	var (
 		overwrite   bool
+		checkOnly   bool
 		collections []string
 		replicas    int
 		parallel    int
@@ -356,7 +357,8 @@ func restoreCommand() *cobra.Command {
 into them. FILE - reads standard input (kept in a temporary file).
 
 The whole file is read and checked first (its format, its counts and its
-SHA-256): a damaged file is refused before anything is written. A
+SHA-256): a damaged file is refused before anything is written.
+--check-only stops there: it checks a backup without a server. A
 collection of the backup that exists on the server is refused too, unless
 --overwrite, which writes the backup's records into it (replacing those
 keys; other keys stay).
@@ -368,7 +370,8 @@ record keeps its key, value and tags, not its version. A restore that
 stops part way (the server went away) can be run again with --overwrite.`,
 		Example: `  groupkv restore users.backup
   gunzip -c cluster.backup.gz | groupkv restore -
-  groupkv restore cluster.backup --collection users --overwrite`,
+  groupkv restore cluster.backup --collection users --overwrite
+  groupkv restore cluster.backup --check-only`,
 		Args: argsBetween(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if parallel < 1 {
@@ -393,6 +396,15 @@ stops part way (the server went away) can be run again with --overwrite.`,
 			if err := plan.only(collections); err != nil {
 				return err
 			}
+			if checkOnly {
+				var n int64
+				for _, c := range plan.collections {
+					if plan.restores(c.Name) {
+						n += plan.records[c.Name]
+					}
+				}
+				return printJSON(cmd, backupSummary{Version: plan.version, Time: plan.time, Collections: len(plan.collections), Records: n})
+			}
 			db, err := dial(cmd)
 			if err != nil {
 				return err
@@ -407,6 +419,7 @@ stops part way (the server went away) can be run again with --overwrite.`,
 	f.StringSliceVar(&collections, "collection", nil, "restore only this collection of the backup (repeat, or separate with commas)")
 	f.IntVar(&replicas, "replicas", 0, "replication factor of the collections created (0: 3 on a cluster of 3 or more nodes, else the node count)")
 	f.IntVar(&parallel, "parallel", 4, "batches written at once")
+	f.BoolVar(&checkOnly, "check-only", false, "check the file as a restore would, print what it holds, and write nothing (no server needed)")
 	addAddrFlag(cmd)
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	return cmd

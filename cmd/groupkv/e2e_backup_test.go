@@ -221,6 +221,13 @@ func TestEndToEndBackupRestore(t *testing.T) {
 	}
 	wantBalanced(t, got, accounts, accounts*initial)
 
+	// --check-only: what the file holds, with no server.
+	out, err = exec.Command(binary, "restore", full, "--check-only", "--addr", "127.0.0.1:1").CombinedOutput()
+	var checked backupSummary
+	if err != nil || json.Unmarshal(out, &checked) != nil || checked.Version != version || checked.Collections != 5 || checked.Records != 1502+3+2+20 {
+		t.Fatalf("restore --check-only: %v %+v\n%s", err, checked, out)
+	}
+
 	// Restore on b: the same collections and records.
 	out, err = exec.Command(binary, "restore", full, "--addr", b.addr).CombinedOutput()
 	if err != nil {
@@ -289,6 +296,7 @@ func TestEndToEndBackupRestore(t *testing.T) {
 		}
 		says := map[string]string{"changed": "the file was changed", "cut": "cut short", "empty": "is empty"}[name]
 		restore(false, says, path, "--overwrite")
+		restore(false, says, path, "--check-only")
 	}
 	if v := u0001(); v != "changed" {
 		t.Errorf("a restore of a damaged file wrote u0001: %q", v)
