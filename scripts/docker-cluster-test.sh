@@ -20,7 +20,7 @@
 # them, client certificates asked for), with certificates made by `groupkv
 # certs` for their network names (node1..node3) and 127.0.0.1, mounted
 # read-only; the checks above run over HTTPS, and a request in the clear
-# must be refused. TLS mode runs the containers with plain `docker run`.
+# must be refused. With compose, TLS mode adds docker-compose.tls.yml.
 #
 # Every wait is bounded (WAIT seconds). Whatever the exit, the containers,
 # the network and the volumes it made are removed; on failure it prints the
@@ -82,9 +82,10 @@ case $COMPOSE in
 "docker compose" | docker-compose | plain) ;;
 *) fail "COMPOSE must be \"docker compose\", docker-compose or plain, not '$COMPOSE'" ;;
 esac
+COMPOSE_FILES=(-f "$ROOT/docker-compose.yml")
 case $TLS in
 0) ;;
-1) COMPOSE=plain ;; # docker-compose.yml runs its nodes in the clear
+1) COMPOSE_FILES+=(-f "$ROOT/docker-compose.tls.yml") ;;
 *) fail "TLS must be 0 or 1, not '$TLS'" ;;
 esac
 
@@ -95,7 +96,7 @@ declare -A CID=() # node number -> container id
 compose() {
 	# shellcheck disable=SC2086 # $COMPOSE is one or two words
 	GROUPKV_IMAGE=$IMAGE GROUPKV_PORT1=${PORT[0]} GROUPKV_PORT2=${PORT[1]} GROUPKV_PORT3=${PORT[2]} \
-		$COMPOSE -p "$PROJECT" -f "$ROOT/docker-compose.yml" "$@"
+		GROUPKV_CERTS=$TMP/certs $COMPOSE -p "$PROJECT" "${COMPOSE_FILES[@]}" "$@"
 }
 
 dump_logs() {
@@ -165,8 +166,11 @@ if [[ $TLS == 1 ]]; then
 		"$TMP/groupkv" certs issue "node$n" --dir "$TMP/certs" --host "node$n" --host 127.0.0.1 >/dev/null
 	done
 	"$TMP/groupkv" certs issue client --dir "$TMP/certs" >/dev/null
-	NODE_TLS=(--cert-file /certs/nodeN.crt --key-file /certs/nodeN.key --client-ca-file /certs/ca.crt
-		--peer-cert-file /certs/nodeN.crt --peer-key-file /certs/nodeN.key --peer-ca-file /certs/ca.crt)
+	# Keep in step with docker-compose.tls.yml.
+	NODE_TLS=(--cert-file /certs/nodeN.crt --key-file /certs/nodeN.key
+		--client-ca-file /certs/ca.crt --client-crl-file /certs/ca.crl
+		--peer-cert-file /certs/nodeN.crt --peer-key-file /certs/nodeN.key
+		--peer-ca-file /certs/ca.crt --peer-crl-file /certs/ca.crl)
 	CURL_TLS=(--cacert "$TMP/certs/ca.crt" --cert "$TMP/certs/client.crt" --key "$TMP/certs/client.key")
 	CLIENT_TLS=(--ca-file "$TMP/certs/ca.crt" --cert-file "$TMP/certs/client.crt" --key-file "$TMP/certs/client.key")
 	SCHEME=https
