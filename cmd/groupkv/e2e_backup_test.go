@@ -528,3 +528,139 @@ func TestEndToEndBackupCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestEndToEndBackupRestoreInterrupted: a backup whose server is killed
+// part way fails and leaves no file, nor its temporary one; a restore
+// whose server is killed part way fails, and the same restore with
+// --overwrite, once the server is back, finishes it: every record of the
+// backup is there.
+func TestEndToEndBackupRestoreInterrupted(t *testing.T) {
+	dir := t.TempDir()
+	a := startServer(t, filepath.Join(dir, "a"))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dbA, err := groupkv.Dial(a.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dbA.Close()
+	for _, o := range []groupkv.CollectionOptions{{Name: "big", Shards: 2}, {Name: "small", Shards: 2}} {
+		if _, err := dbA.CreateCollection(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const records, batch = 150_000, 500
+	value := bytes.Repeat([]byte("v"), 100)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := w; b*batch < records; b += 4 {
+				items := make([]groupkv.PutItem, 0, batch)
+				for i := b * batch; i < (b+1)*batch; i++ {
+					items = append(items, groupkv.PutItem{Collection: "big", Key: []byte(fmt.Sprintf("k%07d", i)), Value: value})
+				}
+				if _, err := dbA.BatchPut(ctx, items); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if _, err := dbA.Put(ctx, groupkv.PutRequest{Collection: "small", Key: []byte(fmt.Sprint("s", i)), Value: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	full := filepath.Join(dir, "full.backup")
+	if out, err := exec.Command(binary, "backup", "--addr", a.addr, "--out", full).CombinedOutput(); err != nil {
+		t.Fatalf("backup: %v\n%s", err, out)
+	}
+	_, want := readBackupFile(t, full)
+	if len(want["big"]) != records || len(want["small"]) != 10 {
+		t.Fatalf("the backup holds %d and %d records, want %d and 10", len(want["big"]), len(want["small"]), records)
+	}
+
+	// The server killed while a backup writes.
+	cut := filepath.Join(dir, "cut.backup")
+	backup := exec.Command(binary, "backup", "--addr", a.addr, "--out", cut)
+	var stderr bytes.Buffer
+	backup.Stderr = &stderr
+	if err := backup.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the backup to have written 1 MiB", func() bool {
+		fi, err := os.Stat(cut + ".tmp")
+		return err == nil && fi.Size() >= 1<<20
+	})
+	a.kill()
+	if err := backup.Wait(); err == nil {
+		t.Fatal("a backup whose server was killed part way succeeded")
+	}
+	for _, f := range []string{cut, cut + ".tmp"} {
+		if _, err := os.Stat(f); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("a failed backup left %s (%v); its error: %s", f, err, stderr.String())
+		}
+	}
+
+	// The server killed while a restore writes, then the restore again.
+	bdir := filepath.Join(dir, "b")
+	b := startServer(t, bdir)
+	dbB, err := groupkv.Dial(b.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restore := exec.Command(binary, "restore", full, "--addr", b.addr, "--parallel", "1")
+	stderr.Reset()
+	restore.Stderr = &stderr
+	if err := restore.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the restore to have written records", func() bool {
+		res, err := dbB.Scan(ctx, groupkv.ScanRequest{Collection: "big", Start: []byte("k0050000"), Limit: 1})
+		return err == nil && len(res.Items) > 0
+	})
+	b.kill()
+	dbB.Close()
+	if err := restore.Wait(); err == nil {
+		t.Fatal("a restore whose server was killed part way succeeded")
+	}
+	if msg := stderr.String(); !strings.Contains(msg, "restoring collection") && !strings.Contains(msg, "collection \"") {
+		t.Errorf("the interrupted restore does not say where it stopped: %s", msg)
+	}
+	t.Logf("the interrupted restore: %s", strings.TrimSpace(stderr.String()))
+	b = startServer(t, bdir)
+	if out, err := exec.Command(binary, "restore", full, "--addr", b.addr, "--overwrite").CombinedOutput(); err != nil {
+		t.Fatalf("restore --overwrite after the interrupted one: %v\n%s", err, out)
+	}
+	dbB, err = groupkv.Dial(b.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dbB.Close()
+	for _, name := range []string{"big", "small"} {
+		if d := sameRecords(want[name], scanAll(t, dbB, name)); d != "" {
+			t.Errorf("%s after the restore finished: %s", name, d)
+		}
+	}
+}
+
+// waitFor polls cond every few milliseconds until it holds, failing the
+// test after a minute (a bound that only catches hangs).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited a minute for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

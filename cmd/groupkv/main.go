@@ -54,7 +54,8 @@ func main() {
 		}
 		var e *groupkv.Error
 		if errors.As(err, &e) {
-			fmt.Fprintf(os.Stderr, "groupkv: %s: %s%s\n", e.Code, e.Message, tlsHint(cmd, e))
+			// A wrapped error says what failed before the server's answer.
+			fmt.Fprintf(os.Stderr, "groupkv: %v%s\n", err, tlsHint(cmd, e))
 		} else {
 			fmt.Fprintf(os.Stderr, "groupkv: %v\n", err)
 		}
