@@ -138,6 +138,9 @@ const (
 	CodeGroupRefused       = kv.CodeGroupRefused
 	CodeCommitUnknown      = kv.CodeCommitUnknown
 	CodeUnimplemented      = kv.CodeUnimplemented
+	// CodePermissionDenied: the client's role (the server's roles file)
+	// does not allow the operation.
+	CodePermissionDenied = kv.CodePermissionDenied
 	// CodePlacementTagChanged: a put would change the placement tag (the
 	// first tag) of a live record of a tag collection, or of a key a group
 	// holds.

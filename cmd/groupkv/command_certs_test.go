@@ -145,6 +145,8 @@ func TestServerTLSFlags(t *testing.T) {
 		{[]string{"--client-ca-file", f("ca.crt")}, "--client-ca-file and --client-crl-file need --cert-file"},
 		{[]string{"--cert-file", f("node1.crt"), "--key-file", f("node1.key"), "--client-crl-file", f("ca.crl")}, "--client-crl-file needs --client-ca-file"},
 		{[]string{"--peer-cert-file", f("node1.crt"), "--peer-key-file", f("node1.key"), "--peer-ca-file", f("ca.crt"), "--peer-crl-file", f("ca.crt")}, "not an X509 CRL"},
+		{[]string{"--cert-file", f("node1.crt"), "--key-file", f("node1.key"), "--roles-file", f("ca.crt")}, "--roles-file needs --client-ca-file"},
+		{[]string{"--cert-file", f("node1.crt"), "--key-file", f("node1.key"), "--client-ca-file", f("ca.crt"), "--roles-file", f("ca.crt")}, "is not read, write or admin"},
 		{[]string{"--cert-file", f("node1.crt")}, "needs its key"},
 		{[]string{"--cert-file", f("node1.crt"), "--key-file", f("node2.key")}, "private key does not match"},
 		{[]string{"--peer-cert-file", f("node1.crt"), "--peer-key-file", f("node1.key")}, "all three"},

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/groupkv/groupkv/internal/auth"
 	"github.com/groupkv/groupkv/internal/node"
 	"github.com/groupkv/groupkv/internal/server"
 	"github.com/groupkv/groupkv/internal/storage"
@@ -51,6 +52,14 @@ serves HTTP/JSON and gRPC on 127.0.0.1:7070 and listens for peers on
 			var err error
 			if cfg.TLS, cfg.PeerTLS, err = tlsFiles.configs(); err != nil {
 				return err
+			}
+			if tlsFiles.roles != "" {
+				if tlsFiles.clientCA == "" {
+					return usagef("--roles-file needs --client-ca-file: it names clients by the certificates they present")
+				}
+				if cfg.Roles, err = auth.Load(tlsFiles.roles); err != nil {
+					return usagef("--roles-file: %v", err)
+				}
 			}
 			switch {
 			case !cmd.Flags().Changed("merge-size"):
@@ -133,6 +142,7 @@ serves HTTP/JSON and gRPC on 127.0.0.1:7070 and listens for peers on
 	f.StringVar(&tlsFiles.key, "key-file", "", "key of --cert-file")
 	f.StringVar(&tlsFiles.clientCA, "client-ca-file", "", "CA certificates of the clients the client port accepts: each must present a certificate one of them signed (needs --cert-file; read again when it changes)")
 	f.StringVar(&tlsFiles.clientCRL, "client-crl-file", "", "certificate revocation list, signed by a CA of --client-ca-file: the client certificates it lists are refused (groupkv certs revoke; read again when it changes)")
+	f.StringVar(&tlsFiles.roles, "roles-file", "", "roles of the clients, by their certificates' common names: lines of NAME ROLE (read, write or admin; * for any other client); requests beyond a client's role answer 403 permission_denied (needs --client-ca-file; read again when it changes)")
 	f.StringVar(&tlsFiles.peerCert, "peer-cert-file", "", "certificate of this node on the peer port, served and presented to the nodes it dials: mutual TLS between nodes (with --peer-key-file and --peer-ca-file; list every name other nodes dial it by)")
 	f.StringVar(&tlsFiles.peerKey, "peer-key-file", "", "key of --peer-cert-file")
 	f.StringVar(&tlsFiles.peerCA, "peer-ca-file", "", "CA certificates of the cluster's nodes: a peer's certificate must be signed by one of them, both ways (read again when it changes)")
@@ -145,6 +155,7 @@ serves HTTP/JSON and gRPC on 127.0.0.1:7070 and listens for peers on
 type serverTLSFiles struct {
 	cert, key, clientCA, clientCRL     string
 	peerCert, peerKey, peerCA, peerCRL string
+	roles                              string
 }
 
 // configs answers the TLS configurations of the client port and of the

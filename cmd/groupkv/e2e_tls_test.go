@@ -67,13 +67,18 @@ func servedSerial(addr string, roots *x509.CertPool) (string, error) {
 // HTTPS and with the CLI, kills a node and restarts it (it catches up over
 // mutual TLS), has `groupkv cluster check` find every replica equal, and
 // renews a node's certificate in place: the node serves the new one
-// without a restart; and revokes the client's certificate: every node
-// refuses it, without a restart.
+// without a restart; revokes the client's certificate: every node
+// refuses it, without a restart; and refuses a write to a client whose
+// role (--roles-file) is read.
 func TestEndToEndTLSCluster(t *testing.T) {
 	certs := t.TempDir()
 	groupkvCLI(t, "certs", "ca", "--dir", certs)
 	if out, err := exec.Command(binary, "certs", "ca", "--dir", certs).CombinedOutput(); err == nil || !strings.Contains(string(out), "already holds a CA") {
 		t.Fatalf("a second CA in the same directory: %v %s, want a refusal", err, out)
+	}
+	roles := filepath.Join(certs, "roles")
+	if err := os.WriteFile(roles, []byte("app admin\napp2 admin\nviewer read\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	c := newTCluster(t, 3)
 	for _, n := range c.nodes {
@@ -83,7 +88,7 @@ func TestEndToEndTLSCluster(t *testing.T) {
 		n.args = []string{"--cert-file", crt, "--key-file", key, "--client-ca-file", filepath.Join(certs, "ca.crt"),
 			"--client-crl-file", filepath.Join(certs, "ca.crl"),
 			"--peer-cert-file", crt, "--peer-key-file", key, "--peer-ca-file", filepath.Join(certs, "ca.crt"),
-			"--peer-crl-file", filepath.Join(certs, "ca.crl"),
+			"--peer-crl-file", filepath.Join(certs, "ca.crl"), "--roles-file", roles,
 			// Short raft logs: a node that was down catches up by snapshot,
 			// streamed over the peer port's TLS too.
 			"--raft-log-entries", "8"}
@@ -215,6 +220,16 @@ func TestEndToEndTLSCluster(t *testing.T) {
 		if strings.TrimSpace(out) != "over-tls" {
 			t.Fatalf("node %d, with a new client certificate: %q", id, out)
 		}
+	}
+	// A client whose role is read: it reads, and a write is refused.
+	groupkvCLI(t, "certs", "issue", "viewer", "--dir", certs)
+	viewer := []string{"--ca-file", caFile, "--cert-file", filepath.Join(certs, "viewer.crt"), "--key-file", filepath.Join(certs, "viewer.key")}
+	if out := groupkvCLI(t, append([]string{"get", "s", "cli", "--addr", c.node(1).addr}, viewer...)...); strings.TrimSpace(out) != "over-tls" {
+		t.Fatalf("the viewer's get: %q", out)
+	}
+	out, err := exec.Command(binary, append([]string{"put", "s", "cli", "no", "--addr", c.node(1).addr}, viewer...)...).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "permission_denied") {
+		t.Fatalf("the viewer's put: %v %s, want permission_denied", err, out)
 	}
 	// A backup over TLS holds what was written.
 	backup := filepath.Join(t.TempDir(), "s.backup")

@@ -441,6 +441,8 @@ func GRPCCode(c kv.Code) codes.Code {
 	switch c {
 	case kv.CodeInvalidArgument:
 		return codes.InvalidArgument
+	case kv.CodePermissionDenied:
+		return codes.PermissionDenied
 	case kv.CodeNotFound, kv.CodeCollectionNotFound:
 		return codes.NotFound
 	case kv.CodeAlreadyExists:
@@ -580,6 +582,8 @@ func errorFromCode(st *status.Status, mayHaveRun bool) error {
 		}
 	case codes.InvalidArgument:
 		code = kv.CodeInvalidArgument
+	case codes.PermissionDenied:
+		code = kv.CodePermissionDenied
 	case codes.NotFound:
 		code = kv.CodeNotFound
 	case codes.AlreadyExists:

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/groupkv/groupkv/internal/auth"
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/workpool"
 	pb "github.com/groupkv/groupkv/proto/groupkvpb"
@@ -46,6 +47,11 @@ type GRPCConfig struct {
 	// answered were not served (PipelineDrained). Close it before
 	// GracefulStop, which would otherwise wait for them.
 	Draining <-chan struct{}
+	// Roles, when set, checks every call against its client's role
+	// (package auth), the client named by the certificate of its TLS
+	// connection (the listener's: the server's transport credentials
+	// become connCredentials).
+	Roles *auth.Roles
 }
 
 // NewGRPCServerWith is NewGRPCServer with cfg.
@@ -53,8 +59,12 @@ func NewGRPCServerWith(b kv.Backend, cfg GRPCConfig, opts ...grpc.ServerOption) 
 	all := make([]grpc.ServerOption, 0, 3+len(opts))
 	all = append(all, grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize), grpc.ForceServerCodecV2(Codec{}))
 	all = append(all, opts...)
+	if cfg.Roles != nil {
+		all = append(all, grpc.Creds(connCredentials{}),
+			grpc.ChainUnaryInterceptor(authUnary(cfg.Roles)), grpc.ChainStreamInterceptor(authStream(cfg.Roles)))
+	}
 	s := grpc.NewServer(all...)
-	pb.RegisterGroupKVServer(s, &grpcService{b: b, workers: workpool.New(), observe: cfg.Observe, draining: cfg.Draining})
+	pb.RegisterGroupKVServer(s, &grpcService{b: b, workers: workpool.New(), observe: cfg.Observe, draining: cfg.Draining, roles: cfg.Roles})
 	return s
 }
 
@@ -128,6 +138,7 @@ type grpcService struct {
 	workers  *workpool.Pool
 	observe  func(op string, code kv.Code, seconds float64)
 	draining <-chan struct{}
+	roles    *auth.Roles // nil: no roles file
 }
 
 var _ pb.GroupKVServer = (*grpcService)(nil)

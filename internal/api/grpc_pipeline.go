@@ -110,6 +110,10 @@ func (s *grpcService) Pipeline(st pb.GroupKV_PipelineServer) error {
 	// (getNow), queued together when the message is done.
 	var now []*pb.PipelineResponse
 	serve := func(req *pb.PipelineRequest) {
+		if err := s.roles.Check(ctx, pipelinedRole(req), "a pipelined request"); err != nil {
+			send(s.finishPipelined(&pb.PipelineResponse{Id: req.GetId()}, "pipeline", err, "", time.Now()))
+			return
+		}
 		if resp := s.getNow(req); resp != nil {
 			now = append(now, resp)
 			return

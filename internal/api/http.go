@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/groupkv/groupkv/internal/auth"
 	"github.com/groupkv/groupkv/internal/kv"
 )
 
@@ -59,6 +60,10 @@ type HTTPConfig struct {
 	// Extra, when not nil, serves GET /metrics (a node passes promhttp's
 	// handler for its registry). Without it /metrics answers 404.
 	Extra http.Handler
+	// Roles, when set, checks every request against its client's role
+	// (package auth; the server's ConnContext names the client) before it
+	// is served: 403 permission_denied otherwise.
+	Roles *auth.Roles
 }
 
 // EnsureDefaults replaces zero or negative limits by their defaults.
@@ -103,6 +108,8 @@ const (
 	// opUnknown is a request that named no operation: an unknown path or a
 	// method the path does not serve.
 	opUnknown = "unknown"
+	// opDenied is a request its client's role does not allow.
+	opDenied = "denied"
 )
 
 // Paths the handler serves. kvPrefix is followed by {collection}/{key},
@@ -202,6 +209,11 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // error it has written nothing, and the caller answers the error.
 func (h *httpHandler) serve(w http.ResponseWriter, r *http.Request) (op string, err error) {
 	p := escapedPath(r.URL)
+	if need, what := httpRole(r.Method, p); h.cfg.Roles != nil {
+		if err := h.cfg.Roles.Check(r.Context(), need, what); err != nil {
+			return opDenied, err
+		}
+	}
 	switch {
 	case p == healthPath:
 		return opHealth, h.serveHealth(w, r)

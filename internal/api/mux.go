@@ -297,6 +297,9 @@ type peekedConn struct {
 	peeked []byte // read from Conn, not yet from peekedConn
 }
 
+// NetConn answers the connection c reads from (for its TLS state).
+func (c *peekedConn) NetConn() net.Conn { return c.Conn }
+
 func (c *peekedConn) Read(p []byte) (int, error) {
 	if len(c.peeked) > 0 {
 		n := copy(p, c.peeked)

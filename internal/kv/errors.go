@@ -13,6 +13,7 @@ type Code string
 
 const (
 	CodeInvalidArgument     Code = "invalid_argument"      // 400
+	CodePermissionDenied    Code = "permission_denied"     // 403: the client's role does not allow the operation
 	CodeNotFound            Code = "not_found"             // 404
 	CodeCollectionNotFound  Code = "collection_not_found"  // 404
 	CodeAlreadyExists       Code = "already_exists"        // 409
@@ -35,6 +36,8 @@ func (c Code) HTTPStatus() int {
 	switch c {
 	case CodeInvalidArgument:
 		return http.StatusBadRequest
+	case CodePermissionDenied:
+		return http.StatusForbidden
 	case CodeNotFound, CodeCollectionNotFound:
 		return http.StatusNotFound
 	case CodeAlreadyExists, CodeTxnAborted, CodeKeyInGroup, CodeGroupRefused, CodePlacementTagChanged:

@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/groupkv/groupkv/internal/api"
+	"github.com/groupkv/groupkv/internal/auth"
 	"github.com/groupkv/groupkv/internal/node"
 	"github.com/groupkv/groupkv/internal/storage"
 )
@@ -73,7 +74,11 @@ type Config struct {
 	// peer port in the clear can speak for a node. The node dials other
 	// nodes with Node.PeerTLS, which Start sets to PeerTLS when unset.
 	PeerTLS *tls.Config
-	Logger  *slog.Logger
+	// Roles, when set, checks every request of the client port against
+	// its client's role (package auth), the client named by the
+	// certificate it presented: TLS must ask for client certificates.
+	Roles  *auth.Roles
+	Logger *slog.Logger
 }
 
 // DefaultMaxConnections is the most client connections served at once by
@@ -190,6 +195,9 @@ func Start(cfg Config) (*Server, error) {
 		cfg.IdleTimeout = 2 * time.Minute
 	}
 	cfg.Node.Logger = cfg.Logger
+	if cfg.Roles != nil && (cfg.TLS == nil || cfg.TLS.ClientAuth == tls.NoClientCert) {
+		return nil, errors.New("server: a roles file names clients by their certificates: serve the client port over TLS and ask for client certificates")
+	}
 	if cfg.Node.PeerTLS == nil {
 		cfg.Node.PeerTLS = cfg.PeerTLS
 	}
@@ -236,7 +244,7 @@ func Start(cfg Config) (*Server, error) {
 	baseCtx, cancelRequests := context.WithCancel(context.Background())
 	s.cancelRequests = cancelRequests
 	s.draining = make(chan struct{})
-	s.grpcSrv = api.NewGRPCServerWith(n, api.GRPCConfig{Observe: metrics.Observe, Draining: s.draining},
+	s.grpcSrv = api.NewGRPCServerWith(n, api.GRPCConfig{Observe: metrics.Observe, Draining: s.draining, Roles: cfg.Roles},
 		grpc.MaxRecvMsgSize(maxMessage), grpc.MaxSendMsgSize(maxMessage),
 		// Reused workers keep their grown stacks; a goroutine per request
 		// would grow its stack anew on every deep read. A request that
@@ -254,6 +262,7 @@ func Start(cfg Config) (*Server, error) {
 		MaxValueSize: cfg.Node.MaxValueSize,
 		Metrics:      metrics,
 		Extra:        promhttp.HandlerFor(cfg.Node.Registry, promhttp.HandlerOpts{}),
+		Roles:        cfg.Roles,
 	})
 	if cfg.Pprof {
 		handler = withPprof(handler)
@@ -265,6 +274,7 @@ func Start(cfg Config) (*Server, error) {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       cfg.IdleTimeout,
 		BaseContext:       func(net.Listener) context.Context { return baseCtx },
+		ConnContext:       api.ConnContext,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
 	s.mux = api.NewMux(l, s.grpcSrv, s.httpSrv, api.MuxConfig{})
@@ -292,7 +302,7 @@ func Start(cfg Config) (*Server, error) {
 	n.Serve(adv, advPeer)
 	cfg.Logger.Info("groupkv node started", "node", n.ID(), "listen", l.Addr().String(),
 		"peer_listen", peerL.Addr().String(), "data_dir", cfg.Node.DataDir, "max_connections", conns,
-		"tls", cfg.TLS != nil, "peer_tls", cfg.PeerTLS != nil)
+		"tls", cfg.TLS != nil, "peer_tls", cfg.PeerTLS != nil, "roles", cfg.Roles != nil)
 	if cfg.PeerTLS == nil && !isLoopback(peerL.Addr()) {
 		cfg.Logger.Warn("the peer port is served in the clear on an address other machines may reach: anyone who reaches it can speak for a node; serve it over mutual TLS (--peer-cert-file, --peer-key-file, --peer-ca-file) or keep it on a private network",
 			"peer_listen", peerL.Addr().String())
