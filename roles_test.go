@@ -45,6 +45,7 @@ func TestRoles(t *testing.T) {
 		if cfg.Roles, err = auth.Load(rolesFile); err != nil {
 			t.Fatal(err)
 		}
+		cfg.Pprof = true
 	})
 	clientTLS := map[string]*tls.Config{}
 	dial := func(name string) groupkv.DB {
@@ -147,9 +148,11 @@ func TestRoles(t *testing.T) {
 		{"writer", "POST", "/v1/txn/exec", `{"then": [{"op": "get", "collection": "c", "key": "k"}]}`, 200},
 		{"stranger", "GET", "/v1/kv/c/k", "", 403},
 		{"stranger", "GET", "/healthz", "", 200},
+		{"writer", "GET", "/debug/pprof/cmdline", "", 403},
+		{"admin", "GET", "/debug/pprof/cmdline", "", 200},
 	} {
 		code, body := httpDo(c.who, c.method, c.path, c.body)
-		if code != c.want || code == 403 && !strings.Contains(body, `"permission_denied"`) {
+		if code != c.want || code == 403 && !strings.Contains(body, "permission_denied") {
 			t.Errorf("%s %s %s: %d %s, want %d", c.who, c.method, c.path, code, body, c.want)
 		}
 	}

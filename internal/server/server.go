@@ -265,7 +265,7 @@ func Start(cfg Config) (*Server, error) {
 		Roles:        cfg.Roles,
 	})
 	if cfg.Pprof {
-		handler = withPprof(handler)
+		handler = withPprof(handler, cfg.Roles)
 		// Contended locks, one in 100 sampled: /debug/pprof/mutex.
 		runtime.SetMutexProfileFraction(100)
 	}
@@ -445,7 +445,7 @@ func (s *Server) Close(ctx context.Context) error {
 
 // withPprof serves /debug/pprof/ from net/http/pprof and everything else
 // from h (which must see its paths uncleaned, so no ServeMux in front of it).
-func withPprof(h http.Handler) http.Handler {
+func withPprof(h http.Handler, roles *auth.Roles) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -454,6 +454,10 @@ func withPprof(h http.Handler) http.Handler {
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/debug/pprof/") {
+			if err := roles.Check(r.Context(), auth.Admin, "profiling"); err != nil {
+				http.Error(w, err.Error(), http.StatusForbidden)
+				return
+			}
 			mux.ServeHTTP(w, r)
 			return
 		}
