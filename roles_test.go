@@ -3,7 +3,6 @@ package groupkv_test
 import (
 	"context"
 	"crypto/tls"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -33,15 +32,8 @@ func TestRoles(t *testing.T) {
 		}
 	}
 	writeRoles("reader read\nwriter write\nadmin admin\n")
-	servers, _ := startServers(t, func(i int, cfg *server.Config) {
-		cert, key := p.issue(fmt.Sprint("node", i), "127.0.0.1")
+	servers, _ := startServers(t, p.nodeTLS, func(i int, cfg *server.Config) {
 		var err error
-		if cfg.TLS, err = tlsfiles.Server(cert, key, p.caFile(), ""); err != nil {
-			t.Fatal(err)
-		}
-		if cfg.PeerTLS, err = tlsfiles.Peer(cert, key, p.caFile(), ""); err != nil {
-			t.Fatal(err)
-		}
 		if cfg.Roles, err = auth.Load(rolesFile); err != nil {
 			t.Fatal(err)
 		}

@@ -39,6 +39,19 @@ func newTestPKI(t *testing.T) *testPKI {
 
 func (p *testPKI) caFile() string { return filepath.Join(p.dir, "ca.crt") }
 
+// nodeTLS configures node i of startServers: its client port over TLS,
+// asking for certificates of the CA, and mutual TLS between nodes.
+func (p *testPKI) nodeTLS(i int, cfg *server.Config) {
+	cert, key := p.issue(fmt.Sprint("node", i), "127.0.0.1")
+	var err error
+	if cfg.TLS, err = tlsfiles.Server(cert, key, p.caFile(), ""); err != nil {
+		p.t.Fatal(err)
+	}
+	if cfg.PeerTLS, err = tlsfiles.Peer(cert, key, p.caFile(), ""); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
 func (p *testPKI) issue(name string, hosts ...string) (certFile, keyFile string) {
 	p.t.Helper()
 	certFile, keyFile, err := p.ca.IssueFiles(p.dir, name, hosts, time.Hour)
@@ -55,16 +68,7 @@ func (p *testPKI) issue(name string, hosts ...string) (certFile, keyFile string)
 // one without a certificate, and a node of another CA are refused.
 func TestTLSCluster(t *testing.T) {
 	p := newTestPKI(t)
-	servers, regs := startServers(t, func(i int, cfg *server.Config) {
-		cert, key := p.issue(fmt.Sprint("node", i), "127.0.0.1")
-		var err error
-		if cfg.TLS, err = tlsfiles.Server(cert, key, p.caFile(), ""); err != nil {
-			t.Fatal(err)
-		}
-		if cfg.PeerTLS, err = tlsfiles.Peer(cert, key, p.caFile(), ""); err != nil {
-			t.Fatal(err)
-		}
-	})
+	servers, regs := startServers(t, p.nodeTLS)
 
 	appCert, appKey := p.issue("app")
 	appTLS, err := tlsfiles.Client(p.caFile(), appCert, appKey)
