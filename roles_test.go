@@ -3,6 +3,7 @@ package groupkv_test
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -97,6 +98,11 @@ func TestRoles(t *testing.T) {
 	})
 	allowed("reader's read-only transaction", err)
 	err = reader.Transact(ctx, func(tx *groupkv.Tx) error {
+		_, err := tx.GetForUpdate(ctx, groupkv.GetRequest{Collection: "c", Key: []byte("k")})
+		return err
+	})
+	denied("reader's read for update", err)
+	err = reader.Transact(ctx, func(tx *groupkv.Tx) error {
 		return tx.Put(ctx, groupkv.PutRequest{Collection: "c", Key: []byte("t"), Value: []byte("x")})
 	})
 	denied("reader's writing transaction", err)
@@ -148,6 +154,20 @@ func TestRoles(t *testing.T) {
 			t.Errorf("%s %s %s: %d %s, want %d", c.who, c.method, c.path, code, body, c.want)
 		}
 	}
+
+	// A read for update in an HTTP session needs write too.
+	code, body := httpDo("reader", "POST", "/v1/txn", `{}`)
+	var begun struct{ Txn string }
+	if err := json.Unmarshal([]byte(body), &begun); code != 200 || err != nil {
+		t.Fatalf("reader beginning a transaction: %d %s", code, body)
+	}
+	if code, body := httpDo("reader", "POST", "/v1/txn/"+begun.Txn+"/get", `{"collection": "c", "key": "k", "for_update": true}`); code != 403 {
+		t.Errorf("reader's read for update over HTTP: %d %s, want 403", code, body)
+	}
+	if code, body := httpDo("reader", "POST", "/v1/txn/"+begun.Txn+"/get", `{"collection": "c", "key": "k"}`); code != 200 {
+		t.Errorf("reader's read over HTTP: %d %s, want 200", code, body)
+	}
+	httpDo("reader", "POST", "/v1/txn/"+begun.Txn+"/abort", "")
 
 	// A change of the file: the reader may write, anyone else read (each
 	// server looks at the file at most once a second).

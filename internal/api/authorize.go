@@ -99,7 +99,8 @@ func httpRole(method, p string) (auth.Role, string) {
 }
 
 // grpcRoles is the role each gRPC method needs; a method not listed needs
-// auth.Admin. CommitTxn needs more when it carries writes (grpcRole).
+// auth.Admin. CommitTxn needs more when it carries writes, and TxnGet
+// when it reads for update (grpcRole).
 var grpcRoles = map[string]auth.Role{
 	"Ready":              auth.None,
 	"ListCollections":    auth.Read,
@@ -146,8 +147,15 @@ func grpcRole(fullMethod string, req any) auth.Role {
 	if !ok {
 		return auth.Admin
 	}
-	if c, ok := req.(*pb.CommitTxnRequest); ok && len(c.GetWrites()) > 0 {
-		return auth.Write
+	switch r := req.(type) {
+	case *pb.CommitTxnRequest:
+		if len(r.GetWrites()) > 0 {
+			return auth.Write
+		}
+	case *pb.TxnGetRequest:
+		if r.GetForUpdate() {
+			return auth.Write // its exclusive lock holds writers off
+		}
 	}
 	return role
 }
@@ -158,7 +166,7 @@ func pipelinedRole(req *pb.PipelineRequest) auth.Role {
 	switch {
 	case req.GetPut() != nil, req.GetDelete() != nil:
 		return auth.Write
-	case len(req.GetCommitTxn().GetWrites()) > 0:
+	case len(req.GetCommitTxn().GetWrites()) > 0, req.GetTxnGet().GetForUpdate():
 		return auth.Write
 	}
 	return auth.Read

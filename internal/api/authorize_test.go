@@ -37,6 +37,9 @@ func TestGRPCRolesCoverEveryMethod(t *testing.T) {
 	if got := grpcRole(pb.GroupKV_CommitTxn_FullMethodName, &pb.CommitTxnRequest{Writes: []*pb.TxnOp{{Op: "put"}}}); got != auth.Write {
 		t.Errorf("a commit with writes: %s, want write", got)
 	}
+	if got := grpcRole(pb.GroupKV_TxnGet_FullMethodName, &pb.TxnGetRequest{ForUpdate: true}); got != auth.Write {
+		t.Errorf("a read for update: %s, want write", got)
+	}
 	for _, c := range []struct {
 		req  *pb.PipelineRequest
 		want auth.Role
@@ -47,6 +50,8 @@ func TestGRPCRolesCoverEveryMethod(t *testing.T) {
 		{&pb.PipelineRequest{Op: &pb.PipelineRequest_Delete{Delete: &pb.DeleteRequest{}}}, auth.Write},
 		{&pb.PipelineRequest{Op: &pb.PipelineRequest_CommitTxn{CommitTxn: &pb.CommitTxnRequest{}}}, auth.Read},
 		{&pb.PipelineRequest{Op: &pb.PipelineRequest_CommitTxn{CommitTxn: &pb.CommitTxnRequest{Writes: []*pb.TxnOp{{Op: "delete"}}}}}, auth.Write},
+		{&pb.PipelineRequest{Op: &pb.PipelineRequest_TxnGet{TxnGet: &pb.TxnGetRequest{}}}, auth.Read},
+		{&pb.PipelineRequest{Op: &pb.PipelineRequest_TxnGet{TxnGet: &pb.TxnGetRequest{ForUpdate: true}}}, auth.Write},
 	} {
 		if got := pipelinedRole(c.req); got != c.want {
 			t.Errorf("pipelined %v: %s, want %s", c.req, got, c.want)

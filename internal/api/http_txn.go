@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/groupkv/groupkv/internal/auth"
 	"github.com/groupkv/groupkv/internal/kv"
 )
 
@@ -153,6 +154,10 @@ func (h *httpHandler) txnGet(w http.ResponseWriter, r *http.Request, tb kv.TxnBa
 	}
 	get := tb.TxnGet
 	if req.ForUpdate {
+		// Its exclusive lock holds writers off: a read for a write.
+		if err := h.cfg.Roles.Check(r.Context(), auth.Write, "a read for update"); err != nil {
+			return err
+		}
 		get = tb.TxnGetForUpdate
 	}
 	rec, found, err := get(r.Context(), id, ref)
