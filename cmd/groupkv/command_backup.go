@@ -689,7 +689,7 @@ func runRestore(ctx context.Context, cmd *cobra.Command, db groupkv.DB, path str
 		}
 	}
 
-	b, f, err := openBackup(path)
+	r, f, err := openBackup(path)
 	if err != nil {
 		return err
 	}
@@ -748,7 +748,7 @@ func runRestore(ctx context.Context, cmd *cobra.Command, db groupkv.DB, path str
 		return nil
 	}
 	for {
-		l, err := b.next()
+		l, err := r.next()
 		if err == io.EOF {
 			break
 		}
@@ -763,7 +763,8 @@ func runRestore(ctx context.Context, cmd *cobra.Command, db groupkv.DB, path str
 			info = groupkv.CollectionInfo{}
 			if plan.restores(cur) {
 				if info, err = db.DescribeCollection(ctx, cur); err != nil {
-					return settleWith(wg.Wait, fmt.Errorf("collection %q: %w", cur, err))
+					wg.Wait()
+					return fmt.Errorf("collection %q: %w", cur, err)
 				}
 			}
 		case l.CollectionEnd != nil:
@@ -784,24 +785,24 @@ func runRestore(ctx context.Context, cmd *cobra.Command, db groupkv.DB, path str
 			if !plan.restores(cur) {
 				continue
 			}
-			key, value, tags, err := b.record(l)
+			key, value, tags, err := r.record(l)
 			if err != nil {
 				wg.Wait()
 				return err
 			}
 			sh := shardOf(info, key, tags)
-			b := batches[sh]
-			if b == nil {
-				b = &restoreBatch{}
-				batches[sh] = b
+			batch := batches[sh]
+			if batch == nil {
+				batch = &restoreBatch{}
+				batches[sh] = batch
 			}
-			if len(b.items) == restoreBatchItems || b.size+len(key)+len(value) > restoreBatchBytes {
-				if err := send(b); err != nil {
+			if len(batch.items) == restoreBatchItems || batch.size+len(key)+len(value) > restoreBatchBytes {
+				if err := send(batch); err != nil {
 					return err
 				}
 			}
-			b.items = append(b.items, groupkv.PutItem{Collection: cur, Key: key, Value: value, Tags: tags})
-			b.size += len(key) + len(value)
+			batch.items = append(batch.items, groupkv.PutItem{Collection: cur, Key: key, Value: value, Tags: tags})
+			batch.size += len(key) + len(value)
 		}
 	}
 	if err := settle(); err != nil {
@@ -835,12 +836,6 @@ func shardOf(info groupkv.CollectionInfo, key []byte, tags []string) int {
 	}
 	bucket := uint32(cluster.Bucket(b))
 	return sort.Search(len(info.Shards), func(i int) bool { return info.Shards[i].BucketEnd > bucket })
-}
-
-// settleWith waits (wait) for the batches in flight and answers err.
-func settleWith(wait func(), err error) error {
-	wait()
-	return err
 }
 
 func listOrNone(names []string) string {

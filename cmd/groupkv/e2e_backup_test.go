@@ -127,16 +127,7 @@ func TestEndToEndBackupRestore(t *testing.T) {
 	b := startServer(t, filepath.Join(dir, "b"))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	dbA, err := groupkv.Dial(a.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dbA.Close()
-	dbB, err := groupkv.Dial(b.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dbB.Close()
+	dbA, dbB := dialTest(t, a.addr), dialTest(t, b.addr)
 
 	for _, o := range []groupkv.CollectionOptions{
 		{Name: "users", Shards: 4},
@@ -475,15 +466,7 @@ func TestEndToEndBackupCluster(t *testing.T) {
 	for i := range accounts {
 		c.put(1+i%3, coll(i), string(acct(i)), strconv.Itoa(initial))
 	}
-	dbs := make([]groupkv.DB, 3)
-	for i := range dbs {
-		db, err := groupkv.Dial(c.node(i + 1).addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer db.Close()
-		dbs[i] = db
-	}
+	dbs := []groupkv.DB{dialTest(t, c.node(1).addr), dialTest(t, c.node(2).addr), dialTest(t, c.node(3).addr)}
 	backup := func(via int, path string) map[string]map[string]backedUp {
 		t.Helper()
 		out, err := exec.Command(binary, "backup", "--addr", c.node(via).addr, "--out", path).CombinedOutput()
@@ -539,11 +522,7 @@ func TestEndToEndBackupRestoreInterrupted(t *testing.T) {
 	a := startServer(t, filepath.Join(dir, "a"))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	dbA, err := groupkv.Dial(a.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dbA.Close()
+	dbA := dialTest(t, a.addr)
 	for _, o := range []groupkv.CollectionOptions{{Name: "big", Shards: 2}, {Name: "small", Shards: 2}} {
 		if _, err := dbA.CreateCollection(ctx, o); err != nil {
 			t.Fatal(err)
@@ -613,10 +592,7 @@ func TestEndToEndBackupRestoreInterrupted(t *testing.T) {
 	// The server killed while a restore writes, then the restore again.
 	bdir := filepath.Join(dir, "b")
 	b := startServer(t, bdir)
-	dbB, err := groupkv.Dial(b.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dbB := dialTest(t, b.addr)
 	restore := exec.Command(binary, "restore", full, "--addr", b.addr, "--parallel", "1")
 	stderr.Reset()
 	restore.Stderr = &stderr
@@ -640,16 +616,23 @@ func TestEndToEndBackupRestoreInterrupted(t *testing.T) {
 	if out, err := exec.Command(binary, "restore", full, "--addr", b.addr, "--overwrite").CombinedOutput(); err != nil {
 		t.Fatalf("restore --overwrite after the interrupted one: %v\n%s", err, out)
 	}
-	dbB, err = groupkv.Dial(b.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dbB.Close()
+	dbB = dialTest(t, b.addr)
 	for _, name := range []string{"big", "small"} {
 		if d := sameRecords(want[name], scanAll(t, dbB, name)); d != "" {
 			t.Errorf("%s after the restore finished: %s", name, d)
 		}
 	}
+}
+
+// dialTest dials addr with the Go client, closed when the test ends.
+func dialTest(t *testing.T, addr string) groupkv.DB {
+	t.Helper()
+	db, err := groupkv.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
 }
 
 // waitFor polls cond every few milliseconds until it holds, failing the
