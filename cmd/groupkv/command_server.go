@@ -136,7 +136,7 @@ serves HTTP/JSON and gRPC on 127.0.0.1:7070 and listens for peers on
 	f.DurationVar(&cfg.Node.MaxTxnDuration, "max-txn-duration", time.Minute, "longest a transaction attempt may run from its start to its commit")
 	f.DurationVar(&cfg.Node.StorageFailureLimit, "storage-failure-limit", storage.DefaultBackgroundFailureLimit, "how long the storage's flushes, or its compactions, may fail every time they are tried (a full or failing disk) before the server stops (negative: never)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	f.Int64Var(&cfg.Node.MinFreeBytes, "min-free-space", storage.DefaultMinFreeBytes, "bytes the node keeps free on its disk: it does not start on a disk with less, and stops once its disk has less, before a write finds no room (negative: no check)")
+	f.Int64Var(&cfg.Node.MinFreeBytes, "min-free-space", storage.DefaultMinFreeBytes, "bytes the node keeps free on its disk, so that no write finds no room: below it a node alone refuses writes (503) and serves reads until the disk has a quarter more free, and stops below half of it; a node in a cluster stops (negative: no check)")
 	f.IntVar(&cfg.MaxConnections, "max-connections", 0, "client connections served at once; more wait to be accepted (default: what the open file limit leaves after the storage's share, at most 10000)")
 	f.StringVar(&tlsFiles.cert, "cert-file", "", "certificate the client port serves, HTTP/JSON and gRPC alike, over TLS only (with --key-file; read again when it changes)")
 	f.StringVar(&tlsFiles.key, "key-file", "", "key of --cert-file")

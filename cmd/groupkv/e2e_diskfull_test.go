@@ -8,11 +8,13 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -32,7 +34,7 @@ func TestDiskFullStopsCleanly(t *testing.T) {
 	t.Logf("seed %d", seed)
 
 	// No free-space floor: the disk fills to the last byte
-	// (TestLowDiskSpaceStopsEarly has the floor).
+	// (TestLowDiskSpaceRefusesWrites has the floor).
 	srv := startWatched(t, dir, "--storage-failure-limit", "5s", "--min-free-space", "-1")
 	base := "http://" + srv.serving(t)
 	if code, _, body := httpDo(t, "POST", base+"/v1/collections", `{"name": "c", "shards": 4}`); code != 200 {
@@ -295,65 +297,116 @@ func TestClusterOutlivesAFullDisk(t *testing.T) {
 	}
 }
 
-// TestLowDiskSpaceStopsEarly writes 64 KiB values, paced, to a server on a
-// 160 MiB tmpfs: the server stops, and exits with status 1, once its disk
-// has less than --min-free-space (64 MiB by default) free, before any
-// write finds no room. Restarted with the disk as it is, it refuses to
-// start, saying why; given room, it has every write it acknowledged.
-func TestLowDiskSpaceStopsEarly(t *testing.T) {
+// TestLowDiskSpaceRefusesWrites writes 64 KiB values, paced, to a server
+// on a 160 MiB tmpfs: once its disk has less than --min-free-space (64
+// MiB by default) free the server, alone, refuses writes 503
+// (unavailable, saying why) before any write finds no room, and goes on
+// serving reads: every acknowledged write reads back, /healthz says why
+// writes are refused, and `groupkv backup` copies the data off the full
+// disk. Restarted with the disk as it is, it starts and serves reads the
+// same way; given room, it takes writes again and has every write it
+// acknowledged.
+func TestLowDiskSpaceRefusesWrites(t *testing.T) {
 	mnt := smallDisk(t, 160)
 	dir := filepath.Join(mnt, "d")
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	srv := startWatched(t, dir)
-	base := "http://" + srv.serving(t)
+	addr := srv.serving(t)
+	base := "http://" + addr
 	if code, _, body := httpDo(t, "POST", base+"/v1/collections", `{"name": "c", "shards": 2}`); code != 200 {
 		t.Fatalf("create collection: %d %s", code, body)
 	}
 	var acked []int
 	client := &http.Client{Timeout: time.Minute}
 	deadline := time.After(3 * time.Minute)
-writes:
-	for i := 0; ; i++ {
+	var refusal string
+	for i := 0; refusal == ""; i++ {
 		select {
 		case <-srv.done:
-			break writes
+			t.Fatalf("the server exited as its disk filled (%d writes acknowledged): %v\n%s", len(acked), srv.err, lastLines(srv.log.String(), 20))
 		case <-deadline:
-			t.Fatalf("the server did not stop within 3 minutes of writes (%d acknowledged):\n%s", len(acked), srv.log.String())
+			t.Fatalf("the server still took writes after 3 minutes of writes (%d acknowledged):\n%s", len(acked), srv.log.String())
 		case <-time.After(5 * time.Millisecond): // paced: the free space is looked at every 100 ms
 		}
 		req, _ := http.NewRequest("PUT", fmt.Sprintf("%s/v1/kv/c/k%05d", base, i), bytes.NewReader(bigValue(seed, i)))
 		resp, err := client.Do(req)
 		if err != nil {
-			continue // the server stopped; the exit ends the loop
+			t.Fatalf("put k%05d: %v", i, err)
 		}
-		io.Copy(io.Discard, resp.Body)
+		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode == 200 {
+		switch resp.StatusCode {
+		case 200:
 			acked = append(acked, i)
+		case 503:
+			if !strings.Contains(string(body), "refuses writes") || !strings.Contains(string(body), "--min-free-space") {
+				t.Fatalf("put k%05d answered 503 %s, want the low disk named", i, body)
+			}
+			refusal = string(body)
+		default:
+			t.Fatalf("put k%05d: %d %s", i, resp.StatusCode, body)
 		}
 	}
-	log := srv.log.String()
-	wantFailStop(t, "the server on a filling disk", srv.err, log, "--min-free-space")
-	if strings.Contains(log, "no space left on device") {
-		t.Errorf("a write found no room before the server stopped:\n%s", lastLines(log, 5))
+	t.Logf("%d writes acknowledged, then %s", len(acked), refusal)
+	if log := srv.log.String(); strings.Contains(log, "no space left on device") {
+		t.Errorf("a write found no room:\n%s", lastLines(log, 5))
 	}
-	t.Logf("%d writes acknowledged; %s", len(acked), lastLines(log, 1))
+	readsBack := func(addr string) {
+		t.Helper()
+		for _, i := range acked {
+			if code, _, body := httpDo(t, "GET", fmt.Sprintf("http://%s/v1/kv/c/k%05d", addr, i), ""); code != 200 || body != string(bigValue(seed, i)) {
+				t.Fatalf("acknowledged write k%05d: %d, %d bytes", i, code, len(body))
+			}
+		}
+	}
+	readsBack(addr)
+	if code, _, body := httpDo(t, "GET", base+"/healthz", ""); code != 200 || !strings.Contains(body, `"writes_refused"`) {
+		t.Fatalf("/healthz on a low disk: %d %s, want 200 naming the refused writes", code, body)
+	}
+	backup := filepath.Join(t.TempDir(), "b") // off the full disk
+	if out, err := exec.Command(binary, "backup", "--addr", addr, "--out", backup).CombinedOutput(); err != nil {
+		t.Fatalf("backup of the server on a low disk: %v\n%s", err, out)
+	}
+	if _, got := readBackupFile(t, backup); len(got["c"]) != len(acked) {
+		t.Fatalf("the backup holds %d records of c, want the %d acknowledged", len(got["c"]), len(acked))
+	}
+	srv.kill()
 
+	// Restarted on a disk with 40 MiB free (files fill it to that: the
+	// killed server's files that were deleted but open take no room any
+	// more), it starts and serves reads. (Starting, it deletes files it
+	// no longer needs, and may find room.)
+	fill := func(name string, free int64) {
+		t.Helper()
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(mnt, &st); err != nil {
+			t.Fatal(err)
+		}
+		if avail := int64(st.Bavail) * st.Bsize; avail > free {
+			if err := os.WriteFile(filepath.Join(mnt, name), make([]byte, avail-free), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	fill("filler1", 40<<20)
 	again := startWatched(t, dir)
-	select {
-	case <-again.done:
-		wantFailStop(t, "the server restarted on the low disk", again.err, again.log.String(), "--min-free-space")
-	case <-time.After(time.Minute):
-		t.Fatalf("restarted on the low disk, the server still runs after a minute:\n%s", again.log.String())
-	}
+	addr = again.serving(t)
+	readsBack(addr)
+	fill("filler2", 48<<20)
+	waitFor(t, "writes refused by the restarted server", func() bool {
+		code, _, body := httpDo(t, "PUT", "http://"+addr+"/v1/kv/c/more", "x")
+		return code == 503 && strings.Contains(body, "refuses writes")
+	})
+	readsBack(addr)
 
-	growDisk(t, mnt)
-	p := startServer(t, dir)
-	for _, i := range acked {
-		if code, _, body := httpDo(t, "GET", fmt.Sprintf("http://%s/v1/kv/c/k%05d", p.addr, i), ""); code != 200 || body != string(bigValue(seed, i)) {
-			t.Fatalf("acknowledged write k%05d after the restart: %d, %d bytes", i, code, len(body))
-		}
-	}
-	p.stop(t)
+	// Room again: writes are taken without a restart.
+	os.Remove(filepath.Join(mnt, "filler1"))
+	os.Remove(filepath.Join(mnt, "filler2"))
+	waitFor(t, "writes taken once the disk has room", func() bool {
+		code, _, _ := httpDo(t, "PUT", "http://"+addr+"/v1/kv/c/more", "x")
+		return code == 200
+	})
+	readsBack(addr)
+	again.kill()
 }

@@ -299,8 +299,21 @@ func (h *httpHandler) serveHealth(w http.ResponseWriter, r *http.Request) error 
 		}
 		return &httpError{err: e, status: http.StatusServiceUnavailable}
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	body := map[string]string{"status": "ok"}
+	if wr, ok := h.b.(WritesRefuser); ok {
+		if err := wr.WritesRefused(); err != nil {
+			body["writes_refused"] = kv.AsError(err).Message
+		}
+	}
+	writeJSON(w, http.StatusOK, body)
 	return nil
+}
+
+// WritesRefuser is a backend that may refuse the writes that add data
+// while it serves reads (a node whose disk is low): WritesRefused says
+// why, or is nil.
+type WritesRefuser interface {
+	WritesRefused() error
 }
 
 // ClusterStatuser is a backend that can describe its cluster.

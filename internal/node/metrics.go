@@ -52,7 +52,7 @@ var (
 	pebbleCacheHits = prometheus.NewDesc("groupkv_pebble_block_cache_hits_total", "Pebble block cache hits.", nil, nil)
 	pebbleCacheMiss = prometheus.NewDesc("groupkv_pebble_block_cache_misses_total", "Pebble block cache misses.", nil, nil)
 	pebbleStalls    = prometheus.NewDesc("groupkv_pebble_write_stalls_total", "Times Pebble stopped writes to wait for flushes or compactions.", nil, nil)
-	diskFree        = prometheus.NewDesc("groupkv_disk_free_bytes", "Free space on the disk holding the node's data; the node stops below --min-free-space.", nil, nil)
+	diskFree        = prometheus.NewDesc("groupkv_disk_free_bytes", "Free space on the disk holding the node's data; below --min-free-space the node refuses writes (alone) or stops (with peers).", nil, nil)
 )
 
 func (c pebbleCollector) Describe(ch chan<- *prometheus.Desc) {

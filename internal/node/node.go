@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/groupkv/groupkv/internal/cluster"
@@ -183,7 +184,7 @@ func Open(opts Options) (*Node, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	eng, err := storage.Open(opts.DataDir, storage.Options{FS: opts.FS, Logger: opts.Logger, BackgroundFailureLimit: opts.StorageFailureLimit, MemTableSize: opts.MemTableSize, MinFreeBytes: opts.MinFreeBytes})
+	eng, err := storage.Open(opts.DataDir, storage.Options{FS: opts.FS, Logger: opts.Logger, BackgroundFailureLimit: opts.StorageFailureLimit, MemTableSize: opts.MemTableSize, MinFreeBytes: opts.MinFreeBytes, OpenLow: len(opts.Join) == 0})
 	if err != nil {
 		return nil, err
 	}
@@ -295,6 +296,18 @@ func (n *Node) start() error {
 	if err := n.reloadMeta(); err != nil {
 		return err
 	}
+	// A low disk: with the membership known, the node decides whether it
+	// goes on refusing writes (onLowSpace).
+	n.eng.OnLowSpace(n.onLowSpace)
+	registerCounter(n.opts.Registry, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "groupkv_writes_refused",
+		Help: "1 while the node refuses the writes that add data because its disk has less than --min-free-space free, else 0.",
+	}, func() float64 {
+		if n.host.WritesRefused() != nil {
+			return 1
+		}
+		return 0
+	}))
 
 	// Every replica's group is added before the loop starts: a left
 	// shard replaying a merge trigger whose apply a crash lost removes its
@@ -770,6 +783,41 @@ func (n *Node) Failed() <-chan struct{} { return n.host.Failed() }
 
 // Failure is the storage failure that stopped the node, or nil.
 func (n *Node) Failure() error { return n.host.Failure() }
+
+// onLowSpace answers the engine's low disk (low nil: room again). A node
+// alone, which no other replica can stand in for, goes on refusing what
+// would add data (Host.RefuseWrites) and serving reads, so that what it
+// holds can still be read, backed up or moved; it stops if the disk
+// falls to half the floor. A node with peers stops: its shards' other
+// replicas take over (and a node that went on would still fill its disk
+// with the writes its peers lead).
+func (n *Node) onLowSpace(low *storage.LowSpaceError) bool {
+	if low == nil {
+		n.host.RefuseWrites(nil)
+		n.log.Info("storage: the disk has room again; writes are taken again")
+		return true
+	}
+	n.mu.RLock()
+	peers := len(n.mu.nodes) > 1
+	n.mu.RUnlock()
+	if peers || len(n.opts.Join) > 0 {
+		return false
+	}
+	err := kv.Errorf(kv.CodeUnavailable, "node %d refuses writes: the disk holding %s has %s free, less than the %s it keeps free to write safely (--min-free-space); it serves reads, and takes writes again once the disk has %s free",
+		n.id, low.Dir, storage.MiB(low.Free), storage.MiB(low.Floor), storage.MiB(low.Floor+low.Floor/4))
+	n.host.RefuseWrites(err)
+	n.log.Warn("storage: " + err.Message)
+	return true
+}
+
+// WritesRefused is why the node refuses writes while it serves reads (its
+// disk is low), or nil.
+func (n *Node) WritesRefused() error {
+	if err := n.host.WritesRefused(); err != nil {
+		return err.Err
+	}
+	return nil
+}
 
 // failedError answers a request to a node its storage failure stopped.
 func (n *Node) failedError() error {

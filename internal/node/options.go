@@ -76,10 +76,14 @@ type Options struct {
 	// MemTableSize is the size of each of the storage's memtables; 0
 	// means 16 MiB.
 	MemTableSize uint64
-	// MinFreeBytes is the free space the node keeps on its disk: it does
-	// not open on a disk with less, and stops (Failed) once its disk has
-	// less, before a write finds no room; 0 means 64 MiB, negative no
-	// check.
+	// MinFreeBytes is the free space the node keeps on its disk, so that
+	// no write finds no room. Once its disk has less, a node alone (no
+	// Join, no other member) refuses the writes that add data, answering
+	// them unavailable, and serves the rest (WritesRefused) until the
+	// disk has a quarter more free again; it stops (Failed) once the disk
+	// has less than half, and does not open on a disk with less than
+	// half. A node with peers stops (Failed) at once, and does not open
+	// on a disk with less. 0 means 64 MiB, negative no check.
 	MinFreeBytes int64
 	// FailedCloseWait bounds how long Close waits for a node whose storage
 	// failed to stop (a write Pebble stalls behind flushes that cannot

@@ -13,6 +13,7 @@ import (
 
 	"github.com/groupkv/groupkv/internal/cluster"
 	"github.com/groupkv/groupkv/internal/kv"
+	"github.com/groupkv/groupkv/internal/replication"
 	"github.com/groupkv/groupkv/internal/shard"
 	"github.com/groupkv/groupkv/internal/txn"
 )
@@ -1103,6 +1104,12 @@ func (s *txnSession) commit(ctx context.Context) (uint64, error) {
 			if kv.CodeOf(err) == kv.CodeTxnAborted {
 				return 0, s.fail(ctx, err)
 			}
+			if refused(err) {
+				// Refused before it was proposed, and a retry would be:
+				// the attempt ends, and the caller is told why.
+				s.abortLocked(ctx, kv.Errorf(kv.CodeTxnAborted, "transaction %s could not commit: %v", s.meta.ID, err))
+				return 0, err
+			}
 			if kv.CodeOf(err) == kv.CodeUnavailable || kv.CodeOf(err) == kv.CodeNotLeader {
 				// Refused before it was proposed, or by the shard: the
 				// attempt did not commit.
@@ -1160,6 +1167,9 @@ func (s *txnSession) commit(ctx context.Context) (uint64, error) {
 		// did resolve their intents away).
 		err := kv.Errorf(kv.CodeTxnAborted, "transaction %s could not prepare: %v", s.meta.ID, failed)
 		s.abortPrepared(ctx, err)
+		if refused(failed) {
+			return 0, failed // a retry would be refused too
+		}
 		return 0, err
 	}
 	// The commit point. The record lists the participants, so that it
@@ -1217,9 +1227,12 @@ func (s *txnSession) commitLast(ctx context.Context, last *participant, others [
 		if c := kv.CodeOf(err); c == kv.CodeTxnAborted || c == kv.CodeUnavailable || c == kv.CodeNotLeader {
 			// Refused by the shard, or before it was proposed: the
 			// attempt did not commit; the others resolve it away.
-			err = kv.Errorf(kv.CodeTxnAborted, "transaction %s could not commit: %v", s.meta.ID, err)
-			s.abortPrepared(ctx, err)
-			return 0, err
+			aborted := kv.Errorf(kv.CodeTxnAborted, "transaction %s could not commit: %v", s.meta.ID, err)
+			s.abortPrepared(ctx, aborted)
+			if refused(err) {
+				return 0, err // a retry would be refused too
+			}
+			return 0, aborted
 		}
 		return 0, s.unknown(err)
 	}
@@ -1601,3 +1614,11 @@ func (s *txnSession) batch(ctx context.Context, keys []kv.KeyRef, byShard map[ui
 }
 
 var _ kv.TxnBackend = (*Node)(nil)
+
+// refused reports whether err is a write the node refused to propose
+// (its disk is low, Host.RefuseWrites): retrying the transaction would
+// be refused the same way.
+func refused(err error) bool {
+	_, ok := errors.AsType[*replication.WritesRefusedError](err)
+	return ok
+}

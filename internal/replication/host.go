@@ -336,6 +336,9 @@ type Host struct {
 	}
 	// hasFailed is failure.err != nil, for a check on every request.
 	hasFailed atomic.Bool
+	// refusal, when set, is the answer to every proposal that adds data
+	// (RefuseWrites).
+	refusal atomic.Pointer[WritesRefusedError]
 }
 
 // NewHost returns a Host with no groups; Start runs its loop.
@@ -626,8 +629,34 @@ func (h *Host) ProposeAsync(shardID uint64, cmd []byte, done func(shard.Result, 
 	return h.enqueue(&proposal{shard: shardID, cmd: cmd, notify: done})
 }
 
+// RefuseWrites has every proposal that adds data (shard.AddsData)
+// answered err from now on, before it is queued; nil takes them again. A
+// node whose disk is low refuses them, and goes on serving reads and
+// finishing the work it accepted.
+func (h *Host) RefuseWrites(err *kv.Error) {
+	if err == nil {
+		h.refusal.Store(nil)
+		return
+	}
+	h.refusal.Store(&WritesRefusedError{err})
+}
+
+// WritesRefused is what RefuseWrites set, or nil.
+func (h *Host) WritesRefused() *WritesRefusedError { return h.refusal.Load() }
+
+// WritesRefusedError is the answer to a proposal a Host refused
+// (RefuseWrites): nothing of it was done, and a retry is refused the same
+// way until the node takes writes again.
+type WritesRefusedError struct{ Err *kv.Error }
+
+func (e *WritesRefusedError) Error() string { return e.Err.Error() }
+func (e *WritesRefusedError) Unwrap() error { return e.Err }
+
 // enqueue numbers p and queues it for the loop.
 func (h *Host) enqueue(p *proposal) error {
+	if err := h.refusal.Load(); err != nil && shard.AddsData(p.cmd) {
+		return err
+	}
 	h.mu.Lock()
 	if h.mu.stopped {
 		h.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/groupkv/groupkv/internal/cluster"
+	"github.com/groupkv/groupkv/internal/group"
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/txn"
 )
@@ -269,6 +270,40 @@ func IsWrite(cmd []byte) bool {
 	switch CommandKind(cmd[0]) {
 	case KindWrite, KindDeleteRange, KindFreeze, KindTxnPrepare, KindTxnResolve, KindTxnResolveBatch, KindGroupWrite, KindGroupWriteBatch:
 		return true
+	}
+	return false
+}
+
+// AddsData reports whether an encoded command is one that a node whose
+// disk is low refuses (Host.RefuseWrites): a client's write or batch with
+// a put, a range deletion, a transaction's prepare, a Key Group
+// transaction's commit, a new collection. Deletes of single keys are
+// taken (a tombstone each, and what the GC frees once the retention
+// window has passed), and so is what finishes work already accepted (a
+// transaction's record and resolves, a group's shipments and release, its
+// registration's removal), frees space (GC, log truncation) or keeps the
+// cluster going (timestamps, membership, placement). It decodes a
+// write's operations: call it only to refuse.
+func AddsData(cmd []byte) bool {
+	if len(cmd) == 0 {
+		return false
+	}
+	switch CommandKind(cmd[0]) {
+	case KindWrite:
+		c, err := DecodeCommand(cmd)
+		if err != nil {
+			return true
+		}
+		for _, op := range c.Ops {
+			if op.Type != OpDelete {
+				return true
+			}
+		}
+		return false
+	case KindDeleteRange, KindTxnPrepare, KindCreateCollection:
+		return true
+	case KindGroupWrite:
+		return len(cmd) > 9 && group.RecordKind(cmd[9]) == group.RecWrite
 	}
 	return false
 }

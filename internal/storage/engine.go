@@ -70,10 +70,16 @@ type Options struct {
 	// (memTableSize). Tests make it small to fill memtables quickly.
 	MemTableSize uint64
 	// MinFreeBytes is the free space the engine keeps on its disk: Open
-	// refuses a directory on a disk with less, and the engine reports it
-	// as fatal (OnFatal) once its disk has less; 0 means
+	// refuses a directory on a disk with less, and once its disk has less
+	// the engine asks its owner whether to go on refusing writes
+	// (OnLowSpace), else reports it as fatal (OnFatal); 0 means
 	// DefaultMinFreeBytes, negative no check.
 	MinFreeBytes int64
+	// OpenLow has Open take a disk with less than MinFreeBytes free, down
+	// to half of it, for an owner that may go on refusing writes
+	// (OnLowSpace): the watch of the free space asks nothing, and reports
+	// nothing but a disk below half the floor, until OnLowSpace is called.
+	OpenLow bool
 }
 
 // DefaultBackgroundFailureLimit is the default of
@@ -97,6 +103,8 @@ type Engine struct {
 	// wedged holds the failed write that left Pebble unable to write or
 	// close (recoverWrite).
 	wedged atomic.Pointer[error]
+	// space is the watch of the free space (checkLowSpace).
+	space lowSpace
 	// stop, closed by Close, ends the watch of the free space.
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -191,7 +199,8 @@ func (c *fatal) report(err error) {
 //     damaged node should stop rather than go on with what it can still
 //     read. Pebble's default, a panic, is not used.
 //   - a write the write-ahead log did not take (Commit).
-//   - less free space on the disk than Options.MinFreeBytes.
+//   - less free space on the disk than Options.MinFreeBytes, unless the
+//     owner goes on refusing writes (OnLowSpace); then less than half.
 //   - flushes or compactions that have failed, each time they were tried,
 //     for Options.BackgroundFailureLimit. Pebble retries them; a disk that
 //     refuses them for good would otherwise leave writes waiting, once the
@@ -362,7 +371,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 		floor = uint64(opts.MinFreeBytes)
 	}
 	if floor > 0 {
-		if err := checkFreeSpace(fs, dir, floor); err != nil {
+		if err := checkFreeSpace(fs, dir, floor); err != nil && (!opts.OpenLow || checkFreeSpace(fs, dir, floor/2) != nil) {
 			lock.Close()
 			return nil, err
 		}
@@ -466,7 +475,8 @@ func Open(dir string, opts Options) (*Engine, error) {
 		return nil, err
 	}
 	if floor > 0 {
-		go e.watchFreeSpace(floor, e.stop)
+		e.space.floor, e.space.wait = floor, opts.OpenLow
+		go e.watchFreeSpace(e.stop)
 	}
 	return e, nil
 }

@@ -415,3 +415,135 @@ func TestLowSpace(t *testing.T) {
 		t.Fatal("no fatal report a minute after the disk had 1 MiB free")
 	}
 }
+
+// TestLowSpaceGoesOn: an owner that goes on with a low disk is told when
+// the disk is low and when it has room again, and the disk is fatal only
+// below half the floor.
+func TestLowSpaceGoesOn(t *testing.T) {
+	mem := vfs.NewMem()
+	usage := func(free uint64) {
+		mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: free, TotalBytes: 100 << 20, UsedBytes: 100<<20 - free})
+	}
+	usage(50 << 20)
+	e, err := Open("/data", Options{FS: mem, Logger: slog.New(slog.DiscardHandler), MinFreeBytes: 16 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	told := make(chan *LowSpaceError, 10)
+	e.OnLowSpace(func(low *LowSpaceError) bool {
+		told <- low
+		return true
+	})
+	fatal := make(chan error, 1)
+	e.OnFatal(func(err error) {
+		select {
+		case fatal <- err:
+		default:
+		}
+	})
+	// Liveness waits: generous deadlines that only catch a watch that
+	// stopped looking.
+	next := func(what string) *LowSpaceError {
+		t.Helper()
+		select {
+		case low := <-told:
+			return low
+		case err := <-fatal:
+			t.Fatalf("%s: fatal %v", what, err)
+		case <-time.After(time.Minute):
+			t.Fatalf("%s: not told within a minute", what)
+		}
+		return nil
+	}
+	quiet := func(what string) {
+		t.Helper()
+		select {
+		case low := <-told:
+			t.Fatalf("%s: told %v", what, low)
+		case err := <-fatal:
+			t.Fatalf("%s: fatal %v", what, err)
+		case <-time.After(5 * freeSpaceInterval):
+		}
+	}
+	usage(15 << 20)
+	if low := next("15 MiB free of 16 kept"); low == nil || low.Free != 15<<20 || low.Floor != 16<<20 {
+		t.Fatalf("15 MiB free of 16 kept: told %v, want the low disk", low)
+	}
+	usage(19 << 20) // above the floor, not a quarter above: still low
+	quiet("19 MiB free")
+	usage(20 << 20)
+	if low := next("20 MiB free"); low != nil {
+		t.Fatalf("20 MiB free: told %v, want room again", low)
+	}
+	usage(10 << 20)
+	if low := next("10 MiB free again"); low == nil {
+		t.Fatal("10 MiB free again: told room, want the low disk")
+	}
+	usage(7 << 20)
+	select {
+	case err := <-fatal:
+		var low *LowSpaceError
+		if !errors.As(err, &low) || low.Free != 7<<20 {
+			t.Fatalf("7 MiB free: fatal %v, want the low disk", err)
+		}
+	case low := <-told:
+		t.Fatalf("7 MiB free: told %v, want fatal", low)
+	case <-time.After(time.Minute):
+		t.Fatal("7 MiB free of 16 kept: no fatal report within a minute")
+	}
+}
+
+// TestOpenLow: with OpenLow, Open takes a disk down to half the floor,
+// and the low disk waits for OnLowSpace to be asked about.
+func TestOpenLow(t *testing.T) {
+	mem := vfs.NewMem()
+	usage := func(free uint64) {
+		mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: free, TotalBytes: 100 << 20, UsedBytes: 100<<20 - free})
+	}
+	opts := Options{FS: mem, Logger: slog.New(slog.DiscardHandler), MinFreeBytes: 16 << 20, OpenLow: true}
+	usage(7 << 20)
+	if _, err := Open("/data", opts); err == nil || !strings.Contains(err.Error(), "--min-free-space") {
+		t.Fatalf("OpenLow with 7 MiB free of 16 kept: %v, want the low disk refused", err)
+	}
+	usage(9 << 20)
+	e, err := Open("/data", opts)
+	if err != nil {
+		t.Fatalf("OpenLow with 9 MiB free of 16 kept: %v", err)
+	}
+	defer e.Close()
+	fatal := make(chan error, 1)
+	e.OnFatal(func(err error) {
+		select {
+		case fatal <- err:
+		default:
+		}
+	})
+	select {
+	case err := <-fatal:
+		t.Fatalf("fatal before OnLowSpace: %v", err)
+	case <-time.After(5 * freeSpaceInterval):
+	}
+	told := make(chan *LowSpaceError, 1)
+	e.OnLowSpace(func(low *LowSpaceError) bool {
+		told <- low
+		return false
+	})
+	select {
+	case low := <-told:
+		if low == nil || low.Free != 9<<20 {
+			t.Fatalf("told %v, want the low disk", low)
+		}
+	case <-time.After(time.Minute): // liveness only
+		t.Fatal("OnLowSpace not called within a minute")
+	}
+	select {
+	case err := <-fatal:
+		var low *LowSpaceError
+		if !errors.As(err, &low) {
+			t.Fatalf("fatal %v, want the low disk", err)
+		}
+	case <-time.After(time.Minute): // liveness only
+		t.Fatal("an owner that does not go on: no fatal report within a minute")
+	}
+}

@@ -1,0 +1,199 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/groupkv/groupkv/internal/kv"
+)
+
+// lowDisk is a node's disk whose free space the test sets.
+type lowDisk struct{ *vfs.MemFS }
+
+func (d lowDisk) free(bytes uint64) {
+	d.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: bytes, TotalBytes: 1 << 30, UsedBytes: 1<<30 - bytes})
+}
+
+// TestLowDiskRefusesWrites: a node alone whose disk has less than its
+// floor free refuses every write that adds data (plain, batch,
+// transaction, Key Group, new collection) unavailable, saying why, with
+// nothing half-written; it serves reads, takes deletes and finishes what
+// it accepted (a group's deletion ships the group's writes); it takes
+// writes again once the disk has room, and stops once the disk falls to
+// half the floor.
+func TestLowDiskRefusesWrites(t *testing.T) {
+	disk := lowDisk{vfs.NewMem()}
+	disk.free(200 << 20)
+	n, err := Open(Options{DataDir: "/data", FS: disk, MinFreeBytes: 64 << 20, TickInterval: 10 * time.Millisecond, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := n.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Shards: 4}); err != nil {
+		t.Fatal(err)
+	}
+	key := func(i int) []byte { return fmt.Appendf(nil, "k%02d", i) }
+	for i := range 20 {
+		if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: key(i), Value: []byte("v0")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	members := []kv.KeyRef{{Collection: "c", Key: key(10)}, {Collection: "c", Key: key(11)}, {Collection: "c", Key: key(12)}}
+	if _, err := n.CreateGroup(ctx, kv.GroupSpec{ID: "g", Leader: members[0], Members: members}); err != nil {
+		t.Fatal(err)
+	}
+	groupWrite := kv.ExecRequest{Then: []kv.TxnOp{
+		{Op: kv.TxnOpPut, Collection: "c", Key: key(10), Value: []byte("g1")},
+		{Op: kv.TxnOpPut, Collection: "c", Key: key(12), Value: []byte("g1")},
+	}}
+	if _, err := n.ExecGroupTxn(ctx, "g", groupWrite); err != nil {
+		t.Fatal(err)
+	}
+
+	disk.free(40 << 20)
+	refused := func(what string, err error) {
+		t.Helper()
+		if kv.CodeOf(err) != kv.CodeUnavailable || !strings.Contains(err.Error(), "refuses writes") || !strings.Contains(err.Error(), "--min-free-space") {
+			t.Fatalf("%s on a low disk: %v, want unavailable saying why", what, err)
+		}
+	}
+	deadline := time.Now().Add(time.Minute) // liveness only: the disk is looked at every 100 ms
+	late := 0                               // puts taken before the node saw the low disk
+	for ; ; late++ {
+		_, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: fmt.Appendf(nil, "late%d", late), Value: []byte("x")})
+		if err != nil {
+			refused("a put", err)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("puts are still taken a minute after the disk went low")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n.WritesRefused() == nil || n.Ready() != nil {
+		t.Fatalf("WritesRefused %v, Ready %v: want writes refused, the node ready", n.WritesRefused(), n.Ready())
+	}
+	var items []kv.PutItem
+	for i := range 10 { // not the group's keys
+		items = append(items, kv.PutItem{Collection: "c", Key: key(i), Value: []byte("batch")})
+	}
+	_, err = n.BatchPut(ctx, items)
+	refused("a batch put over four shards", err)
+	_, err = n.ExecTxn(ctx, kv.ExecRequest{Then: []kv.TxnOp{{Op: kv.TxnOpPut, Collection: "c", Key: key(1), Value: []byte("t")}, {Op: kv.TxnOpPut, Collection: "c", Key: key(2), Value: []byte("t")}}})
+	refused("a transaction", err)
+	_, err = n.ExecGroupTxn(ctx, "g", kv.ExecRequest{Then: []kv.TxnOp{{Op: kv.TxnOpPut, Collection: "c", Key: key(11), Value: []byte("g2")}}})
+	refused("a group transaction", err)
+	_, err = n.CreateCollection(ctx, kv.CollectionOptions{Name: "d"})
+	refused("a new collection", err)
+
+	// Reads: every key as it was, nothing of the refused writes.
+	want := func(i int) string {
+		switch i {
+		case 10, 12:
+			return "g1"
+		}
+		return "v0"
+	}
+	check := func(when string) {
+		t.Helper()
+		res, err := n.Scan(ctx, kv.ScanRequest{Collection: "c", Limit: 100})
+		if err != nil {
+			t.Fatalf("%s: scan: %v", when, err)
+		}
+		if len(res.Items) != 20+late {
+			t.Fatalf("%s: scan found %d records, want %d", when, len(res.Items), 20+late)
+		}
+		for i := range 20 {
+			rec, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: key(i)})
+			if err != nil || string(rec.Value) != want(i) {
+				t.Fatalf("%s: get %s: %q %v, want %q", when, key(i), rec.Value, err, want(i))
+			}
+		}
+		if _, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: fmt.Appendf(nil, "late%d", late)}); kv.CodeOf(err) != kv.CodeNotFound {
+			t.Fatalf("%s: the refused put: %v, want not found", when, err)
+		}
+	}
+	check("writes refused")
+	got, err := n.ExecTxn(ctx, kv.ExecRequest{Then: []kv.TxnOp{{Op: kv.TxnOpGet, Collection: "c", Key: key(3)}}})
+	if err != nil || len(got.Results) != 1 || string(got.Results[0].Value) != "v0" {
+		t.Fatalf("a read-only transaction on a low disk: %+v %v", got, err)
+	}
+	// What was accepted finishes: the group's deletion stores its writes
+	// in their keys' shards.
+	if err := n.DeleteGroup(ctx, "g"); err != nil {
+		t.Fatalf("deleting a group on a low disk: %v", err)
+	}
+	check("the group deleted")
+	// A delete is taken: a tombstone, and room once the GC drops the key.
+	if _, err := n.Delete(ctx, kv.DeleteRequest{Collection: "c", Key: key(0)}); err != nil {
+		t.Fatalf("a delete on a low disk: %v", err)
+	}
+	if _, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: key(0)}); kv.CodeOf(err) != kv.CodeNotFound {
+		t.Fatalf("a key deleted on a low disk: %v, want not found", err)
+	}
+
+	disk.free(100 << 20)
+	deadline = time.Now().Add(time.Minute)
+	for {
+		_, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: key(1), Value: []byte("v1")})
+		if err == nil {
+			break
+		}
+		refused("a put as the disk has room again", err)
+		if time.Now().After(deadline) {
+			t.Fatal("puts are still refused a minute after the disk had room")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n.WritesRefused() != nil {
+		t.Fatalf("WritesRefused %v with room", n.WritesRefused())
+	}
+	if _, err := n.BatchPut(ctx, items); err != nil {
+		t.Fatalf("a batch put with room: %v", err)
+	}
+
+	disk.free(20 << 20) // under half the floor
+	select {
+	case <-n.Failed():
+		if !strings.Contains(n.Failure().Error(), "--min-free-space") {
+			t.Fatalf("stopped for %v, want the low disk", n.Failure())
+		}
+	case <-time.After(time.Minute): // liveness only
+		t.Fatal("the node still runs a minute after its disk fell under half its floor")
+	}
+}
+
+// TestLowDiskStopsANodeWithPeers: a node whose shards have replicas on
+// other nodes stops on a low disk, as on any storage failure: they take
+// over.
+func TestLowDiskStopsANodeWithPeers(t *testing.T) {
+	disk := lowDisk{vfs.NewMem()}
+	disk.free(1 << 30)
+	c := startCluster(t, 2, func(o *Options) {
+		if o.NodeID == 2 {
+			o.FS, o.MinFreeBytes = disk, 64<<20
+		}
+	})
+	disk.free(40 << 20)
+	select {
+	case <-c.node(2).n.Failed():
+		if !strings.Contains(c.node(2).n.Failure().Error(), "--min-free-space") {
+			t.Fatalf("stopped for %v, want the low disk", c.node(2).n.Failure())
+		}
+	case <-time.After(time.Minute): // liveness only
+		t.Fatal("node 2 still runs a minute after its disk went low")
+	}
+	if c.node(1).n.WritesRefused() != nil {
+		t.Fatal("node 1, on a disk with room, refuses writes")
+	}
+}
