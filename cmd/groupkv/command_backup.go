@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -18,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -34,12 +36,15 @@ import (
 //	{"key", "value" | "value_base64", "version", "tags"}   one per record, in key order
 //	{"collection_end": {"name", "records"}}
 //	... the next collections ...
-//	{"end": {"collections", "records", "sha256"}}
+//	{"group": {"id", "mode", "leader", "members"}}         one per key group
+//	{"end": {"collections", "records", "groups", "sha256"}}
 //
 // The records are the collections' state at one version V, read by scans
-// at V. The last line's sha256 is the hex SHA-256 of every byte before it:
-// a file cut short or changed is refused by restore before it writes.
-const backupFormat = 1
+// at V; the key groups are those active when the records were read, each
+// of keys of the collections backed up. The last line's sha256 is the hex
+// SHA-256 of every byte before it: a file cut short or changed is refused
+// by restore before it writes. Format 1 is format 2 without groups.
+const backupFormat = 2
 
 // backupLine is any line of a backup; which fields are set tells its kind.
 type backupLine struct {
@@ -47,6 +52,7 @@ type backupLine struct {
 	Time          string               `json:"time,omitempty"`
 	Collection    *backupCollection    `json:"collection,omitempty"`
 	CollectionEnd *backupCollectionEnd `json:"collection_end,omitempty"`
+	Group         *backupGroup         `json:"group,omitempty"`
 	End           *backupEnd           `json:"end,omitempty"`
 	api.KeyJSON
 	api.ValueJSON
@@ -67,9 +73,28 @@ type backupCollectionEnd struct {
 	Records int64  `json:"records"`
 }
 
+// backupGroup is a key group, as a restore creates it again.
+type backupGroup struct {
+	ID      string            `json:"id"`
+	Mode    groupkv.GroupMode `json:"mode"`
+	Leader  backupKey         `json:"leader"`
+	Members []backupKey       `json:"members"`
+}
+
+// backupKey is a key of a collection.
+type backupKey struct {
+	Collection string `json:"collection"`
+	api.KeyJSON
+}
+
+func toBackupKey(k groupkv.KeyRef) backupKey {
+	return backupKey{Collection: k.Collection, KeyJSON: api.ToKeyJSON(k.Key)}
+}
+
 type backupEnd struct {
 	Collections int    `json:"collections"`
 	Records     int64  `json:"records"`
+	Groups      int    `json:"groups,omitempty"`
 	SHA256      string `json:"sha256"`
 }
 
@@ -79,6 +104,7 @@ type backupSummary struct {
 	Time        string `json:"time"`
 	Collections int    `json:"collections"`
 	Records     int64  `json:"records"`
+	Groups      int    `json:"groups,omitempty"`
 	File        string `json:"file,omitempty"`
 }
 
@@ -110,11 +136,12 @@ The file is JSON lines (docs/backup.md), written to FILE.tmp and renamed
 to FILE once complete and synced. Its last line holds the SHA-256 of the
 rest: a file cut short or changed is refused by restore.
 
-Collections whose names begin with _ (groupkv's own) are not backed up,
-nor are key groups: a key in a group is backed up as its own shard holds
-it at the version, which has the group's writes only once they are
-shipped there (docs/groups.md#limits); the backup says so on standard
-error when groups are active.`,
+Collections whose names begin with _ (groupkv's own) are not backed up.
+Key groups active when the backup ends whose keys are all in collections
+backed up are, and restore creates them again. A key in a group is backed
+up as its own shard holds it at the version, which has the group's writes
+only once they are shipped there (docs/groups.md#limits); the backup
+says so on standard error when groups are active.`,
 		Example: `  groupkv backup --out users.backup --collection users
   groupkv backup --out - | gzip > cluster.backup.gz
   groupkv backup --out before-the-mistake.backup --ago 10m`,
@@ -214,7 +241,14 @@ func runBackup(ctx context.Context, cmd *cobra.Command, db groupkv.DB, out strin
 		}
 		total += n
 	}
-	end := &backupEnd{Collections: len(infos), Records: total, SHA256: hex.EncodeToString(sum.Sum(nil))}
+	groups, err := backupGroups(ctx, cmd, db, infos)
+	if err != nil {
+		return err
+	}
+	for i := range groups {
+		bk.line(backupLine{Group: &groups[i]})
+	}
+	end := &backupEnd{Collections: len(infos), Records: total, Groups: len(groups), SHA256: hex.EncodeToString(sum.Sum(nil))}
 	bk.w = bw // the end line is not part of its own sum
 	bk.line(backupLine{End: end})
 	if bk.err != nil {
@@ -223,7 +257,7 @@ func runBackup(ctx context.Context, cmd *cobra.Command, db groupkv.DB, out strin
 	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("writing the backup: %w", err)
 	}
-	summary := backupSummary{Version: version, Time: when, Collections: len(infos), Records: total}
+	summary := backupSummary{Version: version, Time: when, Collections: len(infos), Records: total, Groups: len(groups)}
 	if stdout {
 		enc := json.NewEncoder(cmd.ErrOrStderr())
 		return enc.Encode(summary)
@@ -322,6 +356,42 @@ func backupCollectionRecords(ctx context.Context, db groupkv.DB, bk *backupWrite
 	return n, nil
 }
 
+// backupGroups describes the key groups to back up: those active whose
+// keys are all in the collections infos. The others are named on cmd's
+// standard error.
+func backupGroups(ctx context.Context, cmd *cobra.Command, db groupkv.DB, infos []groupkv.CollectionInfo) ([]backupGroup, error) {
+	all, err := db.ListGroups(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing the key groups: %w", err)
+	}
+	backedUp := map[string]bool{}
+	for _, c := range infos {
+		backedUp[c.Name] = true
+	}
+	var out []backupGroup
+	for _, g := range all {
+		if g.State != groupkv.GroupActive {
+			fmt.Fprintf(cmd.ErrOrStderr(), "backup: key group %q is not backed up: it is %s\n", g.ID, g.State)
+			continue
+		}
+		i := slices.IndexFunc(g.Members, func(k groupkv.KeyRef) bool { return !backedUp[k.Collection] })
+		if i >= 0 || !backedUp[g.Leader.Collection] {
+			fmt.Fprintf(cmd.ErrOrStderr(), "backup: key group %q is not backed up: it holds keys of collections not backed up\n", g.ID)
+			continue
+		}
+		bg := backupGroup{ID: g.ID, Mode: g.Mode, Leader: toBackupKey(g.Leader)}
+		if bg.Mode == "" {
+			bg.Mode = groupkv.GroupAtomic
+		}
+		for _, k := range g.Members {
+			bg.Members = append(bg.Members, toBackupKey(k))
+		}
+		out = append(out, bg)
+	}
+	slices.SortFunc(out, func(a, b backupGroup) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
 // backupWriter writes lines of a backup, keeping the first error.
 type backupWriter struct {
 	w   io.Writer
@@ -403,7 +473,7 @@ stops part way (the server went away) can be run again with --overwrite.`,
 						n += plan.records[c.Name]
 					}
 				}
-				return printJSON(cmd, backupSummary{Version: plan.version, Time: plan.time, Collections: len(plan.collections), Records: n})
+				return printJSON(cmd, backupSummary{Version: plan.version, Time: plan.time, Collections: len(plan.collections), Records: n, Groups: len(plan.restoredGroups())})
 			}
 			db, err := dial(cmd)
 			if err != nil {
@@ -446,7 +516,20 @@ type restorePlan struct {
 	time        string
 	collections []backupCollection
 	records     map[string]int64 // by collection
-	selected    map[string]bool  // nil: all
+	groups      []groupkv.GroupSpec
+	selected    map[string]bool // nil: all
+}
+
+// restoredGroups are the key groups of the plan whose keys are all in
+// collections restored.
+func (p *restorePlan) restoredGroups() []groupkv.GroupSpec {
+	var out []groupkv.GroupSpec
+	for _, g := range p.groups {
+		if p.restores(g.Leader.Collection) && !slices.ContainsFunc(g.Members, func(k groupkv.KeyRef) bool { return !p.restores(k.Collection) }) {
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 // only restricts the restore to names.
@@ -547,6 +630,49 @@ func (b *backupReader) record(l backupLine) (key, value []byte, tags []string, e
 	return key, value, l.Tags, nil
 }
 
+// group checks key group g of a backup, whose collections are those of
+// plan, and returns it as a restore creates it.
+func (b *backupReader) group(g backupGroup, plan *restorePlan) (groupkv.GroupSpec, error) {
+	if g.ID == "" || !utf8.ValidString(g.ID) || strings.ContainsFunc(g.ID, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return groupkv.GroupSpec{}, b.errorf("key group %q: not a group id", g.ID)
+	}
+	if slices.ContainsFunc(plan.groups, func(o groupkv.GroupSpec) bool { return o.ID == g.ID }) {
+		return groupkv.GroupSpec{}, b.errorf("key group %q appears twice", g.ID)
+	}
+	if g.Mode != groupkv.GroupAtomic && g.Mode != groupkv.GroupBestEffort {
+		return groupkv.GroupSpec{}, b.errorf("key group %q: mode %q is not atomic or best_effort", g.ID, g.Mode)
+	}
+	key := func(k backupKey) (groupkv.KeyRef, error) {
+		if !slices.ContainsFunc(plan.collections, func(c backupCollection) bool { return c.Name == k.Collection }) {
+			return groupkv.KeyRef{}, b.errorf("key group %q holds a key of collection %q, which the backup does not hold", g.ID, k.Collection)
+		}
+		key, given, err := api.BytesFromJSON("key", k.Key, k.KeyBase64)
+		if err != nil || !given || len(key) == 0 {
+			return groupkv.KeyRef{}, b.errorf("key group %q holds a key that is not valid", g.ID)
+		}
+		if err := kv.ValidateKey(key); err != nil {
+			return groupkv.KeyRef{}, b.errorf("key group %q: %s", g.ID, kv.AsError(err).Message)
+		}
+		return groupkv.KeyRef{Collection: k.Collection, Key: key}, nil
+	}
+	spec := groupkv.GroupSpec{ID: g.ID, Mode: g.Mode}
+	var err error
+	if spec.Leader, err = key(g.Leader); err != nil {
+		return groupkv.GroupSpec{}, err
+	}
+	if len(g.Members) == 0 {
+		return groupkv.GroupSpec{}, b.errorf("key group %q has no members", g.ID)
+	}
+	for _, m := range g.Members {
+		k, err := key(m)
+		if err != nil {
+			return groupkv.GroupSpec{}, err
+		}
+		spec.Members = append(spec.Members, k)
+	}
+	return spec, nil
+}
+
 // checkBackup reads the whole backup at path and checks its format, its
 // counts and its SHA-256.
 func checkBackup(path string) (*restorePlan, error) {
@@ -566,9 +692,10 @@ func checkBackup(path string) (*restorePlan, error) {
 	if head.Format == nil || head.Version == nil {
 		return nil, b.errorf(`it does not begin with {"groupkv_backup": %d, ...}`, backupFormat)
 	}
-	if *head.Format != backupFormat {
-		return nil, b.errorf("backup format %d: this groupkv reads format %d", *head.Format, backupFormat)
+	if *head.Format < 1 || *head.Format > backupFormat {
+		return nil, b.errorf("backup format %d: this groupkv reads formats 1 to %d", *head.Format, backupFormat)
 	}
+	format := *head.Format
 	plan.version, plan.time = *head.Version, head.Time
 	var (
 		cur   *backupCollection
@@ -615,12 +742,27 @@ func checkBackup(path string) (*restorePlan, error) {
 			plan.records[cur.Name] = count
 			total += count
 			cur = nil
+		case l.Group != nil:
+			if format < 2 {
+				return nil, b.errorf("a key group in a backup of format %d", format)
+			}
+			if cur != nil {
+				return nil, b.errorf("key group %q inside collection %q", l.Group.ID, cur.Name)
+			}
+			g, err := b.group(*l.Group, plan)
+			if err != nil {
+				return nil, err
+			}
+			plan.groups = append(plan.groups, g)
 		case l.End != nil:
 			if cur != nil {
 				return nil, b.errorf("the end inside collection %q", cur.Name)
 			}
 			if l.End.Collections != len(plan.collections) || l.End.Records != total {
 				return nil, b.errorf("the backup says %d collections and %d records, it holds %d and %d", l.End.Collections, l.End.Records, len(plan.collections), total)
+			}
+			if l.End.Groups != len(plan.groups) {
+				return nil, b.errorf("the backup says %d key groups, it holds %d", l.End.Groups, len(plan.groups))
 			}
 			if got := hex.EncodeToString(b.sum.Sum(nil)); got != l.End.SHA256 {
 				return nil, b.errorf("its SHA-256 is %s, the backup says %s: the file was changed", got, l.End.SHA256)
@@ -634,6 +776,9 @@ func checkBackup(path string) (*restorePlan, error) {
 		default:
 			if cur == nil {
 				return nil, b.errorf("a record outside any collection")
+			}
+			if len(plan.groups) > 0 {
+				return nil, b.errorf("collection %q after the key groups", cur.Name)
 			}
 			key, _, _, err := b.record(l)
 			if err != nil {
@@ -675,6 +820,11 @@ func runRestore(ctx context.Context, cmd *cobra.Command, db groupkv.DB, path str
 	if len(clash) > 0 && !overwrite {
 		return fmt.Errorf("nothing restored: the server has collections of the backup already (%s): drop them, restore elsewhere, or give --overwrite to write the backup's records into them",
 			strings.Join(clash, ", "))
+	}
+	if len(clash) > 0 {
+		if err := clearGroups(ctx, db, plan); err != nil {
+			return err
+		}
 	}
 	for _, c := range plan.collections {
 		if !plan.restores(c.Name) || exists[c.Name] {
@@ -780,7 +930,7 @@ func runRestore(ctx context.Context, cmd *cobra.Command, db groupkv.DB, path str
 				done = append(done, cur)
 			}
 			cur = ""
-		case l.End != nil, l.Format != nil:
+		case l.End != nil, l.Format != nil, l.Group != nil:
 		default:
 			if !plan.restores(cur) {
 				continue
@@ -808,7 +958,106 @@ func runRestore(ctx context.Context, cmd *cobra.Command, db groupkv.DB, path str
 	if err := settle(); err != nil {
 		return err
 	}
-	return printJSON(cmd, backupSummary{Version: plan.version, Time: plan.time, Collections: len(done), Records: written})
+	groups, err := restoreGroups(ctx, db, plan.restoredGroups(), overwrite)
+	if err != nil {
+		return fmt.Errorf("%w (every record of the backup is written; key groups created: %s)", err, listOrNone(groups))
+	}
+	return printJSON(cmd, backupSummary{Version: plan.version, Time: plan.time, Collections: len(done), Records: written, Groups: len(groups)})
+}
+
+// clearGroups deletes, before a restore writes into collections that
+// exist (--overwrite), the key groups of the server holding keys of
+// those collections: their keys take no batch write. Each must be a group
+// of the backup, which the restore creates again once the records are
+// written; a group the backup does not have is refused, before any is
+// deleted.
+func clearGroups(ctx context.Context, db groupkv.DB, plan *restorePlan) error {
+	groups, err := db.ListGroups(ctx)
+	if err != nil {
+		return fmt.Errorf("listing the key groups: %w", err)
+	}
+	backedUp := map[string]bool{}
+	for _, g := range plan.restoredGroups() {
+		backedUp[g.ID] = true
+	}
+	var clear, foreign []string
+	for _, g := range groups {
+		if !plan.restores(g.Leader.Collection) && !slices.ContainsFunc(g.Members, func(k groupkv.KeyRef) bool { return plan.restores(k.Collection) }) {
+			continue
+		}
+		switch {
+		case backedUp[g.ID]:
+			clear = append(clear, g.ID)
+		case slices.ContainsFunc(plan.groups, func(o groupkv.GroupSpec) bool { return o.ID == g.ID }):
+			foreign = append(foreign, fmt.Sprintf("%q (it holds keys of collections not restored)", g.ID))
+		default:
+			foreign = append(foreign, fmt.Sprintf("%q (not in the backup)", g.ID))
+		}
+	}
+	if len(foreign) > 0 {
+		return fmt.Errorf("nothing restored: key groups hold keys of the collections the restore writes, and it would not create them again: %s; delete them first", strings.Join(foreign, ", "))
+	}
+	for _, id := range clear {
+		if err := db.DeleteGroup(ctx, id); err != nil && groupkv.CodeOf(err) != groupkv.CodeNotFound {
+			return fmt.Errorf("deleting key group %q before writing its keys (the restore creates it again): %w", id, err)
+		}
+	}
+	return nil
+}
+
+// restoreGroups creates the key groups specs once their keys are
+// restored, and answers the ids of those it created or found as they
+// are. A group of the id that exists otherwise is refused, unless
+// overwrite: then it is deleted and created again.
+func restoreGroups(ctx context.Context, db groupkv.DB, specs []groupkv.GroupSpec, overwrite bool) ([]string, error) {
+	var done []string
+	for _, spec := range specs {
+		cur, err := db.DescribeGroup(ctx, spec.ID)
+		switch {
+		case err == nil && sameGroup(cur, spec):
+			done = append(done, spec.ID)
+			continue
+		case err == nil && !overwrite:
+			return done, fmt.Errorf("key group %q exists on the server with other keys: delete it, or give --overwrite to replace it", spec.ID)
+		case err == nil:
+			if err := db.DeleteGroup(ctx, spec.ID); err != nil && groupkv.CodeOf(err) != groupkv.CodeNotFound {
+				return done, fmt.Errorf("replacing key group %q: %w", spec.ID, err)
+			}
+		case groupkv.CodeOf(err) != groupkv.CodeNotFound:
+			return done, fmt.Errorf("key group %q: %w", spec.ID, err)
+		}
+		created, err := db.CreateGroup(ctx, spec)
+		if err != nil {
+			return done, fmt.Errorf("creating key group %q: %w", spec.ID, err)
+		}
+		if len(created.Refused) > 0 {
+			// best_effort: the group holds the keys that joined.
+			r := created.Refused[0]
+			return done, fmt.Errorf("key group %q was created without %d of its keys (the first: %q of collection %q, %s)", spec.ID, len(created.Refused), r.Key, r.Collection, r.Reason)
+		}
+		done = append(done, spec.ID)
+	}
+	return done, nil
+}
+
+// sameGroup reports whether group cur is spec: its mode, leader and keys.
+func sameGroup(cur groupkv.GroupInfo, spec groupkv.GroupSpec) bool {
+	mode := func(m groupkv.GroupMode) groupkv.GroupMode { return cmp.Or(m, groupkv.GroupAtomic) }
+	if mode(cur.Mode) != mode(spec.Mode) || !sameKey(cur.Leader, spec.Leader) {
+		return false
+	}
+	set := func(keys []groupkv.KeyRef, leader groupkv.KeyRef) map[string]bool {
+		m := map[string]bool{leader.Collection + "\x00" + string(leader.Key): true}
+		for _, k := range keys {
+			m[k.Collection+"\x00"+string(k.Key)] = true
+		}
+		return m
+	}
+	return maps.Equal(set(cur.Members, cur.Leader), set(spec.Members, spec.Leader))
+}
+
+func sameKey(a, b groupkv.KeyRef) bool {
+	return a.Collection == b.Collection && bytes.Equal(a.Key, b.Key)
 }
 
 // restoreBatch is a batch put a restore is filling: records of one shard,

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -56,10 +57,14 @@ func TestCheckBackupRefuses(t *testing.T) {
 	head := `{"groupkv_backup":1,"version":5}` + "\n"
 	coll := `{"collection":{"name":"c","partitioning":"hash","shards":2}}` + "\n"
 	end := func(n int) string { return fmt.Sprintf(`{"collection_end":{"name":"c","records":%d}}`+"\n", n) }
-	file := func(body string, collections, records int) string {
+	file := func(body string, collections, records int, groups ...int) string {
 		sum := sha256.Sum256([]byte(body))
 		path := filepath.Join(t.TempDir(), "b")
-		data := body + fmt.Sprintf(`{"end":{"collections":%d,"records":%d,"sha256":"%s"}}`+"\n", collections, records, hex.EncodeToString(sum[:]))
+		g := 0
+		if len(groups) > 0 {
+			g = groups[0]
+		}
+		data := body + fmt.Sprintf(`{"end":{"collections":%d,"records":%d,"groups":%d,"sha256":"%s"}}`+"\n", collections, records, g, hex.EncodeToString(sum[:]))
 		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -69,6 +74,17 @@ func TestCheckBackupRefuses(t *testing.T) {
 	plan, err := checkBackup(file(good, 1, 1))
 	if err != nil || plan.version != 5 || plan.records["c"] != 1 {
 		t.Fatalf("a good backup: %+v %v", plan, err)
+	}
+	head2 := `{"groupkv_backup":2,"version":5}` + "\n"
+	group := func(body string) string { return `{"group":` + body + `}` + "\n" }
+	g1 := group(`{"id":"g1","mode":"best_effort","leader":{"collection":"c","key":"a"},"members":[{"collection":"c","key":"a"},{"collection":"c","key_base64":"/w=="}]}`)
+	plan, err = checkBackup(file(head2+coll+`{"key":"a","value":"1","version":3}`+"\n"+end(1)+g1, 1, 1, 1))
+	if err != nil || len(plan.groups) != 1 || plan.groups[0].ID != "g1" || plan.groups[0].Mode != kv.GroupBestEffort ||
+		len(plan.groups[0].Members) != 2 || string(plan.groups[0].Members[1].Key) != "\xff" {
+		t.Fatalf("a good backup with a key group: %+v %v", plan, err)
+	}
+	if plan.only([]string{"c"}); len(plan.restoredGroups()) != 1 {
+		t.Fatalf("restoring c: groups %+v, want g1", plan.restoredGroups())
 	}
 	for _, c := range []struct {
 		name, body string
@@ -83,11 +99,23 @@ func TestCheckBackupRefuses(t *testing.T) {
 		{"a system collection", head + `{"collection":{"name":"_groups","partitioning":"hash","shards":2}}` + "\n" + end(0), 0, "groupkv's own"},
 		{"a miscount", head + coll + `{"key":"a","value":"1","version":3}` + "\n" + end(2), 1, "says 2 records, it holds 1"},
 		{"an unknown field", head + coll + `{"key":"a","value":"1","version":3,"color":"red"}` + "\n" + end(1), 1, "unknown field"},
-		{"another format", `{"groupkv_backup":2,"version":5}` + "\n", 0, "backup format 2"},
+		{"another format", `{"groupkv_backup":3,"version":5}` + "\n", 0, "backup format 3"},
+		{"a group in format 1", head + coll + end(0) + g1, 0, "a key group in a backup of format 1"},
+		{"a group inside a collection", head2 + coll + g1 + end(0), 0, `key group "g1" inside collection "c"`},
+		{"a group of another collection", head2 + coll + end(0) + group(`{"id":"g","mode":"atomic","leader":{"collection":"d","key":"a"},"members":[{"collection":"d","key":"a"}]}`), 0, `collection "d", which the backup does not hold`},
+		{"a group without members", head2 + coll + end(0) + group(`{"id":"g","mode":"atomic","leader":{"collection":"c","key":"a"},"members":[]}`), 0, "has no members"},
+		{"a group of another mode", head2 + coll + end(0) + group(`{"id":"g","mode":"most","leader":{"collection":"c","key":"a"},"members":[{"collection":"c","key":"a"}]}`), 0, `mode "most"`},
+		{"a group twice", head2 + coll + end(0) + g1 + g1, 0, `key group "g1" appears twice`},
+		{"a group with no id", head2 + coll + end(0) + group(`{"id":"","mode":"atomic","leader":{"collection":"c","key":"a"},"members":[{"collection":"c","key":"a"}]}`), 0, "not a group id"},
+		{"a collection after the groups", head2 + coll + end(0) + g1 + `{"collection":{"name":"d","partitioning":"hash","shards":2}}` + "\n" + `{"key":"a","value":"1","version":3}` + "\n" + `{"collection_end":{"name":"d","records":1}}` + "\n", 1, `collection "d" after the key groups`},
+		{"a group miscount", head2 + coll + end(0) + g1, 0, "says 0 key groups, it holds 1"},
 	} {
 		collections := 1
-		if c.name == "another format" {
+		switch c.name {
+		case "another format":
 			collections = 0
+		case "a collection after the groups":
+			collections = 2
 		}
 		_, err := checkBackup(file(c.body, collections, c.records))
 		if err == nil || !strings.Contains(err.Error(), c.says) {
@@ -109,6 +137,10 @@ func FuzzCheckBackup(f *testing.F) {
 	f.Add([]byte(body + `{"end":{"collections":1,"records":2,"sha256":"` + hex.EncodeToString(sum[:]) + `"}}` + "\n"))
 	f.Add([]byte(body))
 	f.Add([]byte("{}\n"))
+	body2 := strings.Replace(body, `"groupkv_backup":1`, `"groupkv_backup":2`, 1) +
+		`{"group":{"id":"g","mode":"atomic","leader":{"collection":"c","key":"a"},"members":[{"collection":"c","key":"a"},{"collection":"c","key_base64":"/wA="}]}}` + "\n"
+	sum2 := sha256.Sum256([]byte(body2))
+	f.Add([]byte(body2 + `{"end":{"collections":1,"records":2,"groups":1,"sha256":"` + hex.EncodeToString(sum2[:]) + `"}}` + "\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		path := filepath.Join(t.TempDir(), "b")
 		if err := os.WriteFile(path, data, 0o600); err != nil {
@@ -138,7 +170,7 @@ func FuzzCheckBackup(f *testing.F) {
 			switch {
 			case l.Collection != nil:
 				cur, last = l.Collection.Name, nil
-			case l.CollectionEnd != nil, l.End != nil, l.Format != nil:
+			case l.CollectionEnd != nil, l.End != nil, l.Format != nil, l.Group != nil:
 			default:
 				key, _, _, err := b.record(l)
 				if err != nil {
@@ -149,6 +181,13 @@ func FuzzCheckBackup(f *testing.F) {
 				}
 				last = key
 				counts[cur]++
+			}
+		}
+		for _, g := range plan.groups {
+			for _, k := range append(g.Members, g.Leader) {
+				if !slices.ContainsFunc(plan.collections, func(c backupCollection) bool { return c.Name == k.Collection }) || kv.ValidateKey(k.Key) != nil {
+					t.Fatalf("an accepted file holds key group %q with key %q of collection %q", g.ID, k.Key, k.Collection)
+				}
 			}
 		}
 		for _, c := range plan.collections {
