@@ -214,6 +214,9 @@ func retryable(err error) bool {
 	if _, failed := errors.AsType[*replication.StorageFailedError](err); failed {
 		return false // this node stopped: no retry here will get through
 	}
+	if refused(err) {
+		return false // refused until the disk has room: no retry will get through soon
+	}
 	switch kv.CodeOf(err) {
 	case kv.CodeNotLeader, kv.CodeUnavailable:
 		return true

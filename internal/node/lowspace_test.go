@@ -3,7 +3,11 @@ package node
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -195,5 +199,193 @@ func TestLowDiskStopsANodeWithPeers(t *testing.T) {
 	}
 	if c.node(1).n.WritesRefused() != nil {
 		t.Fatal("node 1, on a disk with room, refuses writes")
+	}
+}
+
+// TestLowDiskKeepsTransactionsWhole moves money between accounts in four
+// shards with transactions while the disk goes low and has room again at
+// random: every transaction is whole or not at all (audits, and the end,
+// add up; a refusal answers unavailable, never commit_unknown), and
+// exactly the transfers acknowledged are there after a restart (each
+// worker counts its own in the same transactions). (A transfer
+// wounded by one that was then refused waits, before its retry, for the
+// wounder's retry, up to a quarter of the transaction timeout.)
+func TestLowDiskKeepsTransactionsWhole(t *testing.T) {
+	seed := crashSeed(t)
+	t.Logf("seed %d (replay with GROUPKV_SEED=%d)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	disk := lowDisk{vfs.NewMem()}
+	disk.free(200 << 20)
+	opts := Options{DataDir: "/data", FS: disk, MinFreeBytes: 64 << 20, TickInterval: 10 * time.Millisecond, Logger: quietLogger()}
+	n, err := Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := n.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "bank", Shards: 4}); err != nil {
+		t.Fatal(err)
+	}
+	const accounts, initial = 16, 1000
+	acct := func(i int) []byte { return fmt.Appendf(nil, "acct%02d", i) }
+	for i := range accounts {
+		if _, err := n.Put(ctx, kv.PutRequest{Collection: "bank", Key: acct(i), Value: []byte(strconv.Itoa(initial))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	balance := func(v []byte) int {
+		b, err := strconv.Atoi(string(v))
+		if err != nil {
+			t.Errorf("balance %q: %v", v, err)
+		}
+		return b
+	}
+
+	// Each worker counts its transfers in a key of its own, in the same
+	// transactions: the count is exactly the transfers acknowledged.
+	counter := func(w int) []byte { return fmt.Appendf(nil, "count%d", w) }
+	const workers = 4
+	var acked [workers]int
+	stop := make(chan struct{})
+	var (
+		wg                  sync.WaitGroup
+		committed, refusals atomic.Int64
+	)
+	// The disk: low and room again, at random, about every 150 ms.
+	wg.Go(func() {
+		low := false
+		for {
+			select {
+			case <-stop:
+				disk.free(200 << 20)
+				return
+			case <-time.After(time.Duration(50+rng.IntN(200)) * time.Millisecond):
+			}
+			low = !low
+			if low {
+				disk.free(40 << 20)
+			} else {
+				disk.free(200 << 20)
+			}
+		}
+	})
+	for w := range workers {
+		wrng := rand.New(rand.NewPCG(seed, uint64(w)+2))
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				from, to := wrng.IntN(accounts), wrng.IntN(accounts)
+				if from == to {
+					continue
+				}
+				get := []kv.TxnOp{{Op: kv.TxnOpGet, Collection: "bank", Key: acct(from)}, {Op: kv.TxnOpGet, Collection: "bank", Key: acct(to)}, {Op: kv.TxnOpGet, Collection: "bank", Key: counter(w)}}
+				read, err := n.ExecTxn(ctx, kv.ExecRequest{Then: get})
+				if err != nil {
+					t.Errorf("reading two accounts: %v", err)
+					return
+				}
+				a, b := balance(read.Results[0].Value), balance(read.Results[1].Value)
+				done := 0
+				if read.Results[2].Found {
+					done = balance(read.Results[2].Value)
+				}
+				amount := wrng.IntN(10)
+				cond := []kv.Compare{{Collection: "bank", Key: acct(from), Version: read.Results[0].Version}, {Collection: "bank", Key: acct(to), Version: read.Results[1].Version},
+					{Collection: "bank", Key: counter(w), Version: read.Results[2].Version}}
+				puts := []kv.TxnOp{
+					{Op: kv.TxnOpPut, Collection: "bank", Key: acct(from), Value: []byte(strconv.Itoa(a - amount))},
+					{Op: kv.TxnOpPut, Collection: "bank", Key: acct(to), Value: []byte(strconv.Itoa(b + amount))},
+					{Op: kv.TxnOpPut, Collection: "bank", Key: counter(w), Value: []byte(strconv.Itoa(done + 1))},
+				}
+				res, err := n.ExecTxn(ctx, kv.ExecRequest{If: cond, Then: puts})
+				switch {
+				case err == nil && res.Succeeded:
+					committed.Add(1)
+					acked[w]++
+				case err == nil: // a condition failed: another transfer came first
+				case kv.CodeOf(err) == kv.CodeUnavailable && strings.Contains(err.Error(), "refuses writes"):
+					refusals.Add(1)
+				default:
+					t.Errorf("a transfer: %v", err)
+					return
+				}
+			}
+		})
+	}
+	audit := func(when string) {
+		t.Helper()
+		var get []kv.TxnOp
+		for i := range accounts {
+			get = append(get, kv.TxnOp{Op: kv.TxnOpGet, Collection: "bank", Key: acct(i)})
+		}
+		res, err := n.ExecTxn(ctx, kv.ExecRequest{Then: get})
+		if err != nil {
+			t.Fatalf("%s: audit: %v", when, err)
+		}
+		sum := 0
+		for _, r := range res.Results {
+			sum += balance(r.Value)
+		}
+		if sum != accounts*initial {
+			t.Fatalf("%s: the accounts hold %d, want %d (seed %d)", when, sum, accounts*initial, seed)
+		}
+	}
+	deadline := time.Now().Add(4 * time.Second)
+	for time.Now().Before(deadline) && !t.Failed() {
+		audit("during the run")
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	audit("at the end")
+	t.Logf("%d transfers committed, %d refused for the low disk", committed.Load(), refusals.Load())
+	if refusals.Load() == 0 || committed.Load() == 0 {
+		t.Fatalf("%d committed, %d refused: the run did not exercise both", committed.Load(), refusals.Load())
+	}
+	var want []kv.Record
+	for i := range accounts {
+		rec, err := n.Get(ctx, kv.GetRequest{Collection: "bank", Key: acct(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, rec)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n, err = Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	if err := n.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range want {
+		rec, err := n.Get(ctx, kv.GetRequest{Collection: "bank", Key: acct(i)})
+		if err != nil || rec.Version != w.Version || string(rec.Value) != string(w.Value) {
+			t.Fatalf("%s after a restart: %q at %d (%v), want %q at %d", acct(i), rec.Value, rec.Version, err, w.Value, w.Version)
+		}
+	}
+	audit("after a restart")
+	for w := range workers {
+		got := 0
+		rec, err := n.Get(ctx, kv.GetRequest{Collection: "bank", Key: counter(w)})
+		switch {
+		case err == nil:
+			got = balance(rec.Value)
+		case kv.CodeOf(err) != kv.CodeNotFound:
+			t.Fatal(err)
+		}
+		if got != acked[w] {
+			t.Fatalf("worker %d: %d transfers acknowledged, its count says %d (seed %d)", w, acked[w], got, seed)
+		}
 	}
 }
