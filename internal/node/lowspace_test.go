@@ -14,6 +14,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/groupkv/groupkv/internal/kv"
+	"github.com/groupkv/groupkv/internal/txn"
 )
 
 // lowDisk is a node's disk whose free space the test sets.
@@ -387,5 +388,88 @@ func TestLowDiskKeepsTransactionsWhole(t *testing.T) {
 		if got != acked[w] {
 			t.Fatalf("worker %d: %d transfers acknowledged, its count says %d (seed %d)", w, acked[w], got, seed)
 		}
+	}
+}
+
+// TestGivenUpTransactionEndsTheWait: a one-shot transaction that answers
+// an error other than an abort (here a write refused for a low disk) is
+// not retried, and says so: a retry waiting for it (the wait of a
+// transaction it wounded) ends at once, not after the grace a transaction
+// whose client may retry it gets.
+func TestGivenUpTransactionEndsTheWait(t *testing.T) {
+	disk := lowDisk{vfs.NewMem()}
+	disk.free(200 << 20)
+	n, err := Open(Options{DataDir: "/data", FS: disk, MinFreeBytes: 64 << 20, TxnTimeout: time.Minute, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := n.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Shards: 4}); err != nil {
+		t.Fatal(err)
+	}
+	ended := func(id string) *txn.Meta {
+		t.Helper()
+		n.txns.mu.Lock()
+		defer n.txns.mu.Unlock()
+		e, ok := n.txns.ended[id]
+		if !ok {
+			t.Fatalf("attempt %s: no record of its end", id)
+		}
+		return &e.meta
+	}
+
+	// An attempt aborted by its client, who may retry it: a wait for it
+	// lasts the grace (a quarter of TxnTimeout, 15 s), here cut by its
+	// context.
+	id, err := n.BeginTxn(ctx, kv.TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.TxnPut(ctx, id, kv.PutItem{Collection: "c", Key: []byte("a"), Value: []byte("1")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.AbortTxn(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, time.Second)
+	if err := n.awaitTxnEnd(wctx, ended(id)); err == nil {
+		t.Fatal("a wait for an attempt its client may retry ended before the grace")
+	}
+	wcancel()
+
+	// A one-shot transaction refused for the low disk gives up.
+	disk.free(40 << 20)
+	waitUntil := time.Now().Add(time.Minute) // liveness only
+	for n.WritesRefused() == nil {
+		if time.Now().After(waitUntil) {
+			t.Fatal("writes not refused a minute after the disk went low")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, err = n.ExecTxn(ctx, kv.ExecRequest{Then: []kv.TxnOp{
+		{Op: kv.TxnOpPut, Collection: "c", Key: []byte("a"), Value: []byte("2")},
+		{Op: kv.TxnOpPut, Collection: "c", Key: []byte("b"), Value: []byte("2")},
+	}})
+	if !refused(err) {
+		t.Fatalf("a transaction on a low disk: %v, want refused", err)
+	}
+	n.txns.mu.Lock()
+	var given []string
+	for g := range n.txns.gaveUp {
+		given = append(given, g)
+	}
+	n.txns.mu.Unlock()
+	if len(given) != 1 {
+		t.Fatalf("attempts given up: %v, want the refused one", given)
+	}
+	wctx, wcancel = context.WithTimeout(ctx, 5*time.Second)
+	defer wcancel()
+	if err := n.awaitTxnEnd(wctx, ended(given[0])); err != nil {
+		t.Fatalf("a wait for a transaction that gave up: %v, want its end at once", err)
 	}
 }

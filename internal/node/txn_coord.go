@@ -50,6 +50,12 @@ type txnSessions struct {
 	// and a transaction needs at most as many attempts as there are
 	// transactions older than it. Entries go after TxnIdleTimeout.
 	ended map[string]endedAttempt
+	// gaveUp holds attempts that ended aborted and that their coordinator
+	// here will not retry (a one-shot transaction that answered another
+	// error: a refused write, its context's end): a retry of a transaction
+	// one of them wounded need not wait for theirs. Entries go after
+	// TxnIdleTimeout.
+	gaveUp map[string]time.Time
 }
 
 type endedAttempt struct {
@@ -224,6 +230,24 @@ func (n *Node) noteEnded(m txn.Meta, rec shard.TxnResult) {
 	n.txns.ended[m.ID] = endedAttempt{meta: m, wounder: rec.WoundedBy, at: time.Now()}
 }
 
+// noteGaveUp notes that attempt id ended and will not be retried here.
+func (n *Node) noteGaveUp(id string) {
+	n.txns.mu.Lock()
+	defer n.txns.mu.Unlock()
+	if n.txns.gaveUp == nil {
+		n.txns.gaveUp = map[string]time.Time{}
+	}
+	n.txns.gaveUp[id] = time.Now()
+}
+
+// gaveUp reports whether attempt id ended here, not to be retried.
+func (n *Node) gaveUp(id string) bool {
+	n.txns.mu.Lock()
+	defer n.txns.mu.Unlock()
+	_, ok := n.txns.gaveUp[id]
+	return ok
+}
+
 // takeEnded returns and forgets what this node remembers of attempt id
 // (nil: nothing).
 func (n *Node) takeEnded(id string) *endedAttempt {
@@ -337,6 +361,9 @@ func (n *Node) awaitTxnEndFrom(ctx context.Context, m *txn.Meta, followed map[st
 				abortedSince = time.Time{}
 				continue
 			}
+			if n.gaveUp(m.ID) {
+				return nil // its coordinator here said so
+			}
 			if abortedSince.IsZero() {
 				abortedSince = time.Now()
 			} else if time.Since(abortedSince) > grace {
@@ -433,6 +460,11 @@ func (n *Node) expireSessions() {
 	for id, e := range n.txns.ended {
 		if e.at.Before(cutoff) {
 			delete(n.txns.ended, id)
+		}
+	}
+	for id, at := range n.txns.gaveUp {
+		if at.Before(cutoff) {
+			delete(n.txns.gaveUp, id)
 		}
 	}
 	n.txns.mu.Unlock()
@@ -1388,12 +1420,16 @@ func (n *Node) ExecTxn(ctx context.Context, req kv.ExecRequest) (kv.ExecResult, 
 		}
 		s.mu.Unlock()
 		if kv.CodeOf(err) != kv.CodeTxnAborted || ctx.Err() != nil {
+			if err != nil {
+				n.noteGaveUp(s.meta.ID)
+			}
 			return res, err
 		}
 		retryOf = s.meta.ID
 		d := min(time.Duration(1<<min(attempt, 6))*time.Millisecond, 50*time.Millisecond)
 		select {
 		case <-ctx.Done():
+			n.noteGaveUp(s.meta.ID)
 			return kv.ExecResult{}, err
 		case <-time.After(d):
 		}
