@@ -104,6 +104,8 @@ type clusterNode struct {
 	Draining bool   `json:"draining"`
 	Replicas int    `json:"replicas"`
 	Held     *int   `json:"held"`
+	// WritesRefused: why the node refuses writes (its disk is low).
+	WritesRefused string `json:"writes_refused,omitempty"`
 }
 
 type clusterShard struct {
@@ -212,6 +214,9 @@ func formatClusterStatus(w io.Writer, body []byte) error {
 		state := "member"
 		if n.Draining {
 			state = "draining"
+		}
+		if n.WritesRefused != "" {
+			state += ", writes refused (low disk)"
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", n.ID, orDash(n.Addr), orDash(n.PeerAddr), healthy, n.Replicas, held, state)
 	}

@@ -364,6 +364,9 @@ func TestLowDiskSpaceRefusesWrites(t *testing.T) {
 	if code, _, body := httpDo(t, "GET", base+"/healthz", ""); code != 200 || !strings.Contains(body, `"writes_refused"`) {
 		t.Fatalf("/healthz on a low disk: %d %s, want 200 naming the refused writes", code, body)
 	}
+	if out, err := exec.Command(binary, "cluster", "status", "--addr", addr).CombinedOutput(); err != nil || !strings.Contains(string(out), "writes refused (low disk)") {
+		t.Fatalf("groupkv cluster status on a low disk: %v\n%s", err, out)
+	}
 	backup := filepath.Join(t.TempDir(), "b") // off the full disk
 	if out, err := exec.Command(binary, "backup", "--addr", addr, "--out", backup).CombinedOutput(); err != nil {
 		t.Fatalf("backup of the server on a low disk: %v\n%s", err, out)

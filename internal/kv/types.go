@@ -61,6 +61,10 @@ type NodeStatus struct {
 	// (a replica that moved away is held until the move completes); -1
 	// when it did not answer.
 	Held int `json:"held"`
+	// WritesRefused, on the answering node, says why it refuses writes
+	// while it serves reads (a node alone whose disk is low); empty when
+	// it takes them.
+	WritesRefused string `json:"writes_refused,omitempty"`
 }
 
 // ShardStatus is one shard: its collection ("" for the meta shard), the

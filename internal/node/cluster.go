@@ -1165,6 +1165,9 @@ func (n *Node) ClusterStatus(ctx context.Context) (kv.ClusterStatus, error) {
 		if h, ok := holds[m.ID]; ok {
 			st.Nodes[len(st.Nodes)-1].Held = h
 		}
+		if err := n.host.WritesRefused(); (m.ID == n.id || m.ID == 0) && err != nil { // 0: self, not yet a member
+			st.Nodes[len(st.Nodes)-1].WritesRefused = err.Err.Message
+		}
 	}
 	st.Shards = append(st.Shards, kv.ShardStatus{Collection: "", Shard: cluster.MetaShardID,
 		Replicas: n.shardNodes(cluster.MetaShardID), Leader: leaders[cluster.MetaShardID], Voters: n.voterNodes(cluster.MetaShardID)})

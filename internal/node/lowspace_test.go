@@ -88,6 +88,9 @@ func TestLowDiskRefusesWrites(t *testing.T) {
 	if n.WritesRefused() == nil || n.Ready() != nil {
 		t.Fatalf("WritesRefused %v, Ready %v: want writes refused, the node ready", n.WritesRefused(), n.Ready())
 	}
+	if st, err := n.ClusterStatus(ctx); err != nil || len(st.Nodes) != 1 || !strings.Contains(st.Nodes[0].WritesRefused, "refuses writes") {
+		t.Fatalf("cluster status on a low disk: %+v %v, want the node's refusal", st, err)
+	}
 	var items []kv.PutItem
 	for i := range 10 { // not the group's keys
 		items = append(items, kv.PutItem{Collection: "c", Key: key(i), Value: []byte("batch")})
@@ -162,6 +165,9 @@ func TestLowDiskRefusesWrites(t *testing.T) {
 	}
 	if n.WritesRefused() != nil {
 		t.Fatalf("WritesRefused %v with room", n.WritesRefused())
+	}
+	if st, err := n.ClusterStatus(ctx); err != nil || st.Nodes[0].WritesRefused != "" {
+		t.Fatalf("cluster status with room: %+v %v", st, err)
 	}
 	if _, err := n.BatchPut(ctx, items); err != nil {
 		t.Fatalf("a batch put with room: %v", err)
