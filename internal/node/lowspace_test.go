@@ -24,6 +24,39 @@ func (d lowDisk) free(bytes uint64) {
 	d.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: bytes, TotalBytes: 1 << 30, UsedBytes: 1<<30 - bytes})
 }
 
+// openOnDisk opens a node on a new disk with 200 MiB free that keeps 64
+// MiB free (tweak changes the options), with a collection of four
+// shards, coll; the caller closes it.
+func openOnDisk(t *testing.T, ctx context.Context, coll string, tweak func(*Options)) (*Node, lowDisk, Options) {
+	t.Helper()
+	disk := lowDisk{vfs.NewMem()}
+	disk.free(200 << 20)
+	opts := Options{DataDir: "/data", FS: disk, MinFreeBytes: 64 << 20, TickInterval: 10 * time.Millisecond, Logger: quietLogger()}
+	if tweak != nil {
+		tweak(&opts)
+	}
+	n := openReady(t, ctx, opts)
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: coll, Shards: 4}); err != nil {
+		n.Close()
+		t.Fatal(err)
+	}
+	return n, disk, opts
+}
+
+// openReady opens a node and waits until it is ready.
+func openReady(t *testing.T, ctx context.Context, opts Options) *Node {
+	t.Helper()
+	n, err := Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.WaitReady(ctx); err != nil {
+		n.Close()
+		t.Fatal(err)
+	}
+	return n
+}
+
 // TestLowDiskRefusesWrites: a node alone whose disk has less than its
 // floor free refuses every write that adds data (plain, batch,
 // transaction, Key Group, new collection) unavailable, saying why, with
@@ -32,21 +65,10 @@ func (d lowDisk) free(bytes uint64) {
 // writes again once the disk has room, and stops once the disk falls to
 // half the floor.
 func TestLowDiskRefusesWrites(t *testing.T) {
-	disk := lowDisk{vfs.NewMem()}
-	disk.free(200 << 20)
-	n, err := Open(Options{DataDir: "/data", FS: disk, MinFreeBytes: 64 << 20, TickInterval: 10 * time.Millisecond, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := n.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Shards: 4}); err != nil {
-		t.Fatal(err)
-	}
+	n, disk, _ := openOnDisk(t, ctx, "c", nil)
+	defer n.Close()
 	key := func(i int) []byte { return fmt.Appendf(nil, "k%02d", i) }
 	for i := range 20 {
 		if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: key(i), Value: []byte("v0")}); err != nil {
@@ -95,7 +117,7 @@ func TestLowDiskRefusesWrites(t *testing.T) {
 	for i := range 10 { // not the group's keys
 		items = append(items, kv.PutItem{Collection: "c", Key: key(i), Value: []byte("batch")})
 	}
-	_, err = n.BatchPut(ctx, items)
+	_, err := n.BatchPut(ctx, items)
 	refused("a batch put over four shards", err)
 	_, err = n.ExecTxn(ctx, kv.ExecRequest{Then: []kv.TxnOp{{Op: kv.TxnOpPut, Collection: "c", Key: key(1), Value: []byte("t")}, {Op: kv.TxnOpPut, Collection: "c", Key: key(2), Value: []byte("t")}}})
 	refused("a transaction", err)
@@ -221,21 +243,9 @@ func TestLowDiskKeepsTransactionsWhole(t *testing.T) {
 	seed := crashSeed(t)
 	t.Logf("seed %d (replay with GROUPKV_SEED=%d)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
-	disk := lowDisk{vfs.NewMem()}
-	disk.free(200 << 20)
-	opts := Options{DataDir: "/data", FS: disk, MinFreeBytes: 64 << 20, TickInterval: 10 * time.Millisecond, Logger: quietLogger()}
-	n, err := Open(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := n.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "bank", Shards: 4}); err != nil {
-		t.Fatal(err)
-	}
+	n, disk, opts := openOnDisk(t, ctx, "bank", nil)
 	const accounts, initial = 16, 1000
 	acct := func(i int) []byte { return fmt.Appendf(nil, "acct%02d", i) }
 	for i := range accounts {
@@ -367,14 +377,8 @@ func TestLowDiskKeepsTransactionsWhole(t *testing.T) {
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
-	n, err = Open(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	n = openReady(t, ctx, opts)
 	defer n.Close()
-	if err := n.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
 	for i, w := range want {
 		rec, err := n.Get(ctx, kv.GetRequest{Collection: "bank", Key: acct(i)})
 		if err != nil || rec.Version != w.Version || string(rec.Value) != string(w.Value) {
@@ -403,21 +407,10 @@ func TestLowDiskKeepsTransactionsWhole(t *testing.T) {
 // transaction it wounded) ends at once, not after the grace a transaction
 // whose client may retry it gets.
 func TestGivenUpTransactionEndsTheWait(t *testing.T) {
-	disk := lowDisk{vfs.NewMem()}
-	disk.free(200 << 20)
-	n, err := Open(Options{DataDir: "/data", FS: disk, MinFreeBytes: 64 << 20, TxnTimeout: time.Minute, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := n.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Shards: 4}); err != nil {
-		t.Fatal(err)
-	}
+	n, disk, _ := openOnDisk(t, ctx, "c", func(o *Options) { o.TxnTimeout = time.Minute })
+	defer n.Close()
 	ended := func(id string) *txn.Meta {
 		t.Helper()
 		n.txns.mu.Lock()
