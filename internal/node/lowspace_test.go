@@ -231,8 +231,9 @@ func TestLowDiskStopsANodeWithPeers(t *testing.T) {
 	}
 }
 
-// TestLowDiskKeepsTransactionsWhole moves money between accounts in four
-// shards with transactions while the disk goes low and has room again at
+// TestLowDiskKeepsTransactionsWhole moves money between accounts with
+// transactions, in a collection of four shards (distributed commits) and
+// one of one shard (one-proposal commits), while the disk goes low and has room again at
 // random: every transaction is whole or not at all (audits, and the end,
 // add up; a refusal answers unavailable, never commit_unknown), and
 // exactly the transfers acknowledged are there after a restart (each
@@ -246,11 +247,19 @@ func TestLowDiskKeepsTransactionsWhole(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	n, disk, opts := openOnDisk(t, ctx, "bank", nil)
+	// bank has four shards (its transfers commit across shards), purse
+	// one (its transfers commit in one proposal).
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "purse", Shards: 1}); err != nil {
+		t.Fatal(err)
+	}
+	colls := []string{"bank", "purse"}
 	const accounts, initial = 16, 1000
 	acct := func(i int) []byte { return fmt.Appendf(nil, "acct%02d", i) }
 	for i := range accounts {
-		if _, err := n.Put(ctx, kv.PutRequest{Collection: "bank", Key: acct(i), Value: []byte(strconv.Itoa(initial))}); err != nil {
-			t.Fatal(err)
+		for _, c := range colls {
+			if _, err := n.Put(ctx, kv.PutRequest{Collection: c, Key: acct(i), Value: []byte(strconv.Itoa(initial))}); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	balance := func(v []byte) int {
@@ -302,7 +311,8 @@ func TestLowDiskKeepsTransactionsWhole(t *testing.T) {
 				if from == to {
 					continue
 				}
-				get := []kv.TxnOp{{Op: kv.TxnOpGet, Collection: "bank", Key: acct(from)}, {Op: kv.TxnOpGet, Collection: "bank", Key: acct(to)}, {Op: kv.TxnOpGet, Collection: "bank", Key: counter(w)}}
+				coll := colls[w%2]
+				get := []kv.TxnOp{{Op: kv.TxnOpGet, Collection: coll, Key: acct(from)}, {Op: kv.TxnOpGet, Collection: coll, Key: acct(to)}, {Op: kv.TxnOpGet, Collection: coll, Key: counter(w)}}
 				read, err := n.ExecTxn(ctx, kv.ExecRequest{Then: get})
 				if err != nil {
 					t.Errorf("reading two accounts: %v", err)
@@ -314,12 +324,12 @@ func TestLowDiskKeepsTransactionsWhole(t *testing.T) {
 					done = balance(read.Results[2].Value)
 				}
 				amount := wrng.IntN(10)
-				cond := []kv.Compare{{Collection: "bank", Key: acct(from), Version: read.Results[0].Version}, {Collection: "bank", Key: acct(to), Version: read.Results[1].Version},
-					{Collection: "bank", Key: counter(w), Version: read.Results[2].Version}}
+				cond := []kv.Compare{{Collection: coll, Key: acct(from), Version: read.Results[0].Version}, {Collection: coll, Key: acct(to), Version: read.Results[1].Version},
+					{Collection: coll, Key: counter(w), Version: read.Results[2].Version}}
 				puts := []kv.TxnOp{
-					{Op: kv.TxnOpPut, Collection: "bank", Key: acct(from), Value: []byte(strconv.Itoa(a - amount))},
-					{Op: kv.TxnOpPut, Collection: "bank", Key: acct(to), Value: []byte(strconv.Itoa(b + amount))},
-					{Op: kv.TxnOpPut, Collection: "bank", Key: counter(w), Value: []byte(strconv.Itoa(done + 1))},
+					{Op: kv.TxnOpPut, Collection: coll, Key: acct(from), Value: []byte(strconv.Itoa(a - amount))},
+					{Op: kv.TxnOpPut, Collection: coll, Key: acct(to), Value: []byte(strconv.Itoa(b + amount))},
+					{Op: kv.TxnOpPut, Collection: coll, Key: counter(w), Value: []byte(strconv.Itoa(done + 1))},
 				}
 				res, err := n.ExecTxn(ctx, kv.ExecRequest{If: cond, Then: puts})
 				switch {
@@ -339,19 +349,23 @@ func TestLowDiskKeepsTransactionsWhole(t *testing.T) {
 	audit := func(when string) {
 		t.Helper()
 		var get []kv.TxnOp
-		for i := range accounts {
-			get = append(get, kv.TxnOp{Op: kv.TxnOpGet, Collection: "bank", Key: acct(i)})
+		for _, c := range colls {
+			for i := range accounts {
+				get = append(get, kv.TxnOp{Op: kv.TxnOpGet, Collection: c, Key: acct(i)})
+			}
 		}
 		res, err := n.ExecTxn(ctx, kv.ExecRequest{Then: get})
 		if err != nil {
 			t.Fatalf("%s: audit: %v", when, err)
 		}
-		sum := 0
-		for _, r := range res.Results {
-			sum += balance(r.Value)
-		}
-		if sum != accounts*initial {
-			t.Fatalf("%s: the accounts hold %d, want %d (seed %d)", when, sum, accounts*initial, seed)
+		for j, c := range colls {
+			sum := 0
+			for _, r := range res.Results[j*accounts : (j+1)*accounts] {
+				sum += balance(r.Value)
+			}
+			if sum != accounts*initial {
+				t.Fatalf("%s: the accounts of %s hold %d, want %d (seed %d)", when, c, sum, accounts*initial, seed)
+			}
 		}
 	}
 	deadline := time.Now().Add(4 * time.Second)
@@ -366,29 +380,32 @@ func TestLowDiskKeepsTransactionsWhole(t *testing.T) {
 	if refusals.Load() == 0 || committed.Load() == 0 {
 		t.Fatalf("%d committed, %d refused: the run did not exercise both", committed.Load(), refusals.Load())
 	}
-	var want []kv.Record
-	for i := range accounts {
-		rec, err := n.Get(ctx, kv.GetRequest{Collection: "bank", Key: acct(i)})
-		if err != nil {
-			t.Fatal(err)
+	var want []kv.Record // the accounts of bank, then of purse
+	for _, c := range colls {
+		for i := range accounts {
+			rec, err := n.Get(ctx, kv.GetRequest{Collection: c, Key: acct(i)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, rec)
 		}
-		want = append(want, rec)
 	}
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
 	n = openReady(t, ctx, opts)
 	defer n.Close()
-	for i, w := range want {
-		rec, err := n.Get(ctx, kv.GetRequest{Collection: "bank", Key: acct(i)})
+	for j, w := range want {
+		c, i := colls[j/accounts], j%accounts
+		rec, err := n.Get(ctx, kv.GetRequest{Collection: c, Key: acct(i)})
 		if err != nil || rec.Version != w.Version || string(rec.Value) != string(w.Value) {
-			t.Fatalf("%s after a restart: %q at %d (%v), want %q at %d", acct(i), rec.Value, rec.Version, err, w.Value, w.Version)
+			t.Fatalf("%s of %s after a restart: %q at %d (%v), want %q at %d", acct(i), c, rec.Value, rec.Version, err, w.Value, w.Version)
 		}
 	}
 	audit("after a restart")
 	for w := range workers {
 		got := 0
-		rec, err := n.Get(ctx, kv.GetRequest{Collection: "bank", Key: counter(w)})
+		rec, err := n.Get(ctx, kv.GetRequest{Collection: colls[w%2], Key: counter(w)})
 		switch {
 		case err == nil:
 			got = balance(rec.Value)
