@@ -19,7 +19,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -633,8 +632,8 @@ func (b *backupReader) record(l backupLine) (key, value []byte, tags []string, e
 // group checks key group g of a backup, whose collections are those of
 // plan, and returns it as a restore creates it.
 func (b *backupReader) group(g backupGroup, plan *restorePlan) (groupkv.GroupSpec, error) {
-	if g.ID == "" || !utf8.ValidString(g.ID) || strings.ContainsFunc(g.ID, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-		return groupkv.GroupSpec{}, b.errorf("key group %q: not a group id", g.ID)
+	if err := kv.ValidateGroupID(g.ID); err != nil {
+		return groupkv.GroupSpec{}, b.errorf("key group %q: %s", g.ID, kv.AsError(err).Message)
 	}
 	if slices.ContainsFunc(plan.groups, func(o groupkv.GroupSpec) bool { return o.ID == g.ID }) {
 		return groupkv.GroupSpec{}, b.errorf("key group %q appears twice", g.ID)

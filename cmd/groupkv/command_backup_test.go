@@ -106,7 +106,7 @@ func TestCheckBackupRefuses(t *testing.T) {
 		{"a group without members", head2 + coll + end(0) + group(`{"id":"g","mode":"atomic","leader":{"collection":"c","key":"a"},"members":[]}`), 0, "has no members"},
 		{"a group of another mode", head2 + coll + end(0) + group(`{"id":"g","mode":"most","leader":{"collection":"c","key":"a"},"members":[{"collection":"c","key":"a"}]}`), 0, `mode "most"`},
 		{"a group twice", head2 + coll + end(0) + g1 + g1, 0, `key group "g1" appears twice`},
-		{"a group with no id", head2 + coll + end(0) + group(`{"id":"","mode":"atomic","leader":{"collection":"c","key":"a"},"members":[{"collection":"c","key":"a"}]}`), 0, "not a group id"},
+		{"a group with no id", head2 + coll + end(0) + group(`{"id":"","mode":"atomic","leader":{"collection":"c","key":"a"},"members":[{"collection":"c","key":"a"}]}`), 0, "a group id is 1 to 256 bytes"},
 		{"a collection after the groups", head2 + coll + end(0) + g1 + `{"collection":{"name":"d","partitioning":"hash","shards":2}}` + "\n" + `{"key":"a","value":"1","version":3}` + "\n" + `{"collection_end":{"name":"d","records":1}}` + "\n", 1, `collection "d" after the key groups`},
 		{"a group miscount", head2 + coll + end(0) + g1, 0, "says 0 key groups, it holds 1"},
 	} {

@@ -122,12 +122,9 @@ func sameRecords(want, got map[string]backedUp) string {
 // refuses collections that exist, and refuses a changed or truncated file
 // before it writes anything.
 func TestEndToEndBackupRestore(t *testing.T) {
-	dir := t.TempDir()
-	a := startServer(t, filepath.Join(dir, "a"))
-	b := startServer(t, filepath.Join(dir, "b"))
+	dir, a, b, dbA, dbB := startBackupPair(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	dbA, dbB := dialTest(t, a.addr), dialTest(t, b.addr)
 
 	for _, o := range []groupkv.CollectionOptions{
 		{Name: "users", Shards: 4},
@@ -635,6 +632,16 @@ func dialTest(t *testing.T, addr string) groupkv.DB {
 	return db
 }
 
+// startBackupPair starts two servers in a new directory, dir: a, to back
+// up, and b, to restore into, and dials both.
+func startBackupPair(t *testing.T) (dir string, a, b *proc, dbA, dbB groupkv.DB) {
+	t.Helper()
+	dir = t.TempDir()
+	a = startServer(t, filepath.Join(dir, "a"))
+	b = startServer(t, filepath.Join(dir, "b"))
+	return dir, a, b, dialTest(t, a.addr), dialTest(t, b.addr)
+}
+
 // waitFor polls cond every few milliseconds until it holds, failing the
 // test after a minute (a bound that only catches hangs).
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -658,12 +665,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // refuses, before it writes, when a group it would not create again holds
 // keys it writes.
 func TestEndToEndBackupGroups(t *testing.T) {
-	dir := t.TempDir()
-	a := startServer(t, filepath.Join(dir, "a"))
-	b := startServer(t, filepath.Join(dir, "b"))
+	dir, a, b, dbA, dbB := startBackupPair(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	dbA, dbB := dialTest(t, a.addr), dialTest(t, b.addr)
 	for _, name := range []string{"players", "items"} {
 		if _, err := dbA.CreateCollection(ctx, groupkv.CollectionOptions{Name: name, Shards: 4}); err != nil {
 			t.Fatal(err)

@@ -13,6 +13,7 @@ const (
 	MaxTagSize          = 256
 	MaxTags             = 64
 	DefaultMaxValueSize = 1 << 20 // 1 MiB
+	MaxGroupIDSize      = 256
 )
 
 // ValidateCollectionName reports whether name is a valid collection name:
@@ -119,6 +120,23 @@ func ValidateCollectionOptions(opts *CollectionOptions) error {
 		opts.Shards = len(opts.SplitPoints) + 1
 	} else if opts.Shards != len(opts.SplitPoints)+1 {
 		return Errorf(CodeInvalidArgument, "a range collection with %d split points has %d shards, not %d", len(opts.SplitPoints), len(opts.SplitPoints)+1, opts.Shards)
+	}
+	return nil
+}
+
+// ValidateGroupID reports whether id is a valid key group id: 1 to
+// MaxGroupIDSize bytes of UTF-8 without control characters.
+func ValidateGroupID(id string) error {
+	if id == "" || len(id) > MaxGroupIDSize {
+		return Errorf(CodeInvalidArgument, "a group id is 1 to %d bytes, got %d", MaxGroupIDSize, len(id))
+	}
+	if !utf8.ValidString(id) {
+		return Errorf(CodeInvalidArgument, "group id %q is not UTF-8", id)
+	}
+	for _, c := range id {
+		if c < 0x20 || c == 0x7f {
+			return Errorf(CodeInvalidArgument, "group id %q holds a control character", id)
+		}
 	}
 	return nil
 }

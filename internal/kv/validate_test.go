@@ -28,3 +28,24 @@ func TestValidateTags(t *testing.T) {
 		}
 	}
 }
+
+func TestValidateGroupID(t *testing.T) {
+	for _, c := range []struct {
+		id   string
+		says string // "": valid
+	}{
+		{"match-1", ""},
+		{"team b ✓", ""},
+		{strings.Repeat("g", MaxGroupIDSize), ""},
+		{"", "1 to 256 bytes"},
+		{strings.Repeat("g", MaxGroupIDSize+1), "got 257"},
+		{"a\xffb", "not UTF-8"},
+		{"a\nb", "control character"},
+		{"a\x7fb", "control character"},
+	} {
+		err := ValidateGroupID(c.id)
+		if c.says == "" && err != nil || c.says != "" && (err == nil || !strings.Contains(err.Error(), c.says) || CodeOf(err) != CodeInvalidArgument) {
+			t.Errorf("ValidateGroupID(%q) = %v, want %q", c.id, err, c.says)
+		}
+	}
+}

@@ -13,7 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"google.golang.org/grpc"
 
@@ -48,11 +47,8 @@ import (
 // groupsCollection is the system collection of group ids.
 const groupsCollection = "_groups"
 
-// Limits of a group.
-const (
-	maxGroupMembers = 10000
-	maxGroupIDLen   = 256
-)
+// maxGroupMembers bounds the keys of a group.
+const maxGroupMembers = 10000
 
 // groupTick is the period of the protocol's ticks (retries every
 // group.Options.RetryTicks ticks).
@@ -903,21 +899,6 @@ func (n *Node) keyRef(k group.Key) kv.KeyRef {
 	return kv.KeyRef{Collection: fmt.Sprintf("#%d", k.Collection), Key: []byte(k.Key)}
 }
 
-func validGroupID(id string) error {
-	if id == "" || len(id) > maxGroupIDLen {
-		return kv.Errorf(kv.CodeInvalidArgument, "a group id is 1 to %d bytes, got %d", maxGroupIDLen, len(id))
-	}
-	if !utf8.ValidString(id) {
-		return kv.Errorf(kv.CodeInvalidArgument, "group id %q is not UTF-8", id)
-	}
-	for _, c := range id {
-		if c < 0x20 || c == 0x7f {
-			return kv.Errorf(kv.CodeInvalidArgument, "group id %q holds a control character", id)
-		}
-	}
-	return nil
-}
-
 // groupCreateRequest asks the leader of a group's leader shard to create it.
 type groupCreateRequest struct {
 	Shard   uint64         `json:"shard"`
@@ -969,7 +950,7 @@ func (n *Node) CreateGroup(ctx context.Context, spec kv.GroupSpec) (kv.GroupCrea
 		return kv.GroupCreated{}, err
 	}
 	defer done()
-	if err := validGroupID(spec.ID); err != nil {
+	if err := kv.ValidateGroupID(spec.ID); err != nil {
 		return kv.GroupCreated{}, err
 	}
 	var mode group.Mode
@@ -1366,7 +1347,7 @@ func (n *Node) DeleteGroup(ctx context.Context, id string) error {
 		return err
 	}
 	defer done()
-	if err := validGroupID(id); err != nil {
+	if err := kv.ValidateGroupID(id); err != nil {
 		return err
 	}
 	reg, regVersion, err := n.registration(ctx, id)
@@ -1537,7 +1518,7 @@ func (n *Node) DescribeGroup(ctx context.Context, id string) (kv.GroupInfo, erro
 		return kv.GroupInfo{}, err
 	}
 	defer done()
-	if err := validGroupID(id); err != nil {
+	if err := kv.ValidateGroupID(id); err != nil {
 		return kv.GroupInfo{}, err
 	}
 	reg, _, err := n.registration(ctx, id)

@@ -92,7 +92,7 @@ func (n *Node) beginGroupTxn(ctx context.Context, id string, opts kv.TxnOptions,
 	if opts.RetryOf != "" && !isGroupAttempt(opts.RetryOf) {
 		return nil, kv.Errorf(kv.CodeInvalidArgument, "retry_of %q is not a group transaction attempt", opts.RetryOf)
 	}
-	if err := validGroupID(id); err != nil {
+	if err := kv.ValidateGroupID(id); err != nil {
 		return nil, err
 	}
 	reg, err := n.knownRegistration(ctx, id)

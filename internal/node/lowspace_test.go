@@ -208,27 +208,50 @@ func TestLowDiskRefusesWrites(t *testing.T) {
 
 // TestLowDiskStopsANodeWithPeers: a node whose shards have replicas on
 // other nodes stops on a low disk, as on any storage failure: they take
-// over.
+// over. So does the node that began the cluster, restarted on a low disk.
 func TestLowDiskStopsANodeWithPeers(t *testing.T) {
-	disk := lowDisk{vfs.NewMem()}
-	disk.free(1 << 30)
-	c := startCluster(t, 2, func(o *Options) {
-		if o.NodeID == 2 {
-			o.FS, o.MinFreeBytes = disk, 64<<20
-		}
-	})
-	disk.free(40 << 20)
-	select {
-	case <-c.node(2).n.Failed():
-		if !strings.Contains(c.node(2).n.Failure().Error(), "--min-free-space") {
-			t.Fatalf("stopped for %v, want the low disk", c.node(2).n.Failure())
-		}
-	case <-time.After(time.Minute): // liveness only
-		t.Fatal("node 2 still runs a minute after its disk went low")
+	disks := map[uint64]lowDisk{1: {vfs.NewMem()}, 2: {vfs.NewMem()}}
+	for _, d := range disks {
+		d.free(1 << 30)
 	}
+	c := startCluster(t, 2, func(o *Options) {
+		o.FS, o.MinFreeBytes = disks[o.NodeID], 64<<20
+	})
+	stopped := func(n *Node, what string) {
+		t.Helper()
+		select {
+		case <-n.Failed():
+			if !strings.Contains(n.Failure().Error(), "--min-free-space") {
+				t.Fatalf("%s stopped for %v, want the low disk", what, n.Failure())
+			}
+		case <-time.After(time.Minute): // liveness only
+			t.Fatalf("%s still runs a minute after its disk went low", what)
+		}
+	}
+	disks[2].free(40 << 20)
+	stopped(c.node(2).n, "node 2")
 	if c.node(1).n.WritesRefused() != nil {
 		t.Fatal("node 1, on a disk with room, refuses writes")
 	}
+
+	// Node 1 began the cluster (no --join): restarted on a disk below the
+	// floor (above half of it), it opens, finds its peer, and stops.
+	opts := c.node(1).n.opts
+	opts.Registry = nil // a new one
+	c.node(1).srv.Stop()
+	if err := c.node(1).n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	disks[1].free(40 << 20)
+	n, err := Open(opts)
+	if err != nil {
+		if !strings.Contains(err.Error(), "--min-free-space") {
+			t.Fatalf("node 1 restarted on a low disk: %v, want the low disk named", err)
+		}
+		return
+	}
+	defer n.Close()
+	stopped(n, "node 1 restarted")
 }
 
 // TestLowDiskKeepsTransactionsWhole moves money between accounts with

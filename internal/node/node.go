@@ -201,6 +201,11 @@ func Open(opts Options) (*Node, error) {
 	n.confirmed = make(map[confirmKey]shard.FrozenState)
 	if err := n.start(); err != nil {
 		if n.host != nil {
+			if n.host.HasFailed() {
+				// What stopped the start is the storage failure (a low
+				// disk found as it started), not the step that met it.
+				err = n.failedError()
+			}
 			n.host.Stop()
 		}
 		eng.Close()
