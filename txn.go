@@ -211,6 +211,7 @@ type txnAttempt interface {
 	Begin(ctx context.Context) (string, error)
 	Get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error)
 	GetForUpdate(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error)
+	BatchGet(ctx context.Context, refs []kv.KeyRef, forUpdate bool) ([]kv.BatchGetItem, error)
 	Put(ctx context.Context, item kv.PutItem) error
 	Delete(ctx context.Context, ref kv.KeyRef) error
 	Scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResult, error)
@@ -233,6 +234,9 @@ func (a *backendAttempt) Get(ctx context.Context, ref kv.KeyRef) (kv.Record, boo
 }
 func (a *backendAttempt) GetForUpdate(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error) {
 	return a.b.TxnGetForUpdate(ctx, a.id, ref)
+}
+func (a *backendAttempt) BatchGet(ctx context.Context, refs []kv.KeyRef, forUpdate bool) ([]kv.BatchGetItem, error) {
+	return a.b.TxnBatchGet(ctx, a.id, refs, forUpdate)
 }
 func (a *backendAttempt) Put(ctx context.Context, item kv.PutItem) error {
 	return a.b.TxnPut(ctx, a.id, item)
@@ -320,6 +324,37 @@ func (tx *Tx) get(ctx context.Context, req GetRequest, read func(context.Context
 		return Record{}, kv.Errorf(kv.CodeNotFound, "key %q of collection %q is absent", clipKey(req.Key), req.Collection)
 	}
 	return rec, nil
+}
+
+// BatchGet reads keys as the transaction sees them, each as Get would
+// read it alone, in one request: a remote DB sends one message for the
+// keys it did not write (Get sends one per key), and the node locks the
+// keys of each shard at once and reads them all before it confirms the
+// attempt once. The items answer keys in order, each with its own
+// version (0 for a key the transaction wrote), Found false for an absent
+// key; there is no ErrNotFound. At most 1000 keys.
+func (tx *Tx) BatchGet(ctx context.Context, keys []KeyRef) ([]BatchGetItem, error) {
+	return tx.batchGet(ctx, keys, false)
+}
+
+// BatchGetForUpdate reads keys as BatchGet does, locking each as
+// GetForUpdate does.
+func (tx *Tx) BatchGetForUpdate(ctx context.Context, keys []KeyRef) ([]BatchGetItem, error) {
+	return tx.batchGet(ctx, keys, true)
+}
+
+func (tx *Tx) batchGet(ctx context.Context, keys []KeyRef, forUpdate bool) ([]BatchGetItem, error) {
+	if err := tx.begin(); err != nil {
+		return nil, err
+	}
+	if len(keys) == 0 {
+		return []BatchGetItem{}, nil
+	}
+	items, err := tx.a.BatchGet(ctx, keys, forUpdate)
+	if err = tx.done(ctx, err); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 // Put writes a record in the transaction. req.IfVersion must be nil: read

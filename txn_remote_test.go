@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -83,6 +84,38 @@ func (s *seen) page(res groupkv.ScanResult, err error) {
 	*s = append(*s, res.Items, groupkv.CodeOf(err))
 }
 
+func (s *seen) items(items []groupkv.BatchGetItem, err error) {
+	items = slices.Clone(items)
+	for i := range items {
+		items[i].Collection = "" // the two DBs' collections differ
+		if items[i].Version != 0 {
+			items[i].Version = 1
+		}
+	}
+	*s = append(*s, items, groupkv.CodeOf(err))
+}
+
+// checkBatch checks a transaction's batch get of keys against want, the
+// value of each key found ("-": absent).
+func checkBatch(items []groupkv.BatchGetItem, err error, coll string, keys, want []string) error {
+	if err != nil {
+		return err
+	}
+	if len(items) != len(keys) {
+		return fmt.Errorf("a batch get of %d keys answered %d items", len(keys), len(items))
+	}
+	for i, it := range items {
+		got := "-"
+		if it.Found {
+			got = string(it.Value)
+		}
+		if it.Collection != coll || string(it.Key) != keys[i] || got != want[i] {
+			return fmt.Errorf("batch get item %d: %s/%s = %q, want %s/%s = %q", i, it.Collection, it.Key, got, coll, keys[i], want[i])
+		}
+	}
+	return nil
+}
+
 func TestTransactRemoteKeepsWrites(t *testing.T) {
 	for _, p := range []groupkv.Partitioning{groupkv.PartitionHash, groupkv.PartitionTag} {
 		t.Run(string(p), func(t *testing.T) { transactRemoteKeepsWrites(t, p) })
@@ -133,6 +166,20 @@ func transactRemoteKeepsWrites(t *testing.T, partitioning groupkv.Partitioning) 
 			get(tx, "b") // delete then get
 			get(tx, "d") // an empty value
 			get(tx, "c") // not written
+			// A batch get: the writes kept and the keys asked of the
+			// server, in order, one twice, one absent.
+			keys := []string{"c", "a", "b", "x", "d", "c"}
+			refs := make([]groupkv.KeyRef, len(keys))
+			for j, k := range keys {
+				refs[j] = groupkv.KeyRef{Collection: coll, Key: []byte(k)}
+			}
+			items, err := tx.BatchGet(ctx, refs)
+			if err := checkBatch(items, err, coll, keys, []string{"old-c", "new-a", "-", "-", "", "old-c"}); err != nil {
+				t.Errorf("%s: %v", coll, err)
+			}
+			saw[i].items(items, err)
+			items, err = tx.BatchGetForUpdate(ctx, refs[:1])
+			saw[i].items(items, err)
 			if err := tx.Put(ctx, groupkv.PutRequest{Collection: coll, Key: []byte("b"), Value: []byte("again"), Tags: bTags}); err != nil {
 				return err
 			}

@@ -133,6 +133,22 @@ func (f *txnFake) TxnGetForUpdate(_ context.Context, txn string, ref kv.KeyRef) 
 	return f.get("TxnGetForUpdate", txn, ref)
 }
 
+func (f *txnFake) TxnBatchGet(_ context.Context, txn string, refs []kv.KeyRef, forUpdate bool) ([]kv.BatchGetItem, error) {
+	op := "TxnGet"
+	if forUpdate {
+		op = "TxnGetForUpdate"
+	}
+	items := make([]kv.BatchGetItem, len(refs))
+	for i, ref := range refs {
+		rec, found, err := f.get(op, txn, ref)
+		if err != nil {
+			return nil, err
+		}
+		items[i] = kv.BatchGetItem{Collection: ref.Collection, Key: ref.Key, Found: found, Value: rec.Value, Tags: rec.Tags, Version: rec.Version}
+	}
+	return items, nil
+}
+
 func (f *txnFake) get(op, txn string, ref kv.KeyRef) (kv.Record, bool, error) {
 	a, err := f.enter(op, txn, ref)
 	defer f.mu.Unlock()

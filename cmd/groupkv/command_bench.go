@@ -57,7 +57,8 @@ Workloads (as in YCSB; keys chosen zipfian unless said otherwise):
             --embedded DIR), etcd (serializable STM), postgresql
             (SERIALIZABLE, --addr host:port or a connection URL).
             --txn-mode none runs the same reads and writes without
-            transactions.
+            transactions; --txn-reads batch reads a transaction's keys
+            in one request instead of one at a time.
 
 Each target is reached through its ordinary Go client; --addr defaults to
 the target's usual port (groupkv 7070, etcd 2379, redis 6379) on 127.0.0.1.

@@ -24,6 +24,7 @@ type txnBenchFlags struct {
 	keys     string // comma-separated key range sizes
 	modes    string // comma-separated modes
 	ops      int
+	reads    string
 	loadMax  int
 	embedded string
 }
@@ -32,6 +33,7 @@ func (t *txnBenchFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&t.keys, "txn-keys", "100000", "txn workload: size of the key range the keys of a transaction are drawn from, or a comma-separated list run in order (e.g. 10000000,100000,10000,1000)")
 	f.StringVar(&t.modes, "txn-mode", bench.TxnModeSerializable, "txn workload: serializable (transactions, retried until they commit), none (the same reads and writes without a transaction), or serializable,none")
 	f.IntVar(&t.ops, "txn-ops", 10, "txn workload: distinct keys each transaction reads and then writes")
+	f.StringVar(&t.reads, "txn-reads", bench.TxnReadsEach, "txn workload: each (a transaction reads its keys one request at a time) or batch (all in one request: groupkv's Tx.BatchGetForUpdate, etcd STM's Get of several keys, SELECT ... WHERE k = ANY($1))")
 	f.IntVar(&t.loadMax, "txn-load-max", 1_000_000, "txn workload: largest key range --load writes; a larger one starts empty and a read of an absent key counts as 0")
 	f.StringVar(&t.embedded, "embedded", "", "txn workload, groupkv only: run a groupkv node in this process on this data directory instead of connecting to --addr")
 }
@@ -104,7 +106,7 @@ func runTxnBench(cmd *cobra.Command, run txnBenchRun) error {
 	}
 	var workloads []bench.TxnWorkload
 	for _, k := range keys {
-		w := bench.TxnWorkload{Keys: k, Ops: run.txn.ops, LoadMax: run.txn.loadMax}
+		w := bench.TxnWorkload{Keys: k, Ops: run.txn.ops, Reads: run.txn.reads, LoadMax: run.txn.loadMax}
 		w.EnsureDefaults()
 		if err := w.Validate(); err != nil {
 			return usagef("%v", err)
@@ -177,7 +179,11 @@ func writeTxnSummary(w io.Writer, res bench.Result) error {
 	if res.Params.TxnLazy {
 		fmt.Fprint(w, " (not loaded: absent keys count as 0)")
 	}
-	fmt.Fprintf(w, ", %d reads and %d writes per transaction, mode %s\n", res.Params.TxnOps, res.Params.TxnOps, res.Params.TxnMode)
+	fmt.Fprintf(w, ", %d reads and %d writes per transaction, mode %s", res.Params.TxnOps, res.Params.TxnOps, res.Params.TxnMode)
+	if res.Params.TxnReads == bench.TxnReadsBatch {
+		fmt.Fprint(w, ", the reads in one request")
+	}
+	fmt.Fprintln(w)
 	if err := bench.WriteSummary(w, res); err != nil {
 		return err
 	}

@@ -52,6 +52,9 @@ func (f *execFake) TxnGet(context.Context, string, kv.KeyRef) (kv.Record, bool, 
 func (f *execFake) TxnGetForUpdate(context.Context, string, kv.KeyRef) (kv.Record, bool, error) {
 	return kv.Record{}, false, errSession()
 }
+func (f *execFake) TxnBatchGet(context.Context, string, []kv.KeyRef, bool) ([]kv.BatchGetItem, error) {
+	return nil, errSession()
+}
 func (f *execFake) TxnPut(context.Context, string, kv.PutItem) error   { return errSession() }
 func (f *execFake) TxnDelete(context.Context, string, kv.KeyRef) error { return errSession() }
 func (f *execFake) TxnScan(context.Context, string, kv.ScanRequest) (kv.ScanResult, error) {

@@ -33,6 +33,9 @@ func TestEndToEndTxnForms(t *testing.T) {
 		}
 		return a
 	}
+	if a := must(c.do(ctx, "PUT", c.url(1)+"/v1/kv/c/x", "9")); a.code != 200 {
+		t.Fatalf("PUT x: %s", a)
+	}
 	// A session through node 2.
 	a := must(c.do(ctx, "POST", c.url(2)+"/v1/txn", `{"isolation": "serializable"}`))
 	var begin struct {
@@ -59,6 +62,27 @@ func TestEndToEndTxnForms(t *testing.T) {
 	a = must(c.do(ctx, "POST", base+"/get", `{"collection": "c", "key": "a"}`))
 	if a.code != 200 || json.Unmarshal([]byte(a.body), &got) != nil || !got.Found || got.Value != "1" {
 		t.Fatalf("a transaction does not read its own write: %s", a)
+	}
+	// A batch get: its own write, an absent key and a stored one, in order.
+	a = must(c.do(ctx, "POST", base+"/batch_get", `{"keys": [{"collection": "c", "key": "a"}, {"collection": "c", "key": "z"}, {"collection": "c", "key": "x"}], "for_update": true}`))
+	var batch struct {
+		Items []struct {
+			Collection string `json:"collection"`
+			Key        string `json:"key"`
+			Found      bool   `json:"found"`
+			Value      string `json:"value"`
+			Version    uint64 `json:"version"`
+		} `json:"items"`
+	}
+	if a.code != 200 || json.Unmarshal([]byte(a.body), &batch) != nil || len(batch.Items) != 3 ||
+		batch.Items[0].Key != "a" || !batch.Items[0].Found || batch.Items[0].Value != "1" || batch.Items[0].Version != 0 ||
+		batch.Items[1].Key != "z" || batch.Items[1].Found ||
+		batch.Items[2].Key != "x" || !batch.Items[2].Found || batch.Items[2].Value != "9" || batch.Items[2].Version == 0 ||
+		batch.Items[2].Collection != "c" {
+		t.Fatalf("batch get: %s", a)
+	}
+	if a := must(c.do(ctx, "POST", base+"/batch_get", `{"keys": [{"collection": "c", "key": "a"}, {"collection": "c", "key": ""}]}`)); a.code != 400 || a.errCode != "invalid_argument" || !strings.Contains(a.body, "keys[1]") {
+		t.Fatalf("batch get of an empty key: %s", a)
 	}
 	a = must(c.do(ctx, "POST", base+"/commit", ``))
 	var commit struct {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"fmt"
 
 	"github.com/groupkv/groupkv/internal/kv"
@@ -131,6 +132,54 @@ func TxnGetRequestFromPB(m *pb.TxnGetRequest) (string, kv.KeyRef, error) {
 	}
 	ref, err := keyRefFromPB(m.GetCollection(), m.GetKey())
 	return m.GetTxn(), ref, err
+}
+
+// TxnBatchGetRequestToPB makes the TxnGet of a batch get in an attempt
+// (txn, or begin when it begins one).
+func TxnBatchGetRequestToPB(txn string, begin *pb.TxnBegin, refs []kv.KeyRef, forUpdate bool) *pb.TxnGetRequest {
+	keys := make([]*pb.KeyRef, len(refs))
+	for i, r := range refs {
+		keys[i] = &pb.KeyRef{Collection: r.Collection, Key: r.Key}
+	}
+	return &pb.TxnGetRequest{Txn: txn, Begin: begin, Keys: keys, ForUpdate: forUpdate}
+}
+
+// TxnBatchGetRequestFromPB validates a batch get in an attempt (a TxnGet
+// with keys).
+func TxnBatchGetRequestFromPB(m *pb.TxnGetRequest) (string, []kv.KeyRef, error) {
+	if err := checkTxnTarget(m.GetTxn(), m.GetBegin()); err != nil {
+		return "", nil, err
+	}
+	if m.GetCollection() != "" || len(m.GetKey()) > 0 || m.GetGroupSnapshot() {
+		return "", nil, kv.Errorf(kv.CodeInvalidArgument, "a batch get (keys) takes no collection, key or group_snapshot of its own")
+	}
+	if len(m.GetKeys()) > kv.DefaultMaxBatchKeys {
+		return "", nil, kv.Errorf(kv.CodeTooLarge, "the batch has %d keys, the limit is %d", len(m.GetKeys()), kv.DefaultMaxBatchKeys)
+	}
+	refs := make([]kv.KeyRef, len(m.GetKeys()))
+	for i, k := range m.GetKeys() {
+		ref, err := keyRefFromPB(k.GetCollection(), k.GetKey())
+		if err != nil {
+			return "", nil, kv.Errorf(kv.CodeOf(err), "keys[%d]: %s", i, kv.AsError(err).Message)
+		}
+		refs[i] = ref
+	}
+	return m.GetTxn(), refs, nil
+}
+
+// TxnBatchGetResponseFromPB reads the answer of a batch get of refs,
+// checking that it answers each of them, in order.
+func TxnBatchGetResponseFromPB(m *pb.TxnGetResponse, refs []kv.KeyRef) ([]kv.BatchGetItem, error) {
+	items := BatchGetItemsFromPB(m.GetItems())
+	if len(items) != len(refs) {
+		return nil, kv.Errorf(kv.CodeInternal, "a batch get of %d keys was answered %d items (is the server older than batch gets in transactions?)", len(refs), len(items))
+	}
+	for i := range items {
+		if items[i].Collection != refs[i].Collection || !bytes.Equal(items[i].Key, refs[i].Key) {
+			return nil, kv.Errorf(kv.CodeInternal, "a batch get's item %d answers key %q of %q, not the key asked for", i, items[i].Key, items[i].Collection)
+		}
+	}
+	return items, nil
 }
 
 // TxnGetResponseToPB converts the answer of a get in an attempt.

@@ -214,6 +214,9 @@ func (s *grpcService) txnGet(ctx context.Context, req *pb.TxnGetRequest) (*pb.Tx
 	if err != nil {
 		return nil, "", err
 	}
+	if len(req.GetKeys()) > 0 {
+		return s.txnBatchGet(ctx, tb, req)
+	}
 	id, ref, err := TxnGetRequestFromPB(req)
 	if err != nil {
 		return nil, "", err
@@ -242,6 +245,23 @@ func (s *grpcService) txnGet(ctx context.Context, req *pb.TxnGetRequest) (*pb.Tx
 		}
 	}
 	return m, "", nil
+}
+
+// txnBatchGet serves a TxnGet with keys, as txnGet serves one without.
+func (s *grpcService) txnBatchGet(ctx context.Context, tb kv.TxnBackend, req *pb.TxnGetRequest) (*pb.TxnGetResponse, string, error) {
+	id, refs, err := TxnBatchGetRequestFromPB(req)
+	if err != nil {
+		return nil, "", err
+	}
+	a, err := s.attemptOf(ctx, tb, id, req.GetBegin())
+	if err != nil {
+		return nil, "", err
+	}
+	items, err := tb.TxnBatchGet(ctx, a.id, refs, req.GetForUpdate())
+	if err != nil {
+		return nil, s.giveUp(ctx, tb, a, true), err
+	}
+	return &pb.TxnGetResponse{Items: BatchGetItemsToPB(items), Txn: a.resp()}, "", nil
 }
 
 // maxSnapshotBytes bounds the keys, values and tags of a group snapshot

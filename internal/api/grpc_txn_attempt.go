@@ -255,6 +255,92 @@ func (a *TxnAttempt) get(ctx context.Context, ref kv.KeyRef, forUpdate bool) (kv
 	return rec, found, nil
 }
 
+// BatchGet reads refs in the attempt, each as Get (forUpdate:
+// GetForUpdate) would: the keys it wrote from the writes kept, the others
+// in one request to the server (TxnGetRequest.keys). A group attempt
+// reads them one by one, from its snapshot where it has one.
+func (a *TxnAttempt) BatchGet(ctx context.Context, refs []kv.KeyRef, forUpdate bool) ([]kv.BatchGetItem, error) {
+	if forUpdate {
+		if err := a.checkReadOnly(); err != nil {
+			return nil, err
+		}
+	}
+	if len(refs) > kv.DefaultMaxBatchKeys {
+		return nil, kv.Errorf(kv.CodeTooLarge, "the batch has %d keys, the limit is %d", len(refs), kv.DefaultMaxBatchKeys)
+	}
+	items := make([]kv.BatchGetItem, len(refs))
+	if a.group != "" {
+		for i, ref := range refs {
+			rec, found, err := a.get(ctx, ref, forUpdate)
+			if err != nil {
+				return nil, err
+			}
+			items[i] = kv.BatchGetItem{Collection: ref.Collection, Key: ref.Key, Found: found}
+			if found {
+				items[i].Value, items[i].Tags, items[i].Version = rec.Value, rec.Tags, rec.Version
+			}
+		}
+		return items, nil
+	}
+	var (
+		ask  []kv.KeyRef
+		askI []int
+	)
+	a.sendMu.Lock()
+	a.mu.Lock()
+	for i, ref := range refs {
+		items[i] = kv.BatchGetItem{Collection: ref.Collection, Key: ref.Key}
+		j, kept := a.latest[keptKey(ref.Collection, ref.Key)]
+		switch {
+		case !kept:
+			ask, askI = append(ask, ref), append(askI, i)
+		case a.writes[j].Op != kv.TxnOpDelete:
+			// As Get answers a key of the writes kept.
+			w := a.writes[j]
+			items[i].Found, items[i].Value, items[i].Tags = true, bytes.Clone(w.Value), slices.Clone(w.Tags)
+		}
+	}
+	a.mu.Unlock()
+	a.sendMu.Unlock()
+	if len(ask) == 0 {
+		return items, nil
+	}
+	var m *pb.TxnGetResponse
+	err := a.run(ctx, false, request{
+		unary: func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
+			var err error
+			m, err = a.t.c.TxnGet(ctx, TxnBatchGetRequestToPB(txn, begin, ask, forUpdate), opts...)
+			return m.GetTxn(), err
+		},
+		piped: func(txn string, begin *pb.TxnBegin) *pb.PipelineRequest {
+			if len(ask) > PipelineMaxScan {
+				return nil // a long answer would hold up the stream: a unary RPC
+			}
+			return &pb.PipelineRequest{Op: &pb.PipelineRequest_TxnGet{TxnGet: TxnBatchGetRequestToPB(txn, begin, ask, forUpdate)}}
+		},
+		answer: func(resp *pb.PipelineResponse) (string, error) {
+			r := resp.GetTxnGet()
+			if r == nil {
+				return "", errWrongAnswer("txn_get")
+			}
+			m = r
+			return r.GetTxn(), nil
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	got, err := TxnBatchGetResponseFromPB(m, ask)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range askI {
+		got[j].Key = refs[i].Key
+		items[i] = got[j]
+	}
+	return items, nil
+}
+
 // checkWrite validates a write of the attempt as the server would,
 // before it is kept.
 func (a *TxnAttempt) checkWrite(coll string, key []byte) error {

@@ -131,6 +131,15 @@ func (t *TxnClient) TxnGetForUpdate(ctx context.Context, txn string, ref kv.KeyR
 	return t.txnGet(ctx, txn, ref, true)
 }
 
+// TxnBatchGet reads refs in one TxnGet (TxnGetRequest.keys).
+func (t *TxnClient) TxnBatchGet(ctx context.Context, txn string, refs []kv.KeyRef, forUpdate bool) ([]kv.BatchGetItem, error) {
+	m, err := t.c.TxnGet(ctx, TxnBatchGetRequestToPB(txn, nil, refs, forUpdate))
+	if err != nil {
+		return nil, t.fail(err, false)
+	}
+	return TxnBatchGetResponseFromPB(m, refs)
+}
+
 func (t *TxnClient) txnGet(ctx context.Context, txn string, ref kv.KeyRef, forUpdate bool) (kv.Record, bool, error) {
 	m, err := t.c.TxnGet(ctx, &pb.TxnGetRequest{Txn: txn, Collection: ref.Collection, Key: ref.Key, ForUpdate: forUpdate})
 	if err != nil {

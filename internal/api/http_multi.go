@@ -242,12 +242,17 @@ func (h *httpHandler) decodeKeys(w http.ResponseWriter, r *http.Request) ([]kv.K
 	if err := decodeJSON(w, r, h.cfg.MaxBodySize, &req, "keys"); err != nil {
 		return nil, err
 	}
-	if len(req.Keys.elems) == 0 {
+	return keyRefsFromJSON(req.Keys.elems)
+}
+
+// keyRefsFromJSON validates the keys of a batch get or delete.
+func keyRefsFromJSON(keys []KeyRefJSON) ([]kv.KeyRef, error) {
+	if len(keys) == 0 {
 		return nil, kv.Errorf(kv.CodeInvalidArgument, `no keys: give "keys": [{"collection": ..., "key": ...}, ...], at least one`)
 	}
-	refs := make([]kv.KeyRef, len(req.Keys.elems))
+	refs := make([]kv.KeyRef, len(keys))
 	n := 0
-	for i, k := range req.Keys.elems {
+	for i, k := range keys {
 		ref, err := k.toKeyRef()
 		if err != nil {
 			return nil, at(fmt.Sprintf("keys[%d]", i), err)

@@ -13,6 +13,7 @@ import (
 //
 //	POST /v1/txn               {"isolation", "retry_of", "read_only"}  → {"txn": id}
 //	POST /v1/txn/{id}/get      {"collection", "key", "for_update"} → {"found", "value", "version", "tags"}
+//	POST /v1/txn/{id}/batch_get {"keys": [{"collection", "key"}, ...], "for_update"} → {"items": [...]}
 //	POST /v1/txn/{id}/put      {"collection", "key", "value", "tags"} → {}
 //	POST /v1/txn/{id}/delete   {"collection", "key"}        → {}
 //	POST /v1/txn/{id}/scan     {"collection", "start", "end", "limit", "reverse", "page"} → a scan page
@@ -43,7 +44,7 @@ const (
 // Operation names of the transaction forms, the op label of Metrics.
 const (
 	opTxnBegin  = "txn_begin"
-	opTxnGet    = "txn_get"
+	opTxnGet    = "txn_get" // and batch_get, a get of several keys
 	opTxnPut    = "txn_put"
 	opTxnDelete = "txn_delete"
 	opTxnScan   = "txn_scan"
@@ -79,6 +80,8 @@ func (h *httpHandler) serveTxn(w http.ResponseWriter, r *http.Request, p string)
 		switch rest[slash+1:] {
 		case "get":
 			op, form = opTxnGet, h.txnGet
+		case "batch_get":
+			op, form = opTxnGet, h.txnBatchGet
 		case "put":
 			op, form = opTxnPut, h.txnPut
 		case "delete":
@@ -111,7 +114,7 @@ func (h *httpHandler) serveTxn(w http.ResponseWriter, r *http.Request, p string)
 
 func txnPathError(r *http.Request) error {
 	return kv.Errorf(kv.CodeNotFound,
-		"unknown path %q: transactions are served at /v1/txn (begin), /v1/txn/{id}/{get,put,delete,scan,tags,commit,abort} and /v1/txn/exec",
+		"unknown path %q: transactions are served at /v1/txn (begin), /v1/txn/{id}/{get,batch_get,put,delete,scan,tags,commit,abort} and /v1/txn/exec",
 		clip(r.URL.Path))
 }
 
@@ -165,6 +168,34 @@ func (h *httpHandler) txnGet(w http.ResponseWriter, r *http.Request, tb kv.TxnBa
 		return err
 	}
 	writeJSON(w, http.StatusOK, ToTxnGetResponseJSON(rec, found))
+	return nil
+}
+
+// txnBatchGetRequest is the body of a batch get in a transaction.
+type txnBatchGetRequest struct {
+	Keys      jsonList[KeyRefJSON] `json:"keys"`
+	ForUpdate bool                 `json:"for_update"`
+}
+
+func (h *httpHandler) txnBatchGet(w http.ResponseWriter, r *http.Request, tb kv.TxnBackend, id string) error {
+	req := txnBatchGetRequest{Keys: jsonList[KeyRefJSON]{name: "keys", fields: keyRefFields, max: h.cfg.MaxBatchKeys}}
+	if err := decodeJSON(w, r, h.cfg.MaxBodySize, &req, "keys, for_update"); err != nil {
+		return err
+	}
+	refs, err := keyRefsFromJSON(req.Keys.elems)
+	if err != nil {
+		return err
+	}
+	if req.ForUpdate {
+		if err := h.cfg.Roles.Check(r.Context(), auth.Write, "a read for update"); err != nil {
+			return err
+		}
+	}
+	items, err := tb.TxnBatchGet(r.Context(), id, refs, req.ForUpdate)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, TxnBatchGetResponseJSON{Items: ToBatchGetItemsJSON(items)})
 	return nil
 }
 

@@ -100,6 +100,20 @@ func (f *txnFake) TxnGetForUpdate(_ context.Context, txn string, ref kv.KeyRef) 
 	return f.rec, f.found, nil
 }
 
+func (f *txnFake) TxnBatchGet(_ context.Context, txn string, refs []kv.KeyRef, forUpdate bool) ([]kv.BatchGetItem, error) {
+	if err := f.record("TxnBatchGet", txn, refs); err != nil {
+		return nil, err
+	}
+	items := make([]kv.BatchGetItem, len(refs))
+	for i, ref := range refs {
+		items[i] = kv.BatchGetItem{Collection: ref.Collection, Key: ref.Key, Found: f.found}
+		if f.found {
+			items[i].Value, items[i].Tags, items[i].Version = f.rec.Value, f.rec.Tags, f.rec.Version
+		}
+	}
+	return items, nil
+}
+
 func (f *txnFake) TxnPut(_ context.Context, txn string, item kv.PutItem) error {
 	return f.record("TxnPut", txn, item)
 }
@@ -241,6 +255,40 @@ func TestHTTPTxnGet(t *testing.T) {
 
 	tf.errs["TxnGet"] = kv.Errorf(kv.CodeTxnAborted, "wounded by an older transaction")
 	resp, body = ht.post("/v1/txn/t1/get", `{"collection": "c", "key": "k"}`)
+	wantError(t, resp, body, http.StatusConflict, kv.CodeTxnAborted, "wounded")
+}
+
+func TestHTTPTxnBatchGet(t *testing.T) {
+	ht, tf := newTxnTester(t)
+	tf.rec, tf.found = kv.Record{Value: []byte("v1"), Tags: []string{"a"}, Version: 7}, true
+	resp, body := ht.post("/v1/txn/t1/batch_get", `{"keys": [{"collection": "c", "key": "k"}, {"collection": "d", "key_base64": "/w=="}]}`)
+	wantBody(t, resp, body, http.StatusOK,
+		`{"items":[{"collection":"c","key":"k","found":true,"value":"v1","version":7,"tags":["a"]},`+
+			`{"collection":"d","key_base64":"/w==","found":true,"value":"v1","version":7,"tags":["a"]}]}`)
+	wantCall(t, tf, "TxnBatchGet", "t1", []kv.KeyRef{{Collection: "c", Key: []byte("k")}, {Collection: "d", Key: []byte{0xff}}})
+
+	tf.found = false
+	resp, body = ht.post("/v1/txn/t1/batch_get", `{"keys": [{"collection": "c", "key": "nope"}], "for_update": true}`)
+	wantBody(t, resp, body, http.StatusOK, `{"items":[{"collection":"c","key":"nope","found":false,"version":0,"tags":[]}]}`)
+
+	n := tf.numCalls()
+	for _, tc := range []struct{ body, words string }{
+		{`{}`, "no keys"},
+		{`{"keys": []}`, "no keys"},
+		{`{"keys": [{"collection": "c"}]}`, "keys[0]"},
+		{`{"keys": [{"collection": "c", "key": "a"}, {"collection": "Bad", "key": "k"}]}`, "keys[1]"},
+		{`{"keys": [{"collection": "c", "key": "a", "value": "v"}]}`, "unknown field"},
+		{`{"keys": [{"collection": "c", "key": "a"}], "for_update": "yes"}`, "for_update"},
+		{`{"collection": "c", "key": "a"}`, "unknown field"},
+	} {
+		resp, body := ht.post("/v1/txn/t1/batch_get", tc.body)
+		wantError(t, resp, body, http.StatusBadRequest, kv.CodeInvalidArgument, tc.words)
+	}
+	if tf.numCalls() != n {
+		t.Fatalf("bad requests reached the backend: %d calls", tf.numCalls()-n)
+	}
+	tf.errs["TxnBatchGet"] = kv.Errorf(kv.CodeTxnAborted, "wounded by an older transaction")
+	resp, body = ht.post("/v1/txn/t1/batch_get", `{"keys": [{"collection": "c", "key": "k"}]}`)
 	wantError(t, resp, body, http.StatusConflict, kv.CodeTxnAborted, "wounded")
 }
 

@@ -115,8 +115,13 @@ type BatchGetItemJSON struct {
 
 // ToBatchGetResponseJSON returns res on the wire.
 func ToBatchGetResponseJSON(res kv.BatchGetResult) BatchGetResponseJSON {
-	resp := BatchGetResponseJSON{Items: make([]BatchGetItemJSON, len(res.Items)), Version: res.Version}
-	for i, it := range res.Items {
+	return BatchGetResponseJSON{Items: ToBatchGetItemsJSON(res.Items), Version: res.Version}
+}
+
+// ToBatchGetItemsJSON returns items on the wire.
+func ToBatchGetItemsJSON(items []kv.BatchGetItem) []BatchGetItemJSON {
+	out := make([]BatchGetItemJSON, len(items))
+	for i, it := range items {
 		item := BatchGetItemJSON{
 			Collection: it.Collection,
 			KeyJSON:    ToKeyJSON(it.Key),
@@ -127,9 +132,9 @@ func ToBatchGetResponseJSON(res kv.BatchGetResult) BatchGetResponseJSON {
 		if it.Found {
 			item.ValueJSON = ToValueJSON(it.Value)
 		}
-		resp.Items[i] = item
+		out[i] = item
 	}
-	return resp
+	return out
 }
 
 // WriteResultJSON is a kv.WriteResult: a record a batch put or delete

@@ -83,6 +83,13 @@ type TxnGetRequestJSON struct {
 
 const txnGetFields = keyRefFields + ", for_update"
 
+// TxnBatchGetResponseJSON answers POST /v1/txn/{id}/batch_get: the keys
+// in request order, each as an item of POST /v1/batch/get answers it
+// (version 0 for a key the transaction wrote).
+type TxnBatchGetResponseJSON struct {
+	Items []BatchGetItemJSON `json:"items"`
+}
+
 // TxnGetResponseJSON answers POST /v1/txn/{id}/get: found, and for a found
 // record its value (or value_base64), version and tags ([] for none). An
 // absent key is {"found": false} and nothing else.

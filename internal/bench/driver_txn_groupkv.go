@@ -22,6 +22,7 @@ import (
 // uses: single-key reads and writes.
 type PlainKV interface {
 	Get(ctx context.Context, req kv.GetRequest) (kv.Record, error)
+	BatchGet(ctx context.Context, keys []kv.KeyRef) (kv.BatchGetResult, error)
 	Put(ctx context.Context, req kv.PutRequest) (uint64, error)
 }
 
@@ -180,6 +181,7 @@ type txnAttempt interface {
 	ID() string
 	Get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error)
 	GetForUpdate(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error)
+	BatchGet(ctx context.Context, refs []kv.KeyRef, forUpdate bool) ([]kv.BatchGetItem, error)
 	Put(ctx context.Context, item kv.PutItem) error
 	Commit(ctx context.Context) (uint64, error)
 	Abort(ctx context.Context) error
@@ -210,6 +212,9 @@ func (a backendAttempt) Get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool
 func (a backendAttempt) GetForUpdate(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error) {
 	return a.b.TxnGetForUpdate(ctx, a.id, ref)
 }
+func (a backendAttempt) BatchGet(ctx context.Context, refs []kv.KeyRef, forUpdate bool) ([]kv.BatchGetItem, error) {
+	return a.b.TxnBatchGet(ctx, a.id, refs, forUpdate)
+}
 func (a backendAttempt) Put(ctx context.Context, item kv.PutItem) error {
 	return a.b.TxnPut(ctx, a.id, item)
 }
@@ -233,6 +238,33 @@ func (t groupkvTx) GetForUpdate(ctx context.Context, key []byte) ([]byte, bool, 
 	return rec.Value, found, err
 }
 
+// GetBatch makes groupkvTx a BatchReader: the keys read for update in
+// one request.
+func (t groupkvTx) GetBatch(ctx context.Context, keys [][]byte) ([][]byte, []bool, error) {
+	items, err := t.a.BatchGet(ctx, t.g.refs(keys), true)
+	return batchValues(items, err)
+}
+
+// refs names keys of the benchmark's collection.
+func (g *GroupKVTxn) refs(keys [][]byte) []kv.KeyRef {
+	refs := make([]kv.KeyRef, len(keys))
+	for i, k := range keys {
+		refs[i] = kv.KeyRef{Collection: g.coll, Key: k}
+	}
+	return refs
+}
+
+func batchValues(items []kv.BatchGetItem, err error) ([][]byte, []bool, error) {
+	if err != nil {
+		return nil, nil, err
+	}
+	values, found := make([][]byte, len(items)), make([]bool, len(items))
+	for i, it := range items {
+		values[i], found[i] = it.Value, it.Found
+	}
+	return values, found, nil
+}
+
 func (t groupkvTx) Put(ctx context.Context, key, value []byte) error {
 	return t.a.Put(ctx, kv.PutItem{Collection: t.g.coll, Key: key, Value: value})
 }
@@ -248,6 +280,12 @@ func (p groupkvPlain) Get(ctx context.Context, key []byte) ([]byte, bool, error)
 		return nil, false, nil
 	}
 	return rec.Value, err == nil, err
+}
+
+// GetBatch makes groupkvPlain a BatchReader: one batch get.
+func (p groupkvPlain) GetBatch(ctx context.Context, keys [][]byte) ([][]byte, []bool, error) {
+	res, err := p.g.plain.BatchGet(ctx, p.g.refs(keys))
+	return batchValues(res.Items, err)
 }
 
 func (p groupkvPlain) Put(ctx context.Context, key, value []byte) error {

@@ -32,8 +32,9 @@ type Postgres struct {
 	pool  *pgxpool.Pool
 	name  string // the table
 	table string // name, quoted
-	// get and put are the statements of a read and a write.
-	get, put string
+	// get, getN and put are the statements of a read, a read of several
+	// keys and a write.
+	get, getN, put string
 }
 
 var _ TxnDriver = (*Postgres)(nil)
@@ -85,6 +86,7 @@ func OpenPostgres(ctx context.Context, dsn string, opts DriverOptions) (*Postgre
 		name:  opts.Table,
 		table: t,
 		get:   "SELECT v FROM " + t + " WHERE k = $1",
+		getN:  "SELECT k, v FROM " + t + " WHERE k = ANY($1)",
 		put:   "INSERT INTO " + t + " (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
 	}, nil
 }
@@ -159,6 +161,7 @@ func (p *Postgres) attempt(ctx context.Context, fn func(ctx context.Context, tx 
 
 // pgQuerier is a transaction or the pool.
 type pgQuerier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
@@ -175,6 +178,33 @@ func (t pgTx) Get(ctx context.Context, key []byte) ([]byte, bool, error) {
 		return nil, false, nil
 	}
 	return v, err == nil, err
+}
+
+// GetBatch makes pgTx a BatchReader: one SELECT of the keys.
+func (t pgTx) GetBatch(ctx context.Context, keys [][]byte) ([][]byte, []bool, error) {
+	names := make([]string, len(keys))
+	at := make(map[string]int, len(keys))
+	for i, k := range keys {
+		names[i] = string(k)
+		at[names[i]] = i
+	}
+	rows, err := t.q.Query(ctx, t.p.getN, names)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	values, found := make([][]byte, len(keys)), make([]bool, len(keys))
+	for rows.Next() {
+		var k string
+		var v []byte
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, nil, err
+		}
+		if i, ok := at[k]; ok {
+			values[i], found[i] = v, true
+		}
+	}
+	return values, found, rows.Err()
 }
 
 func (t pgTx) Put(ctx context.Context, key, value []byte) error {

@@ -90,6 +90,9 @@ type Params struct {
 	TxnMode string `json:"txn_mode,omitempty"`
 	TxnOps  int    `json:"txn_ops,omitempty"`
 	TxnLazy bool   `json:"txn_lazy,omitempty"`
+	// TxnReads is TxnReadsBatch when a transaction read its keys in one
+	// request; "" when it read them one by one.
+	TxnReads string `json:"txn_reads,omitempty"`
 	// Groups workload only: the mode (GroupsModeGrouped or
 	// GroupsModeUngrouped), the mean and standard deviation of a game's
 	// size, how its players are chosen, its moves and the least think

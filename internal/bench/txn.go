@@ -36,6 +36,17 @@ const (
 	TxnModeNone = "none"
 )
 
+// Reads of the txn workload (TxnWorkload.Reads).
+const (
+	// TxnReadsEach reads the keys of a transaction one request at a time,
+	// as an interactive transaction whose next read depends on the last
+	// one would.
+	TxnReadsEach = "each"
+	// TxnReadsBatch reads them all in one request, where the transaction
+	// knows its keys up front (BatchReader).
+	TxnReadsBatch = "batch"
+)
+
 // TxnDriver is a system under test of the txn workload. Every method is safe
 // for concurrent use. The driver does not keep the byte slices it is given
 // after a call returns.
@@ -85,6 +96,17 @@ type ForUpdateReader interface {
 	GetForUpdate(ctx context.Context, key []byte) (value []byte, found bool, err error)
 }
 
+// BatchReader is a Tx that reads several keys in one request: groupkv's
+// Tx.BatchGetForUpdate (and DB.BatchGet outside transactions), etcd's STM
+// Get of several keys (which fetches them all in one Txn), and SQL's
+// SELECT … WHERE k = ANY($1). The txn workload reads through it with
+// TxnReadsBatch.
+type BatchReader interface {
+	// GetBatch answers the value of each key and whether it exists, in
+	// the order of keys.
+	GetBatch(ctx context.Context, keys [][]byte) (values [][]byte, found []bool, err error)
+}
+
 // TxnWorkload sizes the txn workload. The zero value of each field means
 // its default.
 type TxnWorkload struct {
@@ -95,6 +117,8 @@ type TxnWorkload struct {
 	Ops int
 	// Mode is TxnModeSerializable (default) or TxnModeNone.
 	Mode string
+	// Reads is TxnReadsEach (default) or TxnReadsBatch.
+	Reads string
 	// LoadMax is the largest key range the load phase writes; a larger one
 	// is left empty and filled as the workload writes it (a read of an
 	// absent key counts as 0). 0 means 1,000,000: loading ten million keys
@@ -112,6 +136,9 @@ func (w *TxnWorkload) EnsureDefaults() {
 	}
 	if w.Mode == "" {
 		w.Mode = TxnModeSerializable
+	}
+	if w.Reads == "" {
+		w.Reads = TxnReadsEach
 	}
 	if w.LoadMax == 0 {
 		w.LoadMax = 1_000_000
@@ -131,6 +158,11 @@ func (w TxnWorkload) Validate() error {
 	case TxnModeSerializable, TxnModeNone:
 	default:
 		errs = append(errs, fmt.Sprintf("mode %q: use serializable or none", w.Mode))
+	}
+	switch w.Reads {
+	case TxnReadsEach, TxnReadsBatch:
+	default:
+		errs = append(errs, fmt.Sprintf("reads %q: use each or batch", w.Reads))
 	}
 	if w.LoadMax < 0 {
 		errs = append(errs, fmt.Sprintf("load limit %d is negative", w.LoadMax))
@@ -196,9 +228,30 @@ func DecodeCounter(v []byte, found bool) (int64, error) {
 func EncodeCounter(n int64) []byte { return strconv.AppendInt(nil, n, 10) }
 
 // ReadModifyWrite reads every key of keys through tx (for update, where tx
-// is a ForUpdateReader), then writes each back incremented by one: the
-// body of one transaction of the workload.
-func ReadModifyWrite(ctx context.Context, tx Tx, keys [][]byte) error {
+// is a ForUpdateReader; with batch, in one request of a BatchReader), then
+// writes each back incremented by one: the body of one transaction of the
+// workload.
+func ReadModifyWrite(ctx context.Context, tx Tx, keys [][]byte, batch bool) error {
+	if batch {
+		b, ok := tx.(BatchReader)
+		if !ok {
+			return fmt.Errorf("%w: this system's driver reads no batches", ErrInvalidOptions)
+		}
+		values, found, err := b.GetBatch(ctx, keys)
+		if err != nil {
+			return err
+		}
+		for i, k := range keys {
+			n, err := DecodeCounter(values[i], found[i])
+			if err != nil {
+				return err
+			}
+			if err := tx.Put(ctx, k, EncodeCounter(n+1)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	get := tx.Get
 	if f, ok := tx.(ForUpdateReader); ok {
 		get = f.GetForUpdate
@@ -331,6 +384,7 @@ func (t *TxnRunner) Run(ctx context.Context, w TxnWorkload) (Result, error) {
 	}
 	var attempts []*AttemptHistogram // one per client
 	keyRange := uint64(w.Keys)
+	batch := w.Reads == TxnReadsBatch
 	res, err := t.r.loop(ctx, TxnWorkloadName, []string{TxnOp}, func(c *client) stepFunc {
 		h := &AttemptHistogram{}
 		attempts = append(attempts, h)
@@ -343,10 +397,10 @@ func (t *TxnRunner) Run(ctx context.Context, w TxnWorkload) (Result, error) {
 			}
 			return c.do(0, func() error {
 				if w.Mode == TxnModeNone {
-					return ReadModifyWrite(ctx, t.d.Plain(), keys)
+					return ReadModifyWrite(ctx, t.d.Plain(), keys, batch)
 				}
 				n, err := t.d.Transact(ctx, func(ctx context.Context, tx Tx) error {
-					return ReadModifyWrite(ctx, tx, keys)
+					return ReadModifyWrite(ctx, tx, keys, batch)
 				})
 				if err == nil && c.measuring {
 					h.Record(n)
@@ -363,6 +417,9 @@ func (t *TxnRunner) Run(ctx context.Context, w TxnWorkload) (Result, error) {
 	res.Params.Records = w.Keys
 	res.Params.ValueSize = 0
 	res.Params.TxnMode, res.Params.TxnOps, res.Params.TxnLazy = w.Mode, w.Ops, !w.Loaded()
+	if batch {
+		res.Params.TxnReads = w.Reads
+	}
 	if w.Mode != TxnModeNone {
 		var all AttemptHistogram
 		for _, h := range attempts {

@@ -312,12 +312,21 @@ func bankCheck(t *testing.T, d TxnDriver, accounts, clients, perClient int) Atte
 // read-modify-write was lost.
 func runnerCheck(t *testing.T, d TxnDriver) {
 	t.Helper()
+	for _, reads := range []string{TxnReadsEach, TxnReadsBatch} {
+		runnerCheckReads(t, d, reads)
+	}
+}
+
+// runnerCheckReads runs the txn workload reading keys as reads says, and
+// checks that every committed transaction's increments are in the keys.
+func runnerCheckReads(t *testing.T, d TxnDriver, reads string) {
+	t.Helper()
 	ctx := context.Background()
 	r, err := NewTxnRunner(d, Options{Clients: 8, Duration: time.Second, Seed: 7})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := TxnWorkload{Keys: 200}
+	w := TxnWorkload{Keys: 200, Reads: reads}
 	if _, err := r.Load(ctx, w); err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +335,10 @@ func runnerCheck(t *testing.T, d TxnDriver) {
 		t.Fatal(err)
 	}
 	if res.Ops == 0 || res.Errors != 0 || res.Attempts == nil || res.Attempts.Count != uint64(res.Ops) {
-		t.Fatalf("result: %d commits, %d errors, attempts %+v; samples %v", res.Ops, res.Errors, res.Attempts, res.ErrorSamples)
+		t.Fatalf("reads %s: %d commits, %d errors, attempts %+v; samples %v", reads, res.Ops, res.Errors, res.Attempts, res.ErrorSamples)
+	}
+	if want := map[string]string{TxnReadsEach: "", TxnReadsBatch: TxnReadsBatch}[reads]; res.Params.TxnReads != want {
+		t.Fatalf("reads %s: the result says txn_reads %q, want %q", reads, res.Params.TxnReads, want)
 	}
 	var sum int64
 	for i := range 200 {
@@ -341,9 +353,9 @@ func runnerCheck(t *testing.T, d TxnDriver) {
 		sum += n
 	}
 	if want := 10 * res.Ops; sum != want {
-		t.Fatalf("%s: the keys hold %d increments after %d transactions of 10, want %d", d.System(), sum, res.Ops, want)
+		t.Fatalf("%s, reads %s: the keys hold %d increments after %d transactions of 10, want %d", d.System(), reads, sum, res.Ops, want)
 	}
-	t.Logf("%s: %d commits/s, attempts p50 %d p99 %d max %d", d.System(), int(res.OpsPerSec), res.Attempts.P50, res.Attempts.P99, res.Attempts.Max)
+	t.Logf("%s, reads %s: %d commits/s, attempts p50 %d p99 %d max %d", d.System(), reads, int(res.OpsPerSec), res.Attempts.P50, res.Attempts.P99, res.Attempts.Max)
 }
 
 // TestGroupKVTxnEmbedded runs transfers and the txn workload through the

@@ -107,6 +107,12 @@ type TxnBackend interface {
 	// it writes. A snapshot transaction reads as TxnGet does; a read-only
 	// one answers CodeInvalidArgument.
 	TxnGetForUpdate(ctx context.Context, txn string, ref KeyRef) (Record, bool, error)
+	// TxnBatchGet reads refs in one request, each as TxnGet (forUpdate:
+	// TxnGetForUpdate) would read it alone, and answers them in request
+	// order, each with its own version (0 for the attempt's own write).
+	// Every key is checked first: a bad one fails the request with
+	// nothing locked. At most DefaultMaxBatchKeys keys.
+	TxnBatchGet(ctx context.Context, txn string, refs []KeyRef, forUpdate bool) ([]BatchGetItem, error)
 	TxnPut(ctx context.Context, txn string, item PutItem) error
 	TxnDelete(ctx context.Context, txn string, ref KeyRef) error
 	TxnScan(ctx context.Context, txn string, req ScanRequest) (ScanResult, error)

@@ -518,13 +518,24 @@ func (s *txnSession) fail(ctx context.Context, err error) error {
 	return err
 }
 
-func (s *txnSession) checkLimits(more int) error {
-	s.ops++
+// checkLimits counts ops operations of more bytes more in the attempt,
+// or, if they would pass its limits, answers why and counts nothing.
+func (s *txnSession) checkLimits(ops, more int) error {
+	if err := s.withinLimits(ops, more); err != nil {
+		return err
+	}
+	s.ops += ops
 	s.bytes += more
-	if s.ops > s.n.opts.MaxTxnOps {
+	return nil
+}
+
+// withinLimits answers why ops operations of more bytes more would pass
+// the attempt's limits, or nil.
+func (s *txnSession) withinLimits(ops, more int) error {
+	if s.ops+ops > s.n.opts.MaxTxnOps {
 		return kv.Errorf(kv.CodeTooLarge, "transaction %s has more than %d operations", s.meta.ID, s.n.opts.MaxTxnOps)
 	}
-	if s.bytes > s.n.opts.MaxTxnBytes {
+	if s.bytes+more > s.n.opts.MaxTxnBytes {
 		return kv.Errorf(kv.CodeTooLarge, "transaction %s has more than %d bytes of keys and values", s.meta.ID, s.n.opts.MaxTxnBytes)
 	}
 	return nil
@@ -555,32 +566,57 @@ func (s *txnSession) part(id uint64) *participant {
 }
 
 // lock takes locks of the attempt on shardID's leader and notes the term
-// they were granted in; with read it returns the keys' latest records.
+// they were granted in; with read it returns the keys' latest records,
+// once the attempt is confirmed PENDING after the grant.
 func (s *txnSession) lock(ctx context.Context, shardID uint64, targets []txn.Target, mode txn.Mode, read bool) (*txnLockResponse, error) {
-	n := s.n
-	anchorHere := false
 	if !s.meta.Anchor.IsSet() {
 		return nil, kv.Errorf(kv.CodeInternal, "transaction %s has no anchor", s.meta.ID)
 	}
-	if id, err := n.anchorShard(s.meta.Anchor); err == nil && id == shardID {
-		anchorHere = true
+	anchorHere := s.anchoredIn(shardID)
+	resp, err := s.n.txnLock(ctx, s.lockRequest(shardID, targets, mode, read, read && anchorHere))
+	if err := s.granted(ctx, shardID, targets, mode, read, resp, err); err != nil {
+		return nil, err
 	}
+	if read {
+		if err := s.checkPending(ctx, anchorHere, resp); err != nil {
+			return nil, err
+		}
+	}
+	s.ensureHeartbeat()
+	return resp, nil
+}
+
+// anchoredIn reports whether shardID holds the attempt's record.
+func (s *txnSession) anchoredIn(shardID uint64) bool {
+	id, err := s.n.anchorShard(s.meta.Anchor)
+	return err == nil && id == shardID
+}
+
+// lockRequest is the request taking targets' locks in shardID; check asks
+// the shard, which holds the attempt's record, to read it after the grant.
+func (s *txnSession) lockRequest(shardID uint64, targets []txn.Target, mode txn.Mode, read, check bool) *txnLockRequest {
+	return &txnLockRequest{Shard: shardID, Meta: s.meta, Targets: targets, Mode: mode, Read: read, CheckRecord: check, epoch: s.epoch}
+}
+
+// granted notes the answer of a lock request of the attempt in shardID:
+// the shard becomes a participant, holding the locks in the term they
+// were granted in.
+func (s *txnSession) granted(ctx context.Context, shardID uint64, targets []txn.Target, mode txn.Mode, read bool, resp *txnLockResponse, err error) error {
 	p := s.part(shardID)
-	resp, err := n.txnLock(ctx, &txnLockRequest{Shard: shardID, Meta: s.meta, Targets: targets, Mode: mode, Read: read, CheckRecord: read && anchorHere, epoch: s.epoch})
 	if err != nil {
 		if p.term == 0 && len(p.reads) == 0 && len(p.writes) == 0 {
 			// The attempt's first request there failed: the shard is no
 			// participant. Whatever the request locked before it failed is
 			// let go, so that the commit need not validate a shard it
 			// never read (it would find no lock of a known term there).
-			if _, rerr := n.txnRelease(ctx, &txnReleaseRequest{Shard: shardID, ID: s.meta.ID}); rerr == nil {
+			if _, rerr := s.n.txnRelease(ctx, &txnReleaseRequest{Shard: shardID, ID: s.meta.ID}); rerr == nil {
 				delete(s.parts, shardID)
 			}
 		}
-		return nil, err
+		return err
 	}
 	if p.term != 0 && p.term != resp.Term {
-		return nil, locksLostError(shardID)
+		return locksLostError(shardID)
 	}
 	p.term = resp.Term
 	s.wounded = s.wounded || resp.Wounded
@@ -590,27 +626,34 @@ func (s *txnSession) lock(ctx context.Context, shardID uint64, targets []txn.Tar
 		// lock) from the prepared entry's reads.
 		p.reads = append(p.reads, targets...)
 	}
-	if read {
-		st := resp.Status
-		if !anchorHere {
-			rec, err := n.readOwnRecord(ctx, &s.meta, s.epoch)
-			if err != nil {
-				return nil, err
-			}
-			st = rec.Status
+	return nil
+}
+
+// checkPending confirms, after reads made under locks granted, that the
+// attempt is still PENDING, so that no lock it read under went to an
+// older transaction before the reads: from the record the lock request
+// read (checked, when the shard holds it) or from the record itself.
+func (s *txnSession) checkPending(ctx context.Context, checked bool, resp *txnLockResponse) error {
+	var st txn.Status
+	if checked {
+		st = resp.Status
+	} else {
+		rec, err := s.n.readOwnRecord(ctx, &s.meta, s.epoch)
+		if err != nil {
+			return err
 		}
-		if st == txn.Aborted {
-			return nil, kv.Errorf(kv.CodeTxnAborted, "transaction %s was aborted (wounded by an older transaction or expired)", s.meta.ID)
-		}
-		if s.pastDeadline() {
-			// It can no longer commit; and the record of an attempt
-			// wounded this long ago may be gone (txn_forget.go), so
-			// PENDING no longer vouches for its reads.
-			return nil, kv.Errorf(kv.CodeTxnAborted, "transaction %s ran past its deadline (%v from its start)", s.meta.ID, n.opts.MaxTxnDuration)
-		}
+		st = rec.Status
 	}
-	s.ensureHeartbeat()
-	return resp, nil
+	if st == txn.Aborted {
+		return kv.Errorf(kv.CodeTxnAborted, "transaction %s was aborted (wounded by an older transaction or expired)", s.meta.ID)
+	}
+	if s.pastDeadline() {
+		// It can no longer commit; and the record of an attempt
+		// wounded this long ago may be gone (txn_forget.go), so
+		// PENDING no longer vouches for its reads.
+		return kv.Errorf(kv.CodeTxnAborted, "transaction %s ran past its deadline (%v from its start)", s.meta.ID, s.n.opts.MaxTxnDuration)
+	}
+	return nil
 }
 
 // ensureHeartbeat starts the attempt's heartbeats once it holds locks.
@@ -719,7 +762,7 @@ func (s *txnSession) getLocked(ctx context.Context, ref kv.KeyRef, mode txn.Mode
 	if err != nil {
 		return kv.Record{}, false, err
 	}
-	if err := s.checkLimits(len(ref.Key)); err != nil {
+	if err := s.checkLimits(1, len(ref.Key)); err != nil {
 		return kv.Record{}, false, err
 	}
 	var kbuf [64]byte
@@ -816,7 +859,7 @@ func (s *txnSession) write(ctx context.Context, coll string, key []byte, w *buff
 	if err != nil {
 		return err
 	}
-	if err := s.checkLimits(len(key) + len(w.value)); err != nil {
+	if err := s.checkLimits(1, len(key)+len(w.value)); err != nil {
 		return err
 	}
 	k := wkey(d.ID, key)

@@ -137,7 +137,7 @@ func (w *appendWorkload) run(ctx context.Context, cl int, rng *rand.Rand, stop *
 				plan = append(plan, plannedOp{append: rng.IntN(2) == 0, key: w.keys[rng.IntN(len(w.keys))]})
 			}
 		}
-		w.txn(ctx, cl, n, plan, readOnly)
+		w.txn(ctx, cl, n, plan, readOnly, rng.IntN(2) == 0)
 	}
 }
 
@@ -147,7 +147,12 @@ func (w *appendWorkload) run(ctx context.Context, cl int, rng *rand.Rand, stop *
 // An attempt is invoked before it begins: its snapshot and priority are
 // drawn in BeginTxn, and a transaction that completes while BeginTxn runs
 // is concurrent with it, not before it.
-func (w *appendWorkload) txn(ctx context.Context, cl int, n *Node, plan []plannedOp, readOnly bool) {
+//
+// With batch, the attempt reads every key of the plan first in one
+// TxnBatchGet (a key planned twice asked twice), for update on odd
+// clients when it appends, and then runs the plan on what it read and
+// its own appends, as its gets would have answered.
+func (w *appendWorkload) txn(ctx context.Context, cl int, n *Node, plan []plannedOp, readOnly, batch bool) {
 	ctx, cancel := context.WithTimeout(ctx, w.txnTimeout)
 	defer cancel()
 	var p *elle.Pending
@@ -172,8 +177,27 @@ func (w *appendWorkload) txn(ctx context.Context, cl int, n *Node, plan []planne
 		p = w.rec.Invoke(cl, ops)
 	}
 	version, attempts, err := transactFrom(ctx, n, kv.TxnOptions{ReadOnly: readOnly}, begin, func(id string) error {
-		w.notes.Store(p.ID(), fmt.Sprintf("attempt %s on node %d (read-only %v)", id, n.id, readOnly))
+		w.notes.Store(p.ID(), fmt.Sprintf("attempt %s on node %d (read-only %v, batch %v)", id, n.id, readOnly, batch))
 		observed = observed[:0]
+		var batched map[string]kv.Record // by key name; absent keys: none
+		if batch {
+			refs := make([]kv.KeyRef, len(plan))
+			appends := false
+			for i, op := range plan {
+				refs[i] = op.key.ref()
+				appends = appends || op.append
+			}
+			items, err := n.TxnBatchGet(ctx, id, refs, appends && cl%2 == 1)
+			if err != nil {
+				return err
+			}
+			batched = make(map[string]kv.Record)
+			for i, it := range items {
+				if it.Found {
+					batched[plan[i].key.name()] = kv.Record{Value: it.Value}
+				}
+			}
+		}
 		for i, op := range plan {
 			// Odd clients read the keys they append to for update
 			// (exclusive locks from the read on), even ones under
@@ -181,6 +205,12 @@ func (w *appendWorkload) txn(ctx context.Context, cl int, n *Node, plan []planne
 			get := n.TxnGet
 			if op.append && cl%2 == 1 {
 				get = n.TxnGetForUpdate
+			}
+			if batch {
+				get = func(context.Context, string, kv.KeyRef) (kv.Record, bool, error) {
+					rec, found := batched[op.key.name()]
+					return rec, found, nil
+				}
 			}
 			rec, found, err := get(ctx, id, op.key.ref())
 			if err != nil {
@@ -201,6 +231,9 @@ func (w *appendWorkload) txn(ctx context.Context, cl int, n *Node, plan []planne
 			item := kv.PutItem{Collection: op.key.coll, Key: []byte(op.key.key), Value: encodeList(append(list, v))}
 			if err := n.TxnPut(ctx, id, item); err != nil {
 				return err
+			}
+			if batch {
+				batched[op.key.name()] = kv.Record{Value: item.Value}
 			}
 			observed = append(observed, elle.Append(op.key.name(), v))
 		}

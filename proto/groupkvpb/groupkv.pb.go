@@ -2791,7 +2791,14 @@ type TxnGetRequest struct {
 	// of a read-modify-write; kv.TxnBackend.TxnGetForUpdate). A server
 	// that predates the field reads with a shared lock, which is as
 	// correct and only aborts more under contention.
-	ForUpdate     bool `protobuf:"varint,6,opt,name=for_update,json=forUpdate,proto3" json:"for_update,omitempty"`
+	ForUpdate bool `protobuf:"varint,6,opt,name=for_update,json=forUpdate,proto3" json:"for_update,omitempty"`
+	// keys, when not empty, makes the request a batch get of these keys in
+	// place of collection and key (which are then unset): each is read as
+	// a get of it alone would read it, with its lock (for_update: taken
+	// exclusively), in one request (kv.TxnBackend.TxnBatchGet), answered
+	// in TxnGetResponse.items. A server older than the field answers
+	// invalid_argument (no collection).
+	Keys          []*KeyRef `protobuf:"bytes,7,rep,name=keys,proto3" json:"keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2868,6 +2875,13 @@ func (x *TxnGetRequest) GetForUpdate() bool {
 	return false
 }
 
+func (x *TxnGetRequest) GetKeys() []*KeyRef {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
 // TxnGetResponse is the key as the attempt sees it, its own writes
 // included; value, tags and version are unset when found is false.
 type TxnGetResponse struct {
@@ -2888,7 +2902,11 @@ type TxnGetResponse struct {
 	// by TxnGet. Empty when not asked for, or too large.
 	// Each member is a BatchGetItem: its key, and its value, tags and
 	// version, or found false when it is absent.
-	Snapshot      []*BatchGetItem `protobuf:"bytes,6,rep,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Snapshot []*BatchGetItem `protobuf:"bytes,6,rep,name=snapshot,proto3" json:"snapshot,omitempty"`
+	// items answers a batch get (TxnGetRequest.keys): the keys in request
+	// order, each with its value, tags and version as the attempt reads
+	// it (version 0 for the attempt's own write), or found false.
+	Items         []*BatchGetItem `protobuf:"bytes,7,rep,name=items,proto3" json:"items,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2961,6 +2979,13 @@ func (x *TxnGetResponse) GetTxn() string {
 func (x *TxnGetResponse) GetSnapshot() []*BatchGetItem {
 	if x != nil {
 		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *TxnGetResponse) GetItems() []*BatchGetItem {
+	if x != nil {
+		return x.Items
 	}
 	return nil
 }
@@ -4961,7 +4986,7 @@ const file_groupkv_proto_rawDesc = "" +
 	"\tread_only\x18\x03 \x01(\bR\breadOnly\x12\x14\n" +
 	"\x05group\x18\x04 \x01(\tR\x05group\"$\n" +
 	"\x10BeginTxnResponse\x12\x10\n" +
-	"\x03txn\x18\x01 \x01(\tR\x03txn\"\xc5\x01\n" +
+	"\x03txn\x18\x01 \x01(\tR\x03txn\"\xed\x01\n" +
 	"\rTxnGetRequest\x12\x10\n" +
 	"\x03txn\x18\x01 \x01(\tR\x03txn\x12\x1e\n" +
 	"\n" +
@@ -4971,14 +4996,16 @@ const file_groupkv_proto_rawDesc = "" +
 	"\x05begin\x18\x04 \x01(\v2\x14.groupkv.v1.TxnBeginR\x05begin\x12%\n" +
 	"\x0egroup_snapshot\x18\x05 \x01(\bR\rgroupSnapshot\x12\x1d\n" +
 	"\n" +
-	"for_update\x18\x06 \x01(\bR\tforUpdate\"\xb2\x01\n" +
+	"for_update\x18\x06 \x01(\bR\tforUpdate\x12&\n" +
+	"\x04keys\x18\a \x03(\v2\x12.groupkv.v1.KeyRefR\x04keys\"\xe2\x01\n" +
 	"\x0eTxnGetResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x12\n" +
 	"\x04tags\x18\x03 \x03(\tR\x04tags\x12\x18\n" +
 	"\aversion\x18\x04 \x01(\x04R\aversion\x12\x10\n" +
 	"\x03txn\x18\x05 \x01(\tR\x03txn\x124\n" +
-	"\bsnapshot\x18\x06 \x03(\v2\x18.groupkv.v1.BatchGetItemR\bsnapshot\"}\n" +
+	"\bsnapshot\x18\x06 \x03(\v2\x18.groupkv.v1.BatchGetItemR\bsnapshot\x12.\n" +
+	"\x05items\x18\a \x03(\v2\x18.groupkv.v1.BatchGetItemR\x05items\"}\n" +
 	"\rTxnPutRequest\x12\x10\n" +
 	"\x03txn\x18\x01 \x01(\tR\x03txn\x12\x1e\n" +
 	"\n" +
@@ -5255,99 +5282,101 @@ var file_groupkv_proto_depIdxs = []int32{
 	27, // 22: groupkv.v1.BatchErrorDetail.applied:type_name -> groupkv.v1.WriteResult
 	32, // 23: groupkv.v1.ScanResponse.items:type_name -> groupkv.v1.Record
 	39, // 24: groupkv.v1.TxnGetRequest.begin:type_name -> groupkv.v1.TxnBegin
-	22, // 25: groupkv.v1.TxnGetResponse.snapshot:type_name -> groupkv.v1.BatchGetItem
-	39, // 26: groupkv.v1.TxnWriteRequest.begin:type_name -> groupkv.v1.TxnBegin
-	56, // 27: groupkv.v1.TxnWriteRequest.writes:type_name -> groupkv.v1.TxnOp
-	39, // 28: groupkv.v1.TxnScanRequest.begin:type_name -> groupkv.v1.TxnBegin
-	39, // 29: groupkv.v1.TxnTagQuery.begin:type_name -> groupkv.v1.TxnBegin
-	39, // 30: groupkv.v1.CommitTxnRequest.begin:type_name -> groupkv.v1.TxnBegin
-	56, // 31: groupkv.v1.CommitTxnRequest.writes:type_name -> groupkv.v1.TxnOp
-	20, // 32: groupkv.v1.CommitTxnRequest.snapshot_reads:type_name -> groupkv.v1.KeyRef
-	22, // 33: groupkv.v1.CommitTxnRequest.cached_reads:type_name -> groupkv.v1.BatchGetItem
-	22, // 34: groupkv.v1.CommitTxnResponse.snapshot:type_name -> groupkv.v1.BatchGetItem
-	55, // 35: groupkv.v1.ExecTxnRequest.compares:type_name -> groupkv.v1.Compare
-	56, // 36: groupkv.v1.ExecTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
-	56, // 37: groupkv.v1.ExecTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
-	58, // 38: groupkv.v1.ExecTxnResponse.results:type_name -> groupkv.v1.TxnOpResult
-	20, // 39: groupkv.v1.CreateGroupRequest.leader:type_name -> groupkv.v1.KeyRef
-	20, // 40: groupkv.v1.CreateGroupRequest.members:type_name -> groupkv.v1.KeyRef
-	20, // 41: groupkv.v1.CreateGroupResponse.joined:type_name -> groupkv.v1.KeyRef
-	61, // 42: groupkv.v1.CreateGroupResponse.refused:type_name -> groupkv.v1.GroupRefusal
-	20, // 43: groupkv.v1.GroupInfo.leader:type_name -> groupkv.v1.KeyRef
-	20, // 44: groupkv.v1.GroupInfo.members:type_name -> groupkv.v1.KeyRef
-	64, // 45: groupkv.v1.ListGroupsResponse.groups:type_name -> groupkv.v1.GroupInfo
-	55, // 46: groupkv.v1.ExecGroupTxnRequest.compares:type_name -> groupkv.v1.Compare
-	56, // 47: groupkv.v1.ExecGroupTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
-	56, // 48: groupkv.v1.ExecGroupTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
-	1,  // 49: groupkv.v1.GroupKV.CreateCollection:input_type -> groupkv.v1.CreateCollectionRequest
-	4,  // 50: groupkv.v1.GroupKV.ListCollections:input_type -> groupkv.v1.ListCollectionsRequest
-	6,  // 51: groupkv.v1.GroupKV.DescribeCollection:input_type -> groupkv.v1.DescribeCollectionRequest
-	7,  // 52: groupkv.v1.GroupKV.DropCollection:input_type -> groupkv.v1.DropCollectionRequest
-	9,  // 53: groupkv.v1.GroupKV.Put:input_type -> groupkv.v1.PutRequest
-	11, // 54: groupkv.v1.GroupKV.Get:input_type -> groupkv.v1.GetRequest
-	13, // 55: groupkv.v1.GroupKV.Delete:input_type -> groupkv.v1.DeleteRequest
-	21, // 56: groupkv.v1.GroupKV.BatchGet:input_type -> groupkv.v1.BatchGetRequest
-	25, // 57: groupkv.v1.GroupKV.BatchPut:input_type -> groupkv.v1.BatchPutRequest
-	26, // 58: groupkv.v1.GroupKV.BatchDelete:input_type -> groupkv.v1.BatchDeleteRequest
-	30, // 59: groupkv.v1.GroupKV.DeleteRange:input_type -> groupkv.v1.DeleteRangeRequest
-	33, // 60: groupkv.v1.GroupKV.Scan:input_type -> groupkv.v1.ScanRequest
-	35, // 61: groupkv.v1.GroupKV.GetByTags:input_type -> groupkv.v1.TagQuery
-	36, // 62: groupkv.v1.GroupKV.Watch:input_type -> groupkv.v1.WatchRequest
-	15, // 63: groupkv.v1.GroupKV.Pipeline:input_type -> groupkv.v1.PipelineRequest
-	18, // 64: groupkv.v1.GroupKV.Ready:input_type -> groupkv.v1.ReadyRequest
-	38, // 65: groupkv.v1.GroupKV.BeginTxn:input_type -> groupkv.v1.BeginTxnRequest
-	41, // 66: groupkv.v1.GroupKV.TxnGet:input_type -> groupkv.v1.TxnGetRequest
-	43, // 67: groupkv.v1.GroupKV.TxnPut:input_type -> groupkv.v1.TxnPutRequest
-	45, // 68: groupkv.v1.GroupKV.TxnDelete:input_type -> groupkv.v1.TxnDeleteRequest
-	47, // 69: groupkv.v1.GroupKV.TxnWrite:input_type -> groupkv.v1.TxnWriteRequest
-	49, // 70: groupkv.v1.GroupKV.TxnScan:input_type -> groupkv.v1.TxnScanRequest
-	50, // 71: groupkv.v1.GroupKV.TxnGetByTags:input_type -> groupkv.v1.TxnTagQuery
-	51, // 72: groupkv.v1.GroupKV.CommitTxn:input_type -> groupkv.v1.CommitTxnRequest
-	53, // 73: groupkv.v1.GroupKV.AbortTxn:input_type -> groupkv.v1.AbortTxnRequest
-	57, // 74: groupkv.v1.GroupKV.ExecTxn:input_type -> groupkv.v1.ExecTxnRequest
-	60, // 75: groupkv.v1.GroupKV.CreateGroup:input_type -> groupkv.v1.CreateGroupRequest
-	63, // 76: groupkv.v1.GroupKV.DescribeGroup:input_type -> groupkv.v1.DescribeGroupRequest
-	65, // 77: groupkv.v1.GroupKV.ListGroups:input_type -> groupkv.v1.ListGroupsRequest
-	67, // 78: groupkv.v1.GroupKV.DeleteGroup:input_type -> groupkv.v1.DeleteGroupRequest
-	69, // 79: groupkv.v1.GroupKV.BeginGroupTxn:input_type -> groupkv.v1.BeginGroupTxnRequest
-	70, // 80: groupkv.v1.GroupKV.ExecGroupTxn:input_type -> groupkv.v1.ExecGroupTxnRequest
-	3,  // 81: groupkv.v1.GroupKV.CreateCollection:output_type -> groupkv.v1.CollectionInfo
-	5,  // 82: groupkv.v1.GroupKV.ListCollections:output_type -> groupkv.v1.ListCollectionsResponse
-	3,  // 83: groupkv.v1.GroupKV.DescribeCollection:output_type -> groupkv.v1.CollectionInfo
-	8,  // 84: groupkv.v1.GroupKV.DropCollection:output_type -> groupkv.v1.DropCollectionResponse
-	10, // 85: groupkv.v1.GroupKV.Put:output_type -> groupkv.v1.PutResponse
-	12, // 86: groupkv.v1.GroupKV.Get:output_type -> groupkv.v1.GetResponse
-	14, // 87: groupkv.v1.GroupKV.Delete:output_type -> groupkv.v1.DeleteResponse
-	23, // 88: groupkv.v1.GroupKV.BatchGet:output_type -> groupkv.v1.BatchGetResponse
-	28, // 89: groupkv.v1.GroupKV.BatchPut:output_type -> groupkv.v1.BatchWriteResponse
-	28, // 90: groupkv.v1.GroupKV.BatchDelete:output_type -> groupkv.v1.BatchWriteResponse
-	31, // 91: groupkv.v1.GroupKV.DeleteRange:output_type -> groupkv.v1.DeleteRangeResponse
-	34, // 92: groupkv.v1.GroupKV.Scan:output_type -> groupkv.v1.ScanResponse
-	34, // 93: groupkv.v1.GroupKV.GetByTags:output_type -> groupkv.v1.ScanResponse
-	37, // 94: groupkv.v1.GroupKV.Watch:output_type -> groupkv.v1.Event
-	16, // 95: groupkv.v1.GroupKV.Pipeline:output_type -> groupkv.v1.PipelineResponse
-	19, // 96: groupkv.v1.GroupKV.Ready:output_type -> groupkv.v1.ReadyResponse
-	40, // 97: groupkv.v1.GroupKV.BeginTxn:output_type -> groupkv.v1.BeginTxnResponse
-	42, // 98: groupkv.v1.GroupKV.TxnGet:output_type -> groupkv.v1.TxnGetResponse
-	44, // 99: groupkv.v1.GroupKV.TxnPut:output_type -> groupkv.v1.TxnPutResponse
-	46, // 100: groupkv.v1.GroupKV.TxnDelete:output_type -> groupkv.v1.TxnDeleteResponse
-	48, // 101: groupkv.v1.GroupKV.TxnWrite:output_type -> groupkv.v1.TxnWriteResponse
-	34, // 102: groupkv.v1.GroupKV.TxnScan:output_type -> groupkv.v1.ScanResponse
-	34, // 103: groupkv.v1.GroupKV.TxnGetByTags:output_type -> groupkv.v1.ScanResponse
-	52, // 104: groupkv.v1.GroupKV.CommitTxn:output_type -> groupkv.v1.CommitTxnResponse
-	54, // 105: groupkv.v1.GroupKV.AbortTxn:output_type -> groupkv.v1.AbortTxnResponse
-	59, // 106: groupkv.v1.GroupKV.ExecTxn:output_type -> groupkv.v1.ExecTxnResponse
-	62, // 107: groupkv.v1.GroupKV.CreateGroup:output_type -> groupkv.v1.CreateGroupResponse
-	64, // 108: groupkv.v1.GroupKV.DescribeGroup:output_type -> groupkv.v1.GroupInfo
-	66, // 109: groupkv.v1.GroupKV.ListGroups:output_type -> groupkv.v1.ListGroupsResponse
-	68, // 110: groupkv.v1.GroupKV.DeleteGroup:output_type -> groupkv.v1.DeleteGroupResponse
-	40, // 111: groupkv.v1.GroupKV.BeginGroupTxn:output_type -> groupkv.v1.BeginTxnResponse
-	59, // 112: groupkv.v1.GroupKV.ExecGroupTxn:output_type -> groupkv.v1.ExecTxnResponse
-	81, // [81:113] is the sub-list for method output_type
-	49, // [49:81] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	20, // 25: groupkv.v1.TxnGetRequest.keys:type_name -> groupkv.v1.KeyRef
+	22, // 26: groupkv.v1.TxnGetResponse.snapshot:type_name -> groupkv.v1.BatchGetItem
+	22, // 27: groupkv.v1.TxnGetResponse.items:type_name -> groupkv.v1.BatchGetItem
+	39, // 28: groupkv.v1.TxnWriteRequest.begin:type_name -> groupkv.v1.TxnBegin
+	56, // 29: groupkv.v1.TxnWriteRequest.writes:type_name -> groupkv.v1.TxnOp
+	39, // 30: groupkv.v1.TxnScanRequest.begin:type_name -> groupkv.v1.TxnBegin
+	39, // 31: groupkv.v1.TxnTagQuery.begin:type_name -> groupkv.v1.TxnBegin
+	39, // 32: groupkv.v1.CommitTxnRequest.begin:type_name -> groupkv.v1.TxnBegin
+	56, // 33: groupkv.v1.CommitTxnRequest.writes:type_name -> groupkv.v1.TxnOp
+	20, // 34: groupkv.v1.CommitTxnRequest.snapshot_reads:type_name -> groupkv.v1.KeyRef
+	22, // 35: groupkv.v1.CommitTxnRequest.cached_reads:type_name -> groupkv.v1.BatchGetItem
+	22, // 36: groupkv.v1.CommitTxnResponse.snapshot:type_name -> groupkv.v1.BatchGetItem
+	55, // 37: groupkv.v1.ExecTxnRequest.compares:type_name -> groupkv.v1.Compare
+	56, // 38: groupkv.v1.ExecTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
+	56, // 39: groupkv.v1.ExecTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
+	58, // 40: groupkv.v1.ExecTxnResponse.results:type_name -> groupkv.v1.TxnOpResult
+	20, // 41: groupkv.v1.CreateGroupRequest.leader:type_name -> groupkv.v1.KeyRef
+	20, // 42: groupkv.v1.CreateGroupRequest.members:type_name -> groupkv.v1.KeyRef
+	20, // 43: groupkv.v1.CreateGroupResponse.joined:type_name -> groupkv.v1.KeyRef
+	61, // 44: groupkv.v1.CreateGroupResponse.refused:type_name -> groupkv.v1.GroupRefusal
+	20, // 45: groupkv.v1.GroupInfo.leader:type_name -> groupkv.v1.KeyRef
+	20, // 46: groupkv.v1.GroupInfo.members:type_name -> groupkv.v1.KeyRef
+	64, // 47: groupkv.v1.ListGroupsResponse.groups:type_name -> groupkv.v1.GroupInfo
+	55, // 48: groupkv.v1.ExecGroupTxnRequest.compares:type_name -> groupkv.v1.Compare
+	56, // 49: groupkv.v1.ExecGroupTxnRequest.then_ops:type_name -> groupkv.v1.TxnOp
+	56, // 50: groupkv.v1.ExecGroupTxnRequest.else_ops:type_name -> groupkv.v1.TxnOp
+	1,  // 51: groupkv.v1.GroupKV.CreateCollection:input_type -> groupkv.v1.CreateCollectionRequest
+	4,  // 52: groupkv.v1.GroupKV.ListCollections:input_type -> groupkv.v1.ListCollectionsRequest
+	6,  // 53: groupkv.v1.GroupKV.DescribeCollection:input_type -> groupkv.v1.DescribeCollectionRequest
+	7,  // 54: groupkv.v1.GroupKV.DropCollection:input_type -> groupkv.v1.DropCollectionRequest
+	9,  // 55: groupkv.v1.GroupKV.Put:input_type -> groupkv.v1.PutRequest
+	11, // 56: groupkv.v1.GroupKV.Get:input_type -> groupkv.v1.GetRequest
+	13, // 57: groupkv.v1.GroupKV.Delete:input_type -> groupkv.v1.DeleteRequest
+	21, // 58: groupkv.v1.GroupKV.BatchGet:input_type -> groupkv.v1.BatchGetRequest
+	25, // 59: groupkv.v1.GroupKV.BatchPut:input_type -> groupkv.v1.BatchPutRequest
+	26, // 60: groupkv.v1.GroupKV.BatchDelete:input_type -> groupkv.v1.BatchDeleteRequest
+	30, // 61: groupkv.v1.GroupKV.DeleteRange:input_type -> groupkv.v1.DeleteRangeRequest
+	33, // 62: groupkv.v1.GroupKV.Scan:input_type -> groupkv.v1.ScanRequest
+	35, // 63: groupkv.v1.GroupKV.GetByTags:input_type -> groupkv.v1.TagQuery
+	36, // 64: groupkv.v1.GroupKV.Watch:input_type -> groupkv.v1.WatchRequest
+	15, // 65: groupkv.v1.GroupKV.Pipeline:input_type -> groupkv.v1.PipelineRequest
+	18, // 66: groupkv.v1.GroupKV.Ready:input_type -> groupkv.v1.ReadyRequest
+	38, // 67: groupkv.v1.GroupKV.BeginTxn:input_type -> groupkv.v1.BeginTxnRequest
+	41, // 68: groupkv.v1.GroupKV.TxnGet:input_type -> groupkv.v1.TxnGetRequest
+	43, // 69: groupkv.v1.GroupKV.TxnPut:input_type -> groupkv.v1.TxnPutRequest
+	45, // 70: groupkv.v1.GroupKV.TxnDelete:input_type -> groupkv.v1.TxnDeleteRequest
+	47, // 71: groupkv.v1.GroupKV.TxnWrite:input_type -> groupkv.v1.TxnWriteRequest
+	49, // 72: groupkv.v1.GroupKV.TxnScan:input_type -> groupkv.v1.TxnScanRequest
+	50, // 73: groupkv.v1.GroupKV.TxnGetByTags:input_type -> groupkv.v1.TxnTagQuery
+	51, // 74: groupkv.v1.GroupKV.CommitTxn:input_type -> groupkv.v1.CommitTxnRequest
+	53, // 75: groupkv.v1.GroupKV.AbortTxn:input_type -> groupkv.v1.AbortTxnRequest
+	57, // 76: groupkv.v1.GroupKV.ExecTxn:input_type -> groupkv.v1.ExecTxnRequest
+	60, // 77: groupkv.v1.GroupKV.CreateGroup:input_type -> groupkv.v1.CreateGroupRequest
+	63, // 78: groupkv.v1.GroupKV.DescribeGroup:input_type -> groupkv.v1.DescribeGroupRequest
+	65, // 79: groupkv.v1.GroupKV.ListGroups:input_type -> groupkv.v1.ListGroupsRequest
+	67, // 80: groupkv.v1.GroupKV.DeleteGroup:input_type -> groupkv.v1.DeleteGroupRequest
+	69, // 81: groupkv.v1.GroupKV.BeginGroupTxn:input_type -> groupkv.v1.BeginGroupTxnRequest
+	70, // 82: groupkv.v1.GroupKV.ExecGroupTxn:input_type -> groupkv.v1.ExecGroupTxnRequest
+	3,  // 83: groupkv.v1.GroupKV.CreateCollection:output_type -> groupkv.v1.CollectionInfo
+	5,  // 84: groupkv.v1.GroupKV.ListCollections:output_type -> groupkv.v1.ListCollectionsResponse
+	3,  // 85: groupkv.v1.GroupKV.DescribeCollection:output_type -> groupkv.v1.CollectionInfo
+	8,  // 86: groupkv.v1.GroupKV.DropCollection:output_type -> groupkv.v1.DropCollectionResponse
+	10, // 87: groupkv.v1.GroupKV.Put:output_type -> groupkv.v1.PutResponse
+	12, // 88: groupkv.v1.GroupKV.Get:output_type -> groupkv.v1.GetResponse
+	14, // 89: groupkv.v1.GroupKV.Delete:output_type -> groupkv.v1.DeleteResponse
+	23, // 90: groupkv.v1.GroupKV.BatchGet:output_type -> groupkv.v1.BatchGetResponse
+	28, // 91: groupkv.v1.GroupKV.BatchPut:output_type -> groupkv.v1.BatchWriteResponse
+	28, // 92: groupkv.v1.GroupKV.BatchDelete:output_type -> groupkv.v1.BatchWriteResponse
+	31, // 93: groupkv.v1.GroupKV.DeleteRange:output_type -> groupkv.v1.DeleteRangeResponse
+	34, // 94: groupkv.v1.GroupKV.Scan:output_type -> groupkv.v1.ScanResponse
+	34, // 95: groupkv.v1.GroupKV.GetByTags:output_type -> groupkv.v1.ScanResponse
+	37, // 96: groupkv.v1.GroupKV.Watch:output_type -> groupkv.v1.Event
+	16, // 97: groupkv.v1.GroupKV.Pipeline:output_type -> groupkv.v1.PipelineResponse
+	19, // 98: groupkv.v1.GroupKV.Ready:output_type -> groupkv.v1.ReadyResponse
+	40, // 99: groupkv.v1.GroupKV.BeginTxn:output_type -> groupkv.v1.BeginTxnResponse
+	42, // 100: groupkv.v1.GroupKV.TxnGet:output_type -> groupkv.v1.TxnGetResponse
+	44, // 101: groupkv.v1.GroupKV.TxnPut:output_type -> groupkv.v1.TxnPutResponse
+	46, // 102: groupkv.v1.GroupKV.TxnDelete:output_type -> groupkv.v1.TxnDeleteResponse
+	48, // 103: groupkv.v1.GroupKV.TxnWrite:output_type -> groupkv.v1.TxnWriteResponse
+	34, // 104: groupkv.v1.GroupKV.TxnScan:output_type -> groupkv.v1.ScanResponse
+	34, // 105: groupkv.v1.GroupKV.TxnGetByTags:output_type -> groupkv.v1.ScanResponse
+	52, // 106: groupkv.v1.GroupKV.CommitTxn:output_type -> groupkv.v1.CommitTxnResponse
+	54, // 107: groupkv.v1.GroupKV.AbortTxn:output_type -> groupkv.v1.AbortTxnResponse
+	59, // 108: groupkv.v1.GroupKV.ExecTxn:output_type -> groupkv.v1.ExecTxnResponse
+	62, // 109: groupkv.v1.GroupKV.CreateGroup:output_type -> groupkv.v1.CreateGroupResponse
+	64, // 110: groupkv.v1.GroupKV.DescribeGroup:output_type -> groupkv.v1.GroupInfo
+	66, // 111: groupkv.v1.GroupKV.ListGroups:output_type -> groupkv.v1.ListGroupsResponse
+	68, // 112: groupkv.v1.GroupKV.DeleteGroup:output_type -> groupkv.v1.DeleteGroupResponse
+	40, // 113: groupkv.v1.GroupKV.BeginGroupTxn:output_type -> groupkv.v1.BeginTxnResponse
+	59, // 114: groupkv.v1.GroupKV.ExecGroupTxn:output_type -> groupkv.v1.ExecTxnResponse
+	83, // [83:115] is the sub-list for method output_type
+	51, // [51:83] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_groupkv_proto_init() }
