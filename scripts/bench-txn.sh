@@ -8,6 +8,12 @@
 #
 #   scripts/bench-txn.sh                          # the defaults below
 #   KEYS=100000,1000 DURATION=20 scripts/bench-txn.sh
+#   READS=batch scripts/bench-txn.sh              # its own section
+#
+# READS=batch reads a transaction's keys in one request instead of one at
+# a time (groupkv bench --txn-reads batch; pgbench runs
+# scripts/txn-batch.pgbench), and writes a section of its own (between
+# <!-- txn-bench-batch:start --> and <!-- txn-bench-batch:end -->).
 #
 # Each transaction reads OPS distinct keys drawn uniformly from a range of
 # KEYS keys and writes each back incremented, retried until it commits; the
@@ -39,6 +45,7 @@ WARMUP=${WARMUP:-3}      # seconds of warm-up before each
 SEED=${SEED:-1}
 LOAD_MAX=${LOAD_MAX:-1000000} # larger key ranges start empty (absent = 0)
 OUT_MD=${OUT_MD:-docs/benchmarks.md}
+READS=${READS:-each}
 KEEP_TMP=${KEEP_TMP:-}
 
 GROUPKV_PORT_BASE=${GROUPKV_PORT_BASE:-27170}
@@ -47,6 +54,19 @@ PG_PORT_BASE=${PG_PORT_BASE:-25432}
 
 START_MARK='<!-- txn-bench:start -->'
 END_MARK='<!-- txn-bench:end -->'
+PGB_SCRIPT=scripts/txn.pgbench
+case $READS in
+each) ;;
+batch)
+	START_MARK='<!-- txn-bench-batch:start -->'
+	END_MARK='<!-- txn-bench-batch:end -->'
+	PGB_SCRIPT=scripts/txn-batch.pgbench
+	;;
+*)
+	echo "bench-txn: READS=$READS: use each or batch" >&2
+	exit 2
+	;;
+esac
 KEPT_MARK='<!-- kept across runs -->'
 
 started=$(date +%s)
@@ -183,7 +203,7 @@ COMMANDS=()
 # bench ARGS...: runs groupkv bench with the common settings and records the
 # command line (temporary directories as $WORK and $PGDIR).
 bench() {
-	local cmd=(groupkv bench --workload txn "$@" --txn-ops "$OPS" --txn-load-max "$LOAD_MAX" --clients "$CLIENTS"
+	local cmd=(groupkv bench --workload txn "$@" --txn-ops "$OPS" --txn-reads "$READS" --txn-load-max "$LOAD_MAX" --clients "$CLIENTS"
 		--duration "${DURATION}s" --warmup "${WARMUP}s" --seed "$SEED" --out "${OUT:-$RESULTS}")
 	record "${cmd[@]}"
 	log "${cmd[*]}"
@@ -267,7 +287,7 @@ PG_VERSION=$("$PGBIN/postgres" --version | awk '{print $3}')
 DSN="postgres://postgres@127.0.0.1:$PG_PORT/postgres?sslmode=disable"
 for k in "${KEY_LIST[@]}"; do
 	bench --target postgresql --addr "$DSN" --txn-keys "$k" --txn-mode serializable --load
-	PGB=(env PGOPTIONS="-c enable_seqscan=off" pgbench -n -f scripts/txn.pgbench -D "keys=$k" -c "$CLIENTS" -j "$(nproc)" -T "$((WARMUP + DURATION))"
+	PGB=(env PGOPTIONS="-c enable_seqscan=off" pgbench -n -f "$PGB_SCRIPT" -D "keys=$k" -c "$CLIENTS" -j "$(nproc)" -T "$((WARMUP + DURATION))"
 		--max-tries=0 --random-seed="$SEED" -l --log-prefix="$WORK/pgbench-log-$k" -h 127.0.0.1 -p "$PG_PORT" -U postgres postgres)
 	record PGOPTIONS="'-c enable_seqscan=off'" "${PGB[@]:2}"
 	log "${PGB[*]}"
@@ -289,10 +309,10 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//' || true)
 MEM=$(awk '/^MemTotal:/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)
 INVOCATION="scripts/bench-txn.sh"
-for v in KEYS OPS CLIENTS DURATION WARMUP SEED LOAD_MAX; do
+for v in KEYS OPS CLIENTS DURATION WARMUP SEED LOAD_MAX READS; do
 	case $v in
 	KEYS) d=10000000,100000,10000,1000 ;; OPS) d=10 ;; CLIENTS) d=64 ;; DURATION) d=15 ;; WARMUP) d=3 ;;
-	SEED) d=1 ;; LOAD_MAX) d=1000000 ;;
+	SEED) d=1 ;; LOAD_MAX) d=1000000 ;; READS) d=each ;;
 	esac
 	[[ ${!v} == "$d" ]] || INVOCATION="$v=${!v} $INVOCATION"
 done
@@ -327,15 +347,32 @@ much into a ratio near a goal's threshold.
 "
 fi
 
+TITLE="Transactions: groupkv, etcd STM and PostgreSQL SERIALIZABLE"
+READS_HOW=
+if [[ $READS == batch ]]; then
+	TITLE="Transactions with their reads in one request: groupkv, etcd STM and PostgreSQL SERIALIZABLE"
+	READS_HOW="
+**Reads in one request** (\`READS=batch\`, \`--txn-reads batch\`): each
+transaction reads its $OPS keys in one request, as a transaction that
+knows its keys up front would: groupkv's \`Tx.BatchGetForUpdate\` (one
+message of the Pipeline stream; the node locks each shard's keys in one
+request and confirms the attempt once), one \`Get\` of the $OPS keys of
+etcd's STM (which fetches them all in one Txn), one \`SELECT … WHERE k =
+ANY(\$1)\` for PostgreSQL through pgx and one SELECT of $OPS subqueries in
+\`scripts/txn-batch.pgbench\`; the baseline (\"none\") reads with one
+batch get. The writes, the commits and everything else are as in the
+section above, where each read is a request of its own.
+"
+fi
 SECTION=$WORK/section.md
 cat >"$SECTION" <<EOF
-## Transactions: groupkv, etcd STM and PostgreSQL SERIALIZABLE
+## $TITLE
 
 Written by \`scripts/bench-txn.sh\` on $(date -u +%Y-%m-%d) in ${elapsed}s (this
 section only; rerun it rather than editing it). One run on one machine, the
 servers and the benchmark client sharing its cores: read the ratios, not the
 absolute figures.
-$BUSY
+$BUSY$READS_HOW
 Each transaction reads $OPS distinct keys drawn uniformly from a range of
 KEYS keys, then writes each back incremented (a read-modify-write of every
 key it read), and is retried until it commits; commits/s and the latency of
