@@ -753,6 +753,19 @@ func (e groupExec) getForUpdate(ctx context.Context, ref kv.KeyRef) (kv.Record, 
 	return e.s.get(ctx, e.n, ref)
 }
 
+// batchGet reads each key as get does.
+func (e groupExec) batchGet(ctx context.Context, refs []kv.KeyRef, _ bool, _ func(int) string) ([]kv.BatchGetItem, error) {
+	items := make([]kv.BatchGetItem, len(refs))
+	for i, ref := range refs {
+		rec, found, err := e.s.get(ctx, e.n, ref)
+		if err != nil {
+			return nil, err
+		}
+		items[i] = batchItem(ref, rec, found)
+	}
+	return items, nil
+}
+
 func (e groupExec) put(ctx context.Context, op kv.TxnOp) error {
 	return e.s.write(ctx, e.n, kv.KeyRef{Collection: op.Collection, Key: op.Key}, op.Value, op.Tags, false)
 }

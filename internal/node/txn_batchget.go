@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/groupkv/groupkv/internal/cluster"
@@ -55,8 +56,11 @@ func (n *Node) TxnBatchGet(ctx context.Context, id string, refs []kv.KeyRef, for
 		}
 		mode = txn.Exclusive
 	}
-	return s.batchGet(ctx, refs, mode)
+	return s.batchGet(ctx, refs, mode, keysName)
 }
+
+// keysName names item i of a batch get's keys in its errors.
+func keysName(i int) string { return fmt.Sprintf("keys[%d]", i) }
 
 func batchItem(ref kv.KeyRef, rec kv.Record, found bool) kv.BatchGetItem {
 	it := kv.BatchGetItem{Collection: ref.Collection, Key: ref.Key, Found: found}
@@ -76,7 +80,9 @@ type shardLock struct {
 	err     error
 }
 
-func (s *txnSession) batchGet(ctx context.Context, refs []kv.KeyRef, mode txn.Mode) ([]kv.BatchGetItem, error) {
+// batchGet reads refs in the attempt under locks of mode (see
+// TxnBatchGet); name names a key of refs in an error.
+func (s *txnSession) batchGet(ctx context.Context, refs []kv.KeyRef, mode txn.Mode, name func(int) string) ([]kv.BatchGetItem, error) {
 	n := s.n
 	items := make([]kv.BatchGetItem, len(refs))
 	// Check every key first: nothing is locked for a request that fails.
@@ -94,7 +100,7 @@ func (s *txnSession) batchGet(ctx context.Context, refs []kv.KeyRef, mode txn.Mo
 	for i, ref := range refs {
 		d, err := n.txnCollection(ref.Collection, ref.Key)
 		if err != nil {
-			return nil, kv.Errorf(kv.CodeOf(err), "keys[%d]: %s", i, kv.AsError(err).Message)
+			return nil, kv.Errorf(kv.CodeOf(err), "%s: %s", name(i), kv.AsError(err).Message)
 		}
 		wk := appendWkey(kbuf[:0], d.ID, ref.Key)
 		rs[i].d, rs[i].dup = d, -1

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"slices"
 	"sort"
 	"sync"
@@ -1511,6 +1512,9 @@ type execAttempt interface {
 	get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error)
 	// getForUpdate reads a key the transaction may write.
 	getForUpdate(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error)
+	// batchGet reads refs (forUpdate: keys the transaction may write) as
+	// get (getForUpdate) reads each; name names a key of refs in an error.
+	batchGet(ctx context.Context, refs []kv.KeyRef, forUpdate bool, name func(int) string) ([]kv.BatchGetItem, error)
 	put(ctx context.Context, op kv.TxnOp) error
 	del(ctx context.Context, ref kv.KeyRef) error
 	commit(ctx context.Context) (uint64, error)
@@ -1524,6 +1528,14 @@ func (e sessionExec) get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, e
 
 func (e sessionExec) getForUpdate(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error) {
 	return e.s.getLocked(ctx, ref, txn.Exclusive)
+}
+
+func (e sessionExec) batchGet(ctx context.Context, refs []kv.KeyRef, forUpdate bool, name func(int) string) ([]kv.BatchGetItem, error) {
+	mode := txn.Shared
+	if forUpdate {
+		mode = txn.Exclusive
+	}
+	return e.s.batchGet(ctx, refs, mode, name)
 }
 
 func (e sessionExec) put(ctx context.Context, op kv.TxnOp) error {
@@ -1556,16 +1568,39 @@ func runExec(ctx context.Context, a execAttempt, req kv.ExecRequest) (kv.ExecRes
 			}
 		}
 	}
-	ok := true
-	for _, c := range req.If {
-		get := a.get
+	// The compares are read in at most two batch gets: the keys a branch
+	// writes, for update, and the others.
+	cur := make([]kv.BatchGetItem, len(req.If))
+	var upd, shr []int
+	for i, c := range req.If {
 		if written[wkeyName(c.Collection, c.Key)] {
-			get = a.getForUpdate
+			upd = append(upd, i)
+		} else {
+			shr = append(shr, i)
 		}
-		rec, found, err := get(ctx, kv.KeyRef{Collection: c.Collection, Key: c.Key})
+	}
+	for _, g := range []struct {
+		idx       []int
+		forUpdate bool
+	}{{upd, true}, {shr, false}} {
+		if len(g.idx) == 0 {
+			continue
+		}
+		refs := make([]kv.KeyRef, len(g.idx))
+		for j, i := range g.idx {
+			refs[j] = kv.KeyRef{Collection: req.If[i].Collection, Key: req.If[i].Key}
+		}
+		items, err := a.batchGet(ctx, refs, g.forUpdate, func(j int) string { return fmt.Sprintf("if[%d]", g.idx[j]) })
 		if err != nil {
 			return kv.ExecResult{}, err
 		}
+		for j, i := range g.idx {
+			cur[i] = items[j]
+		}
+	}
+	ok := true
+	for i, c := range req.If {
+		rec, found := cur[i], cur[i].Found
 		switch {
 		case c.HasValue:
 			ok = ok && found && bytes.Equal(rec.Value, c.Value)
@@ -1581,17 +1616,32 @@ func runExec(ctx context.Context, a execAttempt, req kv.ExecRequest) (kv.ExecRes
 	}
 	results := make([]kv.TxnOpResult, len(ops))
 	var writes []int
-	for i, op := range ops {
+	for i := 0; i < len(ops); i++ {
+		op := ops[i]
 		ref := kv.KeyRef{Collection: op.Collection, Key: op.Key}
 		switch op.Op {
 		case kv.TxnOpGet:
-			rec, found, err := a.get(ctx, ref)
+			// A run of gets is read in one batch get: each sees the
+			// writes of the operations before the run.
+			end := i + 1
+			for end < len(ops) && ops[end].Op == kv.TxnOpGet {
+				end++
+			}
+			refs := make([]kv.KeyRef, end-i)
+			for j := range refs {
+				refs[j] = kv.KeyRef{Collection: ops[i+j].Collection, Key: ops[i+j].Key}
+			}
+			first := i
+			items, err := a.batchGet(ctx, refs, false, func(j int) string { return fmt.Sprintf("operation %d", first+j) })
 			if err != nil {
 				return kv.ExecResult{}, err
 			}
-			if found {
-				results[i] = kv.TxnOpResult{Found: true, Value: rec.Value, Tags: rec.Tags, Version: rec.Version}
+			for j, it := range items {
+				if it.Found {
+					results[i+j] = kv.TxnOpResult{Found: true, Value: it.Value, Tags: it.Tags, Version: it.Version}
+				}
 			}
+			i = end - 1
 		case kv.TxnOpPut:
 			if err := a.put(ctx, op); err != nil {
 				return kv.ExecResult{}, err

@@ -128,6 +128,19 @@ func (e *execReads) getForUpdate(_ context.Context, ref kv.KeyRef) (kv.Record, b
 	return kv.Record{}, false, nil
 }
 
+// batchGet records one entry per batch: "update c/a c/d".
+func (e *execReads) batchGet(_ context.Context, refs []kv.KeyRef, forUpdate bool, _ func(int) string) ([]kv.BatchGetItem, error) {
+	r := "get"
+	if forUpdate {
+		r = "update"
+	}
+	for _, ref := range refs {
+		r += " " + ref.Collection + "/" + string(ref.Key)
+	}
+	e.reads = append(e.reads, r)
+	return make([]kv.BatchGetItem, len(refs)), nil
+}
+
 func (e *execReads) put(context.Context, kv.TxnOp) error    { return nil }
 func (e *execReads) del(context.Context, kv.KeyRef) error   { return nil }
 func (e *execReads) commit(context.Context) (uint64, error) { return 1, nil }
@@ -147,7 +160,24 @@ func TestExecComparesWrittenKeysForUpdate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"update c/a", "get c/b", "update c/d", "get c/e", "get c2/a"} // the compares fail: Else runs, and reads nothing
+	// The compares in two batches; they fail: Else runs, and reads nothing.
+	want := []string{"update c/a c/d", "get c/b c/e c2/a"}
+	if !slices.Equal(e.reads, want) {
+		t.Fatalf("reads %q, want %q", e.reads, want)
+	}
+
+	// A run of gets in a branch is one batch, read after the writes
+	// before it; the compares all pass (every key absent).
+	e = &execReads{}
+	if _, err := runExec(context.Background(), e, kv.ExecRequest{
+		If: []kv.Compare{{Collection: "c", Key: []byte("a")}},
+		Then: []kv.TxnOp{{Op: kv.TxnOpGet, Collection: "c", Key: []byte("x")}, {Op: kv.TxnOpGet, Collection: "c", Key: []byte("y")},
+			{Op: kv.TxnOpPut, Collection: "c", Key: []byte("x"), Value: []byte("1")},
+			{Op: kv.TxnOpGet, Collection: "c", Key: []byte("x")}, {Op: kv.TxnOpDelete, Collection: "c", Key: []byte("y")}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want = []string{"get c/a", "get c/x c/y", "get c/x"}
 	if !slices.Equal(e.reads, want) {
 		t.Fatalf("reads %q, want %q", e.reads, want)
 	}
