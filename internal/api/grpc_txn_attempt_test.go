@@ -486,3 +486,72 @@ func TestTxnAttemptChecksWrites(t *testing.T) {
 	}
 	wantCalls(t, gf.txnFake, txnCall{"BeginTxn", "", kv.TxnOptions{Isolation: kv.IsolationSerializable}}, txnCall{"CommitTxn", "t1", nil})
 }
+
+// TestTxnAttemptBatchGet: a batch get answers the keys the attempt wrote
+// from the writes kept and asks the server for the others in one TxnGet
+// (with the begin when it is the attempt's first request); the items
+// come back in the order asked.
+func TestTxnAttemptBatchGet(t *testing.T) {
+	ctx := context.Background()
+	var rpcs rpcCounter
+	gf := &groupFake{txnFake: newTxnFake()}
+	_, tc := grpcTxnServe(t, gf, rpcs.interceptor())
+	tf := gf.txnFake
+	tf.rec, tf.found = kv.Record{Value: []byte("s"), Version: 5}, true
+	ref := func(k string) kv.KeyRef { return kv.KeyRef{Collection: "c", Key: []byte(k)} }
+
+	a := tc.NewAttempt("", kv.TxnOptions{Isolation: kv.IsolationSerializable})
+	items, err := a.BatchGet(ctx, []kv.KeyRef{ref("x"), ref("y")}, true)
+	if err != nil || len(items) != 2 || string(items[1].Key) != "y" || !items[1].Found || string(items[1].Value) != "s" || items[1].Version != 5 || a.ID() != "t1" {
+		t.Fatalf("the first batch get = %+v, %v (id %q)", items, err, a.ID())
+	}
+	if got := rpcs.take(); !reflect.DeepEqual(got, []string{"TxnGet"}) {
+		t.Fatalf("RPCs %q, want one TxnGet", got)
+	}
+	wantCalls(t, tf,
+		txnCall{"BeginTxn", "", kv.TxnOptions{Isolation: kv.IsolationSerializable}},
+		txnCall{"TxnBatchGet", "t1", []kv.KeyRef{ref("x"), ref("y")}})
+
+	if err := a.Put(ctx, kv.PutItem{Collection: "c", Key: []byte("a"), Value: []byte("mine"), Tags: []string{"t"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Delete(ctx, ref("d")); err != nil {
+		t.Fatal(err)
+	}
+	items, err = a.BatchGet(ctx, []kv.KeyRef{ref("a"), ref("z"), ref("d"), ref("x")}, false)
+	if err != nil || len(items) != 4 {
+		t.Fatalf("batch get = %+v, %v", items, err)
+	}
+	want := []kv.BatchGetItem{
+		{Collection: "c", Key: []byte("a"), Found: true, Value: []byte("mine"), Tags: []string{"t"}},
+		{Collection: "c", Key: []byte("z"), Found: true, Value: []byte("s"), Version: 5},
+		{Collection: "c", Key: []byte("d")},
+		{Collection: "c", Key: []byte("x"), Found: true, Value: []byte("s"), Version: 5},
+	}
+	for i := range want {
+		if !reflect.DeepEqual(items[i].Key, want[i].Key) || items[i].Found != want[i].Found || !bytes.Equal(items[i].Value, want[i].Value) ||
+			items[i].Version != want[i].Version || strings.Join(items[i].Tags, ",") != strings.Join(want[i].Tags, ",") {
+			t.Errorf("item %d = %+v, want %+v", i, items[i], want[i])
+		}
+	}
+	if got := rpcs.take(); !reflect.DeepEqual(got, []string{"TxnGet"}) {
+		t.Fatalf("RPCs %q, want one TxnGet", got)
+	}
+	wantCalls(t, tf, txnCall{"TxnBatchGet", "t1", []kv.KeyRef{ref("z"), ref("x")}})
+
+	// Keys the attempt wrote only: nothing is sent.
+	if _, err := a.BatchGet(ctx, []kv.KeyRef{ref("a"), ref("d")}, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := rpcs.take(); len(got) != 0 {
+		t.Fatalf("a batch get of written keys sent %q", got)
+	}
+	// A read-only attempt refuses a batch get for update at once.
+	ro := tc.NewAttempt("", kv.TxnOptions{ReadOnly: true})
+	if _, err := ro.BatchGet(ctx, []kv.KeyRef{ref("a")}, true); kv.CodeOf(err) != kv.CodeInvalidArgument {
+		t.Fatalf("a read-only attempt's batch get for update: %v", err)
+	}
+	if got := rpcs.take(); len(got) != 0 {
+		t.Fatalf("a refused batch get sent %q", got)
+	}
+}
