@@ -91,6 +91,7 @@ func (s *txnSession) batchGet(ctx context.Context, refs []kv.KeyRef, mode txn.Mo
 		shard  uint64
 		bucket uint16
 		alone  bool // read as a get of its own (see below)
+		snap   bool // read at the snapshot attempt's timestamp
 		own    *bufferedWrite
 		dup    int // index of the same key's first ref, or -1
 	}
@@ -113,9 +114,14 @@ func (s *txnSession) batchGet(ctx context.Context, refs []kv.KeyRef, mode txn.Mo
 			rs[i].own = w
 			continue
 		}
-		// A snapshot attempt reads at its timestamp, a key of a tag
-		// collection through its home shard's lock: as gets of their own.
-		if s.readTS != 0 || d.Partitioning == kv.PartitionTag || testSkipReadLocks.Load() {
+		// A snapshot attempt reads at its timestamp, with no locks; a key
+		// of a tag collection is read through its home shard's lock, as a
+		// get of its own.
+		if s.readTS != 0 {
+			rs[i].snap = true
+			continue
+		}
+		if d.Partitioning == kv.PartitionTag || testSkipReadLocks.Load() {
 			rs[i].alone = true
 			continue
 		}
@@ -150,11 +156,16 @@ func (s *txnSession) batchGet(ctx context.Context, refs []kv.KeyRef, mode txn.Mo
 			items[i] = batchItem(ref, rec, found)
 		}
 	}
+	if s.readTS != 0 {
+		if err := s.snapshotGets(ctx, refs, items, func(i int) bool { return rs[i].snap && rs[i].dup < 0 }); err != nil {
+			return nil, err
+		}
+	}
 	// The keys to lock, by shard, in the order their shards come.
 	var locks []*shardLock
 	byShard := map[uint64]*shardLock{}
 	for i, r := range rs {
-		if r.dup >= 0 || r.own != nil || r.alone {
+		if r.dup >= 0 || r.own != nil || r.alone || r.snap {
 			continue
 		}
 		l := byShard[r.shard]
@@ -192,6 +203,38 @@ func (s *txnSession) batchGet(ctx context.Context, refs []kv.KeyRef, mode txn.Mo
 		}
 	}
 	return items, nil
+}
+
+// snapshotGets reads the keys of refs that read says, at the snapshot
+// attempt's timestamp, all at once, into items.
+func (s *txnSession) snapshotGets(ctx context.Context, refs []kv.KeyRef, items []kv.BatchGetItem, read func(int) bool) error {
+	errs := make([]error, len(refs))
+	var wg sync.WaitGroup
+	for i, ref := range refs {
+		if !read(i) {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rec, err := s.n.Get(ctx, kv.GetRequest{Collection: ref.Collection, Key: ref.Key, Version: s.readTS})
+			switch {
+			case kv.CodeOf(err) == kv.CodeNotFound:
+				items[i] = kv.BatchGetItem{Collection: ref.Collection, Key: ref.Key}
+			case err != nil:
+				errs[i] = err
+			default:
+				items[i] = batchItem(ref, rec, true)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // lockBatch takes the locks of several shards' requests at once, with

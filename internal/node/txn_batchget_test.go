@@ -240,3 +240,66 @@ func TestTxnBatchGetWounds(t *testing.T) {
 		t.Fatal("the younger attempt's batch get never answered")
 	}
 }
+
+// TestTxnBatchGetSnapshot: a read-only or snapshot attempt's batch get
+// reads at the attempt's timestamp, not what was written since; a
+// snapshot attempt's own writes are answered; a read-only one refuses a
+// batch get for update.
+func TestTxnBatchGetSnapshot(t *testing.T) {
+	n, ctx := openHashTxn(t)
+	keys := []string{"a00", "b01", "c02", "d03", "e04"}
+	for _, k := range keys {
+		if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte(k), Value: []byte("old")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ro, err := n.BeginTxn(ctx, kv.TxnOptions{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.AbortTxn(ctx, ro)
+	si, err := n.BeginTxn(ctx, kv.TxnOptions{Isolation: kv.IsolationSnapshot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.AbortTxn(ctx, si)
+	for _, k := range keys {
+		if _, err := n.Put(ctx, kv.PutRequest{Collection: "c", Key: []byte(k), Value: []byte("new")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := n.TxnPut(ctx, si, kv.PutItem{Collection: "c", Key: []byte("b01"), Value: []byte("mine")}); err != nil {
+		t.Fatal(err)
+	}
+	asked := append(append([]string{}, keys...), "absent", "a00")
+	for _, tc := range []struct {
+		id   string
+		want map[string]string
+	}{
+		{ro, map[string]string{}},
+		{si, map[string]string{"b01": "mine"}},
+	} {
+		items, err := n.TxnBatchGet(ctx, tc.id, refsOf(asked...), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, k := range asked {
+			want, ok := tc.want[k]
+			if !ok {
+				want = "old"
+			}
+			if k == "absent" {
+				if items[i].Found {
+					t.Errorf("%s: absent found: %+v", tc.id, items[i])
+				}
+				continue
+			}
+			if !items[i].Found || string(items[i].Value) != want || string(items[i].Key) != k {
+				t.Errorf("%s: item %d = %+v, want %s = %q", tc.id, i, items[i], k, want)
+			}
+		}
+	}
+	if _, err := n.TxnBatchGet(ctx, ro, refsOf("a00"), true); kv.CodeOf(err) != kv.CodeInvalidArgument {
+		t.Fatalf("a read-only attempt's batch get for update: %v", err)
+	}
+}
