@@ -22,7 +22,7 @@ import (
 //
 // The group id in a path is percent-decoded. An attempt begun by
 // /v1/groups/{id}/txn is a transaction attempt like any other: its
-// operations are the forms /v1/txn/{txn}/{get,put,delete,commit,abort}
+// operations are the forms /v1/txn/{txn}/{get,batch_get,put,delete,commit,abort}
 // (http_txn.go), sent to the node that began it. Errors are the backend's:
 // group_refused (409) when an atomic group could not take every key,
 // already_exists (409) for an id in use, not_found (404) for an unknown
