@@ -260,8 +260,30 @@ func TestTxnBankCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	readAll := func(n *Node, id string) (int, error) {
+	refs := make([]kv.KeyRef, accounts)
+	for i := range refs {
+		refs[i] = kv.KeyRef{Collection: "bank", Key: []byte(fmt.Sprintf("acct%02d", i))}
+	}
+	// readAll reads every account, one by one or (batch) in one batch get.
+	readAll := func(n *Node, id string, batch bool) (int, error) {
 		sum := 0
+		if batch {
+			items, err := n.TxnBatchGet(ctx, id, refs, false)
+			if err != nil {
+				return 0, err
+			}
+			for i, it := range items {
+				if !it.Found {
+					return 0, fmt.Errorf("account %d missing", i)
+				}
+				v, err := strconv.Atoi(string(it.Value))
+				if err != nil {
+					return 0, err
+				}
+				sum += v
+			}
+			return sum, nil
+		}
 		for i := range accounts {
 			rec, found, err := n.TxnGet(ctx, id, kv.KeyRef{Collection: "bank", Key: []byte(fmt.Sprintf("acct%02d", i))})
 			if err != nil {
@@ -307,13 +329,27 @@ func TestTxnBankCluster(t *testing.T) {
 						}
 						return strconv.Atoi(string(rec.Value))
 					}
-					a, err := get(from)
-					if err != nil {
-						return err
-					}
-					b, err := get(to)
-					if err != nil {
-						return err
+					var a, b int
+					if w >= 2 {
+						// Workers 2 and 3 read both accounts in one batch get.
+						items, err := n.TxnBatchGet(ctx, id, []kv.KeyRef{refs[from], refs[to]}, w%2 == 1)
+						if err != nil {
+							return err
+						}
+						if a, err = strconv.Atoi(string(items[0].Value)); err != nil {
+							return err
+						}
+						if b, err = strconv.Atoi(string(items[1].Value)); err != nil {
+							return err
+						}
+					} else {
+						var err error
+						if a, err = get(from); err != nil {
+							return err
+						}
+						if b, err = get(to); err != nil {
+							return err
+						}
 					}
 					if err := n.TxnPut(ctx, id, kv.PutItem{Collection: "bank", Key: []byte(fmt.Sprintf("acct%02d", from)), Value: []byte(strconv.Itoa(a - amount))}); err != nil {
 						return err
@@ -339,7 +375,7 @@ func TestTxnBankCluster(t *testing.T) {
 				var sum int
 				_, _, err := transact(ctx, n, kv.TxnOptions{}, func(id string) error {
 					var err error
-					sum, err = readAll(n, id)
+					sum, err = readAll(n, id, i%2 == 1)
 					return err
 				})
 				if err != nil {
