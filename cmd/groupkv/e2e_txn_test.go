@@ -247,16 +247,27 @@ func TestEndToEndTxnBankWithKill(t *testing.T) {
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				err := db.Transact(ctx, func(tx *groupkv.Tx) error {
-					a, err := tx.Get(ctx, groupkv.GetRequest{Collection: coll, Key: key(from)})
-					if err != nil {
-						return err
+					var x, y int
+					if w%2 == 1 {
+						// Odd workers read both accounts in one batch get.
+						items, err := tx.BatchGetForUpdate(ctx, []groupkv.KeyRef{{Collection: coll, Key: key(from)}, {Collection: coll, Key: key(to)}})
+						if err != nil {
+							return err
+						}
+						x, _ = strconv.Atoi(string(items[0].Value))
+						y, _ = strconv.Atoi(string(items[1].Value))
+					} else {
+						a, err := tx.Get(ctx, groupkv.GetRequest{Collection: coll, Key: key(from)})
+						if err != nil {
+							return err
+						}
+						b, err := tx.Get(ctx, groupkv.GetRequest{Collection: coll, Key: key(to)})
+						if err != nil {
+							return err
+						}
+						x, _ = strconv.Atoi(string(a.Value))
+						y, _ = strconv.Atoi(string(b.Value))
 					}
-					b, err := tx.Get(ctx, groupkv.GetRequest{Collection: coll, Key: key(to)})
-					if err != nil {
-						return err
-					}
-					x, _ := strconv.Atoi(string(a.Value))
-					y, _ := strconv.Atoi(string(b.Value))
 					if err := tx.Put(ctx, groupkv.PutRequest{Collection: coll, Key: key(from), Value: []byte(strconv.Itoa(x - 1))}); err != nil {
 						return err
 					}
@@ -294,6 +305,22 @@ func TestEndToEndTxnBankWithKill(t *testing.T) {
 				sum := 0
 				err := db.Transact(ctx, func(tx *groupkv.Tx) error {
 					sum = 0
+					if a == 1 {
+						// The second auditor reads every account in one batch get.
+						refs := make([]groupkv.KeyRef, accounts)
+						for i := range refs {
+							refs[i] = groupkv.KeyRef{Collection: coll, Key: key(i)}
+						}
+						items, err := tx.BatchGet(ctx, refs)
+						if err != nil {
+							return err
+						}
+						for _, it := range items {
+							v, _ := strconv.Atoi(string(it.Value))
+							sum += v
+						}
+						return nil
+					}
 					for i := range accounts {
 						r, err := tx.Get(ctx, groupkv.GetRequest{Collection: coll, Key: key(i)})
 						if err != nil {
