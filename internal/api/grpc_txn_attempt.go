@@ -216,27 +216,8 @@ func (a *TxnAttempt) get(ctx context.Context, ref kv.KeyRef, forUpdate bool) (kv
 	case fromSnap:
 		return kv.Record{Key: ref.Key, Value: bytes.Clone(sr.Value), Tags: slices.Clone(sr.Tags), Version: sr.Version}, true, nil
 	}
-	var m *pb.TxnGetResponse
-	makeReq := func(txn string, begin *pb.TxnBegin) *pb.TxnGetRequest {
+	m, err := a.sendGet(ctx, true, func(txn string, begin *pb.TxnBegin) *pb.TxnGetRequest {
 		return &pb.TxnGetRequest{Txn: txn, Begin: begin, Collection: ref.Collection, Key: ref.Key, GroupSnapshot: ask, ForUpdate: forUpdate}
-	}
-	err := a.run(ctx, false, request{
-		unary: func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
-			var err error
-			m, err = a.t.c.TxnGet(ctx, makeReq(txn, begin), opts...)
-			return m.GetTxn(), err
-		},
-		piped: func(txn string, begin *pb.TxnBegin) *pb.PipelineRequest {
-			return &pb.PipelineRequest{Op: &pb.PipelineRequest_TxnGet{TxnGet: makeReq(txn, begin)}}
-		},
-		answer: func(resp *pb.PipelineResponse) (string, error) {
-			r := resp.GetTxnGet()
-			if r == nil {
-				return "", errWrongAnswer("txn_get")
-			}
-			m = r
-			return r.GetTxn(), nil
-		},
 	})
 	if err != nil {
 		return kv.Record{}, false, err
@@ -305,27 +286,9 @@ func (a *TxnAttempt) BatchGet(ctx context.Context, refs []kv.KeyRef, forUpdate b
 	if len(ask) == 0 {
 		return items, nil
 	}
-	var m *pb.TxnGetResponse
-	err := a.run(ctx, false, request{
-		unary: func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
-			var err error
-			m, err = a.t.c.TxnGet(ctx, TxnBatchGetRequestToPB(txn, begin, ask, forUpdate), opts...)
-			return m.GetTxn(), err
-		},
-		piped: func(txn string, begin *pb.TxnBegin) *pb.PipelineRequest {
-			if len(ask) > PipelineMaxScan {
-				return nil // a long answer would hold up the stream: a unary RPC
-			}
-			return &pb.PipelineRequest{Op: &pb.PipelineRequest_TxnGet{TxnGet: TxnBatchGetRequestToPB(txn, begin, ask, forUpdate)}}
-		},
-		answer: func(resp *pb.PipelineResponse) (string, error) {
-			r := resp.GetTxnGet()
-			if r == nil {
-				return "", errWrongAnswer("txn_get")
-			}
-			m = r
-			return r.GetTxn(), nil
-		},
+	// A long answer would hold up the stream: it comes as a unary RPC's.
+	m, err := a.sendGet(ctx, len(ask) <= PipelineMaxScan, func(txn string, begin *pb.TxnBegin) *pb.TxnGetRequest {
+		return TxnBatchGetRequestToPB(txn, begin, ask, forUpdate)
 	})
 	if err != nil {
 		return nil, err
@@ -339,6 +302,35 @@ func (a *TxnAttempt) BatchGet(ctx context.Context, refs []kv.KeyRef, forUpdate b
 		items[i] = got[j]
 	}
 	return items, nil
+}
+
+// sendGet sends the TxnGet that makeReq makes for the attempt's id or
+// begin, as a message of the pipeline when piped and the pipeline carries
+// it, else as a unary RPC, and answers its response.
+func (a *TxnAttempt) sendGet(ctx context.Context, piped bool, makeReq func(txn string, begin *pb.TxnBegin) *pb.TxnGetRequest) (*pb.TxnGetResponse, error) {
+	var m *pb.TxnGetResponse
+	req := request{
+		unary: func(txn string, begin *pb.TxnBegin, opts []grpc.CallOption) (string, error) {
+			var err error
+			m, err = a.t.c.TxnGet(ctx, makeReq(txn, begin), opts...)
+			return m.GetTxn(), err
+		},
+		answer: func(resp *pb.PipelineResponse) (string, error) {
+			r := resp.GetTxnGet()
+			if r == nil {
+				return "", errWrongAnswer("txn_get")
+			}
+			m = r
+			return r.GetTxn(), nil
+		},
+	}
+	if piped {
+		req.piped = func(txn string, begin *pb.TxnBegin) *pb.PipelineRequest {
+			return &pb.PipelineRequest{Op: &pb.PipelineRequest_TxnGet{TxnGet: makeReq(txn, begin)}}
+		}
+	}
+	err := a.run(ctx, false, req)
+	return m, err
 }
 
 // checkWrite validates a write of the attempt as the server would,
