@@ -19,7 +19,8 @@ import (
 // (version 0). A key given twice is read once and answered twice.
 //
 // Every key is checked before anything is locked: a bad one (keys[i]
-// named) fails the request and leaves the attempt as it was.
+// named) fails the request and leaves the attempt as it was. A group
+// attempt (which takes no locks) reads the keys one by one.
 func (n *Node) TxnBatchGet(ctx context.Context, id string, refs []kv.KeyRef, forUpdate bool) ([]kv.BatchGetItem, error) {
 	ctx, done, err := n.begin(ctx)
 	if err != nil {
@@ -37,6 +38,9 @@ func (n *Node) TxnBatchGet(ctx context.Context, id string, refs []kv.KeyRef, for
 		items := make([]kv.BatchGetItem, len(refs))
 		for i, r := range refs {
 			rec, found, err := n.groupTxnGet(ctx, id, r, forUpdate)
+			if c := kv.CodeOf(err); c == kv.CodeInvalidArgument || c == kv.CodeCollectionNotFound {
+				return nil, kv.Errorf(c, "%s: %s", keysName(i), kv.AsError(err).Message)
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -62,6 +66,8 @@ func (n *Node) TxnBatchGet(ctx context.Context, id string, refs []kv.KeyRef, for
 // keysName names item i of a batch get's keys in its errors.
 func keysName(i int) string { return fmt.Sprintf("keys[%d]", i) }
 
+// batchItem is the item of a batch get answering ref with what a get of
+// it answered.
 func batchItem(ref kv.KeyRef, rec kv.Record, found bool) kv.BatchGetItem {
 	it := kv.BatchGetItem{Collection: ref.Collection, Key: ref.Key, Found: found}
 	if found {
