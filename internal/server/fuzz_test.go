@@ -34,6 +34,7 @@ var fuzzPaths = []struct {
 	{"/v1/txn/{id}/get", false},
 	{"/v1/txn/{id}/scan", false},
 	{"/v1/txn/{id}/tags", false},
+	{"/v1/txn/{id}/batch_get", false},
 }
 
 // FuzzHTTPBodies sends JSON bodies, valid and not, to a real node's HTTP
@@ -77,6 +78,10 @@ func FuzzHTTPBodies(f *testing.F) {
 		{10, `{"collection": "c", "start": "a", "end": "z", "limit": 5}`},
 		{11, `{"collection": "c", "all": ["t"]}`},
 		{11, `{"collection": "c", "all": ["t"], "any": ["u"]}`},
+		{12, `{"keys": [{"collection": "c", "key": "k1"}, {"collection": "c", "key_base64": "/w=="}], "for_update": true}`},
+		{12, `{"keys": [{"collection": "c", "key": "k1"}, {"collection": "nope", "key": "k2"}]}`},
+		{12, `{"keys": [{"collection": "c", "key": ""}]}`},
+		{12, `{"keys": []}`},
 	}
 	for _, s := range seeds {
 		f.Add(uint8(s.path), []byte(s.body))
