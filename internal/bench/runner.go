@@ -488,9 +488,16 @@ func (r *Runner) loop(ctx context.Context, workload string, ops []string, newCli
 		s.Elapsed = min(s.Elapsed, s.Total)
 		return s
 	})
+	// The CPU window opens when the first client enters the measured
+	// time, before its operation starts: the clients entering it wait in
+	// switchOnce until the meters are read, so no measured operation runs
+	// before them. (A timer firing at measureStart could run late on a
+	// busy machine, after measured operations began.)
+	cpu := cpuWindow{meter: r.meter}
 	var switchOnce sync.Once
 	switchPhase := func() {
 		switchOnce.Do(func() {
+			cpu.start(opCtx)
 			done.Store(0)
 			failed.Store(0)
 			measuring.Store(true)
@@ -499,12 +506,6 @@ func (r *Runner) loop(ctx context.Context, workload string, ops []string, newCli
 	if r.opts.Warmup == 0 {
 		switchPhase()
 	}
-	cpu := cpuWindow{meter: r.meter}
-	cpuStarted := make(chan struct{})
-	cpuTimer := time.AfterFunc(time.Until(measureStart), func() {
-		defer close(cpuStarted)
-		cpu.start(opCtx)
-	})
 
 	clients := make([]*client, r.opts.Clients)
 	var wg sync.WaitGroup
@@ -567,9 +568,6 @@ func (r *Runner) loop(ctx context.Context, workload string, ops []string, newCli
 	}
 	wg.Wait()
 	stopProgress()
-	if !cpuTimer.Stop() {
-		<-cpuStarted
-	}
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
