@@ -303,3 +303,20 @@ func TestTxnBatchGetSnapshot(t *testing.T) {
 		t.Fatalf("a read-only attempt's batch get for update: %v", err)
 	}
 }
+
+// TestLockUnreachable: a lock request that found no leader in its retries
+// answers the transaction's client unavailable, not not_leader (it named
+// no shard: TestEndToEndTxnBankWithKill met one after a paused leader);
+// other errors pass as they are.
+func TestLockUnreachable(t *testing.T) {
+	err := lockUnreachable(5, kv.Errorf(kv.CodeNotLeader, "node 1 does not lead shard 5"))
+	if kv.CodeOf(err) != kv.CodeUnavailable || !strings.Contains(err.Error(), "shard 5") || !strings.Contains(err.Error(), "node 1 does not lead shard 5") {
+		t.Fatalf("not_leader became %v", err)
+	}
+	for _, c := range []kv.Code{kv.CodeTxnAborted, kv.CodeUnavailable, kv.CodeKeyInGroup} {
+		in := kv.Errorf(c, "x")
+		if out := lockUnreachable(5, in); out != in {
+			t.Fatalf("%s became %v", c, out)
+		}
+	}
+}

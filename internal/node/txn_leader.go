@@ -401,7 +401,7 @@ func (n *Node) txnLock(ctx context.Context, req *txnLockRequest) (*txnLockRespon
 			return resp, nil
 		}
 		if !retryable(err) || ctx.Err() != nil {
-			return nil, err
+			return nil, lockUnreachable(req.Shard, err)
 		}
 		if n.isMergedAway(req.Shard) && !n.hasReplica(req.Shard) {
 			// The shard was merged into its neighbour since the key was
@@ -410,9 +410,21 @@ func (n *Node) txnLock(ctx context.Context, req *txnLockRequest) (*txnLockRespon
 			return nil, kv.Errorf(kv.CodeTxnAborted, "transaction %s: shard %d was merged into its neighbour while the transaction locked keys in it; retry the transaction", req.Meta.ID, req.Shard)
 		}
 		if berr := backoff(ctx, attempt, deadline, err); berr != nil {
-			return nil, berr
+			return nil, lockUnreachable(req.Shard, berr)
 		}
 	}
+}
+
+// lockUnreachable is the error of a lock request that found no leader of
+// shard to take it within its retries: a not_leader (a leadership moving,
+// or this node's own that ended while it waited, as after a pause) says
+// unavailable to the transaction's client, which addressed no shard and
+// has no leader to ask.
+func lockUnreachable(shard uint64, err error) error {
+	if kv.CodeOf(err) == kv.CodeNotLeader {
+		return kv.Errorf(kv.CodeUnavailable, "no leader of shard %d took the transaction's locks in time (%v); retry", shard, kv.AsError(err).Message)
+	}
+	return err
 }
 
 func (n *Node) handleTxnLock(ctx context.Context, req *txnLockRequest) (*txnLockResponse, error) {
