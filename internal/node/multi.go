@@ -29,6 +29,15 @@ func (n *Node) checkBatchSize(count, bytes int) error {
 	return nil
 }
 
+// keyBytes is the bytes of the keys of refs.
+func keyBytes(refs []kv.KeyRef) int {
+	n := 0
+	for _, r := range refs {
+		n += len(r.Key)
+	}
+	return n
+}
+
 // BatchGet implements kv.Backend: every key is read at one version.
 func (n *Node) BatchGet(ctx context.Context, keys []kv.KeyRef) (kv.BatchGetResult, error) {
 	ctx, done, err := n.begin(ctx)
@@ -36,11 +45,7 @@ func (n *Node) BatchGet(ctx context.Context, keys []kv.KeyRef) (kv.BatchGetResul
 		return kv.BatchGetResult{}, err
 	}
 	defer done()
-	size := 0
-	for _, k := range keys {
-		size += len(k.Key)
-	}
-	if err := n.checkBatchSize(len(keys), size); err != nil {
+	if err := n.checkBatchSize(len(keys), keyBytes(keys)); err != nil {
 		return kv.BatchGetResult{}, err
 	}
 	descs := make([]*cluster.CollectionDesc, len(keys))

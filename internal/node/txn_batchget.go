@@ -27,11 +27,7 @@ func (n *Node) TxnBatchGet(ctx context.Context, id string, refs []kv.KeyRef, for
 		return nil, err
 	}
 	defer done()
-	size := 0
-	for _, r := range refs {
-		size += len(r.Key)
-	}
-	if err := n.checkBatchSize(len(refs), size); err != nil {
+	if err := n.checkBatchSize(len(refs), keyBytes(refs)); err != nil {
 		return nil, err
 	}
 	if isGroupAttempt(id) {
@@ -136,11 +132,7 @@ func (s *txnSession) batchGet(ctx context.Context, refs []kv.KeyRef, mode txn.Mo
 			s.setAnchor(d, rs[i].bucket, ref.Key)
 		}
 	}
-	size := 0
-	for _, ref := range refs {
-		size += len(ref.Key)
-	}
-	if err := s.withinLimits(len(refs), size); err != nil {
+	if err := s.withinLimits(len(refs), keyBytes(refs)); err != nil {
 		return nil, err
 	}
 	for i, ref := range refs {
