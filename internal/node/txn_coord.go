@@ -935,7 +935,10 @@ func (n *Node) TxnScan(ctx context.Context, id string, req kv.ScanRequest) (kv.S
 			req.Version = s.readTS
 		}
 		res, err := n.Scan(ctx, req)
-		return s.overlay(d, req.Start, req.End, res), err
+		if err != nil {
+			return res, err
+		}
+		return s.overlay(d, req, res), nil
 	}
 	if err := s.lockSpan(ctx, d, req.Start, req.End); err != nil {
 		return kv.ScanResult{}, err
@@ -948,7 +951,7 @@ func (n *Node) TxnScan(ctx context.Context, id string, req kv.ScanRequest) (kv.S
 	if err := s.stillPending(ctx); err != nil {
 		return kv.ScanResult{}, err
 	}
-	return s.overlay(d, req.Start, req.End, res), nil
+	return s.overlay(d, req, res), nil
 }
 
 // TxnGetByTags implements kv.TxnBackend: a serializable attempt locks the
@@ -971,18 +974,22 @@ func (n *Node) TxnGetByTags(ctx context.Context, id string, q kv.TagQuery) (kv.S
 	if err != nil {
 		return kv.ScanResult{}, err
 	}
-	if len(s.writes) > 0 {
-		for _, w := range s.writes {
-			if w.coll == q.Collection {
-				return kv.ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "a tag query inside a transaction that wrote to collection %q is not supported", q.Collection)
-			}
-		}
+	// Records the attempt wrote are read as it wrote them: those that
+	// carry the tags asked for are in the answer, the others not.
+	tags, all := q.All, true
+	if len(q.All) == 0 {
+		tags, all = q.Any, false
 	}
+	keep := func(w *bufferedWrite) bool { return hasTags(w.tags, tags, all) }
 	if s.readTS != 0 {
 		if q.Page == "" {
 			q.Version = s.readTS
 		}
-		return n.GetByTags(ctx, q)
+		res, err := n.GetByTags(ctx, q)
+		if err != nil {
+			return res, err
+		}
+		return s.mergeOwn(d, nil, nil, q.Page, false, q.Limit, res, keep), nil
 	}
 	if err := s.lockSpan(ctx, d, nil, nil); err != nil {
 		return kv.ScanResult{}, err
@@ -995,7 +1002,7 @@ func (n *Node) TxnGetByTags(ctx context.Context, id string, q kv.TagQuery) (kv.S
 	if err := s.stillPending(ctx); err != nil {
 		return kv.ScanResult{}, err
 	}
-	return res, nil
+	return s.mergeOwn(d, nil, nil, q.Page, false, q.Limit, res, keep), nil
 }
 
 // stillPending confirms, after a read made past the span locks' record
@@ -1050,46 +1057,90 @@ func (s *txnSession) lockSpan(ctx context.Context, d *cluster.CollectionDesc, st
 	return nil
 }
 
-// overlay applies the attempt's own writes to a page of a scan.
-func (s *txnSession) overlay(d *cluster.CollectionDesc, start, end []byte, res kv.ScanResult) kv.ScanResult {
+// overlay merges the attempt's own writes into a page of a scan of
+// [start, end) of d that continued from page (empty: its first page).
+func (s *txnSession) overlay(d *cluster.CollectionDesc, req kv.ScanRequest, res kv.ScanResult) kv.ScanResult {
+	return s.mergeOwn(d, req.Start, req.End, req.Page, req.Reverse, req.Limit, res, func(*bufferedWrite) bool { return true })
+}
+
+// mergeOwn merges the attempt's own writes of d in [start, end) into res,
+// a page of a read in key order (descending with reverse) of at most limit
+// records that continued from page: a key the attempt wrote is read as it
+// wrote it (version 0), when keep says the written record belongs in the
+// read, and not at all when it deleted it or keep says no. Own writes past
+// the page's last key, when the read goes on, are a later page's. The
+// merged page holds at most limit records; when it stops short of what it
+// merged, its NextPage continues after its own last key.
+func (s *txnSession) mergeOwn(d *cluster.CollectionDesc, start, end []byte, page string, reverse bool, limit int, res kv.ScanResult, keep func(*bufferedWrite) bool) kv.ScanResult {
 	if len(s.writes) == 0 {
 		return res
 	}
-	byKey := map[string]int{}
-	for i, r := range res.Items {
-		byKey[string(r.Key)] = i
+	limit, err := pageLimit(limit)
+	if err != nil {
+		return res // the read refused it already
 	}
-	var lastKey []byte
-	if n := len(res.Items); n > 0 && res.NextPage != "" {
-		lastKey = res.Items[n-1].Key
+	var after []byte // the key the page continues from
+	if page != "" {
+		if _, _, last, err := decodePage(page); err == nil {
+			after = last
+		}
 	}
-	drop := map[int]bool{}
+	// order compares keys in the read's order.
+	order := func(a, b []byte) int {
+		if reverse {
+			return bytes.Compare(b, a)
+		}
+		return bytes.Compare(a, b)
+	}
+	more := res.NextPage != ""
+	var pageEnd []byte // own writes past it belong to a later page
+	if more && len(res.Items) > 0 {
+		pageEnd = res.Items[len(res.Items)-1].Key
+	}
+	type own struct {
+		key []byte
+		w   *bufferedWrite
+	}
+	var owns []own
 	for k, w := range s.writes {
 		coll, key := uint32(k[0])<<24|uint32(k[1])<<16|uint32(k[2])<<8|uint32(k[3]), []byte(k[4:])
 		if coll != d.ID || bytes.Compare(key, start) < 0 || len(end) > 0 && bytes.Compare(key, end) >= 0 {
 			continue
 		}
-		if lastKey != nil && bytes.Compare(key, lastKey) > 0 {
+		if after != nil && order(key, after) <= 0 {
+			continue // an earlier page showed it
+		}
+		if more && (pageEnd == nil || order(key, pageEnd) > 0) {
 			continue // a later page shows it
 		}
-		i, ok := byKey[string(key)]
-		switch {
-		case w.delete && ok:
-			drop[i] = true
-		case !w.delete && ok:
-			res.Items[i] = kv.Record{Key: key, Value: w.value, Tags: w.tags}
-		case !w.delete:
-			res.Items = append(res.Items, kv.Record{Key: key, Value: w.value, Tags: w.tags})
-		}
+		owns = append(owns, own{key, w})
 	}
-	out := res.Items[:0]
-	for i, r := range res.Items {
-		if !drop[i] {
-			out = append(out, r)
-		}
+	if len(owns) == 0 {
+		return res
 	}
-	res.Items = out
-	sort.Slice(res.Items, func(i, j int) bool { return bytes.Compare(res.Items[i].Key, res.Items[j].Key) < 0 })
+	sort.Slice(owns, func(i, j int) bool { return order(owns[i].key, owns[j].key) < 0 })
+	items := make([]kv.Record, 0, min(len(res.Items)+len(owns), limit))
+	i, j := 0, 0
+	for len(items) < limit && (i < len(res.Items) || j < len(owns)) {
+		if j == len(owns) || i < len(res.Items) && order(res.Items[i].Key, owns[j].key) < 0 {
+			items = append(items, res.Items[i])
+			i++
+			continue
+		}
+		if i < len(res.Items) && bytes.Equal(res.Items[i].Key, owns[j].key) {
+			i++ // the attempt's write replaces what is stored
+		}
+		if w := owns[j].w; !w.delete && keep(w) {
+			items = append(items, kv.Record{Key: owns[j].key, Value: w.value, Tags: w.tags})
+		}
+		j++
+	}
+	if i < len(res.Items) || j < len(owns) {
+		// Stopped at the limit with records left: the next page begins
+		// after the last one given.
+		res.NextPage = encodePage(res.Version, reverse, items[len(items)-1].Key)
+	}
+	res.Items = items
 	return res
 }
 
