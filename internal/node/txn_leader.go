@@ -166,6 +166,14 @@ func (r leaderResolver) Wound(ctx context.Context, victim *txn.Meta) (bool, erro
 	return rec.Status == txn.Aborted, nil
 }
 
+// Aborted implements txn.SelfChecker: a requester that waits for a lock
+// looks at its own record now and then, and stops waiting once it was
+// aborted.
+func (r leaderResolver) Aborted(ctx context.Context, m *txn.Meta) (bool, error) {
+	rec, err := r.n.readRecord(ctx, m)
+	return rec.Status == txn.Aborted, err
+}
+
 func (r leaderResolver) Check(ctx context.Context, holder *txn.Meta, prepared bool) (bool, error) {
 	rec, err := r.n.settleRecord(ctx, holder)
 	if err != nil {
@@ -467,6 +475,9 @@ func (n *Node) txnLockLocal(ctx context.Context, req *txnLockRequest) (*txnLockR
 			}
 			if errors.Is(err, txn.ErrLocksDropped) {
 				return nil, kv.Errorf(kv.CodeTxnAborted, "transaction %s: the shard %d split or merged, dropping its locks there; retry the transaction", req.Meta.ID, req.Shard)
+			}
+			if errors.Is(err, txn.ErrAborted) {
+				return nil, kv.Errorf(kv.CodeTxnAborted, "transaction %s was aborted (wounded by an older transaction or expired); it takes no lock in shard %d", req.Meta.ID, req.Shard)
 			}
 			if ctx.Err() != nil {
 				return nil, kv.Errorf(kv.CodeUnavailable, "waiting for a lock in shard %d: %v", req.Shard, ctx.Err())

@@ -54,6 +54,19 @@ type Resolver interface {
 // (its leader lost leadership).
 var ErrLocksLost = errors.New("the shard's leader changed; its locks were lost")
 
+// ErrAborted is returned to a requester known to be aborted: wounded in
+// this table by an older transaction (its record is ABORTED), or found
+// aborted by its own record while it waited (SelfChecker). It can never
+// commit, so it does not wait for a lock it could not use.
+var ErrAborted = errors.New("the transaction was aborted (wounded by an older transaction or expired)")
+
+// SelfChecker is a Resolver that can also tell a waiting requester that
+// its own record is no longer PENDING (wounded elsewhere, or expired).
+type SelfChecker interface {
+	// Aborted reports whether m's record is ABORTED.
+	Aborted(ctx context.Context, m *Meta) (bool, error)
+}
+
 // ErrLocksDropped is returned to a transaction whose locks a split or a
 // merge of the shard dropped (DropUnprepared, Adopt): what it read under
 // them may be stale by now, so its attempt takes no lock here again.
@@ -154,6 +167,12 @@ type LockTable struct {
 	// key again, its prepare would find every lock it names held, the
 	// read it made before the drop unguarded in between.
 	dropped map[string]bool
+	// wounded are the transactions an Acquire here wounded, the last
+	// maxWounded of them (woundedRing, oldest first): Acquire refuses them
+	// at once (ErrAborted) rather than let them wait for a lock they could
+	// not use.
+	wounded     map[string]struct{}
+	woundedRing []string
 
 	// Plain writes admitted without a lock (AdmitPlain). While no holder
 	// has a lock a plain write would wait for (excluding) and no
@@ -511,6 +530,10 @@ func (lt *LockTable) Acquire(ctx context.Context, m *Meta, t Target, mode Mode, 
 			lt.mu.Unlock()
 			return ErrLocksDropped
 		}
+		if _, ok := lt.wounded[m.ID]; ok {
+			lt.mu.Unlock()
+			return ErrAborted
+		}
 		if !m.Plain && !taking {
 			lt.beginTakingLocked()
 			taking = true
@@ -556,7 +579,9 @@ func (lt *LockTable) Acquire(ctx context.Context, m *Meta, t Target, mode Mode, 
 				return err
 			}
 			if aborted {
-				lt.Release(v.meta.ID)
+				lt.mu.Lock()
+				lt.woundedLocked(v.meta.ID)
+				lt.mu.Unlock()
 				waitOnly = false
 			} else {
 				// Committed: its locks go when it resolves; wait.
@@ -580,7 +605,16 @@ func (lt *LockTable) Acquire(ctx context.Context, m *Meta, t Target, mode Mode, 
 		case <-timer.C:
 		}
 		nextCheck = time.Now().Add(lt.CheckInterval)
-		// Waited a while: see whether the holders are still alive.
+		// Waited a while: see whether the requester can still commit (an
+		// older transaction may have wounded it in another shard), then
+		// whether the holders are still alive.
+		if sc, ok := r.(SelfChecker); ok && !m.Plain {
+			if aborted, err := sc.Aborted(ctx, m); err == nil && aborted {
+				return ErrAborted
+			} else if err != nil && ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
 		for _, v := range vs {
 			if v.meta.Plain {
 				continue
@@ -754,6 +788,27 @@ func (lt *LockTable) DropUnprepared() int {
 		n++
 	}
 	return n
+}
+
+// maxWounded bounds LockTable.wounded.
+const maxWounded = 1024
+
+// woundedLocked releases the locks of id, which a wound aborted, and
+// remembers it (see wounded).
+func (lt *LockTable) woundedLocked(id string) {
+	lt.releaseLocked(id)
+	if _, ok := lt.wounded[id]; ok {
+		return
+	}
+	if lt.wounded == nil {
+		lt.wounded = map[string]struct{}{}
+	}
+	if len(lt.woundedRing) == maxWounded {
+		delete(lt.wounded, lt.woundedRing[0])
+		lt.woundedRing = lt.woundedRing[1:]
+	}
+	lt.wounded[id] = struct{}{}
+	lt.woundedRing = append(lt.woundedRing, id)
 }
 
 // dropLocked releases the locks of id for good (see dropped).

@@ -3,6 +3,7 @@ package txn
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -26,6 +27,7 @@ import (
 //     table's Dump against itself);
 //   - every Wound comes from an older transaction to a younger one, never
 //     from or to a plain write, and never hits the oldest live transaction;
+//   - an attempt refused as aborted (ErrAborted) was aborted;
 //   - every transaction commits within a bounded number of attempts and
 //     the run ends before its deadline (no deadlock), leaving no lock.
 //
@@ -148,6 +150,11 @@ func (s *randSim) Wound(ctx context.Context, victim *Meta) (bool, error) {
 		return true, nil
 	}
 	return false, nil
+}
+
+// Aborted implements SelfChecker.
+func (s *randSim) Aborted(ctx context.Context, m *Meta) (bool, error) {
+	return s.status(m.ID) == Aborted, nil
 }
 
 func (s *randSim) Check(ctx context.Context, holder *Meta, prepared bool) (bool, error) {
@@ -357,7 +364,18 @@ func (s *randSim) runTxn(ctx context.Context, tx *randTxn, rng *rand.Rand) bool 
 				live = false
 				break
 			}
-			if err := s.lt.Acquire(actx, m, op.t, op.mode, s); err != nil {
+			err := s.lt.Acquire(actx, m, op.t, op.mode, s)
+			if errors.Is(err, ErrAborted) {
+				// Refused as wounded (here, or found so while it waited):
+				// it must be.
+				if st := s.status(m.ID); st != Aborted {
+					s.failf("%s attempt %d: Acquire %v refused it as aborted, but its record is %v", tx.name, attempt, op, st)
+					return false
+				}
+				live = false
+				break
+			}
+			if err != nil {
 				s.failf("%s attempt %d: Acquire %v: %v (deadlock?); table: %s", tx.name, attempt, op, err,
 					strings.Join(s.lt.Dump(), "; "))
 				return false
