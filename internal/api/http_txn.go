@@ -321,11 +321,10 @@ func (h *httpHandler) txnCommit(w http.ResponseWriter, r *http.Request, tb kv.Tx
 }
 
 // txnAbort answers 200 for an attempt that is unknown or already finished
-// too: aborting is idempotent (kv.TxnBackend.AbortTxn).
+// too: aborting is idempotent (kv.TxnBackend.AbortTxn). It takes no
+// fields, and aborts whatever its body holds: an abort refused for its
+// body would leave the attempt's locks held until it expires.
 func (h *httpHandler) txnAbort(w http.ResponseWriter, r *http.Request, tb kv.TxnBackend, id string) error {
-	if err := h.decodeNoFields(w, r); err != nil {
-		return err
-	}
 	if err := tb.AbortTxn(r.Context(), id); err != nil {
 		return err
 	}

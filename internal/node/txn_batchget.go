@@ -44,11 +44,11 @@ func (n *Node) TxnBatchGet(ctx context.Context, id string, refs []kv.KeyRef, for
 		}
 		return items, nil
 	}
-	s, err := n.session(id)
+	s, ctx, err := n.session(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	defer s.mu.Unlock()
+	defer s.unlock()
 	mode := txn.Shared
 	if forUpdate {
 		if s.readOnly {
@@ -56,7 +56,8 @@ func (n *Node) TxnBatchGet(ctx context.Context, id string, refs []kv.KeyRef, for
 		}
 		mode = txn.Exclusive
 	}
-	return s.batchGet(ctx, refs, mode, keysName)
+	items, err := s.batchGet(ctx, refs, mode, keysName)
+	return items, s.abortAsked(err)
 }
 
 // keysName names item i of a batch get's keys in its errors.

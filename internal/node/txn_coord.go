@@ -114,6 +114,13 @@ type txnSession struct {
 	// victims' retries wait for it, following links), even where a commit
 	// needs none.
 	wounded, linked bool
+	// abortCtx is done once its client asked to abort it (AbortTxn): the
+	// operation under way, waiting for a lock, say, stops (bound) so that
+	// the abort need not wait for it.
+	abortCtx context.Context
+	abortNow context.CancelFunc
+	// unbind ends the binding of the operation under way (bound).
+	unbind func() bool
 	// epoch is the shards' load number when the attempt began
 	// (shard.TxnRecordEpoch), before its id was known to anyone: a shard
 	// loaded since may hold its record without knowing.
@@ -167,6 +174,9 @@ func (n *Node) beginSession(ctx context.Context, opts kv.TxnOptions, client bool
 			return nil, kv.Errorf(kv.CodeInvalidArgument, "retry_of: %v", err)
 		}
 		priority, attempt = p, a+1
+		if err := n.endRetried(ctx, opts.RetryOf); err != nil {
+			return nil, err
+		}
 		prev = n.takeEnded(opts.RetryOf)
 		if prev == nil {
 			// Begun on another node (a client behind a load balancer).
@@ -195,6 +205,7 @@ func (n *Node) beginSession(ctx context.Context, opts kv.TxnOptions, client bool
 	s := &txnSession{n: n, iso: iso, readOnly: opts.ReadOnly, writes: map[string]*bufferedWrite{},
 		parts: map[uint64]*participant{}, lastUsed: time.Now(), stopHB: make(chan struct{}), client: client,
 		epoch: shard.TxnRecordEpoch()}
+	s.abortCtx, s.abortNow = context.WithCancel(context.Background())
 	s.meta = txn.Meta{ID: txn.NewID(priority, attempt), Priority: priority, Attempt: attempt, Start: now}
 	if opts.ReadOnly || iso == kv.IsolationSnapshot {
 		s.readTS = now
@@ -218,6 +229,31 @@ func (n *Node) beginSession(ctx context.Context, opts kv.TxnOptions, client bool
 	n.txns.m[s.meta.ID] = s
 	n.txns.mu.Unlock()
 	return s, nil
+}
+
+// endRetried makes sure attempt id, which a new attempt retries, does not
+// commit: an attempt still under way here is aborted (its client gave it
+// up), and one known to have committed refuses the retry, which would
+// apply the transaction again.
+func (n *Node) endRetried(ctx context.Context, id string) error {
+	n.txns.mu.Lock()
+	s := n.txns.m[id]
+	n.txns.mu.Unlock()
+	if s != nil {
+		s.abortNow() // an operation under way stops waiting
+		s.mu.Lock()
+		s.abortLocked(ctx, kv.Errorf(kv.CodeTxnAborted, "transaction %s was given up for a new attempt (retry_of)", id))
+		o := s.outcome()
+		s.mu.Unlock()
+		if o.err == nil {
+			return kv.Errorf(kv.CodeInvalidArgument, "retry_of: transaction %s committed (at version %d); a retry would apply it again", id, o.version)
+		}
+		return nil
+	}
+	if o, ok := n.rememberedOutcome(id); ok && o.err == nil {
+		return kv.Errorf(kv.CodeInvalidArgument, "retry_of: transaction %s committed (at version %d); a retry would apply it again", id, o.version)
+	}
+	return nil
 }
 
 // noteEnded remembers an attempt that aborted with record rec, for its
@@ -409,22 +445,51 @@ func (n *Node) findSession(id string) (*txnSession, *txnOutcome, error) {
 	return nil, nil, nil
 }
 
-// session returns the attempt id, locked, or the error an operation
-// (other than a commit) of it answers.
-func (n *Node) session(id string) (*txnSession, error) {
+// session returns the attempt id, locked, with ctx bound to it (see
+// bound), or the error an operation (other than a commit) of it answers.
+// The caller ends with s.unlock.
+func (n *Node) session(ctx context.Context, id string) (*txnSession, context.Context, error) {
 	s, o, err := n.findSession(id)
 	switch {
 	case err != nil:
-		return nil, err
+		return nil, ctx, err
 	case o != nil && o.err == nil:
-		return nil, kv.Errorf(kv.CodeInvalidArgument, "transaction %s has committed (at version %d); it takes no more operations", id, o.version)
+		return nil, ctx, kv.Errorf(kv.CodeInvalidArgument, "transaction %s has committed (at version %d); it takes no more operations", id, o.version)
 	case o != nil:
-		return nil, o.err
+		return nil, ctx, o.err
 	case s == nil:
 		// The attempt cannot go on, whatever became of it.
-		return nil, kv.TxnUnknown(kv.Errorf(kv.CodeTxnAborted, "transaction %s is not known to node %d (it finished, expired or was begun elsewhere); retry it", id, n.id))
+		return nil, ctx, kv.TxnUnknown(kv.Errorf(kv.CodeTxnAborted, "transaction %s is not known to node %d (it finished, expired or was begun elsewhere); retry it", id, n.id))
 	}
-	return s, nil
+	return s, s.bound(ctx), nil
+}
+
+// bound returns ctx, cancelled too when the attempt's client asks to
+// abort it, for an operation of the attempt; s.unlock ends the binding.
+// s.mu is held.
+func (s *txnSession) bound(ctx context.Context) context.Context {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.abortCtx, cancel)
+	s.unbind = func() bool { cancel(); return stop() }
+	return ctx
+}
+
+// unlock ends an operation of the attempt begun by Node.session.
+func (s *txnSession) unlock() {
+	if s.unbind != nil {
+		s.unbind()
+		s.unbind = nil
+	}
+	s.mu.Unlock()
+}
+
+// abortAsked turns the error of an operation cut short by its client's
+// abort into the abort's.
+func (s *txnSession) abortAsked(err error) error {
+	if err != nil && s.abortCtx.Err() != nil {
+		return kv.Errorf(kv.CodeTxnAborted, "transaction %s was aborted by its client while it waited", s.meta.ID)
+	}
+	return err
 }
 
 // outcome is how the attempt ended. s.mu is held, and s.done set.
@@ -740,15 +805,16 @@ func (n *Node) txnGet(ctx context.Context, id string, ref kv.KeyRef, mode txn.Mo
 	if isGroupAttempt(id) {
 		return n.groupTxnGet(ctx, id, ref, mode == txn.Exclusive)
 	}
-	s, err := n.session(id)
+	s, ctx, err := n.session(ctx, id)
 	if err != nil {
 		return kv.Record{}, false, err
 	}
-	defer s.mu.Unlock()
+	defer s.unlock()
 	if mode == txn.Exclusive && s.readOnly {
 		return kv.Record{}, false, kv.Errorf(kv.CodeInvalidArgument, "transaction %s is read-only: it reads for update nothing it could write", s.meta.ID)
 	}
-	return s.getLocked(ctx, ref, mode)
+	rec, found, err := s.getLocked(ctx, ref, mode)
+	return rec, found, s.abortAsked(err)
 }
 
 func (s *txnSession) get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error) {
@@ -844,12 +910,12 @@ func (n *Node) txnWrite(ctx context.Context, id, coll string, key []byte, w *buf
 	if isGroupAttempt(id) {
 		return n.groupTxnWrite(ctx, id, kv.KeyRef{Collection: coll, Key: key}, w.value, w.tags, w.delete)
 	}
-	s, err := n.session(id)
+	s, ctx, err := n.session(ctx, id)
 	if err != nil {
 		return err
 	}
-	defer s.mu.Unlock()
-	return s.write(ctx, coll, key, w)
+	defer s.unlock()
+	return s.abortAsked(s.write(ctx, coll, key, w))
 }
 
 func (s *txnSession) write(ctx context.Context, coll string, key []byte, w *bufferedWrite) error {
@@ -921,11 +987,18 @@ func (n *Node) TxnScan(ctx context.Context, id string, req kv.ScanRequest) (kv.S
 	if isGroupAttempt(id) {
 		return kv.ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "a group transaction reads its members by key; it does not scan")
 	}
-	s, err := n.session(id)
+	s, ctx, err := n.session(ctx, id)
 	if err != nil {
 		return kv.ScanResult{}, err
 	}
-	defer s.mu.Unlock()
+	defer s.unlock()
+	res, err := s.scan(ctx, req)
+	return res, s.abortAsked(err)
+}
+
+// scan reads a page of a scan in the attempt.
+func (s *txnSession) scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResult, error) {
+	n := s.n
 	d, err := n.collection(req.Collection)
 	if err != nil {
 		return kv.ScanResult{}, err
@@ -965,11 +1038,18 @@ func (n *Node) TxnGetByTags(ctx context.Context, id string, q kv.TagQuery) (kv.S
 	if isGroupAttempt(id) {
 		return kv.ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "a group transaction reads its members by key; it does not query tags")
 	}
-	s, err := n.session(id)
+	s, ctx, err := n.session(ctx, id)
 	if err != nil {
 		return kv.ScanResult{}, err
 	}
-	defer s.mu.Unlock()
+	defer s.unlock()
+	res, err := s.getByTags(ctx, q)
+	return res, s.abortAsked(err)
+}
+
+// getByTags reads a page of a tag query in the attempt.
+func (s *txnSession) getByTags(ctx context.Context, q kv.TagQuery) (kv.ScanResult, error) {
+	n := s.n
 	d, err := n.collection(q.Collection)
 	if err != nil {
 		return kv.ScanResult{}, err
@@ -1155,6 +1235,7 @@ func (n *Node) AbortTxn(ctx context.Context, id string) error {
 	if s == nil {
 		return nil
 	}
+	s.abortNow() // an operation under way stops waiting
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.abortLocked(ctx, kv.Errorf(kv.CodeTxnAborted, "transaction %s was aborted by its client", id))

@@ -196,11 +196,11 @@ func TestTxnStarvation(t *testing.T) {
 // returns the highest prepare version, leaving the record PENDING: what a
 // coordinator that dies between the phases leaves behind.
 func prepareOnly(ctx context.Context, n *Node, id string) (txn.Meta, uint64, error) {
-	s, err := n.session(id)
+	s, ctx, err := n.session(ctx, id)
 	if err != nil {
 		return txn.Meta{}, 0, err
 	}
-	defer s.mu.Unlock()
+	defer s.unlock()
 	var commitTS uint64
 	for _, p := range s.parts {
 		res, err := n.propose(ctx, p.shard, shard.EncodeTxnPrepare(&shard.TxnPrepareCmd{Meta: s.meta, LockTerm: p.term, Writes: p.writes, Reads: p.reads}))

@@ -56,3 +56,54 @@ func TestTxnWoundedStopsWaiting(t *testing.T) {
 		}
 	}
 }
+
+// TestTxnAbortDoesNotWait: an abort of an attempt whose get waits for a
+// lock answers without waiting for the lock's holder, and the get answers
+// txn_aborted; the holder commits.
+func TestTxnAbortDoesNotWait(t *testing.T) {
+	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond})
+	t.Cleanup(func() { n.Close() })
+	ctx := context.Background()
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c", Partitioning: kv.PartitionRange}); err != nil {
+		t.Fatal(err)
+	}
+	ref := kv.KeyRef{Collection: "c", Key: []byte("k")}
+	older, younger := beginOlderYounger(t, n)
+	if _, _, err := n.TxnGetForUpdate(ctx, older, ref); err != nil {
+		t.Fatal(err)
+	}
+	// A generous deadline that only catches a wait for the holder's end.
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		_, _, err := n.TxnGet(wctx, younger, ref)
+		got <- err
+	}()
+	d, err := n.collection("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, id := n.route(d, ref.Key)
+	for !n.lockTable(id).Waiting(younger) {
+		select {
+		case err := <-got:
+			t.Fatalf("the younger attempt's get answered %v without waiting", err)
+		case <-wctx.Done():
+			t.Fatal("the younger attempt's get never waited")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if err := n.AbortTxn(wctx, younger); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; kv.CodeOf(err) != kv.CodeTxnAborted {
+		t.Fatalf("the aborted attempt's get answered %v, want txn_aborted", err)
+	}
+	if wctx.Err() != nil {
+		t.Fatal("the abort waited for the holder")
+	}
+	if _, err := n.CommitTxn(ctx, older); err != nil {
+		t.Fatalf("the holder did not commit: %v", err)
+	}
+}

@@ -431,6 +431,18 @@ func (lt *LockTable) waitedForLocked(m *Meta, t Target) bool {
 	return false
 }
 
+// Waiting reports whether transaction id waits for a lock in the table.
+func (lt *LockTable) Waiting(id string) bool {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	for _, w := range lt.waiters {
+		if w.id == id {
+			return true
+		}
+	}
+	return false
+}
+
 // addWaiterLocked records that m waits for a lock on t; the returned
 // function removes it and wakes the waiters (plain writes waiting behind
 // it).
