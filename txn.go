@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/groupkv/groupkv/internal/api"
 	"github.com/groupkv/groupkv/internal/kv"
 )
 
@@ -65,7 +66,7 @@ func WithIsolation(iso Isolation) TxnOption {
 }
 
 // ReadOnly makes a transaction that reads at a snapshot and takes no locks;
-// a write in it fails with ErrInvalidArgument.
+// a write in it fails with an invalid_argument error.
 func ReadOnly() TxnOption {
 	return func(o *kv.TxnOptions) { o.ReadOnly = true }
 }
@@ -117,9 +118,15 @@ type TxnContextError struct {
 	Attempts int
 	// Err is the context's error.
 	Err error
+	// Last is the error that aborted the last attempt that ended before
+	// the context (a conflict, its deadline, ...); nil if none did.
+	Last error
 }
 
 func (e *TxnContextError) Error() string {
+	if e.Last != nil {
+		return fmt.Sprintf("groupkv: transaction abandoned after %d attempts, none committed: %v (the last attempt that ended: %v)", e.Attempts, e.Err, e.Last)
+	}
 	return fmt.Sprintf("groupkv: transaction abandoned after %d attempts, none committed: %v", e.Attempts, e.Err)
 }
 
@@ -455,8 +462,9 @@ func transact(ctx context.Context, start startFunc, fn func(*Tx) error, opts []T
 	}
 	attempts := 0
 	retryOf := ""
+	var last error // what aborted the last attempt that ended
 	ctxErr := func() error {
-		return &TxnContextError{Txn: retryOf, Attempts: attempts, Err: ctxError(ctx)}
+		return &TxnContextError{Txn: retryOf, Attempts: attempts, Err: ctxError(ctx), Last: last}
 	}
 	for {
 		if ctxEnded(ctx) {
@@ -508,6 +516,7 @@ func transact(ctx context.Context, start startFunc, fn func(*Tx) error, opts []T
 			// An operation answered txn_aborted: whatever fn made of it,
 			// the attempt is over; run fn again in a new one.
 			noteID()
+			last = aborted
 			continue
 		case ctxEnded(ctx) && (ferr == nil || aborted != nil || ctxFailed || isContextError(ferr)):
 			noteID()
@@ -526,6 +535,7 @@ func transact(ctx context.Context, start startFunc, fn func(*Tx) error, opts []T
 			return nil
 		case kv.CodeOf(err) == kv.CodeTxnAborted:
 			noteID()
+			last = err
 			if ctxEnded(ctx) {
 				return ctxErr()
 			}
@@ -614,6 +624,12 @@ func txnBackoff(n int) time.Duration {
 
 // execTxn runs a one-shot transaction on b; see DB.Exec.
 func execTxn(ctx context.Context, b kv.TxnBackend, req ExecRequest) (ExecResult, error) {
+	// The checks of a request received by a server (at least one
+	// operation, no value in a get, ...), so that an embedded DB refuses
+	// what a remote one would.
+	if _, err := api.ExecRequestFromPB(api.ExecRequestToPB(req)); err != nil {
+		return ExecResult{}, err
+	}
 	return b.ExecTxn(ctx, req)
 }
 

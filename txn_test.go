@@ -706,6 +706,9 @@ func TestTransactContext(t *testing.T) {
 		if CodeOf(err) != kv.CodeUnavailable {
 			t.Fatalf("code of a context error %q", CodeOf(err))
 		}
+		if ce.Last == nil || !strings.Contains(ce.Last.Error(), "lost again") || !strings.Contains(err.Error(), "lost again") {
+			t.Fatalf("the error does not say what aborted the last attempt: %v (Last %v)", err, ce.Last)
+		}
 
 		// A context that ended before Transact: no attempt at all.
 		begins = len(f.callsOf("BeginTxn"))
@@ -993,6 +996,27 @@ func TestExec(t *testing.T) {
 		f.fail = func(string, int) error { return kv.Errorf(kv.CodeCommitUnknown, "in doubt") }
 		if _, err := db.Exec(context.Background(), req); !errors.Is(err, ErrCommitUnknown) {
 			t.Fatalf("Exec = %v, want ErrCommitUnknown", err)
+		}
+		f.fail = nil
+
+		// Refused alike, embedded or remote, before the backend sees them.
+		calls := len(f.callsOf("ExecTxn"))
+		for _, bad := range []struct {
+			req   ExecRequest
+			words string
+		}{
+			{ExecRequest{}, "no operations"},
+			{ExecRequest{If: req.If}, "no operations"},
+			{ExecRequest{Then: []TxnOp{{Op: TxnOpGet, Collection: "c", Key: []byte("a"), Value: []byte("v")}}}, "takes no value"},
+			{ExecRequest{Then: []TxnOp{{Op: "upsert", Collection: "c", Key: []byte("a")}}}, "upsert"},
+			{ExecRequest{If: []Compare{{Collection: "c"}}, Then: req.Then}, "key"},
+		} {
+			if _, err := db.Exec(context.Background(), bad.req); CodeOf(err) != kv.CodeInvalidArgument || !strings.Contains(err.Error(), bad.words) {
+				t.Errorf("Exec(%+v) = %v, want invalid_argument saying %q", bad.req, err, bad.words)
+			}
+		}
+		if n := len(f.callsOf("ExecTxn")); n != calls {
+			t.Fatalf("%d refused requests reached the backend", n-calls)
 		}
 	})
 }

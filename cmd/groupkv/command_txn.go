@@ -38,8 +38,10 @@ for a put or delete, {"found": true, "value", "version"} or
 {"found": false} for a get. A key or value is a JSON string, or standard
 base64 in key_base64 / value_base64 for bytes that are not UTF-8.
 
-A failure is printed on standard error and exits 1; commit_unknown means the
-transaction may or may not have been applied.`,
+A failure is printed on standard error: a transaction that is not valid
+JSON or not a valid request exits 2, one the server refused or could not
+run exits 1; commit_unknown means the transaction may or may not have
+been applied.`,
 		Example: `  echo '{"if": [{"collection": "users", "key": "u1", "version": 0}],
         "then": [{"op": "put", "collection": "users", "key": "u1", "value": "ada"}]}' | groupkv txn
   groupkv txn --file txn.json --addr db1:7070`,

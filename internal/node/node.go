@@ -884,7 +884,7 @@ func (n *Node) WaitReady(ctx context.Context) error {
 
 // begin starts a client operation: it bounds ctx by the request timeout
 // and keeps Close from closing the engine until end is called. It fails
-// once the node is closing.
+// once the node is closing, and when ctx has ended.
 func (n *Node) begin(ctx context.Context) (context.Context, func(), error) {
 	n.opsMu.RLock()
 	select {
@@ -896,6 +896,12 @@ func (n *Node) begin(ctx context.Context) (context.Context, func(), error) {
 	if n.host.HasFailed() {
 		n.opsMu.RUnlock()
 		return nil, nil, n.failedError()
+	}
+	if err := ctx.Err(); err != nil {
+		// Ended before it began: nothing is done (kv.CodeOf answers
+		// unavailable, and errors.Is finds the context's error).
+		n.opsMu.RUnlock()
+		return nil, nil, err
 	}
 	if _, ok := ctx.Deadline(); ok {
 		return ctx, n.opsMu.RUnlock, nil
@@ -1423,6 +1429,9 @@ func (n *Node) readKey(id uint32, key []byte, asOf uint64) (storage.MVCCValue, u
 
 // Get implements kv.Backend.
 func (n *Node) Get(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return kv.Record{}, err
+	}
 	if rec, err, ok := n.GetNow(req); ok {
 		rec.Value, rec.Tags = bytes.Clone(rec.Value), slices.Clone(rec.Tags) // the caller's
 		return rec, err

@@ -1478,7 +1478,9 @@ func (s *txnSession) commitReadOnly(ctx context.Context) (uint64, error) {
 				return 0, err
 			}
 			if !held {
-				return 0, locksLostError(p.shard)
+				// Released (wounded by an older transaction, expired), or
+				// lost with a leader: its reads are no longer vouched for.
+				return 0, kv.Errorf(kv.CodeTxnAborted, "transaction %s no longer holds its read locks in shard %d (wounded by an older transaction, expired, or the shard changed leader)", s.meta.ID, p.shard)
 			}
 		}
 		var err error

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -105,5 +106,30 @@ func TestTxnAbortDoesNotWait(t *testing.T) {
 	}
 	if _, err := n.CommitTxn(ctx, older); err != nil {
 		t.Fatalf("the holder did not commit: %v", err)
+	}
+}
+
+// TestOperationsRefuseEndedContext: an operation whose context ended
+// before it began does nothing and answers the context's error.
+func TestOperationsRefuseEndedContext(t *testing.T) {
+	n := openTest(t, t.TempDir(), Options{Logger: quietLogger(), TickInterval: 20 * time.Millisecond})
+	t.Cleanup(func() { n.Close() })
+	ctx := context.Background()
+	if _, err := n.CreateCollection(ctx, kv.CollectionOptions{Name: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := n.Put(ended, kv.PutRequest{Collection: "c", Key: []byte("k"), Value: []byte("v")}); !errors.Is(err, context.Canceled) || kv.CodeOf(err) != kv.CodeUnavailable {
+		t.Fatalf("a put with an ended context answered %v", err)
+	}
+	if _, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte("k")}); kv.CodeOf(err) != kv.CodeNotFound {
+		t.Fatalf("the refused put wrote: get answered %v", err)
+	}
+	if _, err := n.Get(ended, kv.GetRequest{Collection: "c", Key: []byte("k")}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a get with an ended context answered %v", err)
+	}
+	if _, err := n.BeginTxn(ended, kv.TxnOptions{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a begin with an ended context answered %v", err)
 	}
 }
