@@ -271,6 +271,16 @@ func (s *txnSession) lockBatch(ctx context.Context, locks []*shardLock, mode txn
 	if err := s.checkPending(ctx, checked, locks[0].resp); err != nil {
 		return err
 	}
+	seen := make([]shardSeen, len(locks))
+	for i, l := range locks {
+		seen[i].shard = l.shard
+		for j := range l.resp.Records {
+			seen[i].version = max(seen[i].version, l.resp.Records[j].seen())
+		}
+	}
+	if err := s.validateEarlier(ctx, seen); err != nil {
+		return err
+	}
 	s.ensureHeartbeat()
 	return nil
 }

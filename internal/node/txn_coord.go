@@ -70,6 +70,9 @@ type participant struct {
 	term   uint64
 	reads  []txn.Target
 	writes []shard.Op
+	// confirmed is the shard's applied version the last time its leader
+	// confirmed the attempt's locks there (txnLockResponse.Confirmed).
+	confirmed uint64
 }
 
 type bufferedWrite struct {
@@ -647,9 +650,65 @@ func (s *txnSession) lock(ctx context.Context, shardID uint64, targets []txn.Tar
 		if err := s.checkPending(ctx, anchorHere, resp); err != nil {
 			return nil, err
 		}
+		var seen uint64
+		for i := range resp.Records {
+			seen = max(seen, resp.Records[i].seen())
+		}
+		if err := s.validateEarlier(ctx, []shardSeen{{shardID, seen}}); err != nil {
+			return nil, err
+		}
 	}
 	s.ensureHeartbeat()
 	return resp, nil
+}
+
+// shardSeen is the highest version a read saw in a shard (0: any shard).
+type shardSeen struct {
+	shard, version uint64
+}
+
+// validateEarlier confirms, before reads are returned, that the locks the
+// attempt read under in other shards are still held, where what the
+// reads saw (seen) could have been written after they were lost.
+//
+// Checking the attempt's record (checkPending) covers locks that went to
+// an older transaction, which aborts the record first; not locks lost
+// with a shard's leader, whose successor starts with an empty table: a
+// transaction may then overwrite a key the attempt read there, and a key
+// of another shard, which the attempt reads next. Such a write, made in
+// the new leader's term, has a version above the shard's applied version
+// when the old leader last confirmed the attempt's locks (confirmed), and
+// so does everything that follows it (versions grow along every shard's
+// log, and a transaction commits above each of its participants'). So a
+// read that saw nothing above a shard's confirmed version cannot show a
+// write the attempt's locks there were meant to keep out; one that did is
+// checked with the shard's leader, which answers whether the locks are
+// still held in their term: if not, the attempt aborts before fn sees
+// the read (txn_aborted).
+func (s *txnSession) validateEarlier(ctx context.Context, seen []shardSeen) error {
+	for _, p := range s.parts {
+		if p.term == 0 || len(p.reads) == 0 {
+			continue // no lock to validate, or none it read under
+		}
+		var v uint64
+		for _, e := range seen {
+			if e.shard != p.shard {
+				v = max(v, e.version)
+			}
+		}
+		if v <= p.confirmed {
+			continue
+		}
+		held, confirmed, err := s.n.txnValidate(ctx, &txnReleaseRequest{Shard: p.shard, ID: s.meta.ID, Term: p.term, Validate: true})
+		if err != nil {
+			return err
+		}
+		if !held {
+			return kv.Errorf(kv.CodeTxnAborted, "transaction %s no longer holds its locks in shard %d (the shard changed leader, or the transaction was wounded or expired); what it would read next may not be consistent with what it read there", s.meta.ID, p.shard)
+		}
+		p.confirmed = max(p.confirmed, confirmed)
+	}
+	return nil
 }
 
 // anchoredIn reports whether shardID holds the attempt's record.
@@ -685,6 +744,7 @@ func (s *txnSession) granted(ctx context.Context, shardID uint64, targets []txn.
 		return locksLostError(shardID)
 	}
 	p.term = resp.Term
+	p.confirmed = max(p.confirmed, resp.Confirmed)
 	s.wounded = s.wounded || resp.Wounded
 	if mode == txn.Shared || read {
 		// A read for update is a read too: should the shard's leader
@@ -1024,6 +1084,10 @@ func (s *txnSession) scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResul
 	if err := s.stillPending(ctx); err != nil {
 		return kv.ScanResult{}, err
 	}
+	// What the page saw (deletions too) is at or below its version.
+	if err := s.validateEarlier(ctx, []shardSeen{{0, res.Version}}); err != nil {
+		return kv.ScanResult{}, s.fail(ctx, err)
+	}
 	return s.overlay(d, req, res), nil
 }
 
@@ -1081,6 +1145,9 @@ func (s *txnSession) getByTags(ctx context.Context, q kv.TagQuery) (kv.ScanResul
 	}
 	if err := s.stillPending(ctx); err != nil {
 		return kv.ScanResult{}, err
+	}
+	if err := s.validateEarlier(ctx, []shardSeen{{0, res.Version}}); err != nil {
+		return kv.ScanResult{}, s.fail(ctx, err)
 	}
 	return s.mergeOwn(d, nil, nil, q.Page, false, q.Limit, res, keep), nil
 }
@@ -1244,7 +1311,9 @@ func (n *Node) AbortTxn(ctx context.Context, id string) error {
 
 // CommitTxn implements kv.TxnBackend.
 func (n *Node) CommitTxn(ctx context.Context, id string) (uint64, error) {
-	ctx, done, err := n.begin(ctx)
+	// A commit runs to its end whatever becomes of its request, even one
+	// whose context ended before it began (see commit).
+	ctx, done, err := n.begin(context.WithoutCancel(ctx))
 	if err != nil {
 		return 0, err
 	}

@@ -371,7 +371,13 @@ type lockedRecord struct {
 	Value   []byte   `json:"value,omitempty"`
 	Tags    []string `json:"tags,omitempty"`
 	Version uint64   `json:"version,omitempty"`
+	// Deleted is the version of the deletion of a key not found (0: none
+	// is kept).
+	Deleted uint64 `json:"deleted,omitempty"`
 }
+
+// seen is the version of what r read: the record's, or its deletion's.
+func (r *lockedRecord) seen() uint64 { return max(r.Version, r.Deleted) }
 
 type txnLockResponse struct {
 	Term    uint64         `json:"term"`
@@ -381,8 +387,13 @@ type txnLockResponse struct {
 	// Wounded: the requester wounded a holder to get its locks; its
 	// victims' retries wait for its record to be decided, so it must
 	// leave one.
-	Wounded bool       `json:"wounded,omitempty"`
-	Error   *peerError `json:"error,omitempty"`
+	Wounded bool `json:"wounded,omitempty"`
+	// Confirmed is the shard's applied version when the leadership that
+	// granted the locks was confirmed: a write that another transaction
+	// makes there once they are lost (to a new leader) has a greater
+	// version (see txnSession.validateEarlier).
+	Confirmed uint64     `json:"confirmed,omitempty"`
+	Error     *peerError `json:"error,omitempty"`
 }
 
 // txnLock takes the locks of req on the shard's leader, here or where it
@@ -494,6 +505,9 @@ func (n *Node) txnLockLocal(ctx context.Context, req *txnLockRequest) (*txnLockR
 	if err := n.groupsVisible(ctx, req.Shard); err != nil {
 		return nil, err
 	}
+	// Read before the leadership is checked: while it lasts, no write of a
+	// later one has applied here.
+	confirmed, _ := n.host.AppliedVersion(req.Shard)
 	if term, ok := n.host.LeaderTerm(req.Shard); !ok || term != lt.Term {
 		// The barrier was answered, but not by this leadership: the table
 		// is stale (its leadership ended and its close is on the way).
@@ -528,7 +542,7 @@ func (n *Node) txnLockLocal(ctx context.Context, req *txnLockRequest) (*txnLockR
 			}
 		}
 	}
-	resp := &txnLockResponse{Term: lt.Term, Wounded: wounded}
+	resp := &txnLockResponse{Term: lt.Term, Wounded: wounded, Confirmed: confirmed}
 	if req.Read {
 		for _, t := range req.Targets {
 			if t.IsSpan {
@@ -542,6 +556,8 @@ func (n *Node) txnLockLocal(ctx context.Context, req *txnLockRequest) (*txnLockR
 			rec := lockedRecord{Found: found}
 			if found {
 				rec.Value, rec.Tags, rec.Version = val.Value, val.Tags, version
+			} else {
+				rec.Deleted = version
 			}
 			resp.Records = append(resp.Records, rec)
 		}
@@ -579,8 +595,11 @@ type txnReleaseRequest struct {
 }
 
 type txnReleaseResponse struct {
-	Held  bool       `json:"held,omitempty"`
-	Error *peerError `json:"error,omitempty"`
+	Held bool `json:"held,omitempty"`
+	// Confirmed, of a validation that found the locks held, is as
+	// txnLockResponse's.
+	Confirmed uint64     `json:"confirmed,omitempty"`
+	Error     *peerError `json:"error,omitempty"`
 }
 
 func (n *Node) handleTxnRelease(ctx context.Context, req *txnReleaseRequest) (*txnReleaseResponse, error) {
@@ -589,45 +608,54 @@ func (n *Node) handleTxnRelease(ctx context.Context, req *txnReleaseRequest) (*t
 		return &txnReleaseResponse{Error: toPeerError(err)}, nil
 	}
 	defer done()
-	held, err := n.txnReleaseLocal(ctx, req)
-	return &txnReleaseResponse{Held: held, Error: toPeerError(err)}, nil
+	held, confirmed, err := n.txnReleaseLocal(ctx, req)
+	return &txnReleaseResponse{Held: held, Confirmed: confirmed, Error: toPeerError(err)}, nil
 }
 
-func (n *Node) txnReleaseLocal(ctx context.Context, req *txnReleaseRequest) (bool, error) {
+func (n *Node) txnReleaseLocal(ctx context.Context, req *txnReleaseRequest) (held bool, confirmed uint64, err error) {
 	lt := n.lockTable(req.Shard)
 	if !req.Validate {
 		if lt != nil {
 			lt.Release(req.ID)
 		}
-		return false, nil
+		return false, 0, nil
 	}
 	if lt == nil || lt.Term != req.Term {
-		return false, nil
+		return false, 0, nil
 	}
 	if err := n.host.ReadBarrier(ctx, req.Shard); err != nil {
-		return false, err
+		return false, 0, err
 	}
+	confirmed, _ = n.host.AppliedVersion(req.Shard) // as in txnLockLocal
 	if term, ok := n.host.LeaderTerm(req.Shard); !ok || term != lt.Term {
-		return false, nil
+		return false, 0, nil
 	}
-	return !lt.Closed() && lt.Holds(req.ID), nil
+	return !lt.Closed() && lt.Holds(req.ID), confirmed, nil
 }
 
 // txnRelease releases (or validates) the locks of a transaction in a
 // shard, on its leader wherever it is.
 func (n *Node) txnRelease(ctx context.Context, req *txnReleaseRequest) (bool, error) {
+	held, _, err := n.txnValidate(ctx, req)
+	return held, err
+}
+
+// txnValidate is txnRelease answering, of a validation that found the
+// locks held, the shard's applied version when it did (see
+// txnLockResponse.Confirmed).
+func (n *Node) txnValidate(ctx context.Context, req *txnReleaseRequest) (held bool, confirmed uint64, err error) {
 	if n.lockTable(req.Shard) != nil {
 		return n.txnReleaseLocal(ctx, req)
 	}
 	leader := n.leaderOf(req.Shard)
 	if leader == 0 || leader == n.id {
-		return false, kv.Errorf(kv.CodeUnavailable, "shard %d has no leader", req.Shard)
+		return false, 0, kv.Errorf(kv.CodeUnavailable, "shard %d has no leader", req.Shard)
 	}
 	var resp txnReleaseResponse
 	if err := n.callNode(ctx, leader, "TxnRelease", req, &resp); err != nil {
-		return false, err
+		return false, 0, err
 	}
-	return resp.Held, resp.Error.err()
+	return resp.Held, resp.Confirmed, resp.Error.err()
 }
 
 // tryPlainLocks is plainLocks for a plain write of keys that must not

@@ -771,6 +771,19 @@ func (h *Host) AppliedIndex(shardID uint64) (uint64, bool) {
 	return g.mu.appliedIndex, true
 }
 
+// AppliedVersion returns the version of the last write shardID applied on
+// this node (published after it applied): every write applied later has a
+// greater version.
+func (h *Host) AppliedVersion(shardID uint64) (uint64, bool) {
+	g := h.group(shardID)
+	if g == nil {
+		return 0, false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.appliedVersion, true
+}
+
 // WaitApplied waits until shardID has applied index on this node.
 func (h *Host) WaitApplied(ctx context.Context, shardID, index uint64) error {
 	g := h.group(shardID)
