@@ -458,7 +458,7 @@ func (n *Node) uniqueTimestamp(ctx context.Context) (uint64, error) {
 			}
 		} else {
 			var resp timestampsResponse
-			err = n.callMetaLeader(ctx, "Timestamps", &timestampsRequest{Count: 1}, &resp)
+			err = n.callOracle(ctx, &timestampsRequest{Count: 1}, &resp)
 			if err == nil {
 				err = resp.Error.err()
 			}
@@ -486,7 +486,7 @@ func (n *Node) latest(ctx context.Context) (uint64, error) {
 	deadline := time.Now().Add(n.retryWindow())
 	for attempt := 0; ; attempt++ {
 		var resp timestampsResponse
-		err := n.callMetaLeader(ctx, "Timestamps", &timestampsRequest{}, &resp)
+		err := n.callOracle(ctx, &timestampsRequest{}, &resp)
 		if err == nil {
 			err = resp.Error.err()
 		}
@@ -505,6 +505,23 @@ func (n *Node) latest(ctx context.Context) (uint64, error) {
 			return 0, oracleUnavailable(berr)
 		}
 	}
+}
+
+// callOracle asks the meta shard's leader, the timestamp oracle, for
+// timestamps. It gives up on a leader that does not answer within about an
+// election timeout (at least a second) — one stopped, say, while another
+// took over — with unavailable, so that its caller's retry asks whoever
+// leads then. Asking for timestamps changes nothing: an answer that comes
+// too late is only wasted.
+func (n *Node) callOracle(ctx context.Context, req *timestampsRequest, resp *timestampsResponse) error {
+	wait := max(10*n.opts.TickInterval, time.Second)
+	actx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	err := n.callMetaLeader(actx, "Timestamps", req, resp)
+	if err != nil && ctx.Err() == nil && actx.Err() != nil {
+		return kv.Errorf(kv.CodeUnavailable, "the timestamp oracle (the meta shard's leader) did not answer within %v: %v", wait, err)
+	}
+	return err
 }
 
 // callMetaLeader invokes a peer method on the meta shard's leader.

@@ -33,11 +33,55 @@ type faultNet struct {
 	addrNode map[string]uint64
 	cut      map[uint64]bool
 	conns    []*faultConn
+	// frozen nodes (freeze) send and receive nothing, their connections
+	// open: a write on one waits until thawed is closed.
+	frozen map[uint64]bool
+	thawed chan struct{}
 }
 
 type faultConn struct {
 	net.Conn
+	f        *faultNet
 	from, to uint64
+}
+
+// Write waits while either end is frozen, as a stopped process's peers
+// wait for it.
+func (c *faultConn) Write(b []byte) (int, error) {
+	for {
+		c.f.mu.Lock()
+		frozen, thawed := c.f.frozen[c.from] || c.f.frozen[c.to], c.f.thawed
+		c.f.mu.Unlock()
+		if !frozen {
+			return c.Conn.Write(b)
+		}
+		<-thawed
+	}
+}
+
+// freeze makes node id stop talking to the others, as a stopped (SIGSTOP)
+// process does: its connections stay open and deliver nothing, until
+// thaw.
+func (f *faultNet) freeze(id uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.frozen == nil {
+		f.frozen = map[uint64]bool{}
+	}
+	if len(f.frozen) == 0 {
+		f.thawed = make(chan struct{})
+	}
+	f.frozen[id] = true
+}
+
+// thaw ends every freeze.
+func (f *faultNet) thaw() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.frozen) > 0 {
+		clear(f.frozen)
+		close(f.thawed)
+	}
 }
 
 func newFaultNet() *faultNet {
@@ -57,7 +101,7 @@ func (f *faultNet) dialer(from uint64) func(context.Context, string) (net.Conn, 
 		if err != nil {
 			return nil, err
 		}
-		fc := &faultConn{Conn: c, from: from, to: to}
+		fc := &faultConn{Conn: c, f: f, from: from, to: to}
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		if f.cut[from] || f.cut[to] {

@@ -700,6 +700,12 @@ func (s *txnSession) validateEarlier(ctx context.Context, seen []shardSeen) erro
 			continue
 		}
 		held, confirmed, err := s.n.txnValidate(ctx, &txnReleaseRequest{Shard: p.shard, ID: s.meta.ID, Term: p.term, Validate: true})
+		if err != nil && ctx.Err() == nil {
+			// No leader to ask (the shard is electing one, or a split or
+			// a merge replaced it, dropping its locks): the locks cannot
+			// be vouched for, and neither can the read.
+			return kv.Errorf(kv.CodeTxnAborted, "transaction %s could not confirm its locks in shard %d (%v); what it would read next may not be consistent with what it read there", s.meta.ID, p.shard, err)
+		}
 		if err != nil {
 			return err
 		}
