@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -51,5 +52,71 @@ func TestOracleLeaderFrozen(t *testing.T) {
 		if ctx.Err() != nil || kv.CodeOf(err) != kv.CodeUnavailable {
 			t.Fatalf("try %d: %v", tries, err)
 		}
+	}
+}
+
+// TestTxnAbortReleasesWhileRecordShardFrozen: an attempt whose record's
+// shard has a stopped leader (frozen, its connections open) is aborted
+// by its client; the record cannot be aborted until that shard elects
+// another leader, but the attempt's locks in other shards are released
+// at once, not when its record expires (TxnTimeout, long here): a plain
+// write of a key it locked elsewhere goes through.
+func TestTxnAbortReleasesWhileRecordShardFrozen(t *testing.T) {
+	c := startCluster(t, 3, func(o *Options) { o.TxnTimeout = time.Minute })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c.createTxnCollections(ctx)
+	d, err := c.node(1).n.collection("h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The record's shard A and the second key's shard B, led by another
+	// node.
+	shardA, shardB := d.Shards[0].ID, d.Shards[1].ID
+	frozen := c.leader(shardA)
+	rng := rand.New(rand.NewPCG(clusterSeed(t), 0))
+	c.eventually(30*time.Second, "shard B led by another node than shard A", func() error {
+		if c.leader(shardB) != frozen {
+			return nil
+		}
+		c.transferLeader(shardB, rng)
+		return fmt.Errorf("node %d leads both", frozen.id)
+	})
+	var via *testNode
+	for _, tn := range c.nodes {
+		if tn != frozen {
+			via = tn
+		}
+	}
+	keyIn := func(id uint64, prefix string) []byte {
+		for i := 0; ; i++ {
+			k := []byte(fmt.Sprintf("%s%d", prefix, i))
+			if _, sid := c.node(1).n.route(d, k); sid == id {
+				return k
+			}
+		}
+	}
+	ka, kb := keyIn(shardA, "a"), keyIn(shardB, "b")
+	id, err := via.n.BeginTxn(ctx, kv.TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range [][]byte{ka, kb} { // a first: the record's anchor
+		if _, _, err := via.n.TxnGetForUpdate(ctx, id, kv.KeyRef{Collection: "h", Key: k}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("freezing node %d, leader of shard %d (the record's); aborting through node %d", frozen.id, shardA, via.id)
+	c.net.freeze(frozen.id)
+	defer c.net.thaw()
+	if err := via.n.AbortTxn(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	// A generous deadline, well below the record's expiry, that only
+	// catches a wait for it.
+	pctx, pcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer pcancel()
+	if _, err := via.n.Put(pctx, kv.PutRequest{Collection: "h", Key: kb, Value: []byte("after")}); err != nil {
+		t.Fatalf("a plain put of a key the aborted attempt had locked: %v", err)
 	}
 }

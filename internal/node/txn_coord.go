@@ -570,8 +570,13 @@ func (s *txnSession) abortLocked(ctx context.Context, err error) {
 		}
 		n.noteEnded(s.meta, rec)
 	}
+	// The releases get time of their own: a record's shard without a
+	// leader may have taken all of ctx, and the locks elsewhere would
+	// then wait for the record to expire.
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), n.retryWindow())
+	defer rcancel()
 	for id := range s.parts {
-		if _, rerr := n.txnRelease(ctx, &txnReleaseRequest{Shard: id, ID: s.meta.ID}); rerr != nil {
+		if _, rerr := n.txnRelease(rctx, &txnReleaseRequest{Shard: id, ID: s.meta.ID}); rerr != nil {
 			n.log.Debug("releasing a transaction's locks failed; waiters find its record aborted", "txn", s.meta.ID, "shard", id, "err", rerr)
 		}
 	}
