@@ -886,21 +886,7 @@ func (n *Node) WaitReady(ctx context.Context) error {
 // and keeps Close from closing the engine until end is called. It fails
 // once the node is closing, and when ctx has ended.
 func (n *Node) begin(ctx context.Context) (context.Context, func(), error) {
-	n.opsMu.RLock()
-	select {
-	case <-n.stop:
-		n.opsMu.RUnlock()
-		return nil, nil, kv.Errorf(kv.CodeUnavailable, "node is shutting down")
-	default:
-	}
-	if n.host.HasFailed() {
-		n.opsMu.RUnlock()
-		return nil, nil, n.failedError()
-	}
-	if err := ctx.Err(); err != nil {
-		// Ended before it began: nothing is done (kv.CodeOf answers
-		// unavailable, and errors.Is finds the context's error).
-		n.opsMu.RUnlock()
+	if err := n.admit(ctx); err != nil {
 		return nil, nil, err
 	}
 	if _, ok := ctx.Deadline(); ok {
@@ -908,6 +894,43 @@ func (n *Node) begin(ctx context.Context) (context.Context, func(), error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.opts.RequestTimeout)
 	return ctx, func() { cancel(); n.opsMu.RUnlock() }, nil
+}
+
+// beginCancel is begin for an operation that another request may cut
+// short: it answers ctx's cancel too.
+func (n *Node) beginCancel(ctx context.Context) (context.Context, context.CancelFunc, func(), error) {
+	if err := n.admit(ctx); err != nil {
+		return nil, nil, nil, err
+	}
+	var cancel context.CancelFunc
+	if _, ok := ctx.Deadline(); ok {
+		ctx, cancel = context.WithCancel(ctx)
+	} else {
+		ctx, cancel = context.WithTimeout(ctx, n.opts.RequestTimeout)
+	}
+	return ctx, cancel, func() { cancel(); n.opsMu.RUnlock() }, nil
+}
+
+// admit takes n.opsMu for reading, unless the node is closing or failed,
+// or ctx has ended (nothing is done: kv.CodeOf answers unavailable, and
+// errors.Is finds the context's error).
+func (n *Node) admit(ctx context.Context) error {
+	n.opsMu.RLock()
+	select {
+	case <-n.stop:
+		n.opsMu.RUnlock()
+		return kv.Errorf(kv.CodeUnavailable, "node is shutting down")
+	default:
+	}
+	if n.host.HasFailed() {
+		n.opsMu.RUnlock()
+		return n.failedError()
+	}
+	if err := ctx.Err(); err != nil {
+		n.opsMu.RUnlock()
+		return err
+	}
+	return nil
 }
 
 // beginAsync is begin for an operation that ends on another goroutine:

@@ -22,7 +22,7 @@ import (
 // named) fails the request and leaves the attempt as it was. A group
 // attempt (which takes no locks) reads the keys one by one.
 func (n *Node) TxnBatchGet(ctx context.Context, id string, refs []kv.KeyRef, forUpdate bool) ([]kv.BatchGetItem, error) {
-	ctx, done, err := n.begin(ctx)
+	ctx, cancel, done, err := n.beginCancel(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -44,7 +44,7 @@ func (n *Node) TxnBatchGet(ctx context.Context, id string, refs []kv.KeyRef, for
 		}
 		return items, nil
 	}
-	s, ctx, err := n.session(ctx, id)
+	s, err := n.session(id, cancel)
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +57,7 @@ func (n *Node) TxnBatchGet(ctx context.Context, id string, refs []kv.KeyRef, for
 		mode = txn.Exclusive
 	}
 	items, err := s.batchGet(ctx, refs, mode, keysName)
-	return items, s.abortAsked(err)
+	return items, s.abortError(err)
 }
 
 // keysName names item i of a batch get's keys in its errors.

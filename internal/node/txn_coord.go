@@ -117,13 +117,11 @@ type txnSession struct {
 	// victims' retries wait for it, following links), even where a commit
 	// needs none.
 	wounded, linked bool
-	// abortCtx is done once its client asked to abort it (AbortTxn): the
-	// operation under way, waiting for a lock, say, stops (bound) so that
-	// the abort need not wait for it.
-	abortCtx context.Context
-	abortNow context.CancelFunc
-	// unbind ends the binding of the operation under way (bound).
-	unbind func() bool
+	// abortAsked: its client asked to abort it (AbortTxn, or a retry_of
+	// naming it); opCancel cuts short the operation under way, waiting
+	// for a lock, say, so that the abort need not wait for it (abortNow).
+	abortAsked atomic.Bool
+	opCancel   atomic.Pointer[context.CancelFunc]
 	// epoch is the shards' load number when the attempt began
 	// (shard.TxnRecordEpoch), before its id was known to anyone: a shard
 	// loaded since may hold its record without knowing.
@@ -208,7 +206,6 @@ func (n *Node) beginSession(ctx context.Context, opts kv.TxnOptions, client bool
 	s := &txnSession{n: n, iso: iso, readOnly: opts.ReadOnly, writes: map[string]*bufferedWrite{},
 		parts: map[uint64]*participant{}, lastUsed: time.Now(), stopHB: make(chan struct{}), client: client,
 		epoch: shard.TxnRecordEpoch()}
-	s.abortCtx, s.abortNow = context.WithCancel(context.Background())
 	s.meta = txn.Meta{ID: txn.NewID(priority, attempt), Priority: priority, Attempt: attempt, Start: now}
 	if opts.ReadOnly || iso == kv.IsolationSnapshot {
 		s.readTS = now
@@ -448,48 +445,48 @@ func (n *Node) findSession(id string) (*txnSession, *txnOutcome, error) {
 	return nil, nil, nil
 }
 
-// session returns the attempt id, locked, with ctx bound to it (see
-// bound), or the error an operation (other than a commit) of it answers.
-// The caller ends with s.unlock.
-func (n *Node) session(ctx context.Context, id string) (*txnSession, context.Context, error) {
+// session returns the attempt id, locked, for an operation whose context
+// cancel cuts short (abortNow), or the error an operation (other than a
+// commit) of it answers. The caller ends with s.unlock.
+func (n *Node) session(id string, cancel context.CancelFunc) (*txnSession, error) {
 	s, o, err := n.findSession(id)
 	switch {
 	case err != nil:
-		return nil, ctx, err
+		return nil, err
 	case o != nil && o.err == nil:
-		return nil, ctx, kv.Errorf(kv.CodeInvalidArgument, "transaction %s has committed (at version %d); it takes no more operations", id, o.version)
+		return nil, kv.Errorf(kv.CodeInvalidArgument, "transaction %s has committed (at version %d); it takes no more operations", id, o.version)
 	case o != nil:
-		return nil, ctx, o.err
+		return nil, o.err
 	case s == nil:
 		// The attempt cannot go on, whatever became of it.
-		return nil, ctx, kv.TxnUnknown(kv.Errorf(kv.CodeTxnAborted, "transaction %s is not known to node %d (it finished, expired or was begun elsewhere); retry it", id, n.id))
+		return nil, kv.TxnUnknown(kv.Errorf(kv.CodeTxnAborted, "transaction %s is not known to node %d (it finished, expired or was begun elsewhere); retry it", id, n.id))
 	}
-	return s, s.bound(ctx), nil
-}
-
-// bound returns ctx, cancelled too when the attempt's client asks to
-// abort it, for an operation of the attempt; s.unlock ends the binding.
-// s.mu is held.
-func (s *txnSession) bound(ctx context.Context) context.Context {
-	ctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(s.abortCtx, cancel)
-	s.unbind = func() bool { cancel(); return stop() }
-	return ctx
+	s.opCancel.Store(&cancel)
+	if s.abortAsked.Load() {
+		cancel() // asked before the operation could be cut short
+	}
+	return s, nil
 }
 
 // unlock ends an operation of the attempt begun by Node.session.
 func (s *txnSession) unlock() {
-	if s.unbind != nil {
-		s.unbind()
-		s.unbind = nil
-	}
+	s.opCancel.Store(nil)
 	s.mu.Unlock()
 }
 
-// abortAsked turns the error of an operation cut short by its client's
+// abortNow asks the attempt to abort, cutting short its operation under
+// way; the caller then takes s.mu to abort it.
+func (s *txnSession) abortNow() {
+	s.abortAsked.Store(true)
+	if c := s.opCancel.Load(); c != nil {
+		(*c)()
+	}
+}
+
+// abortError turns the error of an operation cut short by its client's
 // abort into the abort's.
-func (s *txnSession) abortAsked(err error) error {
-	if err != nil && s.abortCtx.Err() != nil {
+func (s *txnSession) abortError(err error) error {
+	if err != nil && s.abortAsked.Load() {
 		return kv.Errorf(kv.CodeTxnAborted, "transaction %s was aborted by its client while it waited", s.meta.ID)
 	}
 	return err
@@ -868,7 +865,7 @@ func (n *Node) TxnGetForUpdate(ctx context.Context, id string, ref kv.KeyRef) (k
 
 // txnGet reads ref in attempt id, locking it in mode.
 func (n *Node) txnGet(ctx context.Context, id string, ref kv.KeyRef, mode txn.Mode) (kv.Record, bool, error) {
-	ctx, done, err := n.begin(ctx)
+	ctx, cancel, done, err := n.beginCancel(ctx)
 	if err != nil {
 		return kv.Record{}, false, err
 	}
@@ -876,7 +873,7 @@ func (n *Node) txnGet(ctx context.Context, id string, ref kv.KeyRef, mode txn.Mo
 	if isGroupAttempt(id) {
 		return n.groupTxnGet(ctx, id, ref, mode == txn.Exclusive)
 	}
-	s, ctx, err := n.session(ctx, id)
+	s, err := n.session(id, cancel)
 	if err != nil {
 		return kv.Record{}, false, err
 	}
@@ -885,7 +882,7 @@ func (n *Node) txnGet(ctx context.Context, id string, ref kv.KeyRef, mode txn.Mo
 		return kv.Record{}, false, kv.Errorf(kv.CodeInvalidArgument, "transaction %s is read-only: it reads for update nothing it could write", s.meta.ID)
 	}
 	rec, found, err := s.getLocked(ctx, ref, mode)
-	return rec, found, s.abortAsked(err)
+	return rec, found, s.abortError(err)
 }
 
 func (s *txnSession) get(ctx context.Context, ref kv.KeyRef) (kv.Record, bool, error) {
@@ -970,7 +967,7 @@ func (n *Node) TxnDelete(ctx context.Context, id string, ref kv.KeyRef) error {
 }
 
 func (n *Node) txnWrite(ctx context.Context, id, coll string, key []byte, w *bufferedWrite) error {
-	ctx, done, err := n.begin(ctx)
+	ctx, cancel, done, err := n.beginCancel(ctx)
 	if err != nil {
 		return err
 	}
@@ -981,12 +978,12 @@ func (n *Node) txnWrite(ctx context.Context, id, coll string, key []byte, w *buf
 	if isGroupAttempt(id) {
 		return n.groupTxnWrite(ctx, id, kv.KeyRef{Collection: coll, Key: key}, w.value, w.tags, w.delete)
 	}
-	s, ctx, err := n.session(ctx, id)
+	s, err := n.session(id, cancel)
 	if err != nil {
 		return err
 	}
 	defer s.unlock()
-	return s.abortAsked(s.write(ctx, coll, key, w))
+	return s.abortError(s.write(ctx, coll, key, w))
 }
 
 func (s *txnSession) write(ctx context.Context, coll string, key []byte, w *bufferedWrite) error {
@@ -1050,7 +1047,7 @@ func (s *txnSession) write(ctx context.Context, coll string, key []byte, w *buff
 // TxnScan implements kv.TxnBackend: a serializable attempt locks the
 // whole span it scans (no phantoms) on every shard it touches.
 func (n *Node) TxnScan(ctx context.Context, id string, req kv.ScanRequest) (kv.ScanResult, error) {
-	ctx, done, err := n.begin(ctx)
+	ctx, cancel, done, err := n.beginCancel(ctx)
 	if err != nil {
 		return kv.ScanResult{}, err
 	}
@@ -1058,13 +1055,13 @@ func (n *Node) TxnScan(ctx context.Context, id string, req kv.ScanRequest) (kv.S
 	if isGroupAttempt(id) {
 		return kv.ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "a group transaction reads its members by key; it does not scan")
 	}
-	s, ctx, err := n.session(ctx, id)
+	s, err := n.session(id, cancel)
 	if err != nil {
 		return kv.ScanResult{}, err
 	}
 	defer s.unlock()
 	res, err := s.scan(ctx, req)
-	return res, s.abortAsked(err)
+	return res, s.abortError(err)
 }
 
 // scan reads a page of a scan in the attempt.
@@ -1105,7 +1102,7 @@ func (s *txnSession) scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResul
 // TxnGetByTags implements kv.TxnBackend: a serializable attempt locks the
 // whole collection.
 func (n *Node) TxnGetByTags(ctx context.Context, id string, q kv.TagQuery) (kv.ScanResult, error) {
-	ctx, done, err := n.begin(ctx)
+	ctx, cancel, done, err := n.beginCancel(ctx)
 	if err != nil {
 		return kv.ScanResult{}, err
 	}
@@ -1113,13 +1110,13 @@ func (n *Node) TxnGetByTags(ctx context.Context, id string, q kv.TagQuery) (kv.S
 	if isGroupAttempt(id) {
 		return kv.ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "a group transaction reads its members by key; it does not query tags")
 	}
-	s, ctx, err := n.session(ctx, id)
+	s, err := n.session(id, cancel)
 	if err != nil {
 		return kv.ScanResult{}, err
 	}
 	defer s.unlock()
 	res, err := s.getByTags(ctx, q)
-	return res, s.abortAsked(err)
+	return res, s.abortError(err)
 }
 
 // getByTags reads a page of a tag query in the attempt.

@@ -196,7 +196,7 @@ func TestTxnStarvation(t *testing.T) {
 // returns the highest prepare version, leaving the record PENDING: what a
 // coordinator that dies between the phases leaves behind.
 func prepareOnly(ctx context.Context, n *Node, id string) (txn.Meta, uint64, error) {
-	s, ctx, err := n.session(ctx, id)
+	s, err := n.session(id, func() {})
 	if err != nil {
 		return txn.Meta{}, 0, err
 	}
