@@ -88,15 +88,7 @@ func TestTxnAbortReleasesWhileRecordShardFrozen(t *testing.T) {
 			via = tn
 		}
 	}
-	keyIn := func(id uint64, prefix string) []byte {
-		for i := 0; ; i++ {
-			k := []byte(fmt.Sprintf("%s%d", prefix, i))
-			if _, sid := c.node(1).n.route(d, k); sid == id {
-				return k
-			}
-		}
-	}
-	ka, kb := keyIn(shardA, "a"), keyIn(shardB, "b")
+	ka, kb := c.keyIn(d, shardA, "a"), c.keyIn(d, shardB, "b")
 	id, err := via.n.BeginTxn(ctx, kv.TxnOptions{})
 	if err != nil {
 		t.Fatal(err)

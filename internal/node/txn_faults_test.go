@@ -467,14 +467,6 @@ func TestTxnLocksLostOnLeaderChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	shardA, shardB := d.Shards[0].ID, d.Shards[1].ID
-	keyIn := func(id uint64, prefix string) []byte {
-		for i := 0; ; i++ {
-			k := []byte(fmt.Sprintf("%s%d", prefix, i))
-			if _, sid := c.node(1).n.route(d, k); sid == id {
-				return k
-			}
-		}
-	}
 	for _, tc := range []struct {
 		name string
 		// writes are the keys written after the read of key read (in
@@ -482,9 +474,9 @@ func TestTxnLocksLostOnLeaderChange(t *testing.T) {
 		read   []byte
 		writes [][]byte
 	}{
-		{"one-phase", keyIn(shardA, "one-r"), [][]byte{keyIn(shardA, "one-w")}},
-		{"two-phase", keyIn(shardA, "two-r"), [][]byte{keyIn(shardA, "two-w"), keyIn(shardB, "two-w")}},
-		{"read-only", keyIn(shardA, "ro-r"), nil},
+		{"one-phase", c.keyIn(d, shardA, "one-r"), [][]byte{c.keyIn(d, shardA, "one-w")}},
+		{"two-phase", c.keyIn(d, shardA, "two-r"), [][]byte{c.keyIn(d, shardA, "two-w"), c.keyIn(d, shardB, "two-w")}},
+		{"read-only", c.keyIn(d, shardA, "ro-r"), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := c.nodes[rng.IntN(len(c.nodes))].n
@@ -506,23 +498,8 @@ func TestTxnLocksLostOnLeaderChange(t *testing.T) {
 			if err := run(id); err != nil {
 				t.Fatal(err)
 			}
-			old := c.leader(shardA)
-			from, to := c.transferLeader(shardA, rng)
-			if from == 0 {
-				t.Fatalf("shard %d has no leader to move", shardA)
-			}
-			t.Logf("transaction %s through node %d holds a read lock in shard %d; moving its leadership from node %d to node %d", id, n.id, shardA, from, to)
-			c.eventually(30*time.Second, "another leader", func() error {
-				if old.n.host.Ready(shardA) {
-					return fmt.Errorf("node %d still leads shard %d", old.id, shardA)
-				}
-				for _, tn := range c.nodes {
-					if tn != old && tn.n.host.Ready(shardA) {
-						return nil
-					}
-				}
-				return fmt.Errorf("no new leader of shard %d yet", shardA)
-			})
+			from, to := c.moveLeader(shardA, rng)
+			t.Logf("transaction %s through node %d held a read lock in shard %d; moved its leadership from node %d to node %d", id, n.id, shardA, from, to)
 			_, err = n.CommitTxn(ctx, id)
 			if kv.CodeOf(err) != kv.CodeTxnAborted {
 				t.Fatalf("the commit after the change of leader answered %v, want txn_aborted", err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/groupkv/groupkv/internal/cluster"
 	"github.com/groupkv/groupkv/internal/kv"
 )
 
@@ -30,37 +31,11 @@ func TestTxnReadAfterLocksLostAborts(t *testing.T) {
 		t.Fatal(err)
 	}
 	shardA, shardB := d.Shards[0].ID, d.Shards[1].ID
-	keyIn := func(id uint64, prefix string) []byte {
-		for i := 0; ; i++ {
-			k := []byte(fmt.Sprintf("%s%d", prefix, i))
-			if _, sid := c.node(1).n.route(d, k); sid == id {
-				return k
-			}
-		}
-	}
-	moveLeader := func(shardID uint64) {
-		t.Helper()
-		old := c.leader(shardID)
-		if from, _ := c.transferLeader(shardID, rng); from == 0 {
-			t.Fatalf("shard %d has no leader to move", shardID)
-		}
-		c.eventually(30*time.Second, "another leader", func() error {
-			if old.n.host.Ready(shardID) {
-				return fmt.Errorf("node %d still leads shard %d", old.id, shardID)
-			}
-			for _, tn := range c.nodes {
-				if tn != old && tn.n.host.Ready(shardID) {
-					return nil
-				}
-			}
-			return fmt.Errorf("no new leader of shard %d yet", shardID)
-		})
-	}
 	for _, read := range []string{"get", "batch get", "scan"} {
 		t.Run(read, func(t *testing.T) {
 			n := c.nodes[rng.IntN(len(c.nodes))].n
-			ka, kb := keyIn(shardA, "a-"+read), keyIn(shardB, "b-"+read)
-			calm := keyIn(shardB, "calm-"+read)
+			ka, kb := c.keyIn(d, shardA, "a-"+read), c.keyIn(d, shardB, "b-"+read)
+			calm := c.keyIn(d, shardB, "calm-"+read)
 			collB := "h"
 			if read == "scan" {
 				// A scan of a hash collection locks every shard, a's
@@ -85,7 +60,7 @@ func TestTxnReadAfterLocksLostAborts(t *testing.T) {
 			if rec, _, err := n.TxnGet(ctx, id, kv.KeyRef{Collection: "h", Key: calm}); err != nil || string(rec.Value) != "0" {
 				t.Fatalf("read of another shard's key: %q, %v", rec.Value, err)
 			}
-			moveLeader(shardA)
+			c.moveLeader(shardA, rng)
 			// Another transaction writes both keys: nothing holds a.
 			other := c.nodes[rng.IntN(len(c.nodes))].n
 			res, err := other.ExecTxn(ctx, kv.ExecRequest{Then: []kv.TxnOp{
@@ -123,4 +98,37 @@ func TestTxnReadAfterLocksLostAborts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// keyIn returns a key of collection d that shard id holds: prefix and a
+// number.
+func (c *testCluster) keyIn(d *cluster.CollectionDesc, id uint64, prefix string) []byte {
+	for i := 0; ; i++ {
+		k := []byte(fmt.Sprintf("%s%d", prefix, i))
+		if _, sid := c.node(1).n.route(d, k); sid == id {
+			return k
+		}
+	}
+}
+
+// moveLeader hands shardID's leadership from its leader to another
+// replica (picked with rng) and waits until another node leads it.
+func (c *testCluster) moveLeader(shardID uint64, rng *rand.Rand) (from, to uint64) {
+	c.t.Helper()
+	old := c.leader(shardID)
+	if from, to = c.transferLeader(shardID, rng); from == 0 {
+		c.t.Fatalf("shard %d has no leader to move", shardID)
+	}
+	c.eventually(30*time.Second, "another leader", func() error {
+		if old.n.host.Ready(shardID) {
+			return fmt.Errorf("node %d still leads shard %d", old.id, shardID)
+		}
+		for _, tn := range c.nodes {
+			if tn != old && tn.n.host.Ready(shardID) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no new leader of shard %d yet", shardID)
+	})
+	return from, to
 }
