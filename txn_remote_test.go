@@ -542,3 +542,39 @@ func TestGroupSnapshotReadsRefused(t *testing.T) {
 		t.Fatalf("m0 = %q, %v after refused commits; want 0", rec.Value, err)
 	}
 }
+
+// TestTransactContextEndsInFn: a function that ends its transaction's
+// context and goes on reading gets the context's error from the read, and
+// Transact a *TxnContextError, with nothing written, remote and embedded
+// alike (the node refuses an operation whose context ended).
+func TestTransactContextEndsInFn(t *testing.T) {
+	remote, embedded := startTxnNode(t, 0)
+	bg, cancelAll := context.WithTimeout(context.Background(), time.Minute)
+	defer cancelAll()
+	for i, db := range []groupkv.DB{remote, embedded} {
+		coll := []string{"r", "e"}[i]
+		if _, err := db.CreateCollection(bg, groupkv.CollectionOptions{Name: coll, Shards: 2}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(bg)
+		var readErr error
+		err := db.Transact(ctx, func(tx *groupkv.Tx) error {
+			if err := tx.Put(ctx, groupkv.PutRequest{Collection: coll, Key: []byte("a"), Value: []byte("1")}); err != nil {
+				return err
+			}
+			cancel()
+			_, readErr = tx.Get(ctx, groupkv.GetRequest{Collection: coll, Key: []byte("b")})
+			return readErr
+		})
+		var ce *groupkv.TxnContextError
+		if !errors.As(err, &ce) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("%s: Transact = %v (the read answered %v), want a *TxnContextError matching context.Canceled", coll, err, readErr)
+		}
+		if !errors.Is(readErr, context.Canceled) {
+			t.Fatalf("%s: the read after the context ended answered %v, want its error", coll, readErr)
+		}
+		if _, err := db.Get(bg, groupkv.GetRequest{Collection: coll, Key: []byte("a")}); !errors.Is(err, groupkv.ErrNotFound) {
+			t.Fatalf("%s: the abandoned transaction's write: %v, want not found", coll, err)
+		}
+	}
+}
