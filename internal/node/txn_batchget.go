@@ -278,7 +278,7 @@ func (s *txnSession) lockBatch(ctx context.Context, locks []*shardLock, mode txn
 			seen[i].version = max(seen[i].version, l.resp.Records[j].seen())
 		}
 	}
-	if err := s.validateEarlier(ctx, seen); err != nil {
+	if err := s.validateEarlier(ctx, seen, nil); err != nil {
 		return err
 	}
 	s.ensureHeartbeat()

@@ -245,15 +245,21 @@ func (n *Node) endRetried(ctx context.Context, id string) error {
 		s.abortLocked(ctx, kv.Errorf(kv.CodeTxnAborted, "transaction %s was given up for a new attempt (retry_of)", id))
 		o := s.outcome()
 		s.mu.Unlock()
-		if o.err == nil {
-			return kv.Errorf(kv.CodeInvalidArgument, "retry_of: transaction %s committed (at version %d); a retry would apply it again", id, o.version)
-		}
-		return nil
+		return o.refuseRetry(id)
 	}
-	if o, ok := n.rememberedOutcome(id); ok && o.err == nil {
-		return kv.Errorf(kv.CodeInvalidArgument, "retry_of: transaction %s committed (at version %d); a retry would apply it again", id, o.version)
+	if o, ok := n.rememberedOutcome(id); ok {
+		return o.refuseRetry(id)
 	}
 	return nil
+}
+
+// refuseRetry is the error of a retry of attempt id, which ended as o:
+// none unless it committed.
+func (o txnOutcome) refuseRetry(id string) error {
+	if o.err != nil {
+		return nil
+	}
+	return kv.Errorf(kv.CodeInvalidArgument, "retry_of: transaction %s committed (at version %d); a retry would apply it again", id, o.version)
 }
 
 // noteEnded remembers an attempt that aborted with record rec, for its
@@ -656,7 +662,7 @@ func (s *txnSession) lock(ctx context.Context, shardID uint64, targets []txn.Tar
 		for i := range resp.Records {
 			seen = max(seen, resp.Records[i].seen())
 		}
-		if err := s.validateEarlier(ctx, []shardSeen{{shardID, seen}}); err != nil {
+		if err := s.validateEarlier(ctx, []shardSeen{{shardID, seen}}, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -687,10 +693,16 @@ type shardSeen struct {
 // checked with the shard's leader, which answers whether the locks are
 // still held in their term: if not, the attempt aborts before fn sees
 // the read (txn_aborted).
-func (s *txnSession) validateEarlier(ctx context.Context, seen []shardSeen) error {
+//
+// A scan or tag query, which reads every shard of its span at one
+// version, names the shards the attempt read under before it (earlier):
+// only those are checked. (A shard it locked for the first time holds
+// nothing the attempt read before to disagree with the page.) Nil checks
+// every shard.
+func (s *txnSession) validateEarlier(ctx context.Context, seen []shardSeen, earlier map[uint64]bool) error {
 	for _, p := range s.parts {
-		if p.term == 0 || len(p.reads) == 0 {
-			continue // no lock to validate, or none it read under
+		if p.term == 0 || len(p.reads) == 0 || earlier != nil && !earlier[p.shard] {
+			continue // no lock to validate, or none it read under before
 		}
 		var v uint64
 		for _, e := range seen {
@@ -717,6 +729,17 @@ func (s *txnSession) validateEarlier(ctx context.Context, seen []shardSeen) erro
 		p.confirmed = max(p.confirmed, confirmed)
 	}
 	return nil
+}
+
+// readShards returns the shards the attempt read under so far.
+func (s *txnSession) readShards() map[uint64]bool {
+	out := make(map[uint64]bool, len(s.parts))
+	for id, p := range s.parts {
+		if len(p.reads) > 0 {
+			out[id] = true
+		}
+	}
+	return out
 }
 
 // anchoredIn reports whether shardID holds the attempt's record.
@@ -1081,6 +1104,7 @@ func (s *txnSession) scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResul
 		}
 		return s.overlay(d, req, res), nil
 	}
+	earlier := s.readShards()
 	if err := s.lockSpan(ctx, d, req.Start, req.End); err != nil {
 		return kv.ScanResult{}, err
 	}
@@ -1093,7 +1117,7 @@ func (s *txnSession) scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResul
 		return kv.ScanResult{}, err
 	}
 	// What the page saw (deletions too) is at or below its version.
-	if err := s.validateEarlier(ctx, []shardSeen{{0, res.Version}}); err != nil {
+	if err := s.validateEarlier(ctx, []shardSeen{{0, res.Version}}, earlier); err != nil {
 		return kv.ScanResult{}, s.fail(ctx, err)
 	}
 	return s.overlay(d, req, res), nil
@@ -1143,6 +1167,7 @@ func (s *txnSession) getByTags(ctx context.Context, q kv.TagQuery) (kv.ScanResul
 		}
 		return s.mergeOwn(d, nil, nil, q.Page, false, q.Limit, res, keep), nil
 	}
+	earlier := s.readShards()
 	if err := s.lockSpan(ctx, d, nil, nil); err != nil {
 		return kv.ScanResult{}, err
 	}
@@ -1154,7 +1179,7 @@ func (s *txnSession) getByTags(ctx context.Context, q kv.TagQuery) (kv.ScanResul
 	if err := s.stillPending(ctx); err != nil {
 		return kv.ScanResult{}, err
 	}
-	if err := s.validateEarlier(ctx, []shardSeen{{0, res.Version}}); err != nil {
+	if err := s.validateEarlier(ctx, []shardSeen{{0, res.Version}}, earlier); err != nil {
 		return kv.ScanResult{}, s.fail(ctx, err)
 	}
 	return s.mergeOwn(d, nil, nil, q.Page, false, q.Limit, res, keep), nil
