@@ -340,10 +340,12 @@ func (n *Node) leaderRead(ctx context.Context, shardID, ts, now uint64) (uint64,
 	}
 	deadline := time.Now().Add(n.retryWindow())
 	for attempt := 0; ; attempt++ {
+		t0 := time.Now()
 		resolved, err := n.leaderReadOnce(ctx, shardID, ts, now)
 		if err == nil || !retryable(err) || ctx.Err() != nil || !n.hasReplica(shardID) {
 			return resolved, err
 		}
+		deadline = deadline.Add(time.Since(t0)) // as in proposeHops
 		if berr := backoff(ctx, attempt, deadline, err); berr != nil {
 			return 0, berr
 		}
@@ -362,7 +364,7 @@ func (n *Node) leaderReadOnce(ctx context.Context, shardID, ts, now uint64) (uin
 		return 0, kv.Errorf(kv.CodeUnavailable, "shard %d has no leader", shardID)
 	}
 	var resp leaderReadResponse
-	if err := n.callNode(ctx, leader, "LeaderRead", &leaderReadRequest{Shard: shardID, SnapshotTS: ts, Now: now}, &resp); err != nil {
+	if _, err := n.callLeader(ctx, shardID, leader, "LeaderRead", &leaderReadRequest{Shard: shardID, SnapshotTS: ts, Now: now}, &resp); err != nil {
 		return 0, err
 	}
 	if err := resp.Error.err(); err != nil {

@@ -241,6 +241,68 @@ func (n *Node) callSent(ctx context.Context, addr, method string, req, resp any)
 	return true, nil
 }
 
+// callLeader is callSent to node leader, which led shardID when the call
+// began. A leader that stops answering with its connections open (a
+// stopped process) would hold the call until the request's deadline, and
+// a retry elsewhere cannot tell whether it took the request. So once this
+// node's replica of shardID knows another leader, leader is pinged: the
+// call is abandoned, with a not_leader error, when it does not answer.
+// (A former leader that answers is waited for: a proposal it took is
+// decided by its successor's log.) Without a replica here, it is callSent.
+func (n *Node) callLeader(ctx context.Context, shardID, leader uint64, method string, req, resp any) (sent bool, err error) {
+	nd, ok := n.nodeDesc(leader)
+	if !ok {
+		return false, kv.Errorf(kv.CodeUnavailable, "node %d is not a known member", leader)
+	}
+	if !n.hasReplica(shardID) {
+		return n.callSent(ctx, nd.PeerAddr, method, req, resp)
+	}
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go n.watchLeader(cctx, shardID, leader, nd.PeerAddr, cancel)
+	sent, err = n.callSent(cctx, nd.PeerAddr, method, req, resp)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(cctx), errLeaderSilent) {
+		return sent, kv.Errorf(kv.CodeNotLeader, "node %d, which led shard %d, stopped answering after node %d was elected", leader, shardID, n.leaderOf(shardID))
+	}
+	return sent, err
+}
+
+// errLeaderSilent ends a callLeader whose former leader did not answer.
+var errLeaderSilent = errors.New("node: a shard's former leader stopped answering")
+
+// watchLeader cancels a callLeader's context with errLeaderSilent when
+// shardID's replica here knows a leader other than leader, and leader
+// does not answer a status request within a few ticks; it returns when
+// ctx ends.
+func (n *Node) watchLeader(ctx context.Context, shardID, leader uint64, addr string, cancel context.CancelCauseFunc) {
+	tick := n.opts.TickInterval
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	var next time.Time // of the next ping
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if l := n.leaderOf(shardID); l == 0 || l == leader || time.Now().Before(next) {
+			continue
+		}
+		pctx, pcancel := context.WithTimeout(ctx, max(5*tick, 500*time.Millisecond))
+		var st statusResponse
+		err := n.call(pctx, addr, "Status", &statusRequest{}, &st)
+		pcancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			cancel(errLeaderSilent)
+			return
+		}
+		next = time.Now().Add(5 * tick)
+	}
+}
+
 // callNode invokes a peer method on node id.
 func (n *Node) callNode(ctx context.Context, id uint64, method string, req, resp any) error {
 	nd, ok := n.nodeDesc(id)
@@ -321,11 +383,7 @@ func (n *Node) handleStatus(ctx context.Context, _ *statusRequest) (*statusRespo
 // proposeRemote hands a command to node id's proposal path.
 func (n *Node) proposeRemote(ctx context.Context, id, shardID uint64, cmd []byte, hops int) (shard.Result, error) {
 	var resp proposeResponse
-	nd, ok := n.nodeDesc(id)
-	if !ok {
-		return shard.Result{}, kv.Errorf(kv.CodeUnavailable, "node %d is not a known member", id)
-	}
-	if sent, err := n.callSent(ctx, nd.PeerAddr, "Propose", &proposeRequest{Shard: shardID, Command: cmd, Hops: hops}, &resp); err != nil {
+	if sent, err := n.callLeader(ctx, shardID, id, "Propose", &proposeRequest{Shard: shardID, Command: cmd, Hops: hops}, &resp); err != nil {
 		if sent && shard.IsWrite(cmd) {
 			// The request may have reached the leader before the call
 			// failed: the write may or may not take effect.

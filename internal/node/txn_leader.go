@@ -403,6 +403,7 @@ func (n *Node) txnLock(ctx context.Context, req *txnLockRequest) (*txnLockRespon
 	for attempt := 0; ; attempt++ {
 		var resp *txnLockResponse
 		var err error
+		t0 := time.Now()
 		if n.lockTable(req.Shard) != nil {
 			resp, err = n.txnLockLocal(ctx, req)
 		} else {
@@ -411,7 +412,7 @@ func (n *Node) txnLock(ctx context.Context, req *txnLockRequest) (*txnLockRespon
 				err = kv.Errorf(kv.CodeUnavailable, "shard %d has no leader", req.Shard)
 			} else {
 				resp = new(txnLockResponse)
-				if err = n.callNode(ctx, leader, "TxnLock", req, resp); err == nil {
+				if _, err = n.callLeader(ctx, req.Shard, leader, "TxnLock", req, resp); err == nil {
 					err = resp.Error.err()
 				}
 			}
@@ -428,6 +429,10 @@ func (n *Node) txnLock(ctx context.Context, req *txnLockRequest) (*txnLockRespon
 			// retries, routed to the shard that took the key in.
 			return nil, kv.Errorf(kv.CodeTxnAborted, "transaction %s: shard %d was merged into its neighbour while the transaction locked keys in it; retry the transaction", req.Meta.ID, req.Shard)
 		}
+		// The window bounds the time spent looking for a leader, not the
+		// time a request waited (for locks, or for a leader that stopped
+		// answering: callLeader).
+		deadline = deadline.Add(time.Since(t0))
 		if berr := backoff(ctx, attempt, deadline, err); berr != nil {
 			return nil, lockUnreachable(req.Shard, berr)
 		}
@@ -652,7 +657,7 @@ func (n *Node) txnValidate(ctx context.Context, req *txnReleaseRequest) (held bo
 		return false, 0, kv.Errorf(kv.CodeUnavailable, "shard %d has no leader", req.Shard)
 	}
 	var resp txnReleaseResponse
-	if err := n.callNode(ctx, leader, "TxnRelease", req, &resp); err != nil {
+	if _, err := n.callLeader(ctx, req.Shard, leader, "TxnRelease", req, &resp); err != nil {
 		return false, 0, err
 	}
 	return resp.Held, resp.Confirmed, resp.Error.err()
