@@ -241,66 +241,79 @@ func (n *Node) callSent(ctx context.Context, addr, method string, req, resp any)
 	return true, nil
 }
 
-// callLeader is callSent to node leader, which led shardID when the call
-// began. A leader that stops answering with its connections open (a
-// stopped process) would hold the call until the request's deadline, and
-// a retry elsewhere cannot tell whether it took the request. So once this
-// node's replica of shardID knows another leader, leader is pinged: the
-// call is abandoned, with a not_leader error, when it does not answer.
-// (A former leader that answers is waited for: a proposal it took is
-// decided by its successor's log.) Without a replica here, it is callSent.
-func (n *Node) callLeader(ctx context.Context, shardID, leader uint64, method string, req, resp any) (sent bool, err error) {
-	nd, ok := n.nodeDesc(leader)
+// callLeader is callSent to node target, which led shardID when the call
+// began (or, without a replica of it here, a node holding one). A node
+// that stops answering with its connections open (a stopped process)
+// would hold the call until the request's deadline, and a retry elsewhere
+// cannot tell whether it took the request. So target is pinged — once
+// this node's replica of shardID knows another leader, or, without a
+// replica here, once the call has waited an election timeout — and the
+// call is abandoned when it does not answer: not_leader in the first
+// case, unavailable in the second, both retried by the callers. (A node
+// that answers is waited for: a proposal a former leader took is decided
+// by its successor's log.)
+func (n *Node) callLeader(ctx context.Context, shardID, target uint64, method string, req, resp any) (sent bool, err error) {
+	nd, ok := n.nodeDesc(target)
 	if !ok {
-		return false, kv.Errorf(kv.CodeUnavailable, "node %d is not a known member", leader)
-	}
-	if !n.hasReplica(shardID) {
-		return n.callSent(ctx, nd.PeerAddr, method, req, resp)
+		return false, kv.Errorf(kv.CodeUnavailable, "node %d is not a known member", target)
 	}
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	go n.watchLeader(cctx, shardID, leader, nd.PeerAddr, cancel)
+	w := &callWatch{n: n, ctx: cctx, cancel: cancel, shard: shardID, target: target, addr: nd.PeerAddr, start: time.Now()}
+	w.timer = time.AfterFunc(time.Hour, w.check) // armed once w.timer is set
+	w.timer.Reset(n.opts.TickInterval)
+	defer w.timer.Stop()
 	sent, err = n.callSent(cctx, nd.PeerAddr, method, req, resp)
-	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(cctx), errLeaderSilent) {
-		return sent, kv.Errorf(kv.CodeNotLeader, "node %d, which led shard %d, stopped answering after node %d was elected", leader, shardID, n.leaderOf(shardID))
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(cctx), errSilent) {
+		if l := n.leaderOf(shardID); n.hasReplica(shardID) && l != 0 && l != target {
+			return sent, kv.Errorf(kv.CodeNotLeader, "node %d, which led shard %d, stopped answering after node %d was elected", target, shardID, l)
+		}
+		return sent, kv.Errorf(kv.CodeUnavailable, "node %d stopped answering (a status request went unanswered) while it held a request for shard %d", target, shardID)
 	}
 	return sent, err
 }
 
-// errLeaderSilent ends a callLeader whose former leader did not answer.
-var errLeaderSilent = errors.New("node: a shard's former leader stopped answering")
+// errSilent ends a callLeader whose node did not answer a ping.
+var errSilent = errors.New("node: a peer stopped answering")
 
-// watchLeader cancels a callLeader's context with errLeaderSilent when
-// shardID's replica here knows a leader other than leader, and leader
-// does not answer a status request within a few ticks; it returns when
-// ctx ends.
-func (n *Node) watchLeader(ctx context.Context, shardID, leader uint64, addr string, cancel context.CancelCauseFunc) {
-	tick := n.opts.TickInterval
-	t := time.NewTicker(tick)
-	defer t.Stop()
-	var next time.Time // of the next ping
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if l := n.leaderOf(shardID); l == 0 || l == leader || time.Now().Before(next) {
-			continue
-		}
-		pctx, pcancel := context.WithTimeout(ctx, max(5*tick, 500*time.Millisecond))
-		var st statusResponse
-		err := n.call(pctx, addr, "Status", &statusRequest{}, &st)
-		pcancel()
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			cancel(errLeaderSilent)
-			return
-		}
-		next = time.Now().Add(5 * tick)
+// callWatch watches one callLeader, every tick until its context ends.
+type callWatch struct {
+	n      *Node
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	timer  *time.Timer
+	shard  uint64
+	target uint64
+	addr   string
+	start  time.Time
+	next   time.Time // of the next ping
+}
+
+func (w *callWatch) check() {
+	if w.ctx.Err() != nil {
+		return
 	}
+	tick := w.n.opts.TickInterval
+	defer w.timer.Reset(tick)
+	now := time.Now()
+	if now.Before(w.next) {
+		return
+	}
+	if w.n.hasReplica(w.shard) {
+		if l := w.n.leaderOf(w.shard); l == 0 || l == w.target {
+			return
+		}
+	} else if now.Sub(w.start) < 10*tick {
+		return
+	}
+	pctx, pcancel := context.WithTimeout(w.ctx, max(5*tick, 500*time.Millisecond))
+	var st statusResponse
+	err := w.n.call(pctx, w.addr, "Status", &statusRequest{}, &st)
+	pcancel()
+	if err != nil && w.ctx.Err() == nil {
+		w.cancel(errSilent)
+	}
+	w.next = time.Now().Add(5 * tick)
 }
 
 // callNode invokes a peer method on node id.
@@ -432,7 +445,7 @@ func (n *Node) forwardRead(ctx context.Context, shards []uint64, op string, req,
 		return true, kv.Errorf(kv.CodeInternal, "encoding a forwarded read: %v", err)
 	}
 	var out forwardedReadResponse
-	if err := n.callNode(ctx, target, "Read", &forwardedRead{Op: op, Request: body}, &out); err != nil {
+	if _, err := n.callLeader(ctx, shards[0], target, "Read", &forwardedRead{Op: op, Request: body}, &out); err != nil {
 		return true, err
 	}
 	if err := out.Error.err(); err != nil {
