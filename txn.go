@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/groupkv/groupkv/internal/api"
 	"github.com/groupkv/groupkv/internal/kv"
 )
 
@@ -625,9 +624,9 @@ func txnBackoff(n int) time.Duration {
 // execTxn runs a one-shot transaction on b; see DB.Exec.
 func execTxn(ctx context.Context, b kv.TxnBackend, req ExecRequest) (ExecResult, error) {
 	// The checks of a request received by a server (at least one
-	// operation, no value in a get, ...), so that an embedded DB refuses
-	// what a remote one would.
-	if _, err := api.ExecRequestFromPB(api.ExecRequestToPB(req)); err != nil {
+	// operation, no value in a get, ...): an embedded DB refuses what a
+	// remote one would, before the backend sees it.
+	if err := kv.ValidateExec(req); err != nil {
 		return ExecResult{}, err
 	}
 	return b.ExecTxn(ctx, req)

@@ -130,3 +130,69 @@ type TxnBackend interface {
 	// ExecTxn runs a one-shot transaction, retrying it on conflict.
 	ExecTxn(ctx context.Context, req ExecRequest) (ExecResult, error)
 }
+
+// ValidateExec checks a one-shot transaction as a server checks one it
+// receives, so that every caller of TxnBackend.ExecTxn, embedded or
+// remote, is refused alike: at least one operation; every compare and
+// operation naming a valid collection and key; ops get, put or delete,
+// only a put carrying a value or tags, and valid tags; the keys and
+// values within MaxRequestBytes. An error names the part at fault (if[i],
+// then[i], else[i]).
+func ValidateExec(req ExecRequest) error {
+	n := 0
+	for i, c := range req.If {
+		if err := validateRef(c.Collection, c.Key); err != nil {
+			return Errorf(CodeOf(err), "if[%d]: %s", i, AsError(err).Message)
+		}
+		n += len(c.Key) + len(c.Value)
+	}
+	if len(req.Then) == 0 && len(req.Else) == 0 {
+		return Errorf(CodeInvalidArgument, "no operations: give then (run when every compare holds) and/or else (run otherwise), at least one operation")
+	}
+	for _, branch := range []struct {
+		name string
+		ops  []TxnOp
+	}{{"then", req.Then}, {"else", req.Else}} {
+		for i, op := range branch.ops {
+			if err := validateTxnOp(op); err != nil {
+				return Errorf(CodeOf(err), "%s[%d]: %s", branch.name, i, AsError(err).Message)
+			}
+			n += len(op.Key) + len(op.Value)
+		}
+	}
+	if n > MaxRequestBytes {
+		return Errorf(CodeTooLarge, "the keys and values of the request are %d bytes, the limit is %d: split it", n, MaxRequestBytes)
+	}
+	return nil
+}
+
+func validateRef(collection string, key []byte) error {
+	if err := ValidateCollectionName(collection); err != nil {
+		return err
+	}
+	return ValidateKey(key)
+}
+
+func validateTxnOp(op TxnOp) error {
+	switch op.Op {
+	case TxnOpGet, TxnOpPut, TxnOpDelete:
+	case "":
+		return Errorf(CodeInvalidArgument, `no op: set op to "get", "put" or "delete"`)
+	default:
+		name := op.Op
+		if len(name) > 64 {
+			name = name[:64] + "..."
+		}
+		return Errorf(CodeInvalidArgument, `op %q is not known: use "get", "put" or "delete"`, name)
+	}
+	if err := validateRef(op.Collection, op.Key); err != nil {
+		return err
+	}
+	if op.Op != TxnOpPut {
+		if len(op.Value) > 0 || len(op.Tags) > 0 {
+			return Errorf(CodeInvalidArgument, "a %s takes no value and no tags: only a put does", op.Op)
+		}
+		return nil
+	}
+	return ValidateTags(op.Tags)
+}

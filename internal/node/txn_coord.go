@@ -1716,22 +1716,22 @@ func (n *Node) ExecTxn(ctx context.Context, req kv.ExecRequest) (kv.ExecResult, 
 	}
 }
 
+// validateExec refuses a one-shot transaction that is malformed
+// (kv.ValidateExec) or writes a collection of groupkv's own.
 func validateExec(ctx context.Context, req kv.ExecRequest) error {
-	for i, c := range req.If {
-		if c.Collection == "" || len(c.Key) == 0 {
-			return kv.Errorf(kv.CodeInvalidArgument, "if[%d]: a compare needs a collection and a key", i)
-		}
+	if err := kv.ValidateExec(req); err != nil {
+		return err
 	}
-	for _, ops := range [][]kv.TxnOp{req.Then, req.Else} {
-		for i, op := range ops {
-			switch op.Op {
-			case kv.TxnOpGet:
-			case kv.TxnOpPut, kv.TxnOpDelete:
-				if err := checkWritable(ctx, op.Collection); err != nil {
-					return kv.Errorf(kv.CodeOf(err), "operation %d: %s", i, kv.AsError(err).Message)
-				}
-			default:
-				return kv.Errorf(kv.CodeInvalidArgument, "operation %d: op %q is not get, put or delete", i, op.Op)
+	for _, branch := range []struct {
+		name string
+		ops  []kv.TxnOp
+	}{{"then", req.Then}, {"else", req.Else}} {
+		for i, op := range branch.ops {
+			if op.Op == kv.TxnOpGet {
+				continue
+			}
+			if err := checkWritable(ctx, op.Collection); err != nil {
+				return kv.Errorf(kv.CodeOf(err), "%s[%d]: %s", branch.name, i, kv.AsError(err).Message)
 			}
 		}
 	}
