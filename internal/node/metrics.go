@@ -17,6 +17,9 @@ type metrics struct {
 	// resolvesBatched the resolves in them (txn_resolves.go).
 	resolveBatches  prometheus.Counter
 	resolvesBatched prometheus.Counter
+	// readValidations counts the checks of locks held elsewhere that
+	// reads of transactions asked for (txnSession.validateEarlier).
+	readValidations prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry, eng *storage.Engine) *metrics {
@@ -30,6 +33,9 @@ func newMetrics(reg *prometheus.Registry, eng *storage.Engine) *metrics {
 	m.resolvesBatched = counter(reg,
 		"groupkv_txn_resolves_batched_total",
 		"Resolves proposed in batches of several (groupkv_txn_resolve_batches_total).")
+	m.readValidations = counter(reg,
+		"groupkv_txn_read_validations_total",
+		"Checks, asked by a transaction's read before it is returned, that the transaction still holds its locks in a shard it read under before: the read saw a version above that shard's when its locks were last confirmed.")
 	// The Go runtime's scheduler metrics besides the defaults: among them
 	// go_sched_latencies_seconds, how long goroutines waited to run once
 	// runnable (a server short of CPU shows there first).

@@ -713,6 +713,7 @@ func (s *txnSession) validateEarlier(ctx context.Context, seen []shardSeen, earl
 		if v <= p.confirmed {
 			continue
 		}
+		s.n.metrics.readValidations.Inc()
 		held, confirmed, err := s.n.txnValidate(ctx, &txnReleaseRequest{Shard: p.shard, ID: s.meta.ID, Term: p.term, Validate: true})
 		if err != nil && ctx.Err() == nil {
 			// No leader to ask (the shard is electing one, or a split or

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/groupkv/groupkv/internal/cluster"
 	"github.com/groupkv/groupkv/internal/kv"
 )
@@ -70,6 +72,7 @@ func TestTxnReadAfterLocksLostAborts(t *testing.T) {
 			if err != nil || !res.Succeeded {
 				t.Fatalf("the other transaction: %+v, %v", res, err)
 			}
+			asked := testutil.ToFloat64(n.metrics.readValidations)
 			var got string
 			switch read {
 			case "get":
@@ -93,6 +96,9 @@ func TestTxnReadAfterLocksLostAborts(t *testing.T) {
 				t.Fatalf("after reading a = 0 under a lock since lost, the %s of b answered %q, %v; want txn_aborted", read, got, err)
 			}
 			t.Logf("the %s answered: %v", read, err)
+			if v := testutil.ToFloat64(n.metrics.readValidations); v <= asked {
+				t.Fatalf("groupkv_txn_read_validations_total went from %v to %v: the %s asked a's shard nothing", asked, v, read)
+			}
 			if _, err := n.CommitTxn(ctx, id); kv.CodeOf(err) != kv.CodeTxnAborted {
 				t.Fatalf("the commit of the aborted attempt answered %v", err)
 			}
