@@ -1091,6 +1091,7 @@ func (n *Node) atGroupLeader(ctx context.Context, shardID uint64, method string,
 	for attempt := 0; ; attempt++ {
 		var out any
 		var err error
+		t0 := time.Now()
 		if n.host.Ready(shardID) {
 			out, err = local(ctx)
 		} else {
@@ -1103,7 +1104,7 @@ func (n *Node) atGroupLeader(ctx context.Context, shardID uint64, method string,
 			if target == 0 || target == n.id {
 				err = kv.Errorf(kv.CodeUnavailable, "shard %d has no leader", shardID)
 			} else {
-				out, err = n.callGroupMethod(ctx, target, method, req)
+				out, err = n.callGroupMethod(ctx, shardID, target, method, req)
 			}
 		}
 		if err == nil {
@@ -1112,13 +1113,18 @@ func (n *Node) atGroupLeader(ctx context.Context, shardID uint64, method string,
 		if !retryable(err) || ctx.Err() != nil {
 			return nil, err
 		}
+		deadline = deadline.Add(time.Since(t0)) // as in proposeHops
 		if berr := backoff(ctx, attempt, deadline, err); berr != nil {
 			return nil, berr
 		}
 	}
 }
 
-func (n *Node) callGroupMethod(ctx context.Context, target uint64, method string, req any) (any, error) {
+// callGroupMethod calls method on node target, which leads shardID (or
+// knows who does). A read (GroupRead, GroupOwner) is abandoned if target
+// stops answering once another node leads the shard (callLeader), and
+// retried there; a change is waited for, as its outcome would be unknown.
+func (n *Node) callGroupMethod(ctx context.Context, shardID, target uint64, method string, req any) (any, error) {
 	switch method {
 	case "GroupCreate":
 		resp := new(groupCreateResponse)
@@ -1137,13 +1143,13 @@ func (n *Node) callGroupMethod(ctx context.Context, target uint64, method string
 		return resp, resp.Error.err()
 	case "GroupRead":
 		resp := new(groupReadResponse)
-		if err := n.callNode(ctx, target, method, req, resp); err != nil {
+		if _, err := n.callLeader(ctx, shardID, target, method, req, resp); err != nil {
 			return nil, err
 		}
 		return resp, resp.Error.err()
 	case "GroupOwner":
 		resp := new(groupOwnerResponse)
-		if err := n.callNode(ctx, target, method, req, resp); err != nil {
+		if _, err := n.callLeader(ctx, shardID, target, method, req, resp); err != nil {
 			return nil, err
 		}
 		return resp, resp.Error.err()

@@ -14,8 +14,9 @@ import (
 
 // TestForwardedToFrozenLeader: a shard's leader stops answering with its
 // connections open (as a stopped process), and the other two elect
-// another. A write, a linearizable read and a transaction, each sent
-// through a follower as the leader stops, end soon after the election
+// another. A write, a linearizable read, a transaction and a Key Group's
+// description, each sent through a follower as the leader stops, end soon
+// after the election
 // instead of waiting for the stopped node until the request's deadline.
 // (The deadline is generous: it only catches a wait for the stopped
 // node.)
@@ -107,6 +108,21 @@ func TestForwardedToFrozenLeader(t *testing.T) {
 	if err != nil || string(r.Value) != "txn" {
 		t.Fatalf("after the rounds: %q, %v; want the transaction's write", r.Value, err)
 	}
+	// A Key Group led by a key of the shard: its description is read on
+	// the shard's leader.
+	member := c.keyIn(d, d.Shards[1].ID, "m")
+	c.eventually(30*time.Second, "the group is created", func() error {
+		_, err := c.node(1).n.CreateGroup(ctx, kv.GroupSpec{ID: "g", Leader: kv.KeyRef{Collection: "h", Key: key},
+			Members: []kv.KeyRef{{Collection: "h", Key: member}}})
+		return err
+	})
+	round("a group's description", false, func(ctx context.Context, via *testNode) error {
+		info, err := via.n.DescribeGroup(ctx, "g")
+		if err == nil && len(info.Members) == 0 {
+			return fmt.Errorf("described with no members: %+v", info)
+		}
+		return err
+	})
 }
 
 // TestForwardedToFrozenNodeWithoutReplica: a node holding no replica of a
