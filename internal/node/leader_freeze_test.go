@@ -24,25 +24,11 @@ func TestForwardedToFrozenLeader(t *testing.T) {
 	c := startCluster(t, 3, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c.createTxnCollections(ctx)
-	d, err := c.node(1).n.collection("h")
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := c.txnCollectionH(ctx)
 	shardID := d.Shards[0].ID
-	// Every replica must know itself a voter (one that has not applied
-	// its promotion cannot stand for election), and the shard's leader
-	// must not run the timestamp oracle, which has its own bound.
-	c.eventually(30*time.Second, "every node sees three voters", func() error {
-		for _, tn := range c.nodes {
-			for _, id := range []uint64{cluster.MetaShardID, shardID} {
-				if cs, ok := tn.n.host.ConfState(id); !ok || len(cs.Voters) != 3 {
-					return fmt.Errorf("node %d sees %d voters of shard %d", tn.id, len(cs.Voters), id)
-				}
-			}
-		}
-		return nil
-	})
+	// The shard's leader must not run the timestamp oracle, which has its
+	// own bound (each round moves it away).
+	c.waitVoters(3, cluster.MetaShardID, shardID)
 	rng := rand.New(rand.NewPCG(clusterSeed(t), 0))
 	key := c.keyIn(d, shardID, "k")
 	if _, err := c.node(1).n.Put(ctx, kv.PutRequest{Collection: "h", Key: key, Value: []byte("0")}); err != nil {
@@ -134,11 +120,7 @@ func TestForwardedToFrozenNodeWithoutReplica(t *testing.T) {
 	c := startCluster(t, 4, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c.createTxnCollections(ctx)
-	d, err := c.node(1).n.collection("h")
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := c.txnCollectionH(ctx)
 	// A shard with a node that holds no replica of it, and whose leader
 	// does not run the timestamp oracle.
 	var (
@@ -162,17 +144,7 @@ func TestForwardedToFrozenNodeWithoutReplica(t *testing.T) {
 	if via == nil {
 		t.Fatalf("every node holds every shard of %v", d.Shards)
 	}
-	c.eventually(30*time.Second, "every replica sees three voters", func() error {
-		for _, tn := range c.nodes {
-			if tn == via {
-				continue
-			}
-			if cs, ok := tn.n.host.ConfState(shardID); !ok || len(cs.Voters) != 3 {
-				return fmt.Errorf("node %d sees %d voters of shard %d", tn.id, len(cs.Voters), shardID)
-			}
-		}
-		return nil
-	})
+	c.waitVoters(3, shardID)
 	rng := rand.New(rand.NewPCG(clusterSeed(t), 0))
 	if c.leader(shardID) == c.leader(cluster.MetaShardID) {
 		c.moveLeader(shardID, rng)

@@ -20,16 +20,7 @@ import (
 // node.)
 func TestOracleLeaderFrozen(t *testing.T) {
 	c := startCluster(t, 3, nil)
-	// Every replica must know itself a voter: one that has not applied
-	// its promotion yet cannot stand for election.
-	c.eventually(30*time.Second, "every node sees three meta voters", func() error {
-		for _, tn := range c.nodes {
-			if cs, ok := tn.n.host.ConfState(cluster.MetaShardID); !ok || len(cs.Voters) != 3 {
-				return fmt.Errorf("node %d sees %d meta voters", tn.id, len(cs.Voters))
-			}
-		}
-		return nil
-	})
+	c.waitVoters(3, cluster.MetaShardID)
 	old := c.leader(cluster.MetaShardID)
 	var via *testNode
 	for _, tn := range c.nodes {
@@ -65,11 +56,7 @@ func TestTxnAbortReleasesWhileRecordShardFrozen(t *testing.T) {
 	c := startCluster(t, 3, func(o *Options) { o.TxnTimeout = time.Minute })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c.createTxnCollections(ctx)
-	d, err := c.node(1).n.collection("h")
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := c.txnCollectionH(ctx)
 	// The record's shard A and the second key's shard B, led by another
 	// node.
 	shardA, shardB := d.Shards[0].ID, d.Shards[1].ID

@@ -376,6 +376,38 @@ func (c *testCluster) shardIDs(names ...string) []uint64 {
 	return ids
 }
 
+// txnCollectionH runs createTxnCollections and returns collection h.
+func (c *testCluster) txnCollectionH(ctx context.Context) *cluster.CollectionDesc {
+	c.t.Helper()
+	c.createTxnCollections(ctx)
+	d, err := c.node(1).n.collection("h")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return d
+}
+
+// waitVoters waits until as many nodes as a shard has voters see that
+// many voters of each of shards: a replica that has not applied its
+// promotion cannot stand for election.
+func (c *testCluster) waitVoters(voters int, shards ...uint64) {
+	c.t.Helper()
+	c.eventually(30*time.Second, fmt.Sprintf("%d voters of shards %v seen by each", voters, shards), func() error {
+		for _, id := range shards {
+			seen := 0
+			for _, tn := range c.nodes {
+				if cs, ok := tn.n.host.ConfState(id); ok && len(cs.Voters) == voters {
+					seen++
+				}
+			}
+			if seen < voters {
+				return fmt.Errorf("%d nodes see %d voters of shard %d", seen, voters, id)
+			}
+		}
+		return nil
+	})
+}
+
 // createTxnCollections creates hash collection h (4 shards) and range
 // collection r (split at "k4") and waits until every node knows them.
 func (c *testCluster) createTxnCollections(ctx context.Context) {
