@@ -1121,9 +1121,10 @@ func (n *Node) atGroupLeader(ctx context.Context, shardID uint64, method string,
 }
 
 // callGroupMethod calls method on node target, which leads shardID (or
-// knows who does). A read (GroupRead, GroupOwner) is abandoned if target
-// stops answering once another node leads the shard (callLeader), and
-// retried there; a change is waited for, as its outcome would be unknown.
+// knows who does). A read (GroupRead, GroupOwner) or a commit is
+// abandoned if target stops answering once another node leads the shard
+// (callLeader): a read is retried there; a commit the target may have
+// received answers commit_unknown.
 func (n *Node) callGroupMethod(ctx context.Context, shardID, target uint64, method string, req any) (any, error) {
 	switch method {
 	case "GroupCreate":
@@ -1155,7 +1156,13 @@ func (n *Node) callGroupMethod(ctx context.Context, shardID, target uint64, meth
 		return resp, resp.Error.err()
 	case "GroupCommit":
 		resp := new(groupCommitResponse)
-		if err := n.callNode(ctx, target, method, req, resp); err != nil {
+		if sent, err := n.callLeader(ctx, shardID, target, method, req, resp); err != nil {
+			if sent && !req.(*groupCommitRequest).Release {
+				// It may have reached the leader and been proposed there:
+				// a retry could apply it again, or refuse it as changed
+				// by itself.
+				return nil, kv.Errorf(kv.CodeCommitUnknown, "forwarding the group commit to node %d failed (%v); it may or may not have taken effect", target, err)
+			}
 			return nil, err
 		}
 		return resp, resp.Error.err()

@@ -37,7 +37,7 @@ func TestForwardedToFrozenLeader(t *testing.T) {
 	// Each round stops the shard's leader and runs one operation through
 	// a follower at once, while it still takes the stopped node for the
 	// leader.
-	round := func(what string, unknownOK bool, f func(ctx context.Context, via *testNode) error) {
+	round := func(what string, unknownOK bool, before func(via *testNode), f func(ctx context.Context, via *testNode) error) {
 		t.Helper()
 		if c.leader(shardID) == c.leader(cluster.MetaShardID) {
 			c.moveLeader(shardID, rng)
@@ -49,6 +49,9 @@ func TestForwardedToFrozenLeader(t *testing.T) {
 				via = tn
 				break
 			}
+		}
+		if before != nil {
+			before(via)
 		}
 		t.Logf("%s: freezing node %d, leader of shard %d; through node %d", what, frozen.id, shardID, via.id)
 		c.net.freeze(frozen.id)
@@ -68,15 +71,15 @@ func TestForwardedToFrozenLeader(t *testing.T) {
 	}
 	// A write may have reached the stopped leader: it answers its
 	// version or commit_unknown.
-	round("a put", true, func(ctx context.Context, via *testNode) error {
+	round("a put", true, nil, func(ctx context.Context, via *testNode) error {
 		_, err := via.n.Put(ctx, kv.PutRequest{Collection: "h", Key: key, Value: []byte("1")})
 		return err
 	})
-	round("a get", false, func(ctx context.Context, via *testNode) error {
+	round("a get", false, nil, func(ctx context.Context, via *testNode) error {
 		_, err := via.n.Get(ctx, kv.GetRequest{Collection: "h", Key: key})
 		return err
 	})
-	round("a transaction", false, func(ctx context.Context, via *testNode) error {
+	round("a transaction", false, nil, func(ctx context.Context, via *testNode) error {
 		id, err := via.n.BeginTxn(ctx, kv.TxnOptions{})
 		if err != nil {
 			return err
@@ -102,11 +105,30 @@ func TestForwardedToFrozenLeader(t *testing.T) {
 			Members: []kv.KeyRef{{Collection: "h", Key: member}}})
 		return err
 	})
-	round("a group's description", false, func(ctx context.Context, via *testNode) error {
+	round("a group's description", false, nil, func(ctx context.Context, via *testNode) error {
 		info, err := via.n.DescribeGroup(ctx, "g")
 		if err == nil && len(info.Members) == 0 {
 			return fmt.Errorf("described with no members: %+v", info)
 		}
+		return err
+	})
+	// A group transaction's commit runs on the group's leader: the one
+	// sent there as it stops may have applied, so it answers its version
+	// or commit_unknown, never a retry's verdict.
+	var attempt string
+	round("a group transaction's commit", true, func(via *testNode) {
+		c.eventually(30*time.Second, "a group transaction writes", func() error {
+			var err error
+			if attempt, err = via.n.BeginGroupTxn(ctx, "g", kv.TxnOptions{}); err != nil {
+				return err
+			}
+			if _, _, err := via.n.TxnGet(ctx, attempt, kv.KeyRef{Collection: "h", Key: member}); err != nil {
+				return err
+			}
+			return via.n.TxnPut(ctx, attempt, kv.PutItem{Collection: "h", Key: member, Value: []byte("in group")})
+		})
+	}, func(ctx context.Context, via *testNode) error {
+		_, err := via.n.CommitTxn(ctx, attempt)
 		return err
 	})
 }
