@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"testing"
 	"time"
 
@@ -131,92 +130,4 @@ func TestForwardedToFrozenLeader(t *testing.T) {
 		_, err := via.n.CommitTxn(ctx, attempt)
 		return err
 	})
-}
-
-// TestForwardedToFrozenNodeWithoutReplica: a node holding no replica of a
-// shard sends its writes and reads to a node that does; when that node
-// stops answering with its connections open, each request still ends soon
-// (applied through another replica, or commit_unknown for a write that
-// may have reached the stopped node) instead of at its deadline.
-func TestForwardedToFrozenNodeWithoutReplica(t *testing.T) {
-	c := startCluster(t, 4, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	d := c.txnCollectionH(ctx)
-	// A shard with a node that holds no replica of it, and whose leader
-	// does not run the timestamp oracle.
-	var (
-		shardID uint64
-		via     *testNode
-	)
-	for _, s := range d.Shards {
-		holds := map[uint64]bool{}
-		for _, r := range s.Replicas {
-			holds[r.Node] = true
-		}
-		for _, tn := range c.nodes {
-			if !holds[tn.id] {
-				shardID, via = s.ID, tn
-			}
-		}
-		if via != nil {
-			break
-		}
-	}
-	if via == nil {
-		t.Fatalf("every node holds every shard of %v", d.Shards)
-	}
-	c.waitVoters(3, shardID)
-	rng := rand.New(rand.NewPCG(clusterSeed(t), 0))
-	if c.leader(shardID) == c.leader(cluster.MetaShardID) {
-		c.moveLeader(shardID, rng)
-	}
-	frozen := c.leader(shardID)
-	key := c.keyIn(d, shardID, "k")
-	if _, err := via.n.Put(ctx, kv.PutRequest{Collection: "h", Key: key, Value: []byte("before")}); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("freezing node %d, leader of shard %d; writing through node %d, which holds no replica of it", frozen.id, shardID, via.id)
-	c.net.freeze(frozen.id)
-	defer c.net.thaw()
-	// The values the key may hold after the puts: the last acknowledged
-	// one's and those of puts answered commit_unknown after it.
-	may := []string{"before"}
-	// Each write goes to a replica's node picked at random: eight give
-	// the stopped one many chances.
-	for i := range 8 {
-		octx, ocancel := context.WithTimeout(ctx, 20*time.Second)
-		start := time.Now()
-		v := fmt.Sprint(i)
-		_, err := via.n.Put(octx, kv.PutRequest{Collection: "h", Key: key, Value: []byte(v)})
-		t.Logf("put %d: %v after %v", i, err, time.Since(start).Round(time.Millisecond))
-		switch {
-		case octx.Err() != nil:
-			t.Fatalf("put %d waited for the stopped node until its deadline: %v", i, err)
-		case err == nil:
-			may = []string{v}
-		case kv.CodeOf(err) == kv.CodeCommitUnknown:
-			may = append(may, v)
-		default:
-			t.Fatalf("put %d: %v", i, err)
-		}
-		ocancel()
-	}
-	octx, ocancel := context.WithTimeout(ctx, 20*time.Second)
-	defer ocancel()
-	start := time.Now()
-	r, err := via.n.Get(octx, kv.GetRequest{Collection: "h", Key: key})
-	t.Logf("get: %q, %v after %v", r.Value, err, time.Since(start).Round(time.Millisecond))
-	switch {
-	case octx.Err() != nil:
-		t.Fatalf("the get waited for the stopped node until its deadline: %v", err)
-	case err != nil && kv.CodeOf(err) != kv.CodeUnavailable && kv.CodeOf(err) != kv.CodeNotLeader:
-		t.Fatalf("get: %v", err)
-	case err == nil && !slices.Contains(may, string(r.Value)):
-		// A put answered commit_unknown before the last acknowledged one
-		// applies before it, if at all (a new leader commits its
-		// predecessors' entries first); none lands after it while the
-		// node stays stopped.
-		t.Fatalf("read %q; the key may hold only one of %q", r.Value, may)
-	}
 }

@@ -242,33 +242,32 @@ func (n *Node) callSent(ctx context.Context, addr, method string, req, resp any)
 }
 
 // callLeader is callSent to node target, which led shardID when the call
-// began (or, without a replica of it here, a node holding one). A node
-// that stops answering with its connections open (a stopped process)
-// would hold the call until the request's deadline, and a retry elsewhere
-// cannot tell whether it took the request. So target is pinged — once
-// this node's replica of shardID knows another leader, or, without a
-// replica here, once the call has waited an election timeout — and the
-// call is abandoned when it does not answer: not_leader in the first
-// case, unavailable in the second, both retried by the callers. (A node
-// that answers is waited for: a proposal a former leader took is decided
-// by its successor's log.)
+// began. A leader that stops answering with its connections open (a
+// stopped process) would hold the call until the request's deadline, and
+// a retry elsewhere cannot tell whether it took the request. So once this
+// node's replica of shardID knows another leader, target is pinged, and
+// the call is abandoned, with a not_leader error the callers retry on,
+// when it does not answer. (A node that answers is waited for: a proposal
+// a former leader took is decided by its successor's log.) Without a
+// replica here there is no such sign, and a ping could be held up behind
+// a large answer on the same connection: it is callSent.
 func (n *Node) callLeader(ctx context.Context, shardID, target uint64, method string, req, resp any) (sent bool, err error) {
 	nd, ok := n.nodeDesc(target)
 	if !ok {
 		return false, kv.Errorf(kv.CodeUnavailable, "node %d is not a known member", target)
 	}
+	if !n.hasReplica(shardID) {
+		return n.callSent(ctx, nd.PeerAddr, method, req, resp)
+	}
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	w := &callWatch{n: n, ctx: cctx, cancel: cancel, shard: shardID, target: target, addr: nd.PeerAddr, start: time.Now()}
+	w := &callWatch{n: n, ctx: cctx, cancel: cancel, shard: shardID, target: target, addr: nd.PeerAddr}
 	w.timer = time.AfterFunc(time.Hour, w.check) // armed once w.timer is set
 	w.timer.Reset(n.opts.TickInterval)
 	defer w.timer.Stop()
 	sent, err = n.callSent(cctx, nd.PeerAddr, method, req, resp)
 	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(cctx), errSilent) {
-		if l := n.leaderOf(shardID); n.hasReplica(shardID) && l != 0 && l != target {
-			return sent, kv.Errorf(kv.CodeNotLeader, "node %d, which led shard %d, stopped answering after node %d was elected", target, shardID, l)
-		}
-		return sent, kv.Errorf(kv.CodeUnavailable, "node %d stopped answering (a status request went unanswered) while it held a request for shard %d", target, shardID)
+		return sent, kv.Errorf(kv.CodeNotLeader, "node %d, which led shard %d, stopped answering after node %d was elected", target, shardID, n.leaderOf(shardID))
 	}
 	return sent, err
 }
@@ -285,7 +284,6 @@ type callWatch struct {
 	shard  uint64
 	target uint64
 	addr   string
-	start  time.Time
 	next   time.Time // of the next ping
 }
 
@@ -299,11 +297,7 @@ func (w *callWatch) check() {
 	if now.Before(w.next) {
 		return
 	}
-	if w.n.hasReplica(w.shard) {
-		if l := w.n.leaderOf(w.shard); l == 0 || l == w.target {
-			return
-		}
-	} else if now.Sub(w.start) < 10*tick {
+	if l := w.n.leaderOf(w.shard); l == 0 || l == w.target {
 		return
 	}
 	pctx, pcancel := context.WithTimeout(w.ctx, max(5*tick, 500*time.Millisecond))
@@ -445,7 +439,7 @@ func (n *Node) forwardRead(ctx context.Context, shards []uint64, op string, req,
 		return true, kv.Errorf(kv.CodeInternal, "encoding a forwarded read: %v", err)
 	}
 	var out forwardedReadResponse
-	if _, err := n.callLeader(ctx, shards[0], target, "Read", &forwardedRead{Op: op, Request: body}, &out); err != nil {
+	if err := n.callNode(ctx, target, "Read", &forwardedRead{Op: op, Request: body}, &out); err != nil {
 		return true, err
 	}
 	if err := out.Error.err(); err != nil {

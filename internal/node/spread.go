@@ -354,7 +354,7 @@ func (n *Node) readPart(ctx context.Context, p readPart, req shardReadRequest, d
 		return n.readPartHere(ctx, &req)
 	}
 	var resp shardReadResponse
-	if _, err := n.callLeader(ctx, p.shards[0], p.node, "ShardRead", &req, &resp); err != nil {
+	if err := n.callNode(ctx, p.node, "ShardRead", &req, &resp); err != nil {
 		return nil, err
 	}
 	if err := resp.Error.err(); err != nil {
