@@ -247,6 +247,12 @@ func (n *Node) retryWindow() time.Duration {
 	return 30 * n.opts.TickInterval
 }
 
+// electionTimeout is the raft election timeout of the node's shards (the
+// replication host's default of 10 ticks).
+func (n *Node) electionTimeout() time.Duration {
+	return 10 * n.opts.TickInterval
+}
+
 // propose hands cmd to shardID's leader — here, or on the node that leads
 // it — and waits until it is applied.
 func (n *Node) propose(ctx context.Context, shardID uint64, cmd []byte) (shard.Result, error) {
@@ -305,14 +311,17 @@ func (n *Node) proposeOnce(ctx context.Context, shardID uint64, cmd []byte, hops
 		return n.proposeRemote(ctx, leader, shardID, cmd, hops+1)
 	}
 	// No replica here: any replica's node knows the leader.
-	nodes := slices.DeleteFunc(n.shardNodes(shardID), func(id uint64) bool { return id == n.id })
+	nodes, k := n.answeringFirst(slices.DeleteFunc(n.shardNodes(shardID), func(id uint64) bool { return id == n.id }))
 	if len(nodes) == 0 {
 		return shard.Result{}, kv.Errorf(kv.CodeUnavailable, "shard %d is not in this node's catalog yet", shardID)
 	}
 	if hops >= maxHops {
 		return shard.Result{}, kv.Errorf(kv.CodeUnavailable, "shard %d: forwarded too often", shardID)
 	}
-	return n.proposeRemote(ctx, nodes[rand.N(len(nodes))], shardID, cmd, hops+1)
+	if k == 0 {
+		k = len(nodes) // none answered lately: any
+	}
+	return n.proposeRemote(ctx, nodes[rand.N(k)], shardID, cmd, hops+1)
 }
 
 // readBarrier makes a read of shardID's replica here linearizable.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -103,8 +104,8 @@ func TestTxnAbortReleasesWhileRecordShardFrozen(t *testing.T) {
 // TestForwardedToFrozenLeader: a shard's leader stops answering with its
 // connections open (as a stopped process), and the other two elect
 // another. A write, a linearizable read, a transaction, a Key Group's
-// description and a group transaction's commit, each sent through a
-// follower as the leader stops, end soon after the election instead of
+// description, a group transaction's commit, a group's deletion and a
+// group's creation, each sent through a follower as the leader stops, end soon after the election instead of
 // waiting for the stopped node until the request's deadline. (The
 // deadline is generous: it only catches a wait for the stopped node.)
 func TestForwardedToFrozenLeader(t *testing.T) {
@@ -218,4 +219,134 @@ func TestForwardedToFrozenLeader(t *testing.T) {
 		_, err := via.n.CommitTxn(ctx, attempt)
 		return err
 	})
+	// A group's deletion and creation run on the leader of its leader
+	// key's shard too; asked again of the new leader, each finishes.
+	round("a group's deletion", false, nil, func(ctx context.Context, via *testNode) error {
+		return via.n.DeleteGroup(ctx, "g")
+	})
+	round("a group's creation", false, nil, func(ctx context.Context, via *testNode) error {
+		created, err := via.n.CreateGroup(ctx, kv.GroupSpec{ID: "g2", Leader: kv.KeyRef{Collection: "h", Key: key},
+			Members: []kv.KeyRef{{Collection: "h", Key: member}}})
+		if err == nil && len(created.Refused) > 0 {
+			return fmt.Errorf("created with keys refused: %+v", created)
+		}
+		return err
+	})
+	if _, err := c.node(1).n.DescribeGroup(ctx, "g"); kv.CodeOf(err) != kv.CodeNotFound {
+		t.Fatalf("group g after its deletion: %v, want not_found", err)
+	}
+	info, err := c.node(1).n.DescribeGroup(ctx, "g2")
+	if err != nil || len(info.Members) == 0 {
+		t.Fatalf("group g2 after its creation: %+v, %v", info, err)
+	}
+}
+
+// TestForwardedToFrozenNodeWithoutReplica: a node holding no replica of a
+// shard sends its reads and writes to a node that does; when that node
+// stops answering with its connections open, each request still ends soon
+// (served through another replica, commit_unknown for a write that may
+// have reached the stopped node, or unavailable) instead of at its
+// deadline. The node has no replica to learn of a new leader from: it
+// pings the one it waits for over a connection of its own.
+func TestForwardedToFrozenNodeWithoutReplica(t *testing.T) {
+	c := startCluster(t, 4, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	d := c.txnCollectionH(ctx)
+	c.waitVoters(3, cluster.MetaShardID)
+	c.waitVoters(3, c.shardIDs("h")...)
+	// A shard with a node, via, that holds no replica of it. The node
+	// frozen is the one via sends a read of the shard to first
+	// (readTarget); it does not run the timestamp oracle.
+	var (
+		shardID     uint64
+		via, frozen *testNode
+	)
+	oracle := c.leader(cluster.MetaShardID)
+	for _, s := range d.Shards {
+		holds := map[uint64]bool{}
+		for _, r := range s.Replicas {
+			holds[r.Node] = true
+		}
+		for _, tn := range c.nodes {
+			if !holds[tn.id] {
+				if f := c.node(tn.n.shardNodes(s.ID)[0]); f != oracle {
+					shardID, via, frozen = s.ID, tn, f
+				}
+			}
+		}
+		if via != nil {
+			break
+		}
+	}
+	if via == nil {
+		t.Fatalf("no shard of %v has a node without a replica and a first holder other than the oracle's node %d", d.Shards, oracle.id)
+	}
+	key := c.keyIn(d, shardID, "k")
+	if _, err := via.n.Put(ctx, kv.PutRequest{Collection: "h", Key: key, Value: []byte("before")}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("freezing node %d (shard %d's leader: %v); reading and writing through node %d, which holds no replica of it",
+		frozen.id, shardID, c.leader(shardID) == frozen, via.id)
+	c.net.freeze(frozen.id)
+	defer c.net.thaw()
+	// Reads: the first goes to the stopped node.
+	for i := 0; ; i++ {
+		octx, ocancel := context.WithTimeout(ctx, 20*time.Second)
+		start := time.Now()
+		r, err := via.n.Get(octx, kv.GetRequest{Collection: "h", Key: key})
+		t.Logf("get %d: %q, %v after %v", i, r.Value, err, time.Since(start).Round(time.Millisecond))
+		if octx.Err() != nil {
+			ocancel()
+			t.Fatalf("get %d waited for the stopped node until its deadline: %v", i, err)
+		}
+		ocancel()
+		if err == nil {
+			if string(r.Value) != "before" {
+				t.Fatalf("get %d read %q, want %q", i, r.Value, "before")
+			}
+			break
+		}
+		if code := kv.CodeOf(err); code != kv.CodeUnavailable && code != kv.CodeNotLeader || i == 7 {
+			t.Fatalf("get %d: %v", i, err)
+		}
+	}
+	// The values the key may hold after the puts: the last acknowledged
+	// one's and those of puts answered commit_unknown after it.
+	may := []string{"before"}
+	// Each write goes to a replica's node picked at random, one not found
+	// silent lately first: forgotten here, the stopped one is as likely
+	// as the others until a put finds it silent again.
+	via.n.silent.mu.Lock()
+	clear(via.n.silent.at)
+	via.n.silent.mu.Unlock()
+	for i := range 8 {
+		octx, ocancel := context.WithTimeout(ctx, 20*time.Second)
+		start := time.Now()
+		v := fmt.Sprint(i)
+		_, err := via.n.Put(octx, kv.PutRequest{Collection: "h", Key: key, Value: []byte(v)})
+		t.Logf("put %d: %v after %v", i, err, time.Since(start).Round(time.Millisecond))
+		switch {
+		case octx.Err() != nil:
+			t.Fatalf("put %d waited for the stopped node until its deadline: %v", i, err)
+		case err == nil:
+			may = []string{v}
+		case kv.CodeOf(err) == kv.CodeCommitUnknown:
+			may = append(may, v)
+		default:
+			t.Fatalf("put %d: %v", i, err)
+		}
+		ocancel()
+	}
+	r, err := via.n.Get(ctx, kv.GetRequest{Collection: "h", Key: key})
+	if err != nil {
+		t.Fatalf("get after the puts: %v", err)
+	}
+	// A put answered commit_unknown before the last acknowledged one
+	// applies before it, if at all (a new leader commits its
+	// predecessors' entries first); none lands after it while the node
+	// stays stopped.
+	if !slices.Contains(may, string(r.Value)) {
+		t.Fatalf("read %q; the key may hold only one of %q", r.Value, may)
+	}
 }

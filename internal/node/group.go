@@ -1097,7 +1097,7 @@ func (n *Node) atGroupLeader(ctx context.Context, shardID uint64, method string,
 		} else {
 			target := n.leaderOfAnywhere(shardID)
 			if target == 0 || target == n.id {
-				if nodes := n.shardNodes(shardID); len(nodes) > 0 && !n.hasReplica(shardID) {
+				if nodes, _ := n.answeringFirst(n.shardNodes(shardID)); len(nodes) > 0 && !n.hasReplica(shardID) {
 					target = nodes[attempt%len(nodes)]
 				}
 			}
@@ -1121,15 +1121,17 @@ func (n *Node) atGroupLeader(ctx context.Context, shardID uint64, method string,
 }
 
 // callGroupMethod calls method on node target, which leads shardID (or
-// knows who does). A read (GroupRead, GroupOwner) or a commit is
-// abandoned if target stops answering once another node leads the shard
-// (callLeader): a read is retried there; a commit the target may have
-// received answers commit_unknown.
+// knows who does). Each call is abandoned if target stops answering
+// (callLeader). A read (GroupRead, GroupOwner), a creation or a deletion
+// is then retried: a creation asked again of a group made to the same
+// spec answers as the first did, a deletion asked again waits for the
+// first's (or finds the group gone, which DeleteGroup takes as deleted).
+// A commit the target may have received answers commit_unknown.
 func (n *Node) callGroupMethod(ctx context.Context, shardID, target uint64, method string, req any) (any, error) {
 	switch method {
 	case "GroupCreate":
 		resp := new(groupCreateResponse)
-		if err := n.callNode(ctx, target, method, req, resp); err != nil {
+		if _, err := n.callLeader(ctx, shardID, target, method, req, resp); err != nil {
 			return nil, err
 		}
 		if c := kv.CodeOf(resp.Error.err()); c == kv.CodeNotLeader || c == kv.CodeUnavailable {
@@ -1138,7 +1140,7 @@ func (n *Node) callGroupMethod(ctx context.Context, shardID, target uint64, meth
 		return resp, nil
 	case "GroupDelete":
 		resp := new(groupDeleteResponse)
-		if err := n.callNode(ctx, target, method, req, resp); err != nil {
+		if _, err := n.callLeader(ctx, shardID, target, method, req, resp); err != nil {
 			return nil, err
 		}
 		return resp, resp.Error.err()

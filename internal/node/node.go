@@ -57,6 +57,8 @@ type Node struct {
 
 	// reconcileMu serializes reconcile runs.
 	reconcileMu sync.Mutex
+	// silent are the nodes whose calls were abandoned lately (peer.go).
+	silent silentNodes
 	// childMu orders the two starts of a split's child replica: by the
 	// split applied in the parent replica here (onSplit, in the raft loop)
 	// and by reconcile (see startChild).

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -164,11 +165,14 @@ func (n *Node) RegisterPeer(s grpc.ServiceRegistrar) {
 	}, n)
 }
 
-// peers holds the node's client connections to other nodes' peer ports.
+// peers holds the node's client connections to other nodes' peer ports:
+// one per port for requests, and one for the pings of callWatch, which a
+// large answer on the first (a page of a scan) does not hold up.
 type peers struct {
 	dialOptions func(addr string, extra ...grpc.DialOption) []grpc.DialOption
 	mu          sync.Mutex
 	conns       map[string]*grpc.ClientConn
+	pings       map[string]*grpc.ClientConn
 }
 
 // dialOptions returns the options of a connection to the peer port at
@@ -194,13 +198,22 @@ func (n *Node) dialOptions(addr string, extra ...grpc.DialOption) []grpc.DialOpt
 }
 
 func (p *peers) conn(addr string) (*grpc.ClientConn, error) {
+	return p.connIn(&p.conns, addr)
+}
+
+// pingConn is the connection to addr that carries pings only.
+func (p *peers) pingConn(addr string) (*grpc.ClientConn, error) {
+	return p.connIn(&p.pings, addr)
+}
+
+func (p *peers) connIn(conns *map[string]*grpc.ClientConn, addr string) (*grpc.ClientConn, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if c, ok := p.conns[addr]; ok {
+	if c, ok := (*conns)[addr]; ok {
 		return c, nil
 	}
-	if p.conns == nil {
-		p.conns = make(map[string]*grpc.ClientConn)
+	if *conns == nil {
+		*conns = make(map[string]*grpc.ClientConn)
 	}
 	// Answers of forwarded reads and of parts of reads are as large as a
 	// page of records, beyond gRPC's default 4 MiB.
@@ -208,7 +221,7 @@ func (p *peers) conn(addr string) (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.conns[addr] = c
+	(*conns)[addr] = c
 	return c, nil
 }
 
@@ -218,7 +231,10 @@ func (p *peers) close() {
 	for _, c := range p.conns {
 		c.Close()
 	}
-	p.conns = nil
+	for _, c := range p.pings {
+		c.Close()
+	}
+	p.conns, p.pings = nil, nil
 }
 
 // call invokes a peer method at a peer address.
@@ -242,32 +258,34 @@ func (n *Node) callSent(ctx context.Context, addr, method string, req, resp any)
 }
 
 // callLeader is callSent to node target, which led shardID when the call
-// began. A leader that stops answering with its connections open (a
-// stopped process) would hold the call until the request's deadline, and
-// a retry elsewhere cannot tell whether it took the request. So once this
-// node's replica of shardID knows another leader, target is pinged, and
-// the call is abandoned, with a not_leader error the callers retry on,
-// when it does not answer. (A node that answers is waited for: a proposal
-// a former leader took is decided by its successor's log.) Without a
-// replica here there is no such sign, and a ping could be held up behind
-// a large answer on the same connection: it is callSent.
+// began or, without a replica of shardID here, holds one. A node that
+// stops answering with its connections open (a stopped process) would
+// hold the call until the request's deadline, and a retry elsewhere
+// cannot tell whether it took the request. So the call is watched
+// (callWatch): target is pinged once this node's replica of shardID knows
+// another leader or, without a replica here, once the call has waited an
+// election timeout; when a ping goes unanswered the call is abandoned,
+// with not_leader in the first case and unavailable in the second, both
+// of which the callers retry. (A node that answers is waited for: a
+// proposal a former leader took is decided by its successor's log.)
 func (n *Node) callLeader(ctx context.Context, shardID, target uint64, method string, req, resp any) (sent bool, err error) {
 	nd, ok := n.nodeDesc(target)
 	if !ok {
 		return false, kv.Errorf(kv.CodeUnavailable, "node %d is not a known member", target)
 	}
-	if !n.hasReplica(shardID) {
-		return n.callSent(ctx, nd.PeerAddr, method, req, resp)
-	}
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	w := &callWatch{n: n, ctx: cctx, cancel: cancel, shard: shardID, target: target, addr: nd.PeerAddr}
+	w := &callWatch{n: n, ctx: cctx, cancel: cancel, shard: shardID, target: target, addr: nd.PeerAddr, start: time.Now()}
 	w.timer = time.AfterFunc(time.Hour, w.check) // armed once w.timer is set
 	w.timer.Reset(n.opts.TickInterval)
 	defer w.timer.Stop()
 	sent, err = n.callSent(cctx, nd.PeerAddr, method, req, resp)
 	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(cctx), errSilent) {
-		return sent, kv.Errorf(kv.CodeNotLeader, "node %d, which led shard %d, stopped answering after node %d was elected", target, shardID, n.leaderOf(shardID))
+		n.markSilent(target)
+		if l := n.leaderOf(shardID); n.hasReplica(shardID) && l != 0 && l != target {
+			return sent, kv.Errorf(kv.CodeNotLeader, "node %d, which led shard %d, stopped answering after node %d was elected", target, shardID, l)
+		}
+		return sent, kv.Errorf(kv.CodeUnavailable, "node %d stopped answering (its status went unanswered) while it held a request for shard %d", target, shardID)
 	}
 	return sent, err
 }
@@ -276,6 +294,9 @@ func (n *Node) callLeader(ctx context.Context, shardID, target uint64, method st
 var errSilent = errors.New("node: a peer stopped answering")
 
 // callWatch watches one callLeader, every tick until its context ends.
+// Its pings go over a connection of their own (peers.pingConn): on the
+// call's, a ping would wait behind the call's own answer when that is
+// large, and a busy node would be taken for a stopped one.
 type callWatch struct {
 	n      *Node
 	ctx    context.Context
@@ -284,8 +305,22 @@ type callWatch struct {
 	shard  uint64
 	target uint64
 	addr   string
+	start  time.Time
 	next   time.Time // of the next ping
+	missed int       // pings in a row that went unanswered
 }
+
+// A node with a replica of the call's shard abandons the call when one
+// ping goes unanswered for max(5 ticks, 500 ms): another leader was
+// elected, so the target is most likely stopped or cut off. A node
+// without a replica has no such sign, and a live node can be that slow
+// to answer under load (in-process test clusters under the race
+// detector were): it waits for silentPings pings in a row, of
+// noReplicaPing each, before taking the target for stopped.
+const (
+	silentPings   = 2
+	noReplicaPing = 2 * time.Second
+)
 
 func (w *callWatch) check() {
 	if w.ctx.Err() != nil {
@@ -297,17 +332,97 @@ func (w *callWatch) check() {
 	if now.Before(w.next) {
 		return
 	}
-	if l := w.n.leaderOf(w.shard); l == 0 || l == w.target {
+	need, wait := 1, max(5*tick, 500*time.Millisecond)
+	if w.n.hasReplica(w.shard) {
+		if l := w.n.leaderOf(w.shard); l == 0 || l == w.target {
+			return
+		}
+	} else if now.Sub(w.start) < w.n.electionTimeout() {
 		return
+	} else {
+		need, wait = silentPings, max(wait, noReplicaPing)
 	}
-	pctx, pcancel := context.WithTimeout(w.ctx, max(5*tick, 500*time.Millisecond))
-	var st statusResponse
-	err := w.n.call(pctx, w.addr, "Status", &statusRequest{}, &st)
+	pctx, pcancel := context.WithTimeout(w.ctx, wait)
+	err := w.n.ping(pctx, w.addr)
+	timedOut := errors.Is(pctx.Err(), context.DeadlineExceeded)
 	pcancel()
-	if err != nil && w.ctx.Err() == nil {
-		w.cancel(errSilent)
+	switch {
+	case w.ctx.Err() != nil:
+		return
+	case err == nil:
+		w.missed = 0
+	case timedOut:
+		// Unanswered. (A ping that failed otherwise — its connection
+		// refused or closed — says nothing a timeout would: a stopped
+		// process's port still accepts connections, a dead one's
+		// connections fail the call itself.)
+		if w.missed++; w.missed >= need {
+			w.cancel(errSilent)
+		}
 	}
 	w.next = time.Now().Add(5 * tick)
+}
+
+// ping asks the node at addr for its status over the ping connection. It
+// waits for the connection to come up (a stopped node's never does) until
+// ctx ends.
+func (n *Node) ping(ctx context.Context, addr string) error {
+	c, err := n.peers.pingConn(addr)
+	if err != nil {
+		return err
+	}
+	var st statusResponse
+	return c.Invoke(ctx, "/"+peerService+"/Status", &statusRequest{}, &st, grpc.WaitForReady(true))
+}
+
+// silentFor is how long a node whose call was abandoned (callWatch) is
+// passed over where another node can serve instead.
+const silentFor = 10 * time.Second
+
+// silentNodes are the nodes whose calls were abandoned lately, with when.
+type silentNodes struct {
+	mu sync.Mutex
+	at map[uint64]time.Time
+}
+
+func (n *Node) markSilent(id uint64) {
+	n.silent.mu.Lock()
+	defer n.silent.mu.Unlock()
+	if n.silent.at == nil {
+		n.silent.at = map[uint64]time.Time{}
+	}
+	n.silent.at[id] = time.Now()
+}
+
+// answering is false for a node whose call was abandoned in the last
+// silentFor.
+func (n *Node) answering(id uint64) bool {
+	n.silent.mu.Lock()
+	defer n.silent.mu.Unlock()
+	at, ok := n.silent.at[id]
+	if ok && time.Since(at) >= silentFor {
+		delete(n.silent.at, id)
+		ok = false
+	}
+	return !ok
+}
+
+// answeringFirst returns nodes (a new slice) with the answering ones
+// first, each part in its order, and how many answer.
+func (n *Node) answeringFirst(nodes []uint64) ([]uint64, int) {
+	out := make([]uint64, 0, len(nodes))
+	for _, id := range nodes {
+		if n.answering(id) {
+			out = append(out, id)
+		}
+	}
+	k := len(out)
+	for _, id := range nodes {
+		if !slices.Contains(out[:k], id) {
+			out = append(out, id)
+		}
+	}
+	return out, k
 }
 
 // callNode invokes a peer method on node id.
@@ -439,7 +554,7 @@ func (n *Node) forwardRead(ctx context.Context, shards []uint64, op string, req,
 		return true, kv.Errorf(kv.CodeInternal, "encoding a forwarded read: %v", err)
 	}
 	var out forwardedReadResponse
-	if err := n.callNode(ctx, target, "Read", &forwardedRead{Op: op, Request: body}, &out); err != nil {
+	if _, err := n.callLeader(ctx, shards[0], target, "Read", &forwardedRead{Op: op, Request: body}, &out); err != nil {
 		return true, err
 	}
 	if err := out.Error.err(); err != nil {
@@ -474,7 +589,8 @@ func (n *Node) readTarget(ctx context.Context, shards []uint64) (uint64, bool, e
 	if ctx.Value(forwardedKey{}) != nil {
 		return 0, true, errNoSingleHolder // forwarded once: read in parts
 	}
-	for _, cand := range append([]uint64{n.leaderOfAnywhere(shards[0])}, n.shardNodes(shards[0])...) {
+	cands, _ := n.answeringFirst(append([]uint64{n.leaderOfAnywhere(shards[0])}, n.shardNodes(shards[0])...))
+	for _, cand := range cands {
 		if cand == 0 || cand == n.id {
 			continue
 		}

@@ -168,8 +168,8 @@ func (n *Node) planRead(ctx context.Context, shards []uint64, avoid map[uint64]b
 }
 
 // readNodes returns the other nodes that may serve a read of shardID:
-// those of its settled replicas not in avoid, else its joining ones, else
-// those in avoid.
+// those of its settled replicas not in avoid (those answering lately if
+// any), else its joining ones, else those in avoid.
 func (n *Node) readNodes(shardID uint64, avoid map[uint64]bool) []uint64 {
 	n.mu.RLock()
 	ref, ok := n.mu.shards[shardID]
@@ -179,6 +179,7 @@ func (n *Node) readNodes(shardID uint64, avoid map[uint64]bool) []uint64 {
 	}
 	n.mu.RUnlock()
 	for _, pass := range []func(cluster.Replica) bool{
+		func(r cluster.Replica) bool { return !r.Joining && !avoid[r.Node] && n.answering(r.Node) },
 		func(r cluster.Replica) bool { return !r.Joining && !avoid[r.Node] },
 		func(r cluster.Replica) bool { return !avoid[r.Node] },
 		func(r cluster.Replica) bool { return true },
@@ -354,7 +355,7 @@ func (n *Node) readPart(ctx context.Context, p readPart, req shardReadRequest, d
 		return n.readPartHere(ctx, &req)
 	}
 	var resp shardReadResponse
-	if err := n.callNode(ctx, p.node, "ShardRead", &req, &resp); err != nil {
+	if _, err := n.callLeader(ctx, p.shards[0], p.node, "ShardRead", &req, &resp); err != nil {
 		return nil, err
 	}
 	if err := resp.Error.err(); err != nil {
