@@ -247,6 +247,33 @@ func (n *Node) retryWindow() time.Duration {
 	return 30 * n.opts.TickInterval
 }
 
+// leaderSearch bounds a retry loop's search for a shard's leader to
+// retryWindow of refusals and backoffs. The time each try waited is not
+// counted: a proposal whose leader persisted it before losing leadership
+// is answered not applied only once a new leader's entry took its index,
+// which may take several election timeouts, and is then retried as surely
+// as one refused at once; a lock request waits for locks; and a call to a
+// leader that stopped answering waits to be abandoned (callLeader).
+type leaderSearch struct {
+	deadline time.Time
+	tried    time.Time // when the try underway began
+}
+
+func (n *Node) leaderSearch() *leaderSearch {
+	now := time.Now()
+	return &leaderSearch{deadline: now.Add(n.retryWindow()), tried: now}
+}
+
+// try marks the start of a try.
+func (s *leaderSearch) try() { s.tried = time.Now() }
+
+// backoff waits before the next try (see backoff), the window extended by
+// the time the failed try took; it returns last once the window is spent.
+func (s *leaderSearch) backoff(ctx context.Context, attempt int, last error) error {
+	s.deadline = s.deadline.Add(time.Since(s.tried))
+	return backoff(ctx, attempt, s.deadline, last)
+}
+
 // electionTimeout is the raft election timeout of the node's shards (the
 // replication host's default of 10 ticks).
 func (n *Node) electionTimeout() time.Duration {
@@ -260,23 +287,16 @@ func (n *Node) propose(ctx context.Context, shardID uint64, cmd []byte) (shard.R
 }
 
 func (n *Node) proposeHops(ctx context.Context, shardID uint64, cmd []byte, hops int) (shard.Result, error) {
-	deadline := time.Now().Add(n.retryWindow())
+	search := n.leaderSearch()
 	for attempt := 0; ; attempt++ {
-		t0 := time.Now()
+		search.try()
 		res, err := n.proposeOnce(ctx, shardID, cmd, hops)
 		if err == nil || !retryable(err) || n.isMergedAway(shardID) && !n.hasReplica(shardID) {
 			// A shard merged away does not come back: the caller routes
 			// the command again (writeRouted).
 			return res, err
 		}
-		// The window bounds the time spent looking for a leader, not
-		// the time a proposal waited: an entry its leader persisted
-		// before losing leadership is answered not applied only once a
-		// new leader's entry took its index, which may take several
-		// election timeouts, and the write is then retried as surely as
-		// one refused at once.
-		deadline = deadline.Add(time.Since(t0))
-		if berr := backoff(ctx, attempt, deadline, err); berr != nil {
+		if berr := search.backoff(ctx, attempt, err); berr != nil {
 			return shard.Result{}, berr
 		}
 	}
@@ -347,15 +367,14 @@ func (n *Node) leaderRead(ctx context.Context, shardID, ts, now uint64) (uint64,
 	if !n.hasReplica(shardID) {
 		return 0, kv.Errorf(kv.CodeUnavailable, "node %d holds no replica of shard %d; ask a node that does", n.id, shardID)
 	}
-	deadline := time.Now().Add(n.retryWindow())
+	search := n.leaderSearch()
 	for attempt := 0; ; attempt++ {
-		t0 := time.Now()
+		search.try()
 		resolved, err := n.leaderReadOnce(ctx, shardID, ts, now)
 		if err == nil || !retryable(err) || ctx.Err() != nil || !n.hasReplica(shardID) {
 			return resolved, err
 		}
-		deadline = deadline.Add(time.Since(t0)) // as in proposeHops
-		if berr := backoff(ctx, attempt, deadline, err); berr != nil {
+		if berr := search.backoff(ctx, attempt, err); berr != nil {
 			return 0, berr
 		}
 	}

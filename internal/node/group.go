@@ -1087,11 +1087,11 @@ func (n *Node) CreateGroup(ctx context.Context, spec kv.GroupSpec) (kv.GroupCrea
 // method on the node that does (or one that knows it), retrying while the
 // shard has no leader.
 func (n *Node) atGroupLeader(ctx context.Context, shardID uint64, method string, req any, local func(context.Context) (any, error)) (any, error) {
-	deadline := time.Now().Add(n.retryWindow())
+	search := n.leaderSearch()
 	for attempt := 0; ; attempt++ {
 		var out any
 		var err error
-		t0 := time.Now()
+		search.try()
 		if n.host.Ready(shardID) {
 			out, err = local(ctx)
 		} else {
@@ -1113,8 +1113,7 @@ func (n *Node) atGroupLeader(ctx context.Context, shardID uint64, method string,
 		if !retryable(err) || ctx.Err() != nil {
 			return nil, err
 		}
-		deadline = deadline.Add(time.Since(t0)) // as in proposeHops
-		if berr := backoff(ctx, attempt, deadline, err); berr != nil {
+		if berr := search.backoff(ctx, attempt, err); berr != nil {
 			return nil, berr
 		}
 	}

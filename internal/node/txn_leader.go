@@ -399,11 +399,11 @@ type txnLockResponse struct {
 // txnLock takes the locks of req on the shard's leader, here or where it
 // is, and reads what req asks.
 func (n *Node) txnLock(ctx context.Context, req *txnLockRequest) (*txnLockResponse, error) {
-	deadline := time.Now().Add(n.retryWindow())
+	search := n.leaderSearch()
 	for attempt := 0; ; attempt++ {
 		var resp *txnLockResponse
 		var err error
-		t0 := time.Now()
+		search.try()
 		if n.lockTable(req.Shard) != nil {
 			resp, err = n.txnLockLocal(ctx, req)
 		} else {
@@ -429,11 +429,7 @@ func (n *Node) txnLock(ctx context.Context, req *txnLockRequest) (*txnLockRespon
 			// retries, routed to the shard that took the key in.
 			return nil, kv.Errorf(kv.CodeTxnAborted, "transaction %s: shard %d was merged into its neighbour while the transaction locked keys in it; retry the transaction", req.Meta.ID, req.Shard)
 		}
-		// The window bounds the time spent looking for a leader, not the
-		// time a request waited (for locks, or for a leader that stopped
-		// answering: callLeader).
-		deadline = deadline.Add(time.Since(t0))
-		if berr := backoff(ctx, attempt, deadline, err); berr != nil {
+		if berr := search.backoff(ctx, attempt, err); berr != nil {
 			return nil, lockUnreachable(req.Shard, berr)
 		}
 	}
