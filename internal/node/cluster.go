@@ -568,23 +568,47 @@ func (n *Node) callMetaLeader(ctx context.Context, method string, req, resp any)
 
 // versionSource gives the Host write versions: from the oracle when this
 // node leads the meta shard, else from windows fetched from its leader.
+//
+// A proposal may only use a window fetched after it was queued: an older
+// one could hold timestamps below one the oracle issued meanwhile, say for
+// a snapshot read that must not see the write. So a proposal queued while
+// a fetch is in flight needs the next one. Up to maxFetches fetches run at
+// once, so that such a proposal waits for one fetch begun after it came,
+// not for the one in flight to end and then for its own.
 type versionSource struct {
-	n *Node
 	// fetchSize is the number of timestamps a window holds.
 	fetchSize int
+	// local is this node's oracle, used while it is active.
+	local interface {
+		Active() bool
+		TryNext(floor uint64) (uint64, bool)
+	}
+	// proposalSeq is the Host's ProposalSeq, signal its Signal.
+	proposalSeq func() uint64
+	signal      func()
+	// fetchWindow asks the oracle for count timestamps above floor and
+	// returns the first.
+	fetchWindow func(ctx context.Context, count int, floor uint64) (uint64, error)
+	stop        <-chan struct{}
 
 	mu struct {
 		sync.Mutex
 		// next..last is the window; seq is the Host's proposal number when
 		// its fetch started: only proposals numbered up to seq may use it.
 		next, last, seq uint64
-		fetching        bool
+		// fetching is the number of fetches in flight; fetchSeq the
+		// highest proposal number one of them serves (at least).
+		fetching int
+		fetchSeq uint64
 		// floor is the highest floor asked for since the last fetch.
 		floor uint64
 		// high is the highest timestamp received.
 		high uint64
 	}
 }
+
+// maxFetches bounds the window fetches a versionSource runs at once.
+const maxFetches = 2
 
 var _ replication.SequencedVersionSource = (*versionSource)(nil)
 
@@ -593,8 +617,8 @@ func (v *versionSource) TryNext(floor uint64) (uint64, bool) {
 }
 
 func (v *versionSource) TryNextAfter(floor, seq uint64) (uint64, bool) {
-	if v.n.oracle.Active() {
-		return v.n.oracle.TryNext(floor)
+	if v.local.Active() {
+		return v.local.TryNext(floor)
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -604,8 +628,9 @@ func (v *versionSource) TryNextAfter(floor, seq uint64) (uint64, bool) {
 		return ts, true
 	}
 	v.mu.floor = max(v.mu.floor, floor)
-	if !v.mu.fetching {
-		v.mu.fetching = true
+	if v.mu.fetching == 0 || v.mu.fetching < maxFetches && seq > v.mu.fetchSeq {
+		v.mu.fetching++
+		v.mu.fetchSeq = max(v.mu.fetchSeq, seq)
 		go v.fetch()
 	}
 	return 0, false
@@ -618,34 +643,49 @@ func (v *versionSource) seen() uint64 {
 }
 
 func (v *versionSource) fetch() {
-	n := v.n
-	seq := n.host.ProposalSeq()
+	seq := v.proposalSeq()
 	v.mu.Lock()
 	floor := v.mu.floor
+	v.mu.fetchSeq = max(v.mu.fetchSeq, seq)
 	v.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	var resp timestampsResponse
-	err := n.callMetaLeader(ctx, "Timestamps", &timestampsRequest{Count: v.fetchSize, Floor: floor}, &resp)
+	first, err := v.fetchWindow(ctx, v.fetchSize, floor)
 	cancel()
-	if err == nil {
-		err = resp.Error.err()
-	}
 	v.mu.Lock()
 	if err == nil {
-		v.mu.next, v.mu.last, v.mu.seq = resp.First, resp.First+uint64(v.fetchSize)-1, seq
-		v.mu.high = max(v.mu.high, v.mu.last)
+		last := first + uint64(v.fetchSize) - 1
+		// A window serves the proposals queued before its fetch began:
+		// one that began earlier than the window held (it ended later)
+		// serves fewer, and is dropped.
+		if seq >= v.mu.seq || v.mu.next > v.mu.last {
+			v.mu.next, v.mu.last, v.mu.seq = first, last, seq
+		}
+		v.mu.high = max(v.mu.high, last)
 	}
 	v.mu.Unlock()
 	if err != nil {
 		select {
-		case <-n.stop:
+		case <-v.stop:
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
 	v.mu.Lock()
-	v.mu.fetching = false
+	v.mu.fetching--
 	v.mu.Unlock()
-	n.host.Signal()
+	v.signal()
+}
+
+// fetchWindow asks the meta shard's leader for count timestamps above
+// floor (versionSource.fetchWindow).
+func (n *Node) fetchWindow(ctx context.Context, count int, floor uint64) (uint64, error) {
+	var resp timestampsResponse
+	if err := n.callMetaLeader(ctx, "Timestamps", &timestampsRequest{Count: count, Floor: floor}, &resp); err != nil {
+		return 0, err
+	}
+	if err := resp.Error.err(); err != nil {
+		return 0, err
+	}
+	return resp.First, nil
 }
 
 // registerTransport registers the raft transport's receiving side.

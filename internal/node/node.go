@@ -239,7 +239,8 @@ func (n *Node) start() error {
 	n.cstate = newConsistencyState(n)
 	n.forgetter = newRecordForgetter(n.opts.Registry)
 	n.oracle = cluster.NewOracle(n.opts.Clock, n.persistTSO)
-	n.versions = &versionSource{n: n, fetchSize: 256}
+	n.versions = &versionSource{fetchSize: 256, local: n.oracle, fetchWindow: n.fetchWindow, stop: n.stop,
+		proposalSeq: func() uint64 { return n.host.ProposalSeq() }, signal: func() { n.host.Signal() }}
 	n.peers.dialOptions = n.dialOptions
 	n.tr = transport.NewGRPC(transport.Options{Resolver: n.resolve, Logger: n.log,
 		SnapshotSent: func(shardID, to uint64, ok bool) { n.host.ReportSnapshot(shardID, to, ok) },
