@@ -1100,8 +1100,13 @@ func (n *Node) waitRemoteShard(ctx context.Context, shardID uint64) error {
 			return kv.Errorf(kv.CodeUnavailable, "shard %d now has a replica here", shardID)
 		}
 		for _, id := range n.shardNodes(shardID) {
+			// Each node is given a short while: one that stopped with its
+			// connections open would hold the wait until ctx ends.
+			sctx, cancel := context.WithTimeout(ctx, max(5*n.opts.TickInterval, 500*time.Millisecond))
 			var resp statusResponse
-			if err := n.callNode(ctx, id, "Status", &statusRequest{}, &resp); err == nil && resp.Leaders[shardID] != 0 {
+			err := n.callNode(sctx, id, "Status", &statusRequest{}, &resp)
+			cancel()
+			if err == nil && resp.Leaders[shardID] != 0 {
 				return nil
 			}
 		}

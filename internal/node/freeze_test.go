@@ -350,3 +350,43 @@ func TestForwardedToFrozenNodeWithoutReplica(t *testing.T) {
 		t.Fatalf("read %q; the key may hold only one of %q", r.Value, may)
 	}
 }
+
+// TestCreateCollectionWithFrozenNode: a collection created while a node
+// stands stopped with its connections open (before the others noticed)
+// is answered once its shards elected leaders: the creating node asks the
+// nodes holding each shard it has no replica of for a leader, and does
+// not wait on the stopped one.
+func TestCreateCollectionWithFrozenNode(t *testing.T) {
+	c := startCluster(t, 4, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c.waitVoters(3, cluster.MetaShardID)
+	oracle := c.leader(cluster.MetaShardID)
+	var via, frozen *testNode
+	for _, tn := range c.nodes {
+		switch {
+		case tn == oracle:
+		case via == nil:
+			via = tn
+		case frozen == nil:
+			frozen = tn
+		}
+	}
+	t.Logf("freezing node %d; creating through node %d (the oracle's node is %d)", frozen.id, via.id, oracle.id)
+	c.net.freeze(frozen.id)
+	defer c.net.thaw()
+	octx, ocancel := context.WithTimeout(ctx, 30*time.Second)
+	defer ocancel()
+	start := time.Now()
+	info, err := via.n.CreateCollection(octx, kv.CollectionOptions{Name: "p", Partitioning: kv.PartitionHash, Shards: 8})
+	t.Logf("created: %v after %v", err, time.Since(start).Round(time.Millisecond))
+	if octx.Err() != nil {
+		t.Fatalf("the creation waited for the stopped node until its deadline: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if len(info.Shards) != 8 {
+		t.Fatalf("created with %d shards, want 8", len(info.Shards))
+	}
+}
