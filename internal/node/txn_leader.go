@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -361,6 +362,10 @@ type txnLockRequest struct {
 	// CheckRecord asks, after the read, for the requester's own record
 	// (its anchor is in this shard).
 	CheckRecord bool `json:"check_record,omitempty"`
+	// Hops counts the nodes that forwarded the request: a node without a
+	// replica of the shard sends it to one with a replica, which forwards
+	// it to the shard's leader (handleTxnLock).
+	Hops int `json:"hops,omitempty"`
 	// epoch is the requester's load number (shard.TxnRecordEpoch) when it
 	// asks in its own process; 0 from another node.
 	epoch uint64
@@ -406,15 +411,12 @@ func (n *Node) txnLock(ctx context.Context, req *txnLockRequest) (*txnLockRespon
 		search.try()
 		if n.lockTable(req.Shard) != nil {
 			resp, err = n.txnLockLocal(ctx, req)
+		} else if target := n.shardTarget(req.Shard, attempt); target == 0 {
+			err = kv.Errorf(kv.CodeUnavailable, "shard %d has no leader", req.Shard)
 		} else {
-			leader := n.leaderOf(req.Shard)
-			if leader == 0 || leader == n.id {
-				err = kv.Errorf(kv.CodeUnavailable, "shard %d has no leader", req.Shard)
-			} else {
-				resp = new(txnLockResponse)
-				if _, err = n.callLeader(ctx, req.Shard, leader, "TxnLock", req, resp); err == nil {
-					err = resp.Error.err()
-				}
+			resp = new(txnLockResponse)
+			if _, err = n.callLeader(ctx, req.Shard, target, "TxnLock", req, resp); err == nil {
+				err = resp.Error.err()
 			}
 		}
 		if err == nil {
@@ -453,11 +455,53 @@ func (n *Node) handleTxnLock(ctx context.Context, req *txnLockRequest) (*txnLock
 		return &txnLockResponse{Error: toPeerError(err)}, nil
 	}
 	defer done()
+	if leader := n.forwardTo(req.Shard, req.Hops); leader != 0 {
+		req.Hops++
+		resp := new(txnLockResponse)
+		if _, err := n.callLeader(ctx, req.Shard, leader, "TxnLock", req, resp); err != nil {
+			return &txnLockResponse{Error: toPeerError(err)}, nil
+		}
+		return resp, nil
+	}
 	resp, err := n.txnLockLocal(ctx, req)
 	if err != nil {
 		return &txnLockResponse{Error: toPeerError(err)}, nil
 	}
 	return resp, nil
+}
+
+// shardTarget is the node a request for shardID's leader goes to: the
+// leader this node's replica knows, or, without a replica here, a node
+// holding one (which forwards it: forwardTo), picked by attempt among
+// those not found silent lately; 0 when there is none.
+func (n *Node) shardTarget(shardID uint64, attempt int) uint64 {
+	if n.hasReplica(shardID) {
+		if l := n.leaderOf(shardID); l != n.id {
+			return l
+		}
+		return 0
+	}
+	nodes, k := n.answeringFirst(slices.DeleteFunc(n.shardNodes(shardID), func(id uint64) bool { return id == n.id }))
+	if len(nodes) == 0 {
+		return 0
+	}
+	if k == 0 {
+		k = len(nodes)
+	}
+	return nodes[attempt%k]
+}
+
+// forwardTo is the leader a request for shardID's leader that came here
+// after hops forwards is passed on to: this node's replica is not the
+// leader and knows another. 0: it is served (or refused) here.
+func (n *Node) forwardTo(shardID uint64, hops int) uint64 {
+	if n.lockTable(shardID) != nil || !n.hasReplica(shardID) || hops >= maxHops {
+		return 0
+	}
+	if l := n.leaderOf(shardID); l != n.id {
+		return l
+	}
+	return 0
 }
 
 func (n *Node) txnLockLocal(ctx context.Context, req *txnLockRequest) (*txnLockResponse, error) {
@@ -593,6 +637,8 @@ type txnReleaseRequest struct {
 	// leadership first; nothing is released.
 	Term     uint64 `json:"term,omitempty"`
 	Validate bool   `json:"validate,omitempty"`
+	// Hops is as txnLockRequest's.
+	Hops int `json:"hops,omitempty"`
 }
 
 type txnReleaseResponse struct {
@@ -609,6 +655,14 @@ func (n *Node) handleTxnRelease(ctx context.Context, req *txnReleaseRequest) (*t
 		return &txnReleaseResponse{Error: toPeerError(err)}, nil
 	}
 	defer done()
+	if leader := n.forwardTo(req.Shard, req.Hops); leader != 0 {
+		req.Hops++
+		resp := new(txnReleaseResponse)
+		if _, err := n.callLeader(ctx, req.Shard, leader, "TxnRelease", req, resp); err != nil {
+			return &txnReleaseResponse{Error: toPeerError(err)}, nil
+		}
+		return resp, nil
+	}
 	held, confirmed, err := n.txnReleaseLocal(ctx, req)
 	return &txnReleaseResponse{Held: held, Confirmed: confirmed, Error: toPeerError(err)}, nil
 }
@@ -648,12 +702,12 @@ func (n *Node) txnValidate(ctx context.Context, req *txnReleaseRequest) (held bo
 	if n.lockTable(req.Shard) != nil {
 		return n.txnReleaseLocal(ctx, req)
 	}
-	leader := n.leaderOf(req.Shard)
-	if leader == 0 || leader == n.id {
+	target := n.shardTarget(req.Shard, 0)
+	if target == 0 {
 		return false, 0, kv.Errorf(kv.CodeUnavailable, "shard %d has no leader", req.Shard)
 	}
 	var resp txnReleaseResponse
-	if _, err := n.callLeader(ctx, req.Shard, leader, "TxnRelease", req, &resp); err != nil {
+	if _, err := n.callLeader(ctx, req.Shard, target, "TxnRelease", req, &resp); err != nil {
 		return false, 0, err
 	}
 	return resp.Held, resp.Confirmed, resp.Error.err()

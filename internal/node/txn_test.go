@@ -240,12 +240,21 @@ func TestTxnExec(t *testing.T) {
 // transactions through every node of a three-node cluster while auditors
 // read every account in serializable read-only transactions: every audit,
 // and the end, sees the same total.
-func TestTxnBankCluster(t *testing.T) {
-	c := startCluster(t, 3, func(o *Options) { o.TxnTimeout = 2 * time.Second })
+func TestTxnBankCluster(t *testing.T) { testTxnBank(t, 3) }
+
+// TestTxnBankFourNodes is TestTxnBankCluster on four nodes, where a
+// shard's three replicas leave one node without: that node coordinates
+// transactions whose locks, validations and releases it sends to a node
+// that holds the shard, which passes them to the leader.
+func TestTxnBankFourNodes(t *testing.T) { testTxnBank(t, 4) }
+
+func testTxnBank(t *testing.T, nodes int) {
+	c := startCluster(t, nodes, func(o *Options) { o.TxnTimeout = 2 * time.Second })
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	n1 := c.node(1).n
-	if _, err := n1.CreateCollection(ctx, kv.CollectionOptions{Name: "bank", Partitioning: kv.PartitionHash, Shards: 4}); err != nil {
+	info, err := n1.CreateCollection(ctx, kv.CollectionOptions{Name: "bank", Partitioning: kv.PartitionHash, Shards: 4})
+	if err != nil {
 		t.Fatal(err)
 	}
 	const accounts, initial = 8, 100
@@ -254,6 +263,19 @@ func TestTxnBankCluster(t *testing.T) {
 			_, err := tn.n.DescribeCollection(ctx, "bank")
 			return err
 		})
+	}
+	if nodes > 3 {
+		d, err := n1.collection("bank")
+		if err != nil {
+			t.Fatal(err)
+		}
+		without := 0
+		for _, s := range d.Shards {
+			without += nodes - len(s.Replicas)
+		}
+		if without == 0 {
+			t.Fatalf("every node holds every shard of %v", info.Shards)
+		}
 	}
 	for i := range accounts {
 		if _, err := n1.Put(ctx, kv.PutRequest{Collection: "bank", Key: []byte(fmt.Sprintf("acct%02d", i)), Value: []byte(strconv.Itoa(initial))}); err != nil {
