@@ -263,16 +263,11 @@ func TestForwardedToFrozenNodeWithoutReplica(t *testing.T) {
 		via, frozen *testNode
 	)
 	oracle := c.leader(cluster.MetaShardID)
+	without := c.withoutReplica(d)
 	for _, s := range d.Shards {
-		holds := map[uint64]bool{}
-		for _, r := range s.Replicas {
-			holds[r.Node] = true
-		}
-		for _, tn := range c.nodes {
-			if !holds[tn.id] {
-				if f := c.node(tn.n.shardNodes(s.ID)[0]); f != oracle {
-					shardID, via, frozen = s.ID, tn, f
-				}
+		for _, tn := range without[s.ID] {
+			if f := c.node(tn.n.shardNodes(s.ID)[0]); f != oracle {
+				shardID, via, frozen = s.ID, tn, f
 			}
 		}
 		if via != nil {

@@ -3,9 +3,11 @@ package node
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/groupkv/groupkv/internal/cluster"
 	"github.com/groupkv/groupkv/internal/kv"
 )
 
@@ -21,15 +23,9 @@ func TestTxnThroughNodeWithoutReplicas(t *testing.T) {
 	d := c.txnCollectionH(ctx)
 	// The node lacking the most shards of h.
 	missing := map[uint64][]uint64{}
-	for _, s := range d.Shards {
-		holds := map[uint64]bool{}
-		for _, r := range s.Replicas {
-			holds[r.Node] = true
-		}
-		for _, tn := range c.nodes {
-			if !holds[tn.id] {
-				missing[tn.id] = append(missing[tn.id], s.ID)
-			}
+	for id, nodes := range c.withoutReplica(d) {
+		for _, tn := range nodes {
+			missing[tn.id] = append(missing[tn.id], id)
 		}
 	}
 	var via *testNode
@@ -120,4 +116,18 @@ func TestTxnThroughNodeWithoutReplicas(t *testing.T) {
 			t.Fatalf("%s after the one-shot transaction: %q, %v", k, rec.Value, err)
 		}
 	}
+}
+
+// withoutReplica maps each shard of d to the nodes that hold no replica of
+// it, in node order (shards every node holds are left out).
+func (c *testCluster) withoutReplica(d *cluster.CollectionDesc) map[uint64][]*testNode {
+	out := map[uint64][]*testNode{}
+	for _, s := range d.Shards {
+		for _, tn := range c.nodes {
+			if !slices.ContainsFunc(s.Replicas, func(r cluster.Replica) bool { return r.Node == tn.id }) {
+				out[s.ID] = append(out[s.ID], tn)
+			}
+		}
+	}
+	return out
 }

@@ -269,11 +269,7 @@ func testTxnBank(t *testing.T, nodes int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		without := 0
-		for _, s := range d.Shards {
-			without += nodes - len(s.Replicas)
-		}
-		if without == 0 {
+		if len(c.withoutReplica(d)) == 0 {
 			t.Fatalf("every node holds every shard of %v", info.Shards)
 		}
 	}
