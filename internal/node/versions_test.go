@@ -111,7 +111,11 @@ func TestVersionSourceRealTime(t *testing.T) {
 			}
 			switch r := rng.IntN(10); {
 			case r < 3 && step < 2000:
-				pending = append(pending, proposal{seq: seq.Add(1), above: o.high()})
+				// What the oracle issued before the proposal is queued:
+				// read first, as a fetch whose goroutine runs meanwhile
+				// may take the new number and issue its window at once.
+				above := o.high()
+				pending = append(pending, proposal{seq: seq.Add(1), above: above})
 			case r < 4:
 				o.issueElsewhere(uint64(1 + rng.IntN(5)))
 			case r < 7:
