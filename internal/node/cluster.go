@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -331,17 +330,14 @@ func (n *Node) proposeOnce(ctx context.Context, shardID uint64, cmd []byte, hops
 		return n.proposeRemote(ctx, leader, shardID, cmd, hops+1)
 	}
 	// No replica here: any replica's node knows the leader.
-	nodes, k := n.answeringFirst(slices.DeleteFunc(n.shardNodes(shardID), func(id uint64) bool { return id == n.id }))
-	if len(nodes) == 0 {
+	target := n.otherHolder(shardID, rand.N(1<<20))
+	if target == 0 {
 		return shard.Result{}, kv.Errorf(kv.CodeUnavailable, "shard %d is not in this node's catalog yet", shardID)
 	}
 	if hops >= maxHops {
 		return shard.Result{}, kv.Errorf(kv.CodeUnavailable, "shard %d: forwarded too often", shardID)
 	}
-	if k == 0 {
-		k = len(nodes) // none answered lately: any
-	}
-	return n.proposeRemote(ctx, nodes[rand.N(k)], shardID, cmd, hops+1)
+	return n.proposeRemote(ctx, target, shardID, cmd, hops+1)
 }
 
 // readBarrier makes a read of shardID's replica here linearizable.

@@ -481,14 +481,21 @@ func (n *Node) shardTarget(shardID uint64, attempt int) uint64 {
 		}
 		return 0
 	}
+	return n.otherHolder(shardID, attempt)
+}
+
+// otherHolder is the i-th (modulo their number) of the other nodes the
+// catalog lists as holding shardID, counting only those not found silent
+// lately if any are; 0 when there is none.
+func (n *Node) otherHolder(shardID uint64, i int) uint64 {
 	nodes, k := n.answeringFirst(slices.DeleteFunc(n.shardNodes(shardID), func(id uint64) bool { return id == n.id }))
 	if len(nodes) == 0 {
 		return 0
 	}
 	if k == 0 {
-		k = len(nodes)
+		k = len(nodes) // none answered lately: any
 	}
-	return nodes[attempt%k]
+	return nodes[i%k]
 }
 
 // forwardTo is the leader a request for shardID's leader that came here
