@@ -388,15 +388,20 @@ func (c *testCluster) txnCollectionH(ctx context.Context) *cluster.CollectionDes
 }
 
 // waitVoters waits until as many nodes as a shard has voters see that
-// many voters of each of shards: a replica that has not applied its
-// promotion cannot stand for election.
+// many voters of each of shards, out of any joint configuration: a
+// replica that has not applied its promotion cannot stand for election,
+// and while the promotion's joint configuration is not left, no election
+// is won without a quorum of the voters before it (with one voter before
+// it, that voter alone).
 func (c *testCluster) waitVoters(voters int, shards ...uint64) {
 	c.t.Helper()
 	c.eventually(30*time.Second, fmt.Sprintf("%d voters of shards %v seen by each", voters, shards), func() error {
 		for _, id := range shards {
 			seen := 0
 			for _, tn := range c.nodes {
-				if cs, ok := tn.n.host.ConfState(id); ok && len(cs.Voters) == voters {
+				// A joint configuration counts only once left: until then
+				// a quorum of the outgoing voters is needed too.
+				if cs, ok := tn.n.host.ConfState(id); ok && len(cs.Voters) == voters && len(cs.VotersOutgoing) == 0 {
 					seen++
 				}
 			}
