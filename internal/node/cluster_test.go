@@ -26,10 +26,12 @@ import (
 )
 
 // faultNet is the network between in-process test nodes: every peer
-// connection is dialed through it, so a node can be cut off (its open
-// connections closed, new ones refused) and healed.
+// connection is dialed and accepted through it, so a node can be cut off
+// (its open connections closed, new ones refused) and healed.
 type faultNet struct {
-	mu       sync.Mutex
+	mu sync.Mutex
+	// addrNode maps the nodes' listening addresses, and the local
+	// addresses of the connections they dialed, to the nodes.
 	addrNode map[string]uint64
 	cut      map[uint64]bool
 	conns    []*faultConn
@@ -39,6 +41,9 @@ type faultNet struct {
 	thawed chan struct{}
 }
 
+// faultConn is one end of a connection between nodes: from writes on it
+// to to. (An accepted connection learns to, the node that dialed it, at
+// its first write.)
 type faultConn struct {
 	net.Conn
 	f        *faultNet
@@ -50,6 +55,9 @@ type faultConn struct {
 func (c *faultConn) Write(b []byte) (int, error) {
 	for {
 		c.f.mu.Lock()
+		if c.to == 0 {
+			c.to = c.f.addrNode[c.RemoteAddr().String()]
+		}
 		frozen, thawed := c.f.frozen[c.from] || c.f.frozen[c.to], c.f.thawed
 		c.f.mu.Unlock()
 		if !frozen {
@@ -108,9 +116,40 @@ func (f *faultNet) dialer(from uint64) func(context.Context, string) (net.Conn, 
 			c.Close()
 			return nil, fmt.Errorf("faultnet: node %d cannot reach node %d (partitioned)", from, to)
 		}
+		f.addrNode[c.LocalAddr().String()] = from
 		f.conns = append(f.conns, fc)
 		return fc, nil
 	}
+}
+
+// listen wraps node id's peer listener: the connections it accepts are
+// frozen and cut with id, as those it dials are.
+func (f *faultNet) listen(id uint64, l net.Listener) net.Listener {
+	return &faultListener{Listener: l, f: f, id: id}
+}
+
+type faultListener struct {
+	net.Listener
+	f  *faultNet
+	id uint64
+}
+
+func (l *faultListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	fc := &faultConn{Conn: c, f: l.f, from: l.id}
+	l.f.mu.Lock()
+	defer l.f.mu.Unlock()
+	if l.f.cut[l.id] {
+		c.Close()
+		// A listener that fails Accept stops serving: hand out a closed
+		// connection instead.
+		return fc, nil
+	}
+	l.f.conns = append(l.f.conns, fc)
+	return fc, nil
 }
 
 // isolate cuts node id off from every other node.
@@ -120,6 +159,9 @@ func (f *faultNet) isolate(id uint64) {
 	f.cut[id] = true
 	kept := f.conns[:0]
 	for _, c := range f.conns {
+		if c.to == 0 {
+			c.to = f.addrNode[c.RemoteAddr().String()]
+		}
 		if c.from == id || c.to == id {
 			c.Close()
 			continue
@@ -192,7 +234,7 @@ func (c *testCluster) startNode(id uint64, dir string, join []string, listen str
 	}
 	srv := grpc.NewServer()
 	n.RegisterPeer(srv)
-	go srv.Serve(l)
+	go srv.Serve(c.net.listen(id, l))
 	c.net.mu.Lock()
 	c.net.addrNode[l.Addr().String()] = id
 	c.net.mu.Unlock()
