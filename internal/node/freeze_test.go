@@ -385,3 +385,110 @@ func TestCreateCollectionWithFrozenNode(t *testing.T) {
 		t.Fatalf("created with %d shards, want 8", len(info.Shards))
 	}
 }
+
+// TestWatchForwardedToFrozenNode: a watch through a node without a
+// replica of the watched shard runs on a node that holds one; that node
+// stops answering with its connections open (as a stopped process). The
+// watch goes on from another holder, after the last change it delivered:
+// a write made after the stop is delivered, nothing is delivered twice,
+// and the watch does not end. (The deadline is generous: it only catches
+// a watch left waiting for the stopped node.)
+func TestWatchForwardedToFrozenNode(t *testing.T) {
+	c := startCluster(t, 4, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := c.node(1).n.CreateCollection(ctx, kv.CollectionOptions{Name: "w", Shards: 1, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.node(1).n.collection("w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shardID := d.Shards[0].ID
+	c.waitVoters(3, shardID)
+	via := c.withoutReplica(d)[shardID][0]
+	c.eventually(30*time.Second, "the node without a replica knows the shard's holders", func() error {
+		if got := via.n.shardNodes(shardID); len(got) != 3 {
+			return fmt.Errorf("node %d knows holders %v", via.id, got)
+		}
+		return nil
+	})
+	// The watch runs on the first holder via knows (readTarget); it must
+	// not run the timestamp oracle, which has its own failover.
+	target := c.node(via.n.shardNodes(shardID)[0])
+	c.eventually(30*time.Second, "another node than the watch's runs the oracle", func() error {
+		if c.leader(cluster.MetaShardID) != target {
+			return nil
+		}
+		cs, _ := target.n.host.ConfState(cluster.MetaShardID)
+		self := target.n.host.Leader(cluster.MetaShardID)
+		for _, v := range cs.Voters {
+			if v != self {
+				target.n.host.TransferLeadership(cluster.MetaShardID, v)
+				break
+			}
+		}
+		return fmt.Errorf("node %d leads the meta shard", target.id)
+	})
+	var writer *testNode
+	for _, tn := range c.nodes {
+		if tn != via && tn != target {
+			writer = tn
+		}
+	}
+	put := func(key, value string) {
+		t.Helper()
+		c.eventually(30*time.Second, "put "+key, func() error {
+			_, err := writer.n.Put(ctx, kv.PutRequest{Collection: "w", Key: []byte(key), Value: []byte(value)})
+			return err
+		})
+	}
+	put("k0", "0")
+	events := make(chan kv.Event, 1024)
+	wctx, wcancel := context.WithCancel(ctx)
+	ended, done := make(chan error, 1), make(chan struct{})
+	go func() {
+		defer close(done)
+		ended <- via.n.Watch(wctx, kv.WatchRequest{Collection: "w"}, func(ev kv.Event) error {
+			if ev.Type != kv.EventProgress {
+				events <- ev
+			}
+			return nil
+		})
+	}()
+	defer func() {
+		wcancel()
+		<-done
+	}()
+	var last kv.Event
+	next := func(want string) {
+		t.Helper()
+		deadline := time.After(20 * time.Second)
+		for {
+			select {
+			case ev := <-events:
+				if ev.Version < last.Version || ev.Version == last.Version && string(ev.Key) <= string(last.Key) {
+					t.Fatalf("event %s@%d after %s@%d: out of order, or delivered twice", ev.Key, ev.Version, last.Key, last.Version)
+				}
+				last = ev
+				if string(ev.Key) == want {
+					return
+				}
+			case err := <-ended:
+				t.Fatalf("the watch ended: %v", err)
+			case <-deadline:
+				t.Fatalf("no event for %s within 20 s: the watch waits for the stopped node", want)
+			}
+		}
+	}
+	next("k0")
+	t.Logf("freezing node %d, which serves the watch through node %d; writing through node %d", target.id, via.id, writer.id)
+	c.net.freeze(target.id)
+	defer c.net.thaw()
+	start := time.Now()
+	put("k1", "1")
+	next("k1")
+	t.Logf("k1 delivered %v after the freeze", time.Since(start).Round(time.Millisecond))
+	put("k2", "2")
+	next("k2")
+}

@@ -51,7 +51,7 @@ func (n *Node) Watch(ctx context.Context, req kv.WatchRequest, fn func(kv.Event)
 		req.AfterKey = nil
 	}
 	shards := shardsIn(d, req.Start, req.End)
-	if ok, err := n.forwardWatch(ctx, shards, req, fn); ok {
+	if ok, err := n.forwardWatch(ctx, shards, &req, fn); ok {
 		if errors.Is(err, errNoSingleHolder) {
 			return n.watchSpread(ctx, d, shards, req, fn)
 		}

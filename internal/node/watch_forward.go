@@ -7,6 +7,7 @@ import (
 	"io"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -73,17 +74,56 @@ func (n *Node) registerWatch(s grpc.ServiceRegistrar) {
 }
 
 // forwardWatch runs a watch whose shards are not all held here on a node
-// that holds them all; it reports false when the watch is local.
-func (n *Node) forwardWatch(ctx context.Context, shards []uint64, req kv.WatchRequest, fn func(kv.Event) error) (bool, error) {
-	target, ok, err := n.readTarget(ctx, shards)
-	if !ok || err != nil {
-		return ok, err
+// that holds them all; it reports false when the watch is local. A stream
+// that breaks (its node stopped, or stopped answering: streamWatch) is
+// resumed on another such node after the last change or progress mark
+// delivered, up to maxPartRestarts times in a row; req holds that point,
+// from which the caller goes on when the watch turns local or must be
+// read in parts.
+func (n *Node) forwardWatch(ctx context.Context, shards []uint64, req *kv.WatchRequest, fn func(kv.Event) error) (bool, error) {
+	var fnErr error
+	restarts := 0
+	deliver := func(ev kv.Event) error {
+		if err := fn(ev); err != nil {
+			fnErr = err
+			return err
+		}
+		// Every change at or below (Version, Key) was delivered; a
+		// progress mark has no key.
+		req.FromVersion, req.AfterKey = ev.Version, ev.Key
+		restarts = 0
+		return nil
 	}
-	return true, n.streamWatch(ctx, target, watchMethod, &req, fn)
+	for {
+		target, ok, err := n.readTarget(ctx, shards)
+		if !ok || err != nil {
+			return ok, err
+		}
+		err = n.streamWatch(ctx, target, watchMethod, req, deliver)
+		if fnErr != nil || ctx.Err() != nil || !retryable(err) {
+			return true, err
+		}
+		if restarts++; restarts > maxPartRestarts {
+			return true, kv.Errorf(kv.CodeOf(err), "%s; resume the watch from the last version seen", kv.AsError(err).Message)
+		}
+		select {
+		case <-time.After(time.Duration(restarts) * 20 * time.Millisecond):
+		case <-ctx.Done():
+			return true, ctx.Err()
+		case <-n.stop:
+			return true, kv.Errorf(kv.CodeUnavailable, "node is shutting down; resume the watch from the last version seen")
+		}
+	}
 }
 
 // streamWatch runs a watch (or a part of one) on node target over the
-// stream method, handing its events to fn.
+// stream method, handing its events to fn. A node that stops answering
+// with its connections open (a stopped process) would hold the stream
+// forever, so the stream is watched (silenceWatch): once it has been
+// quiet for an election timeout the node is pinged, and silentPings pings
+// in a row unanswered for noReplicaPing each end the stream, unavailable.
+// A node whose stream broke is passed over (markSilent) where another can
+// serve.
 func (n *Node) streamWatch(ctx context.Context, target uint64, method string, req any, fn func(kv.Event) error) error {
 	nd, found := n.nodeDesc(target)
 	if !found {
@@ -93,29 +133,43 @@ func (n *Node) streamWatch(ctx context.Context, target uint64, method string, re
 	if err != nil {
 		return kv.Errorf(kv.CodeUnavailable, "connecting to node %d: %v", target, err)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := c.NewStream(ctx, &watchStreamDesc, method)
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w := &silenceWatch{n: n, ctx: sctx, cancel: cancel, addr: nd.PeerAddr}
+	w.heard()
+	w.timer = time.AfterFunc(time.Hour, w.check) // armed once w.timer is set
+	w.timer.Reset(n.electionTimeout())
+	defer w.timer.Stop()
+	broke := func(err error) error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// Stopped, or not answering: passed over while another can serve.
+		n.markSilent(target)
+		if errors.Is(context.Cause(sctx), errSilent) {
+			return kv.Errorf(kv.CodeUnavailable, "node %d stopped answering (its status went unanswered) during the watch; resume from the last version seen", target)
+		}
+		return kv.Errorf(kv.CodeUnavailable, "the watch through node %d broke: %v; resume from the last version seen", target, err)
+	}
+	stream, err := c.NewStream(sctx, &watchStreamDesc, method)
 	if err != nil {
-		return kv.Errorf(kv.CodeUnavailable, "watching through node %d: %v", target, err)
+		return broke(err)
 	}
 	if err := stream.SendMsg(req); err != nil {
-		return kv.Errorf(kv.CodeUnavailable, "watching through node %d: %v", target, err)
+		return broke(err)
 	}
 	if err := stream.CloseSend(); err != nil {
-		return kv.Errorf(kv.CodeUnavailable, "watching through node %d: %v", target, err)
+		return broke(err)
 	}
 	for {
 		var f watchFrame
 		err := stream.RecvMsg(&f)
+		w.heard()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return kv.Errorf(kv.CodeUnavailable, "the watch through node %d broke: %v; resume from the last version seen", target, err)
+			return broke(err)
 		}
 		if f.Error != nil {
 			return f.Error.err()
@@ -126,6 +180,52 @@ func (n *Node) streamWatch(ctx context.Context, target uint64, method string, re
 			}
 		}
 	}
+}
+
+// silenceWatch watches one long-lived stream (streamWatch) until its
+// context ends.
+type silenceWatch struct {
+	n      *Node
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	timer  *time.Timer
+	addr   string
+	// heardAt is when the stream last delivered a frame or the node last
+	// answered a ping (UnixNano).
+	heardAt atomic.Int64
+	missed  int // pings in a row that went unanswered
+}
+
+func (w *silenceWatch) heard() { w.heardAt.Store(time.Now().UnixNano()) }
+
+func (w *silenceWatch) check() {
+	if w.ctx.Err() != nil {
+		return
+	}
+	quiet := w.n.electionTimeout()
+	if since := time.Since(time.Unix(0, w.heardAt.Load())); since < quiet {
+		w.timer.Reset(quiet - since)
+		return
+	}
+	// Only a ping that timed out counts: one that failed otherwise
+	// (refused, closed) says nothing a timeout would (callWatch.check).
+	pctx, pcancel := context.WithTimeout(w.ctx, noReplicaPing)
+	_ = w.n.ping(pctx, w.addr)
+	timedOut := errors.Is(pctx.Err(), context.DeadlineExceeded)
+	pcancel()
+	switch {
+	case w.ctx.Err() != nil:
+		return
+	case timedOut:
+		if w.missed++; w.missed >= silentPings {
+			w.cancel(errSilent)
+			return
+		}
+	default:
+		w.missed = 0
+		w.heard()
+	}
+	w.timer.Reset(w.n.opts.TickInterval)
 }
 
 const watchPartMethod = "/" + peerService + "Watch/WatchPart"
