@@ -271,7 +271,8 @@ func (n *Node) watchPartHere(ctx context.Context, req *watchPartRequest, fn func
 // in (version, key) order; a progress event reports the lowest part
 // progress. A part that fails (its node stopped, or lost a replica to a
 // move) is planned again on other nodes and resumed after the last change
-// it sent, a few times; then the watch ends (resume it from the last
+// it sent; after maxPartRestarts such restarts with no progress of the
+// merged watch in between, the watch ends (resume it from the last
 // version seen).
 //
 // Invariant: parts[i].mark is a version at or below which part i has sent
@@ -344,7 +345,11 @@ func (n *Node) watchSpread(ctx context.Context, d *cluster.CollectionDesc, shard
 	var pending []kv.Event
 	var progressed uint64
 	var lastProgress time.Time
+	// restarts counts the parts planned again since the merged watch last
+	// progressed (its lowest mark was lowAtRestart then), low is that mark
+	// now.
 	restarts := 0
+	low, lowAtRestart := start, start
 	for {
 		var m msg
 		select {
@@ -370,6 +375,7 @@ func (n *Node) watchSpread(ctx context.Context, d *cluster.CollectionDesc, shard
 				return kv.Errorf(kv.CodeOf(m.err), "%s; resume the watch from the last version seen", kv.AsError(m.err).Message)
 			}
 			restarts++
+			lowAtRestart = low
 			again, err := n.planRead(ctx, p.shards, map[uint64]bool{p.node: true})
 			if err != nil {
 				return err
@@ -406,9 +412,12 @@ func (n *Node) watchSpread(ctx context.Context, d *cluster.CollectionDesc, shard
 			}
 			p.from, p.after = m.ev.Version, m.ev.Key
 		}
-		low := parts[0].mark
+		low = parts[0].mark
 		for _, q := range parts[1:] {
 			low = min(low, q.mark)
+		}
+		if low > lowAtRestart {
+			restarts = 0
 		}
 		sort.SliceStable(pending, func(i, j int) bool {
 			if pending[i].Version != pending[j].Version {
@@ -433,6 +442,7 @@ func (n *Node) watchSpread(ctx context.Context, d *cluster.CollectionDesc, shard
 	}
 }
 
-// maxPartRestarts bounds how often the parts of one watch over several
-// nodes are planned again after failing.
+// maxPartRestarts bounds how often in a row, with no progress in between,
+// a watch served by other nodes, or its parts, is started again after
+// failing.
 const maxPartRestarts = 16
