@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -196,12 +198,22 @@ func exec_command(t *testing.T, addr, body string) (string, error) {
 }
 
 // TestEndToEndTxnBankWithKill: concurrent transfers through the Go client
-// on every node of a three-node cluster, with read-only-by-locks audits;
-// one node is killed with SIGKILL and restarted during the run, then two
-// leaders are paused (SIGSTOP) in turn and resumed. Every audit and the
-// end see the same total.
-func TestEndToEndTxnBankWithKill(t *testing.T) {
-	c := newTCluster(t, 3)
+// on every node of a three-node cluster, with read-only-by-locks audits
+// and a watch of the accounts; one node is killed with SIGKILL and
+// restarted during the run, then two leaders are paused (SIGSTOP) in turn
+// and resumed. Every audit and the end see the same total, and so does
+// the watch after each version it delivers.
+func TestEndToEndTxnBankWithKill(t *testing.T) { testEndToEndTxnBank(t, 3) }
+
+// TestEndToEndTxnBankFourNodes is TestEndToEndTxnBankWithKill on four
+// nodes, more than a shard's three replicas: some node holds no replica of
+// some shard of the accounts, and its transactions, audits and watch (the
+// watch runs through it) reach that shard through the other nodes, which
+// are killed and restarted in turn, and two paused, meanwhile.
+func TestEndToEndTxnBankFourNodes(t *testing.T) { testEndToEndTxnBank(t, 4) }
+
+func testEndToEndTxnBank(t *testing.T, nodes int) {
+	c := newTCluster(t, nodes)
 	c.startAll()
 	const coll, accounts, initial = "bank", 10, 100
 	c.createCollection(1, coll, 4)
@@ -209,7 +221,33 @@ func TestEndToEndTxnBankWithKill(t *testing.T) {
 	for i := range accounts {
 		c.put(1, coll, fmt.Sprintf("acct%02d", i), strconv.Itoa(initial))
 	}
-	dbs := make([]groupkv.DB, 3)
+	// The watch runs through a node without a replica of some shard of
+	// the accounts when there is one (there must be on four nodes), and
+	// the node killed is another.
+	st, err := c.status(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lacks := func(id int) bool {
+		return slices.ContainsFunc(st.shards(coll), func(s tshard) bool { return !slices.Contains(s.Replicas, id) })
+	}
+	watcher := 1
+	for id := range nodes {
+		if lacks(id + 1) {
+			watcher = id + 1
+		}
+	}
+	// On three nodes node 3 is killed; on more, every node but the
+	// watch's in turn, so that the node serving it is killed too.
+	victims := []int{3}
+	if nodes > 3 {
+		if !lacks(watcher) {
+			t.Fatalf("no node of %d lacks a replica of a shard of %q: %+v", nodes, coll, st.shards(coll))
+		}
+		victims = slices.DeleteFunc(c.ids(), func(id int) bool { return id == watcher })
+	}
+	t.Logf("watching through node %d; killing nodes %v in turn", watcher, victims)
+	dbs := make([]groupkv.DB, nodes)
 	for i := range dbs {
 		db, err := groupkv.Dial(c.node(i+1).addr, groupkv.WithoutShardRouting())
 		if err != nil {
@@ -227,7 +265,7 @@ func TestEndToEndTxnBankWithKill(t *testing.T) {
 	errs := make(chan error, 16)
 	pick := func(rng *rand.Rand) groupkv.DB {
 		for {
-			i := rng.IntN(3)
+			i := rng.IntN(nodes)
 			if int64(i+1) != down.Load() {
 				return dbs[i]
 			}
@@ -344,13 +382,16 @@ func TestEndToEndTxnBankWithKill(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(3 * time.Second)
-	down.Store(3)
-	c.kill(3)
-	time.Sleep(3 * time.Second)
-	c.start(3, false)
-	c.waitHealthy(3)
-	down.Store(0)
+	w := startBankWatch(t, dbs[watcher-1], coll, accounts, accounts*initial)
+	for _, victim := range victims {
+		time.Sleep(3 * time.Second)
+		down.Store(int64(victim))
+		c.kill(victim)
+		time.Sleep(3 * time.Second)
+		c.start(victim, false)
+		c.waitHealthy(victim)
+		down.Store(0)
+	}
 	time.Sleep(3 * time.Second)
 	// Then the leader of a shard of the accounts, and after it the
 	// meta shard's (the timestamp oracle), are paused for 3 s, long
@@ -373,7 +414,7 @@ func TestEndToEndTxnBankWithKill(t *testing.T) {
 	}
 	// The end: plain reads through every node agree on the total (the
 	// locks of attempts cut off by the kill expire first).
-	for id := 1; id <= 3; id++ {
+	for id := 1; id <= nodes; id++ {
 		c.eventually(60*time.Second, "the final total", func() error {
 			sum := 0
 			for i := range accounts {
@@ -397,4 +438,108 @@ func TestEndToEndTxnBankWithKill(t *testing.T) {
 		t.Fatalf("%d transfers and %d audits committed", transfers.Load(), audits.Load())
 	}
 	t.Logf("%d transfers, %d audits committed; %d attempts cut off by the kill", transfers.Load(), audits.Load(), gaveUp.Load())
+	// The watch ends where the reads do: every account's last value.
+	final := map[string]string{}
+	for i := range accounts {
+		a, err := c.do(context.Background(), "GET", c.url(1)+"/v1/kv/"+coll+"/"+string(key(i)), "")
+		if err != nil || a.code != 200 {
+			t.Fatalf("account %d: %v %s", i, err, a)
+		}
+		final[string(key(i))] = a.body
+	}
+	w.waitFor(t, final)
+}
+
+// bankWatch follows the accounts of a bank test through one node's Watch
+// and checks, after each version it delivers, that the accounts it has
+// seen hold the total.
+type bankWatch struct {
+	mu       sync.Mutex
+	values   map[string]string
+	versions int   // versions delivered with every account seen
+	err      error // the first failed check, or how the watch ended
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+func startBankWatch(t *testing.T, db groupkv.DB, coll string, accounts, total int) *bankWatch {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &bankWatch{values: map[string]string{}, cancel: cancel, done: make(chan struct{})}
+	t.Cleanup(func() {
+		cancel()
+		<-w.done
+	})
+	var at uint64 // the version of the changes being gathered
+	check := func() error {
+		if len(w.values) < accounts {
+			return nil
+		}
+		sum := 0
+		for _, v := range w.values {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return fmt.Errorf("an account holds %q", v)
+			}
+			sum += n
+		}
+		if sum != total {
+			return fmt.Errorf("after version %d the watch's accounts hold %d in all, want %d", at, sum, total)
+		}
+		w.versions++
+		return nil
+	}
+	go func() {
+		defer close(w.done)
+		err := db.Watch(ctx, groupkv.WatchRequest{Collection: coll}, func(ev groupkv.Event) error {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if ev.Version > at && at > 0 || ev.Type == groupkv.EventProgress && ev.Version >= at {
+				// Every change of version at is in.
+				if err := check(); err != nil {
+					return err
+				}
+			}
+			if ev.Type == groupkv.EventProgress {
+				return nil
+			}
+			if ev.Version < at {
+				return fmt.Errorf("change %s@%d after one at %d", ev.Key, ev.Version, at)
+			}
+			at = ev.Version
+			if ev.Type != groupkv.EventPut {
+				return fmt.Errorf("a %s of %s@%d; accounts are only written", ev.Type, ev.Key, ev.Version)
+			}
+			w.values[string(ev.Key)] = string(ev.Value)
+			return nil
+		})
+		if ctx.Err() == nil {
+			w.mu.Lock()
+			w.err = fmt.Errorf("the watch ended: %v", err)
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+// waitFor waits until the watch holds final, failing the test if it
+// ended or failed a check first.
+func (w *bankWatch) waitFor(t *testing.T, final map[string]string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		w.mu.Lock()
+		err, got, versions := w.err, maps.Clone(w.values), w.versions
+		w.mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if maps.Equal(got, final) {
+			t.Logf("the watch held the total after each of %d versions and ends at the accounts' last values", versions)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the watch holds %v, not the accounts' last values %v, 60 s after the run", got, final)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
