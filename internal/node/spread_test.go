@@ -606,3 +606,77 @@ func TestClusterReadAroundDownNode(t *testing.T) {
 		return nil
 	})
 }
+
+// TestClusterWatchOutlivesPartRestarts: a watch over several nodes whose
+// parts fail, one node cut off at a time, more often over its life than
+// maxPartRestarts, goes on: the bound is on restarts in a row without
+// progress, and every write is delivered, once, in order.
+func TestClusterWatchOutlivesPartRestarts(t *testing.T) {
+	c := startCluster(t, 4, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	// Three replicas of each shard: a node cut off leaves each a quorum.
+	if _, err := c.node(1).n.CreateCollection(ctx, kv.CollectionOptions{Name: "w", Shards: 4, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitVoters(3, c.shardIDs("w")...)
+	wctx, wcancel := context.WithCancel(ctx)
+	events := make(chan kv.Event, 1024)
+	ended, done := make(chan error, 1), make(chan struct{})
+	go func() {
+		defer close(done)
+		ended <- c.node(1).n.Watch(wctx, kv.WatchRequest{Collection: "w"}, func(ev kv.Event) error {
+			if ev.Type != kv.EventProgress {
+				events <- ev
+			}
+			return nil
+		})
+	}()
+	defer func() {
+		wcancel()
+		<-done
+	}()
+	var last kv.Event
+	next := func(want string) {
+		t.Helper()
+		deadline := time.After(30 * time.Second)
+		for {
+			select {
+			case ev := <-events:
+				if ev.Version < last.Version || ev.Version == last.Version && string(ev.Key) <= string(last.Key) {
+					t.Fatalf("event %s@%d after %s@%d: out of order, or delivered twice", ev.Key, ev.Version, last.Key, last.Version)
+				}
+				last = ev
+				if string(ev.Key) == want {
+					return
+				}
+			case err := <-ended:
+				t.Fatalf("the watch ended: %v", err)
+			case <-deadline:
+				t.Fatalf("no event for %s within 30 s", want)
+			}
+		}
+	}
+	put := func(key string) {
+		t.Helper()
+		c.eventually(30*time.Second, "put "+key, func() error {
+			_, err := c.node(1).n.Put(ctx, kv.PutRequest{Collection: "w", Key: []byte(key), Value: []byte(key)})
+			return err
+		})
+	}
+	put("k00")
+	next("k00")
+	// Each round cuts off one of the nodes serving parts, which breaks
+	// its parts at once (its connections close), writes, waits for the
+	// write, and heals the node.
+	const rounds = maxPartRestarts + 4
+	for i := 1; i <= rounds; i++ {
+		cut := uint64(2 + i%3)
+		c.net.isolate(cut)
+		key := fmt.Sprintf("k%02d", i)
+		put(key)
+		next(key)
+		c.net.heal(cut)
+	}
+	t.Logf("%d rounds, each cutting off a node the watch's parts may run on", rounds)
+}

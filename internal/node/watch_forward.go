@@ -77,9 +77,10 @@ func (n *Node) registerWatch(s grpc.ServiceRegistrar) {
 // that holds them all; it reports false when the watch is local. A stream
 // that breaks (its node stopped, or stopped answering: streamWatch) is
 // resumed on another such node after the last change or progress mark
-// delivered, up to maxPartRestarts times in a row; req holds that point,
-// from which the caller goes on when the watch turns local or must be
-// read in parts.
+// delivered, up to maxPartRestarts times in a row, or in parts when no
+// other node holds them all (errNoSingleHolder); req holds that point,
+// from which the caller goes on when the watch turns local or is read in
+// parts.
 func (n *Node) forwardWatch(ctx context.Context, shards []uint64, req *kv.WatchRequest, fn func(kv.Event) error) (bool, error) {
 	var fnErr error
 	restarts := 0
@@ -98,6 +99,11 @@ func (n *Node) forwardWatch(ctx context.Context, shards []uint64, req *kv.WatchR
 		target, ok, err := n.readTarget(ctx, shards)
 		if !ok || err != nil {
 			return ok, err
+		}
+		if restarts > 0 && !n.answering(target) {
+			// The only node holding them all is one whose stream broke:
+			// read in parts, around it.
+			return true, errNoSingleHolder
 		}
 		err = n.streamWatch(ctx, target, watchMethod, req, deliver)
 		if fnErr != nil || ctx.Err() != nil || !retryable(err) {
