@@ -444,43 +444,8 @@ func TestWatchForwardedToFrozenNode(t *testing.T) {
 		})
 	}
 	put("k0", "0")
-	events := make(chan kv.Event, 1024)
-	wctx, wcancel := context.WithCancel(ctx)
-	ended, done := make(chan error, 1), make(chan struct{})
-	go func() {
-		defer close(done)
-		ended <- via.n.Watch(wctx, kv.WatchRequest{Collection: "w"}, func(ev kv.Event) error {
-			if ev.Type != kv.EventProgress {
-				events <- ev
-			}
-			return nil
-		})
-	}()
-	defer func() {
-		wcancel()
-		<-done
-	}()
-	var last kv.Event
-	next := func(want string) {
-		t.Helper()
-		deadline := time.After(20 * time.Second)
-		for {
-			select {
-			case ev := <-events:
-				if ev.Version < last.Version || ev.Version == last.Version && string(ev.Key) <= string(last.Key) {
-					t.Fatalf("event %s@%d after %s@%d: out of order, or delivered twice", ev.Key, ev.Version, last.Key, last.Version)
-				}
-				last = ev
-				if string(ev.Key) == want {
-					return
-				}
-			case err := <-ended:
-				t.Fatalf("the watch ended: %v", err)
-			case <-deadline:
-				t.Fatalf("no event for %s within 20 s: the watch waits for the stopped node", want)
-			}
-		}
-	}
+	w := startTestWatch(t, ctx, via.n, kv.WatchRequest{Collection: "w"})
+	next := func(key string) { t.Helper(); w.next(key, 20*time.Second) }
 	next("k0")
 	t.Logf("freezing node %d, which serves the watch through node %d; writing through node %d", target.id, via.id, writer.id)
 	c.net.freeze(target.id)

@@ -620,43 +620,8 @@ func TestClusterWatchOutlivesPartRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.waitVoters(3, c.shardIDs("w")...)
-	wctx, wcancel := context.WithCancel(ctx)
-	events := make(chan kv.Event, 1024)
-	ended, done := make(chan error, 1), make(chan struct{})
-	go func() {
-		defer close(done)
-		ended <- c.node(1).n.Watch(wctx, kv.WatchRequest{Collection: "w"}, func(ev kv.Event) error {
-			if ev.Type != kv.EventProgress {
-				events <- ev
-			}
-			return nil
-		})
-	}()
-	defer func() {
-		wcancel()
-		<-done
-	}()
-	var last kv.Event
-	next := func(want string) {
-		t.Helper()
-		deadline := time.After(30 * time.Second)
-		for {
-			select {
-			case ev := <-events:
-				if ev.Version < last.Version || ev.Version == last.Version && string(ev.Key) <= string(last.Key) {
-					t.Fatalf("event %s@%d after %s@%d: out of order, or delivered twice", ev.Key, ev.Version, last.Key, last.Version)
-				}
-				last = ev
-				if string(ev.Key) == want {
-					return
-				}
-			case err := <-ended:
-				t.Fatalf("the watch ended: %v", err)
-			case <-deadline:
-				t.Fatalf("no event for %s within 30 s", want)
-			}
-		}
-	}
+	w := startTestWatch(t, ctx, c.node(1).n, kv.WatchRequest{Collection: "w"})
+	next := func(key string) { t.Helper(); w.next(key, 30*time.Second) }
 	put := func(key string) {
 		t.Helper()
 		c.eventually(30*time.Second, "put "+key, func() error {
@@ -679,4 +644,59 @@ func TestClusterWatchOutlivesPartRestarts(t *testing.T) {
 		c.net.heal(cut)
 	}
 	t.Logf("%d rounds, each cutting off a node the watch's parts may run on", rounds)
+}
+
+// testWatch is a watch run in the background for a test, its changes
+// (not its progress marks) queued.
+type testWatch struct {
+	t      *testing.T
+	events chan kv.Event
+	ended  chan error
+	last   kv.Event
+}
+
+// startTestWatch starts a watch through n, ended when the test ends.
+func startTestWatch(t *testing.T, ctx context.Context, n *Node, req kv.WatchRequest) *testWatch {
+	w := &testWatch{t: t, events: make(chan kv.Event, 1024), ended: make(chan error, 1)}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.ended <- n.Watch(ctx, req, func(ev kv.Event) error {
+			if ev.Type != kv.EventProgress {
+				w.events <- ev
+			}
+			return nil
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return w
+}
+
+// next waits until the watch delivers a change of key, failing the test
+// if it delivers a change out of (version, key) order or twice, ends, or
+// delivers none of key within d (a generous deadline, which only catches
+// a watch left waiting).
+func (w *testWatch) next(key string, d time.Duration) {
+	w.t.Helper()
+	deadline := time.After(d)
+	for {
+		select {
+		case ev := <-w.events:
+			if ev.Version < w.last.Version || ev.Version == w.last.Version && string(ev.Key) <= string(w.last.Key) {
+				w.t.Fatalf("event %s@%d after %s@%d: out of order, or delivered twice", ev.Key, ev.Version, w.last.Key, w.last.Version)
+			}
+			w.last = ev
+			if string(ev.Key) == key {
+				return
+			}
+		case err := <-w.ended:
+			w.t.Fatalf("the watch ended: %v", err)
+		case <-deadline:
+			w.t.Fatalf("no change of %s delivered within %v", key, d)
+		}
+	}
 }
