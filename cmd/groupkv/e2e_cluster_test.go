@@ -281,19 +281,28 @@ func (c *tcluster) startAll() {
 		c.waitHealthy(n.id)
 	}
 	// Healthy nodes serve, but the meta shard gains its voters a moment
-	// later; a test that stops a node must wait for them.
+	// later; a test that stops a node must wait for them, out of the
+	// joint configuration that promoted them (until it is left, node 1
+	// alone is the quorum of the voters before it) as every voter sees
+	// it.
 	want := min(len(c.nodes), 3)
 	c.eventually(30*time.Second, "the meta shard has its voters", func() error {
-		st, err := c.status(1)
-		if err != nil {
-			return err
-		}
-		for _, s := range st.Shards {
-			if s.Collection == "" && s.Shard == 1 && len(s.Voters) == want {
-				return nil
+		seen := 0
+		for _, n := range c.nodes {
+			st, err := c.status(n.id)
+			if err != nil {
+				return err
+			}
+			for _, s := range st.Shards {
+				if s.Collection == "" && s.Shard == 1 && len(s.Voters) == want && len(s.VotersOutgoing) == 0 {
+					seen++
+				}
 			}
 		}
-		return fmt.Errorf("meta shard: %+v", st.Shards)
+		if seen < want {
+			return fmt.Errorf("%d nodes see the meta shard's %d voters out of a joint configuration", seen, want)
+		}
+		return nil
 	})
 }
 
@@ -473,6 +482,8 @@ type tshard struct {
 	Replicas   []int  `json:"replicas"`
 	Leader     int    `json:"leader"`
 	Voters     []int  `json:"voters"`
+	// VotersOutgoing are the voters before a change under way.
+	VotersOutgoing []int `json:"voters_outgoing"`
 }
 
 // status answers node id's GET /v1/cluster.

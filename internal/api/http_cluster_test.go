@@ -50,8 +50,9 @@ func (f *clusterFake) SplitShard(ctx context.Context, coll string, key []byte, s
 func TestHTTPClusterForms(t *testing.T) {
 	f := &clusterFake{httpFakeBackend: newHTTPFakeBackend()}
 	f.status = kv.ClusterStatus{
-		Nodes:  []kv.NodeStatus{{ID: 1, Addr: "h:7070", PeerAddr: "h:7071", Healthy: true, Replicas: 2, Held: 2}},
-		Shards: []kv.ShardStatus{{Collection: "", Shard: 1, Replicas: []uint64{1}, Leader: 1, Voters: []uint64{1}}},
+		Nodes: []kv.NodeStatus{{ID: 1, Addr: "h:7070", PeerAddr: "h:7071", Healthy: true, Replicas: 2, Held: 2}},
+		Shards: []kv.ShardStatus{{Collection: "", Shard: 1, Replicas: []uint64{1}, Leader: 1, Voters: []uint64{1}},
+			{Collection: "c", Shard: 2, Replicas: []uint64{1, 2}, Leader: 1, Voters: []uint64{1, 2}, VotersOutgoing: []uint64{1}}},
 	}
 	f.splitInfo = kv.CollectionInfo{Name: "r", ID: 2, Partitioning: kv.PartitionRange}
 	srv := httptest.NewServer(NewHTTPHandler(f, HTTPConfig{}))
@@ -76,8 +77,9 @@ func TestHTTPClusterForms(t *testing.T) {
 	// GET /v1/cluster: the shape, ids as integers.
 	code, out := do("GET", "/v1/cluster", "")
 	want := map[string]any{
-		"nodes":  []any{map[string]any{"id": 1.0, "addr": "h:7070", "peer_addr": "h:7071", "healthy": true, "replicas": 2.0, "held": 2.0}},
-		"shards": []any{map[string]any{"collection": "", "shard": 1.0, "replicas": []any{1.0}, "leader": 1.0, "voters": []any{1.0}}},
+		"nodes": []any{map[string]any{"id": 1.0, "addr": "h:7070", "peer_addr": "h:7071", "healthy": true, "replicas": 2.0, "held": 2.0}},
+		"shards": []any{map[string]any{"collection": "", "shard": 1.0, "replicas": []any{1.0}, "leader": 1.0, "voters": []any{1.0}},
+			map[string]any{"collection": "c", "shard": 2.0, "replicas": []any{1.0, 2.0}, "leader": 1.0, "voters": []any{1.0, 2.0}, "voters_outgoing": []any{1.0}}},
 	}
 	if code != 200 || !reflect.DeepEqual(out, want) {
 		t.Fatalf("GET /v1/cluster: %d %v", code, out)

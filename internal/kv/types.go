@@ -77,6 +77,11 @@ type ShardStatus struct {
 	// Voters are the node ids of the shard's voting replicas as the
 	// answering node's replica knows them (absent when it holds none).
 	Voters []uint64 `json:"voters,omitempty"`
+	// VotersOutgoing, while a change of the voters is under way (raft's
+	// joint configuration), are the voters before it: until the change
+	// completes a quorum of both sets is needed to elect a leader or
+	// commit.
+	VotersOutgoing []uint64 `json:"voters_outgoing,omitempty"`
 	// Consistency is the last outcome of a replica consistency check of
 	// the shard known to the answering node: "ok", "mismatch: ..." naming
 	// the diverged replicas, or "incomplete" (a replica did not answer);

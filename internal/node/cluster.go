@@ -1115,14 +1115,20 @@ func (n *Node) waitRemoteShard(ctx context.Context, shardID uint64) error {
 }
 
 // voterNodes returns the node ids of shardID's voters as this node's
-// replica knows them (nil when it holds none).
-func (n *Node) voterNodes(shardID uint64) []uint64 {
+// replica knows them (nil when it holds none), and while a change of them
+// is under way (a joint configuration) those before it.
+func (n *Node) voterNodes(shardID uint64) (voters, outgoing []uint64) {
 	cs, ok := n.host.ConfState(shardID)
 	if !ok {
-		return nil
+		return nil, nil
 	}
+	return n.replicaNodes(shardID, cs.Voters), n.replicaNodes(shardID, cs.VotersOutgoing)
+}
+
+// replicaNodes returns the node ids of replicas rids of shardID, sorted.
+func (n *Node) replicaNodes(shardID uint64, rids []uint64) []uint64 {
 	var out []uint64
-	for _, rid := range cs.Voters {
+	for _, rid := range rids {
 		if id, ok := n.replicaNode(shardID, rid); ok {
 			out = append(out, id)
 		}
@@ -1257,11 +1263,13 @@ func (n *Node) ClusterStatus(ctx context.Context) (kv.ClusterStatus, error) {
 			st.Nodes[len(st.Nodes)-1].WritesRefused = err.Err.Message
 		}
 	}
-	st.Shards = append(st.Shards, kv.ShardStatus{Collection: "", Shard: cluster.MetaShardID,
-		Replicas: n.shardNodes(cluster.MetaShardID), Leader: leaders[cluster.MetaShardID], Voters: n.voterNodes(cluster.MetaShardID)})
+	meta := kv.ShardStatus{Collection: "", Shard: cluster.MetaShardID, Replicas: n.shardNodes(cluster.MetaShardID), Leader: leaders[cluster.MetaShardID]}
+	meta.Voters, meta.VotersOutgoing = n.voterNodes(cluster.MetaShardID)
+	st.Shards = append(st.Shards, meta)
 	for _, c := range n.sortedCollections() {
 		for _, s := range c.Shards {
-			ss := kv.ShardStatus{Collection: c.Name, Shard: s.ID, Leader: leaders[s.ID], Voters: n.voterNodes(s.ID)}
+			ss := kv.ShardStatus{Collection: c.Name, Shard: s.ID, Leader: leaders[s.ID]}
+			ss.Voters, ss.VotersOutgoing = n.voterNodes(s.ID)
 			for _, r := range s.Replicas {
 				ss.Replicas = append(ss.Replicas, r.Node)
 			}
