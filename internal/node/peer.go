@@ -342,25 +342,30 @@ func (w *callWatch) check() {
 	} else {
 		need, wait = silentPings, max(wait, noReplicaPing)
 	}
-	pctx, pcancel := context.WithTimeout(w.ctx, wait)
-	err := w.n.ping(pctx, w.addr)
-	timedOut := errors.Is(pctx.Err(), context.DeadlineExceeded)
-	pcancel()
+	answered, unanswered := w.n.pingWithin(w.ctx, w.addr, wait)
 	switch {
 	case w.ctx.Err() != nil:
 		return
-	case err == nil:
+	case answered:
 		w.missed = 0
-	case timedOut:
-		// Unanswered. (A ping that failed otherwise — its connection
-		// refused or closed — says nothing a timeout would: a stopped
-		// process's port still accepts connections, a dead one's
-		// connections fail the call itself.)
+	case unanswered:
 		if w.missed++; w.missed >= need {
 			w.cancel(errSilent)
 		}
 	}
 	w.next = time.Now().Add(5 * tick)
+}
+
+// pingWithin pings the node at addr (ping) for at most wait: answered when
+// it answered, unanswered when the wait ran out. A ping that failed
+// otherwise — its connection refused or closed — is neither: it says
+// nothing a timeout would (a stopped process's port still accepts
+// connections; a dead one's connections fail the watched call itself).
+func (n *Node) pingWithin(ctx context.Context, addr string, wait time.Duration) (answered, unanswered bool) {
+	pctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	err := n.ping(pctx, addr)
+	return err == nil, errors.Is(pctx.Err(), context.DeadlineExceeded)
 }
 
 // ping asks the node at addr for its status over the ping connection. It

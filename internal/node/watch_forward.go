@@ -213,23 +213,20 @@ func (w *silenceWatch) check() {
 		w.timer.Reset(quiet - since)
 		return
 	}
-	// Only a ping that timed out counts: one that failed otherwise
-	// (refused, closed) says nothing a timeout would (callWatch.check).
-	pctx, pcancel := context.WithTimeout(w.ctx, noReplicaPing)
-	_ = w.n.ping(pctx, w.addr)
-	timedOut := errors.Is(pctx.Err(), context.DeadlineExceeded)
-	pcancel()
+	answered, unanswered := w.n.pingWithin(w.ctx, w.addr, noReplicaPing)
 	switch {
 	case w.ctx.Err() != nil:
 		return
-	case timedOut:
+	case unanswered:
 		if w.missed++; w.missed >= silentPings {
 			w.cancel(errSilent)
 			return
 		}
-	default:
+	case answered:
 		w.missed = 0
 		w.heard()
+	default:
+		w.heard() // failed otherwise: no sign either way; wait again
 	}
 	w.timer.Reset(w.n.opts.TickInterval)
 }
