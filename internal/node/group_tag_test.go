@@ -317,3 +317,75 @@ func TestGroupTagCollectionFourNodes(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupScanInPartsSeesGroupWrites: on four nodes with one replica a
+// shard, no node holds every shard of the collection, so a scan or tag
+// query of the present is read in parts on several nodes. Right after a
+// group transaction commits, each must answer the group's values, as a
+// scan read on one node does: every part waits for the group's writes to
+// its keys to be shipped before the read's version is picked.
+func TestGroupScanInPartsSeesGroupWrites(t *testing.T) {
+	c := startCluster(t, 4, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n1 := c.node(1).n
+	for _, o := range []kv.CollectionOptions{{Name: "acct", Partitioning: kv.PartitionHash, Shards: 4, Replicas: 1}, {Name: "l", Partitioning: kv.PartitionRange, Replicas: 1}} {
+		if _, err := n1.CreateCollection(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	members := putMembers(ctx, c, n1, "acct", func(int) []string { return []string{"acct"} })
+	d, _ := n1.collection("acct")
+	for _, tn := range c.nodes {
+		all := true
+		for _, s := range d.Shards {
+			all = all && tn.n.hasReplica(s.ID)
+		}
+		if all {
+			t.Fatalf("node %d holds every shard of the collection: its scans are not read in parts", tn.n.id)
+		}
+	}
+	c.eventually(60*time.Second, "the group is created", func() error {
+		_, err := n1.CreateGroup(ctx, kv.GroupSpec{ID: "g", Leader: kv.KeyRef{Collection: "l", Key: []byte("lead")}, Members: members})
+		return err
+	})
+	var reads []kv.TxnOp
+	for _, m := range members {
+		reads = append(reads, kv.TxnOp{Op: kv.TxnOpGet, Collection: m.Collection, Key: m.Key})
+	}
+	for i := range 12 {
+		tn := c.nodes[i%len(c.nodes)].n
+		if err := groupTransfer(ctx, tn, "g", members[i%8], members[(i+3)%8]); err != nil {
+			t.Fatalf("transfer %d: %v", i, err)
+		}
+		held, err := tn.ExecGroupTxn(ctx, "g", kv.ExecRequest{Then: reads})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{}
+		for j, m := range members {
+			want[string(m.Key)] = string(held.Results[j].Value)
+		}
+		check := func(what string, items []kv.Record) {
+			t.Helper()
+			if len(items) != len(members) {
+				t.Fatalf("transfer %d: %s on node %d: %d records, want %d", i, what, tn.id, len(items), len(members))
+			}
+			for _, r := range items {
+				if w := want[string(r.Key)]; string(r.Value) != w {
+					t.Fatalf("transfer %d: %s on node %d read %s = %q, the group holds %q", i, what, tn.id, r.Key, r.Value, w)
+				}
+			}
+		}
+		scanned, err := tn.Scan(ctx, kv.ScanRequest{Collection: "acct"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("a scan", scanned.Items)
+		tagged, err := tn.GetByTags(ctx, kv.TagQuery{Collection: "acct", All: []string{"acct"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("a tag query", tagged.Items)
+	}
+}

@@ -1049,12 +1049,25 @@ func (n *Node) overlayGroups(ctx context.Context, descs []*cluster.CollectionDes
 	return nil
 }
 
+// awaitShippedFor is awaitShipped for a scan or tag query of shards
+// served as route says: one read in parts waits on every node reading a
+// part, for the keys that part reads.
+func (n *Node) awaitShippedFor(ctx context.Context, route readRoute, d *cluster.CollectionDesc, shards []uint64, start, end []byte) error {
+	if route != routeSpread {
+		return n.awaitShipped(ctx, d.ID, n.expandLocal(shards), start, end)
+	}
+	_, err := runParts(ctx, n, shards, func(ctx context.Context, p readPart) (*shardReadResponse, error) {
+		return n.readPart(ctx, p, shardReadRequest{Op: "shipped", Start: start, End: end}, d)
+	})
+	return err
+}
+
 // awaitShipped waits, before a scan or tag query of shards picks its
-// version, until every group write to a key of [start, end) (nil: all)
-// yielded by a replica of shards here is applied to it: the read then
-// reflects the groups' committed values. The group's read asks its
-// leader to ship at once, so the wait is short; a shard without yielded
-// keys costs a lookup.
+// version, until every group write to a key of [start, end) (empty:
+// unbounded) yielded by a replica of shards here is applied to it: the
+// read then reflects the groups' committed values. The group's read asks
+// its leader to ship at once, so the wait is short; a shard without
+// yielded keys costs a lookup.
 func (n *Node) awaitShipped(ctx context.Context, coll uint32, shards []uint64, start, end []byte) error {
 	type yielded struct {
 		shard  uint64
@@ -1069,7 +1082,7 @@ func (n *Node) awaitShipped(ctx context.Context, coll uint32, shards []uint64, s
 		}
 		sm.WithGroups(func(_ *group.Leader, f *group.Follower) {
 			for _, k := range f.Keys() {
-				if k.Collection != coll || start != nil && k.Key < string(start) || end != nil && k.Key >= string(end) {
+				if k.Collection != coll || k.Key < string(start) || len(end) > 0 && k.Key >= string(end) {
 					continue
 				}
 				y, _ := f.Key(k)

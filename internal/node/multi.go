@@ -555,7 +555,7 @@ func (n *Node) scan(ctx context.Context, req kv.ScanRequest, each func(*kv.Recor
 		return fwd, false, err
 	}
 	if req.Page == "" && req.Version == 0 {
-		if err := n.awaitShipped(ctx, d.ID, n.expandLocal(shardsIn(d, req.Start, req.End)), req.Start, req.End); err != nil {
+		if err := n.awaitShippedFor(ctx, route, d, shardsIn(d, req.Start, req.End), req.Start, req.End); err != nil {
 			return kv.ScanResult{}, false, err
 		}
 	}
@@ -692,7 +692,7 @@ func (n *Node) GetByTags(ctx context.Context, q kv.TagQuery) (kv.ScanResult, err
 		return fwd, err
 	}
 	if q.Page == "" && q.Version == 0 {
-		if err := n.awaitShipped(ctx, d.ID, n.expandLocal(shardsOf(d)), nil, nil); err != nil {
+		if err := n.awaitShippedFor(ctx, route, d, shardsOf(d), nil, nil); err != nil {
 			return kv.ScanResult{}, err
 		}
 	}

@@ -288,12 +288,14 @@ func inSpans(spans []shardSpan, key []byte) bool {
 // records of Keys, a page of a scan, a page of a tag query, or the
 // placements of Keys, of the shards of Spans only.
 type shardReadRequest struct {
-	Op           string      `json:"op"` // "records", "placement", "prepared", "scan", "tags"
+	Op           string      `json:"op"` // "records", "placement", "prepared", "shipped", "scan", "tags"
 	Collection   string      `json:"collection"`
 	CollectionID uint32      `json:"collection_id"`
 	Spans        []shardSpan `json:"spans"`
-	// Version is the version read; 0 (records, placement, prepared) reads the
-	// latest state behind a read barrier of every shard.
+	// Version is the version read; 0 (records, placement, prepared,
+	// shipped) reads the latest state behind a read barrier of every shard.
+	// "shipped" reads nothing: it answers once the group writes to the
+	// keys of its spans in [Start, End) are applied to them (awaitShipped).
 	Version uint64   `json:"version,omitempty"`
 	Keys    [][]byte `json:"keys,omitempty"`
 	// Start and End (nil: unbounded) bound a scan.
@@ -384,7 +386,7 @@ func (n *Node) readPartHere(ctx context.Context, req *shardReadRequest) (*shardR
 		return nil, kv.Errorf(kv.CodeUnavailable, "node %d's replicas do not cover shards %v as asked (the catalog changed); ask again", n.id, ids)
 	}
 	if req.Version == 0 {
-		if req.Op != "records" && req.Op != "placement" && req.Op != "prepared" {
+		if req.Op != "records" && req.Op != "placement" && req.Op != "prepared" && req.Op != "shipped" {
 			return nil, kv.Errorf(kv.CodeInvalidArgument, "a %s part needs a version", req.Op)
 		}
 		for _, id := range n.expandLocal(ids) {
@@ -394,6 +396,12 @@ func (n *Node) readPartHere(ctx context.Context, req *shardReadRequest) (*shardR
 		}
 	} else if err := n.snapshotRead(ctx, ids, req.Version); err != nil {
 		return nil, err
+	}
+	if req.Op == "shipped" {
+		if err := n.awaitShipped(ctx, d.ID, n.expandLocal(ids), req.Start, req.End); err != nil {
+			return nil, err
+		}
+		return &shardReadResponse{}, nil
 	}
 	resp := &shardReadResponse{}
 	asOf := req.Version
