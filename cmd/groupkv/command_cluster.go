@@ -112,7 +112,11 @@ type clusterShard struct {
 	Collection  string   `json:"collection"`
 	Shard       uint64   `json:"shard"`
 	Replicas    []uint64 `json:"replicas"`
-	Leader      uint64   `json:"leader"`
+	Voters      []uint64 `json:"voters"`
+	// VotersOutgoing are the voters before a change under way (raft's
+	// joint configuration).
+	VotersOutgoing []uint64 `json:"voters_outgoing"`
+	Leader         uint64   `json:"leader"`
 	Consistency string   `json:"consistency"`
 }
 
@@ -225,23 +229,33 @@ func formatClusterStatus(w io.Writer, body []byte) error {
 	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "COLLECTION\tSHARD\tREPLICAS\tLEADER\tCONSISTENCY")
+	fmt.Fprintln(tw, "COLLECTION\tSHARD\tREPLICAS\tVOTERS\tLEADER\tCONSISTENCY")
 	for _, s := range shards {
 		coll := s.Collection
 		if coll == "" {
 			coll = metaCollection
 		}
-		replicas := make([]string, len(s.Replicas))
-		for i, r := range s.Replicas {
-			replicas[i] = strconv.FormatUint(r, 10)
+		voters := orDash(nodeList(s.Voters))
+		if len(s.VotersOutgoing) > 0 {
+			// A change of the voters under way: both sets vote.
+			voters += " (from " + nodeList(s.VotersOutgoing) + ")"
 		}
 		leader := "-"
 		if s.Leader != 0 {
 			leader = strconv.FormatUint(s.Leader, 10)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", coll, s.Shard, orDash(strings.Join(replicas, ",")), leader, orDash(s.Consistency))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", coll, s.Shard, orDash(nodeList(s.Replicas)), voters, leader, orDash(s.Consistency))
 	}
 	return tw.Flush()
+}
+
+// nodeList joins node ids with commas.
+func nodeList(ids []uint64) string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = strconv.FormatUint(id, 10)
+	}
+	return strings.Join(out, ",")
 }
 
 func orDash(s string) string {
