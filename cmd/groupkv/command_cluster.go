@@ -109,15 +109,15 @@ type clusterNode struct {
 }
 
 type clusterShard struct {
-	Collection  string   `json:"collection"`
-	Shard       uint64   `json:"shard"`
-	Replicas    []uint64 `json:"replicas"`
-	Voters      []uint64 `json:"voters"`
+	Collection string   `json:"collection"`
+	Shard      uint64   `json:"shard"`
+	Replicas   []uint64 `json:"replicas"`
+	Voters     []uint64 `json:"voters"`
 	// VotersOutgoing are the voters before a change under way (raft's
 	// joint configuration).
 	VotersOutgoing []uint64 `json:"voters_outgoing"`
 	Leader         uint64   `json:"leader"`
-	Consistency string   `json:"consistency"`
+	Consistency    string   `json:"consistency"`
 }
 
 // metaCollection is how the table shows the meta shard's collection ("").
