@@ -1439,7 +1439,9 @@ func (s *txnSession) commit(ctx context.Context) (uint64, error) {
 	// Two phases: prepare every participant. When the record's shard is
 	// one of them, it goes last: once every other one prepared, one
 	// proposal there commits its writes and the record together (Last),
-	// with no intent and no resolve of its own.
+	// with no intent and no resolve of its own. Its version, drawn then,
+	// is the commit's: the prepares' need not be timestamps issued after
+	// they were queued (Early), only below it.
 	last := s.parts[anchor]
 	type prepared struct {
 		p       *participant
@@ -1454,7 +1456,7 @@ func (s *txnSession) commit(ctx context.Context) (uint64, error) {
 		}
 		sent++
 		n.workers.Go(func() {
-			res, err := n.propose(ctx, p.shard, shard.EncodeTxnPrepare(&shard.TxnPrepareCmd{Meta: s.meta, LockTerm: p.term, ReadTS: s.readTS, Writes: p.writes, Reads: p.reads}))
+			res, err := n.propose(ctx, p.shard, shard.EncodeTxnPrepare(&shard.TxnPrepareCmd{Meta: s.meta, LockTerm: p.term, Early: last != nil, ReadTS: s.readTS, Writes: p.writes, Reads: p.reads}))
 			if err == nil && res.Err != nil {
 				err = res.Err
 			}

@@ -2376,8 +2376,8 @@ func (h *Host) proposeWaiting(g *group) {
 	}
 	// The commands go to raft in batches, one message of several entries
 	// (one step, one append to the unstable log, one self-acknowledgement)
-	// rather than one message per command; a configuration change, or a
-	// command that gets no version this cycle, ends a batch.
+	// rather than one message per command; a configuration change ends a
+	// batch.
 	var (
 		batch    []raftpb.Entry
 		batchPs  []*proposal
@@ -2413,8 +2413,18 @@ func (h *Host) proposeWaiting(g *group) {
 		clear(batchPs)
 		batch, batchPs, assigned = nil, batchPs[:0], false
 	}
-	n := 0
-	for _, p := range g.waiting {
+	// Once a write gets no version this cycle, the commands after it wait
+	// with it, in their order (rest), but for those that may take any
+	// version (shard.AnyVersion): they go ahead, on the timestamps at
+	// hand, while it waits for a timestamp issued after it was queued.
+	// Commands waiting together come from requests under way at once,
+	// which no order binds; versions still grow along the log.
+	var rest []*proposal
+	for i, p := range g.waiting {
+		if len(rest) > 0 && (p.conf != nil || !shard.AnyVersion(p.cmd)) {
+			rest = append(rest, p)
+			continue
+		}
 		if p.conf != nil {
 			flush()
 			cc := *p.conf
@@ -2424,7 +2434,6 @@ func (h *Host) proposeWaiting(g *group) {
 			} else {
 				g.inflight[p.id] = p
 			}
-			n++
 			continue
 		}
 		if shard.IsWrite(p.cmd) {
@@ -2436,12 +2445,17 @@ func (h *Host) proposeWaiting(g *group) {
 				ok bool
 			)
 			if h.seqVersions != nil {
-				v, ok = h.seqVersions.TryNextAfter(floor, p.id)
+				seq := p.id
+				if shard.AnyVersion(p.cmd) {
+					seq = 0 // any window
+				}
+				v, ok = h.seqVersions.TryNextAfter(floor, seq)
 			} else {
 				v, ok = h.cfg.Versions.TryNext(floor)
 			}
 			if !ok {
-				break
+				rest = append(rest, p)
+				continue
 			}
 			g.mu.Lock()
 			if v <= g.mu.readWatermark {
@@ -2449,7 +2463,8 @@ func (h *Host) proposeWaiting(g *group) {
 				// locks; this timestamp is too low. Try again next cycle.
 				g.mu.Unlock()
 				h.signal()
-				break
+				rest = append(rest, p)
+				continue
 			}
 			if !assigned {
 				assigned, prev, prevN = true, g.mu.lastAssigned, len(g.mu.unapplied)
@@ -2463,14 +2478,13 @@ func (h *Host) proposeWaiting(g *group) {
 		binary.BigEndian.PutUint64(data, p.id)
 		copy(data[8:], p.cmd)
 		if batch == nil {
-			batch = make([]raftpb.Entry, 0, len(g.waiting)-n)
+			batch = make([]raftpb.Entry, 0, len(g.waiting)-i)
 		}
 		batch = append(batch, raftpb.Entry{Data: data})
 		batchPs = append(batchPs, p)
-		n++
 	}
 	flush()
-	g.waiting = append(g.waiting[:0], g.waiting[n:]...)
+	g.waiting = append(g.waiting[:0], rest...)
 }
 
 func (h *Host) updateLeadership(g *group, rd raft.Ready) {

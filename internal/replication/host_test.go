@@ -39,6 +39,30 @@ type testVersions struct {
 	// gates are consumed one per TryNext call that is not paused; a nil
 	// gate lets its call through at once.
 	gates []*versionGate
+	// holdFresh refuses (TryNextAfter) the proposals numbered above
+	// freshSeq that need a timestamp issued after they were queued, as a
+	// node waiting for a window fetch would.
+	holdFresh bool
+	freshSeq  uint64
+}
+
+var _ SequencedVersionSource = (*testVersions)(nil)
+
+func (v *testVersions) TryNextAfter(floor, seq uint64) (uint64, bool) {
+	v.mu.Lock()
+	held := v.holdFresh && seq > v.freshSeq
+	v.mu.Unlock()
+	if held {
+		return 0, false
+	}
+	return v.TryNext(floor)
+}
+
+// setHoldFresh sets holdFresh, with freshSeq.
+func (v *testVersions) setHoldFresh(hold bool, seq uint64) {
+	v.mu.Lock()
+	v.holdFresh, v.freshSeq = hold, seq
+	v.mu.Unlock()
 }
 
 // versionGate holds one TryNext call: entered is closed when the call

@@ -10,7 +10,10 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/groupkv/groupkv/internal/cluster"
 	"github.com/groupkv/groupkv/internal/kv"
+	"github.com/groupkv/groupkv/internal/shard"
+	"github.com/groupkv/groupkv/internal/txn"
 )
 
 // syncGateFS is a filesystem whose WAL syncs (of files named *.log) wait,
@@ -276,5 +279,53 @@ func TestHostRefusedBatchTakesBackItsVersions(t *testing.T) {
 		if v > rb.res.Version {
 			t.Fatalf("refused version %d still awaited (unapplied %v)", v, unapplied)
 		}
+	}
+}
+
+// TestHostAnyVersionGoesAhead: while a write waits for a timestamp issued
+// after it was queued, a prepare that may take any version
+// (shard.AnyVersion) queued behind it is proposed on the timestamps at
+// hand, and a plain write behind it keeps waiting. Versions still grow
+// along the log: the waiting write, proposed next, gets a higher one.
+func TestHostAnyVersionGoesAhead(t *testing.T) {
+	e := newHostEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if r, err := e.propose(ctx, putCmd("a", "1", nil)); err != nil || r.Err != nil {
+		t.Fatalf("a: %v %v", err, r)
+	}
+	base := e.queued()
+	e.vs.setHoldFresh(true, base)
+	w := e.proposeAsync(ctx, putCmd("w", "1", nil))
+	e.waitQueued(base + 1)
+	term, ok := e.h.LeaderTerm(testShardID)
+	if !ok {
+		t.Fatal("the test shard has no leader here")
+	}
+	prepare := func(key string, early bool) []byte {
+		return shard.EncodeTxnPrepare(&shard.TxnPrepareCmd{Meta: txn.Meta{ID: txn.NewID(7, 1), Priority: 7, Attempt: 1, Start: 7,
+			Anchor: txn.Anchor{Collection: testDesc.Collection, Bucket: cluster.Bucket([]byte("anchor")), Key: []byte("anchor")}},
+			LockTerm: term, Early: early, Writes: []shard.Op{{Type: shard.OpPut, Bucket: cluster.Bucket([]byte(key)), Key: []byte(key), Value: []byte("v")}}})
+	}
+	x := e.proposeAsync(ctx, putCmd("x", "1", nil))
+	e.waitQueued(base + 2)
+	p := waitResult(t, "the prepare that may take any version", e.proposeAsync(ctx, prepare("p", true)))
+	if p.err != nil || p.res.Err != nil {
+		t.Fatalf("the prepare: %v %v", p.err, p.res.Err)
+	}
+	select {
+	case r := <-w:
+		t.Fatalf("w was answered (%+v) while it waited for a timestamp", r)
+	case r := <-x:
+		t.Fatalf("x, queued behind w, was answered (%+v) while w waited", r)
+	case <-time.After(50 * time.Millisecond):
+	}
+	e.vs.setHoldFresh(false, 0)
+	rw, rx := waitResult(t, "w", w), waitResult(t, "x", x)
+	if rw.err != nil || rx.err != nil {
+		t.Fatalf("w: %v, x: %v", rw.err, rx.err)
+	}
+	if !(p.res.Version < rw.res.Version && rw.res.Version < rx.res.Version) {
+		t.Fatalf("versions: the prepare %d, w %d, x %d; want them growing in that order", p.res.Version, rw.res.Version, rx.res.Version)
 	}
 }

@@ -82,8 +82,14 @@ type TxnPrepareCmd struct {
 	// proposal gets a version above it (MinVersion), at which the shard
 	// commits its writes and the record, COMMITTED and listing the
 	// others, at once.
-	Last         bool         `json:"last,omitempty"`
-	MinCommit    uint64       `json:"min_commit,omitempty"`
+	Last      bool   `json:"last,omitempty"`
+	MinCommit uint64 `json:"min_commit,omitempty"`
+	// Early marks a prepare (not OnePhase) whose transaction commits in a
+	// Last proposal once every participant prepared: its version is only
+	// a floor under the commit's, which is drawn afresh, so the proposal
+	// may take any version above the shard's last (AnyVersion) instead of
+	// waiting for a timestamp issued after it was queued.
+	Early        bool         `json:"early,omitempty"`
 	Participants []uint64     `json:"participants,omitempty"`
 	Writes       []Op         `json:"writes,omitempty"`
 	Reads        []txn.Target `json:"reads,omitempty"`
@@ -333,6 +339,8 @@ const (
 	// prepareLast: MinCommit follows the flags, 8 bytes at a fixed
 	// offset (MinVersion), and the participants the reads.
 	prepareLast = 1 << 3
+	// prepareEarly: the proposal may take any version (AnyVersion).
+	prepareEarly = 1 << 4
 )
 
 // Flags of a target of a binary prepare's read set.
@@ -410,6 +418,9 @@ func EncodeTxnPrepare(c *TxnPrepareCmd) []byte {
 	}
 	if c.Last {
 		flags |= prepareLast
+	}
+	if c.Early {
+		flags |= prepareEarly
 	}
 	b = append(b, flags)
 	if c.Last {
@@ -536,11 +547,11 @@ func decodeTxnPrepare(body []byte) (*TxnPrepareCmd, error) {
 // come before its writes.
 func (d *decoder) prepareHead(c *TxnPrepareCmd) error {
 	flags := d.byte()
-	if d.err != nil || flags&^(prepareOnePhase|prepareRecord|preparePlain|prepareLast) != 0 ||
-		flags&prepareLast != 0 && flags&prepareOnePhase == 0 {
+	if d.err != nil || flags&^(prepareOnePhase|prepareRecord|preparePlain|prepareLast|prepareEarly) != 0 ||
+		flags&prepareLast != 0 && flags&prepareOnePhase == 0 || flags&prepareEarly != 0 && flags&prepareOnePhase != 0 {
 		return ErrCorruptCommand
 	}
-	c.OnePhase, c.Record, c.Last = flags&prepareOnePhase != 0, flags&prepareRecord != 0, flags&prepareLast != 0
+	c.OnePhase, c.Record, c.Last, c.Early = flags&prepareOnePhase != 0, flags&prepareRecord != 0, flags&prepareLast != 0, flags&prepareEarly != 0
 	if c.Last {
 		if len(d.b) < 8 {
 			return ErrCorruptCommand
@@ -635,6 +646,14 @@ func DecodePrepareLocks(cmd []byte, p *PrepareLocks) error {
 		return ErrCorruptCommand
 	}
 	return nil
+}
+
+// AnyVersion reports whether a proposal of cmd may take any version
+// above the shard's last, not only a timestamp issued after it was
+// queued: the prepare of a transaction that commits later, in a Last
+// proposal of its own (TxnPrepareCmd.Early).
+func AnyVersion(cmd []byte) bool {
+	return len(cmd) > 10 && CommandKind(cmd[0]) == KindTxnPrepare && cmd[9] == txnFormatBinary && cmd[10]&prepareEarly != 0
 }
 
 // MinVersion answers the version a proposal of cmd must be above: a

@@ -35,7 +35,12 @@ func TestTxnCommandsRoundTrip(t *testing.T) {
 	plain.Meta.Plain, plain.OnePhase, plain.Record, plain.Reads = true, false, false, nil
 	last := testPrepare()
 	last.Last, last.MinCommit, last.Participants = true, 1<<62+5, []uint64{3, 9, 1 << 40}
-	for _, p := range []*TxnPrepareCmd{testPrepare(), plain, last, {Meta: txn.Meta{ID: txn.NewID(1, 1)}}} {
+	early := testPrepare()
+	early.OnePhase, early.Record, early.Early = false, false, true
+	for _, p := range []*TxnPrepareCmd{testPrepare(), plain, last, early, {Meta: txn.Meta{ID: txn.NewID(1, 1)}}} {
+		if got := AnyVersion(EncodeTxnPrepare(p)); got != p.Early {
+			t.Fatalf("AnyVersion of a prepare with Early %v: %v", p.Early, got)
+		}
 		for name, enc := range map[string][]byte{"binary": EncodeTxnPrepare(p), "json": encodeJSON(KindTxnPrepare, true, p)} {
 			SetVersion(enc, 42)
 			c, err := DecodeCommand(enc)
