@@ -229,7 +229,8 @@ func formatClusterStatus(w io.Writer, body []byte) error {
 	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "COLLECTION\tSHARD\tREPLICAS\tVOTERS\tLEADER\tCONSISTENCY")
+	// Columns are only ever added at the end: scripts read them by place.
+	fmt.Fprintln(tw, "COLLECTION\tSHARD\tREPLICAS\tLEADER\tCONSISTENCY\tVOTERS")
 	for _, s := range shards {
 		coll := s.Collection
 		if coll == "" {
@@ -244,7 +245,7 @@ func formatClusterStatus(w io.Writer, body []byte) error {
 		if s.Leader != 0 {
 			leader = strconv.FormatUint(s.Leader, 10)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", coll, s.Shard, orDash(nodeList(s.Replicas)), voters, leader, orDash(s.Consistency))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", coll, s.Shard, orDash(nodeList(s.Replicas)), leader, orDash(s.Consistency), voters)
 	}
 	return tw.Flush()
 }
