@@ -248,6 +248,16 @@ func TestLastPrepareEncoding(t *testing.T) {
 	if _, err := DecodeCommand(enc[:15]); !errors.Is(err, ErrCorruptCommand) {
 		t.Fatalf("truncated: %v, want a corrupt command", err)
 	}
+	// Early marks a prepare that commits later: one that commits itself
+	// needs a fresh version, and the two flags together are corrupt.
+	early := append([]byte(nil), enc...)
+	early[10] |= prepareEarly
+	if _, err := DecodeCommand(early); !errors.Is(err, ErrCorruptCommand) {
+		t.Fatalf("early and one-phase: %v, want a corrupt command", err)
+	}
+	if AnyVersion(enc) || AnyVersion(EncodeWrite([]Op{{Type: OpPut, Key: []byte("k")}})) {
+		t.Fatal("AnyVersion of a commit or a write")
+	}
 }
 
 // TestPreparedEntryEncoding: a prepared entry decodes to what was encoded
