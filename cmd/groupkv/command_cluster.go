@@ -92,8 +92,8 @@ collection "(meta)". A leader of "-" means the shard has no leader now.`,
 
 // clusterStatus is the answer of GET /v1/cluster.
 type clusterStatus struct {
-	Nodes  []clusterNode  `json:"nodes"`
-	Shards []clusterShard `json:"shards"`
+	Nodes  []clusterNode    `json:"nodes"`
+	Shards []kv.ShardStatus `json:"shards"`
 }
 
 type clusterNode struct {
@@ -106,18 +106,6 @@ type clusterNode struct {
 	Held     *int   `json:"held"`
 	// WritesRefused: why the node refuses writes (its disk is low).
 	WritesRefused string `json:"writes_refused,omitempty"`
-}
-
-type clusterShard struct {
-	Collection string   `json:"collection"`
-	Shard      uint64   `json:"shard"`
-	Replicas   []uint64 `json:"replicas"`
-	Voters     []uint64 `json:"voters"`
-	// VotersOutgoing are the voters before a change under way (raft's
-	// joint configuration).
-	VotersOutgoing []uint64 `json:"voters_outgoing"`
-	Leader         uint64   `json:"leader"`
-	Consistency    string   `json:"consistency"`
 }
 
 // metaCollection is how the table shows the meta shard's collection ("").
@@ -196,7 +184,7 @@ func formatClusterStatus(w io.Writer, body []byte) error {
 	}
 	nodes := append([]clusterNode(nil), st.Nodes...)
 	sort.SliceStable(nodes, func(i, j int) bool { return nodes[i].ID < nodes[j].ID })
-	shards := append([]clusterShard(nil), st.Shards...)
+	shards := append([]kv.ShardStatus(nil), st.Shards...)
 	sort.SliceStable(shards, func(i, j int) bool {
 		if shards[i].Collection != shards[j].Collection {
 			return shards[i].Collection < shards[j].Collection

@@ -2421,7 +2421,8 @@ func (h *Host) proposeWaiting(g *group) {
 	// which no order binds; versions still grow along the log.
 	var rest []*proposal
 	for i, p := range g.waiting {
-		if len(rest) > 0 && (p.conf != nil || !shard.AnyVersion(p.cmd)) {
+		anyVersion := p.conf == nil && shard.AnyVersion(p.cmd)
+		if len(rest) > 0 && !anyVersion {
 			rest = append(rest, p)
 			continue
 		}
@@ -2446,7 +2447,7 @@ func (h *Host) proposeWaiting(g *group) {
 			)
 			if h.seqVersions != nil {
 				seq := p.id
-				if shard.AnyVersion(p.cmd) {
+				if anyVersion {
 					seq = 0 // any window
 				}
 				v, ok = h.seqVersions.TryNextAfter(floor, seq)
