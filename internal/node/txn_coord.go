@@ -1854,7 +1854,11 @@ func runExec(ctx context.Context, a execAttempt, req kv.ExecRequest) (kv.ExecRes
 		ops = req.Else
 	}
 	results := make([]kv.TxnOpResult, len(ops))
-	var writes []int
+	// writes are the branch's puts and deletes; own are its gets that
+	// found a key the branch put before them, answered at the commit
+	// version (the record's once committed), not 0.
+	var writes, own []int
+	wrote := make(map[string]bool)
 	for i := 0; i < len(ops); i++ {
 		op := ops[i]
 		ref := kv.KeyRef{Collection: op.Collection, Key: op.Key}
@@ -1878,6 +1882,9 @@ func runExec(ctx context.Context, a execAttempt, req kv.ExecRequest) (kv.ExecRes
 			for j, it := range items {
 				if it.Found {
 					results[i+j] = kv.TxnOpResult{Found: true, Value: it.Value, Tags: it.Tags, Version: it.Version}
+					if wrote[wkeyName(refs[j].Collection, refs[j].Key)] {
+						own = append(own, i+j)
+					}
 				}
 			}
 			i = end - 1
@@ -1886,11 +1893,13 @@ func runExec(ctx context.Context, a execAttempt, req kv.ExecRequest) (kv.ExecRes
 				return kv.ExecResult{}, err
 			}
 			writes = append(writes, i)
+			wrote[wkeyName(op.Collection, op.Key)] = true
 		case kv.TxnOpDelete:
 			if err := a.del(ctx, ref); err != nil {
 				return kv.ExecResult{}, err
 			}
 			writes = append(writes, i)
+			wrote[wkeyName(op.Collection, op.Key)] = true
 		}
 	}
 	v, err := a.commit(ctx)
@@ -1899,6 +1908,9 @@ func runExec(ctx context.Context, a execAttempt, req kv.ExecRequest) (kv.ExecRes
 	}
 	for _, i := range writes {
 		results[i] = kv.TxnOpResult{Version: v}
+	}
+	for _, i := range own {
+		results[i].Version = v
 	}
 	return kv.ExecResult{Succeeded: ok, Version: v, Results: results}, nil
 }

@@ -234,6 +234,27 @@ func TestTxnExec(t *testing.T) {
 	if _, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte("d")}); kv.CodeOf(err) != kv.CodeNotFound {
 		t.Fatalf("d after exec: %v", err)
 	}
+	// A get of a key the branch put before it answers the value put at
+	// the commit version, as a get after the commit does; a get before
+	// the put, and of a key the branch deleted, answer the store.
+	res3, err := n.ExecTxn(ctx, kv.ExecRequest{Then: []kv.TxnOp{
+		{Op: kv.TxnOpGet, Collection: "c", Key: []byte("e")},
+		{Op: kv.TxnOpPut, Collection: "c", Key: []byte("e"), Value: []byte("E2")},
+		{Op: kv.TxnOpDelete, Collection: "c", Key: []byte("a")},
+		{Op: kv.TxnOpGet, Collection: "c", Key: []byte("e")},
+		{Op: kv.TxnOpGet, Collection: "c", Key: []byte("a")},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res3.Succeeded || len(res3.Results) != 5 || string(res3.Results[0].Value) != "E" || res3.Results[0].Version != ve ||
+		string(res3.Results[3].Value) != "E2" || res3.Results[3].Version != res3.Version || res3.Results[4].Found {
+		t.Fatalf("exec reading its own writes: %+v", res3)
+	}
+	got, err := n.Get(ctx, kv.GetRequest{Collection: "c", Key: []byte("e")})
+	if err != nil || got.Version != res3.Results[3].Version {
+		t.Fatalf("e after exec: %+v, %v; the exec's get answered version %d", got, err, res3.Results[3].Version)
+	}
 }
 
 // TestTxnBankCluster moves money between accounts in concurrent
