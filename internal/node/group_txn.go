@@ -830,6 +830,14 @@ func (n *Node) groupsVisible(ctx context.Context, shardID uint64) error {
 	return n.host.WaitApplied(ctx, shardID, sm.GroupsIndex())
 }
 
+// memberAtTimestampError refuses a read of key, which group holds, by a
+// transaction reading at a timestamp (txnGetAt): the key's shard stores
+// the group's writes only as they are shipped, after their versions, so
+// its value there at a timestamp may lack the group's writes below it.
+func memberAtTimestampError(key []byte, group string) error {
+	return kv.Errorf(kv.CodeKeyInGroup, "key %q belongs to group %q; read it in a transaction of the group (a transaction reading at a timestamp cannot see the group's writes at that timestamp)", key, group)
+}
+
 // noGroupHolds reports whether no Key Group holds k in the replica of
 // shardID here, as applied, with every group change the shard knows of
 // applied: what groupGet answers without waiting when it reads the key's

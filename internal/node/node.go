@@ -1462,7 +1462,19 @@ func (n *Node) Get(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
 		rec.Value, rec.Tags = bytes.Clone(rec.Value), slices.Clone(rec.Tags) // the caller's
 		return rec, err
 	}
-	return n.get(ctx, req)
+	return n.get(ctx, req, false)
+}
+
+// txnGetAt is Get at req.Version for a transaction that reads at a
+// timestamp (read-only or snapshot): a key a Key Group holds is refused
+// with key_in_group, as a locking transaction's read of it is, instead of
+// read in its shard, which stores the group's writes only as they are
+// shipped, later than their versions.
+func (n *Node) txnGetAt(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
+	if req.Version == 0 {
+		return kv.Record{}, kv.Errorf(kv.CodeInvalidArgument, "a transaction's read at a timestamp needs the timestamp")
+	}
+	return n.get(ctx, req, true)
 }
 
 // GetNow answers, as Get would, a get that needs no wait: the latest
@@ -1507,8 +1519,9 @@ func (n *Node) GetNow(req kv.GetRequest) (rec kv.Record, err error, ok bool) {
 	return kv.Record{Key: req.Key, Value: val.Value, Tags: val.Tags, Version: version}, nil, true
 }
 
-// get is Get for a get that GetNow did not answer.
-func (n *Node) get(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
+// get is Get for a get that GetNow did not answer; noMembers refuses a
+// key a Key Group holds (txnGetAt).
+func (n *Node) get(ctx context.Context, req kv.GetRequest, noMembers bool) (kv.Record, error) {
 	ctx, done, err := n.begin(ctx)
 	if err != nil {
 		return kv.Record{}, err
@@ -1526,10 +1539,25 @@ func (n *Node) get(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
 	if d.Partitioning == kv.PartitionTag {
 		shards = shardsOf(d)
 	}
-	switch route, fwd, err := routeReadAs[kv.Record](n, ctx, shards, "get", req); route {
+	op := "get"
+	if noMembers {
+		op = "txn_get_at"
+	}
+	switch route, fwd, err := routeReadAs[kv.Record](n, ctx, shards, op, req); route {
 	case routeForward:
 		return fwd, err
 	case routeSpread:
+		if noMembers {
+			// Only tag collections are read in parts: the key's pin
+			// names the group that holds it.
+			p, err := n.placementPinOf(ctx, d, req.Key)
+			if err != nil {
+				return kv.Record{}, err
+			}
+			if p.Pin != "" {
+				return kv.Record{}, memberAtTimestampError(req.Key, p.Pin)
+			}
+		}
 		return n.getSpread(ctx, d, shards, req)
 	}
 	shards = []uint64{shardID}
@@ -1554,6 +1582,20 @@ func (n *Node) get(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
 			return kv.Record{}, err
 		}
 		asOf = req.Version
+		if noMembers {
+			// Every shard has applied every write at or below the
+			// version: a key yielded at or below it shows here.
+			for _, id := range shards {
+				if g := n.groupHolding(id, d.ID, req.Key); g != "" {
+					return kv.Record{}, memberAtTimestampError(req.Key, g)
+				}
+				// A key freed since: its shard stored the group's last
+				// writes after their versions, perhaps after this one.
+				if sm := n.host.StateMachine(id); sm != nil && req.Version < sm.FreedAbove() {
+					return kv.Record{}, kv.Errorf(kv.CodeTxnAborted, "a Key Group released keys of shard %d after version %d, at which the transaction reads: it may have written them below it; retry the transaction", id, req.Version)
+				}
+			}
+		}
 	} else {
 		for _, id := range shards {
 			if err := n.readBarrier(ctx, id); err != nil {

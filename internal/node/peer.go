@@ -633,6 +633,11 @@ func (n *Node) handleRead(ctx context.Context, req *forwardedRead) (*forwardedRe
 		if err = json.Unmarshal(req.Request, &r); err == nil {
 			out, err = n.Get(ctx, r)
 		}
+	case "txn_get_at":
+		var r kv.GetRequest
+		if err = json.Unmarshal(req.Request, &r); err == nil {
+			out, err = n.txnGetAt(ctx, r)
+		}
 	case "batch_get":
 		var r []kv.KeyRef
 		if err = json.Unmarshal(req.Request, &r); err == nil {

@@ -157,7 +157,7 @@ func (s *txnSession) batchGet(ctx context.Context, refs []kv.KeyRef, mode txn.Mo
 	}
 	if s.readTS != 0 {
 		if err := s.snapshotGets(ctx, refs, items, func(i int) bool { return rs[i].snap && rs[i].dup < 0 }); err != nil {
-			return nil, err
+			return nil, s.fail(ctx, err)
 		}
 	}
 	// The keys to lock, by shard, in the order their shards come.
@@ -216,7 +216,7 @@ func (s *txnSession) snapshotGets(ctx context.Context, refs []kv.KeyRef, items [
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rec, err := s.n.Get(ctx, kv.GetRequest{Collection: ref.Collection, Key: ref.Key, Version: s.readTS})
+			rec, err := s.n.txnGetAt(ctx, kv.GetRequest{Collection: ref.Collection, Key: ref.Key, Version: s.readTS})
 			switch {
 			case kv.CodeOf(err) == kv.CodeNotFound:
 				items[i] = kv.BatchGetItem{Collection: ref.Collection, Key: ref.Key}

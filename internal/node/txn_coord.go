@@ -932,12 +932,12 @@ func (s *txnSession) getLocked(ctx context.Context, ref kv.KeyRef, mode txn.Mode
 		return kv.Record{Key: ref.Key, Value: w.value, Tags: w.tags}, true, nil
 	}
 	if s.readTS != 0 {
-		rec, err := n.Get(ctx, kv.GetRequest{Collection: ref.Collection, Key: ref.Key, Version: s.readTS})
+		rec, err := n.txnGetAt(ctx, kv.GetRequest{Collection: ref.Collection, Key: ref.Key, Version: s.readTS})
 		if kv.CodeOf(err) == kv.CodeNotFound {
 			return kv.Record{}, false, nil
 		}
 		if err != nil {
-			return kv.Record{}, false, err
+			return kv.Record{}, false, s.fail(ctx, err)
 		}
 		return rec, true, nil
 	}

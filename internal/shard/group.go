@@ -446,6 +446,14 @@ func (s *Shard) applyGroup(b *pebble.Batch, index uint64, kind CommandKind, body
 	return Result{Version: version, Group: effs}, nil
 }
 
+// FreedAbove is the highest version at which a key a Key Group held was
+// freed in this replica (stored as its shard's again, with the group's
+// last write), as far as it knows: since the shard was loaded, or, if the
+// shard ever yielded a key, the highest version applied when it was
+// loaded. A read at a lower version may lack group writes committed below
+// it that the free or a shipment before it stored above it.
+func (s *Shard) FreedAbove() uint64 { return s.freedAbove.Load() }
+
 // applyGroupRecord applies one group record (s.groups.mu held): to the
 // leader's or the follower's state, whose changed parts it writes, and
 // the writes it stores at version.
@@ -476,6 +484,13 @@ func (s *Shard) applyGroupRecord(b *pebble.Batch, rec group.Record, version uint
 			rec.Value, rec.Version, rec.Absent, rec.Tags = nil, 0, !found, group.Tags{}
 			if found {
 				rec.Value, rec.Version, rec.Tags.List = val.Value, version, val.Tags
+			}
+		}
+		if rec.Kind == group.RecFree {
+			// A free that stores nothing follows shipments stored at
+			// versions up to the highest applied.
+			if v := max(version, s.maxVersion); v > s.freedAbove.Load() {
+				s.freedAbove.Store(v)
 			}
 		}
 		effs = f.Apply(rec)

@@ -151,6 +151,10 @@ type Shard struct {
 	// groups is the shard's Key Grouping state (group.go).
 	groups groupState
 
+	// freedAbove is the highest version at which this replica applied a
+	// free of a key a Key Group held (FreedAbove).
+	freedAbove atomic.Uint64
+
 	// childHere reports whether a replica of the given shard already runs
 	// on this node (set by the replication layer): a split trigger applied
 	// late then leaves that child's state alone (split.go).
@@ -293,6 +297,11 @@ func Load(r pebble.Reader, desc Desc) (*Shard, error) {
 	}
 	if err := s.loadGroups(r); err != nil {
 		return nil, err
+	}
+	if s.groups.follower.LastYield() > 0 {
+		// Frees applied before the load are not known: any may have been
+		// at the highest version applied.
+		s.freedAbove.Store(s.maxVersion)
 	}
 	if desc.IsMeta() {
 		if s.tsoHWM, err = storage.GetUint64(r, storage.CatalogKey(catalogTSO)); err != nil {
