@@ -75,6 +75,27 @@ func TestTxnAtTimestampRefusesGroupMembers(t *testing.T) {
 			n.AbortTxn(ctx, tx)
 		}
 	}
+	// Scans: of a span holding the member, refused; of one without it,
+	// read.
+	for _, opts := range modes {
+		tx, err := n.BeginTxn(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := n.TxnScan(ctx, tx, kv.ScanRequest{Collection: "c"}); kv.CodeOf(err) != kv.CodeKeyInGroup {
+			t.Fatalf("%+v: a scan over the member: %v, want key_in_group", opts, err)
+		}
+		n.AbortTxn(ctx, tx)
+		tx, err = n.BeginTxn(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		page, err := n.TxnScan(ctx, tx, kv.ScanRequest{Collection: "c", Start: []byte("b")})
+		if err != nil || len(page.Items) != 1 || string(page.Items[0].Key) != string(other.Key) {
+			t.Fatalf("%+v: a scan past the member: %+v, %v", opts, page, err)
+		}
+		n.AbortTxn(ctx, tx)
+	}
 	// Attempts whose timestamps come before the group is deleted, reading
 	// a after: the group's last write (2) reached a's shard after them.
 	var early []string

@@ -838,6 +838,49 @@ func memberAtTimestampError(key []byte, group string) error {
 	return kv.Errorf(kv.CodeKeyInGroup, "key %q belongs to group %q; read it in a transaction of the group (a transaction reading at a timestamp cannot see the group's writes at that timestamp)", key, group)
 }
 
+// checkAtTimestamp checks a read at version, by a transaction reading at
+// a timestamp, of the keys of collection in [start, end) (end nil:
+// unbounded) in this node's replicas of shards, which have applied every
+// write at or below the version: a key a Key Group holds there is
+// refused (key_in_group; it was yielded at or below the version, or
+// after it, which is refused too); and if a key was freed there above the
+// version (Shard.FreedAbove), the group's last writes of it, perhaps
+// committed below the version, were stored above it: the attempt aborts,
+// and the next reads at a later timestamp.
+func (n *Node) checkAtTimestamp(shards []uint64, collection uint32, start, end []byte, version uint64) error {
+	for _, id := range shards {
+		sm := n.host.StateMachine(id)
+		if sm == nil {
+			continue
+		}
+		var key []byte
+		var holder string
+		sm.WithGroups(func(_ *group.Leader, f *group.Follower) {
+			if f.Yielded() == 0 {
+				return
+			}
+			if len(end) == len(start)+1 && end[len(start)] == 0 && bytes.HasPrefix(end, start) {
+				// One key.
+				key, holder = start, f.Holder(group.Key{Collection: collection, Key: string(start)})
+				return
+			}
+			for _, k := range f.Keys() {
+				if k.Collection == collection && k.Key >= string(start) && (end == nil || k.Key < string(end)) {
+					key, holder = []byte(k.Key), f.Holder(k)
+					return
+				}
+			}
+		})
+		if holder != "" {
+			return memberAtTimestampError(key, holder)
+		}
+		if version < sm.FreedAbove() {
+			return kv.Errorf(kv.CodeTxnAborted, "a Key Group released keys of shard %d after version %d, at which the transaction reads: it may have written them below it; retry the transaction", id, version)
+		}
+	}
+	return nil
+}
+
 // noGroupHolds reports whether no Key Group holds k in the replica of
 // shardID here, as applied, with every group change the shard knows of
 // applied: what groupGet answers without waiting when it reads the key's

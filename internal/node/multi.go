@@ -493,11 +493,25 @@ func (n *Node) scanVersion(ctx context.Context, route readRoute, shards []uint64
 
 // Scan implements kv.Backend.
 func (n *Node) Scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResult, error) {
+	return n.scanCopied(ctx, req, false)
+}
+
+// txnScanAt is Scan at req.Version (or its page's) for a transaction
+// that reads at a timestamp, with txnGetAt's checks of the keys read.
+func (n *Node) txnScanAt(ctx context.Context, req kv.ScanRequest) (kv.ScanResult, error) {
+	if req.Version == 0 && req.Page == "" {
+		return kv.ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "a transaction's read at a timestamp needs the timestamp")
+	}
+	return n.scanCopied(ctx, req, true)
+}
+
+// scanCopied is Scan; atTimestamp: txnScanAt.
+func (n *Node) scanCopied(ctx context.Context, req kv.ScanRequest, atTimestamp bool) (kv.ScanResult, error) {
 	var (
 		items []kv.Record
 		arena copyArena
 	)
-	res, streamed, err := n.scan(ctx, req, func(r *kv.Record) {
+	res, streamed, err := n.scan(ctx, req, atTimestamp, func(r *kv.Record) {
 		if items == nil {
 			items = scanItems(cmp.Or(req.Limit, kv.DefaultPageSize))
 		}
@@ -519,7 +533,7 @@ func (n *Node) Scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResult, err
 // are valid only during the call. When ScanEach fails, the records each
 // received are not an answer.
 func (n *Node) ScanEach(ctx context.Context, req kv.ScanRequest, each func(*kv.Record)) (kv.ScanResult, error) {
-	res, streamed, err := n.scan(ctx, req, each)
+	res, streamed, err := n.scan(ctx, req, false, each)
 	if err != nil || streamed {
 		return res, err
 	}
@@ -533,7 +547,7 @@ func (n *Node) ScanEach(ctx context.Context, req kv.ScanRequest, each func(*kv.R
 // scan serves a scan. A scan of this node's storage hands its records to
 // each (streamed); another node's answer, or one merged from several,
 // comes whole in the result's Items instead.
-func (n *Node) scan(ctx context.Context, req kv.ScanRequest, each func(*kv.Record)) (res kv.ScanResult, streamed bool, err error) {
+func (n *Node) scan(ctx context.Context, req kv.ScanRequest, atTimestamp bool, each func(*kv.Record)) (res kv.ScanResult, streamed bool, err error) {
 	ctx, done, err := n.begin(ctx)
 	if err != nil {
 		return kv.ScanResult{}, false, err
@@ -550,7 +564,11 @@ func (n *Node) scan(ctx context.Context, req kv.ScanRequest, each func(*kv.Recor
 	if len(req.End) > 0 && bytes.Compare(req.Start, req.End) >= 0 {
 		return kv.ScanResult{}, false, kv.Errorf(kv.CodeInvalidArgument, "start %q is not below end %q", req.Start, req.End)
 	}
-	route, fwd, err := routeReadAs[kv.ScanResult](n, ctx, shardsIn(d, req.Start, req.End), "scan", req)
+	op := "scan"
+	if atTimestamp {
+		op = "txn_scan_at"
+	}
+	route, fwd, err := routeReadAs[kv.ScanResult](n, ctx, shardsIn(d, req.Start, req.End), op, req)
 	if route == routeForward {
 		return fwd, false, err
 	}
@@ -579,8 +597,13 @@ func (n *Node) scan(ctx context.Context, req kv.ScanRequest, each func(*kv.Recor
 		}
 	}
 	if route == routeSpread {
-		res, err := n.scanSpread(ctx, d, shards, version, start, end, req.Reverse, limit)
+		res, err := n.scanSpread(ctx, d, shards, version, start, end, req.Reverse, limit, atTimestamp)
 		return res, false, err
+	}
+	if atTimestamp {
+		if err := n.checkAtTimestamp(n.expandLocal(shards), d.ID, start, end, version); err != nil {
+			return kv.ScanResult{}, false, err
+		}
 	}
 	if err := n.settleIntents(ctx, n.expandLocal(shards), d.ID, start, end, version); err != nil {
 		return kv.ScanResult{}, false, err
@@ -662,6 +685,21 @@ func cloneTags(t []string) []string {
 
 // GetByTags implements kv.Backend.
 func (n *Node) GetByTags(ctx context.Context, q kv.TagQuery) (kv.ScanResult, error) {
+	return n.getByTags(ctx, q, false)
+}
+
+// txnGetByTagsAt is GetByTags at q.Version (or its page's) for a
+// transaction that reads at a timestamp, with txnGetAt's checks of the
+// whole collection.
+func (n *Node) txnGetByTagsAt(ctx context.Context, q kv.TagQuery) (kv.ScanResult, error) {
+	if q.Version == 0 && q.Page == "" {
+		return kv.ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "a transaction's read at a timestamp needs the timestamp")
+	}
+	return n.getByTags(ctx, q, true)
+}
+
+// getByTags is GetByTags; atTimestamp: txnGetByTagsAt.
+func (n *Node) getByTags(ctx context.Context, q kv.TagQuery, atTimestamp bool) (kv.ScanResult, error) {
 	ctx, done, err := n.begin(ctx)
 	if err != nil {
 		return kv.ScanResult{}, err
@@ -687,7 +725,11 @@ func (n *Node) GetByTags(ctx context.Context, q kv.TagQuery) (kv.ScanResult, err
 	if err := kv.ValidateTags(tags); err != nil {
 		return kv.ScanResult{}, err
 	}
-	route, fwd, err := routeReadAs[kv.ScanResult](n, ctx, shardsOf(d), "get_by_tags", q)
+	op := "get_by_tags"
+	if atTimestamp {
+		op = "txn_get_by_tags_at"
+	}
+	route, fwd, err := routeReadAs[kv.ScanResult](n, ctx, shardsOf(d), op, q)
 	if route == routeForward {
 		return fwd, err
 	}
@@ -702,7 +744,12 @@ func (n *Node) GetByTags(ctx context.Context, q kv.TagQuery) (kv.ScanResult, err
 		return kv.ScanResult{}, err
 	}
 	if route == routeSpread {
-		return n.tagsSpread(ctx, d, version, tags, all, after, limit)
+		return n.tagsSpread(ctx, d, version, tags, all, after, limit, atTimestamp)
+	}
+	if atTimestamp {
+		if err := n.checkAtTimestamp(n.expandLocal(shards), d.ID, nil, nil, version); err != nil {
+			return kv.ScanResult{}, err
+		}
 	}
 	if err := n.settleIntents(ctx, n.expandLocal(shards), d.ID, nil, nil, version); err != nil {
 		return kv.ScanResult{}, err

@@ -1583,17 +1583,8 @@ func (n *Node) get(ctx context.Context, req kv.GetRequest, noMembers bool) (kv.R
 		}
 		asOf = req.Version
 		if noMembers {
-			// Every shard has applied every write at or below the
-			// version: a key yielded at or below it shows here.
-			for _, id := range shards {
-				if g := n.groupHolding(id, d.ID, req.Key); g != "" {
-					return kv.Record{}, memberAtTimestampError(req.Key, g)
-				}
-				// A key freed since: its shard stored the group's last
-				// writes after their versions, perhaps after this one.
-				if sm := n.host.StateMachine(id); sm != nil && req.Version < sm.FreedAbove() {
-					return kv.Record{}, kv.Errorf(kv.CodeTxnAborted, "a Key Group released keys of shard %d after version %d, at which the transaction reads: it may have written them below it; retry the transaction", id, req.Version)
-				}
+			if err := n.checkAtTimestamp(shards, d.ID, req.Key, keyEnd(req.Key), req.Version); err != nil {
+				return kv.Record{}, err
 			}
 		}
 	} else {

@@ -633,6 +633,16 @@ func (n *Node) handleRead(ctx context.Context, req *forwardedRead) (*forwardedRe
 		if err = json.Unmarshal(req.Request, &r); err == nil {
 			out, err = n.Get(ctx, r)
 		}
+	case "txn_scan_at":
+		var r kv.ScanRequest
+		if err = json.Unmarshal(req.Request, &r); err == nil {
+			out, err = n.txnScanAt(ctx, r)
+		}
+	case "txn_get_by_tags_at":
+		var r kv.TagQuery
+		if err = json.Unmarshal(req.Request, &r); err == nil {
+			out, err = n.txnGetByTagsAt(ctx, r)
+		}
 	case "txn_get_at":
 		var r kv.GetRequest
 		if err = json.Unmarshal(req.Request, &r); err == nil {

@@ -308,6 +308,9 @@ type shardReadRequest struct {
 	Tags  []string `json:"tags,omitempty"`
 	All   bool     `json:"all,omitempty"`
 	After []byte   `json:"after,omitempty"`
+	// AtTimestamp: a scan or tag query of a transaction reading at a
+	// timestamp, checked as such (checkAtTimestamp).
+	AtTimestamp bool `json:"at_timestamp,omitempty"`
 }
 
 // partRecord is what a part read of one key found: its newest version at
@@ -396,6 +399,21 @@ func (n *Node) readPartHere(ctx context.Context, req *shardReadRequest) (*shardR
 		}
 	} else if err := n.snapshotRead(ctx, ids, req.Version); err != nil {
 		return nil, err
+	}
+	if req.AtTimestamp {
+		start, end := req.Start, req.End
+		switch {
+		case req.Op == "tags":
+			start, end = nil, nil
+		case req.Op != "scan" || req.Version == 0:
+			return nil, kv.Errorf(kv.CodeInvalidArgument, "a %s part is not read at a transaction's timestamp", req.Op)
+		}
+		if len(end) == 0 {
+			end = nil
+		}
+		if err := n.checkAtTimestamp(n.expandLocal(ids), d.ID, start, end, req.Version); err != nil {
+			return nil, err
+		}
 	}
 	if req.Op == "shipped" {
 		if err := n.awaitShipped(ctx, d.ID, n.expandLocal(ids), req.Start, req.End); err != nil {
@@ -608,9 +626,9 @@ func mergePages(parts []*shardReadResponse, limit int, reverse bool) ([]kv.Recor
 }
 
 // scanSpread serves a scan whose shards no one node holds.
-func (n *Node) scanSpread(ctx context.Context, d *cluster.CollectionDesc, shards []uint64, version uint64, start, end []byte, reverse bool, limit int) (kv.ScanResult, error) {
+func (n *Node) scanSpread(ctx context.Context, d *cluster.CollectionDesc, shards []uint64, version uint64, start, end []byte, reverse bool, limit int, atTimestamp bool) (kv.ScanResult, error) {
 	parts, err := runParts(ctx, n, shards, func(ctx context.Context, p readPart) (*shardReadResponse, error) {
-		return n.readPart(ctx, p, shardReadRequest{Op: "scan", Version: version, Start: start, End: end, Reverse: reverse, Limit: limit}, d)
+		return n.readPart(ctx, p, shardReadRequest{Op: "scan", Version: version, Start: start, End: end, Reverse: reverse, Limit: limit, AtTimestamp: atTimestamp}, d)
 	})
 	if err != nil {
 		return kv.ScanResult{}, err
@@ -625,9 +643,9 @@ func (n *Node) scanSpread(ctx context.Context, d *cluster.CollectionDesc, shards
 }
 
 // tagsSpread serves a tag query whose shards no one node holds.
-func (n *Node) tagsSpread(ctx context.Context, d *cluster.CollectionDesc, version uint64, tags []string, all bool, after []byte, limit int) (kv.ScanResult, error) {
+func (n *Node) tagsSpread(ctx context.Context, d *cluster.CollectionDesc, version uint64, tags []string, all bool, after []byte, limit int, atTimestamp bool) (kv.ScanResult, error) {
 	parts, err := runParts(ctx, n, shardsOf(d), func(ctx context.Context, p readPart) (*shardReadResponse, error) {
-		return n.readPart(ctx, p, shardReadRequest{Op: "tags", Version: version, Tags: tags, All: all, After: after, Limit: limit}, d)
+		return n.readPart(ctx, p, shardReadRequest{Op: "tags", Version: version, Tags: tags, All: all, After: after, Limit: limit, AtTimestamp: atTimestamp}, d)
 	})
 	if err != nil {
 		return kv.ScanResult{}, err

@@ -1099,9 +1099,9 @@ func (s *txnSession) scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResul
 		if req.Page == "" {
 			req.Version = s.readTS
 		}
-		res, err := n.Scan(ctx, req)
+		res, err := n.txnScanAt(ctx, req)
 		if err != nil {
-			return res, err
+			return res, s.fail(ctx, err)
 		}
 		return s.overlay(d, req, res), nil
 	}
@@ -1162,9 +1162,9 @@ func (s *txnSession) getByTags(ctx context.Context, q kv.TagQuery) (kv.ScanResul
 		if q.Page == "" {
 			q.Version = s.readTS
 		}
-		res, err := n.GetByTags(ctx, q)
+		res, err := n.txnGetByTagsAt(ctx, q)
 		if err != nil {
-			return res, err
+			return res, s.fail(ctx, err)
 		}
 		return s.mergeOwn(d, nil, nil, q.Page, false, q.Limit, res, keep), nil
 	}
