@@ -838,6 +838,12 @@ func memberAtTimestampError(key []byte, group string) error {
 	return kv.Errorf(kv.CodeKeyInGroup, "key %q belongs to group %q; read it in a transaction of the group (a transaction reading at a timestamp cannot see the group's writes at that timestamp)", key, group)
 }
 
+// errNoTimestamp refuses a read of a transaction reading at a timestamp
+// that names none.
+func errNoTimestamp() error {
+	return kv.Errorf(kv.CodeInvalidArgument, "a transaction's read at a timestamp needs the timestamp")
+}
+
 // checkAtTimestamp checks a read at version, by a transaction reading at
 // a timestamp, of the keys of collection in [start, end) (end nil:
 // unbounded) in this node's replicas of shards, which have applied every

@@ -500,7 +500,7 @@ func (n *Node) Scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResult, err
 // that reads at a timestamp, with txnGetAt's checks of the keys read.
 func (n *Node) txnScanAt(ctx context.Context, req kv.ScanRequest) (kv.ScanResult, error) {
 	if req.Version == 0 && req.Page == "" {
-		return kv.ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "a transaction's read at a timestamp needs the timestamp")
+		return kv.ScanResult{}, errNoTimestamp()
 	}
 	return n.scanCopied(ctx, req, true)
 }
@@ -693,7 +693,7 @@ func (n *Node) GetByTags(ctx context.Context, q kv.TagQuery) (kv.ScanResult, err
 // whole collection.
 func (n *Node) txnGetByTagsAt(ctx context.Context, q kv.TagQuery) (kv.ScanResult, error) {
 	if q.Version == 0 && q.Page == "" {
-		return kv.ScanResult{}, kv.Errorf(kv.CodeInvalidArgument, "a transaction's read at a timestamp needs the timestamp")
+		return kv.ScanResult{}, errNoTimestamp()
 	}
 	return n.getByTags(ctx, q, true)
 }

@@ -1472,7 +1472,7 @@ func (n *Node) Get(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
 // shipped, later than their versions.
 func (n *Node) txnGetAt(ctx context.Context, req kv.GetRequest) (kv.Record, error) {
 	if req.Version == 0 {
-		return kv.Record{}, kv.Errorf(kv.CodeInvalidArgument, "a transaction's read at a timestamp needs the timestamp")
+		return kv.Record{}, errNoTimestamp()
 	}
 	return n.get(ctx, req, true)
 }
