@@ -849,11 +849,12 @@ func errNoTimestamp() error {
 // unbounded) in this node's replicas of shards, which have applied every
 // write at or below the version: a key a Key Group holds there is
 // refused (key_in_group; it was yielded at or below the version, or
-// after it, which is refused too); and if a key was freed there above the
+// after it, which is refused too; the attempt aborts instead if the group
+// exists no more, as its key is about to be freed); and if a key was freed there above the
 // version (Shard.FreedAbove), the group's last writes of it, perhaps
 // committed below the version, were stored above it: the attempt aborts,
 // and the next reads at a later timestamp.
-func (n *Node) checkAtTimestamp(shards []uint64, collection uint32, start, end []byte, version uint64) error {
+func (n *Node) checkAtTimestamp(ctx context.Context, shards []uint64, collection uint32, start, end []byte, version uint64) error {
 	for _, id := range shards {
 		sm := n.host.StateMachine(id)
 		if sm == nil {
@@ -878,6 +879,11 @@ func (n *Node) checkAtTimestamp(shards []uint64, collection uint32, start, end [
 			}
 		})
 		if holder != "" {
+			if n.groupGone(ctx, holder) {
+				// A group being deleted, or a late join's ghost: its
+				// leader frees the key within a few messages.
+				return kv.Errorf(kv.CodeTxnAborted, "key %q is held by group %q, which no longer exists, until the group's leader releases it; retry the transaction", key, holder)
+			}
 			return memberAtTimestampError(key, holder)
 		}
 		if version < sm.FreedAbove() {

@@ -601,7 +601,7 @@ func (n *Node) scan(ctx context.Context, req kv.ScanRequest, atTimestamp bool, e
 		return res, false, err
 	}
 	if atTimestamp {
-		if err := n.checkAtTimestamp(n.expandLocal(shards), d.ID, start, end, version); err != nil {
+		if err := n.checkAtTimestamp(ctx, n.expandLocal(shards), d.ID, start, end, version); err != nil {
 			return kv.ScanResult{}, false, err
 		}
 	}
@@ -747,7 +747,7 @@ func (n *Node) getByTags(ctx context.Context, q kv.TagQuery, atTimestamp bool) (
 		return n.tagsSpread(ctx, d, version, tags, all, after, limit, atTimestamp)
 	}
 	if atTimestamp {
-		if err := n.checkAtTimestamp(n.expandLocal(shards), d.ID, nil, nil, version); err != nil {
+		if err := n.checkAtTimestamp(ctx, n.expandLocal(shards), d.ID, nil, nil, version); err != nil {
 			return kv.ScanResult{}, err
 		}
 	}

@@ -411,7 +411,7 @@ func (n *Node) readPartHere(ctx context.Context, req *shardReadRequest) (*shardR
 		if len(end) == 0 {
 			end = nil
 		}
-		if err := n.checkAtTimestamp(n.expandLocal(ids), d.ID, start, end, req.Version); err != nil {
+		if err := n.checkAtTimestamp(ctx, n.expandLocal(ids), d.ID, start, end, req.Version); err != nil {
 			return nil, err
 		}
 	}
