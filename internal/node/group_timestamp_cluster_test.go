@@ -55,8 +55,20 @@ func TestTxnAtTimestampRefusesGroupMembersFourNodes(t *testing.T) {
 			}
 			n.AbortTxn(ctx, tx)
 		}
+		// A locking transaction's scan and tag query are refused too.
+		tx, err := n.BeginTxn(ctx, kv.TxnOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := n.TxnScan(ctx, tx, kv.ScanRequest{Collection: "acct"}); kv.CodeOf(err) != kv.CodeKeyInGroup {
+			t.Fatalf("node %d, a serializable scan of the group's keys: %v, want key_in_group", n.id, err)
+		}
+		if _, err := n.TxnGetByTags(ctx, tx, kv.TagQuery{Collection: "acct", Any: []string{"acct"}}); kv.CodeOf(err) != kv.CodeKeyInGroup {
+			t.Fatalf("node %d, a serializable tag query of the group's keys: %v, want key_in_group", n.id, err)
+		}
+		n.AbortTxn(ctx, tx)
 		// A key in no group is read.
-		tx, err := n.BeginTxn(ctx, ro)
+		tx, err = n.BeginTxn(ctx, ro)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -96,6 +96,22 @@ func TestTxnAtTimestampRefusesGroupMembers(t *testing.T) {
 		}
 		n.AbortTxn(ctx, tx)
 	}
+	// A locking transaction's scan over the member is refused at the scan
+	// (its prepare would refuse it, and the group's writes take no
+	// locks); one past it reads.
+	tx, err := n.BeginTxn(ctx, kv.TxnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if page, err := n.TxnScan(ctx, tx, kv.ScanRequest{Collection: "c"}); kv.CodeOf(err) != kv.CodeKeyInGroup {
+		t.Fatalf("a serializable scan over the member: %+v, %v; want key_in_group", page, err)
+	}
+	if page, err := n.TxnScan(ctx, tx, kv.ScanRequest{Collection: "c", Start: []byte("b")}); err != nil || len(page.Items) != 1 {
+		t.Fatalf("a serializable scan past the member: %+v, %v", page, err)
+	}
+	if _, err := n.CommitTxn(ctx, tx); err != nil {
+		t.Fatalf("commit after a refused scan: %v", err)
+	}
 	// Attempts whose timestamps come before the group is deleted, reading
 	// a after: the group's last write (2) reached a's shard after them.
 	var early []string

@@ -844,17 +844,46 @@ func errNoTimestamp() error {
 	return kv.Errorf(kv.CodeInvalidArgument, "a transaction's read at a timestamp needs the timestamp")
 }
 
-// checkAtTimestamp checks a read at version, by a transaction reading at
-// a timestamp, of the keys of collection in [start, end) (end nil:
-// unbounded) in this node's replicas of shards, which have applied every
-// write at or below the version: a key a Key Group holds there is
-// refused (key_in_group; it was yielded at or below the version, or
-// after it, which is refused too; the attempt aborts instead if the group
-// exists no more, as its key is about to be freed); and if a key was freed there above the
+// groupCheck is what a transaction's read checks of the Key Groups
+// holding keys it reads (checkGroups).
+type groupCheck uint8
+
+const (
+	checkNone groupCheck = iota
+	// checkMembers: a locking transaction's scan or tag query, whose
+	// span's members its locks do not hold off (group writes take no
+	// locks): refused, as its prepare would refuse them.
+	checkMembers
+	// checkAtTimestamp: a read-only or snapshot transaction's read, at
+	// its timestamp: members refused, and shards that freed a key above
+	// the timestamp.
+	checkAtTimestamp
+)
+
+// groupCheckOf is the check of a forwarded transaction's read by its op
+// ("txn_scan_at", "txn_scan_locked", ...).
+func groupCheckOf(op string) groupCheck {
+	if strings.HasSuffix(op, "_at") {
+		return checkAtTimestamp
+	}
+	return checkMembers
+}
+
+// checkGroups checks a transaction's read at version of the keys of
+// collection in [start, end) (end nil: unbounded) in this node's replicas
+// of shards, which have applied every write at or below the version (a
+// read of the present: every write before the read began). A key a Key
+// Group holds there is refused, key_in_group (for a read at a timestamp
+// the key may have been yielded after it, which is refused too); the
+// attempt aborts instead if the group exists no more, as its key is about
+// to be freed. For checkAtTimestamp, if a key was freed there above the
 // version (Shard.FreedAbove), the group's last writes of it, perhaps
 // committed below the version, were stored above it: the attempt aborts,
 // and the next reads at a later timestamp.
-func (n *Node) checkAtTimestamp(ctx context.Context, shards []uint64, collection uint32, start, end []byte, version uint64) error {
+func (n *Node) checkGroups(ctx context.Context, check groupCheck, shards []uint64, collection uint32, start, end []byte, version uint64) error {
+	if check == checkNone {
+		return nil
+	}
 	for _, id := range shards {
 		sm := n.host.StateMachine(id)
 		if sm == nil {
@@ -884,9 +913,12 @@ func (n *Node) checkAtTimestamp(ctx context.Context, shards []uint64, collection
 				// leader frees the key within a few messages.
 				return kv.Errorf(kv.CodeTxnAborted, "key %q is held by group %q, which no longer exists, until the group's leader releases it; retry the transaction", key, holder)
 			}
+			if check == checkMembers {
+				return kv.Errorf(kv.CodeKeyInGroup, "key %q belongs to group %q; use a transaction of the group", key, holder)
+			}
 			return memberAtTimestampError(key, holder)
 		}
-		if version < sm.FreedAbove() {
+		if check == checkAtTimestamp && version < sm.FreedAbove() {
 			return kv.Errorf(kv.CodeTxnAborted, "a Key Group released keys of shard %d after version %d, at which the transaction reads: it may have written them below it; retry the transaction", id, version)
 		}
 	}

@@ -493,25 +493,21 @@ func (n *Node) scanVersion(ctx context.Context, route readRoute, shards []uint64
 
 // Scan implements kv.Backend.
 func (n *Node) Scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResult, error) {
-	return n.scanCopied(ctx, req, false)
+	return n.txnScan(ctx, req, checkNone)
 }
 
-// txnScanAt is Scan at req.Version (or its page's) for a transaction
-// that reads at a timestamp, with txnGetAt's checks of the keys read.
-func (n *Node) txnScanAt(ctx context.Context, req kv.ScanRequest) (kv.ScanResult, error) {
-	if req.Version == 0 && req.Page == "" {
+// txnScan is Scan for a transaction's scan, with check of the Key Groups
+// holding keys in its span (checkGroups). A read at a timestamp
+// (checkAtTimestamp) needs one, in req.Version or its page.
+func (n *Node) txnScan(ctx context.Context, req kv.ScanRequest, check groupCheck) (kv.ScanResult, error) {
+	if check == checkAtTimestamp && req.Version == 0 && req.Page == "" {
 		return kv.ScanResult{}, errNoTimestamp()
 	}
-	return n.scanCopied(ctx, req, true)
-}
-
-// scanCopied is Scan; atTimestamp: txnScanAt.
-func (n *Node) scanCopied(ctx context.Context, req kv.ScanRequest, atTimestamp bool) (kv.ScanResult, error) {
 	var (
 		items []kv.Record
 		arena copyArena
 	)
-	res, streamed, err := n.scan(ctx, req, atTimestamp, func(r *kv.Record) {
+	res, streamed, err := n.scan(ctx, req, check, func(r *kv.Record) {
 		if items == nil {
 			items = scanItems(cmp.Or(req.Limit, kv.DefaultPageSize))
 		}
@@ -533,7 +529,7 @@ func (n *Node) scanCopied(ctx context.Context, req kv.ScanRequest, atTimestamp b
 // are valid only during the call. When ScanEach fails, the records each
 // received are not an answer.
 func (n *Node) ScanEach(ctx context.Context, req kv.ScanRequest, each func(*kv.Record)) (kv.ScanResult, error) {
-	res, streamed, err := n.scan(ctx, req, false, each)
+	res, streamed, err := n.scan(ctx, req, checkNone, each)
 	if err != nil || streamed {
 		return res, err
 	}
@@ -547,7 +543,7 @@ func (n *Node) ScanEach(ctx context.Context, req kv.ScanRequest, each func(*kv.R
 // scan serves a scan. A scan of this node's storage hands its records to
 // each (streamed); another node's answer, or one merged from several,
 // comes whole in the result's Items instead.
-func (n *Node) scan(ctx context.Context, req kv.ScanRequest, atTimestamp bool, each func(*kv.Record)) (res kv.ScanResult, streamed bool, err error) {
+func (n *Node) scan(ctx context.Context, req kv.ScanRequest, check groupCheck, each func(*kv.Record)) (res kv.ScanResult, streamed bool, err error) {
 	ctx, done, err := n.begin(ctx)
 	if err != nil {
 		return kv.ScanResult{}, false, err
@@ -564,10 +560,7 @@ func (n *Node) scan(ctx context.Context, req kv.ScanRequest, atTimestamp bool, e
 	if len(req.End) > 0 && bytes.Compare(req.Start, req.End) >= 0 {
 		return kv.ScanResult{}, false, kv.Errorf(kv.CodeInvalidArgument, "start %q is not below end %q", req.Start, req.End)
 	}
-	op := "scan"
-	if atTimestamp {
-		op = "txn_scan_at"
-	}
+	op := [...]string{checkNone: "scan", checkMembers: "txn_scan_locked", checkAtTimestamp: "txn_scan_at"}[check]
 	route, fwd, err := routeReadAs[kv.ScanResult](n, ctx, shardsIn(d, req.Start, req.End), op, req)
 	if route == routeForward {
 		return fwd, false, err
@@ -597,13 +590,11 @@ func (n *Node) scan(ctx context.Context, req kv.ScanRequest, atTimestamp bool, e
 		}
 	}
 	if route == routeSpread {
-		res, err := n.scanSpread(ctx, d, shards, version, start, end, req.Reverse, limit, atTimestamp)
+		res, err := n.scanSpread(ctx, d, shards, version, start, end, req.Reverse, limit, check)
 		return res, false, err
 	}
-	if atTimestamp {
-		if err := n.checkAtTimestamp(ctx, n.expandLocal(shards), d.ID, start, end, version); err != nil {
-			return kv.ScanResult{}, false, err
-		}
+	if err := n.checkGroups(ctx, check, n.expandLocal(shards), d.ID, start, end, version); err != nil {
+		return kv.ScanResult{}, false, err
 	}
 	if err := n.settleIntents(ctx, n.expandLocal(shards), d.ID, start, end, version); err != nil {
 		return kv.ScanResult{}, false, err
@@ -685,21 +676,16 @@ func cloneTags(t []string) []string {
 
 // GetByTags implements kv.Backend.
 func (n *Node) GetByTags(ctx context.Context, q kv.TagQuery) (kv.ScanResult, error) {
-	return n.getByTags(ctx, q, false)
+	return n.txnGetByTags(ctx, q, checkNone)
 }
 
-// txnGetByTagsAt is GetByTags at q.Version (or its page's) for a
-// transaction that reads at a timestamp, with txnGetAt's checks of the
-// whole collection.
-func (n *Node) txnGetByTagsAt(ctx context.Context, q kv.TagQuery) (kv.ScanResult, error) {
-	if q.Version == 0 && q.Page == "" {
+// txnGetByTags is GetByTags for a transaction's tag query, with check of
+// the Key Groups holding keys of the collection (checkGroups). A read at
+// a timestamp (checkAtTimestamp) needs one, in q.Version or its page.
+func (n *Node) txnGetByTags(ctx context.Context, q kv.TagQuery, check groupCheck) (kv.ScanResult, error) {
+	if check == checkAtTimestamp && q.Version == 0 && q.Page == "" {
 		return kv.ScanResult{}, errNoTimestamp()
 	}
-	return n.getByTags(ctx, q, true)
-}
-
-// getByTags is GetByTags; atTimestamp: txnGetByTagsAt.
-func (n *Node) getByTags(ctx context.Context, q kv.TagQuery, atTimestamp bool) (kv.ScanResult, error) {
 	ctx, done, err := n.begin(ctx)
 	if err != nil {
 		return kv.ScanResult{}, err
@@ -725,10 +711,7 @@ func (n *Node) getByTags(ctx context.Context, q kv.TagQuery, atTimestamp bool) (
 	if err := kv.ValidateTags(tags); err != nil {
 		return kv.ScanResult{}, err
 	}
-	op := "get_by_tags"
-	if atTimestamp {
-		op = "txn_get_by_tags_at"
-	}
+	op := [...]string{checkNone: "get_by_tags", checkMembers: "txn_get_by_tags_locked", checkAtTimestamp: "txn_get_by_tags_at"}[check]
 	route, fwd, err := routeReadAs[kv.ScanResult](n, ctx, shardsOf(d), op, q)
 	if route == routeForward {
 		return fwd, err
@@ -744,12 +727,10 @@ func (n *Node) getByTags(ctx context.Context, q kv.TagQuery, atTimestamp bool) (
 		return kv.ScanResult{}, err
 	}
 	if route == routeSpread {
-		return n.tagsSpread(ctx, d, version, tags, all, after, limit, atTimestamp)
+		return n.tagsSpread(ctx, d, version, tags, all, after, limit, check)
 	}
-	if atTimestamp {
-		if err := n.checkAtTimestamp(ctx, n.expandLocal(shards), d.ID, nil, nil, version); err != nil {
-			return kv.ScanResult{}, err
-		}
+	if err := n.checkGroups(ctx, check, n.expandLocal(shards), d.ID, nil, nil, version); err != nil {
+		return kv.ScanResult{}, err
 	}
 	if err := n.settleIntents(ctx, n.expandLocal(shards), d.ID, nil, nil, version); err != nil {
 		return kv.ScanResult{}, err

@@ -1583,7 +1583,7 @@ func (n *Node) get(ctx context.Context, req kv.GetRequest, noMembers bool) (kv.R
 		}
 		asOf = req.Version
 		if noMembers {
-			if err := n.checkAtTimestamp(ctx, shards, d.ID, req.Key, keyEnd(req.Key), req.Version); err != nil {
+			if err := n.checkGroups(ctx, checkAtTimestamp, shards, d.ID, req.Key, keyEnd(req.Key), req.Version); err != nil {
 				return kv.Record{}, err
 			}
 		}

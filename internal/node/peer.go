@@ -633,15 +633,15 @@ func (n *Node) handleRead(ctx context.Context, req *forwardedRead) (*forwardedRe
 		if err = json.Unmarshal(req.Request, &r); err == nil {
 			out, err = n.Get(ctx, r)
 		}
-	case "txn_scan_at":
+	case "txn_scan_at", "txn_scan_locked":
 		var r kv.ScanRequest
 		if err = json.Unmarshal(req.Request, &r); err == nil {
-			out, err = n.txnScanAt(ctx, r)
+			out, err = n.txnScan(ctx, r, groupCheckOf(req.Op))
 		}
-	case "txn_get_by_tags_at":
+	case "txn_get_by_tags_at", "txn_get_by_tags_locked":
 		var r kv.TagQuery
 		if err = json.Unmarshal(req.Request, &r); err == nil {
-			out, err = n.txnGetByTagsAt(ctx, r)
+			out, err = n.txnGetByTags(ctx, r, groupCheckOf(req.Op))
 		}
 	case "txn_get_at":
 		var r kv.GetRequest

@@ -308,9 +308,9 @@ type shardReadRequest struct {
 	Tags  []string `json:"tags,omitempty"`
 	All   bool     `json:"all,omitempty"`
 	After []byte   `json:"after,omitempty"`
-	// AtTimestamp: a scan or tag query of a transaction reading at a
-	// timestamp, checked as such (checkAtTimestamp).
-	AtTimestamp bool `json:"at_timestamp,omitempty"`
+	// Check: a transaction's scan or tag query, checked for the Key
+	// Groups holding keys it reads (checkGroups).
+	Check groupCheck `json:"check,omitempty"`
 }
 
 // partRecord is what a part read of one key found: its newest version at
@@ -400,18 +400,20 @@ func (n *Node) readPartHere(ctx context.Context, req *shardReadRequest) (*shardR
 	} else if err := n.snapshotRead(ctx, ids, req.Version); err != nil {
 		return nil, err
 	}
-	if req.AtTimestamp {
+	if req.Check != checkNone {
 		start, end := req.Start, req.End
 		switch {
+		case req.Check > checkAtTimestamp:
+			return nil, kv.Errorf(kv.CodeInvalidArgument, "a part read's group check %d is not known", req.Check)
 		case req.Op == "tags":
 			start, end = nil, nil
 		case req.Op != "scan" || req.Version == 0:
-			return nil, kv.Errorf(kv.CodeInvalidArgument, "a %s part is not read at a transaction's timestamp", req.Op)
+			return nil, kv.Errorf(kv.CodeInvalidArgument, "a %s part is not checked as a transaction's read", req.Op)
 		}
 		if len(end) == 0 {
 			end = nil
 		}
-		if err := n.checkAtTimestamp(ctx, n.expandLocal(ids), d.ID, start, end, req.Version); err != nil {
+		if err := n.checkGroups(ctx, req.Check, n.expandLocal(ids), d.ID, start, end, req.Version); err != nil {
 			return nil, err
 		}
 	}
@@ -626,9 +628,9 @@ func mergePages(parts []*shardReadResponse, limit int, reverse bool) ([]kv.Recor
 }
 
 // scanSpread serves a scan whose shards no one node holds.
-func (n *Node) scanSpread(ctx context.Context, d *cluster.CollectionDesc, shards []uint64, version uint64, start, end []byte, reverse bool, limit int, atTimestamp bool) (kv.ScanResult, error) {
+func (n *Node) scanSpread(ctx context.Context, d *cluster.CollectionDesc, shards []uint64, version uint64, start, end []byte, reverse bool, limit int, check groupCheck) (kv.ScanResult, error) {
 	parts, err := runParts(ctx, n, shards, func(ctx context.Context, p readPart) (*shardReadResponse, error) {
-		return n.readPart(ctx, p, shardReadRequest{Op: "scan", Version: version, Start: start, End: end, Reverse: reverse, Limit: limit, AtTimestamp: atTimestamp}, d)
+		return n.readPart(ctx, p, shardReadRequest{Op: "scan", Version: version, Start: start, End: end, Reverse: reverse, Limit: limit, Check: check}, d)
 	})
 	if err != nil {
 		return kv.ScanResult{}, err
@@ -643,9 +645,9 @@ func (n *Node) scanSpread(ctx context.Context, d *cluster.CollectionDesc, shards
 }
 
 // tagsSpread serves a tag query whose shards no one node holds.
-func (n *Node) tagsSpread(ctx context.Context, d *cluster.CollectionDesc, version uint64, tags []string, all bool, after []byte, limit int, atTimestamp bool) (kv.ScanResult, error) {
+func (n *Node) tagsSpread(ctx context.Context, d *cluster.CollectionDesc, version uint64, tags []string, all bool, after []byte, limit int, check groupCheck) (kv.ScanResult, error) {
 	parts, err := runParts(ctx, n, shardsOf(d), func(ctx context.Context, p readPart) (*shardReadResponse, error) {
-		return n.readPart(ctx, p, shardReadRequest{Op: "tags", Version: version, Tags: tags, All: all, After: after, Limit: limit, AtTimestamp: atTimestamp}, d)
+		return n.readPart(ctx, p, shardReadRequest{Op: "tags", Version: version, Tags: tags, All: all, After: after, Limit: limit, Check: check}, d)
 	})
 	if err != nil {
 		return kv.ScanResult{}, err

@@ -1099,7 +1099,7 @@ func (s *txnSession) scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResul
 		if req.Page == "" {
 			req.Version = s.readTS
 		}
-		res, err := n.txnScanAt(ctx, req)
+		res, err := n.txnScan(ctx, req, checkAtTimestamp)
 		if err != nil {
 			return res, s.fail(ctx, err)
 		}
@@ -1110,9 +1110,9 @@ func (s *txnSession) scan(ctx context.Context, req kv.ScanRequest) (kv.ScanResul
 		return kv.ScanResult{}, err
 	}
 	req.Version = 0
-	res, err := n.Scan(ctx, req)
+	res, err := n.txnScan(ctx, req, checkMembers)
 	if err != nil {
-		return res, err
+		return res, s.fail(ctx, err)
 	}
 	if err := s.stillPending(ctx); err != nil {
 		return kv.ScanResult{}, err
@@ -1162,7 +1162,7 @@ func (s *txnSession) getByTags(ctx context.Context, q kv.TagQuery) (kv.ScanResul
 		if q.Page == "" {
 			q.Version = s.readTS
 		}
-		res, err := n.txnGetByTagsAt(ctx, q)
+		res, err := n.txnGetByTags(ctx, q, checkAtTimestamp)
 		if err != nil {
 			return res, s.fail(ctx, err)
 		}
@@ -1173,9 +1173,9 @@ func (s *txnSession) getByTags(ctx context.Context, q kv.TagQuery) (kv.ScanResul
 		return kv.ScanResult{}, err
 	}
 	q.Version = 0
-	res, err := n.GetByTags(ctx, q)
+	res, err := n.txnGetByTags(ctx, q, checkMembers)
 	if err != nil {
-		return res, err
+		return res, s.fail(ctx, err)
 	}
 	if err := s.stillPending(ctx); err != nil {
 		return kv.ScanResult{}, err
