@@ -447,12 +447,27 @@ func (s *Shard) applyGroup(b *pebble.Batch, index uint64, kind CommandKind, body
 }
 
 // FreedAbove is the highest version at which a key a Key Group held was
-// freed in this replica (stored as its shard's again, with the group's
-// last write), as far as it knows: since the shard was loaded, or, if the
-// shard ever yielded a key, the highest version applied when it was
-// loaded. A read at a lower version may lack group writes committed below
-// it that the free or a shipment before it stored above it.
+// freed in this shard (stored as its shard's again, with the group's last
+// write), or in a shard it split from or took in. A read at a lower
+// version may lack group writes committed below it that the free or a
+// shipment before it stored above it. It is replicated state
+// (stateFreedAbove); a shard that yielded keys before it was stored
+// counts its frees as at the highest version applied when it was loaded,
+// and a shard that takes in one without it counts that one's highest
+// version.
 func (s *Shard) FreedAbove() uint64 { return s.freedAbove.Load() }
+
+// raiseFreedAbove raises FreedAbove, and its stored value in b, to v.
+func (s *Shard) raiseFreedAbove(b *pebble.Batch, v uint64) error {
+	if v > s.freedAbove.Load() {
+		s.freedAbove.Store(v)
+	}
+	if v <= s.freedStored {
+		return nil
+	}
+	s.freedStored = v
+	return storage.PutUint64(b, storage.ShardStateKey(s.desc.ShardID, stateFreedAbove), v)
+}
 
 // applyGroupRecord applies one group record (s.groups.mu held): to the
 // leader's or the follower's state, whose changed parts it writes, and
@@ -489,8 +504,8 @@ func (s *Shard) applyGroupRecord(b *pebble.Batch, rec group.Record, version uint
 		if rec.Kind == group.RecFree {
 			// A free that stores nothing follows shipments stored at
 			// versions up to the highest applied.
-			if v := max(version, s.maxVersion); v > s.freedAbove.Load() {
-				s.freedAbove.Store(v)
+			if err := s.raiseFreedAbove(b, max(version, s.maxVersion)); err != nil {
+				return nil, err
 			}
 		}
 		effs = f.Apply(rec)

@@ -267,6 +267,20 @@ func (s *Shard) applyMergeTrigger(b *pebble.Batch, c MergeCmd) (Result, error) {
 			return Result{}, err
 		}
 	}
+	// The right shard's keys freed there: its FreedAbove, or, if it has
+	// none stored, its highest version (it may have freed keys before
+	// FreedAbove was stored).
+	freed, ok, err := storage.GetValue(b, storage.ShardStateKey(c.Right, stateFreedAbove))
+	if err != nil {
+		return Result{}, err
+	}
+	rightFreed := c.Frozen.MaxVersion
+	if ok && len(freed) == 8 {
+		rightFreed = binary.BigEndian.Uint64(freed)
+	}
+	if err := s.raiseFreedAbove(b, rightFreed); err != nil {
+		return Result{}, err
+	}
 	if err := s.inheritMergedPrepared(b, c.Right); err != nil {
 		return Result{}, err
 	}

@@ -22,6 +22,7 @@ const (
 	stateApplied     = "applied"      // index(8) term(8)
 	stateMaxVersion  = "max_version"  // uint64
 	stateGCThreshold = "gc_threshold" // uint64
+	stateFreedAbove  = "freed_above"  // uint64 (Shard.FreedAbove)
 )
 
 // Names of catalog items (storage.CatalogKey), meta shard only.
@@ -151,9 +152,12 @@ type Shard struct {
 	// groups is the shard's Key Grouping state (group.go).
 	groups groupState
 
-	// freedAbove is the highest version at which this replica applied a
-	// free of a key a Key Group held (FreedAbove).
-	freedAbove atomic.Uint64
+	// freedAbove is FreedAbove; freedStored its stored value
+	// (stateFreedAbove: replicated, the same on every replica), which
+	// freedAbove may exceed on a replica that loaded a shard that yielded
+	// keys before it was stored.
+	freedAbove  atomic.Uint64
+	freedStored uint64
 
 	// childHere reports whether a replica of the given shard already runs
 	// on this node (set by the replication layer): a split trigger applied
@@ -298,9 +302,18 @@ func Load(r pebble.Reader, desc Desc) (*Shard, error) {
 	if err := s.loadGroups(r); err != nil {
 		return nil, err
 	}
-	if s.groups.follower.LastYield() > 0 {
-		// Frees applied before the load are not known: any may have been
-		// at the highest version applied.
+	freed, ok, err := storage.GetValue(r, storage.ShardStateKey(desc.ShardID, stateFreedAbove))
+	switch {
+	case err != nil:
+		return nil, err
+	case ok && len(freed) != 8:
+		return nil, fmt.Errorf("shard %d: corrupt %s", desc.ShardID, stateFreedAbove)
+	case ok:
+		s.freedStored = binary.BigEndian.Uint64(freed)
+		s.freedAbove.Store(s.freedStored)
+	case s.groups.follower.LastYield() > 0:
+		// Yielded keys, and freed them before FreedAbove was stored:
+		// any free may have been at the highest version applied.
 		s.freedAbove.Store(s.maxVersion)
 	}
 	if desc.IsMeta() {

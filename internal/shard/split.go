@@ -168,6 +168,12 @@ func (s *Shard) applySplitTrigger(b *pebble.Batch, c SplitCmd) (Result, error) {
 	if err := storage.PutUint64(b, storage.ShardStateKey(child.ShardID, stateGCThreshold), s.gcThreshold); err != nil {
 		return Result{}, err
 	}
+	if s.freedStored > 0 {
+		// The child's keys may have been freed here.
+		if err := storage.PutUint64(b, storage.ShardStateKey(child.ShardID, stateFreedAbove), s.freedStored); err != nil {
+			return Result{}, err
+		}
+	}
 	if err := s.inheritPrepared(b, child); err != nil {
 		return Result{}, err
 	}
