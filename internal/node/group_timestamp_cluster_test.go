@@ -21,21 +21,38 @@ func TestTxnAtTimestampRefusesGroupMembersFourNodes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	n1 := c.node(1).n
-	for _, o := range []kv.CollectionOptions{{Name: "acct", Partitioning: kv.PartitionHash, Shards: 4, Replicas: 1}, {Name: "l", Partitioning: kv.PartitionRange, Replicas: 1}} {
+	for _, o := range []kv.CollectionOptions{{Name: "acct", Partitioning: kv.PartitionHash, Shards: 4, Replicas: 1}, {Name: "l", Partitioning: kv.PartitionRange, Replicas: 1},
+		{Name: "t", Partitioning: kv.PartitionTag, Shards: 4, Replicas: 1}} {
 		if _, err := n1.CreateCollection(ctx, o); err != nil {
 			t.Fatal(err)
 		}
 	}
+	for _, coll := range []string{"acct", "t"} {
+		d, _ := n1.collection(coll)
+		for _, tn := range c.nodes {
+			all := true
+			for _, s := range d.Shards {
+				all = all && tn.n.hasReplica(s.ID)
+			}
+			if all {
+				t.Fatalf("node %d holds every shard of %s: its reads are not read in parts", tn.n.id, coll)
+			}
+		}
+	}
 	members := putMembers(ctx, c, n1, "acct", func(int) []string { return []string{"acct"} })
+	// A key of a tag collection, which every node reads in parts (its
+	// placement is not known from the key).
+	tagged := putMembers(ctx, c, n1, "t", func(i int) []string { return []string{"p" + strconv.Itoa(i%4)} })[0]
 	c.eventually(60*time.Second, "the group is created", func() error {
-		_, err := n1.CreateGroup(ctx, kv.GroupSpec{ID: "g", Leader: kv.KeyRef{Collection: "l", Key: []byte("lead")}, Members: members[:4]})
+		_, err := n1.CreateGroup(ctx, kv.GroupSpec{ID: "g", Leader: kv.KeyRef{Collection: "l", Key: []byte("lead")}, Members: append(members[:4:4], tagged)})
 		return err
 	})
 	ro := kv.TxnOptions{ReadOnly: true}
 	for _, tn := range c.nodes {
 		n := tn.n
 		for read, try := range map[string]func(tx string) error{
-			"get": func(tx string) error { _, _, err := n.TxnGet(ctx, tx, members[0]); return err },
+			"get":             func(tx string) error { _, _, err := n.TxnGet(ctx, tx, members[0]); return err },
+			"get of a tagged": func(tx string) error { _, _, err := n.TxnGet(ctx, tx, tagged); return err },
 			"batch get": func(tx string) error {
 				_, err := n.TxnBatchGet(ctx, tx, []kv.KeyRef{members[5], members[1]}, false)
 				return err
@@ -79,21 +96,42 @@ func TestTxnAtTimestampRefusesGroupMembersFourNodes(t *testing.T) {
 	}
 	// Read-only attempts begun before transfers and the deletion.
 	early := make([]string, len(c.nodes))
+	earlyTagged := make([]string, len(c.nodes))
 	for i, tn := range c.nodes {
 		tx, err := tn.n.BeginTxn(ctx, ro)
 		if err != nil {
 			t.Fatal(err)
 		}
 		early[i] = tx
+		if earlyTagged[i], err = tn.n.BeginTxn(ctx, ro); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for i := range 6 {
 		if err := groupTransfer(ctx, n1, "g", members[i%4], members[(i+1)%4]); err != nil {
 			t.Fatalf("transfer %d: %v", i, err)
 		}
 	}
+	// The tagged key written by the group (its value and tags again).
+	if _, _, err := groupTransact(ctx, n1, "g", func(at string) error {
+		return n1.TxnPut(ctx, at, kv.PutItem{Collection: "t", Key: tagged.Key, Value: []byte("6"), Tags: []string{"p0"}})
+	}); err != nil {
+		t.Fatal(err)
+	}
 	c.eventually(60*time.Second, "the group is deleted", func() error { return n1.DeleteGroup(ctx, "g") })
 	for i, tn := range c.nodes {
 		n := tn.n
+		if rec, _, err := n.TxnGet(ctx, earlyTagged[i], tagged); kv.CodeOf(err) != kv.CodeTxnAborted {
+			t.Fatalf("node %d, a read-only get of the tagged key begun before the deletion: %+v, %v; want txn_aborted", n.id, rec, err)
+		}
+		retried, err := n.BeginTxn(ctx, kv.TxnOptions{ReadOnly: true, RetryOf: earlyTagged[i]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec, _, err := n.TxnGet(ctx, retried, tagged); err != nil || string(rec.Value) != "6" {
+			t.Fatalf("node %d, the retried get of the tagged key: %+v, %v; want the group's 6", n.id, rec, err)
+		}
+		n.AbortTxn(ctx, retried)
 		page, err := n.TxnScan(ctx, early[i], kv.ScanRequest{Collection: "acct"})
 		if kv.CodeOf(err) != kv.CodeTxnAborted {
 			t.Fatalf("node %d, a read-only scan begun before the deletion: %+v, %v; want txn_aborted", n.id, page, err)

@@ -1547,18 +1547,11 @@ func (n *Node) get(ctx context.Context, req kv.GetRequest, noMembers bool) (kv.R
 	case routeForward:
 		return fwd, err
 	case routeSpread:
+		check := checkNone
 		if noMembers {
-			// Only tag collections are read in parts: the key's pin
-			// names the group that holds it.
-			p, err := n.placementPinOf(ctx, d, req.Key)
-			if err != nil {
-				return kv.Record{}, err
-			}
-			if p.Pin != "" {
-				return kv.Record{}, memberAtTimestampError(req.Key, p.Pin)
-			}
+			check = checkAtTimestamp
 		}
-		return n.getSpread(ctx, d, shards, req)
+		return n.getSpread(ctx, d, shards, req, check)
 	}
 	shards = []uint64{shardID}
 	if d.Partitioning == kv.PartitionTag {
@@ -1653,7 +1646,7 @@ func (n *Node) get(ctx context.Context, req kv.GetRequest, noMembers bool) (kv.R
 // getSpread serves a get whose shards (every shard of a tag collection)
 // no one node holds: the key is read at one version in every part, the
 // newest version found wins.
-func (n *Node) getSpread(ctx context.Context, d *cluster.CollectionDesc, shards []uint64, req kv.GetRequest) (kv.Record, error) {
+func (n *Node) getSpread(ctx context.Context, d *cluster.CollectionDesc, shards []uint64, req kv.GetRequest, check groupCheck) (kv.Record, error) {
 	version := req.Version
 	if version == 0 {
 		// A member of a group is read from the group's leader.
@@ -1672,7 +1665,7 @@ func (n *Node) getSpread(ctx context.Context, d *cluster.CollectionDesc, shards 
 			return kv.Record{}, err
 		}
 	}
-	recs, err := n.readRecords(ctx, d, shards, [][]byte{req.Key}, version)
+	recs, err := n.readRecords(ctx, d, shards, [][]byte{req.Key}, version, check)
 	if err != nil {
 		return kv.Record{}, err
 	}

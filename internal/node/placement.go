@@ -168,7 +168,7 @@ func (n *Node) pinnedPlacement(ctx context.Context, d *cluster.CollectionDesc, k
 // on a node holding the shard).
 func (n *Node) liveIn(ctx context.Context, d *cluster.CollectionDesc, id uint64, key []byte) (bool, error) {
 	if !n.localReadable(ctx, id) {
-		recs, err := n.readRecords(ctx, d, []uint64{id}, [][]byte{key}, 0)
+		recs, err := n.readRecords(ctx, d, []uint64{id}, [][]byte{key}, 0, checkNone)
 		if err != nil {
 			return false, err
 		}

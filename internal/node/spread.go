@@ -313,6 +313,33 @@ type shardReadRequest struct {
 	Check groupCheck `json:"check,omitempty"`
 }
 
+// checkPart checks the Key Groups holding keys a transaction's part read
+// req reads in the replicas of shards (checkGroups): a scan's span, a tag
+// query's collection, the keys of a records read.
+func (n *Node) checkPart(ctx context.Context, req *shardReadRequest, collection uint32, shards []uint64) error {
+	if req.Check > checkAtTimestamp || req.Version == 0 {
+		return kv.Errorf(kv.CodeInvalidArgument, "a part read's group check %d at version %d is not known", req.Check, req.Version)
+	}
+	switch req.Op {
+	case "scan":
+		end := req.End
+		if len(end) == 0 {
+			end = nil
+		}
+		return n.checkGroups(ctx, req.Check, shards, collection, req.Start, end, req.Version)
+	case "tags":
+		return n.checkGroups(ctx, req.Check, shards, collection, nil, nil, req.Version)
+	case "records":
+		for _, k := range req.Keys {
+			if err := n.checkGroups(ctx, req.Check, shards, collection, k, keyEnd(k), req.Version); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return kv.Errorf(kv.CodeInvalidArgument, "a %s part is not checked as a transaction's read", req.Op)
+}
+
 // partRecord is what a part read of one key found: its newest version at
 // or below the version read (0: none), a live record or a tombstone.
 type partRecord struct {
@@ -401,19 +428,7 @@ func (n *Node) readPartHere(ctx context.Context, req *shardReadRequest) (*shardR
 		return nil, err
 	}
 	if req.Check != checkNone {
-		start, end := req.Start, req.End
-		switch {
-		case req.Check > checkAtTimestamp:
-			return nil, kv.Errorf(kv.CodeInvalidArgument, "a part read's group check %d is not known", req.Check)
-		case req.Op == "tags":
-			start, end = nil, nil
-		case req.Op != "scan" || req.Version == 0:
-			return nil, kv.Errorf(kv.CodeInvalidArgument, "a %s part is not checked as a transaction's read", req.Op)
-		}
-		if len(end) == 0 {
-			end = nil
-		}
-		if err := n.checkGroups(ctx, req.Check, n.expandLocal(ids), d.ID, start, end, req.Version); err != nil {
+		if err := n.checkPart(ctx, req, d.ID, n.expandLocal(ids)); err != nil {
 			return nil, err
 		}
 	}
@@ -665,9 +680,9 @@ func (n *Node) tagsSpread(ctx context.Context, d *cluster.CollectionDesc, versio
 // version (0: the latest, behind read barriers): per key, the newest
 // version any part found (a key of a tag collection whose placement
 // changed has older versions in another shard).
-func (n *Node) readRecords(ctx context.Context, d *cluster.CollectionDesc, shards []uint64, keys [][]byte, version uint64) ([]partRecord, error) {
+func (n *Node) readRecords(ctx context.Context, d *cluster.CollectionDesc, shards []uint64, keys [][]byte, version uint64, check groupCheck) ([]partRecord, error) {
 	parts, err := runParts(ctx, n, shards, func(ctx context.Context, p readPart) (*shardReadResponse, error) {
-		return n.readPart(ctx, p, shardReadRequest{Op: "records", Version: version, Keys: keys}, d)
+		return n.readPart(ctx, p, shardReadRequest{Op: "records", Version: version, Keys: keys, Check: check}, d)
 	})
 	if err != nil {
 		return nil, err
