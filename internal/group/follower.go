@@ -114,6 +114,18 @@ func (f *Follower) Keys() []Key {
 	return ks
 }
 
+// YieldedIn returns a key of collection in [start, end) (bounded false:
+// unbounded above) yielded to a group, and that group's id; ok false when
+// there is none. Any such key, not the first.
+func (f *Follower) YieldedIn(collection uint32, start, end string, bounded bool) (k Key, group string, ok bool) {
+	for k, y := range f.keys {
+		if k.Collection == collection && k.Key >= start && (!bounded || k.Key < end) {
+			return k, y.Group.ID, true
+		}
+	}
+	return Key{}, "", false
+}
+
 // LastYield returns the last yield id the shard assigned.
 func (f *Follower) LastYield() uint64 { return f.lastYield }
 

@@ -441,3 +441,31 @@ func dumpShard(s *ddShard) string {
 	}
 	return b.String()
 }
+
+// TestFollowerYieldedIn: YieldedIn finds a yielded key of the collection
+// in the span asked, with its group, and none outside it.
+func TestFollowerYieldedIn(t *testing.T) {
+	f := NewFollower(2, Options{})
+	for _, k := range []Key{{Collection: 7, Key: "b"}, {Collection: 8, Key: "d"}} {
+		f.Apply(Record{Kind: RecYield, Group: Ref{ID: "g", Leader: 1, Inc: 1}, Key: k})
+	}
+	for _, c := range []struct {
+		coll       uint32
+		start, end string
+		bounded    bool
+		want       string
+	}{
+		{7, "", "", false, "b"},
+		{7, "a", "c", true, "b"},
+		{7, "b", "b\x00", true, "b"},
+		{7, "a", "b", true, ""},
+		{7, "c", "", false, ""},
+		{8, "", "", false, "d"},
+		{9, "", "", false, ""},
+	} {
+		k, g, ok := f.YieldedIn(c.coll, c.start, c.end, c.bounded)
+		if got := k.Key; ok != (c.want != "") || got != c.want || (ok && g != "g") {
+			t.Errorf("YieldedIn(%d, %q, %q, %v) = %q %q %v, want %q", c.coll, c.start, c.end, c.bounded, got, g, ok, c.want)
+		}
+	}
+}

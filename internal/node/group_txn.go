@@ -900,11 +900,8 @@ func (n *Node) checkGroups(ctx context.Context, check groupCheck, shards []uint6
 				key, holder = start, f.Holder(group.Key{Collection: collection, Key: string(start)})
 				return
 			}
-			for _, k := range f.Keys() {
-				if k.Collection == collection && k.Key >= string(start) && (end == nil || k.Key < string(end)) {
-					key, holder = []byte(k.Key), f.Holder(k)
-					return
-				}
+			if k, g, ok := f.YieldedIn(collection, string(start), string(end), end != nil); ok {
+				key, holder = []byte(k.Key), g
 			}
 		})
 		if holder != "" {
