@@ -457,6 +457,19 @@ func (s *Shard) applyGroup(b *pebble.Batch, index uint64, kind CommandKind, body
 // version.
 func (s *Shard) FreedAbove() uint64 { return s.freedAbove.Load() }
 
+// readFreedAbove reads the stored FreedAbove of shard; ok false: none
+// stored.
+func readFreedAbove(r pebble.Reader, shard uint64) (v uint64, ok bool, err error) {
+	b, ok, err := storage.GetValue(r, storage.ShardStateKey(shard, stateFreedAbove))
+	if err != nil || !ok {
+		return 0, false, err
+	}
+	if len(b) != 8 {
+		return 0, false, fmt.Errorf("%w: shard %d's %s is %d bytes", storage.ErrCorruptValue, shard, stateFreedAbove, len(b))
+	}
+	return binary.BigEndian.Uint64(b), true, nil
+}
+
 // raiseFreedAbove raises FreedAbove, and its stored value in b, to v.
 func (s *Shard) raiseFreedAbove(b *pebble.Batch, v uint64) error {
 	if v > s.freedAbove.Load() {

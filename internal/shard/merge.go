@@ -270,13 +270,12 @@ func (s *Shard) applyMergeTrigger(b *pebble.Batch, c MergeCmd) (Result, error) {
 	// The right shard's keys freed there: its FreedAbove, or, if it has
 	// none stored, its highest version (it may have freed keys before
 	// FreedAbove was stored).
-	freed, ok, err := storage.GetValue(b, storage.ShardStateKey(c.Right, stateFreedAbove))
+	rightFreed, ok, err := readFreedAbove(b, c.Right)
 	if err != nil {
 		return Result{}, err
 	}
-	rightFreed := c.Frozen.MaxVersion
-	if ok && len(freed) == 8 {
-		rightFreed = binary.BigEndian.Uint64(freed)
+	if !ok {
+		rightFreed = c.Frozen.MaxVersion
 	}
 	if err := s.raiseFreedAbove(b, rightFreed); err != nil {
 		return Result{}, err

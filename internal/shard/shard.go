@@ -302,15 +302,13 @@ func Load(r pebble.Reader, desc Desc) (*Shard, error) {
 	if err := s.loadGroups(r); err != nil {
 		return nil, err
 	}
-	freed, ok, err := storage.GetValue(r, storage.ShardStateKey(desc.ShardID, stateFreedAbove))
+	freed, ok, err := readFreedAbove(r, desc.ShardID)
 	switch {
 	case err != nil:
 		return nil, err
-	case ok && len(freed) != 8:
-		return nil, fmt.Errorf("shard %d: corrupt %s", desc.ShardID, stateFreedAbove)
 	case ok:
-		s.freedStored = binary.BigEndian.Uint64(freed)
-		s.freedAbove.Store(s.freedStored)
+		s.freedStored = freed
+		s.freedAbove.Store(freed)
 	case s.groups.follower.LastYield() > 0:
 		// Yielded keys, and freed them before FreedAbove was stored:
 		// any free may have been at the highest version applied.
