@@ -11,10 +11,12 @@
 // state (creating → active → deleting, then forgotten), members with their
 // join status (pending, joined with the follower's yield id and the
 // group's value of the key, refused with a reason, releasing, released),
-// and one outbox per follower shard: the keys of the committed group
-// writes the follower has not acknowledged, numbered (the values are the
-// members'; a shipment carries, per key, its last entry with the member's
-// value). Follower: for each yielded key,
+// and one outbox per follower shard: the committed group writes the
+// follower has not acknowledged, numbered, each with the version of the
+// record that committed it (a shipment carries them all, and the follower
+// stores each at its version, so that a read of the key's shard at any
+// version finds the group's write of that version once shipped).
+// Follower: for each yielded key,
 // the group, the yield id, whether the JAA came, and the last outbox entry
 // applied to it; and the shard's last yield id, so that yield ids never
 // repeat (they are assigned 1, 2, 3... in Apply, hence increase per key).
@@ -37,11 +39,11 @@
 //	on Apply: JAA(y) ─────────────────────────→  OnJAA: y is the key's yield →
 //	  all answered → active, reply               log confirm (else stale, ignored)
 //	Write → log write; on Apply: value, outbox
-//	Tick: Ship(each key's last entry) ────────→  log apply-ship; on Apply: Store each
+//	Tick: Ship(the outbox's entries) ─────────→  log apply-ship; on Apply: Store each
 //	              OnShipAck: log shipped ←─────  entry not applied yet to a key whose
 //	                                              join is confirmed, ShipAck
 //	Delete → log delete; on Apply: deleting;
-//	  D(y, the key's last entry) ─────────────→  OnD: key yielded to the group with
+//	  D(y, the key's entries) ────────────────→  OnD: key yielded to the group with
 //	                                              y → log free; on Apply: Store each
 //	                                              entry not applied yet, owned, DA;
 //	              OnDA: log release ←──────────  else DA at once, no change
@@ -94,12 +96,11 @@
 //     k: D(y) to a releasing member, D(0) to a member that never joined,
 //     and D in answer to a JA it will never join.)
 //   - A key owned by its home shard holds the last acknowledged write: a
-//     group's D(y) to a joined member carries the key's last entry not
-//     acknowledged, with the group's value of the key (the group is
-//     deleting: no write comes after), and the follower stores it, if it
-//     has not applied it, in the same Apply that frees the key, so the
-//     key's last committed group write is applied when the shard owns it
-//     again; and a group's entry
+//     group's D(y) to a joined member carries the key's entries not
+//     acknowledged (the group is deleting: no write comes after), and the
+//     follower stores those it has not applied, each at its version, in
+//     the same Apply that frees the key, so the key's committed group
+//     writes are applied when the shard owns it again; and a group's entry
 //     applies only to the yield the group joined (confirmed by a JAA, or
 //     named by the D of the join), so once the key is freed no late Ship
 //     or D of the group writes it.

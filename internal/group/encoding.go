@@ -58,7 +58,21 @@ func (e *encoder) entries(es []Entry) {
 	e.uint(uint64(len(es)))
 	for _, x := range es {
 		e.uint(x.Seq)
-		e.write(x.Write)
+		e.entryBody(x)
+	}
+}
+
+// entryBody writes an entry but its sequence number: its write, whose
+// absent-and-tags byte has bit 2 set when a Version follows (an entry of
+// an older build has none: the byte is as a write's).
+func (e *encoder) entryBody(x Entry) {
+	e.key(x.Key)
+	e.bytes(x.Value)
+	at := len(e.b)
+	e.absentTags(x.Delete, x.Tags)
+	if x.Version > 0 {
+		e.b[at] |= 4
+		e.uint(x.Version)
 	}
 }
 
@@ -135,9 +149,11 @@ func (d *decoder) str() string { return string(d.bytes()) }
 // absentTags reads what encoder.absentTags wrote. Tags{Keep: true} has no
 // list, and a known list is nil when empty, so that they encode back the
 // same.
-func (d *decoder) absentTags() (bool, Tags) {
-	b := d.byte()
-	if b > 3 {
+func (d *decoder) absentTags() (bool, Tags) { return d.absentTagsFrom(d.byte()) }
+
+// absentTagsFrom is absentTags with its byte, b, read.
+func (d *decoder) absentTagsFrom(b uint8) (bool, Tags) {
+	if d.err != nil || b > 3 {
 		d.fail()
 		return false, Tags{}
 	}
@@ -173,9 +189,25 @@ func (d *decoder) entries() []Entry {
 	n := d.count(5)
 	var es []Entry
 	for range n {
-		es = append(es, Entry{Seq: d.uint(), Write: d.write()})
+		seq := d.uint()
+		x := d.entryBody()
+		x.Seq = seq
+		es = append(es, x)
 	}
 	return es
+}
+
+// entryBody reads what encoder.entryBody wrote.
+func (d *decoder) entryBody() Entry {
+	x := Entry{Write: Write{Key: d.key(), Value: d.bytes()}}
+	b := d.byte()
+	x.Delete, x.Tags = d.absentTagsFrom(b &^ 4)
+	if b&4 != 0 {
+		if x.Version = d.uint(); x.Version == 0 {
+			d.fail() // canonical: no version is written as none
+		}
+	}
+	return x
 }
 
 func (d *decoder) done() error {

@@ -21,7 +21,40 @@ func sampleRecords() []Record {
 		{Kind: RecRefuse, Group: r, Key: k, Reason: ReasonLocked},
 		{Kind: RecWrite, Group: r, Writes: []Write{{Key: k, Value: []byte("x")}, {Key: k, Delete: true}, {Key: k, Value: []byte("z"), Tags: Tags{List: []string{"t"}}}}},
 		{Kind: RecApplyShip, Group: r, Entries: []Entry{{Seq: 4, Write: Write{Key: k, Value: []byte("y"), Tags: Tags{List: []string{"t", "u"}}}}, {Seq: 5, Write: Write{Key: k, Tags: Tags{Keep: true}}}}},
+		{Kind: RecApplyShip, Group: r, Entries: []Entry{{Seq: 6, Write: Write{Key: k, Value: []byte("y")}, Version: 1 << 62}, {Seq: 7, Write: Write{Key: k, Delete: true}, Version: 3}}},
+		{Kind: RecFree, Group: r, Key: k, Yield: 2, Entries: []Entry{{Seq: 8, Write: Write{Key: k, Value: []byte("w"), Tags: Tags{List: []string{"t"}}}, Version: 9}}},
 		{Kind: RecShipped, Group: r, Shard: 5, Seq: 6},
+	}
+}
+
+// TestEntryVersionCanonical: an entry's version follows its write only
+// when it has one; a version flag followed by 0 does not decode, as it
+// would encode back without the flag.
+func TestEntryVersionCanonical(t *testing.T) {
+	x := Entry{Seq: 1, Write: Write{Key: Key{Key: "a"}, Value: []byte("v")}, Version: 5}
+	var e encoder
+	e.entries([]Entry{x})
+	d := decoder{b: e.b}
+	if got := d.entries(); d.done() != nil || !reflect.DeepEqual(got, []Entry{x}) {
+		t.Fatalf("entries round trip: %+v, %v", got, d.err)
+	}
+	if e.b[len(e.b)-1] != 5 {
+		t.Fatalf("the version is not last: % x", e.b)
+	}
+	e.b[len(e.b)-1] = 0
+	d = decoder{b: e.b}
+	if d.entries(); d.done() == nil {
+		t.Fatalf("an entry flagged with version 0 decodes")
+	}
+	x.Version = 0
+	e = encoder{}
+	e.entries([]Entry{x})
+	var old encoder // as builds without versions wrote an entry
+	old.uint(1)
+	old.uint(x.Seq)
+	old.write(x.Write)
+	if !bytes.Equal(e.b, old.b) {
+		t.Fatalf("an entry without a version encodes as % x, older builds wrote % x", e.b, old.b)
 	}
 }
 
@@ -44,7 +77,7 @@ func TestRecordRoundTrip(t *testing.T) {
 func TestMessageRoundTrip(t *testing.T) {
 	for _, m := range []Message{
 		{Type: MsgShip, From: 1, To: 2, Group: Ref{ID: "g", Leader: 1, Inc: 2},
-			Entries: []Entry{{Seq: 1, Write: Write{Key: Key{Key: "a"}, Value: []byte("v"), Tags: Tags{List: []string{"x"}}}}}},
+			Entries: []Entry{{Seq: 1, Write: Write{Key: Key{Key: "a"}, Value: []byte("v"), Tags: Tags{List: []string{"x"}}}}, {Seq: 2, Write: Write{Key: Key{Key: "a"}, Delete: true}, Version: 8}}},
 		{Type: MsgJA, From: 1, To: 2, Group: Ref{ID: "g", Leader: 1, Inc: 2}, Key: Key{Key: "a"}, Yield: 3,
 			Value: []byte("v"), Tags: Tags{List: []string{"x", "y"}}, Version: 4},
 	} {

@@ -295,7 +295,7 @@ func (f *Follower) Apply(r Record) []Effect {
 			y.Confirmed, y.Value, y.Absent, y.Tags, y.Version = true, nil, false, Tags{}, 0
 		}
 	case RecFree:
-		var stores []Write
+		var stores []Entry
 		if y := f.keys[r.Key]; frees(y, r.Group, r.Yield) {
 			// The D of a joined member names the yield the leader joined
 			// (not 0) and carries the group's writes of the key: those not
@@ -304,41 +304,48 @@ func (f *Follower) Apply(r Record) []Effect {
 			for _, e := range r.Entries {
 				if r.Yield != 0 && e.Key == r.Key && e.Seq > y.Shipped {
 					y.Shipped = e.Seq
-					stores = append(stores, e.Write)
+					stores = append(stores, e)
 				}
 			}
 			delete(f.keys, r.Key)
 		}
-		return append(storeLast(stores), f.da(r.Group, r.Key, r.Yield))
+		return append(storeEntries(stores), f.da(r.Group, r.Key, r.Yield))
 	case RecApplyShip:
 		// Entries apply in order, up to the first held one; the ShipAck
 		// covers those, and the leader re-sends the rest.
-		var stores []Write
+		var stores []Entry
 		entries := r.Entries[:f.shipPrefix(r.Group, r.Entries)]
 		for _, e := range entries {
 			if f.shippable(r.Group, e) {
 				f.keys[e.Key].Shipped = e.Seq
-				stores = append(stores, e.Write)
+				stores = append(stores, e)
 			}
 		}
-		return append(storeLast(stores), f.shipAck(r.Group, entries)...)
+		return append(storeEntries(stores), f.shipAck(r.Group, entries)...)
 	}
 	return nil
 }
 
-// storeLast returns the Store effects of writes, applied by one record and
-// so stored at one version: per key, the last write only, which is what
-// the version holds in the end; in the order of those writes.
-func storeLast(writes []Write) []Effect {
-	last := make(map[Key]int, len(writes))
-	for i, w := range writes {
-		last[w.Key] = i
-	}
-	out := make([]Effect, 0, len(last))
-	for i, w := range writes {
-		if last[w.Key] == i {
-			out = append(out, Store{Write{Key: w.Key, Value: bytes.Clone(w.Value), Delete: w.Delete, Tags: w.Tags.clone()}})
+// storeEntries returns the Store effects of entries, applied by one
+// record, in their order: each at its version. Entries of an older build
+// (no version) are stored at the record's version, so of those only a
+// key's last, which is what the version holds in the end.
+func storeEntries(entries []Entry) []Effect {
+	var last map[Key]int
+	for i, e := range entries {
+		if e.Version == 0 {
+			if last == nil {
+				last = make(map[Key]int, len(entries))
+			}
+			last[e.Key] = i
 		}
+	}
+	out := make([]Effect, 0, len(entries))
+	for i, e := range entries {
+		if e.Version == 0 && last[e.Key] != i {
+			continue
+		}
+		out = append(out, Store{Write: Write{Key: e.Key, Value: bytes.Clone(e.Value), Delete: e.Delete, Tags: e.Tags.clone()}, Version: e.Version})
 	}
 	return out
 }

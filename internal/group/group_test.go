@@ -40,7 +40,7 @@ import (
 //	jaa group=G key=K yield=Y [inc=N]
 //	d group=G key=K [yield=Y] [inc=N]
 //	da group=G key=K [yield=Y] [inc=N]
-//	ship group=G shard=S [inc=N] [entries=(SEQ:K=V,...)]
+//	ship group=G shard=S [inc=N] [entries=(SEQ:K=V[@VERSION],...)]
 //	    A Ship of the leader's current outbox for shard S; with entries=,
 //	    a Ship of those entries (a late copy of one whose entries the
 //	    outbox has dropped since).
@@ -55,7 +55,10 @@ import (
 //	dump [shard=S]
 //
 // Effects print as "sN log: RECORD" (queued until applied), "send: MSG"
-// (never delivered by itself), "sN reply: REPLY" and "sN store: WRITE".
+// (never delivered by itself), "sN reply: REPLY" and "sN store:
+// WRITE@VERSION" (WRITE alone: at the version of the record applied).
+// Records that store writes get versions 1, 2, 3... as they are applied,
+// whichever their shard; an entry shows its write's as SEQ:WRITE@VERSION.
 func TestProtocol(t *testing.T) {
 	datadriven.Walk(t, "testdata/protocol", func(t *testing.T, path string) {
 		e := &ddEnv{home: map[string]ShardID{}, shards: map[ShardID]*ddShard{}, leaderOf: map[string]ShardID{}}
@@ -76,7 +79,10 @@ type ddEnv struct {
 	shards   map[ShardID]*ddShard
 	leaderOf map[string]ShardID
 	lastInc  map[string]uint64
-	out      strings.Builder
+	// version is the last version given to an applied record that
+	// stores writes (one clock for all shards).
+	version uint64
+	out     strings.Builder
 }
 
 var ddOpts = Options{RetryTicks: 3, ProbeTicks: 6}
@@ -138,7 +144,11 @@ func (e *ddEnv) effects(s *ddShard, effs []Effect) {
 			} else {
 				s.data[ef.Write.Key] = ef.Write.Value
 			}
-			fmt.Fprintf(&e.out, "s%d store: %s\n", s.id, ef.Write)
+			if ef.Version > 0 {
+				fmt.Fprintf(&e.out, "s%d store: %s@%d\n", s.id, ef.Write, ef.Version)
+			} else {
+				fmt.Fprintf(&e.out, "s%d store: %s\n", s.id, ef.Write)
+			}
 		}
 	}
 }
@@ -277,10 +287,15 @@ func (e *ddEnv) run(t *testing.T, td *datadriven.TestData) string {
 				seq, kv, ok := strings.Cut(x, ":")
 				k, v, ok2 := strings.Cut(kv, "=")
 				n, err := strconv.ParseUint(seq, 10, 64)
-				if !ok || !ok2 || err != nil {
-					td.Fatalf(t, "entry %q: want SEQ:K=V", x)
+				var at uint64
+				if _, ver, versioned := strings.Cut(v, "@"); versioned && err == nil {
+					at, err = strconv.ParseUint(ver, 10, 64)
 				}
-				m.Entries = append(m.Entries, Entry{Seq: n, Write: Write{Key: Key{Key: k}, Value: []byte(v)}})
+				if !ok || !ok2 || err != nil {
+					td.Fatalf(t, "entry %q: want SEQ:K=V or SEQ:K=V@VERSION", x)
+				}
+				v, _, _ = strings.Cut(v, "@")
+				m.Entries = append(m.Entries, Entry{Seq: n, Write: Write{Key: Key{Key: k}, Value: []byte(v)}, Version: at})
 			}
 		} else if g, ok := e.shard(r.Leader).leader.Group(r.ID); ok {
 			if ob := g.outbox(ShardID(sh)); ob != nil {
@@ -307,6 +322,10 @@ func (e *ddEnv) run(t *testing.T, td *datadriven.TestData) string {
 		recs := s.pending[:n]
 		s.pending = s.pending[n:]
 		for _, r := range recs {
+			if r.Kind == RecWrite || r.Kind == RecApplyShip || r.Kind == RecFree {
+				e.version++
+				r.Version = e.version
+			}
 			fmt.Fprintf(&e.out, "s%d apply: %s\n", s.id, r)
 			if r.Kind.ForLeader() {
 				e.effects(s, s.leader.Apply(r))
@@ -410,7 +429,7 @@ func dumpShard(s *ddShard) string {
 			}
 			fmt.Fprintf(&b, "    outbox s%d next=%d:", ob.Shard, ob.Next)
 			for _, en := range ob.Entries {
-				fmt.Fprintf(&b, " %d:%s", en.Seq, en.Write)
+				fmt.Fprintf(&b, " %s", en)
 			}
 			b.WriteString("\n")
 		}

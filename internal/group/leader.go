@@ -274,9 +274,9 @@ func (l *Leader) answerJA(ref Ref, mem *Member, key Key, y uint64, from ShardID,
 }
 
 // sendD is the D that releases member m of g: with the yield the leader
-// joined, and, for a joined member (a yield other than 0), its key's last
-// entry in its shard's outbox, if any, with the group's value of the key
-// (shipment), which the follower stores before it owns the key again. A
+// joined, and, for a joined member (a yield other than 0), its key's
+// entries in its shard's outbox (shipment), which the follower stores
+// before it owns the key again. A
 // deletion so waits for no shipment: the D is the key's last shipment.
 func (l *Leader) sendD(g *Group, m *Member) Send {
 	s := l.send(MsgD, m.Shard, g.Ref, m.Key, m.Yield)
@@ -289,20 +289,32 @@ func (l *Leader) sendD(g *Group, m *Member) Send {
 	return s
 }
 
-// shipment returns what ships of outbox ob (of key only, if not nil): per
-// key, its last entry, with the key's value at the leader (its member's),
-// which every earlier entry's write is superseded by; in the order of
-// those entries. Sent again later, an entry carries a value as new or
-// newer: a member's value changes only with a write, which takes a higher
-// sequence number.
+// shipment returns what ships of outbox ob (of key only, if not nil), in
+// its order: every entry, with its write and version, which the key's
+// shard stores at that version. An entry of an older build (no version)
+// ships only if it is its key's last one, with the key's value at the
+// leader (its member's), which every earlier entry's write is superseded
+// by: sent again later, it carries a value as new or newer, as a member's
+// value changes only with a write, which takes a higher sequence number.
 func (g *Group) shipment(ob *Outbox, only *Key) []Entry {
-	last := make(map[Key]int, len(ob.Entries))
-	for i, e := range ob.Entries {
-		last[e.Key] = i
-	}
 	var out []Entry
+	var last map[Key]int
 	for i, e := range ob.Entries {
-		if last[e.Key] != i || only != nil && e.Key != *only {
+		if e.Version == 0 && last == nil {
+			last = make(map[Key]int, len(ob.Entries))
+			for i, e := range ob.Entries {
+				last[e.Key] = i
+			}
+		}
+		if only != nil && e.Key != *only {
+			continue
+		}
+		if e.Version > 0 {
+			e.Value, e.Tags = bytes.Clone(e.Value), e.Tags.clone()
+			out = append(out, e)
+			continue
+		}
+		if last[e.Key] != i {
 			continue
 		}
 		m := g.member(e.Key)
@@ -541,8 +553,9 @@ func (l *Leader) applyWrite(r Record) []Effect {
 			m.Tags = Tags{}
 		}
 		ob := g.outbox(m.Shard)
-		// The entry names the key; the member holds its value.
-		ob.Entries = append(ob.Entries, Entry{Seq: ob.Next, Write: Write{Key: w.Key}})
+		// The entry holds the write and its version (sharing the member's
+		// value and tags, which are never changed in place).
+		ob.Entries = append(ob.Entries, Entry{Seq: ob.Next, Write: Write{Key: w.Key, Value: m.Value, Delete: m.Absent, Tags: m.Tags}, Version: r.Version})
 		ob.Next++
 	}
 	l.wrote = true

@@ -66,7 +66,7 @@ func (m Message) String() string {
 	switch m.Type {
 	case MsgShip:
 		for _, e := range m.Entries {
-			fmt.Fprintf(&b, " %d:%s", e.Seq, e.Write)
+			fmt.Fprintf(&b, " %s", e)
 		}
 		return b.String()
 	case MsgShipAck:
@@ -78,7 +78,7 @@ func (m Message) String() string {
 		fmt.Fprintf(&b, " y=%d", m.Yield)
 	}
 	for _, e := range m.Entries {
-		fmt.Fprintf(&b, " %d:%s", e.Seq, e.Write) // a D's
+		fmt.Fprintf(&b, " %s", e) // a D's
 	}
 	if m.Type == MsgJA {
 		switch {
@@ -207,7 +207,7 @@ func (r Record) String() string {
 	case RecRelease, RecConfirm, RecFree:
 		fmt.Fprintf(&b, " %s y=%d", r.Key, r.Yield)
 		for _, e := range r.Entries {
-			fmt.Fprintf(&b, " %d:%s", e.Seq, e.Write)
+			fmt.Fprintf(&b, " %s", e)
 		}
 	case RecWrite:
 		for _, w := range r.Writes {
@@ -217,7 +217,7 @@ func (r Record) String() string {
 		fmt.Fprintf(&b, " s%d seq=%d", r.Shard, r.Seq)
 	case RecApplyShip:
 		for _, e := range r.Entries {
-			fmt.Fprintf(&b, " %d:%s", e.Seq, e.Write)
+			fmt.Fprintf(&b, " %s", e)
 		}
 	}
 	return b.String()
@@ -296,10 +296,15 @@ func (r Reply) String() string {
 	return b.String()
 }
 
-// Store asks the node to write Write into the key's data, as part of the
-// Apply that returned it, on every replica (it is replicated state, like
-// the record itself). Only a Follower's Apply of RecApplyShip returns it.
-type Store struct{ Write Write }
+// Store asks the node to write Write into the key's data at Version (0:
+// at the version of the record applied), as part of the Apply that
+// returned it, on every replica (it is replicated state, like the record
+// itself). Only a Follower's Apply of RecApplyShip or RecFree returns it;
+// one Apply may store a key more than once, at increasing versions.
+type Store struct {
+	Write   Write
+	Version uint64
+}
 
 func (Log) isEffect()   {}
 func (Send) isEffect()  {}

@@ -210,7 +210,7 @@ func (p groupParts) entry(s ShardID, x *Entry) Part {
 	part := Part{Name: entryPartName(outboxPartName(p.n, s), x.Seq)}
 	if p.live {
 		var e encoder
-		e.write(x.Write)
+		e.entryBody(*x)
 		part.Value = e.b
 	}
 	return part
@@ -453,7 +453,9 @@ func DecodeLeaderParts(parts []Part, opts Options) (*Leader, error) {
 			if a.entries == nil {
 				a.entries = map[ShardID][]Entry{}
 			}
-			a.entries[s] = append(a.entries[s], Entry{Seq: binary.BigEndian.Uint64([]byte(rest[9:])), Write: d.write()})
+			x := d.entryBody()
+			x.Seq = binary.BigEndian.Uint64([]byte(rest[9:]))
+			a.entries[s] = append(a.entries[s], x)
 		default:
 			d.fail()
 		}

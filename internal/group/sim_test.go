@@ -87,6 +87,12 @@ const (
 
 var simOpts = Options{RetryTicks: 3, ProbeTicks: 7}
 
+// simVersion is a value at a version.
+type simVersion struct {
+	version uint64
+	val     simVal
+}
+
 type simVal struct {
 	v       string
 	present bool
@@ -133,6 +139,9 @@ type simShard struct {
 	leader   *Leader
 	follower *Follower
 	data     map[Key]simVal
+	// stored is each key's history in its shard's data: every value
+	// stored, at its version.
+	stored map[Key][]simVersion
 	// leaderParts and followerParts are the stored parts of leader and
 	// follower, by name: those of the initial state, then, after every
 	// Apply, those PartsAfter returns.
@@ -164,6 +173,11 @@ type sim struct {
 	faults bool
 	// expected is each key's last acknowledged write.
 	expected map[Key]simVal
+	// acked is each key's acknowledged writes, at their versions.
+	acked map[Key][]simVersion
+	// version is the last version given to a record that stores writes
+	// (all shards draw from one clock, as a cluster's timestamp oracle).
+	version uint64
 	// awaiting are the applied creates and deletes not answered yet.
 	awaiting map[Ref][]Op
 	nextID   int
@@ -176,11 +190,11 @@ type sim struct {
 
 func newSim(seed uint64) *sim {
 	s := &sim{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), home: map[Key]ShardID{},
-		expected: map[Key]simVal{}, awaiting: map[Ref][]Op{}, faults: true, n: map[string]int{}}
+		expected: map[Key]simVal{}, acked: map[Key][]simVersion{}, awaiting: map[Ref][]Op{}, faults: true, n: map[string]int{}}
 	for i := range simShards {
 		id := ShardID(i + 1)
 		sh := &simShard{id: id, leader: NewLeader(id, simOpts), follower: NewFollower(id, simOpts),
-			data: map[Key]simVal{}, locked: map[Key]bool{}, yieldPending: map[Key]int{},
+			data: map[Key]simVal{}, stored: map[Key][]simVersion{}, locked: map[Key]bool{}, yieldPending: map[Key]int{},
 			leaderParts: map[string][]byte{}, followerParts: map[string][]byte{}}
 		storeParts(sh.leaderParts, sh.leader.Parts())
 		storeParts(sh.followerParts, sh.follower.Parts())
@@ -487,11 +501,18 @@ func (s *sim) applyOne(sh *simShard) {
 		}
 		v := valOf(w.Value, w.Delete, w.Tags)
 		sh.data[w.Key], s.expected[w.Key] = v, v
+		s.version++
+		sh.stored[w.Key] = append(sh.stored[w.Key], simVersion{s.version, v})
+		s.acked[w.Key] = append(s.acked[w.Key], simVersion{s.version, v})
 		s.n["plain"]++
 		s.logf("s%d apply plain %s", sh.id, w)
 		return
 	}
 	r := *e.rec
+	if r.Kind == RecWrite || r.Kind == RecApplyShip || r.Kind == RecFree {
+		s.version++
+		r.Version = s.version
+	}
 	s.logf("s%d apply %s", sh.id, r)
 	if r.Kind.ForLeader() {
 		var before map[string]Ref
@@ -548,7 +569,16 @@ func (s *sim) effects(sh *simShard, effs []Effect, applying *Record) {
 			if ef.Write.Tags.Keep {
 				s.errorf("Store of tags to keep: %v", ef)
 			}
-			sh.data[ef.Write.Key] = valOf(ef.Write.Value, ef.Write.Delete, ef.Write.Tags)
+			v, k := valOf(ef.Write.Value, ef.Write.Delete, ef.Write.Tags), ef.Write.Key
+			at := ef.Version
+			if at == 0 && applying != nil {
+				at = applying.Version
+			}
+			if h := sh.stored[k]; len(h) > 0 && h[len(h)-1].version >= at {
+				s.errorf("%s stored at version %d in s%d after version %d", k, at, sh.id, h[len(h)-1].version)
+			}
+			sh.data[k] = v
+			sh.stored[k] = append(sh.stored[k], simVersion{at, v})
 			s.n["shipped"]++
 		case Reply:
 			s.reply(sh, ef, applying)
@@ -562,7 +592,9 @@ func (s *sim) reply(sh *simShard, rep Reply, applying *Record) {
 	case OpWrite:
 		if rep.Err == nil {
 			for _, w := range applying.Writes {
-				s.expected[w.Key] = valOf(w.Value, w.Delete, w.Tags)
+				v := valOf(w.Value, w.Delete, w.Tags)
+				s.expected[w.Key] = v
+				s.acked[w.Key] = append(s.acked[w.Key], simVersion{applying.Version, v})
 			}
 			s.n["group write"]++
 		}
@@ -643,6 +675,9 @@ func (s *sim) checkInvariants() {
 			owners[k] = append(owners[k], fmt.Sprintf("home s%d", sh.id))
 			if got := sh.data[k]; got != s.expected[k] {
 				s.errorf("%s owned by home s%d has %v, last acknowledged write %v", k, sh.id, got, s.expected[k])
+			}
+			if !slices.Equal(sh.stored[k], s.acked[k]) {
+				s.errorf("%s owned by home s%d stores the history %v, its acknowledged writes are %v", k, sh.id, sh.stored[k], s.acked[k])
 			}
 		}
 	}

@@ -211,13 +211,28 @@ type Read struct {
 }
 
 // Entry is a committed group write waiting in an outbox, numbered in the
-// order of its outbox. In an outbox it names the key written (no value:
-// the key's member holds it); in a shipment (Ship, D, and the records
-// that apply them) it is a key's last entry in the outbox, with the key's
-// value at the leader when sent (Group.shipment).
+// order of its outbox: the write, and Version, the version of the group
+// write record that committed it. A shipment (Ship, D, and the records
+// that apply them) carries the outbox's entries as they are, and the
+// key's shard stores each at its Version, so that the shard's history of
+// the key is the group's.
+//
+// An entry of an older build has no Version (0) and, in an outbox, names
+// the key only (its member holds the value); it ships as the key's last
+// such entry, with the key's value at the leader when sent
+// (Group.shipment), and is stored at the version of the record that
+// applies it.
 type Entry struct {
 	Seq uint64
 	Write
+	Version uint64
+}
+
+func (e Entry) String() string {
+	if e.Version == 0 {
+		return fmt.Sprintf("%d:%s", e.Seq, e.Write)
+	}
+	return fmt.Sprintf("%d:%s@%d", e.Seq, e.Write, e.Version)
 }
 
 // Outbox holds the committed group writes to the keys of one follower

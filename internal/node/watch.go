@@ -151,10 +151,13 @@ func (n *Node) watchHere(ctx context.Context, d *cluster.CollectionDesc, shards 
 						rerr = err
 						return false
 					}
-					if v != c.Version {
+					if v == 0 {
 						// Garbage-collected under the watcher: checked below.
 						return true
 					}
+					// v is c.Version, or below it for a Key Group's write,
+					// stored at the version its group committed it and
+					// logged at the version its shard stored it.
 					ev := kv.Event{Type: kv.EventDelete, Key: c.Key, Version: c.Version}
 					if found {
 						ev.Type, ev.Value, ev.Tags = kv.EventPut, val.Value, val.Tags

@@ -537,24 +537,33 @@ func (s *Shard) applyGroupRecord(b *pebble.Batch, rec group.Record, version uint
 		if !ok {
 			continue
 		}
-		if err := s.storeGroupWrite(b, st.Write, version); err != nil {
+		if err := s.storeGroupWrite(b, st.Write, st.Version, version); err != nil {
 			return nil, err
 		}
 	}
 	return effs, nil
 }
 
-// storeGroupWrite writes a shipped group write into the key's data at
-// version (a Store effect).
-func (s *Shard) storeGroupWrite(b *pebble.Batch, w group.Write, version uint64) error {
+// storeGroupWrite writes a shipped group write into the key's data (a
+// Store effect) at committed, the version of the group write record that
+// committed it, logged in the change log at version, that of the record
+// applied here. Nothing else writes a key while its group holds it, so
+// the key's history here is the group's: a read at any version finds the
+// group's write of that version, once shipped. A write of an older build
+// (committed 0), and one whose version is not between the key's newest
+// here and version (which the clocks rule out), is stored at version.
+func (s *Shard) storeGroupWrite(b *pebble.Batch, w group.Write, committed, version uint64) error {
 	if version == 0 || w.Key.Collection != s.desc.Collection {
 		return fmt.Errorf("%w: a group write of %s at version %d in shard %d", ErrCorruptCommand, w.Key, version, s.desc.ShardID)
 	}
 	s.blindWrite = max(s.blindWrite, version)
 	key := []byte(w.Key.Key)
-	val, _, found, err := s.latest(b, key)
+	val, newest, found, err := s.latest(b, key)
 	if err != nil {
 		return err
+	}
+	if committed == 0 || committed > version || committed <= newest {
+		committed = version
 	}
 	if w.Delete && !found {
 		return nil
@@ -579,5 +588,5 @@ func (s *Shard) storeGroupWrite(b *pebble.Batch, w group.Write, version uint64) 
 	default:
 		bucket = cluster.Bucket(key)
 	}
-	return s.writeVersion(b, key, bucket, version, w.Delete, tags, w.Value, oldTags)
+	return s.writeVersionLogged(b, key, bucket, committed, version, w.Delete, tags, w.Value, oldTags)
 }

@@ -114,9 +114,10 @@ func TestGroupRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	committed := version - 1 // the version of the write that committed
 	s2.WithGroups(func(l *group.Leader, f *group.Follower) {
 		g, ok := l.Group("g")
-		if !ok || g.State != group.Active || string(g.Members[0].Value) != "v1" || g.Members[0].Version != version-1 {
+		if !ok || g.State != group.Active || string(g.Members[0].Value) != "v1" || g.Members[0].Version != committed {
 			t.Fatalf("reloaded group: %+v", g)
 		}
 		if y, ok := f.Key(k); !ok || y.Yield != ja.Yield {
@@ -124,8 +125,9 @@ func TestGroupRecords(t *testing.T) {
 		}
 	})
 
-	// The shipped write lands in the key's data at the ship's version, once
-	// the follower has logged the JAA of its join (a follower applies a
+	// The shipped write lands in the key's data at the version its group
+	// committed it, logged in the change log at the ship's, once the
+	// follower has logged the JAA of its join (a follower applies a
 	// group's writes only to a key whose join is confirmed).
 	if res := apply(EncodeGroupRecord(group.Record{Kind: group.RecConfirm, Group: ref, Key: k, Yield: ja.Yield})); res.Err != nil {
 		t.Fatal(res.Err)
@@ -143,8 +145,18 @@ func TestGroupRecords(t *testing.T) {
 		t.Fatal(res.Err)
 	}
 	val, v, found, err := ReadRecord(db, 7, []byte("k"), Latest)
-	if err != nil || !found || string(val.Value) != "v1" || v != version || !slices.Equal(val.Tags, []string{"b", "c"}) {
-		t.Fatalf("shipped write: %q@%d tags %v found %v err %v", val.Value, v, val.Tags, found, err)
+	if err != nil || !found || string(val.Value) != "v1" || v != committed || !slices.Equal(val.Tags, []string{"b", "c"}) {
+		t.Fatalf("shipped write: %q@%d tags %v found %v err %v, want v1@%d", val.Value, v, val.Tags, found, err, committed)
+	}
+	if val, v, _, err := ReadRecord(db, 7, []byte("k"), committed-1); err != nil || string(val.Value) != "v0" || v >= committed {
+		t.Fatalf("below the group's write: %q@%d (err %v), want v0", val.Value, v, err)
+	}
+	var logged []uint64
+	if err := Changes(db, 7, committed, version, nil, func(c Change) bool { logged = append(logged, c.Version); return true }); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(logged, []uint64{version}) {
+		t.Fatalf("change log between the group's write and its shipment: %v, want [%d] (the shipment's)", logged, version)
 	}
 	// The tag index follows: k is under b and c, no longer under a.
 	for tag, want := range map[string]bool{"a": false, "b": true, "c": true} {

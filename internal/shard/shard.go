@@ -586,6 +586,14 @@ func (s *Shard) applyWrite(b *pebble.Batch, cmd Command) (Result, error) {
 // writeVersion writes one version of a record with its tag index and change
 // log entries. oldTags are the tags of the key's live version, if any.
 func (s *Shard) writeVersion(b *pebble.Batch, key []byte, bucket uint16, version uint64, tombstone bool, tags []string, value []byte, oldTags []string) error {
+	return s.writeVersionLogged(b, key, bucket, version, version, tombstone, tags, value, oldTags)
+}
+
+// writeVersionLogged is writeVersion with the write's change log entry at
+// logged, not at version: a Key Group's write, stored at the version its
+// group committed it, logged at the version of the record that stores it
+// (a watcher may have passed the first).
+func (s *Shard) writeVersionLogged(b *pebble.Batch, key []byte, bucket uint16, version, logged uint64, tombstone bool, tags []string, value []byte, oldTags []string) error {
 	coll := s.desc.Collection
 	s.scratch = storage.DataKey(s.scratch[:0], coll, key, version)
 	mv := storage.MVCCValue{Tombstone: tombstone, Bucket: bucket, Tags: tags, Value: value}
@@ -625,7 +633,7 @@ func (s *Shard) writeVersion(b *pebble.Batch, key []byte, bucket uint16, version
 			}
 		}
 	}
-	s.changes.add(coll, version, key, bucket)
+	s.changes.add(coll, logged, key, bucket)
 	return nil
 }
 
