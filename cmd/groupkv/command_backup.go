@@ -138,9 +138,8 @@ rest: a file cut short or changed is refused by restore.
 Collections whose names begin with _ (groupkv's own) are not backed up.
 Key groups active when the backup ends whose keys are all in collections
 backed up are, and restore creates them again. A key in a group is backed
-up as its own shard holds it at the version, which has the group's writes
-only once they are shipped there (docs/groups.md#limits); the backup
-says so on standard error when groups are active.`,
+up as it was at the version, with the group's writes committed at or
+below it (docs/groups.md#limits).`,
 		Example: `  groupkv backup --out users.backup --collection users
   groupkv backup --out - | gzip > cluster.backup.gz
   groupkv backup --out before-the-mistake.backup --ago 10m`,
@@ -199,10 +198,6 @@ func runBackup(ctx context.Context, cmd *cobra.Command, db groupkv.DB, out strin
 		if version == 0 {
 			version = 1
 		}
-	}
-	if groups, err := db.ListGroups(ctx); err == nil && len(groups) > 0 {
-		fmt.Fprintf(cmd.ErrOrStderr(), "backup: %d key groups are active: their keys are backed up as their own shards hold them at version %d, with the groups' writes shipped there by then (docs/groups.md#limits)\n",
-			len(groups), version)
 	}
 
 	var (

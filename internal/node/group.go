@@ -1597,6 +1597,10 @@ type groupReadRequest struct {
 	// NoBarrier: the group as the leader replica has applied it, without
 	// confirming it still leads (a read whose use is validated in Apply).
 	NoBarrier bool `json:"no_barrier,omitempty"`
+	// At: the group once its leader shard is fenced at version At (every
+	// group write committed at or below it applied, none to come), for a
+	// read at At of its members' shards (awaitShipped).
+	At uint64 `json:"at,omitempty"`
 }
 
 type groupReadResponse struct {
@@ -1713,7 +1717,12 @@ func (n *Node) groupReadHere(ctx context.Context, req *groupReadRequest) (*group
 			return nil, err
 		}
 	}
-	if !req.NoBarrier {
+	switch {
+	case req.At != 0:
+		if err := n.host.SnapshotRead(ctx, req.Shard, req.At); err != nil {
+			return nil, err
+		}
+	case !req.NoBarrier:
 		if err := n.host.ReadBarrier(ctx, req.Shard); err != nil {
 			return nil, err
 		}

@@ -10,13 +10,14 @@ import (
 	"github.com/groupkv/groupkv/internal/kv"
 )
 
-// TestTxnAtTimestampRefusesGroupMembersFourNodes is
-// TestTxnAtTimestampRefusesGroupMembers on four nodes and shards of one
+// TestTxnAtTimestampReadsGroupMembersFourNodes is
+// TestTxnAtTimestampReadsGroupMembers on four nodes and shards of one
 // replica: gets forwarded to the key's node, scans and tag queries read
-// in parts. Read-only attempts on every node are refused the group's keys
-// while it holds them; begun before the group's deletion, they abort at
-// their read after it, and their retries read every transfer.
-func TestTxnAtTimestampRefusesGroupMembersFourNodes(t *testing.T) {
+// in parts. Read-only attempts on every node read the group's keys at
+// their timestamps, while the group holds them and after its deletion:
+// attempts begun before a run of transfers read the balances before it,
+// in every read they make, and attempts begun after read every transfer.
+func TestTxnAtTimestampReadsGroupMembersFourNodes(t *testing.T) {
 	c := startCluster(t, 4, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -47,33 +48,54 @@ func TestTxnAtTimestampRefusesGroupMembersFourNodes(t *testing.T) {
 		_, err := n1.CreateGroup(ctx, kv.GroupSpec{ID: "g", Leader: kv.KeyRef{Collection: "l", Key: []byte("lead")}, Members: append(members[:4:4], tagged)})
 		return err
 	})
+	initial := map[string]string{"k0": "5", "k1": "5", "k2": "5", "k3": "5", "k4": "5", "k5": "5", "k6": "5", "k7": "5"}
+	// The transfers k0→k1, k1→k2, k2→k3, k3→k0, k0→k1, k1→k2.
+	transferred := map[string]string{"k0": "4", "k1": "5", "k2": "6", "k3": "5", "k4": "5", "k5": "5", "k6": "5", "k7": "5"}
 	ro := kv.TxnOptions{ReadOnly: true}
+	// reads makes every kind of read in attempt tx on n and checks it
+	// finds want, and the tagged key's value taggedWant.
+	reads := func(n *Node, tx string, want map[string]string, taggedWant string) {
+		t.Helper()
+		if rec, _, err := n.TxnGet(ctx, tx, members[0]); err != nil || string(rec.Value) != want["k0"] {
+			t.Fatalf("node %d, get of k0: %+v, %v; want %s", n.id, rec, err, want["k0"])
+		}
+		if rec, _, err := n.TxnGet(ctx, tx, tagged); err != nil || string(rec.Value) != taggedWant {
+			t.Fatalf("node %d, get of the tagged key: %+v, %v; want %s", n.id, rec, err, taggedWant)
+		}
+		items, err := n.TxnBatchGet(ctx, tx, []kv.KeyRef{members[5], members[2]}, false)
+		if err != nil || len(items) != 2 || string(items[0].Value) != want["k5"] || string(items[1].Value) != want["k2"] {
+			t.Fatalf("node %d, batch get of k5, k2: %+v, %v; want %s, %s", n.id, items, err, want["k5"], want["k2"])
+		}
+		page, err := n.TxnScan(ctx, tx, kv.ScanRequest{Collection: "acct"})
+		if err != nil {
+			t.Fatalf("node %d, scan: %v", n.id, err)
+		}
+		tags, err := n.TxnGetByTags(ctx, tx, kv.TagQuery{Collection: "acct", All: []string{"acct"}})
+		if err != nil {
+			t.Fatalf("node %d, tag query: %v", n.id, err)
+		}
+		for what, items := range map[string][]kv.Record{"scan": page.Items, "tag query": tags.Items} {
+			got := map[string]string{}
+			for _, r := range items {
+				got[string(r.Key)] = string(r.Value)
+			}
+			if !maps.Equal(got, want) {
+				t.Fatalf("node %d, %s read %v, want %v", n.id, what, got, want)
+			}
+		}
+	}
 	for _, tn := range c.nodes {
 		n := tn.n
-		for read, try := range map[string]func(tx string) error{
-			"get":             func(tx string) error { _, _, err := n.TxnGet(ctx, tx, members[0]); return err },
-			"get of a tagged": func(tx string) error { _, _, err := n.TxnGet(ctx, tx, tagged); return err },
-			"batch get": func(tx string) error {
-				_, err := n.TxnBatchGet(ctx, tx, []kv.KeyRef{members[5], members[1]}, false)
-				return err
-			},
-			"scan": func(tx string) error { _, err := n.TxnScan(ctx, tx, kv.ScanRequest{Collection: "acct"}); return err },
-			"tag query": func(tx string) error {
-				_, err := n.TxnGetByTags(ctx, tx, kv.TagQuery{Collection: "acct", All: []string{"acct"}})
-				return err
-			},
-		} {
-			tx, err := n.BeginTxn(ctx, ro)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := try(tx); kv.CodeOf(err) != kv.CodeKeyInGroup {
-				t.Fatalf("node %d, a read-only %s of the group's keys: %v, want key_in_group", n.id, read, err)
-			}
-			n.AbortTxn(ctx, tx)
+		tx, err := n.BeginTxn(ctx, ro)
+		if err != nil {
+			t.Fatal(err)
 		}
-		// A locking transaction's scan and tag query are refused too.
-		tx, err := n.BeginTxn(ctx, kv.TxnOptions{})
+		reads(n, tx, initial, "5")
+		if _, err := n.CommitTxn(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+		// A locking transaction's scan and tag query are refused.
+		tx, err = n.BeginTxn(ctx, kv.TxnOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,26 +106,12 @@ func TestTxnAtTimestampRefusesGroupMembersFourNodes(t *testing.T) {
 			t.Fatalf("node %d, a serializable tag query of the group's keys: %v, want key_in_group", n.id, err)
 		}
 		n.AbortTxn(ctx, tx)
-		// A key in no group is read.
-		tx, err = n.BeginTxn(ctx, ro)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rec, _, err := n.TxnGet(ctx, tx, members[6]); err != nil || string(rec.Value) != "5" {
-			t.Fatalf("node %d, a key in no group: %+v %v", n.id, rec, err)
-		}
-		n.AbortTxn(ctx, tx)
 	}
-	// Read-only attempts begun before transfers and the deletion.
+	// Read-only attempts begun before the transfers and the deletion.
 	early := make([]string, len(c.nodes))
-	earlyTagged := make([]string, len(c.nodes))
 	for i, tn := range c.nodes {
-		tx, err := tn.n.BeginTxn(ctx, ro)
-		if err != nil {
-			t.Fatal(err)
-		}
-		early[i] = tx
-		if earlyTagged[i], err = tn.n.BeginTxn(ctx, ro); err != nil {
+		var err error
+		if early[i], err = tn.n.BeginTxn(ctx, ro); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -118,45 +126,29 @@ func TestTxnAtTimestampRefusesGroupMembersFourNodes(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	for i, tn := range c.nodes {
+		reads(tn.n, early[i], initial, "5")
+		tx, err := tn.n.BeginTxn(ctx, ro)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reads(tn.n, tx, transferred, "6")
+		if _, err := tn.n.CommitTxn(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+	}
 	c.eventually(60*time.Second, "the group is deleted", func() error { return n1.DeleteGroup(ctx, "g") })
 	for i, tn := range c.nodes {
-		n := tn.n
-		if rec, _, err := n.TxnGet(ctx, earlyTagged[i], tagged); kv.CodeOf(err) != kv.CodeTxnAborted {
-			t.Fatalf("node %d, a read-only get of the tagged key begun before the deletion: %+v, %v; want txn_aborted", n.id, rec, err)
+		reads(tn.n, early[i], initial, "5")
+		if _, err := tn.n.CommitTxn(ctx, early[i]); err != nil {
+			t.Fatalf("node %d, commit of a read-only attempt begun before the transfers: %v", tn.n.id, err)
 		}
-		retried, err := n.BeginTxn(ctx, kv.TxnOptions{ReadOnly: true, RetryOf: earlyTagged[i]})
+		tx, err := tn.n.BeginTxn(ctx, ro)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rec, _, err := n.TxnGet(ctx, retried, tagged); err != nil || string(rec.Value) != "6" {
-			t.Fatalf("node %d, the retried get of the tagged key: %+v, %v; want the group's 6", n.id, rec, err)
-		}
-		n.AbortTxn(ctx, retried)
-		page, err := n.TxnScan(ctx, early[i], kv.ScanRequest{Collection: "acct"})
-		if kv.CodeOf(err) != kv.CodeTxnAborted {
-			t.Fatalf("node %d, a read-only scan begun before the deletion: %+v, %v; want txn_aborted", n.id, page, err)
-		}
-		tx, err := n.BeginTxn(ctx, kv.TxnOptions{ReadOnly: true, RetryOf: early[i]})
-		if err != nil {
-			t.Fatal(err)
-		}
-		page, err = n.TxnScan(ctx, tx, kv.ScanRequest{Collection: "acct"})
-		if err != nil {
-			t.Fatalf("node %d, the retry's scan: %v", n.id, err)
-		}
-		sum := 0
-		vals := map[string]string{}
-		for _, r := range page.Items {
-			x, _ := strconv.Atoi(string(r.Value))
-			sum += x
-			vals[string(r.Key)] = string(r.Value)
-		}
-		// The transfers k0→k1, k1→k2, k2→k3, k3→k0, k0→k1, k1→k2.
-		want := map[string]string{"k0": "4", "k1": "5", "k2": "6", "k3": "5", "k4": "5", "k5": "5", "k6": "5", "k7": "5"}
-		if sum != 40 || !maps.Equal(vals, want) {
-			t.Fatalf("node %d, the retry read %v (total %d), want %v", n.id, vals, sum, want)
-		}
-		if _, err := n.CommitTxn(ctx, tx); err != nil {
+		reads(tn.n, tx, transferred, "6")
+		if _, err := tn.n.CommitTxn(ctx, tx); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -830,14 +830,6 @@ func (n *Node) groupsVisible(ctx context.Context, shardID uint64) error {
 	return n.host.WaitApplied(ctx, shardID, sm.GroupsIndex())
 }
 
-// memberAtTimestampError refuses a read of key, which group holds, by a
-// transaction reading at a timestamp (txnGetAt): the key's shard stores
-// the group's writes only as they are shipped, after their versions, so
-// its value there at a timestamp may lack the group's writes below it.
-func memberAtTimestampError(key []byte, group string) error {
-	return kv.Errorf(kv.CodeKeyInGroup, "key %q belongs to group %q; read it in a transaction of the group (a transaction reading at a timestamp cannot see the group's writes at that timestamp)", key, group)
-}
-
 // errNoTimestamp refuses a read of a transaction reading at a timestamp
 // that names none.
 func errNoTimestamp() error {
@@ -849,14 +841,15 @@ func errNoTimestamp() error {
 type groupCheck uint8
 
 const (
+	// checkNone: a read outside a transaction.
 	checkNone groupCheck = iota
 	// checkMembers: a locking transaction's scan or tag query, whose
 	// span's members its locks do not hold off (group writes take no
 	// locks): refused, as its prepare would refuse them.
 	checkMembers
 	// checkAtTimestamp: a read-only or snapshot transaction's read, at
-	// its timestamp: members refused, and shards that freed a key above
-	// the timestamp.
+	// its timestamp: refused for shards that freed a key above the
+	// timestamp with a write stored above its version.
 	checkAtTimestamp
 )
 
@@ -869,19 +862,35 @@ func groupCheckOf(op string) groupCheck {
 	return checkMembers
 }
 
-// checkGroups checks a transaction's read at version of the keys of
-// collection in [start, end) (end nil: unbounded) in this node's replicas
-// of shards, which have applied every write at or below the version (a
-// read of the present: every write before the read began). A key a Key
-// Group holds there is refused, key_in_group (for a read at a timestamp
-// the key may have been yielded after it, which is refused too); the
+// checkGroups prepares a read at version of the keys of collection in
+// [start, end) (end nil: unbounded) in this node's replicas of shards,
+// which have applied every write at or below the version (a read of the
+// present: every write before the read began), for the Key Groups
+// holding keys there.
+//
+// For checkMembers a key a group holds is refused, key_in_group; the
 // attempt aborts instead if the group exists no more, as its key is about
-// to be freed. For checkAtTimestamp, if a key was freed there above the
-// version (Shard.FreedAbove), the group's last writes of it, perhaps
-// committed below the version, were stored above it: the attempt aborts,
+// to be freed. Otherwise the read waits until every group write committed
+// at or below the version to a key of the span is stored in its shard
+// (awaitShipped), at its version: it then reads members at the version as
+// it reads every key. For checkAtTimestamp, if a key was freed there
+// above the version with a group write stored above the version it was
+// committed at (Shard.FreedAbove: by an older build), the attempt aborts,
 // and the next reads at a later timestamp.
 func (n *Node) checkGroups(ctx context.Context, check groupCheck, shards []uint64, collection uint32, start, end []byte, version uint64) error {
-	if check == checkNone {
+	if check != checkMembers {
+		if version != 0 {
+			if err := n.awaitShipped(ctx, collection, shards, start, end, version); err != nil {
+				return err
+			}
+		}
+		if check == checkAtTimestamp {
+			for _, id := range shards {
+				if sm := n.host.StateMachine(id); sm != nil && version < sm.FreedAbove() {
+					return kv.Errorf(kv.CodeTxnAborted, "a Key Group released keys of shard %d after version %d, at which the transaction reads, with writes stored above the versions they were committed at; retry the transaction", id, version)
+				}
+			}
+		}
 		return nil
 	}
 	for _, id := range shards {
@@ -910,13 +919,7 @@ func (n *Node) checkGroups(ctx context.Context, check groupCheck, shards []uint6
 				// leader frees the key within a few messages.
 				return kv.Errorf(kv.CodeTxnAborted, "key %q is held by group %q, which no longer exists, until the group's leader releases it; retry the transaction", key, holder)
 			}
-			if check == checkMembers {
-				return kv.Errorf(kv.CodeKeyInGroup, "key %q belongs to group %q; use a transaction of the group", key, holder)
-			}
-			return memberAtTimestampError(key, holder)
-		}
-		if check == checkAtTimestamp && version < sm.FreedAbove() {
-			return kv.Errorf(kv.CodeTxnAborted, "a Key Group released keys of shard %d after version %d, at which the transaction reads: it may have written them below it; retry the transaction", id, version)
+			return kv.Errorf(kv.CodeKeyInGroup, "key %q belongs to group %q; use a transaction of the group", key, holder)
 		}
 	}
 	return nil
@@ -1146,7 +1149,7 @@ func (n *Node) overlayGroups(ctx context.Context, descs []*cluster.CollectionDes
 // part, for the keys that part reads.
 func (n *Node) awaitShippedFor(ctx context.Context, route readRoute, d *cluster.CollectionDesc, shards []uint64, start, end []byte) error {
 	if route != routeSpread {
-		return n.awaitShipped(ctx, d.ID, n.expandLocal(shards), start, end)
+		return n.awaitShipped(ctx, d.ID, n.expandLocal(shards), start, end, 0)
 	}
 	_, err := runParts(ctx, n, shards, func(ctx context.Context, p readPart) (*shardReadResponse, error) {
 		return n.readPart(ctx, p, shardReadRequest{Op: "shipped", Start: start, End: end}, d)
@@ -1154,39 +1157,69 @@ func (n *Node) awaitShippedFor(ctx context.Context, route readRoute, d *cluster.
 	return err
 }
 
-// awaitShipped waits, before a scan or tag query of shards picks its
-// version, until every group write to a key of [start, end) (empty:
-// unbounded) yielded by a replica of shards here is applied to it: the
-// read then reflects the groups' committed values. The group's read asks
-// its leader to ship at once, so the wait is short; a shard without
-// yielded keys costs a lookup.
-func (n *Node) awaitShipped(ctx context.Context, coll uint32, shards []uint64, start, end []byte) error {
+// awaitShipped waits until every group write to a key of [start, end)
+// (empty: unbounded) yielded by a replica of shards here is applied to
+// it, so that a read there reflects the groups' committed writes:
+//
+//   - at 0: before a scan or tag query of the present picks its version,
+//     every write its group committed before the wait began; the read,
+//     at a version picked after, then reflects every group write
+//     committed before it began;
+//   - at a version (a read at it, its shards fenced at it): every write
+//     its group committed at or below it. Each is stored at the version
+//     its group committed it, so the read finds the key's value at the
+//     version, as every other read at it does, however late the
+//     shipment. Shards holding such keys are fenced again after the
+//     wait, so that what the leaders of their shards applied before it
+//     (a shipment that the group's leader has dropped from its outbox as
+//     acknowledged, a free) is applied here too.
+//
+// The group's read asks its leader to ship at once, so the wait is short;
+// a shard without yielded keys costs a lookup.
+func (n *Node) awaitShipped(ctx context.Context, coll uint32, shards []uint64, start, end []byte, at uint64) error {
 	type yielded struct {
 		shard  uint64
 		key    group.Key
 		leader uint64 // the group's leader shard
 	}
 	byGroup := map[string][]yielded{}
+	var held []uint64 // the shards holding yielded keys
 	for _, id := range shards {
 		sm := n.host.StateMachine(id)
 		if sm == nil {
 			continue
 		}
+		found := false
 		sm.WithGroups(func(_ *group.Leader, f *group.Follower) {
-			for _, k := range f.Keys() {
-				if k.Collection != coll || k.Key < string(start) || len(end) > 0 && k.Key >= string(end) {
-					continue
+			if f.Yielded() == 0 {
+				return
+			}
+			add := func(k group.Key) {
+				if y, ok := f.Key(k); ok {
+					byGroup[y.Group.ID] = append(byGroup[y.Group.ID], yielded{id, k, uint64(y.Group.Leader)})
+					found = true
 				}
-				y, _ := f.Key(k)
-				byGroup[y.Group.ID] = append(byGroup[y.Group.ID], yielded{id, k, uint64(y.Group.Leader)})
+			}
+			if len(end) == len(start)+1 && end[len(start)] == 0 && bytes.HasPrefix(end, start) {
+				add(group.Key{Collection: coll, Key: string(start)}) // one key
+				return
+			}
+			for _, k := range f.Keys() {
+				if k.Collection == coll && k.Key >= string(start) && (len(end) == 0 || k.Key < string(end)) {
+					add(k)
+				}
 			}
 		})
+		if found {
+			held = append(held, id)
+		}
 	}
 	for id, keys := range byGroup {
 		// At the leader shard the yields name: a group being deleted has
 		// no registration any more, and its Ds carry writes still to come.
-		snap, err := n.readGroupAt(ctx, id, keys[0].leader, "", true)
+		snap, err := n.readGroupReq(ctx, &groupReadRequest{Shard: keys[0].leader, ID: id, Ship: true, At: at})
 		if kv.CodeOf(err) == kv.CodeNotFound {
+			// Forgotten: its keys were freed, with its writes, before.
 			continue
 		}
 		if err != nil {
@@ -1221,6 +1254,11 @@ func (n *Node) awaitShipped(ctx context.Context, coll uint32, shards []uint64, s
 				case <-time.After(5 * time.Millisecond):
 				}
 			}
+		}
+	}
+	if at != 0 && len(held) > 0 {
+		if err := n.fenceShards(ctx, held, at); err != nil {
+			return err
 		}
 	}
 	// What the waits saw applied (a ship, a free) is in storage before

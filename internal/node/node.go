@@ -1575,10 +1575,12 @@ func (n *Node) get(ctx context.Context, req kv.GetRequest, noMembers bool) (kv.R
 			return kv.Record{}, err
 		}
 		asOf = req.Version
+		check := checkNone
 		if noMembers {
-			if err := n.checkGroups(ctx, checkAtTimestamp, shards, d.ID, req.Key, keyEnd(req.Key), req.Version); err != nil {
-				return kv.Record{}, err
-			}
+			check = checkAtTimestamp
+		}
+		if err := n.checkGroups(ctx, check, n.expandLocal(shards), d.ID, req.Key, keyEnd(req.Key), req.Version); err != nil {
+			return kv.Record{}, err
 		}
 	} else {
 		for _, id := range shards {

@@ -313,9 +313,9 @@ type shardReadRequest struct {
 	Check groupCheck `json:"check,omitempty"`
 }
 
-// checkPart checks the Key Groups holding keys a transaction's part read
-// req reads in the replicas of shards (checkGroups): a scan's span, a tag
-// query's collection, the keys of a records read.
+// checkPart checks the Key Groups holding keys a part read req reads in
+// the replicas of shards (checkGroups): a scan's span, a tag query's
+// collection, the keys of a records read.
 func (n *Node) checkPart(ctx context.Context, req *shardReadRequest, collection uint32, shards []uint64) error {
 	if req.Check > checkAtTimestamp || req.Version == 0 {
 		return kv.Errorf(kv.CodeInvalidArgument, "a part read's group check %d at version %d is not known", req.Check, req.Version)
@@ -427,13 +427,13 @@ func (n *Node) readPartHere(ctx context.Context, req *shardReadRequest) (*shardR
 	} else if err := n.snapshotRead(ctx, ids, req.Version); err != nil {
 		return nil, err
 	}
-	if req.Check != checkNone {
+	if req.Version != 0 && (req.Check != checkNone || req.Op == "scan" || req.Op == "tags" || req.Op == "records") {
 		if err := n.checkPart(ctx, req, d.ID, n.expandLocal(ids)); err != nil {
 			return nil, err
 		}
 	}
 	if req.Op == "shipped" {
-		if err := n.awaitShipped(ctx, d.ID, n.expandLocal(ids), req.Start, req.End); err != nil {
+		if err := n.awaitShipped(ctx, d.ID, n.expandLocal(ids), req.Start, req.End, 0); err != nil {
 			return nil, err
 		}
 		return &shardReadResponse{}, nil

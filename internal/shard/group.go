@@ -446,15 +446,16 @@ func (s *Shard) applyGroup(b *pebble.Batch, index uint64, kind CommandKind, body
 	return Result{Version: version, Group: effs}, nil
 }
 
-// FreedAbove is the highest version at which a key a Key Group held was
-// freed in this shard (stored as its shard's again, with the group's last
-// write), or in a shard it split from or took in. A read at a lower
-// version may lack group writes committed below it that the free or a
-// shipment before it stored above it. It is replicated state
-// (stateFreedAbove); a shard that yielded keys before it was stored
-// counts its frees as at the highest version applied when it was loaded,
-// and a shard that takes in one without it counts that one's highest
-// version.
+// FreedAbove is the highest version at which this shard stored a Key
+// Group's write above the version its group committed it (a write of an
+// older build, which shipped no versions), or at which it freed a key
+// under a build that stored every shipped write so, or the same of a
+// shard it split from or took in. A read at a lower version may lack
+// group writes committed below it. It is replicated state
+// (stateFreedAbove, stored from a shard's first free on); a shard that
+// yielded keys and has none stored counts as FreedAbove the highest
+// version applied when it was loaded, and a shard that takes in one
+// without it counts that one's highest version.
 func (s *Shard) FreedAbove() uint64 { return s.freedAbove.Load() }
 
 // readFreedAbove reads the stored FreedAbove of shard; ok false: none
@@ -470,15 +471,17 @@ func readFreedAbove(r pebble.Reader, shard uint64) (v uint64, ok bool, err error
 	return binary.BigEndian.Uint64(b), true, nil
 }
 
-// raiseFreedAbove raises FreedAbove, and its stored value in b, to v.
+// raiseFreedAbove raises FreedAbove, and its stored value in b, to v,
+// and stores it if it is not yet.
 func (s *Shard) raiseFreedAbove(b *pebble.Batch, v uint64) error {
 	if v > s.freedAbove.Load() {
 		s.freedAbove.Store(v)
 	}
-	if v <= s.freedStored {
+	if v <= s.freedStored && s.freedKnown {
 		return nil
 	}
-	s.freedStored = v
+	s.freedStored, s.freedKnown = max(s.freedStored, v), true
+	v = s.freedStored
 	return storage.PutUint64(b, storage.ShardStateKey(s.desc.ShardID, stateFreedAbove), v)
 }
 
@@ -515,9 +518,9 @@ func (s *Shard) applyGroupRecord(b *pebble.Batch, rec group.Record, version uint
 			}
 		}
 		if rec.Kind == group.RecFree {
-			// A free that stores nothing follows shipments stored at
-			// versions up to the highest applied.
-			if err := s.raiseFreedAbove(b, max(version, s.maxVersion)); err != nil {
+			// From now on FreedAbove is stored: a shard that loads without
+			// it has freed keys under an older build (Load).
+			if err := s.raiseFreedAbove(b, 0); err != nil {
 				return nil, err
 			}
 		}
@@ -563,7 +566,12 @@ func (s *Shard) storeGroupWrite(b *pebble.Batch, w group.Write, committed, versi
 		return err
 	}
 	if committed == 0 || committed > version || committed <= newest {
+		// Stored above the version it was committed at, perhaps: reads at
+		// a timestamp below this one may miss it.
 		committed = version
+		if err := s.raiseFreedAbove(b, version); err != nil {
+			return err
+		}
 	}
 	if w.Delete && !found {
 		return nil

@@ -9,39 +9,81 @@ import (
 	"github.com/groupkv/groupkv/internal/storage"
 )
 
-// TestFreedAbove: a free of a group's key raises the shard's FreedAbove to
-// the highest version applied (the shipments before it were stored up to
-// there), as replicated state that a reload finds; a shard that yielded
-// keys but has none stored counts the highest version applied; a split
-// child inherits the stored value, and a merge takes the right shard's
-// (its highest version when it has none).
+// TestFreedAbove: a group write shipped with its version is stored at it
+// and leaves FreedAbove where it was; a free stores FreedAbove, as
+// replicated state that a reload finds; a write of an older build (no
+// version), stored at the version of the record that applies it, raises
+// FreedAbove to that version. A shard that yielded keys but has none
+// stored counts the highest version applied; a split child inherits the
+// stored value, and a merge takes the right shard's (its highest version
+// when it has none).
 func TestFreedAbove(t *testing.T) {
 	g := newGroupShard(t)
 	nop := func() {}
+	write := func(id, key, value string) {
+		t.Helper()
+		var effs []group.Effect
+		var err error
+		g.s.WithGroups(func(l *group.Leader, _ *group.Follower) {
+			effs, err = l.Write(id, []group.Write{{Key: group.Key{Collection: 7, Key: key}, Value: []byte(value)}}, nil)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.run(effs, nop)
+	}
+	deleteGroup := func(id string) {
+		t.Helper()
+		var effs []group.Effect
+		var err error
+		g.s.WithGroups(func(l *group.Leader, _ *group.Follower) { effs, err = l.Delete(id) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.run(effs, nop)
+	}
 	g.run(g.create("a", group.Atomic, "a1", "a2"), nop)
-	var write []group.Effect
-	var err error
-	g.s.WithGroups(func(l *group.Leader, _ *group.Follower) {
-		write, err = l.Write("a", []group.Write{{Key: group.Key{Collection: 7, Key: "a2"}, Value: []byte("v1")}}, nil)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.run(write, nop)
+	write("a", "a2", "v1")
 	g.tick(nop) // ships the write
-	shipped := g.s.MaxVersion()
 	if f := g.s.FreedAbove(); f != 0 {
-		t.Fatalf("FreedAbove %d before any free", f)
+		t.Fatalf("FreedAbove %d after a shipment with versions", f)
 	}
-	var del []group.Effect
-	g.s.WithGroups(func(l *group.Leader, _ *group.Follower) { del, err = l.Delete("a") })
-	if err != nil {
-		t.Fatal(err)
+	deleteGroup("a")
+	if f := g.s.FreedAbove(); f != 0 {
+		t.Fatalf("FreedAbove %d after a free of writes stored at their versions", f)
 	}
-	g.run(del, nop)
+	if v, ok, err := readFreedAbove(g.db, 5); err != nil || !ok || v != 0 {
+		t.Fatalf("stored FreedAbove after the free: %d, %v, %v; want 0 stored", v, ok, err)
+	}
+	g.reload()
+	if f := g.s.FreedAbove(); f != 0 {
+		t.Fatalf("FreedAbove %d after a reload, want 0", f)
+	}
+
+	// A shipment of an older build: its entry has no version.
+	g.run(g.create("b", group.Atomic, "b1"), nop)
+	write("b", "b1", "v2")
+	var entries []group.Entry
+	var ref group.Ref
+	g.s.WithGroups(func(l *group.Leader, _ *group.Follower) {
+		for _, e := range l.ShipNew("b") {
+			if s, ok := e.(group.Send); ok && s.Msg.Type == group.MsgShip {
+				entries, ref = s.Msg.Entries, s.Msg.Group
+			}
+		}
+	})
+	if len(entries) != 1 || entries[0].Version == 0 {
+		t.Fatalf("the shipment %v, want one entry with a version", entries)
+	}
+	entries[0].Version = 0
+	g.apply(group.Record{Kind: group.RecApplyShip, Group: ref, Entries: entries})
 	freed := g.s.FreedAbove()
-	if freed < shipped {
-		t.Fatalf("FreedAbove %d after the free, below the shipment's version %d", freed, shipped)
+	if freed != g.version {
+		t.Fatalf("FreedAbove %d after a write stored without its version, want the shipment's %d", freed, g.version)
+	}
+	deleteGroup("b")
+	if f := g.s.FreedAbove(); f != freed {
+		t.Fatalf("FreedAbove %d after the free, want %d", f, freed)
 	}
 	g.reload()
 	if f := g.s.FreedAbove(); f != freed {
@@ -50,6 +92,7 @@ func TestFreedAbove(t *testing.T) {
 	if g.s.holdsGroups() {
 		t.Fatal("the shard still holds group state")
 	}
+	var err error
 
 	setFreed := func(shard uint64, v uint64, present bool) {
 		t.Helper()

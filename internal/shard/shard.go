@@ -158,6 +158,7 @@ type Shard struct {
 	// keys before it was stored.
 	freedAbove  atomic.Uint64
 	freedStored uint64
+	freedKnown  bool // freedStored is stored
 
 	// childHere reports whether a replica of the given shard already runs
 	// on this node (set by the replication layer): a split trigger applied
@@ -307,7 +308,7 @@ func Load(r pebble.Reader, desc Desc) (*Shard, error) {
 	case err != nil:
 		return nil, err
 	case ok:
-		s.freedStored = freed
+		s.freedStored, s.freedKnown = freed, true
 		s.freedAbove.Store(freed)
 	case s.groups.follower.LastYield() > 0:
 		// Yielded keys, and freed them before FreedAbove was stored:

@@ -168,7 +168,7 @@ func (s *Shard) applySplitTrigger(b *pebble.Batch, c SplitCmd) (Result, error) {
 	if err := storage.PutUint64(b, storage.ShardStateKey(child.ShardID, stateGCThreshold), s.gcThreshold); err != nil {
 		return Result{}, err
 	}
-	if s.freedStored > 0 {
+	if s.freedKnown {
 		// The child's keys may have been freed here.
 		if err := storage.PutUint64(b, storage.ShardStateKey(child.ShardID, stateFreedAbove), s.freedStored); err != nil {
 			return Result{}, err
