@@ -1742,7 +1742,9 @@ func (n *Node) groupReadHere(ctx context.Context, req *groupReadRequest) (*group
 	pending := map[group.Key]uint64{}
 	for _, ob := range g.Outboxes {
 		for _, e := range ob.Entries {
-			pending[e.Key] = e.Seq
+			if req.At == 0 || e.Version <= req.At { // a read at At needs no write above it
+				pending[e.Key] = e.Seq
+			}
 		}
 	}
 	for _, m := range g.Members {

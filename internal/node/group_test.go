@@ -399,6 +399,71 @@ func TestGroupClusterLeaderLoss(t *testing.T) {
 			}
 		}()
 	}
+	// Audits from outside the group, throughout: a scan of the accounts
+	// in pages of three (every page after the first reads at the first's
+	// version) and a read-only transaction's scan, each at one version:
+	// the total is the same in every one that answers.
+	var audits [2]atomic.Int64
+	badAudit := make(chan string, 2)
+	for ai := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			via := clients[ai%len(clients)]
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				actx, acancel := context.WithTimeout(ctx, 10*time.Second)
+				sum, err := 0, error(nil)
+				add := func(items []kv.Record) {
+					for _, r := range items {
+						x, _ := strconv.Atoi(string(r.Value))
+						sum += x
+					}
+				}
+				if ai == 0 {
+					req := kv.ScanRequest{Collection: "acct", Limit: 3}
+					for {
+						var page kv.ScanResult
+						if page, err = via.Scan(actx, req); err != nil {
+							break
+						}
+						add(page.Items)
+						if page.NextPage == "" {
+							break
+						}
+						req.Page = page.NextPage
+					}
+				} else {
+					var tx string
+					if tx, err = via.BeginTxn(actx, kv.TxnOptions{ReadOnly: true}); err == nil {
+						var page kv.ScanResult
+						if page, err = via.TxnScan(actx, tx, kv.ScanRequest{Collection: "acct"}); err == nil {
+							add(page.Items)
+							_, err = via.CommitTxn(actx, tx)
+						} else {
+							via.AbortTxn(actx, tx)
+						}
+					}
+				}
+				acancel()
+				if err != nil {
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				if sum != accounts*initial {
+					select {
+					case badAudit <- fmt.Sprintf("audit %d (paged scan 0, read-only transaction 1) read a total of %d, want %d", ai, sum, accounts*initial):
+					default:
+					}
+				}
+				audits[ai].Add(1)
+			}
+		}()
+	}
 	waitCommitted := func(n int) {
 		c.eventually(60*time.Second, fmt.Sprintf("%d transfers committed", n), func() error {
 			mu.Lock()
@@ -419,7 +484,16 @@ func TestGroupClusterLeaderLoss(t *testing.T) {
 	waitCommitted(before + 40)
 	close(stop)
 	wg.Wait()
-	t.Logf("transfers: %d committed, %d unknown; the group's leader shard moved from node %d", committed, unknown, victim.id)
+	t.Logf("transfers: %d committed, %d unknown; the group's leader shard moved from node %d; audits outside the group: %d paged scans, %d read-only transactions",
+		committed, unknown, victim.id, audits[0].Load(), audits[1].Load())
+	select {
+	case bad := <-badAudit:
+		t.Fatal(bad)
+	default:
+	}
+	if audits[0].Load() == 0 || audits[1].Load() == 0 {
+		t.Fatalf("audits outside the group: %d paged scans, %d read-only transactions answered; want some of each", audits[0].Load(), audits[1].Load())
+	}
 	var got int
 	c.eventually(60*time.Second, "a total read in the group", func() error {
 		var err error
