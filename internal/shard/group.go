@@ -452,7 +452,7 @@ func (s *Shard) applyGroup(b *pebble.Batch, index uint64, kind CommandKind, body
 // under a build that stored every shipped write so, or the same of a
 // shard it split from or took in. A read at a lower version may lack
 // group writes committed below it. It is replicated state
-// (stateFreedAbove, stored from a shard's first free on); a shard that
+// (stateFreedAbove, stored from a shard's first yield on); a shard that
 // yielded keys and has none stored counts as FreedAbove the highest
 // version applied when it was loaded, and a shard that takes in one
 // without it counts that one's highest version.
@@ -517,9 +517,10 @@ func (s *Shard) applyGroupRecord(b *pebble.Batch, rec group.Record, version uint
 				rec.Value, rec.Version, rec.Tags.List = val.Value, version, val.Tags
 			}
 		}
-		if rec.Kind == group.RecFree {
-			// From now on FreedAbove is stored: a shard that loads without
-			// it has freed keys under an older build (Load).
+		if rec.Kind == group.RecYield || rec.Kind == group.RecFree {
+			// From its first yield on FreedAbove is stored: a shard that
+			// loads with yields and without it yielded keys under an older
+			// build (Load).
 			if err := s.raiseFreedAbove(b, 0); err != nil {
 				return nil, err
 			}

@@ -10,8 +10,8 @@ import (
 )
 
 // TestFreedAbove: a group write shipped with its version is stored at it
-// and leaves FreedAbove where it was; a free stores FreedAbove, as
-// replicated state that a reload finds; a write of an older build (no
+// and leaves FreedAbove where it was; a yield or a free stores
+// FreedAbove, as replicated state that a reload finds; a write of an older build (no
 // version), stored at the version of the record that applies it, raises
 // FreedAbove to that version. A shard that yielded keys but has none
 // stored counts the highest version applied; a split child inherits the
@@ -43,6 +43,15 @@ func TestFreedAbove(t *testing.T) {
 		g.run(effs, nop)
 	}
 	g.run(g.create("a", group.Atomic, "a1", "a2"), nop)
+	// Stored from the first yield on: a reload of the shard holding
+	// yielded keys reads it, 0.
+	if v, ok, err := readFreedAbove(g.db, 5); err != nil || !ok || v != 0 {
+		t.Fatalf("stored FreedAbove after the yields: %d, %v, %v; want 0 stored", v, ok, err)
+	}
+	g.reload()
+	if f := g.s.FreedAbove(); f != 0 {
+		t.Fatalf("FreedAbove %d after a reload of a shard holding yielded keys, want 0", f)
+	}
 	write("a", "a2", "v1")
 	g.tick(nop) // ships the write
 	if f := g.s.FreedAbove(); f != 0 {
