@@ -24,7 +24,8 @@ var errGroupTxnGone = errors.New("unavailable")
 // (POST /v1/groups/{id}/txn, then /v1/txn/{id}/get|put|commit, retried
 // with retry_of on 409); the node leading the group is killed with
 // SIGKILL mid-run and restarted, then the node leading it is paused
-// (SIGSTOP) for 3 s and resumed. Every audit sees the same total; after
+// (SIGSTOP) for 3 s and resumed. Every audit sees the same total, and so
+// does every scan of the accounts in pages from outside the group; after
 // DELETE /v1/groups/{id}, plain GETs through every node do too.
 func TestEndToEndGroupBankWithKill(t *testing.T) {
 	if testing.Short() {
@@ -269,6 +270,53 @@ func TestEndToEndGroupBankWithKill(t *testing.T) {
 			audits.Add(1)
 		}
 	}()
+	// Audits from outside the group: scans of the collection in pages of
+	// three through any node up (every page after the first reads at the
+	// first's version, where the shards store the group's writes at the
+	// versions they were committed at).
+	var scanAudits atomic.Int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rng := rand.New(rand.NewPCG(uint64(seed), 98))
+		for !stop.Load() {
+			node, sum, page, ok := pick(rng), 0, "", true
+			for {
+				u := c.url(node) + "/v1/scan/" + coll + "?limit=3"
+				if page != "" {
+					u += "&page=" + page
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				a, err := c.do(ctx, "GET", u, "")
+				cancel()
+				if err != nil || a.code != 200 {
+					ok = false // a node down, a leader moving
+					break
+				}
+				var sp scanPage
+				if err := json.Unmarshal([]byte(a.body), &sp); err != nil {
+					errs <- fmt.Errorf("a scan page: %v: %s", err, a.body)
+					return
+				}
+				for _, it := range sp.Items {
+					v, _ := strconv.Atoi(it.Value)
+					sum += v
+				}
+				if page = sp.NextPage; page == "" {
+					break
+				}
+			}
+			if !ok {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			if sum != accounts*initial {
+				errs <- fmt.Errorf("a paged scan outside the group saw a total of %d, want %d", sum, accounts*initial)
+				return
+			}
+			scanAudits.Add(1)
+		}
+	}()
 	waitTransfers := func(n int64, what string) {
 		c.eventually(90*time.Second, what, func() error {
 			if got := transfers.Load(); got < n {
@@ -355,9 +403,9 @@ func TestEndToEndGroupBankWithKill(t *testing.T) {
 			return nil
 		})
 	}
-	t.Logf("%d transfers and %d audits committed", transfers.Load(), audits.Load())
-	if audits.Load() == 0 {
-		t.Fatal("no audit committed")
+	t.Logf("%d transfers and %d audits committed, %d paged scans outside the group", transfers.Load(), audits.Load(), scanAudits.Load())
+	if audits.Load() == 0 || scanAudits.Load() == 0 {
+		t.Fatalf("%d audits committed, %d paged scans answered; want some of each", audits.Load(), scanAudits.Load())
 	}
 }
 
