@@ -187,7 +187,7 @@ func frees(y *Yielded, r Ref, yield uint64) bool {
 // once, changing nothing: the key is not held for that group any more.
 func (f *Follower) OnD(m Message) []Effect {
 	if frees(f.keys[m.Key], m.Group, m.Yield) {
-		return []Effect{Log{Record{Kind: RecFree, Group: m.Group, Key: m.Key, Yield: m.Yield, Entries: cloneEntries(m.Entries)}}}
+		return []Effect{Log{Record{Kind: RecFree, Group: m.Group, Key: m.Key, Yield: m.Yield, Entries: cloneEntries(m.Entries), Seq: m.Seq}}}
 	}
 	return []Effect{f.da(m.Group, m.Key, m.Yield)}
 }
@@ -306,6 +306,15 @@ func (f *Follower) Apply(r Record) []Effect {
 					y.Shipped = e.Seq
 					stores = append(stores, e)
 				}
+			}
+			if r.Yield != 0 && r.Seq > y.Shipped {
+				// A D carrying the first of the key's entries only (its
+				// shipment would be too large): the key stays the
+				// group's, confirmed (the D names the yield the leader
+				// joined), so that Ships bring the rest; a D carrying
+				// the last, Seq, frees it.
+				y.Confirmed, y.Value, y.Absent, y.Tags, y.Version = true, nil, false, Tags{}, 0
+				return storeEntries(stores)
 			}
 			delete(f.keys, r.Key)
 		}

@@ -299,7 +299,7 @@ func (e *ddEnv) run(t *testing.T, td *datadriven.TestData) string {
 			}
 		} else if g, ok := e.shard(r.Leader).leader.Group(r.ID); ok {
 			if ob := g.outbox(ShardID(sh)); ob != nil {
-				m.Entries = g.shipment(ob, nil) // what the leader sends
+				m.Entries, _ = g.shipment(ob, nil, ddOpts.EnsureDefaults()) // what the leader sends
 			}
 		}
 		fmt.Fprintf(&e.out, "deliver: %s\n", m)

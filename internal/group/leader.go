@@ -24,6 +24,12 @@ type Options struct {
 	// since it last shipped, in one message per follower shard; a caller
 	// that waits for them ships at once (ShipNew). Default 1.
 	ShipTicks uint64
+	// MaxShipEntries and MaxShipBytes bound a shipment (a Ship, a D): the
+	// first entries of the outbox up to either (at least one); the rest
+	// go in the next ones, as the follower acknowledges these. Defaults
+	// 1024 entries, 4 MiB of values.
+	MaxShipEntries int
+	MaxShipBytes   int
 }
 
 // EnsureDefaults fills the zero fields of o with the defaults.
@@ -36,6 +42,12 @@ func (o Options) EnsureDefaults() Options {
 	}
 	if o.ShipTicks == 0 {
 		o.ShipTicks = 1
+	}
+	if o.MaxShipEntries == 0 {
+		o.MaxShipEntries = 1024
+	}
+	if o.MaxShipBytes == 0 {
+		o.MaxShipBytes = 4 << 20
 	}
 	return o
 }
@@ -284,7 +296,16 @@ func (l *Leader) sendD(g *Group, m *Member) Send {
 		return s
 	}
 	if ob := g.outbox(m.Shard); ob != nil {
-		s.Msg.Entries = g.shipment(ob, &m.Key)
+		var more bool
+		if s.Msg.Entries, more = g.shipment(ob, &m.Key, l.opts); more {
+			// Not all of them: the follower stores these and keeps the
+			// key until a D carries its last entry, Seq.
+			for _, e := range ob.Entries {
+				if e.Key == m.Key {
+					s.Msg.Seq = e.Seq
+				}
+			}
+		}
 	}
 	return s
 }
@@ -296,8 +317,12 @@ func (l *Leader) sendD(g *Group, m *Member) Send {
 // leader (its member's), which every earlier entry's write is superseded
 // by: sent again later, it carries a value as new or newer, as a member's
 // value changes only with a write, which takes a higher sequence number.
-func (g *Group) shipment(ob *Outbox, only *Key) []Entry {
-	var out []Entry
+//
+// A shipment holds at most opts.MaxShipEntries entries and, past its
+// first, opts.MaxShipBytes of values; more reports that entries were left
+// out.
+func (g *Group) shipment(ob *Outbox, only *Key, opts Options) (out []Entry, more bool) {
+	size := 0
 	var last map[Key]int
 	for i, e := range ob.Entries {
 		if e.Version == 0 && last == nil {
@@ -309,6 +334,10 @@ func (g *Group) shipment(ob *Outbox, only *Key) []Entry {
 		if only != nil && e.Key != *only {
 			continue
 		}
+		if len(out) > 0 && (len(out) >= opts.MaxShipEntries || size+len(e.Value) > opts.MaxShipBytes) {
+			return out, true
+		}
+		size += len(e.Value)
 		if e.Version > 0 {
 			e.Value, e.Tags = bytes.Clone(e.Value), e.Tags.clone()
 			out = append(out, e)
@@ -320,7 +349,7 @@ func (g *Group) shipment(ob *Outbox, only *Key) []Entry {
 		m := g.member(e.Key)
 		out = append(out, Entry{Seq: e.Seq, Write: Write{Key: e.Key, Value: bytes.Clone(m.Value), Delete: m.Absent, Tags: m.Tags.clone()}})
 	}
-	return out
+	return out, false
 }
 
 func (l *Leader) send(t MsgType, to ShardID, r Ref, k Key, y uint64) Send {
@@ -362,8 +391,9 @@ func (l *Leader) Tick() []Effect {
 	var out []Effect
 	for _, id := range l.ids() {
 		g := l.groups[id]
-		if ship && (g.State != Deleting || g.joined()) {
-			// A deleting group's writes go with its Ds.
+		if ship && (g.State != Deleting || g.joined() || g.backlogged(l.opts)) {
+			// A deleting group's writes go with its Ds, unless an outbox
+			// holds more than a shipment: then Ships drain it too.
 			out = append(out, l.ship(g, retry)...)
 		}
 		if !retry {
@@ -408,9 +438,9 @@ func (l *Leader) ship(g *Group, retry bool) []Effect {
 		if !retry && l.sent[sk] >= last {
 			continue
 		}
-		l.sent[sk] = last
-		out = append(out, Send{Message{Type: MsgShip, From: l.shard, To: ob.Shard, Group: g.Ref,
-			Entries: g.shipment(ob, nil)}})
+		es, _ := g.shipment(ob, nil, l.opts)
+		l.sent[sk] = es[len(es)-1].Seq
+		out = append(out, Send{Message{Type: MsgShip, From: l.shard, To: ob.Shard, Group: g.Ref, Entries: es}})
 	}
 	return out
 }
@@ -620,6 +650,23 @@ func (l *Leader) releaseJoined(g *Group) []Effect {
 		}
 	}
 	return append(out, l.maybeForget(g)...)
+}
+
+// backlogged reports whether an outbox of g holds more than one shipment
+// carries.
+func (g *Group) backlogged(opts Options) bool {
+	for _, ob := range g.Outboxes {
+		if len(ob.Entries) > opts.MaxShipEntries {
+			return true
+		}
+		size := 0
+		for _, e := range ob.Entries {
+			if size += len(e.Value); size > opts.MaxShipBytes {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (g *Group) joined() bool {

@@ -85,7 +85,10 @@ const (
 	simMaxGroup = 4
 )
 
-var simOpts = Options{RetryTicks: 3, ProbeTicks: 7}
+// Shipments of two entries at most (and a few bytes of values): outboxes
+// drain in several, and deletions meet Ds that carry part of a key's
+// entries.
+var simOpts = Options{RetryTicks: 3, ProbeTicks: 7, MaxShipEntries: 2, MaxShipBytes: 12}
 
 // simVersion is a value at a version.
 type simVersion struct {
@@ -542,6 +545,9 @@ func (s *sim) applyOne(sh *simShard) {
 		sh.yieldPending[r.Key]--
 	}
 	effs := sh.follower.Apply(r)
+	if _, held := sh.follower.Key(r.Key); r.Kind == RecFree && r.Seq > 0 && held {
+		s.n["partial free"]++
+	}
 	storeParts(sh.followerParts, sh.follower.PartsAfter(r))
 	s.stored(sh)
 	s.effects(sh, effs, &r)
