@@ -57,6 +57,14 @@
 // during creation answers the creator ErrDeletedWhileCreating and
 // proceeds the same way.
 //
+// A shipment is bounded (Options.MaxShipEntries, MaxShipBytes): a Ship
+// carries the first entries of its outbox, the next Ship those after the
+// ones acknowledged. A D that cannot carry all of its key's entries
+// carries the first and names the last (Seq): the follower stores them,
+// confirms the key (the D names the joined yield) and keeps it for the
+// group, which, its outbox backlogged, ships while deleting; the D that
+// carries the last frees the key.
+//
 // Duplicates, delays and reordering are harmless: a J for a key already
 // yielded to the group answers the same JA (no second yield); a JA of a
 // joined member answers the same JAA; a JAA whose yield id is not the
