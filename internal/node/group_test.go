@@ -20,8 +20,17 @@ import (
 // groupTransact runs fn in group transaction attempts of group id until
 // one commits, each retry naming the attempt it retries.
 func groupTransact(ctx context.Context, n *Node, id string, fn func(attempt string) error) (uint64, int, error) {
+	return groupTransactFrom(ctx, n, id, nil, fn)
+}
+
+// groupTransactFrom is groupTransact calling begin, when not nil, before
+// each attempt begins (transactFrom).
+func groupTransactFrom(ctx context.Context, n *Node, id string, begin func(), fn func(attempt string) error) (uint64, int, error) {
 	retryOf := ""
 	for attempts := 1; ; attempts++ {
+		if begin != nil {
+			begin()
+		}
 		a, err := n.BeginGroupTxn(ctx, id, kv.TxnOptions{RetryOf: retryOf})
 		if err != nil {
 			return 0, attempts, err
@@ -29,8 +38,7 @@ func groupTransact(ctx context.Context, n *Node, id string, fn func(attempt stri
 		err = fn(a)
 		if err == nil {
 			var v uint64
-			v, err = n.CommitTxn(ctx, a)
-			if err == nil {
+			if v, err = n.CommitTxn(ctx, a); err == nil {
 				return v, attempts, nil
 			}
 		}

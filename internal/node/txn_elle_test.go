@@ -102,6 +102,9 @@ type appendWorkload struct {
 	readOnlyEvery int
 	// txnTimeout bounds one transaction, all attempts (a hang-catcher).
 	txnTimeout time.Duration
+	// group, if set, runs the read-write transactions as transactions of
+	// that Key Group (its keys must be the group's), reading key by key.
+	group string
 
 	next                      atomic.Int64 // the last value appended
 	committed, failed, infos  atomic.Int64
@@ -176,7 +179,16 @@ func (w *appendWorkload) txn(ctx context.Context, cl int, n *Node, plan []planne
 		}
 		p = w.rec.Invoke(cl, ops)
 	}
-	version, attempts, err := transactFrom(ctx, n, kv.TxnOptions{ReadOnly: readOnly}, begin, func(id string) error {
+	retry := func(fn func(id string) error) (uint64, int, error) {
+		return transactFrom(ctx, n, kv.TxnOptions{ReadOnly: readOnly}, begin, fn)
+	}
+	if w.group != "" && !readOnly {
+		batch = false
+		retry = func(fn func(id string) error) (uint64, int, error) {
+			return groupTransactFrom(ctx, n, w.group, begin, fn)
+		}
+	}
+	version, attempts, err := retry(func(id string) error {
 		w.notes.Store(p.ID(), fmt.Sprintf("attempt %s on node %d (read-only %v, batch %v)", id, n.id, readOnly, batch))
 		observed = observed[:0]
 		var batched map[string]kv.Record // by key name; absent keys: none
