@@ -427,6 +427,7 @@ func DecodeLeader(b []byte, opts Options) (*Leader, error) {
 			break
 		}
 		prev = g.Ref.ID
+		g.countOutboxes()
 		l.groups[g.Ref.ID] = g
 	}
 	if err := d.done(); err != nil {

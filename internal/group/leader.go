@@ -30,6 +30,12 @@ type Options struct {
 	// 1024 entries, 4 MiB of values.
 	MaxShipEntries int
 	MaxShipBytes   int
+	// MaxOutboxEntries and MaxOutboxBytes bound an outbox: a group write
+	// that would take one past either is refused (ErrBacklogged), so that
+	// a follower shard out of reach does not make the leader's state grow
+	// without end. Defaults 262,144 entries, 64 MiB of values.
+	MaxOutboxEntries int
+	MaxOutboxBytes   int
 }
 
 // EnsureDefaults fills the zero fields of o with the defaults.
@@ -48,6 +54,12 @@ func (o Options) EnsureDefaults() Options {
 	}
 	if o.MaxShipBytes == 0 {
 		o.MaxShipBytes = 4 << 20
+	}
+	if o.MaxOutboxEntries == 0 {
+		o.MaxOutboxEntries = 1 << 18
+	}
+	if o.MaxOutboxBytes == 0 {
+		o.MaxOutboxBytes = 64 << 20
 	}
 	return o
 }
@@ -523,6 +535,9 @@ func (l *Leader) Apply(r Record) []Effect {
 			n++
 		}
 		l.trimmed = slices.Clone(ob.Entries[:n])
+		for _, e := range l.trimmed {
+			ob.size -= len(e.Value)
+		}
 		ob.Entries = slices.Delete(ob.Entries, 0, n)
 		if g.State == Deleting {
 			// A group stored deleting with joined members, by a build
@@ -576,6 +591,9 @@ func (l *Leader) applyWrite(r Record) []Effect {
 			return []Effect{Reply{Op: OpWrite, Group: r.Group, Err: ErrConflict}}
 		}
 	}
+	if l.backlogged(g, r.Writes) {
+		return []Effect{Reply{Op: OpWrite, Group: r.Group, Err: ErrBacklogged}}
+	}
 	for _, w := range r.Writes {
 		m := g.member(w.Key)
 		m.Value, m.Absent, m.Tags, m.Version = bytes.Clone(w.Value), w.Delete, w.Tags.clone(), r.Version
@@ -587,6 +605,7 @@ func (l *Leader) applyWrite(r Record) []Effect {
 		// value and tags, which are never changed in place).
 		ob.Entries = append(ob.Entries, Entry{Seq: ob.Next, Write: Write{Key: w.Key, Value: m.Value, Delete: m.Absent, Tags: m.Tags}, Version: r.Version})
 		ob.Next++
+		ob.size += len(m.Value)
 	}
 	l.wrote = true
 	return []Effect{Reply{Op: OpWrite, Group: g.Ref}}
@@ -652,6 +671,34 @@ func (l *Leader) releaseJoined(g *Group) []Effect {
 	return append(out, l.maybeForget(g)...)
 }
 
+// countOutboxes sets the size of g's outboxes from their entries (a
+// group decoded).
+func (g *Group) countOutboxes() {
+	for i := range g.Outboxes {
+		g.Outboxes[i].count()
+	}
+}
+
+// backlogged reports whether writes, all to members of g, would take an
+// outbox of g past l.opts.MaxOutboxEntries or MaxOutboxBytes.
+func (l *Leader) backlogged(g *Group, writes []Write) bool {
+	add := map[ShardID][2]int{} // entries, bytes
+	for _, w := range writes {
+		s := g.member(w.Key).Shard
+		a := add[s]
+		a[0]++
+		a[1] += len(w.Value)
+		add[s] = a
+	}
+	for s, a := range add {
+		ob := g.outbox(s)
+		if ob != nil && (len(ob.Entries)+a[0] > l.opts.MaxOutboxEntries || ob.size+a[1] > l.opts.MaxOutboxBytes) {
+			return true
+		}
+	}
+	return false
+}
+
 // backlogged reports whether an outbox of g holds more than one shipment
 // carries.
 func (g *Group) backlogged(opts Options) bool {
@@ -659,11 +706,8 @@ func (g *Group) backlogged(opts Options) bool {
 		if len(ob.Entries) > opts.MaxShipEntries {
 			return true
 		}
-		size := 0
-		for _, e := range ob.Entries {
-			if size += len(e.Value); size > opts.MaxShipBytes {
-				return true
-			}
+		if ob.size > opts.MaxShipBytes {
+			return true
 		}
 	}
 	return false

@@ -489,6 +489,7 @@ func DecodeLeaderParts(parts []Part, opts Options) (*Leader, error) {
 		if !validGroup(a.g) {
 			return nil, fmt.Errorf("%w: group %q", ErrCorrupt, id)
 		}
+		a.g.countOutboxes()
 		l.groups[id] = a.g
 	}
 	return l, nil
@@ -509,6 +510,7 @@ func decodeWholeGroups(l *Leader, parts []Part) (*Leader, error) {
 		if p.Name != partGroup+g.Ref.ID || l.groups[g.Ref.ID] != nil || g.Ref.Leader != l.shard || !validGroup(g) {
 			return nil, fmt.Errorf("%w: leader part %q", ErrCorrupt, p.Name)
 		}
+		g.countOutboxes()
 		l.groups[g.Ref.ID] = g
 	}
 	return l, nil

@@ -1,6 +1,7 @@
 package group
 
 import (
+	"errors"
 	"reflect"
 	"slices"
 	"testing"
@@ -207,5 +208,83 @@ func TestTagsTravel(t *testing.T) {
 	got = stored(l.Apply(effs[0].(Log).Record))
 	if want := (map[Key]string{b: "v2 tags=s"}); !reflect.DeepEqual(got, want) {
 		t.Fatalf("the deletion's Ds stored %v, want %v", got, want)
+	}
+}
+
+// TestOutboxBound: a group write that would take the outbox of a key's
+// shard past MaxOutboxEntries or MaxOutboxBytes is refused, ErrBacklogged,
+// and changes nothing; writes to keys of other shards go on; once the
+// shard acknowledges the writes waiting for it, writes to its keys are
+// taken again. The outbox's size is counted again when it is decoded.
+func TestOutboxBound(t *testing.T) {
+	opts := Options{RetryTicks: 100, ShipTicks: 100, MaxOutboxEntries: 3, MaxOutboxBytes: 10}
+	l, f := NewLeader(1, opts), NewFollower(2, opts)
+	b, c := Key{Key: "b"}, Key{Key: "c"}
+	effs, err := l.Create(CreateRequest{ID: "g", Mode: Atomic, Leader: Key{Key: "a"}, Members: []Member{{Key: b, Shard: 2}, {Key: c, Shard: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runJoin(l, f, effs)
+	write := func(k Key, v string) error {
+		t.Helper()
+		effs, err := l.Write("g", []Write{{Key: k, Value: []byte(v)}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range l.Apply(effs[0].(Log).Record) {
+			if r, ok := e.(Reply); ok {
+				return r.Err
+			}
+		}
+		t.Fatal("a write without a reply")
+		return nil
+	}
+	for i, v := range []string{"1", "2", "3"} {
+		if err := write(b, v); err != nil {
+			t.Fatalf("write %d of b: %v", i, err)
+		}
+	}
+	if err := write(b, "4"); !errors.Is(err, ErrBacklogged) {
+		t.Fatalf("a fourth write waiting for s2: %v, want ErrBacklogged", err)
+	}
+	if g, _ := l.Group("g"); string(g.Members[1].Value) != "3" {
+		t.Fatalf("the refused write changed b to %q", g.Members[1].Value)
+	}
+	if err := write(c, "0123456789"); err != nil {
+		t.Fatalf("a write of c, whose shard takes its writes: %v", err)
+	}
+	if err := write(c, "x"); !errors.Is(err, ErrBacklogged) {
+		t.Fatalf("a write past 10 bytes waiting for s1: %v, want ErrBacklogged", err)
+	}
+	// The outbox's size survives a reload.
+	l2, err := DecodeLeaderParts(l.Parts(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := l.Group("g")
+	g2, _ := l2.Group("g")
+	for i := range g.Outboxes {
+		if g.Outboxes[i].size != g2.Outboxes[i].size {
+			t.Fatalf("outbox to s%d: %d bytes live, %d decoded", g.Outboxes[i].Shard, g.Outboxes[i].size, g2.Outboxes[i].size)
+		}
+	}
+	// s2 takes and acknowledges them: b is written again.
+	for _, e := range l.ShipNew("g") {
+		s, ok := e.(Send)
+		if !ok || s.Msg.To != 2 {
+			continue
+		}
+		for _, lg := range f.OnShip(s.Msg) {
+			for _, ack := range f.Apply(lg.(Log).Record) {
+				if a, ok := ack.(Send); ok && a.Msg.Type == MsgShipAck {
+					for _, rec := range l.OnShipAck(a.Msg) {
+						l.Apply(rec.(Log).Record)
+					}
+				}
+			}
+		}
+	}
+	if err := write(b, "4"); err != nil {
+		t.Fatalf("a write of b once s2 took the others: %v", err)
 	}
 }

@@ -87,8 +87,9 @@ const (
 
 // Shipments of two entries at most (and a few bytes of values): outboxes
 // drain in several, and deletions meet Ds that carry part of a key's
-// entries.
-var simOpts = Options{RetryTicks: 3, ProbeTicks: 7, MaxShipEntries: 2, MaxShipBytes: 12}
+// entries; outboxes of six (and a few more bytes): writes to shards that
+// fall behind are refused.
+var simOpts = Options{RetryTicks: 3, ProbeTicks: 7, MaxShipEntries: 2, MaxShipBytes: 12, MaxOutboxEntries: 6, MaxOutboxBytes: 40}
 
 // simVersion is a value at a version.
 type simVersion struct {
@@ -410,6 +411,15 @@ func (s *sim) stored(sh *simShard) (*Leader, *Follower, bool) {
 		s.errorf("s%d DecodeFollowerParts: %v", sh.id, err)
 		return nil, nil, false
 	}
+	for _, g := range sh.leader.Groups() {
+		if dg, ok := l.Group(g.Ref.ID); ok {
+			for i, ob := range g.Outboxes {
+				if dob := dg.Outboxes[i]; dob.size != ob.size {
+					s.errorf("s%d: %s's outbox to s%d holds %d bytes of values, %d as decoded", sh.id, g.Ref, ob.Shard, ob.size, dob.size)
+				}
+			}
+		}
+	}
 	if !bytes.Equal(l.Encode(), sh.leader.Encode()) {
 		s.errorf("s%d: the stored leader parts are not the live state:\nstored %x\nlive   %x", sh.id, l.Encode(), sh.leader.Encode())
 		return nil, nil, false
@@ -596,6 +606,9 @@ func (s *sim) reply(sh *simShard, rep Reply, applying *Record) {
 	s.logf("s%d reply %s", sh.id, rep)
 	switch rep.Op {
 	case OpWrite:
+		if errors.Is(rep.Err, ErrBacklogged) {
+			s.n["backlogged"]++
+		}
 		if rep.Err == nil {
 			for _, w := range applying.Writes {
 				v := valOf(w.Value, w.Delete, w.Tags)

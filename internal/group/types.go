@@ -243,6 +243,17 @@ type Outbox struct {
 	// Invariant: Entries are consecutive and end at Next-1.
 	Next    uint64
 	Entries []Entry
+	// size is the bytes of the Entries' values (derived: not encoded;
+	// the decoders count it).
+	size int
+}
+
+// count sets ob.size from ob.Entries.
+func (ob *Outbox) count() {
+	ob.size = 0
+	for _, e := range ob.Entries {
+		ob.size += len(e.Value)
+	}
 }
 
 // CreateRequest asks a leader shard to create a group.
@@ -293,6 +304,11 @@ var (
 	// ErrConflict: a group transaction read a key that a write committed
 	// since changed (optimistic validation failed); retry it.
 	ErrConflict = errors.New("group: a key read has changed since")
+	// ErrBacklogged: a write to a key whose shard has not acknowledged
+	// as many of the group's writes as its outbox holds
+	// (Options.MaxOutboxEntries, MaxOutboxBytes); retry it once they
+	// are shipped.
+	ErrBacklogged = errors.New("group: a member's shard is too far behind the group's writes")
 )
 
 // ErrCorrupt reports an encoding that does not decode.

@@ -1333,6 +1333,8 @@ func groupError(err error, id string) error {
 		return kv.Errorf(kv.CodeUnavailable, "group %q is not active (being created or deleted)", id)
 	case errors.Is(err, group.ErrConflict):
 		return kv.Errorf(kv.CodeTxnAborted, "group %q: a key the transaction read was changed by another transaction of the group; retry it", id)
+	case errors.Is(err, group.ErrBacklogged):
+		return kv.Errorf(kv.CodeUnavailable, "group %q: the shard of a key the transaction wrote has not taken the group's earlier writes (too many wait for it: is it out of reach?); nothing was written, retry later", id)
 	}
 	return err
 }
