@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/groupkv/groupkv/internal/cluster"
+	"github.com/groupkv/groupkv/internal/group"
 	"github.com/groupkv/groupkv/internal/kv"
 	"github.com/groupkv/groupkv/internal/replication"
 	"github.com/groupkv/groupkv/internal/shard"
@@ -244,6 +245,14 @@ func backoff(ctx context.Context, attempt int, deadline time.Time, last error) e
 // off from its quorum answers unavailable soon.
 func (n *Node) retryWindow() time.Duration {
 	return 30 * n.opts.TickInterval
+}
+
+// ghostWindow bounds a write's wait for keys held by a group that no
+// longer exists (a late join its leader undoes): the group protocol frees
+// them at its next retry, every few ticks of its own (groupTick), however
+// short the node's tick; the window spans ten such retries at least.
+func (n *Node) ghostWindow() time.Duration {
+	return max(n.retryWindow(), 10*time.Duration(group.Options{}.EnsureDefaults().RetryTicks)*groupTick)
 }
 
 // leaderSearch bounds a retry loop's search for a shard's leader to

@@ -994,10 +994,10 @@ func (n *Node) groupGone(ctx context.Context, id string) bool {
 
 // heldByGhosts reports, for a write of refs to shardID refused because one
 // belongs to a group, whether every one of them a group holds is held by
-// a group that no longer exists (a late join its leader undoes): the write
-// is then to be tried again. It asks the shard's leader who holds each key.
+// a group that no longer exists (a late join its leader undoes), or none
+// is held any more (freed since the refusal): the write is then to be
+// tried again. It asks the shard's leader who holds each key.
 func (n *Node) heldByGhosts(ctx context.Context, shardID uint64, refs []kv.KeyRef) bool {
-	held := false
 	for _, ref := range refs {
 		d, err := n.collection(ref.Collection)
 		if err != nil {
@@ -1010,14 +1010,11 @@ func (n *Node) heldByGhosts(ctx context.Context, shardID uint64, refs []kv.KeyRe
 		if err != nil {
 			return false
 		}
-		if g := out.(*groupOwnerResponse).Group; g != "" {
-			if !n.groupGone(ctx, g) {
-				return false
-			}
-			held = true
+		if g := out.(*groupOwnerResponse).Group; g != "" && !n.groupGone(ctx, g) {
+			return false
 		}
 	}
-	return held
+	return true
 }
 
 // groupGoneError is an answer of groupPlainWrite: the key is in no group

@@ -272,7 +272,7 @@ func (n *Node) batchWrite(ctx context.Context, keys []kv.KeyRef, mk func(i int, 
 				return next
 			}
 			cmd := shard.EncodeWrite(sops)
-			deadline := time.Now().Add(n.retryWindow())
+			deadline := time.Now().Add(n.ghostWindow())
 			for attempt := 0; ; attempt++ {
 				v, err := n.writeRouted(ctx, id, reroute, cmd)
 				if kv.CodeOf(err) == kv.CodeKeyInGroup {
@@ -379,7 +379,7 @@ func (n *Node) DeleteRange(ctx context.Context, req kv.DeleteRangeRequest) (kv.D
 	out := make(chan outcome, len(shards))
 	for _, id := range shards {
 		go func(id uint64) {
-			deadline := time.Now().Add(n.retryWindow())
+			deadline := time.Now().Add(n.ghostWindow())
 			for attempt := 0; ; attempt++ {
 				res, err := n.propose(ctx, id, shard.EncodeDeleteRange(req.Start, end))
 				if err == nil && res.Err != nil {

@@ -1238,9 +1238,9 @@ func (n *Node) Put(ctx context.Context, req kv.PutRequest) (uint64, error) {
 // the group's leader. When that finds the key in no group or in one that
 // no longer exists (a late join of a group refused or deleted meanwhile,
 // which the group protocol undoes within a few messages), the plain write
-// runs again, after a backoff, within the retry window.
+// runs again, after a backoff, within the ghost window (ghostWindow).
 func (n *Node) plainOrGroupWrite(ctx context.Context, plain, grp func() (uint64, error)) (uint64, error) {
-	deadline := time.Now().Add(n.retryWindow())
+	deadline := time.Now().Add(n.ghostWindow())
 	for attempt := 0; ; attempt++ {
 		v, err := plain()
 		if kv.CodeOf(err) != kv.CodeKeyInGroup {
