@@ -1680,8 +1680,8 @@ func (n *Node) readGroupOpts(ctx context.Context, id string, reg groupRegistrati
 // readGroupAt reads group id at the leader of shardID, the group's leader
 // shard (as a member's yield names it: without the registration, which a
 // deletion removes while its members are being released).
-func (n *Node) readGroupAt(ctx context.Context, id string, shardID uint64, priority string, ship bool) (*groupReadResponse, error) {
-	return n.readGroupReq(ctx, &groupReadRequest{Shard: shardID, ID: id, Priority: priority, Ship: ship})
+func (n *Node) readGroupAt(ctx context.Context, id string, shardID uint64) (*groupReadResponse, error) {
+	return n.readGroupReq(ctx, &groupReadRequest{Shard: shardID, ID: id})
 }
 
 func (n *Node) readGroupReq(ctx context.Context, req *groupReadRequest) (*groupReadResponse, error) {

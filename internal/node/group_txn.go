@@ -904,7 +904,7 @@ func (n *Node) checkGroups(ctx context.Context, check groupCheck, shards []uint6
 			if f.Yielded() == 0 {
 				return
 			}
-			if len(end) == len(start)+1 && end[len(start)] == 0 && bytes.HasPrefix(end, start) {
+			if oneKey(start, end) {
 				// One key.
 				key, holder = start, f.Holder(group.Key{Collection: collection, Key: string(start)})
 				return
@@ -1114,7 +1114,7 @@ func (n *Node) overlayGroups(ctx context.Context, descs []*cluster.CollectionDes
 		snap, ok := snaps[owner.Group]
 		if !ok {
 			var err error
-			snap, err = n.readGroupAt(ctx, owner.Group, owner.Leader, "", false)
+			snap, err = n.readGroupAt(ctx, owner.Group, owner.Leader)
 			if err != nil && kv.CodeOf(err) != kv.CodeNotFound {
 				return err
 			}
@@ -1197,7 +1197,7 @@ func (n *Node) awaitShipped(ctx context.Context, coll uint32, shards []uint64, s
 					found = true
 				}
 			}
-			if len(end) == len(start)+1 && end[len(start)] == 0 && bytes.HasPrefix(end, start) {
+			if oneKey(start, end) {
 				add(group.Key{Collection: coll, Key: string(start)}) // one key
 				return
 			}
@@ -1287,7 +1287,7 @@ func (n *Node) ownersValue(ctx context.Context, owner *groupOwnerResponse, ref k
 	if owner.Group == "" {
 		return kv.Record{}, false, nil
 	}
-	snap, err := n.readGroupAt(ctx, owner.Group, owner.Leader, "", false)
+	snap, err := n.readGroupAt(ctx, owner.Group, owner.Leader)
 	if err != nil {
 		if kv.CodeOf(err) == kv.CodeNotFound {
 			// Gone: the key is freed, or about to be (a ghost's).

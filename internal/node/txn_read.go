@@ -25,7 +25,7 @@ import (
 // end: unbounded) held in the local replicas of shards safe to read past
 // at asOf (shard.Latest: the latest state).
 func (n *Node) settleIntents(ctx context.Context, shards []uint64, coll uint32, start, end []byte, asOf uint64) error {
-	point := end != nil && len(end) == len(start)+1 && end[len(start)] == 0 && bytes.HasPrefix(end, start)
+	point := oneKey(start, end)
 	any := false
 	for _, id := range shards {
 		// A point read looks only where the shard may hold an intent on
@@ -116,4 +116,10 @@ func (n *Node) settleIntent(ctx context.Context, shards []uint64, coll uint32, k
 // keyEnd returns the smallest key after key.
 func keyEnd(key []byte) []byte {
 	return append(append([]byte{}, key...), 0)
+}
+
+// oneKey reports whether the span [start, end) holds one key, start (end
+// is keyEnd(start)).
+func oneKey(start, end []byte) bool {
+	return len(end) == len(start)+1 && end[len(start)] == 0 && bytes.HasPrefix(end, start)
 }
