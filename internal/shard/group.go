@@ -448,10 +448,10 @@ func (s *Shard) applyGroup(b *pebble.Batch, index uint64, kind CommandKind, body
 
 // FreedAbove is the highest version at which this shard stored a Key
 // Group's write above the version its group committed it (a write of an
-// older build, which shipped no versions), or at which it freed a key
-// under a build that stored every shipped write so, or the same of a
-// shard it split from or took in. A read at a lower version may lack
-// group writes committed below it. It is replicated state
+// older build, which shipped no versions; older builds also raised it to
+// the highest version applied at every free), or the same of a shard it
+// split from or took in. A read at a lower version may lack group writes
+// committed below it. It is replicated state
 // (stateFreedAbove, stored from a shard's first yield on); a shard that
 // yielded keys and has none stored counts as FreedAbove the highest
 // version applied when it was loaded, and a shard that takes in one
@@ -481,8 +481,7 @@ func (s *Shard) raiseFreedAbove(b *pebble.Batch, v uint64) error {
 		return nil
 	}
 	s.freedStored, s.freedKnown = max(s.freedStored, v), true
-	v = s.freedStored
-	return storage.PutUint64(b, storage.ShardStateKey(s.desc.ShardID, stateFreedAbove), v)
+	return storage.PutUint64(b, storage.ShardStateKey(s.desc.ShardID, stateFreedAbove), s.freedStored)
 }
 
 // applyGroupRecord applies one group record (s.groups.mu held): to the
